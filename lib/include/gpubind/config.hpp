@@ -1,0 +1,79 @@
+// The configuration: where the node's files are, what belongs to which
+// capability, and the request policy. Loaded from TOML.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpubind/capabilities.hpp"
+
+namespace gpubind {
+
+// Every host path gpubind reads goes through one of these roots.
+struct Roots {
+    std::filesystem::path driver = "/";    // holds etc/ld.so.cache, usr/lib*, usr/bin, lib/firmware, run/
+    std::filesystem::path dev = "/";       // holds dev/nvidia*
+    std::filesystem::path proc = "/proc";  // holds driver/nvidia, devices
+};
+
+// One line of the catalog: a file name (libraries: the name before the
+// version, e.g. "libcuda.so"; binaries: the file name; ipcs: a path under the
+// driver root; firmware: a glob under the driver root where "{version}" stands
+// for the driver version) and the capabilities that bring it.
+struct CatalogEntry {
+    std::string name;
+    Capabilities caps = 0;
+};
+
+struct Catalog {
+    std::vector<CatalogEntry> libraries;
+    std::vector<CatalogEntry> binaries;
+    std::vector<CatalogEntry> ipcs;
+    std::vector<CatalogEntry> firmware;
+};
+
+struct Policy {
+    bool accept_envvar_unprivileged = true;   // may a container without CAP_SYS_ADMIN ask by variable
+    bool accept_volume_mounts = false;        // honour /var/run/nvidia-container-devices mounts
+    bool disable_require = false;             // ignore every NVIDIA_REQUIRE_*
+    Capabilities supported = kCapAll;         // what containers may ask for
+};
+
+struct LogConfig {
+    std::string file;              // empty: stderr only
+    std::string level = "info";    // trace, debug, info, warn, error, off
+};
+
+struct Config {
+    Roots roots;
+    std::filesystem::path ldcache;       // empty: <driver root>/etc/ld.so.cache
+    std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, run for the container
+    Catalog catalog;
+    Policy policy;
+    LogConfig log;
+    std::vector<std::string> runtimes = {"runc", "crun"};   // for gpubind-runtime
+    std::filesystem::path source;        // the file it was read from, empty for defaults
+
+    std::filesystem::path ldcache_path() const {
+        return ldcache.empty() ? roots.driver / "etc/ld.so.cache" : ldcache;
+    }
+};
+
+// Where the config lives unless --config or GPUBIND_CONFIG says otherwise.
+inline constexpr std::string_view kDefaultConfigPath = "/etc/gpubind/config.toml";
+inline constexpr std::string_view kConfigEnv = "GPUBIND_CONFIG";
+
+// The built-in configuration (the same as config/config.toml).
+Config default_config();
+// Parses TOML text over the defaults. An unknown key or a bad value throws
+// Error(EINVAL, "load config", what, "<key>: <why>").
+Config parse_config(std::string_view toml, const std::string& what);
+// Reads and parses a config file (size capped).
+Config load_config(const std::filesystem::path& path);
+// The config a command uses: the explicit path if given, else $GPUBIND_CONFIG,
+// else the default path if it exists, else the defaults.
+Config load_effective_config(const std::filesystem::path& explicit_path);
+
+}  // namespace gpubind

@@ -1,0 +1,18 @@
+// Small string helpers shared by the parsers.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpubind {
+
+std::string_view trim(std::string_view s) noexcept;
+// Splits on `sep`, keeping empty fields.
+std::vector<std::string_view> split(std::string_view s, char sep);
+// Decimal unsigned parse of the whole string; nullopt on anything else or overflow.
+std::optional<unsigned long> parse_unsigned(std::string_view s) noexcept;
+std::string to_lower(std::string_view s);
+
+}  // namespace gpubind

@@ -1,0 +1,44 @@
+#include "gpubind/strings.hpp"
+
+#include <charconv>
+
+namespace gpubind {
+
+std::string_view trim(std::string_view s) noexcept {
+    constexpr std::string_view kSpace = " \t\r\n\v\f";
+    auto b = s.find_first_not_of(kSpace);
+    if (b == std::string_view::npos) return {};
+    auto e = s.find_last_not_of(kSpace);
+    return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+    std::vector<std::string_view> out;
+    std::size_t start = 0;
+    for (;;) {
+        auto pos = s.find(sep, start);
+        if (pos == std::string_view::npos) {
+            out.push_back(s.substr(start));
+            return out;
+        }
+        out.push_back(s.substr(start, pos - start));
+        start = pos + 1;
+    }
+}
+
+std::optional<unsigned long> parse_unsigned(std::string_view s) noexcept {
+    if (s.empty()) return std::nullopt;
+    unsigned long v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+    return v;
+}
+
+std::string to_lower(std::string_view s) {
+    std::string out(s);
+    for (char& c : out)
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    return out;
+}
+
+}  // namespace gpubind
