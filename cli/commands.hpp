@@ -1,0 +1,32 @@
+// Each `gpubind` subcommand lives in cli/cmd_<name>.cpp and registers itself
+// here. A command's callback returns the process exit code; errors are thrown
+// as gpubind::Error and mapped to exit codes in main().
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace gpubind::cli {
+
+// Options every node-reading command shares.
+struct NodeOptions {
+    std::filesystem::path config;    // --config
+    std::filesystem::path root;      // --root: driver, dev and proc roots at once (proc = root/proc)
+    std::filesystem::path ldcache;   // --ldcache
+};
+
+// The command to run once parsing is done.
+using Action = std::function<int()>;
+
+// Adds --config, --root, --ldcache to `cmd`.
+void add_node_options(CLI::App& cmd, NodeOptions& opts);
+
+void register_info(CLI::App& app, Action& action);
+void register_list(CLI::App& app, Action& action);
+void register_ldcache(CLI::App& app, Action& action);
+void register_simulate(CLI::App& app, Action& action);
+
+}  // namespace gpubind::cli

@@ -1,0 +1,18 @@
+// Minimal ELF shared objects: what the simulated node and the ld.so.cache
+// tests use as driver libraries for which no real code is needed.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace gpubind::elf {
+
+enum class Machine { X86_64, I386 };
+
+// A shared object (ET_DYN) for `machine` whose dynamic section names
+// `soname`: ELF header, program headers (PT_LOAD, PT_DYNAMIC), and a dynamic
+// section with DT_SONAME, DT_STRTAB, DT_STRSZ, DT_SYMTAB, DT_SYMENT, DT_HASH.
+// Both ldconfig and the dynamic loader accept it.
+std::string make_shared_object(Machine machine, std::string_view soname);
+
+}  // namespace gpubind::elf
