@@ -1,11 +1,119 @@
-// placeholder: being written
+// gpubind info: the driver and its GPUs, as text, CSV or JSON.
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "commands.hpp"
+#include "gpubind/node.hpp"
 
 namespace gpubind::cli {
 
+namespace {
+
+struct InfoOptions {
+    NodeOptions node;
+    bool csv = false;
+    bool json = false;
+};
+
+std::string or_unknown(const std::string& s) { return s.empty() ? "unknown" : s; }
+
+void print_text(const Node& node) {
+    fmt::print("Driver version:   {}\n", node.driver_version);
+    fmt::print("CUDA version:     {}\n", or_unknown(node.cuda_version));
+    fmt::print("GPUs:             {}\n", node.gpus.size());
+    for (const auto& gpu : node.gpus) {
+        fmt::print("\nGPU {}\n", gpu.index);
+        fmt::print("  Model:          {}\n", gpu.model);
+        fmt::print("  Brand:          {}\n", or_unknown(gpu.brand));
+        fmt::print("  UUID:           {}\n", gpu.uuid);
+        fmt::print("  Bus location:   {}\n", gpu.pci_bus_id);
+        fmt::print("  Device minor:   {}\n", gpu.minor);
+        fmt::print("  Architecture:   {}\n", or_unknown(gpu.compute_capability));
+        for (const auto& mig : gpu.mig)
+            fmt::print("  MIG {}:{}          GPU instance {}, compute instance {}, {}\n", gpu.index,
+                       mig.index, mig.gi, mig.ci, or_unknown(mig.uuid));
+    }
+    for (const auto& w : node.warnings) fmt::print(stderr, "gpubind: warning: {}\n", w);
+}
+
+// CSV: a header row and one row per GPU; fields never contain commas but are
+// quoted when they do (models are free text).
+std::string csv_field(const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string out = "\"";
+    for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return out + "\"";
+}
+
+void print_csv(const Node& node) {
+    fmt::print("Driver version,CUDA version\n{},{}\n\n", node.driver_version,
+               csv_field(node.cuda_version));
+    fmt::print("Index,Minor,Model,Brand,UUID,Bus location,Architecture\n");
+    for (const auto& gpu : node.gpus)
+        fmt::print("{},{},{},{},{},{},{}\n", gpu.index, gpu.minor, csv_field(gpu.model),
+                   csv_field(gpu.brand), gpu.uuid, gpu.pci_bus_id, gpu.compute_capability);
+    bool any_mig = false;
+    for (const auto& gpu : node.gpus) any_mig |= !gpu.mig.empty();
+    if (!any_mig) return;
+    fmt::print("\nGPU,MIG index,GPU instance,Compute instance,UUID\n");
+    for (const auto& gpu : node.gpus)
+        for (const auto& mig : gpu.mig)
+            fmt::print("{},{},{},{},{}\n", gpu.index, mig.index, mig.gi, mig.ci, mig.uuid);
+}
+
+nlohmann::json to_json(const DeviceNode& n) {
+    return {{"path", n.path.string()}, {"host_path", n.host_path.string()},
+            {"major", n.major}, {"minor", n.minor}};
+}
+
+void print_json(const Node& node) {
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const auto& gpu : node.gpus) {
+        nlohmann::json migs = nlohmann::json::array();
+        for (const auto& mig : gpu.mig)
+            migs.push_back({{"index", mig.index},
+                            {"gpu_instance", mig.gi},
+                            {"compute_instance", mig.ci},
+                            {"uuid", mig.uuid},
+                            {"devices", {to_json(mig.gi_cap), to_json(mig.ci_cap)}}});
+        gpus.push_back({{"index", gpu.index},
+                        {"minor", gpu.minor},
+                        {"model", gpu.model},
+                        {"brand", gpu.brand},
+                        {"uuid", gpu.uuid},
+                        {"pci_bus_id", gpu.pci_bus_id},
+                        {"compute_capability", gpu.compute_capability},
+                        {"vbios", gpu.vbios},
+                        {"device", to_json(gpu.node)},
+                        {"mig", migs}});
+    }
+    nlohmann::json out = {{"schema", "gpubind.info/v1"},
+                          {"driver_version", node.driver_version},
+                          {"cuda_version", node.cuda_version},
+                          {"gpus", gpus},
+                          {"warnings", node.warnings}};
+    fmt::print("{}\n", out.dump(2));
+}
+
+}  // namespace
+
 void register_info(CLI::App& app, Action& action) {
-    auto* cmd = app.add_subcommand("info", "(not yet)");
-    cmd->callback([&action] { action = [] { return 1; }; });
+    auto opts = std::make_shared<InfoOptions>();
+    auto* cmd = app.add_subcommand("info", "Show the driver and the GPUs of this node");
+    add_node_options(*cmd, opts->node);
+    auto* csv = cmd->add_flag("--csv", opts->csv, "Comma-separated output");
+    cmd->add_flag("--json", opts->json, "JSON output (schema gpubind.info/v1)")->excludes(csv);
+    cmd->callback([opts, &action] {
+        action = [opts] {
+            Node node = discover(node_config(opts->node));
+            if (opts->json) print_json(node);
+            else if (opts->csv) print_csv(node);
+            else print_text(node);
+            return 0;
+        };
+    });
 }
 
 }  // namespace gpubind::cli

@@ -1,11 +1,153 @@
-// placeholder: being written
+// gpubind list: the host files a container would get, one path per line or JSON.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "commands.hpp"
+#include "gpubind/devices.hpp"
+#include "gpubind/error.hpp"
+#include "gpubind/node.hpp"
 
 namespace gpubind::cli {
 
+namespace {
+
+struct ListOptions {
+    NodeOptions node;
+    std::string device;                 // --device ids; empty: all
+    std::string capabilities = "all";   // which driver files
+    bool libraries = false, binaries = false, ipcs = false, firmwares = false;
+    bool compat32 = false, mig_config = false, mig_monitor = false, json = false;
+};
+
+struct Listing {
+    std::vector<const DeviceNode*> devices;
+    std::vector<const DriverFile*> files;
+};
+
+Listing make_listing(const Node& node, const ListOptions& o, Capabilities caps) {
+    const bool any_kind = o.libraries || o.binaries || o.ipcs || o.firmwares;
+    const bool want_devices = !any_kind || !o.device.empty();
+    Listing out;
+    if (want_devices) {
+        DeviceIds ids = parse_device_ids(o.device.empty() ? "all" : o.device);
+        Selection sel = select_devices(node, ids);
+        for (const auto& n : node.control) out.devices.push_back(&n);
+        for (const Gpu* gpu : sel.gpus) out.devices.push_back(&gpu->node);
+        for (const MigDevice* mig : sel.migs) {
+            const DeviceNode* parent = &node.gpus[mig->gpu_index].node;
+            if (std::find(out.devices.begin(), out.devices.end(), parent) == out.devices.end())
+                out.devices.push_back(parent);
+            out.devices.push_back(&mig->gi_cap);
+            out.devices.push_back(&mig->ci_cap);
+        }
+        if (o.mig_config && !node.mig_control.empty()) out.devices.push_back(&node.mig_control[0]);
+        if (o.mig_monitor && node.mig_control.size() > 1) out.devices.push_back(&node.mig_control[1]);
+    }
+    for (const auto& f : node.files) {
+        if (!(f.caps & caps)) continue;
+        if (f.compat32 && !o.compat32) continue;
+        bool want = !any_kind || (f.kind == FileKind::Library && o.libraries) ||
+                    (f.kind == FileKind::Binary && o.binaries) ||
+                    (f.kind == FileKind::Ipc && o.ipcs) ||
+                    (f.kind == FileKind::Firmware && o.firmwares);
+        if (want) out.files.push_back(&f);
+    }
+    return out;
+}
+
+const char* kind_key(FileKind k) {
+    switch (k) {
+        case FileKind::Library: return "libraries";
+        case FileKind::Binary: return "binaries";
+        case FileKind::Ipc: return "ipcs";
+        case FileKind::Firmware: return "firmware";
+    }
+    return "files";
+}
+
+nlohmann::json caps_json(Capabilities caps) {
+    nlohmann::json out = nlohmann::json::array();
+    std::string names = capability_names(caps & ~kCapCompat32);
+    std::size_t start = 0;
+    while (start < names.size()) {
+        auto comma = names.find(',', start);
+        if (comma == std::string::npos) comma = names.size();
+        out.push_back(names.substr(start, comma - start));
+        start = comma + 1;
+    }
+    return out;
+}
+
+void print_json(const Listing& l) {
+    nlohmann::json out = {{"schema", "gpubind.list/v1"},
+                          {"devices", nlohmann::json::array()},
+                          {"libraries", nlohmann::json::array()},
+                          {"binaries", nlohmann::json::array()},
+                          {"ipcs", nlohmann::json::array()},
+                          {"firmware", nlohmann::json::array()}};
+    for (const auto* d : l.devices)
+        out["devices"].push_back({{"path", d->path.string()},
+                                  {"host_path", d->host_path.string()},
+                                  {"major", d->major},
+                                  {"minor", d->minor}});
+    for (const auto* f : l.files) {
+        nlohmann::json j = {{"name", f->name},
+                            {"path", f->host_path.string()},
+                            {"real_path", f->real_path.string()},
+                            {"capabilities", caps_json(f->caps)}};
+        if (f->kind == FileKind::Library) j["compat32"] = f->compat32;
+        out[kind_key(f->kind)].push_back(std::move(j));
+    }
+    fmt::print("{}\n", out.dump(2));
+}
+
+void print_text(const Listing& l) {
+    std::string text;
+    for (const auto* d : l.devices) text += d->host_path.string() + "\n";
+    for (const auto* f : l.files)
+        text += (f->kind == FileKind::Library ? f->real_path : f->host_path).string() + "\n";
+    fmt::print("{}", text);
+}
+
+}  // namespace
+
 void register_list(CLI::App& app, Action& action) {
-    auto* cmd = app.add_subcommand("list", "(not yet)");
-    cmd->callback([&action] { action = [] { return 1; }; });
+    auto o = std::make_shared<ListOptions>();
+    auto* cmd = app.add_subcommand(
+        "list", "List the host's device nodes and driver files a container would get");
+    add_node_options(*cmd, o->node);
+    cmd->add_option("-d,--device", o->device,
+                    "Devices to list: all, none, indices, GPU-<uuid>, MIG-<uuid>, G:M, PCI bus "
+                    "ids (default all)");
+    cmd->add_option("-c,--capabilities", o->capabilities,
+                    "Driver capabilities whose files to list (default all)");
+    cmd->add_flag("-l,--libraries", o->libraries, "List the driver libraries");
+    cmd->add_flag("-b,--binaries", o->binaries, "List the driver utilities");
+    cmd->add_flag("-i,--ipcs", o->ipcs, "List the driver IPC sockets and directories");
+    cmd->add_flag("-f,--firmwares", o->firmwares, "List the driver firmware");
+    cmd->add_flag("--compat32", o->compat32, "Include the 32-bit libraries");
+    cmd->add_flag("--mig-config", o->mig_config, "Include the MIG config capability node");
+    cmd->add_flag("--mig-monitor", o->mig_monitor, "Include the MIG monitor capability node");
+    cmd->add_flag("--json", o->json, "JSON output (schema gpubind.list/v1)");
+    cmd->callback([o, &action] {
+        action = [o] {
+            std::string unknown;
+            auto caps = parse_capabilities(o->capabilities, &unknown);
+            if (!caps) throw_invalid("parse capabilities", "--capabilities",
+                                     "unknown capability \"" + unknown + "\"");
+            DiscoverOptions discover_options;
+            // NVML is needed only to resolve MIG UUIDs.
+            discover_options.nvml = o->device.find("MIG-") != std::string::npos ||
+                                    o->device.find("mig-") != std::string::npos;
+            Node node = discover(node_config(o->node), discover_options);
+            Listing listing = make_listing(node, *o, *caps);
+            if (o->json) print_json(listing);
+            else print_text(listing);
+            return 0;
+        };
+    });
 }
 
 }  // namespace gpubind::cli

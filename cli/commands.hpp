@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "gpubind/config.hpp"
+
 namespace gpubind::cli {
 
 // Options every node-reading command shares.
@@ -23,6 +25,8 @@ using Action = std::function<int()>;
 
 // Adds --config, --root, --ldcache to `cmd`.
 void add_node_options(CLI::App& cmd, NodeOptions& opts);
+// The config the options describe: the config file, then --root and --ldcache over it.
+Config node_config(const NodeOptions& opts);
 
 void register_info(CLI::App& app, Action& action);
 void register_list(CLI::App& app, Action& action);

@@ -9,4 +9,14 @@ void add_node_options(CLI::App& cmd, NodeOptions& opts) {
     cmd.add_option("--ldcache", opts.ldcache, "ld.so.cache to read (default ROOT/etc/ld.so.cache)");
 }
 
+Config node_config(const NodeOptions& opts) {
+    Config config = load_effective_config(opts.config);
+    if (!opts.root.empty()) {
+        auto root = std::filesystem::absolute(opts.root);
+        config.roots = {root, root, root / "proc"};
+    }
+    if (!opts.ldcache.empty()) config.ldcache = std::filesystem::absolute(opts.ldcache);
+    return config;
+}
+
 }  // namespace gpubind::cli

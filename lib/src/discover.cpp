@@ -1,1 +1,409 @@
-// placeholder: being written
+// Node discovery: procfs for the driver and its GPUs, stat for device nodes,
+// the ld.so.cache and the catalog for driver files, NVML for the rest.
+#include <dirent.h>
+#include <fnmatch.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <map>
+#include <set>
+
+#include "gpubind/error.hpp"
+#include "gpubind/file.hpp"
+#include "gpubind/ldcache.hpp"
+#include "gpubind/log.hpp"
+#include "gpubind/node.hpp"
+#include "gpubind/strings.hpp"
+#include "nvml.hpp"
+
+namespace gpubind {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::size_t kMaxProcFile = 64u << 10;
+
+// Joins a root and an absolute path meant to live under it.
+fs::path under(const fs::path& root, const fs::path& path) {
+    return root / path.relative_path();
+}
+
+// "Key: value" lines (procfs information, params, capability files).
+std::map<std::string, std::string, std::less<>> read_fields(const fs::path& path) {
+    std::map<std::string, std::string, std::less<>> fields;
+    for (auto line : split(read_file(path, kMaxProcFile), '\n')) {
+        auto colon = line.find(':');
+        if (colon == std::string_view::npos) continue;
+        fields.emplace(trim(line.substr(0, colon)), trim(line.substr(colon + 1)));
+    }
+    return fields;
+}
+
+std::vector<std::string> list_dir(const fs::path& dir) {
+    std::vector<std::string> names;
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) {
+        if (errno == ENOENT) return names;
+        throw_errno("open directory", dir.string());
+    }
+    while (const dirent* e = ::readdir(d)) {
+        std::string_view name = e->d_name;
+        if (name != "." && name != "..") names.emplace_back(name);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+bool is_version(std::string_view s) {
+    return !s.empty() && s.find('.') != std::string_view::npos &&
+           s.find_first_not_of("0123456789.") == std::string_view::npos;
+}
+
+// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..." (also the
+// open kernel module's "... Open Kernel Module for x86_64  550.54.15  Release Build ...").
+std::string read_driver_version(const fs::path& path) {
+    for (auto line : split(read_file(path, kMaxProcFile), '\n')) {
+        if (line.rfind("NVRM version:", 0) != 0) continue;
+        for (auto word : split(line, ' '))
+            if (is_version(trim(word))) return std::string(trim(word));
+    }
+    throw_invalid("read driver version", path.string(), "no \"NVRM version:\" line with a version");
+}
+
+// The character-device majors by driver name, from a /proc/devices-style file.
+std::map<std::string, unsigned, std::less<>> read_majors(const fs::path& path) {
+    std::map<std::string, unsigned, std::less<>> majors;
+    bool chars = false;
+    for (auto line : split(read_file(path, kMaxProcFile), '\n')) {
+        line = trim(line);
+        if (line == "Character devices:") chars = true;
+        else if (line == "Block devices:") chars = false;
+        else if (chars) {
+            auto space = line.find(' ');
+            if (space == std::string_view::npos) continue;
+            if (auto major = parse_unsigned(line.substr(0, space)))
+                majors.emplace(trim(line.substr(space + 1)), static_cast<unsigned>(*major));
+        }
+    }
+    return majors;
+}
+
+// Checks that a character device with the expected numbers sits at `path`.
+std::optional<DeviceNode> stat_node(const fs::path& dev_root, const fs::path& path, unsigned major,
+                                    unsigned minor, bool required) {
+    DeviceNode node{path, under(dev_root, path), major, minor, 0};
+    struct stat st {};
+    if (::stat(node.host_path.c_str(), &st) != 0) {
+        if (errno == ENOENT && !required) return std::nullopt;
+        throw_errno("stat device node", node.host_path.string());
+    }
+    if (!S_ISCHR(st.st_mode))
+        throw_invalid("check device node", node.host_path.string(), "not a character device");
+    if (::major(st.st_rdev) != major || ::minor(st.st_rdev) != minor)
+        throw_invalid("check device node", node.host_path.string(),
+                      "is " + std::to_string(::major(st.st_rdev)) + ":" +
+                          std::to_string(::minor(st.st_rdev)) + ", expected " +
+                          std::to_string(major) + ":" + std::to_string(minor));
+    node.mode = st.st_mode & 07777;
+    return node;
+}
+
+// Resolves every symlink of `path` inside `root` (absolute link targets are
+// taken relative to the root, ".." stops at it). Returns the root-relative
+// absolute path, or nullopt if something along the way does not exist.
+std::optional<fs::path> resolve_in(const fs::path& root, const fs::path& path) {
+    std::vector<std::string> todo;  // components still to walk; back() is the next one
+    auto push = [&todo](const fs::path& p) {
+        std::vector<std::string> parts;
+        for (const auto& c : p.relative_path()) parts.push_back(c.string());
+        todo.insert(todo.end(), parts.rbegin(), parts.rend());
+    };
+    push(path);
+    fs::path clean = "/";
+    int links = 0;
+    while (!todo.empty()) {
+        std::string part = std::move(todo.back());
+        todo.pop_back();
+        if (part.empty() || part == ".") continue;
+        if (part == "..") {
+            clean = clean.parent_path();
+            continue;
+        }
+        fs::path next = clean / part;
+        struct stat st {};
+        if (::lstat(under(root, next).c_str(), &st) != 0) return std::nullopt;
+        if (!S_ISLNK(st.st_mode)) {
+            clean = std::move(next);
+            continue;
+        }
+        if (++links > 40) return std::nullopt;
+        char buf[4096];
+        ssize_t n = ::readlink(under(root, next).c_str(), buf, sizeof buf);
+        if (n <= 0 || static_cast<std::size_t>(n) == sizeof buf) return std::nullopt;
+        fs::path target(std::string(buf, static_cast<std::size_t>(n)));
+        if (target.is_absolute()) clean = "/";
+        push(target);
+    }
+    return clean;
+}
+
+unsigned access_minor(const fs::path& access) {
+    auto fields = read_fields(access);
+    auto it = fields.find("DeviceFileMinor");
+    auto minor = it == fields.end() ? std::nullopt : parse_unsigned(it->second);
+    if (!minor) throw_invalid("read MIG capability", access.string(), "no DeviceFileMinor");
+    return static_cast<unsigned>(*minor);
+}
+
+void discover_gpus(Node& node, const std::map<std::string, unsigned, std::less<>>& majors) {
+    const fs::path gpus_dir = node.roots.proc / "driver/nvidia/gpus";
+    for (const auto& bus_id : list_dir(gpus_dir)) {
+        const fs::path info = gpus_dir / bus_id / "information";
+        auto fields = read_fields(info);
+        auto get = [&](std::string_view key, bool required) -> std::string {
+            auto it = fields.find(key);
+            if (it != fields.end()) return it->second;
+            if (required)
+                throw_invalid("read GPU information", info.string(),
+                              "no \"" + std::string(key) + "\" field");
+            return {};
+        };
+        Gpu gpu;
+        gpu.pci_bus_id = to_lower(bus_id);
+        gpu.proc_dir = gpus_dir / bus_id;
+        gpu.model = get("Model", true);
+        gpu.uuid = get("GPU UUID", true);
+        gpu.vbios = get("Video BIOS", false);
+        gpu.bus_type = get("Bus Type", false);
+        gpu.excluded = get("GPU Excluded", false) == "Yes";
+        auto minor = parse_unsigned(get("Device Minor", true));
+        if (!minor || *minor >= kModesetMinor)
+            throw_invalid("read GPU information", info.string(), "bad \"Device Minor\"");
+        gpu.minor = static_cast<unsigned>(*minor);
+        if (gpu.excluded) {
+            node.warnings.push_back("GPU " + gpu.pci_bus_id + " is excluded by the driver");
+            continue;
+        }
+        gpu.node = *stat_node(node.roots.dev, "/dev/nvidia" + std::to_string(gpu.minor),
+                              kNvidiaMajor, gpu.minor, true);
+        node.gpus.push_back(std::move(gpu));
+    }
+    std::sort(node.gpus.begin(), node.gpus.end(),
+              [](const Gpu& a, const Gpu& b) { return a.pci_bus_id < b.pci_bus_id; });
+    for (unsigned i = 0; i < node.gpus.size(); ++i) node.gpus[i].index = i;
+
+    // MIG: proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access.
+    const fs::path caps_dir = node.roots.proc / "driver/nvidia/capabilities";
+    auto caps_major = majors.find("nvidia-caps");
+    auto cap_node = [&](const fs::path& access) {
+        if (caps_major == majors.end())
+            throw_invalid("read MIG capability", access.string(),
+                          "no nvidia-caps major in " + (node.roots.proc / "devices").string());
+        unsigned minor = access_minor(access);
+        return *stat_node(node.roots.dev, "/dev/nvidia-caps/nvidia-cap" + std::to_string(minor),
+                          caps_major->second, minor, true);
+    };
+    for (auto& gpu : node.gpus) {
+        const fs::path mig_dir = caps_dir / ("gpu" + std::to_string(gpu.minor)) / "mig";
+        for (const auto& gi_name : list_dir(mig_dir)) {
+            auto gi = gi_name.rfind("gi", 0) == 0 ? parse_unsigned(gi_name.substr(2)) : std::nullopt;
+            if (!gi) continue;
+            for (const auto& ci_name : list_dir(mig_dir / gi_name)) {
+                auto ci = ci_name.rfind("ci", 0) == 0 ? parse_unsigned(ci_name.substr(2))
+                                                      : std::nullopt;
+                if (!ci) continue;
+                MigDevice mig;
+                mig.gpu_index = gpu.index;
+                mig.gi = static_cast<unsigned>(*gi);
+                mig.ci = static_cast<unsigned>(*ci);
+                mig.gi_access = mig_dir / gi_name / "access";
+                mig.ci_access = mig_dir / gi_name / ci_name / "access";
+                mig.gi_cap = cap_node(mig.gi_access);
+                mig.ci_cap = cap_node(mig.ci_access);
+                gpu.mig.push_back(std::move(mig));
+            }
+        }
+        std::sort(gpu.mig.begin(), gpu.mig.end(), [](const MigDevice& a, const MigDevice& b) {
+            return std::tie(a.gi, a.ci) < std::tie(b.gi, b.ci);
+        });
+        for (unsigned i = 0; i < gpu.mig.size(); ++i) gpu.mig[i].index = i;
+    }
+    for (const char* which : {"config", "monitor"}) {
+        const fs::path access = caps_dir / "mig" / which;
+        struct stat st {};
+        if (::stat(access.c_str(), &st) == 0) node.mig_control.push_back(cap_node(access));
+    }
+}
+
+void discover_control_nodes(Node& node, const std::map<std::string, unsigned, std::less<>>& majors) {
+    if (auto ctl = stat_node(node.roots.dev, "/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor,
+                             !node.gpus.empty()))
+        node.control.push_back(*ctl);
+    if (auto uvm = majors.find("nvidia-uvm"); uvm != majors.end()) {
+        for (auto [name, minor] : {std::pair{"nvidia-uvm", 0u}, std::pair{"nvidia-uvm-tools", 1u}}) {
+            if (auto n = stat_node(node.roots.dev, std::string("/dev/") + name, uvm->second, minor,
+                                   false))
+                node.control.push_back(*n);
+            else
+                node.warnings.push_back(std::string("no /dev/") + name);
+        }
+    } else {
+        node.warnings.push_back("nvidia-uvm is not loaded (no major in " +
+                                (node.roots.proc / "devices").string() + ")");
+    }
+    if (auto modeset = stat_node(node.roots.dev, "/dev/nvidia-modeset", kNvidiaMajor,
+                                 kModesetMinor, false))
+        node.control.push_back(*modeset);
+}
+
+void discover_libraries(Node& node, const Config& config) {
+    const auto cache = ldcache::load(config.ldcache_path());
+    const std::string suffix = ".so." + node.driver_version;
+    for (const auto& entry : config.catalog.libraries) {
+        const std::string prefix = entry.name + ".";
+        std::set<std::pair<std::string, ldcache::Arch>> seen;
+        for (const auto& e : cache.entries) {
+            auto arch = ldcache::arch_of(e.flags);
+            if (e.soname.rfind(prefix, 0) != 0) continue;
+            if (arch != ldcache::Arch::X86_64 && arch != ldcache::Arch::I386) continue;
+            if (!seen.emplace(e.soname, arch).second) continue;
+            const auto* chosen = ldcache::lookup(cache, e.soname, arch);
+            auto real = resolve_in(node.roots.driver, chosen->path);
+            if (!real) {
+                node.warnings.push_back("cache entry " + e.soname + " => " + chosen->path +
+                                        " does not resolve");
+                continue;
+            }
+            const std::string file = real->filename().string();
+            if (file.size() < suffix.size() ||
+                file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0)
+                continue;  // another driver version's library
+            DriverFile f;
+            f.kind = FileKind::Library;
+            f.name = e.soname;
+            f.host_path = under(node.roots.driver, chosen->path);
+            f.real_path = under(node.roots.driver, *real);
+            f.caps = entry.caps;
+            f.compat32 = arch == ldcache::Arch::I386;
+            node.files.push_back(std::move(f));
+        }
+    }
+}
+
+bool is_executable_file(const fs::path& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111);
+}
+
+void discover_other_files(Node& node, const Config& config) {
+    for (const auto& entry : config.catalog.binaries) {
+        for (const char* dir : {"/usr/bin", "/usr/sbin", "/bin", "/sbin"}) {
+            fs::path p = under(node.roots.driver, fs::path(dir) / entry.name);
+            if (!is_executable_file(p)) continue;
+            auto real = resolve_in(node.roots.driver, fs::path(dir) / entry.name);
+            node.files.push_back({FileKind::Binary, entry.name, p,
+                                  real ? under(node.roots.driver, *real) : p, entry.caps, false});
+            break;
+        }
+    }
+    for (const auto& entry : config.catalog.ipcs) {
+        fs::path p = under(node.roots.driver, entry.name);
+        struct stat st {};
+        if (::stat(p.c_str(), &st) != 0) continue;
+        if (!S_ISSOCK(st.st_mode) && !S_ISDIR(st.st_mode)) {
+            node.warnings.push_back(p.string() + " is neither a socket nor a directory");
+            continue;
+        }
+        node.files.push_back({FileKind::Ipc, entry.name, p, p, entry.caps, false});
+    }
+    for (const auto& entry : config.catalog.firmware) {
+        std::string pattern = entry.name;
+        if (auto v = pattern.find("{version}"); v != std::string::npos)
+            pattern.replace(v, 9, node.driver_version);
+        fs::path glob(pattern);
+        fs::path dir = under(node.roots.driver, glob.parent_path());
+        for (const auto& name : list_dir(dir)) {
+            if (::fnmatch(glob.filename().c_str(), name.c_str(), FNM_PERIOD) != 0) continue;
+            struct stat st {};
+            if (::stat((dir / name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+            auto rel = glob.parent_path() / name;
+            bool dup = std::any_of(node.files.begin(), node.files.end(), [&](const DriverFile& f) {
+                return f.kind == FileKind::Firmware && f.name == rel.string();
+            });
+            if (dup) continue;
+            node.files.push_back({FileKind::Firmware, rel.string(), dir / name, dir / name,
+                                  entry.caps, false});
+        }
+    }
+    // A file listed under several capabilities is one entry bringing all of them.
+    std::map<std::pair<FileKind, std::string>, std::size_t> first;
+    std::vector<DriverFile> merged;
+    for (auto& f : node.files) {
+        auto key = std::pair{f.kind, f.name + (f.compat32 ? "#32" : "")};
+        if (auto it = first.find(key); it != first.end()) {
+            merged[it->second].caps |= f.caps;
+        } else {
+            first.emplace(key, merged.size());
+            merged.push_back(std::move(f));
+        }
+    }
+    node.files = std::move(merged);
+}
+
+void apply_nvml(Node& node, const DiscoverOptions& options) {
+    auto lib = std::find_if(node.files.begin(), node.files.end(), [](const DriverFile& f) {
+        return f.kind == FileKind::Library && !f.compat32 && f.name == "libnvidia-ml.so.1";
+    });
+    if (lib == node.files.end()) {
+        node.warnings.push_back("no libnvidia-ml.so.1: CUDA version, brand and compute "
+                                "capability are unknown");
+        return;
+    }
+    NvmlFacts facts;
+    try {
+        facts = query_nvml(lib->host_path, options.nvml_timeout);
+    } catch (const Error& e) {
+        node.warnings.push_back(std::string("NVML: ") + e.what());
+        return;
+    }
+    node.cuda_version = facts.cuda_version;
+    for (auto& gpu : node.gpus) {
+        auto it = facts.gpus.find(gpu.minor);
+        if (it == facts.gpus.end()) continue;
+        gpu.brand = it->second.brand;
+        gpu.compute_capability = it->second.compute_capability;
+        for (auto& mig : gpu.mig) {
+            auto m = it->second.mig_uuids.find({mig.gi, mig.ci});
+            if (m != it->second.mig_uuids.end()) mig.uuid = m->second;
+        }
+    }
+}
+
+}  // namespace
+
+const DeviceNode* Node::control_node(std::string_view name) const {
+    for (const auto& n : control)
+        if (n.path.filename() == name) return &n;
+    return nullptr;
+}
+
+Node discover(const Config& config, const DiscoverOptions& options) {
+    Node node;
+    node.roots = config.roots;
+    node.driver_version = read_driver_version(node.roots.proc / "driver/nvidia/version");
+    const auto majors = read_majors(node.roots.proc / "devices");
+    discover_gpus(node, majors);
+    discover_control_nodes(node, majors);
+    discover_libraries(node, config);
+    discover_other_files(node, config);
+    if (options.nvml && !node.gpus.empty()) apply_nvml(node, options);
+    for (const auto& w : node.warnings) logger().debug("discover: {}", w);
+    return node;
+}
+
+}  // namespace gpubind

@@ -39,6 +39,7 @@ struct Policy {
     bool accept_volume_mounts = false;        // honour /var/run/nvidia-container-devices mounts
     bool disable_require = false;             // ignore every NVIDIA_REQUIRE_*
     Capabilities supported = kCapAll;         // what containers may ask for
+    bool cgroups = true;                      // write device cgroup rules for injected nodes
 };
 
 struct LogConfig {

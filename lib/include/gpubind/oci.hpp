@@ -1,0 +1,64 @@
+// The OCI runtime state (hook stdin) and the bundle's config.json, read with
+// size limits. Parsing only: what they mean for GPUs lives in request.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gpubind::oci {
+
+inline constexpr std::size_t kMaxStateSize = 1u << 20;   // 1 MiB
+inline constexpr std::size_t kMaxSpecSize = 16u << 20;   // 16 MiB
+
+struct State {
+    std::string oci_version;
+    std::string id;
+    std::string status;
+    pid_t pid = 0;
+    std::filesystem::path bundle;
+};
+
+struct Mount {
+    std::string destination;
+    std::string source;
+    std::string type;
+    std::vector<std::string> options;
+};
+
+struct IdMapping {
+    unsigned container_id = 0;
+    unsigned host_id = 0;
+    unsigned size = 0;
+};
+
+struct Spec {
+    nlohmann::json doc;                    // the whole document, untouched
+    std::filesystem::path bundle;
+    std::filesystem::path rootfs;          // absolute: a relative root.path is relative to the bundle
+    bool rootfs_readonly = false;
+    std::vector<std::string> env;          // process.env, in order ("KEY=VALUE")
+    std::vector<Mount> mounts;
+    std::vector<std::string> bounding_caps;  // process.capabilities.bounding
+    std::vector<IdMapping> uid_mappings;   // linux.uidMappings
+    std::vector<IdMapping> gid_mappings;
+    std::string cgroups_path;              // linux.cgroupsPath
+
+    // The last value of `name` in env (later entries win, as execve sees them).
+    std::optional<std::string> getenv(std::string_view name) const;
+    bool privileged() const;               // CAP_SYS_ADMIN in the bounding set
+};
+
+// Parse errors throw Error(EINVAL, "parse state"/"parse spec", what, detail).
+State parse_state(std::string_view json, const std::string& what);
+Spec parse_spec(std::string_view json, const std::filesystem::path& bundle);
+// Reads <bundle>/config.json with kMaxSpecSize.
+Spec load_spec(const std::filesystem::path& bundle);
+
+}  // namespace gpubind::oci

@@ -1,0 +1,116 @@
+// The plan: everything that goes into one container, computed by a pure
+// function of the request, the node and the image. The executor carries it
+// out; `gpubind plan` prints it.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gpubind/config.hpp"
+#include "gpubind/devices.hpp"
+#include "gpubind/node.hpp"
+#include "gpubind/request.hpp"
+
+namespace gpubind {
+
+// Mount flags the executor applies (a subset of MOUNT_ATTR_*, named here so
+// the plan stays independent of kernel headers).
+enum MountFlag : unsigned {
+    kMountReadOnly = 1u << 0,
+    kMountNoSuid = 1u << 1,
+    kMountNoDev = 1u << 2,
+    kMountNoExec = 1u << 3,
+};
+
+struct PlannedMount {
+    std::filesystem::path source;   // host path, absolute
+    std::filesystem::path target;   // container path, absolute (inside the rootfs)
+    bool directory = false;         // the mount point is a directory, else a file
+    unsigned flags = 0;             // MountFlag bits
+    std::string why;                // "compute library libcuda.so.1", ...
+};
+
+struct PlannedDevice {
+    DeviceNode node;                // node.host_path is bound onto node.path in the container
+    std::string why;                // "GPU 0", "nvidiactl", ...
+};
+
+struct PlannedSymlink {
+    std::filesystem::path path;     // container path of the link
+    std::string target;             // what it points to (relative, in the same directory)
+};
+
+// The container's /proc/driver/nvidia: a tmpfs holding copies of the host's
+// files, with params saying ModifyDeviceFiles: 0, and only the selected GPUs.
+struct ProcView {
+    std::filesystem::path target = "/proc/driver/nvidia";
+    std::string version;            // content of version
+    std::string params;             // content of params (ModifyDeviceFiles: 0)
+    struct GpuDir {
+        std::string bus_id;         // directory name under gpus/
+        std::string information;    // content of information
+    };
+    std::vector<GpuDir> gpus;
+    std::vector<std::filesystem::path> capability_files;  // MIG access files (host paths under the proc root)
+};
+
+struct Plan {
+    std::vector<PlannedDevice> devices;
+    std::vector<PlannedMount> mounts;
+    std::vector<PlannedSymlink> symlinks;
+    std::optional<ProcView> proc;
+    std::vector<std::filesystem::path> library_dirs;  // container dirs the loader cache must cover
+    bool refresh_ldcache = false;
+
+    bool empty() const { return devices.empty() && mounts.empty() && !proc; }
+};
+
+// The host's /proc/driver/nvidia files the proc view copies, read apart so
+// that make_plan stays pure.
+struct ProcFiles {
+    std::string version;                             // driver/nvidia/version
+    std::string params;                              // driver/nvidia/params (empty if missing)
+    std::map<std::string, std::string> information;  // gpus/<bus id>/information, by <bus id>
+};
+// Reads them under node.roots.proc (size capped); a missing version file
+// throws Error, a missing params or information file reads as empty.
+ProcFiles read_proc_files(const Node& node);
+
+// Everything `request` brings into a container with `image`, from the node's
+// `selection` (select_devices(node, request.devices)). Pure: no I/O.
+//  - devices: nvidiactl for any GPU container; nvidia-uvm and nvidia-uvm-tools
+//    with compute; nvidia-modeset with display; each selected GPU's node; a MIG
+//    device's parent GPU node and its gi/ci capability nodes; the MIG config
+//    and monitor capability nodes when asked for.
+//  - mounts (deduplicated by target): libraries of the asked capabilities at
+//    image.lib_dir/<versioned file name> (32-bit ones at image.lib32_dir, only
+//    with compat32), binaries at image.bin_dir, all ro,nosuid,nodev; IPC
+//    sockets and the MPS pipe directory at their own path, rw,nosuid,nodev,noexec;
+//    firmware at /lib/firmware/nvidia/<driver version>/<file>, ro,nosuid,nodev,noexec.
+//  - symlinks: <soname> -> <versioned file> beside each library, and the
+//    development links libcuda.so -> libcuda.so.1 and
+//    libnvidia-ml.so -> libnvidia-ml.so.1 where those libraries are mounted.
+//  - proc: for any GPU container, the selected GPUs (and MIG parents) only.
+// `config` is not consulted today (the node's files already carry their
+// capabilities); it is part of the signature for policy the plan may grow.
+// Throws Error(ECANCELED, "plan", ...) when the request asks for MIG
+// config/monitor and the node has no such capability device.
+Plan make_plan(const Request& request, const Node& node, const Selection& selection,
+               const Image& image, const Config& config, const ProcFiles& proc_files);
+
+// JSON with stable field names:
+//   {"devices": [{"path", "host_path", "major", "minor", "why"}],
+//    "mounts": [{"source", "target", "directory", "flags": ["ro","nosuid","nodev","noexec"], "why"}],
+//    "symlinks": [{"path", "target"}],
+//    "proc": null | {"target", "gpus": [bus ids], "capability_files": [host paths]},
+//    "library_dirs": [...], "refresh_ldcache": bool}
+void to_json(nlohmann::json& j, const Plan& plan);
+// Human-readable, one line per item, with the reason.
+std::string describe(const Plan& plan);
+
+}  // namespace gpubind

@@ -1,0 +1,32 @@
+// Facts only NVML knows, asked in a child process with a deadline so a slow
+// or hung driver cannot hang the caller.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+
+namespace gpubind {
+
+struct NvmlGpuFacts {
+    std::string brand;               // "tesla", "nvidia", "geforce", ...
+    std::string compute_capability;  // "9.0"
+    std::map<std::pair<unsigned, unsigned>, std::string> mig_uuids;  // (gi, ci) -> "MIG-..."
+};
+
+struct NvmlFacts {
+    std::string cuda_version;                 // "12.4"
+    std::map<unsigned, NvmlGpuFacts> gpus;    // by device minor
+};
+
+// Loads `library` (libnvidia-ml.so.1 of the node) in a forked child and reads
+// the facts. Throws Error (ETIMEDOUT when the deadline passes; the child is
+// killed) if NVML cannot answer.
+NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::milliseconds timeout);
+
+// Parses the child's report (exposed for tests).
+NvmlFacts parse_nvml_report(std::string_view report, const std::string& what);
+
+}  // namespace gpubind

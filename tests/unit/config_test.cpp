@@ -1,0 +1,144 @@
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "gpubind/config.hpp"
+#include "gpubind/error.hpp"
+#include "gpubind/file.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+const CatalogEntry* find(const std::vector<CatalogEntry>& list, const std::string& name) {
+    for (const auto& e : list)
+        if (e.name == name) return &e;
+    return nullptr;
+}
+
+std::string error_of(std::string_view toml) {
+    try {
+        parse_config(toml, "test.toml");
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), EINVAL);
+        return e.what();
+    }
+    return "no error";
+}
+
+TEST(Config, DefaultsAreTheShippedFile) {
+    // The shipped config/config.toml parses to exactly the built-in defaults.
+    Config shipped = load_config(GPUBIND_SOURCE_DIR "/config/config.toml");
+    Config builtin = default_config();
+    EXPECT_EQ(shipped.roots.driver, builtin.roots.driver);
+    EXPECT_EQ(shipped.catalog.libraries.size(), builtin.catalog.libraries.size());
+    EXPECT_EQ(builtin.roots.proc, "/proc");
+    EXPECT_TRUE(builtin.policy.accept_envvar_unprivileged);
+    EXPECT_FALSE(builtin.policy.accept_volume_mounts);
+    EXPECT_EQ(builtin.policy.supported, kCapAll);
+    EXPECT_EQ(builtin.ldcache_path(), "/etc/ld.so.cache");
+}
+
+TEST(Config, CatalogMapsFilesToCapabilities) {
+    Config c = default_config();
+    const auto* cuda = find(c.catalog.libraries, "libcuda.so");
+    ASSERT_NE(cuda, nullptr);
+    EXPECT_EQ(cuda->caps, kCapCompute);
+    const auto* smi = find(c.catalog.binaries, "nvidia-smi");
+    ASSERT_NE(smi, nullptr);
+    EXPECT_EQ(smi->caps, kCapUtility);
+    // Listed under utility and compute: one entry bringing both.
+    const auto* socket = find(c.catalog.ipcs, "/run/nvidia-persistenced/socket");
+    ASSERT_NE(socket, nullptr);
+    EXPECT_EQ(socket->caps, kCapUtility | kCapCompute);
+}
+
+TEST(Config, FileOverridesDefaults) {
+    Config c = parse_config(R"(
+[node]
+driver-root = "/run/nvidia/driver"
+ldcache = "/run/nvidia/driver/etc/ld.so.cache"
+[policy]
+accept-volume-mounts = true
+supported-capabilities = "utility,compute"
+[log]
+file = "/var/log/gpubind.log"
+level = "debug"
+[catalog.compute]
+libraries = ["libcuda.so"]
+)",
+                            "test.toml");
+    EXPECT_EQ(c.roots.driver, "/run/nvidia/driver");
+    EXPECT_EQ(c.roots.dev, "/");
+    EXPECT_EQ(c.ldcache_path(), "/run/nvidia/driver/etc/ld.so.cache");
+    EXPECT_TRUE(c.policy.accept_volume_mounts);
+    EXPECT_EQ(c.policy.supported, kCapUtility | kCapCompute);
+    EXPECT_EQ(c.log.level, "debug");
+    EXPECT_EQ(find(c.catalog.libraries, "libnvidia-opencl.so"), nullptr);
+    ASSERT_NE(find(c.catalog.libraries, "libcuda.so"), nullptr);
+    ASSERT_NE(find(c.catalog.libraries, "libnvidia-ml.so"), nullptr);  // utility untouched
+    EXPECT_EQ(c.source, "test.toml");
+}
+
+TEST(Config, AcceptsNvidiaContainerRuntimeKeys) {
+    Config c = parse_config(R"(
+disable-require = true
+supported-driver-capabilities = "compute,utility,video"
+accept-nvidia-visible-devices-envvar-when-unprivileged = false
+accept-nvidia-visible-devices-as-volume-mounts = true
+[nvidia-container-cli]
+root = "/run/nvidia/driver"
+ldconfig = "@/sbin/ldconfig.real"
+load-kmods = true
+no-cgroups = true
+[nvidia-container-runtime]
+log-level = "info"
+runtimes = ["docker-runc", "runc"]
+mode = "auto"
+[nvidia-container-runtime-hook]
+path = "nvidia-container-runtime-hook"
+)",
+                            "nvidia.toml");
+    EXPECT_TRUE(c.policy.disable_require);
+    EXPECT_EQ(c.policy.supported, kCapCompute | kCapUtility | kCapVideo);
+    EXPECT_FALSE(c.policy.accept_envvar_unprivileged);
+    EXPECT_TRUE(c.policy.accept_volume_mounts);
+    EXPECT_EQ(c.roots.driver, "/run/nvidia/driver");
+    EXPECT_EQ(c.ldconfig, "/sbin/ldconfig.real");
+    EXPECT_FALSE(c.policy.cgroups);
+    EXPECT_EQ(c.runtimes, (std::vector<std::string>{"docker-runc", "runc"}));
+}
+
+TEST(Config, ErrorsNameTheKey) {
+    EXPECT_EQ(error_of("[node]\nflavour = 1\n"), "load config test.toml: node.flavour: unknown key");
+    EXPECT_EQ(error_of("colour = 1\n"), "load config test.toml: colour: unknown key");
+    EXPECT_EQ(error_of("[policy]\naccept-volume-mounts = \"yes\"\n"),
+              "load config test.toml: policy.accept-volume-mounts: expected true or false");
+    EXPECT_EQ(error_of("[node]\ndriver-root = \"relative\"\n"),
+              "load config test.toml: node.driver-root: expected an absolute path");
+    EXPECT_EQ(error_of("[policy]\nsupported-capabilities = \"compute,warp\"\n"),
+              "load config test.toml: policy.supported-capabilities: unknown capability \"warp\"");
+    EXPECT_EQ(error_of("[catalog.turbo]\nlibraries = []\n"),
+              "load config test.toml: catalog.turbo: not a capability (utility, compute, video, "
+              "graphics, display, ngx)");
+    EXPECT_EQ(error_of("[catalog.compute]\nlibraries = [\"../libcuda.so\"]\n"),
+              "load config test.toml: catalog.compute.libraries: \"../libcuda.so\" must be a file "
+              "name, not a path");
+    EXPECT_EQ(error_of("[log]\nlevel = \"loud\"\n"),
+              "load config test.toml: log.level: unknown level \"loud\" (trace, debug, info, warn, "
+              "error, off)");
+    EXPECT_NE(error_of("[node\n").find("load config test.toml: line 1: "), std::string::npos);
+}
+
+TEST(Config, LoadsFromFileAndEnvironment) {
+    test::TempDir dir;
+    std::ofstream(dir / "c.toml") << "[policy]\ndisable-require = true\n";
+    EXPECT_TRUE(load_effective_config(dir / "c.toml").policy.disable_require);
+    ::setenv("GPUBIND_CONFIG", (dir / "c.toml").c_str(), 1);
+    EXPECT_TRUE(load_effective_config({}).policy.disable_require);
+    ::unsetenv("GPUBIND_CONFIG");
+    EXPECT_THROW(load_config(dir / "missing.toml"), Error);
+}
+
+}  // namespace
+}  // namespace gpubind
