@@ -1,11 +1,125 @@
-// placeholder: being written
+// gpubind simulate: write a simulated node (device nodes, procfs files, the
+// fake driver, ld.so.cache) into a directory, for demos and tests without a GPU.
+#include <algorithm>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "commands.hpp"
+#include "gpubind/sim.hpp"
+#include "gpubind/strings.hpp"
 
 namespace gpubind::cli {
 
+namespace {
+
+struct SimulateOptions {
+    std::filesystem::path dir;
+    sim::Spec spec;
+    std::string mig;    // "GPU:GI:CI[,...]"
+    bool no_compat32 = false, no_ipcs = false, no_firmware = false, no_graphics = false;
+    bool json = false;
+};
+
+// "0:1:0,0:2:0" -> MIG specs; a bad field is a usage error naming it.
+std::vector<sim::MigSpec> parse_mig(const std::string& text, unsigned gpus) {
+    std::vector<sim::MigSpec> out;
+    for (auto item : split(text, ',')) {
+        item = trim(item);
+        if (item.empty()) continue;
+        auto fields = split(item, ':');
+        std::optional<unsigned long> n[3];
+        if (fields.size() == 3)
+            for (std::size_t i = 0; i < 3; ++i) n[i] = parse_unsigned(trim(fields[i]));
+        if (fields.size() != 3 || !n[0] || !n[1] || !n[2] || *n[0] > 0xffff || *n[1] > 0xffff ||
+            *n[2] > 0xffff)
+            throw CLI::ValidationError(
+                "--mig", fmt::format("\"{}\" is not GPU:GI:CI (three numbers)", item));
+        if (*n[0] >= gpus)
+            throw CLI::ValidationError(
+                "--mig", fmt::format("\"{}\": GPU {} does not exist, the node has {} (--gpus)",
+                                     item, *n[0], gpus));
+        out.push_back({static_cast<unsigned>(*n[0]), static_cast<unsigned>(*n[1]),
+                       static_cast<unsigned>(*n[2])});
+    }
+    return out;
+}
+
+std::size_t count_files(const sim::Manifest& m, std::string_view kind) {
+    return static_cast<std::size_t>(std::count_if(
+        m.files.begin(), m.files.end(), [&](const sim::ManifestFile& f) { return f.kind == kind; }));
+}
+
+void print_summary(const std::filesystem::path& dir, const sim::Manifest& m) {
+    fmt::print("Simulated node written to {}\n", dir.string());
+    fmt::print("  Driver {} (CUDA {}), {} x {}\n", m.spec.driver_version, m.cuda_version,
+               m.gpus.size(), m.spec.model);
+    for (const auto& gpu : m.gpus) {
+        fmt::print("  GPU {}: {} {} /dev/nvidia{}\n", gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.minor);
+        for (const auto& mig : m.migs)
+            if (mig.gpu == gpu.index)
+                fmt::print("    MIG gi {} ci {}: {}\n", mig.gi, mig.ci, mig.uuid);
+    }
+    fmt::print("  {} device nodes, {} libraries, {} binaries, {} ipcs, {} firmware files\n",
+               m.nodes.size(), count_files(m, "library"), count_files(m, "binary"),
+               count_files(m, "ipc"), count_files(m, "firmware"));
+    fmt::print("  Manifest: {}\n", (dir / sim::kManifestName).string());
+    fmt::print("  Use it with: gpubind info --root {}\n", dir.string());
+}
+
+}  // namespace
+
 void register_simulate(CLI::App& app, Action& action) {
-    auto* cmd = app.add_subcommand("simulate", "(not yet)");
-    cmd->callback([&action] { action = [] { return 1; }; });
+    auto o = std::make_shared<SimulateOptions>();
+    auto* cmd = app.add_subcommand(
+        "simulate", "Write a simulated NVIDIA node (needs root to make device nodes)");
+    cmd->add_option("dir", o->dir,
+                    "Directory to write it to: missing, empty, or a previous simulated node")
+        ->required();
+    cmd->add_option("--gpus", o->spec.gpus, "Number of GPUs")
+        ->check(CLI::Range(1u, 64u))
+        ->default_str(std::to_string(o->spec.gpus));
+    cmd->add_option("--driver-version", o->spec.driver_version, "Driver version")
+        ->check(CLI::Validator(
+            [](std::string& v) -> std::string {
+                bool ok = !v.empty() && v.front() != '.' && v.back() != '.' &&
+                          v.find("..") == std::string::npos &&
+                          v.find('.') != std::string::npos &&
+                          std::all_of(v.begin(), v.end(), [](char c) {
+                              return (c >= '0' && c <= '9') || c == '.';
+                          });
+                return ok ? std::string() : "not numbers separated by dots (like 550.54.15)";
+            },
+            "VERSION"))
+        ->default_str(o->spec.driver_version);
+    cmd->add_option("--model", o->spec.model, "GPU model name")->default_str(o->spec.model);
+    cmd->add_option("--mig", o->mig,
+                    "MIG devices to create, as GPU:GI:CI (GPU index, GPU instance id 0-14, "
+                    "compute instance id 0-7), comma separated");
+    cmd->add_flag("--no-compat32", o->no_compat32, "Leave out the 32-bit libraries");
+    cmd->add_flag("--no-ipcs", o->no_ipcs, "Leave out the daemons' sockets and the MPS directory");
+    cmd->add_flag("--no-firmware", o->no_firmware, "Leave out the GSP firmware");
+    cmd->add_flag("--no-graphics", o->no_graphics,
+                  "Leave out the video, graphics and NGX libraries (a compute-only node)");
+    cmd->add_flag("--json", o->json, "Print the manifest as JSON");
+    cmd->callback([o, &action] {
+        o->spec.mig = parse_mig(o->mig, o->spec.gpus);
+        o->spec.compat32 = !o->no_compat32;
+        o->spec.ipcs = !o->no_ipcs;
+        o->spec.firmware = !o->no_firmware;
+        o->spec.graphics = !o->no_graphics;
+        action = [o] {
+            sim::Manifest manifest = sim::simulate(o->dir, o->spec);
+            if (o->json) {
+                nlohmann::json j = manifest;
+                fmt::print("{}\n", j.dump(2));
+            } else {
+                print_summary(std::filesystem::absolute(o->dir), manifest);
+            }
+            return 0;
+        };
+    });
 }
 
 }  // namespace gpubind::cli

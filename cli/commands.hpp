@@ -32,5 +32,7 @@ void register_info(CLI::App& app, Action& action);
 void register_list(CLI::App& app, Action& action);
 void register_ldcache(CLI::App& app, Action& action);
 void register_simulate(CLI::App& app, Action& action);
+void register_plan(CLI::App& app, Action& action);
+void register_configure(CLI::App& app, Action& action);
 
 }  // namespace gpubind::cli

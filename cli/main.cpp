@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
     cli::register_list(app, action);
     cli::register_ldcache(app, action);
     cli::register_simulate(app, action);
+    cli::register_plan(app, action);
+    cli::register_configure(app, action);
 
     try {
         app.parse(argc, argv);

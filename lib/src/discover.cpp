@@ -35,7 +35,8 @@ fs::path under(const fs::path& root, const fs::path& path) {
 // "Key: value" lines (procfs information, params, capability files).
 std::map<std::string, std::string, std::less<>> read_fields(const fs::path& path) {
     std::map<std::string, std::string, std::less<>> fields;
-    for (auto line : split(read_file(path, kMaxProcFile), '\n')) {
+    const std::string text = read_file(path, kMaxProcFile);
+    for (auto line : split(text, '\n')) {
         auto colon = line.find(':');
         if (colon == std::string_view::npos) continue;
         fields.emplace(trim(line.substr(0, colon)), trim(line.substr(colon + 1)));
@@ -67,7 +68,8 @@ bool is_version(std::string_view s) {
 // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..." (also the
 // open kernel module's "... Open Kernel Module for x86_64  550.54.15  Release Build ...").
 std::string read_driver_version(const fs::path& path) {
-    for (auto line : split(read_file(path, kMaxProcFile), '\n')) {
+    const std::string text = read_file(path, kMaxProcFile);
+    for (auto line : split(text, '\n')) {
         if (line.rfind("NVRM version:", 0) != 0) continue;
         for (auto word : split(line, ' '))
             if (is_version(trim(word))) return std::string(trim(word));
@@ -79,7 +81,8 @@ std::string read_driver_version(const fs::path& path) {
 std::map<std::string, unsigned, std::less<>> read_majors(const fs::path& path) {
     std::map<std::string, unsigned, std::less<>> majors;
     bool chars = false;
-    for (auto line : split(read_file(path, kMaxProcFile), '\n')) {
+    const std::string text = read_file(path, kMaxProcFile);
+    for (auto line : split(text, '\n')) {
         line = trim(line);
         if (line == "Character devices:") chars = true;
         else if (line == "Block devices:") chars = false;

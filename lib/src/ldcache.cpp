@@ -1,1 +1,335 @@
-// placeholder: being written
+#include "gpubind/ldcache.hpp"
+
+#include <bit>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "gpubind/error.hpp"
+#include "gpubind/file.hpp"
+
+namespace gpubind::ldcache {
+
+namespace {
+
+// Layout facts from glibc's sysdeps/generic/dl-cache.h and ldconfig.h.
+constexpr std::string_view kOldMagic = "ld.so-1.7.0";
+constexpr std::size_t kOldHeaderSize = 16;      // magic[11], pad, uint32 nlibs
+constexpr std::size_t kOldNlibsAt = 12;
+constexpr std::size_t kOldEntrySize = 12;       // int32 flags, uint32 key, value
+
+constexpr std::string_view kNewMagic = "glibc-ld.so.cache1.1";
+constexpr std::size_t kNewHeaderSize = 48;
+constexpr std::size_t kNewNlibsAt = 20;
+constexpr std::size_t kNewLenStringsAt = 24;
+constexpr std::size_t kNewFlagsAt = 28;         // uint8: endianness
+constexpr std::size_t kNewExtensionAt = 32;
+constexpr std::size_t kNewEntrySize = 24;       // + uint32 osversion, uint64 hwcap
+constexpr std::size_t kNewAlign = 8;            // alignof(cache_file_new) on 64-bit
+
+constexpr std::uint8_t kEndianMask = 3;
+constexpr std::uint8_t kEndianCurrent = std::endian::native == std::endian::little ? 2 : 3;
+
+constexpr std::uint32_t kExtensionMagic = 0xeaa42174;  // (uint32_t) -358342284
+constexpr std::size_t kExtensionHeaderSize = 8;        // magic, count
+constexpr std::size_t kSectionSize = 16;               // tag, flags, offset, size
+constexpr std::uint32_t kTagGenerator = 0;
+constexpr std::uint32_t kTagGlibcHwcaps = 1;
+
+constexpr std::uint64_t kHwcapExtension = 1ULL << 62;
+constexpr std::uint64_t kIsaLevelMask = (1U << 10) - 1;
+
+constexpr std::int32_t kTypeMask = 0x00ff;
+constexpr std::int32_t kRequiredMask = 0xff00;
+
+// True if [off, off + len) lies within a buffer of `size` bytes (no overflow).
+constexpr bool fits(std::size_t size, std::size_t off, std::size_t len) noexcept {
+    return off <= size && len <= size - off;
+}
+
+// True if the hwcap field holds a glibc-hwcaps index (dl_cache_hwcap_extension).
+constexpr bool is_hwcaps_index(std::uint64_t hwcap) noexcept {
+    return ((hwcap >> 32) & ~kIsaLevelMask) == (kHwcapExtension >> 32);
+}
+
+class Parser {
+public:
+    Parser(std::string_view bytes, const std::string& what) : bytes_(bytes), what_(what) {}
+
+    Cache run() {
+        if (bytes_.empty()) fail("empty file");
+        if (bytes_.starts_with(kOldMagic)) return old_or_compat();
+        if (bytes_.starts_with(kNewMagic)) return new_table(0, Layout::New);
+        if (bytes_.size() < kOldHeaderSize || bytes_.size() < kNewMagic.size())
+            fail(fmt::format("truncated: {} bytes, shorter than any header", bytes_.size()));
+        fail("unknown magic: not an ld.so.cache");
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& detail) const {
+        throw_invalid("parse ld.so.cache", what_, detail);
+    }
+
+    // Callers check bounds first. The cache is in the host's byte order.
+    template <class T>
+    T get(std::size_t off) const noexcept {
+        T v;
+        std::memcpy(&v, bytes_.data() + off, sizeof v);
+        return v;
+    }
+
+    // The NUL-terminated string `off` bytes after file offset `origin`; it must
+    // start and end within `strings`, the string table at file offset `strings_at`.
+    std::string string_at(std::size_t origin, std::uint32_t off, std::string_view strings,
+                          std::size_t strings_at, std::size_t index, const char* field) const {
+        const std::size_t pos = origin + off;  // both far below SIZE_MAX / 2
+        if (pos < strings_at || pos - strings_at >= strings.size())
+            fail(fmt::format("entry {}: {} offset {} is outside the string table "
+                             "({} bytes at file offset {})",
+                             index, field, off, strings.size(), strings_at));
+        const auto nul = strings.find('\0', pos - strings_at);
+        if (nul == std::string_view::npos)
+            fail(fmt::format("entry {}: {} at file offset {} is not NUL-terminated", index,
+                             field, pos));
+        return std::string(strings.substr(pos - strings_at, nul - (pos - strings_at)));
+    }
+
+    Cache old_or_compat() {
+        if (bytes_.size() < kOldHeaderSize)
+            fail(fmt::format("truncated old header: {} of {} bytes", bytes_.size(),
+                             kOldHeaderSize));
+        const std::uint32_t nlibs = get<std::uint32_t>(kOldNlibsAt);
+        if (nlibs > (bytes_.size() - kOldHeaderSize) / kOldEntrySize)
+            fail(fmt::format("old table: {} entries do not fit in {} bytes", nlibs,
+                             bytes_.size()));
+        const std::size_t table_end = kOldHeaderSize + std::size_t{nlibs} * kOldEntrySize;
+
+        // ldconfig -c compat hides the new table at the next aligned offset,
+        // where the old string table would start; glibc takes it if the file
+        // extends beyond its header and the magic matches.
+        const std::size_t new_at = (table_end + kNewAlign - 1) & ~(kNewAlign - 1);
+        if (bytes_.size() > new_at + kNewHeaderSize &&
+            bytes_.substr(new_at, kNewMagic.size()) == kNewMagic)
+            return new_table(new_at, Layout::Compat);
+
+        Cache cache;
+        cache.layout = Layout::Old;
+        cache.entries.reserve(nlibs);
+        const std::string_view strings = bytes_.substr(table_end);
+        for (std::size_t i = 0; i < nlibs; ++i) {
+            const std::size_t at = kOldHeaderSize + i * kOldEntrySize;
+            Entry& e = cache.entries.emplace_back();
+            e.flags = get<std::int32_t>(at);
+            e.soname = string_at(table_end, get<std::uint32_t>(at + 4), strings, table_end, i, "key");
+            e.path = string_at(table_end, get<std::uint32_t>(at + 8), strings, table_end, i, "value");
+        }
+        return cache;
+    }
+
+    // The new table whose header is at file offset `base`.
+    Cache new_table(std::size_t base, Layout layout) {
+        if (!fits(bytes_.size(), base, kNewHeaderSize))
+            fail(fmt::format("truncated new header at file offset {}: {} bytes", base,
+                             bytes_.size() - base));
+        const std::uint32_t nlibs = get<std::uint32_t>(base + kNewNlibsAt);
+        const std::uint32_t len_strings = get<std::uint32_t>(base + kNewLenStringsAt);
+        const std::uint8_t endian = get<std::uint8_t>(base + kNewFlagsAt);
+        if (endian != 0 && (endian & kEndianMask) != kEndianCurrent)
+            fail(fmt::format("wrong endianness (flags {:#x})", endian));
+
+        const std::size_t entries_at = base + kNewHeaderSize;
+        if (nlibs > (bytes_.size() - entries_at) / kNewEntrySize)
+            fail(fmt::format("new table: {} entries do not fit in {} bytes", nlibs,
+                             bytes_.size()));
+        const std::size_t strings_at = entries_at + std::size_t{nlibs} * kNewEntrySize;
+        if (!fits(bytes_.size(), strings_at, len_strings))
+            fail(fmt::format("string table of {} bytes at file offset {} runs past the end "
+                             "({} bytes)",
+                             len_strings, strings_at, bytes_.size()));
+        // String offsets count from the header; the strings follow the entries.
+        const std::string_view strings = bytes_.substr(strings_at, len_strings);
+
+        Cache cache;
+        cache.layout = layout;
+        const Extensions ext = extensions(get<std::uint32_t>(base + kNewExtensionAt));
+        if (ext.generator_size)
+            cache.generator = std::string(bytes_.substr(ext.generator_at, *ext.generator_size));
+
+        cache.entries.reserve(nlibs);
+        for (std::size_t i = 0; i < nlibs; ++i) {
+            const std::size_t at = entries_at + i * kNewEntrySize;
+            Entry& e = cache.entries.emplace_back();
+            e.flags = get<std::int32_t>(at);
+            e.soname = string_at(base, get<std::uint32_t>(at + 4), strings, strings_at, i, "key");
+            e.path = string_at(base, get<std::uint32_t>(at + 8), strings, strings_at, i, "value");
+            e.osversion = get<std::uint32_t>(at + 12);
+            e.hwcap = get<std::uint64_t>(at + 16);
+            hwcaps_name(ext, e, i);
+        }
+        return cache;
+    }
+
+    struct Extensions {
+        std::size_t generator_at = 0;
+        std::optional<std::size_t> generator_size;
+        std::size_t hwcaps_at = 0;
+        std::size_t hwcaps_count = 0;  // uint32 file offsets of subdirectory names
+    };
+
+    // The extension directory at file offset `at` (0: none), checked as glibc's
+    // cache_extension_load does: any section outside the file is an error, an
+    // unusable glibc-hwcaps section is ignored.
+    Extensions extensions(std::uint32_t at) const {
+        Extensions ext;
+        if (at == 0) return ext;
+        if (at % 4 != 0) fail(fmt::format("extension directory offset {} is misaligned", at));
+        if (!fits(bytes_.size(), at, kExtensionHeaderSize))
+            fail(fmt::format("extension directory at file offset {} runs past the end", at));
+        if (get<std::uint32_t>(at) != kExtensionMagic)
+            fail(fmt::format("extension directory at file offset {} has a bad magic", at));
+        const std::uint32_t count = get<std::uint32_t>(at + 4);
+        const std::size_t sections_at = at + kExtensionHeaderSize;
+        if (count > (bytes_.size() - sections_at) / kSectionSize)
+            fail(fmt::format("extension directory: {} sections do not fit in the file", count));
+
+        std::optional<std::size_t> hwcaps_size;
+        for (std::size_t i = 0; i < count; ++i) {
+            const std::size_t s = sections_at + i * kSectionSize;
+            const std::uint32_t tag = get<std::uint32_t>(s);
+            const std::uint32_t off = get<std::uint32_t>(s + 8);
+            const std::uint32_t size = get<std::uint32_t>(s + 12);
+            if (!fits(bytes_.size(), off, size))
+                fail(fmt::format("extension section {} ({} bytes at file offset {}) runs past "
+                                 "the end",
+                                 i, size, off));
+            if (tag == kTagGenerator) {
+                ext.generator_at = off;
+                ext.generator_size = size;
+            } else if (tag == kTagGlibcHwcaps) {
+                ext.hwcaps_at = off;
+                hwcaps_size = size;
+            }
+        }
+        if (hwcaps_size && *hwcaps_size != 0 && ext.hwcaps_at % 4 == 0 && *hwcaps_size % 4 == 0)
+            ext.hwcaps_count = *hwcaps_size / 4;
+        return ext;
+    }
+
+    // Resolves the glibc-hwcaps subdirectory name of `e`, as ldconfig -p and the
+    // loader do: the array holds file offsets; one past the file means no name.
+    void hwcaps_name(const Extensions& ext, Entry& e, std::size_t index) const {
+        if (!is_hwcaps_index(e.hwcap)) return;
+        const auto slot = static_cast<std::uint32_t>(e.hwcap);
+        if (slot >= ext.hwcaps_count) return;
+        const std::uint32_t name_at = get<std::uint32_t>(ext.hwcaps_at + std::size_t{slot} * 4);
+        if (name_at >= bytes_.size()) return;
+        const auto nul = bytes_.find('\0', name_at);
+        if (nul == std::string_view::npos)
+            fail(fmt::format("entry {}: glibc-hwcaps name at file offset {} is not "
+                             "NUL-terminated",
+                             index, name_at));
+        e.has_hwcaps_subdir = true;
+        e.hwcaps_subdir = std::string(bytes_.substr(name_at, nul - name_at));
+    }
+
+    std::string_view bytes_;
+    const std::string& what_;
+};
+
+// Text of FLAG_*_LIB* values as glibc 2.36's ldconfig -p prints them.
+const char* required_text(std::int32_t required) noexcept {
+    switch (required) {
+        case 0x0100: return ",64bit";          // FLAG_SPARC_LIB64
+        case 0x0200: return ",IA-64";          // FLAG_IA64_LIB64
+        case 0x0300: return ",x86-64";         // FLAG_X8664_LIB64
+        case 0x0400: return ",64bit";          // FLAG_S390_LIB64
+        case 0x0500: return ",64bit";          // FLAG_POWERPC_LIB64
+        case 0x0600: return ",N32";            // FLAG_MIPS64_LIBN32
+        case 0x0700: return ",64bit";          // FLAG_MIPS64_LIBN64
+        case 0x0800: return ",x32";            // FLAG_X8664_LIBX32
+        case 0x0900: return ",hard-float";     // FLAG_ARM_LIBHF
+        case 0x0a00: return ",AArch64";        // FLAG_AARCH64_LIB64
+        case 0x0b00: return ",soft-float";     // FLAG_ARM_LIBSF
+        case 0x0c00: return ",nan2008";        // FLAG_MIPS_LIB32_NAN2008
+        case 0x0d00: return ",N32,nan2008";    // FLAG_MIPS64_LIBN32_NAN2008
+        case 0x0e00: return ",64bit,nan2008";  // FLAG_MIPS64_LIBN64_NAN2008
+        case 0x0f00: return ",soft-float";     // FLAG_RISCV_FLOAT_ABI_SOFT
+        case 0x1000: return ",double-float";   // FLAG_RISCV_FLOAT_ABI_DOUBLE
+        default: return nullptr;
+    }
+}
+
+std::string describe(std::int32_t flags, std::uint64_t hwcap, const std::string_view* subdir) {
+    static constexpr const char* kTypes[] = {"libc4", "ELF", "libc5", "libc6"};
+    const std::int32_t type = flags & kTypeMask;
+    std::string out = type < 4 ? kTypes[type] : "unknown";
+    if (const std::int32_t required = flags & kRequiredMask; required != 0) {
+        const char* text = required_text(required);
+        out += text ? std::string(text) : fmt::format(",{}", required);
+    }
+    if (subdir)
+        out += fmt::format(", hwcap: \"{}\"", *subdir);
+    else if (hwcap != 0)
+        out += fmt::format(", hwcap: {:#018x}", hwcap);
+    return out;
+}
+
+}  // namespace
+
+Cache parse(std::string_view bytes, const std::string& what) {
+    return Parser(bytes, what).run();
+}
+
+Cache load(const std::filesystem::path& path) {
+    const std::string bytes = read_file(path, kMaxCacheSize);
+    return parse(bytes, path.string());
+}
+
+Arch arch_of(std::int32_t flags) noexcept {
+    if ((flags & ~(kTypeMask | kRequiredMask)) != 0) return Arch::Unknown;
+    const std::int32_t type = flags & kTypeMask;
+    if (type < 1 || type > 3) return Arch::Unknown;  // ELF, libc5, libc6
+    switch (flags & kRequiredMask) {
+        case 0x0000: return Arch::I386;
+        case 0x0300: return Arch::X86_64;
+        case 0x0500: return Arch::Ppc64le;
+        case 0x0800: return Arch::X32;
+        case 0x0900: return Arch::Armhf;
+        case 0x0a00: return Arch::Aarch64;
+        case 0x0100: case 0x0200: case 0x0400: case 0x0600: case 0x0700: case 0x0b00:
+        case 0x0c00: case 0x0d00: case 0x0e00: case 0x0f00: case 0x1000:
+        case 0x1100: case 0x1200:  // FLAG_LARCH_FLOAT_ABI_SOFT, _DOUBLE (glibc 2.37)
+            return Arch::Other;
+        default: return Arch::Unknown;
+    }
+}
+
+std::string describe_flags(std::int32_t flags, std::uint64_t hwcap,
+                           std::string_view hwcaps_subdir) {
+    return describe(flags, hwcap, hwcaps_subdir.empty() ? nullptr : &hwcaps_subdir);
+}
+
+std::string describe_flags(const Entry& entry) {
+    const std::string_view subdir = entry.hwcaps_subdir;
+    return describe(entry.flags, entry.hwcap, entry.has_hwcaps_subdir ? &subdir : nullptr);
+}
+
+std::string format_like_ldconfig(const Cache& cache, std::string_view path) {
+    std::string out = fmt::format("{} libs found in cache `{}'\n", cache.entries.size(), path);
+    for (const Entry& e : cache.entries)
+        out += fmt::format("\t{} ({}) => {}\n", e.soname, describe_flags(e), e.path);
+    if (cache.generator) out += fmt::format("Cache generated by: {}\n", *cache.generator);
+    return out;
+}
+
+const Entry* lookup(const Cache& cache, std::string_view soname, Arch arch) {
+    const Entry* first = nullptr;
+    for (const Entry& e : cache.entries) {
+        if (e.soname != soname || arch_of(e.flags) != arch) continue;
+        if (e.hwcap == 0) return &e;
+        if (!first) first = &e;
+    }
+    return first;
+}
+
+}  // namespace gpubind::ldcache

@@ -10,9 +10,11 @@ namespace gpubind::elf {
 enum class Machine { X86_64, I386 };
 
 // A shared object (ET_DYN) for `machine` whose dynamic section names
-// `soname`: ELF header, program headers (PT_LOAD, PT_DYNAMIC), and a dynamic
-// section with DT_SONAME, DT_STRTAB, DT_STRSZ, DT_SYMTAB, DT_SYMENT, DT_HASH.
-// Both ldconfig and the dynamic loader accept it.
+// `soname`: ELF header, program headers (PT_LOAD, PT_DYNAMIC, PT_GNU_STACK), and
+// a dynamic section with DT_NEEDED libc.so.6, DT_SONAME, DT_STRTAB, DT_STRSZ,
+// DT_SYMTAB, DT_SYMENT, DT_HASH; no section headers, no symbols. Both ldconfig
+// (flags "libc6,x86-64" / "libc6") and the dynamic loader accept it. An empty
+// soname, or one with '/' or NUL, is Error(EINVAL).
 std::string make_shared_object(Machine machine, std::string_view soname);
 
 }  // namespace gpubind::elf

@@ -38,6 +38,7 @@ struct PlannedMount {
 struct PlannedDevice {
     DeviceNode node;                // node.host_path is bound onto node.path in the container
     std::string why;                // "GPU 0", "nvidiactl", ...
+    bool bind = true;               // false: cgroup access only (gpubind configure --no-devbind)
 };
 
 struct PlannedSymlink {

@@ -1,0 +1,97 @@
+// gpubind-hook: the OCI hook. Registered as prestart or createRuntime, it
+// reads the container's state on stdin and its spec from the bundle, and
+// gives a GPU container its devices and driver files. A non-GPU container is
+// left alone; poststop does nothing. One line on stderr says why it failed.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "gpubind/config.hpp"
+#include "gpubind/error.hpp"
+#include "gpubind/exec.hpp"
+#include "gpubind/file.hpp"
+#include "gpubind/inject.hpp"
+#include "gpubind/log.hpp"
+#include "gpubind/oci.hpp"
+
+namespace {
+
+using namespace gpubind;
+
+// Errors always reach stderr (the runtime shows them); everything at the
+// configured level goes to the log file. No threads: setns needs a
+// single-threaded process.
+void set_up_logging(const Config& config, const std::string& container) {
+    std::vector<spdlog::sink_ptr> sinks;
+    auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
+    err->set_level(spdlog::level::err);
+    err->set_pattern("gpubind-hook: %v");
+    sinks.push_back(err);
+    if (!config.log.file.empty()) {
+        try {
+            auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(config.log.file);
+            file->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l [" + container + "] %v");
+            sinks.push_back(file);
+        } catch (const spdlog::spdlog_ex& e) {
+            std::fprintf(stderr, "gpubind-hook: warning: log file %s: %s\n",
+                         config.log.file.c_str(), e.what());
+        }
+    }
+    auto logger = std::make_shared<spdlog::logger>("gpubind-hook", sinks.begin(), sinks.end());
+    logger->set_level(spdlog::level::from_str(config.log.level));
+    logger->flush_on(spdlog::level::trace);
+    set_logger(std::move(logger));
+}
+
+int run(const std::string& stage) {
+    if (stage == "poststop") return kExitOk;
+    if (stage != "prestart" && stage != "createRuntime" && stage != "createContainer")
+        throw_invalid("run hook", stage, "unknown stage (prestart, createRuntime, poststop)");
+
+    const Config config = load_effective_config({});
+    const oci::State state =
+        oci::parse_state(read_stream(STDIN_FILENO, oci::kMaxStateSize, "stdin"), "stdin");
+    set_up_logging(config, state.id);
+
+    const oci::Spec spec = oci::load_spec(state.bundle);
+    const Decision decision = decide(spec, config);
+    if (!decision.gpu_container()) {
+        logger().debug("{}: nothing to do", decision.reason);
+        return kExitOk;
+    }
+    logger().info("{}: {} devices, {} mounts", decision.reason, decision.plan.devices.size(),
+                  decision.plan.mounts.size());
+    Target target;
+    target.pid = state.pid;
+    target.rootfs = spec.rootfs;
+    target.cgroups = config.policy.cgroups;
+    target.ldconfig = config.ldconfig;
+    execute(decision.plan, target);
+    logger().info("container configured");
+    return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // The stage comes as the first argument (argv[0] is the hook's own name, as
+    // config.json's "args" give it).
+    const std::string stage = argc > 1 ? argv[1] : "prestart";
+    try {
+        return run(stage);
+    } catch (const std::system_error& e) {
+        gpubind::logger().error("{}", e.what());
+        if (!gpubind::logger().should_log(spdlog::level::err) || gpubind::logger().sinks().empty())
+            std::fprintf(stderr, "gpubind-hook: %s\n", e.what());
+        return gpubind::exit_code_for(e);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "gpubind-hook: %s\n", e.what());
+        return gpubind::kExitFailure;
+    }
+}

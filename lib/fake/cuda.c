@@ -1,0 +1,83 @@
+/* The fake libcuda.so.1 of a simulated node: enough of the CUDA driver API
+ * to ask what a program in a container would see (the same visibility rules
+ * as the fake NVML, fake_scan.h). */
+#include <string.h>
+
+#include "fake_scan.h"
+
+#define CUDA_API __attribute__((visibility("default")))
+
+/* The CUDA driver API's types and result values. */
+typedef int CUdevice;
+typedef enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_OPERATING_SYSTEM = 304,
+    CUDA_ERROR_NOT_PERMITTED = 800,
+} CUresult;
+
+static struct fake_node g_node;
+static int g_initialized;
+
+CUDA_API CUresult cuInit(unsigned int flags) {
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (g_initialized) return CUDA_SUCCESS;
+    fake_node_root(&g_initialized, g_node.root, sizeof g_node.root);
+    switch (fake_node_scan(&g_node)) {
+        case FAKE_SCAN_OK: break;
+        case FAKE_SCAN_NO_PERMISSION: return CUDA_ERROR_NOT_PERMITTED;
+        default: return CUDA_ERROR_NO_DEVICE;
+    }
+    if (g_node.gpu_count == 0) return CUDA_ERROR_NO_DEVICE;
+    g_initialized = 1;
+    return CUDA_SUCCESS;
+}
+
+/* Answers before cuInit, as the real one does: the version the driver
+ * supports, read from the node (0 when there is no driver). */
+CUDA_API CUresult cuDriverGetVersion(int* version) {
+    static struct fake_node probe;
+    if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (g_initialized) {
+        *version = fake_cuda_version(fake_driver_major(g_node.driver_version));
+        return CUDA_SUCCESS;
+    }
+    fake_node_root(&g_initialized, probe.root, sizeof probe.root);
+    if (fake_node_scan(&probe) != FAKE_SCAN_OK) {
+        *version = 0;
+        return CUDA_SUCCESS;
+    }
+    *version = fake_cuda_version(fake_driver_major(probe.driver_version));
+    return CUDA_SUCCESS;
+}
+
+CUDA_API CUresult cuDeviceGetCount(int* count) {
+    if (count == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    *count = (int)g_node.gpu_count;
+    return CUDA_SUCCESS;
+}
+
+CUDA_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+    if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (ordinal < 0 || (unsigned)ordinal >= g_node.gpu_count) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUDA_API CUresult cuDeviceGetName(char* name, int length, CUdevice device) {
+    size_t n;
+    if (name == NULL || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (device < 0 || (unsigned)device >= g_node.gpu_count) return CUDA_ERROR_INVALID_DEVICE;
+    /* like the real one: truncated to fit */
+    n = strlen(g_node.gpus[device].model);
+    if (n >= (size_t)length) n = (size_t)length - 1;
+    memcpy(name, g_node.gpus[device].model, n);
+    name[n] = '\0';
+    return CUDA_SUCCESS;
+}

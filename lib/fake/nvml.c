@@ -1,0 +1,348 @@
+/* The fake libnvidia-ml.so.1 of a simulated node: the NVML calls gpubind and
+ * the fake nvidia-smi make, answered from the node's procfs and device nodes
+ * (fake_scan.h) and the facts shared with the simulator (fake_node.h). */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "fake_scan.h"
+#include "nvml_abi.h"
+
+#define NVML_API __attribute__((visibility("default")))
+
+struct nvmlDevice_st {
+    int is_mig;
+    unsigned index;  /* into node.gpus or node.migs */
+};
+
+static struct fake_node g_node;
+static unsigned g_init_count;
+static struct nvmlDevice_st g_gpu_handles[FAKE_MAX_GPUS];
+static struct nvmlDevice_st g_mig_handles[FAKE_MAX_MIGS];
+
+static nvmlReturn_t start(void) {
+    unsigned i;
+    if (g_init_count > 0) {
+        ++g_init_count;
+        return NVML_SUCCESS;
+    }
+    fake_node_root(&g_init_count, g_node.root, sizeof g_node.root);
+    switch (fake_node_scan(&g_node)) {
+        case FAKE_SCAN_OK: break;
+        case FAKE_SCAN_NO_PERMISSION: return NVML_ERROR_NO_PERMISSION;
+        default: return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    for (i = 0; i < g_node.gpu_count; ++i) {
+        g_gpu_handles[i].is_mig = 0;
+        g_gpu_handles[i].index = i;
+    }
+    for (i = 0; i < g_node.mig_count; ++i) {
+        g_mig_handles[i].is_mig = 1;
+        g_mig_handles[i].index = i;
+    }
+    g_init_count = 1;
+    return NVML_SUCCESS;
+}
+
+/* The GPU record a handle stands for (a MIG handle's parent), NULL if the
+ * handle is not one of ours. */
+static const struct fake_gpu* gpu_of(nvmlDevice_t device) {
+    uintptr_t p = (uintptr_t)device;
+    uintptr_t g0 = (uintptr_t)&g_gpu_handles[0], g1 = (uintptr_t)&g_gpu_handles[g_node.gpu_count];
+    uintptr_t m0 = (uintptr_t)&g_mig_handles[0], m1 = (uintptr_t)&g_mig_handles[g_node.mig_count];
+    if (g_init_count == 0 || device == NULL) return NULL;
+    if (p >= g0 && p < g1 && (p - g0) % sizeof(struct nvmlDevice_st) == 0)
+        return &g_node.gpus[device->index];
+    if (p >= m0 && p < m1 && (p - m0) % sizeof(struct nvmlDevice_st) == 0)
+        return &g_node.gpus[g_node.migs[device->index].gpu];
+    return NULL;
+}
+
+static const struct fake_mig* mig_of(nvmlDevice_t device) {
+    if (gpu_of(device) == NULL || !device->is_mig) return NULL;
+    return &g_node.migs[device->index];
+}
+
+static nvmlReturn_t copy_out(const char* value, char* out, unsigned length) {
+    size_t n = strlen(value);
+    if (out == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (n + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(out, value, n + 1);
+    return NVML_SUCCESS;
+}
+
+#define CHECK_INIT()                                        \
+    do {                                                    \
+        if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED; \
+    } while (0)
+
+NVML_API nvmlReturn_t nvmlInit_v2(void) { return start(); }
+NVML_API nvmlReturn_t nvmlInit(void) { return start(); }
+NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return start();
+}
+
+NVML_API nvmlReturn_t nvmlShutdown(void) {
+    CHECK_INIT();
+    --g_init_count;
+    return NVML_SUCCESS;
+}
+
+NVML_API const char* nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+        case NVML_SUCCESS: return "Success";
+        case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+        case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+        case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+        case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+        case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+        case NVML_ERROR_NOT_FOUND: return "Not Found";
+        case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+        case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+        case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+        case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+        case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+        case NVML_ERROR_OPERATING_SYSTEM: return "Operating System Error";
+        case NVML_ERROR_MEMORY: return "Insufficient Memory";
+        default: return "Unknown Error";
+    }
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+    CHECK_INIT();
+    return copy_out(g_node.driver_version, version, length);
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
+    char text[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE + 16];
+    int cuda;
+    CHECK_INIT();
+    cuda = fake_cuda_version(fake_driver_major(g_node.driver_version));
+    snprintf(text, sizeof text, "%d.%s", cuda / 1000, g_node.driver_version);
+    return copy_out(text, version, length);
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
+    if (version == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    CHECK_INIT();
+    *version = fake_cuda_version(fake_driver_major(g_node.driver_version));
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
+    return nvmlSystemGetCudaDriverVersion(version);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+    CHECK_INIT();
+    if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = g_node.gpu_count;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) {
+    return nvmlDeviceGetCount_v2(count);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+    CHECK_INIT();
+    if (device == NULL || index >= g_node.gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &g_gpu_handles[index];
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* device) {
+    unsigned domain = 0, bus, dev, function = 0;
+    int used = 0;
+    unsigned i;
+    CHECK_INIT();
+    if (bus_id == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    /* "domain:bus:device.function", the domain and the function optional */
+    if (sscanf(bus_id, "%x:%x:%x.%x%n", &domain, &bus, &dev, &function, &used) != 4 ||
+        bus_id[used] != '\0') {
+        domain = 0;
+        function = 0;
+        used = 0;
+        if (sscanf(bus_id, "%x:%x.%x%n", &bus, &dev, &function, &used) != 3 ||
+            bus_id[used] != '\0')
+            return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    for (i = 0; i < g_node.gpu_count; ++i) {
+        const struct fake_gpu* g = &g_node.gpus[i];
+        if (g->domain == domain && g->bus == bus && g->device == dev && g->function == function) {
+            *device = &g_gpu_handles[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* bus_id, nvmlDevice_t* device) {
+    return nvmlDeviceGetHandleByPciBusId_v2(bus_id, device);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+    unsigned i;
+    CHECK_INIT();
+    if (uuid == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    for (i = 0; i < g_node.gpu_count; ++i)
+        if (strcasecmp(g_node.gpus[i].uuid, uuid) == 0) {
+            *device = &g_gpu_handles[i];
+            return NVML_SUCCESS;
+        }
+    for (i = 0; i < g_node.mig_count; ++i)
+        if (strcasecmp(g_node.migs[i].uuid, uuid) == 0) {
+            *device = &g_mig_handles[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
+    const struct fake_gpu* gpu;
+    CHECK_INIT();
+    gpu = gpu_of(device);
+    if (gpu == NULL || index == NULL || device->is_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = device->index;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+    const struct fake_gpu* gpu;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    return copy_out(device->is_mig ? mig_of(device)->uuid : gpu->uuid, uuid, length);
+}
+
+/* A MIG device's name is its parent's followed by " MIG <profile>". */
+NVML_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
+    const struct fake_gpu* gpu;
+    char text[NVML_DEVICE_NAME_V2_BUFFER_SIZE + 64], profile[32];
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->is_mig) return copy_out(gpu->model, name, length);
+    fake_mig_profile(gpu->model, profile, sizeof profile);
+    snprintf(text, sizeof text, "%s MIG %s", gpu->model, profile);
+    return copy_out(text, name, length);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t* type) {
+    const struct fake_gpu* gpu;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || type == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *type = (nvmlBrandType_t)fake_model_lookup(gpu->model).brand;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
+                                                         int* minor) {
+    const struct fake_gpu* gpu;
+    struct fake_model_facts facts;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || major == NULL || minor == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    facts = fake_model_lookup(gpu->model);
+    *major = facts.cc_major;
+    *minor = facts.cc_minor;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor) {
+    const struct fake_gpu* gpu;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || minor == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    *minor = gpu->minor;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+    const struct fake_gpu* gpu;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || pci == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    pci->domain = gpu->domain;
+    pci->bus = gpu->bus;
+    pci->device = gpu->device;
+    pci->pciDeviceId = (fake_model_lookup(gpu->model).device_id << 16) | 0x10deu;
+    pci->pciSubSystemId = 0x16a110deu;
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X", gpu->domain & 0xffffu,
+             gpu->bus, gpu->device, gpu->function);
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.%X", gpu->domain, gpu->bus,
+             gpu->device, gpu->function);
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current,
+                                           unsigned int* pending) {
+    const struct fake_gpu* gpu;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || current == NULL || pending == NULL || device->is_mig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *current = *pending = gpu->mig_enabled ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+}
+
+/* Like an H100's: seven slots when MIG is on (more if more devices exist). */
+NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* count) {
+    const struct fake_gpu* gpu;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || count == NULL || device->is_mig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = !gpu->mig_enabled ? 0 : gpu->mig_count > 7 ? gpu->mig_count : 7;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                          nvmlDevice_t* mig) {
+    const struct fake_gpu* gpu;
+    unsigned max = 0;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || mig == NULL || device->is_mig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDeviceGetMaxMigDeviceCount(device, &max);
+    if (index >= max) return NVML_ERROR_INVALID_ARGUMENT;
+    if (index >= gpu->mig_count) return NVML_ERROR_NOT_FOUND;
+    *mig = &g_mig_handles[gpu->mig_first + index];
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int* is_mig) {
+    CHECK_INIT();
+    if (gpu_of(device) == NULL || is_mig == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_mig = device->is_mig ? 1u : 0u;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id) {
+    const struct fake_mig* mig;
+    CHECK_INIT();
+    if (gpu_of(device) == NULL || id == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if ((mig = mig_of(device)) == NULL) return NVML_ERROR_NOT_SUPPORTED;
+    *id = mig->gi;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int* id) {
+    const struct fake_mig* mig;
+    CHECK_INIT();
+    if (gpu_of(device) == NULL || id == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if ((mig = mig_of(device)) == NULL) return NVML_ERROR_NOT_SUPPORTED;
+    *id = mig->ci;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig_device,
+                                                                   nvmlDevice_t* device) {
+    const struct fake_mig* mig;
+    CHECK_INIT();
+    if ((mig = mig_of(mig_device)) == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &g_gpu_handles[mig->gpu];
+    return NVML_SUCCESS;
+}

@@ -1,0 +1,193 @@
+// The executor: carries out a Plan inside a running container's mount
+// namespace, all or nothing.
+//
+// Every step goes through `System`, a thin interface with one system call or
+// so per method, so that the order and the rollback (the logic, in execute())
+// can be tested without root by a recording implementation
+// (tests/support/recording_system.hpp), and the real one (LinuxSystem) stays
+// small enough to read at a glance.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpubind/fd.hpp"
+#include "gpubind/plan.hpp"
+
+namespace gpubind {
+
+// The container to act on.
+struct Target {
+    pid_t pid = 0;                 // its init process (the OCI state's pid)
+    std::filesystem::path rootfs;  // absolute, as seen in the container's mount namespace
+    bool cgroups = true;           // write device cgroup rules (cgroup v1)
+    std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, run when plan.refresh_ldcache
+    std::chrono::milliseconds ldconfig_timeout{30000};
+};
+
+// What stat says about a file, without the parts the executor never looks at.
+struct FileInfo {
+    enum class Type { Missing, Regular, Directory, Symlink, CharDevice, BlockDevice, Fifo, Socket };
+    Type type = Type::Missing;
+    unsigned major = 0;  // of st_rdev, for devices
+    unsigned minor = 0;
+    bool operator==(const FileInfo&) const = default;
+};
+std::string_view to_string(FileInfo::Type type);
+
+// The system calls the executor makes. Every directory argument is a
+// descriptor; names are single path components. Failures throw Error.
+class System {
+public:
+    virtual ~System() = default;
+
+    // --- The container process (host side) ---
+    // pidfd_open(2): pins the process so its pid cannot be reused under us.
+    virtual Fd open_process(pid_t pid) = 0;
+    // /proc/<pid>/ns/mnt, then a check through the pidfd that <pid> is still
+    // the pinned process (so the namespace is its).
+    virtual Fd open_mount_ns(int pidfd, pid_t pid) = 0;
+    // /proc/<pid>/<name> (e.g. "cgroup"), verified through the pidfd likewise.
+    virtual std::string read_proc(int pidfd, pid_t pid, const std::string& name) = 0;
+    // This process's own mount namespace and working directory, to return to.
+    virtual Fd open_own_mount_ns() = 0;
+    virtual Fd open_cwd() = 0;
+    // Whether two descriptors are the same file (namespaces compare this way).
+    virtual bool same_file(int fd_a, int fd_b) = 0;
+
+    // --- Host files ---
+    // A small host file (/proc/self/mountinfo, a cgroup's devices.list).
+    virtual std::string read_host_file(const std::filesystem::path& path) = 0;
+    // open_tree(OPEN_TREE_CLONE): a detached bind mount of a host path.
+    virtual Fd open_tree(const std::filesystem::path& host_path) = 0;
+    // O_PATH descriptor of the host binary to execute later (ldconfig).
+    virtual Fd open_executable(const std::filesystem::path& path) = 0;
+    // O_WRONLY descriptor of a cgroup control file (`dir` a host path, `name` e.g.
+    // "devices.allow").
+    virtual Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) = 0;
+    // One write(2) of a rule to a cgroup control file; `what` names the file.
+    virtual void write_rule(int fd, const std::string& rule, const std::string& what) = 0;
+    virtual FileInfo stat_fd(int fd) = 0;
+
+    // --- Namespace ---
+    // setns(CLONE_NEWNS); the working directory then is the namespace's root.
+    virtual void enter_mount_ns(int ns_fd) = 0;
+    virtual void change_dir(int dir_fd) = 0;  // fchdir
+
+    // --- Inside the container's root ---
+    // O_PATH|O_DIRECTORY of the rootfs, by its path in the current namespace.
+    virtual Fd open_root(const std::filesystem::path& rootfs) = 0;
+    // A directory inside the root, resolved with open_in_root; empty when missing.
+    virtual Fd open_dir_in_root(int root_fd, const std::filesystem::path& path) = 0;
+    // fstatat(AT_SYMLINK_NOFOLLOW); Type::Missing when there is nothing.
+    virtual FileInfo stat_at(int dir_fd, const std::string& name) = 0;
+    virtual std::string read_link_at(int dir_fd, const std::string& name) = 0;
+    // mkdirat, then the new directory opened O_PATH|O_NOFOLLOW.
+    virtual Fd make_dir(int dir_fd, const std::string& name, unsigned mode) = 0;
+    // An empty file: openat(O_CREAT|O_EXCL|O_NOFOLLOW).
+    virtual void make_file(int dir_fd, const std::string& name, unsigned mode) = 0;
+    // A file with contents, O_CREAT|O_EXCL|O_NOFOLLOW (files of the proc view).
+    virtual void write_file_at(int dir_fd, const std::string& name, const std::string& data,
+                               unsigned mode) = 0;
+    virtual void make_symlink(const std::string& target, int dir_fd, const std::string& name) = 0;
+    // O_PATH|O_NOFOLLOW of an existing entry: the exact inode to mount onto.
+    virtual Fd open_at(int dir_fd, const std::string& name) = 0;
+    // unlinkat (AT_REMOVEDIR for directories).
+    virtual void remove(int dir_fd, const std::string& name, bool directory) = 0;
+
+    // --- Mounts ---
+    // mount_setattr on a (detached or attached) mount: MountFlag bits to set.
+    virtual void set_mount_flags(int mount_fd, unsigned flags) = 0;
+    // move_mount(MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH): the mount onto the inode.
+    virtual void attach(int mount_fd, int target_fd) = 0;
+    // umount2(MNT_DETACH | UMOUNT_NOFOLLOW) of the mount on dir_fd/name.
+    virtual void detach(int dir_fd, const std::string& name) = 0;
+    // fsopen("tmpfs") / fsconfig / fsmount: a detached, empty tmpfs (nosuid, nodev, noexec).
+    virtual Fd make_tmpfs() = 0;
+
+    // --- ldconfig ---
+    // Runs the executable (fork + execveat, empty environment) with `args`
+    // (argv[1..]) in the current mount namespace; waits at most `timeout`,
+    // killing it after. Non-zero exit, a signal or the timeout is an Error.
+    virtual void run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
+                     std::chrono::milliseconds timeout) = 0;
+};
+
+// The real thing.
+class LinuxSystem final : public System {
+public:
+    Fd open_process(pid_t pid) override;
+    Fd open_mount_ns(int pidfd, pid_t pid) override;
+    std::string read_proc(int pidfd, pid_t pid, const std::string& name) override;
+    Fd open_own_mount_ns() override;
+    Fd open_cwd() override;
+    bool same_file(int fd_a, int fd_b) override;
+    std::string read_host_file(const std::filesystem::path& path) override;
+    Fd open_tree(const std::filesystem::path& host_path) override;
+    Fd open_executable(const std::filesystem::path& path) override;
+    Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) override;
+    void write_rule(int fd, const std::string& rule, const std::string& what) override;
+    FileInfo stat_fd(int fd) override;
+    void enter_mount_ns(int ns_fd) override;
+    void change_dir(int dir_fd) override;
+    Fd open_root(const std::filesystem::path& rootfs) override;
+    Fd open_dir_in_root(int root_fd, const std::filesystem::path& path) override;
+    FileInfo stat_at(int dir_fd, const std::string& name) override;
+    std::string read_link_at(int dir_fd, const std::string& name) override;
+    Fd make_dir(int dir_fd, const std::string& name, unsigned mode) override;
+    void make_file(int dir_fd, const std::string& name, unsigned mode) override;
+    void write_file_at(int dir_fd, const std::string& name, const std::string& data,
+                       unsigned mode) override;
+    void make_symlink(const std::string& target, int dir_fd, const std::string& name) override;
+    Fd open_at(int dir_fd, const std::string& name) override;
+    void remove(int dir_fd, const std::string& name, bool directory) override;
+    void set_mount_flags(int mount_fd, unsigned flags) override;
+    void attach(int mount_fd, int target_fd) override;
+    void detach(int dir_fd, const std::string& name) override;
+    Fd make_tmpfs() override;
+    void run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
+             std::chrono::milliseconds timeout) override;
+};
+
+// Carries out `plan` in the container `target`:
+//  1. host side: pins the pid (a pidfd; pid <= 1 and our own pid are refused),
+//     opens its mount namespace (refused if it is ours), the cgroup files, every
+//     source (a detached bind mount each, checked: devices are char devices with
+//     the planned numbers) and ldconfig;
+//  2. enters the container's mount namespace and opens the rootfs;
+//  3. devices, mounts, symlinks: each parent directory resolved inside the root
+//     (missing ones created one component at a time relative to their parent's
+//     descriptor), the mount point created or checked (a symlink, FIFO, socket,
+//     device with other numbers, or a file where a directory belongs is an
+//     Error naming it), flags set on the detached mount, then attached to the
+//     mount point's inode;
+//  4. device cgroup rules (v1 devices.allow; v2 is an Error), the proc view
+//     tmpfs (files written through its descriptor, then made read-only and
+//     attached), ldconfig when plan.refresh_ldcache;
+//  5. returns to this process's mount namespace and working directory.
+// On any failure everything done is undone in reverse order (mounts detached,
+// created files, links and directories removed, cgroup rules denied) and the
+// first error is rethrown. Nothing is created or mounted outside the rootfs.
+// Single-threaded callers only (setns(CLONE_NEWNS) refuses threaded processes).
+void execute(const Plan& plan, const Target& target, System& sys);
+// With LinuxSystem.
+void execute(const Plan& plan, const Target& target);
+
+namespace cgroup {
+
+// The host directory of a process's cgroup v1 `devices` controller, from its
+// /proc/<pid>/cgroup and the host's /proc/self/mountinfo. A process whose
+// devices controller is on cgroup v2 (or absent) is an Error.
+std::filesystem::path devices_dir(std::string_view proc_cgroup, std::string_view mountinfo,
+                                  const std::string& what);
+// Whether a devices.list grants read and write on the char device major:minor.
+bool allows(std::string_view devices_list, unsigned major, unsigned minor);
+
+}  // namespace cgroup
+
+}  // namespace gpubind

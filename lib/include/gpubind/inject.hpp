@@ -1,0 +1,37 @@
+// The whole decision for one container: what it asks for and, if it is a GPU
+// container, the plan. Shared by gpubind-hook, `gpubind plan` and
+// `gpubind configure`; executing the plan is exec's job.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "gpubind/config.hpp"
+#include "gpubind/node.hpp"
+#include "gpubind/oci.hpp"
+#include "gpubind/plan.hpp"
+#include "gpubind/request.hpp"
+
+namespace gpubind {
+
+struct Decision {
+    Request request;
+    std::unique_ptr<Node> node;   // null when this is not a GPU container
+    Plan plan;                    // empty when this is not a GPU container
+    std::string reason;           // why gpubind does what it does, for logs and `gpubind plan`
+
+    bool gpu_container() const { return request.gpu_container(); }
+};
+
+// Reads the container's request from its spec and, for a GPU container,
+// discovers the node, selects the devices, checks the requirements, inspects
+// the image and makes the plan. Throws Error on a bad or refused request.
+Decision decide(const oci::Spec& spec, const Config& config);
+// The same for a request made by hand (gpubind configure) and a rootfs.
+Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config);
+
+// What a request source means, in words ("NVIDIA_VISIBLE_DEVICES=0,2").
+std::string describe_request(const Request& request);
+
+}  // namespace gpubind

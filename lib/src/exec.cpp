@@ -1,0 +1,525 @@
+// execute(): the order of the steps and their rollback. Every system call
+// goes through System (system_linux.cpp for the real one).
+#include "gpubind/exec.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <exception>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "gpubind/error.hpp"
+#include "gpubind/log.hpp"
+
+namespace gpubind {
+
+std::string_view to_string(FileInfo::Type type) {
+    switch (type) {
+        case FileInfo::Type::Missing:
+            return "missing";
+        case FileInfo::Type::Regular:
+            return "a regular file";
+        case FileInfo::Type::Directory:
+            return "a directory";
+        case FileInfo::Type::Symlink:
+            return "a symbolic link";
+        case FileInfo::Type::CharDevice:
+            return "a character device";
+        case FileInfo::Type::BlockDevice:
+            return "a block device";
+        case FileInfo::Type::Fifo:
+            return "a FIFO";
+        case FileInfo::Type::Socket:
+            return "a socket";
+    }
+    return "unknown";
+}
+
+namespace {
+
+using std::filesystem::path;
+using Type = FileInfo::Type;
+using SharedFd = std::shared_ptr<Fd>;
+
+constexpr unsigned kDeviceFlags = kMountNoSuid | kMountNoExec;  // not NoDev: they are devices
+constexpr unsigned kProcFlags = kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec;
+
+// A container path the plan names: absolute, no "." or ".." components, not "/".
+void check_container_path(const path& p, const std::string& what) {
+    if (!p.is_absolute()) throw_invalid("execute", p.string(), what + " is not an absolute path");
+    if (p == "/") throw_invalid("execute", p.string(), what + " is the root itself");
+    bool first = true;
+    for (const auto& c : p) {
+        if (first) {  // the root name "/"
+            first = false;
+            continue;
+        }
+        if (c.empty() || c == "." || c == "..")
+            throw_invalid("execute", p.string(), what + " has a '.', '..' or empty component");
+    }
+}
+
+// A single file name from the node (a PCI bus id, a capability file's path
+// component): no slash, not "." or "..".
+void check_name(const std::string& name, const std::string& what) {
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+        name.find('\0') != std::string::npos)
+        throw_invalid("execute", name, what + " is not a single file name");
+}
+
+// Where a capability file (a host path under <proc root>/driver/nvidia) sits in the view.
+std::vector<std::string> proc_relative(const path& host_path) {
+    std::vector<std::string> parts;
+    for (const auto& c : host_path) parts.push_back(c.string());
+    for (std::size_t i = parts.size(); i-- > 1;) {
+        if (parts[i - 1] == "driver" && parts[i] == "nvidia") {
+            std::vector<std::string> rel(parts.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                         parts.end());
+            if (rel.empty()) break;
+            for (const auto& r : rel) check_name(r, "capability file " + host_path.string());
+            return rel;
+        }
+    }
+    throw_invalid("execute", host_path.string(),
+                  "capability file is not under a driver/nvidia directory");
+}
+
+struct Undo {
+    enum class Kind { RemoveFile, RemoveDir, Detach, DenyRule };
+    Kind kind;
+    SharedFd fd;       // the parent directory, or the devices.deny file
+    std::string name;  // the entry in the directory, or the rule
+    std::string what;  // for the log: the container path or the cgroup file
+};
+
+class Executor {
+public:
+    Executor(const Plan& plan, const Target& target, System& sys)
+        : plan_(plan), target_(target), sys_(sys) {}
+
+    void run() {
+        try {
+            prepare_host();
+            enter();
+            root_ = std::make_shared<Fd>(sys_.open_root(target_.rootfs));
+            for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
+                const auto& d = plan_.devices[i];
+                in_context("device " + d.node.path.string() + " (" + d.why + ")",
+                           [&] { bind_device(i); });
+            }
+            for (std::size_t i = 0; i < plan_.mounts.size(); ++i) {
+                const auto& m = plan_.mounts[i];
+                in_context("mount " + m.target.string() + " (" + m.why + ")",
+                           [&] { bind_mount(i); });
+            }
+            for (const auto& link : plan_.symlinks)
+                in_context("symlink " + link.path.string(), [&] { make_link(link); });
+            in_context("device cgroup", [&] { allow_devices(); });
+            if (plan_.proc)
+                in_context("proc view " + plan_.proc->target.string(), [&] { mount_proc_view(); });
+            if (plan_.refresh_ldcache) in_context("ldconfig", [&] { run_ldconfig(); });
+            leave();
+        } catch (...) {
+            std::exception_ptr first = std::current_exception();
+            rollback();
+            std::rethrow_exception(first);
+        }
+    }
+
+private:
+    // Runs one item's steps; an Error says which item it was about.
+    template <class F>
+    static void in_context(const std::string& what, F&& step) {
+        try {
+            step();
+        } catch (const Error& e) {
+            throw Error(e.code().value(), what, {}, e.what());
+        }
+    }
+
+    // --- host side ---
+
+    void prepare_host() {
+        const pid_t pid = target_.pid;
+        const std::string who = "pid " + std::to_string(pid);
+        if (pid <= 1) throw_invalid("execute", who, "refusing to act on pid <= 1");
+        if (pid == ::getpid()) throw_invalid("execute", who, "refusing to act on this process");
+        if (!target_.rootfs.is_absolute() || target_.rootfs.relative_path().empty())
+            throw_invalid("execute", target_.rootfs.string(),
+                          "the rootfs must be an absolute path other than /");
+        validate_plan();
+
+        pidfd_ = sys_.open_process(pid);
+        container_ns_ = sys_.open_mount_ns(pidfd_.get(), pid);
+        own_ns_ = sys_.open_own_mount_ns();
+        if (sys_.same_file(container_ns_.get(), own_ns_.get()))
+            throw Error(EPERM, "execute", who,
+                        "the container shares this process's mount namespace; refusing");
+        if (target_.cgroups && !plan_.devices.empty()) prepare_cgroup(who);
+
+        for (const auto& dev : plan_.devices) {
+            if (!dev.bind) {  // cgroup access only
+                device_trees_.emplace_back();
+                continue;
+            }
+            Fd tree = sys_.open_tree(dev.node.host_path);
+            FileInfo info = sys_.stat_fd(tree.get());
+            if (info.type != Type::CharDevice || info.major != dev.node.major ||
+                info.minor != dev.node.minor)
+                throw Error(EINVAL, "bind device", dev.node.host_path.string(),
+                            "is " + describe(info) + ", not the character device " +
+                                std::to_string(dev.node.major) + ":" +
+                                std::to_string(dev.node.minor));
+            device_trees_.push_back(std::move(tree));
+        }
+        for (const auto& m : plan_.mounts) {
+            Fd tree = sys_.open_tree(m.source);
+            FileInfo info = sys_.stat_fd(tree.get());
+            if (m.directory != (info.type == Type::Directory))
+                throw Error(m.directory ? ENOTDIR : EISDIR, "bind", m.source.string(),
+                            "is " + describe(info) + ", the plan wants " +
+                                (m.directory ? "a directory" : "a file"));
+            mount_trees_.push_back(std::move(tree));
+        }
+        if (plan_.proc) {
+            for (const auto& cap : plan_.proc->capability_files) {
+                Fd tree = sys_.open_tree(cap);
+                FileInfo info = sys_.stat_fd(tree.get());
+                if (info.type == Type::Directory)
+                    throw Error(EISDIR, "bind", cap.string(), "is a directory, not a file");
+                cap_trees_.push_back(std::move(tree));
+            }
+        }
+        if (plan_.refresh_ldcache) ldconfig_ = sys_.open_executable(target_.ldconfig);
+        cwd_ = sys_.open_cwd();
+    }
+
+    void validate_plan() {
+        for (const auto& d : plan_.devices) {
+            check_container_path(d.node.path, "device " + d.node.path.string());
+            if (d.bind && !d.node.host_path.is_absolute())
+                throw_invalid("execute", d.node.host_path.string(),
+                              "device source is not an absolute path");
+        }
+        for (const auto& m : plan_.mounts) {
+            check_container_path(m.target, "mount target " + m.target.string());
+            if (!m.source.is_absolute())
+                throw_invalid("execute", m.source.string(), "mount source is not an absolute path");
+        }
+        for (const auto& s : plan_.symlinks) {
+            check_container_path(s.path, "symlink " + s.path.string());
+            if (s.target.empty() || s.target.find('\0') != std::string::npos)
+                throw_invalid("execute", s.path.string(), "symlink has an empty target");
+        }
+        if (plan_.proc) {
+            check_container_path(plan_.proc->target, "proc view " + plan_.proc->target.string());
+            for (const auto& g : plan_.proc->gpus) check_name(g.bus_id, "GPU directory");
+            for (const auto& c : plan_.proc->capability_files) proc_relative(c);
+        }
+        for (const auto& d : plan_.library_dirs)
+            if (d != "/") check_container_path(d, "library directory " + d.string());
+    }
+
+    void prepare_cgroup(const std::string& who) {
+        std::string text = sys_.read_proc(pidfd_.get(), target_.pid, "cgroup");
+        std::string mountinfo = sys_.read_host_file("/proc/self/mountinfo");
+        path dir = cgroup::devices_dir(text, mountinfo, who);
+        std::string list = sys_.read_host_file(dir / "devices.list");
+        std::set<std::pair<unsigned, unsigned>> seen;
+        for (const auto& dev : plan_.devices) {
+            auto key = std::make_pair(dev.node.major, dev.node.minor);
+            if (!seen.insert(key).second) continue;
+            if (cgroup::allows(list, key.first, key.second)) continue;  // nothing to add or undo
+            rules_.push_back("c " + std::to_string(key.first) + ":" + std::to_string(key.second) +
+                             " rw");
+        }
+        if (rules_.empty()) return;
+        allow_what_ = (dir / "devices.allow").string();
+        deny_what_ = (dir / "devices.deny").string();
+        allow_ = sys_.open_cgroup_file(dir, "devices.allow");
+        deny_ = std::make_shared<Fd>(sys_.open_cgroup_file(dir, "devices.deny"));
+    }
+
+    static std::string describe(const FileInfo& info) {
+        std::string s(to_string(info.type));
+        if (info.type == Type::CharDevice || info.type == Type::BlockDevice)
+            s += " " + std::to_string(info.major) + ":" + std::to_string(info.minor);
+        return s;
+    }
+
+    // --- namespaces ---
+
+    void enter() {
+        sys_.enter_mount_ns(container_ns_.get());
+        in_container_ = true;
+    }
+
+    void leave() {
+        sys_.enter_mount_ns(own_ns_.get());
+        in_container_ = false;
+        sys_.change_dir(cwd_.get());
+    }
+
+    // --- inside the root ---
+
+    // The directory `p` inside the root, created (one component at a time,
+    // relative to its parent's descriptor) where missing.
+    SharedFd resolve_dir(const path& p) {
+        if (p == "/") return root_;
+        auto it = dirs_.find(p.string());
+        if (it != dirs_.end()) return it->second;
+        Fd fd = sys_.open_dir_in_root(root_->get(), p);
+        if (!fd) {
+            SharedFd parent = resolve_dir(p.parent_path());
+            std::string name = p.filename().string();
+            FileInfo info = sys_.stat_at(parent->get(), name);
+            if (info.type == Type::Symlink)
+                throw Error(ENOENT, "create directory", p.string(),
+                            "is a symbolic link that leads nowhere inside the container; "
+                            "not following it");
+            if (info.type != Type::Missing)
+                throw Error(ENOTDIR, "create directory", p.string(),
+                            "exists and is " + describe(info));
+            fd = sys_.make_dir(parent->get(), name, 0755);
+            undo_.push_back({Undo::Kind::RemoveDir, parent, name, p.string()});
+        }
+        auto shared = std::make_shared<Fd>(std::move(fd));
+        dirs_.emplace(p.string(), shared);
+        return shared;
+    }
+
+    enum class PointKind { File, Directory, Device };
+
+    // The inode to mount onto at dir/name (container path `p`): an existing
+    // one of the right type, or a new empty file or directory.
+    Fd mount_point(const SharedFd& dir, const path& p, PointKind kind, unsigned major = 0,
+                   unsigned minor = 0) {
+        const std::string name = p.filename().string();
+        FileInfo info = sys_.stat_at(dir->get(), name);
+        bool ok = false;
+        switch (info.type) {
+            case Type::Missing:
+                if (kind == PointKind::Directory) {
+                    sys_.make_dir(dir->get(), name, 0755);
+                    undo_.push_back({Undo::Kind::RemoveDir, dir, name, p.string()});
+                } else {
+                    sys_.make_file(dir->get(), name, 0644);
+                    undo_.push_back({Undo::Kind::RemoveFile, dir, name, p.string()});
+                }
+                info.type = kind == PointKind::Directory ? Type::Directory : Type::Regular;
+                ok = true;
+                break;
+            case Type::Regular:
+                ok = kind != PointKind::Directory;
+                break;
+            case Type::Directory:
+                ok = kind == PointKind::Directory;
+                break;
+            case Type::CharDevice:
+                ok = kind == PointKind::Device && info.major == major && info.minor == minor;
+                break;
+            default:
+                break;
+        }
+        if (!ok)
+            throw Error(EEXIST, "create mount point", p.string(),
+                        "exists and is " + describe(info) + "; refusing to mount over it");
+        Fd fd = sys_.open_at(dir->get(), name);
+        // The inode we mount onto is the one just checked, not one swapped in meanwhile.
+        FileInfo now = sys_.stat_fd(fd.get());
+        if (now.type != info.type)
+            throw Error(EEXIST, "create mount point", p.string(),
+                        "changed to " + describe(now) + " while being prepared");
+        return fd;
+    }
+
+    void bind(Fd& tree, const path& target, PointKind kind, unsigned flags, unsigned major = 0,
+              unsigned minor = 0) {
+        SharedFd dir = resolve_dir(target.parent_path());
+        Fd point = mount_point(dir, target, kind, major, minor);
+        // Flags go on the detached mount: it never appears without them.
+        if (flags != 0) sys_.set_mount_flags(tree.get(), flags);
+        sys_.attach(tree.get(), point.get());
+        undo_.push_back({Undo::Kind::Detach, dir, target.filename().string(), target.string()});
+        // A directory mounted over a path hides what was resolved below it.
+        if (kind == PointKind::Directory) dirs_.clear();
+    }
+
+    void bind_device(std::size_t i) {
+        const auto& dev = plan_.devices[i];
+        if (!dev.bind) return;
+        logger().debug("device {} -> {} ({})", dev.node.host_path.string(), dev.node.path.string(),
+                       dev.why);
+        bind(device_trees_[i], dev.node.path, PointKind::Device, kDeviceFlags, dev.node.major,
+             dev.node.minor);
+    }
+
+    void bind_mount(std::size_t i) {
+        const auto& m = plan_.mounts[i];
+        logger().debug("mount {} -> {} ({})", m.source.string(), m.target.string(), m.why);
+        bind(mount_trees_[i], m.target, m.directory ? PointKind::Directory : PointKind::File,
+             m.flags);
+    }
+
+    void make_link(const PlannedSymlink& link) {
+        SharedFd dir = resolve_dir(link.path.parent_path());
+        const std::string name = link.path.filename().string();
+        FileInfo info = sys_.stat_at(dir->get(), name);
+        if (info.type == Type::Symlink) {
+            std::string existing = sys_.read_link_at(dir->get(), name);
+            if (existing == link.target) return;  // already there
+            throw Error(EEXIST, "create symlink", link.path.string(),
+                        "exists and points to " + existing + ", not " + link.target);
+        }
+        if (info.type != Type::Missing)
+            throw Error(EEXIST, "create symlink", link.path.string(),
+                        "exists and is " + describe(info));
+        sys_.make_symlink(link.target, dir->get(), name);
+        undo_.push_back({Undo::Kind::RemoveFile, dir, name, link.path.string()});
+    }
+
+    void allow_devices() {
+        for (const auto& rule : rules_) {
+            sys_.write_rule(allow_.get(), rule, allow_what_);
+            undo_.push_back({Undo::Kind::DenyRule, deny_, rule, deny_what_});
+        }
+    }
+
+    void mount_proc_view() {
+        const ProcView& view = *plan_.proc;
+        SharedFd dir = resolve_dir(view.target.parent_path());
+        Fd point = mount_point(dir, view.target, PointKind::Directory);
+
+        Fd fs = sys_.make_tmpfs();
+        sys_.write_file_at(fs.get(), "version", view.version, 0444);
+        sys_.write_file_at(fs.get(), "params", view.params, 0444);
+        if (!view.gpus.empty()) {
+            Fd gpus = sys_.make_dir(fs.get(), "gpus", 0555);
+            for (const auto& g : view.gpus) {
+                Fd gdir = sys_.make_dir(gpus.get(), g.bus_id, 0555);
+                sys_.write_file_at(gdir.get(), "information", g.information, 0444);
+            }
+        }
+        // Empty files in the tmpfs for the capability files, bound once it is attached.
+        std::map<std::string, SharedFd> tmp_dirs;
+        struct CapPoint {
+            SharedFd dir;
+            std::string name;
+            path container_path;
+        };
+        std::vector<CapPoint> cap_points;
+        auto shared_fs = std::make_shared<Fd>(std::move(fs));
+        for (const auto& cap : view.capability_files) {
+            std::vector<std::string> rel = proc_relative(cap);
+            SharedFd cur = shared_fs;
+            std::string key;
+            for (std::size_t k = 0; k + 1 < rel.size(); ++k) {
+                key += "/" + rel[k];
+                auto it = tmp_dirs.find(key);
+                if (it == tmp_dirs.end())
+                    it = tmp_dirs
+                             .emplace(key,
+                                      std::make_shared<Fd>(sys_.make_dir(cur->get(), rel[k], 0555)))
+                             .first;
+                cur = it->second;
+            }
+            sys_.make_file(cur->get(), rel.back(), 0444);
+            path where = view.target;
+            for (const auto& r : rel) where /= r;
+            cap_points.push_back({cur, rel.back(), where});
+        }
+        sys_.set_mount_flags(shared_fs->get(), kProcFlags);
+        sys_.attach(shared_fs->get(), point.get());
+        undo_.push_back(
+            {Undo::Kind::Detach, dir, view.target.filename().string(), view.target.string()});
+        for (std::size_t i = 0; i < cap_points.size(); ++i) {
+            const CapPoint& cp = cap_points[i];
+            Fd cpoint = sys_.open_at(cp.dir->get(), cp.name);
+            sys_.set_mount_flags(cap_trees_[i].get(), kProcFlags);
+            sys_.attach(cap_trees_[i].get(), cpoint.get());
+            undo_.push_back({Undo::Kind::Detach, cp.dir, cp.name, cp.container_path.string()});
+        }
+    }
+
+    void run_ldconfig() {
+        std::vector<std::string> args = {"-r", target_.rootfs.string()};
+        for (const auto& d : plan_.library_dirs) args.push_back(d.string());
+        sys_.run(ldconfig_.get(), target_.ldconfig.string(), args, target_.ldconfig_timeout);
+    }
+
+    // --- rollback ---
+
+    void rollback() noexcept {
+        // Undoing needs the container's namespace (umount2 acts on our own).
+        if (!undo_.empty() && !in_container_) {
+            try {
+                enter();
+            } catch (const std::exception& e) {
+                logger().error("rollback: cannot re-enter the container's mount namespace: {}",
+                               e.what());
+            }
+        }
+        for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
+            try {
+                switch (it->kind) {
+                    case Undo::Kind::Detach:
+                        sys_.detach(it->fd->get(), it->name);
+                        break;
+                    case Undo::Kind::RemoveFile:
+                        sys_.remove(it->fd->get(), it->name, false);
+                        break;
+                    case Undo::Kind::RemoveDir:
+                        sys_.remove(it->fd->get(), it->name, true);
+                        break;
+                    case Undo::Kind::DenyRule:
+                        sys_.write_rule(it->fd->get(), it->name, it->what);
+                        break;
+                }
+            } catch (const std::exception& e) {
+                logger().error("rollback: {}: {}", it->what, e.what());
+            }
+        }
+        undo_.clear();
+        if (in_container_) {
+            try {
+                leave();
+            } catch (const std::exception& e) {
+                logger().error("rollback: cannot return to the host's mount namespace: {}",
+                               e.what());
+            }
+        }
+    }
+
+    const Plan& plan_;
+    const Target& target_;
+    System& sys_;
+
+    Fd pidfd_, container_ns_, own_ns_, cwd_, ldconfig_;
+    std::vector<Fd> device_trees_, mount_trees_, cap_trees_;
+    std::vector<std::string> rules_;
+    Fd allow_;
+    SharedFd deny_;
+    std::string allow_what_, deny_what_;
+
+    bool in_container_ = false;
+    SharedFd root_;
+    std::map<std::string, SharedFd> dirs_;
+    std::vector<Undo> undo_;
+};
+
+}  // namespace
+
+void execute(const Plan& plan, const Target& target, System& sys) {
+    Executor(plan, target, sys).run();
+}
+
+void execute(const Plan& plan, const Target& target) {
+    LinuxSystem sys;
+    execute(plan, target, sys);
+}
+
+}  // namespace gpubind

@@ -1,0 +1,200 @@
+// Reading the OCI runtime state and config.json: types are checked field by
+// field and every error names the field ("process.env[3]: not a string").
+#include "gpubind/oci.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "gpubind/error.hpp"
+#include "gpubind/file.hpp"
+
+namespace gpubind::oci {
+
+namespace {
+
+using nlohmann::json;
+
+// Reports bad input in one document: op ("parse spec") and what (its path).
+struct Reader {
+    std::string op;
+    std::string what;
+
+    [[noreturn]] void fail(const std::string& field, const std::string& detail) const {
+        throw_invalid(op, what, field.empty() ? detail : field + ": " + detail);
+    }
+
+    json parse(std::string_view text, std::size_t max_size) const {
+        if (text.size() > max_size)
+            throw Error(EFBIG, op, what,
+                        fmt::format("larger than the limit of {} bytes", max_size));
+        try {
+            return json::parse(text);
+        } catch (const json::exception& e) {
+            // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
+            std::string_view msg = e.what();
+            if (auto pos = msg.find("] "); pos != std::string_view::npos)
+                msg.remove_prefix(pos + 2);
+            fail({}, "not valid JSON: " + std::string(msg));
+        }
+    }
+
+    // The member `key` of `obj` if present (and not null), else nullptr.
+    static const json* member(const json& obj, const char* key) {
+        auto it = obj.find(key);
+        return it == obj.end() || it->is_null() ? nullptr : &*it;
+    }
+
+    const json& require(const json& obj, const char* key, const std::string& field) const {
+        const json* v = member(obj, key);
+        if (!v) fail(field, "missing");
+        return *v;
+    }
+
+    const json& object(const json& v, const std::string& field) const {
+        if (!v.is_object()) fail(field, "not an object");
+        return v;
+    }
+    const json& array(const json& v, const std::string& field) const {
+        if (!v.is_array()) fail(field, "not an array");
+        return v;
+    }
+    std::string string(const json& v, const std::string& field) const {
+        if (!v.is_string()) fail(field, "not a string");
+        return v.get<std::string>();
+    }
+    bool boolean(const json& v, const std::string& field) const {
+        if (!v.is_boolean()) fail(field, "not a boolean");
+        return v.get<bool>();
+    }
+    std::uint64_t unsigned_number(const json& v, const std::string& field,
+                                  std::uint64_t max) const {
+        if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+            fail(field, "not a non-negative integer");
+        auto n = v.get<std::uint64_t>();
+        if (n > max) fail(field, fmt::format("{} is out of range", n));
+        return n;
+    }
+    std::vector<std::string> strings(const json& v, const std::string& field) const {
+        std::vector<std::string> out;
+        for (std::size_t i = 0; const auto& item : array(v, field))
+            out.push_back(string(item, fmt::format("{}[{}]", field, i++)));
+        return out;
+    }
+    std::vector<IdMapping> mappings(const json& v, const std::string& field) const {
+        std::vector<IdMapping> out;
+        for (std::size_t i = 0; const auto& item : array(v, field)) {
+            auto f = fmt::format("{}[{}]", field, i++);
+            object(item, f);
+            auto get = [&](const char* key) {
+                return static_cast<unsigned>(
+                    unsigned_number(require(item, key, f + "." + key), f + "." + key, UINT32_MAX));
+            };
+            out.push_back({get("containerID"), get("hostID"), get("size")});
+        }
+        return out;
+    }
+};
+
+}  // namespace
+
+std::optional<std::string> Spec::getenv(std::string_view name) const {
+    for (auto it = env.rbegin(); it != env.rend(); ++it) {
+        std::string_view e = *it;
+        if (e.size() > name.size() && e[name.size()] == '=' && e.starts_with(name))
+            return std::string(e.substr(name.size() + 1));
+    }
+    return std::nullopt;
+}
+
+bool Spec::privileged() const {
+    return std::find(bounding_caps.begin(), bounding_caps.end(), "CAP_SYS_ADMIN") !=
+           bounding_caps.end();
+}
+
+State parse_state(std::string_view text, const std::string& what) {
+    const Reader r{"parse state", what};
+    json doc = r.parse(text, kMaxStateSize);
+    r.object(doc, "state");
+
+    State st;
+    st.oci_version = r.string(r.require(doc, "ociVersion", "ociVersion"), "ociVersion");
+    st.id = r.string(r.require(doc, "id", "id"), "id");
+    if (st.id.empty()) r.fail("id", "empty");
+    st.status = r.string(r.require(doc, "status", "status"), "status");
+    const json& pid = r.require(doc, "pid", "pid");
+    if (!pid.is_number_integer() || pid.get<std::int64_t>() <= 0 ||
+        pid.get<std::int64_t>() > INT_MAX)
+        r.fail("pid", "not a positive process id");
+    st.pid = static_cast<pid_t>(pid.get<std::int64_t>());
+    st.bundle = r.string(r.require(doc, "bundle", "bundle"), "bundle");
+    if (!st.bundle.is_absolute()) r.fail("bundle", "not an absolute path");
+    return st;
+}
+
+Spec parse_spec(std::string_view text, const std::filesystem::path& bundle) {
+    const Reader r{"parse spec", (bundle / "config.json").string()};
+    Spec spec;
+    spec.doc = r.parse(text, kMaxSpecSize);
+    spec.bundle = bundle;
+    const json& doc = r.object(spec.doc, "config");
+
+    const json& root = r.object(r.require(doc, "root", "root"), "root");
+    std::filesystem::path root_path = r.string(r.require(root, "path", "root.path"), "root.path");
+    if (root_path.empty()) r.fail("root.path", "empty");
+    spec.rootfs = (bundle / root_path).lexically_normal();  // an absolute root.path replaces bundle
+    if (const json* ro = Reader::member(root, "readonly"))
+        spec.rootfs_readonly = r.boolean(*ro, "root.readonly");
+
+    if (const json* process = Reader::member(doc, "process")) {
+        r.object(*process, "process");
+        if (const json* env = Reader::member(*process, "env")) {
+            spec.env = r.strings(*env, "process.env");
+            // runc refuses such entries too; better to say which one here.
+            for (std::size_t i = 0; i < spec.env.size(); ++i)
+                if (spec.env[i].find('=') == std::string::npos)
+                    r.fail(fmt::format("process.env[{}]", i), "no '=' in the entry");
+        }
+        if (const json* caps = Reader::member(*process, "capabilities")) {
+            r.object(*caps, "process.capabilities");
+            if (const json* bounding = Reader::member(*caps, "bounding"))
+                spec.bounding_caps = r.strings(*bounding, "process.capabilities.bounding");
+        }
+    }
+
+    if (const json* mounts = Reader::member(doc, "mounts")) {
+        for (std::size_t i = 0; const auto& m : r.array(*mounts, "mounts")) {
+            auto f = fmt::format("mounts[{}]", i++);
+            r.object(m, f);
+            Mount mount;
+            mount.destination =
+                r.string(r.require(m, "destination", f + ".destination"), f + ".destination");
+            if (const json* v = Reader::member(m, "source"))
+                mount.source = r.string(*v, f + ".source");
+            if (const json* v = Reader::member(m, "type")) mount.type = r.string(*v, f + ".type");
+            if (const json* v = Reader::member(m, "options"))
+                mount.options = r.strings(*v, f + ".options");
+            spec.mounts.push_back(std::move(mount));
+        }
+    }
+
+    if (const json* linux_ = Reader::member(doc, "linux")) {
+        r.object(*linux_, "linux");
+        if (const json* v = Reader::member(*linux_, "uidMappings"))
+            spec.uid_mappings = r.mappings(*v, "linux.uidMappings");
+        if (const json* v = Reader::member(*linux_, "gidMappings"))
+            spec.gid_mappings = r.mappings(*v, "linux.gidMappings");
+        if (const json* v = Reader::member(*linux_, "cgroupsPath"))
+            spec.cgroups_path = r.string(*v, "linux.cgroupsPath");
+    }
+    return spec;
+}
+
+Spec load_spec(const std::filesystem::path& bundle) {
+    return parse_spec(read_file(bundle / "config.json", kMaxSpecSize), bundle);
+}
+
+}  // namespace gpubind::oci

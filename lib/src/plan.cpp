@@ -1,0 +1,319 @@
+// The plan: a pure function from the request, the node and the image to the
+// devices, mounts, links and proc view a container gets (rules in plan.hpp).
+#include "gpubind/plan.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "gpubind/error.hpp"
+#include "gpubind/file.hpp"
+
+namespace gpubind {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr unsigned kReadOnlyFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
+constexpr unsigned kIpcFlags = kMountNoSuid | kMountNoDev | kMountNoExec;
+constexpr unsigned kFirmwareFlags = kReadOnlyFlags | kMountNoExec;
+constexpr std::size_t kMaxProcFile = 64 * 1024;
+
+// Development links made beside the library whose soname is "<name>.1".
+constexpr std::array<std::string_view, 2> kDevLinks = {"libcuda.so", "libnvidia-ml.so"};
+
+std::string gpu_name(const Gpu& gpu) {
+    return gpu.uuid.empty() ? fmt::format("GPU {}", gpu.index)
+                            : fmt::format("GPU {} ({})", gpu.index, gpu.uuid);
+}
+
+// The directory name under proc/driver/nvidia/gpus.
+std::string proc_dir_name(const Gpu& gpu) {
+    auto name = gpu.proc_dir.filename().string();
+    return name.empty() ? gpu.pci_bus_id : name;
+}
+
+// The params file with ModifyDeviceFiles set to 0 (added when missing), so
+// that nothing in the container makes device nodes.
+std::string params_without_device_files(std::string_view params) {
+    constexpr std::string_view kKey = "ModifyDeviceFiles:";
+    std::string out;
+    bool found = false;
+    while (!params.empty()) {
+        auto nl = params.find('\n');
+        std::string_view line = params.substr(0, nl);
+        params.remove_prefix(nl == std::string_view::npos ? params.size() : nl + 1);
+        if (line.starts_with(kKey)) {
+            out += "ModifyDeviceFiles: 0\n";
+            found = true;
+        } else {
+            out.append(line).push_back('\n');
+        }
+    }
+    if (!found) out += "ModifyDeviceFiles: 0\n";
+    return out;
+}
+
+// The MPS pipe directory is the one IPC that is a directory, not a socket.
+bool is_directory_ipc(const DriverFile& f) {
+    return f.host_path.filename() == "nvidia-mps";
+}
+
+std::string read_optional(const fs::path& path) {
+    try {
+        return read_file(path, kMaxProcFile);
+    } catch (const Error& e) {
+        if (e.code().value() == ENOENT) return {};
+        throw;
+    }
+}
+
+class Builder {
+  public:
+    Plan plan;
+
+    void device(const DeviceNode& node, std::string why) {
+        if (node.path.empty()) return;
+        for (const auto& d : plan.devices)
+            if (d.node.path == node.path) return;
+        plan.devices.push_back({node, std::move(why)});
+    }
+
+    void mount(const DriverFile& f, fs::path target, unsigned flags, std::string why,
+               bool directory = false) {
+        for (const auto& m : plan.mounts)
+            if (m.target == target) return;
+        const fs::path& source = f.real_path.empty() ? f.host_path : f.real_path;
+        plan.mounts.push_back({source, std::move(target), directory, flags, std::move(why)});
+    }
+
+    void symlink(fs::path path, std::string target) {
+        if (path.filename() == target) return;
+        for (const auto& s : plan.symlinks)
+            if (s.path == path) return;
+        for (const auto& m : plan.mounts)
+            if (m.target == path) return;  // a mounted file is already there
+        plan.symlinks.push_back({std::move(path), std::move(target)});
+    }
+
+    void library(const DriverFile& f, const fs::path& dir, Capabilities caps) {
+        const std::string file = (f.real_path.empty() ? f.host_path : f.real_path).filename();
+        mount(f, dir / file, kReadOnlyFlags,
+              fmt::format("{}{} library", capability_names(caps), f.compat32 ? " 32-bit" : ""));
+        symlink(dir / f.name, file);
+        for (std::string_view link : kDevLinks)
+            if (f.name.size() == link.size() + 2 && f.name.starts_with(link) &&
+                f.name.ends_with(".1"))
+                symlink(dir / link, f.name);
+        if (std::find(plan.library_dirs.begin(), plan.library_dirs.end(), dir) ==
+            plan.library_dirs.end())
+            plan.library_dirs.push_back(dir);
+        plan.refresh_ldcache = true;
+    }
+};
+
+}  // namespace
+
+ProcFiles read_proc_files(const Node& node) {
+    const fs::path dir = node.roots.proc / "driver/nvidia";
+    ProcFiles files;
+    files.version = read_file(dir / "version", kMaxProcFile);
+    files.params = read_optional(dir / "params");
+    for (const auto& gpu : node.gpus) {
+        fs::path gpu_dir = gpu.proc_dir.empty() ? dir / "gpus" / gpu.pci_bus_id : gpu.proc_dir;
+        files.information[proc_dir_name(gpu)] = read_optional(gpu_dir / "information");
+    }
+    return files;
+}
+
+Plan make_plan(const Request& request, const Node& node, const Selection& selection,
+               const Image& image, const Config& /*config*/, const ProcFiles& proc_files) {
+    Builder b;
+    if (!request.gpu_container()) return std::move(b.plan);
+    const Capabilities caps = request.caps;
+    const bool no_gpu = request.devices.kind == DeviceIdsKind::None;
+
+    // Control nodes.
+    auto control = [&](const char* name, const char* why) {
+        if (const DeviceNode* n = node.control_node(name)) b.device(*n, why);
+    };
+    control("nvidiactl", "driver control");
+    if (caps & kCapCompute) {
+        control("nvidia-uvm", "compute (unified memory)");
+        control("nvidia-uvm-tools", "compute (unified memory tools)");
+    }
+    if (caps & kCapDisplay) control("nvidia-modeset", "display");
+
+    // GPUs, whole or as the parents of MIG devices, in node order.
+    std::vector<const Gpu*> gpus;
+    if (!no_gpu) {
+        for (const auto& gpu : node.gpus) {
+            bool whole = std::find(selection.gpus.begin(), selection.gpus.end(), &gpu) !=
+                         selection.gpus.end();
+            bool parent =
+                std::any_of(selection.migs.begin(), selection.migs.end(),
+                            [&](const MigDevice* m) { return m->gpu_index == gpu.index; });
+            if (!whole && !parent) continue;
+            gpus.push_back(&gpu);
+            b.device(gpu.node, whole ? gpu_name(gpu) : gpu_name(gpu) + ", parent of MIG devices");
+        }
+    }
+    std::vector<fs::path> capability_files;
+    auto add_capability_file = [&](const fs::path& p) {
+        if (!p.empty() && std::find(capability_files.begin(), capability_files.end(), p) ==
+                              capability_files.end())
+            capability_files.push_back(p);
+    };
+    for (const MigDevice* m : selection.migs) {
+        if (no_gpu) break;
+        std::string name = fmt::format("MIG {}:{}{}", m->gpu_index, m->index,
+                                       m->uuid.empty() ? "" : " (" + m->uuid + ")");
+        b.device(m->gi_cap, name + " GPU instance");
+        b.device(m->ci_cap, name + " compute instance");
+        add_capability_file(m->gi_access);
+        add_capability_file(m->ci_access);
+    }
+    // The node lists the MIG config capability, then the monitor one.
+    auto mig_control = [&](const DeviceIds& ids, std::size_t index, const char* what,
+                           const char* variable) {
+        if (ids.kind == DeviceIdsKind::Void || ids.kind == DeviceIdsKind::None) return;
+        if (index >= node.mig_control.size())
+            throw Error(ECANCELED, "plan", variable,
+                        fmt::format("the node has no MIG {} capability device", what));
+        b.device(node.mig_control[index], fmt::format("MIG {} ({})", what, variable));
+        add_capability_file(node.roots.proc / "driver/nvidia/capabilities/mig" / what);
+    };
+    mig_control(request.mig_config, 0, "config", "NVIDIA_MIG_CONFIG_DEVICES");
+    mig_control(request.mig_monitor, 1, "monitor", "NVIDIA_MIG_MONITOR_DEVICES");
+
+    // Driver files of the asked capabilities.
+    for (const auto& f : node.files) {
+        const Capabilities brings = f.caps & caps & ~Capabilities{kCapCompat32};
+        if (!brings) continue;
+        const std::string names = capability_names(brings);
+        switch (f.kind) {
+            case FileKind::Library:
+                if (!f.compat32)
+                    b.library(f, image.lib_dir, brings);
+                else if ((caps & kCapCompat32) && !image.lib32_dir.empty())
+                    b.library(f, image.lib32_dir, brings);
+                break;
+            case FileKind::Binary:
+                b.mount(f, image.bin_dir / f.host_path.filename(), kReadOnlyFlags,
+                        names + " binary");
+                break;
+            case FileKind::Ipc: {
+                // The catalog names IPCs by their path under the driver root,
+                // which is where the container's programs look for them.
+                fs::path target = fs::path("/") / f.name;
+                b.mount(f, target.lexically_normal(), kIpcFlags, names + " IPC",
+                        is_directory_ipc(f));
+                break;
+            }
+            case FileKind::Firmware:
+                b.mount(
+                    f,
+                    fs::path("/lib/firmware/nvidia") / node.driver_version / f.host_path.filename(),
+                    kFirmwareFlags, names + " firmware");
+                break;
+        }
+    }
+
+    ProcView proc;
+    proc.version = proc_files.version;
+    proc.params = params_without_device_files(proc_files.params);
+    for (const Gpu* gpu : gpus) {
+        auto name = proc_dir_name(*gpu);
+        auto info = proc_files.information.find(name);
+        proc.gpus.push_back({name, info == proc_files.information.end() ? "" : info->second});
+    }
+    proc.capability_files = std::move(capability_files);
+    b.plan.proc = std::move(proc);
+    return std::move(b.plan);
+}
+
+namespace {
+
+std::vector<std::string> flag_names(unsigned flags) {
+    std::vector<std::string> out;
+    if (flags & kMountReadOnly) out.emplace_back("ro");
+    if (flags & kMountNoSuid) out.emplace_back("nosuid");
+    if (flags & kMountNoDev) out.emplace_back("nodev");
+    if (flags & kMountNoExec) out.emplace_back("noexec");
+    return out;
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const Plan& plan) {
+    using nlohmann::json;
+    j = json::object();
+    json& devices = j["devices"] = json::array();
+    for (const auto& d : plan.devices)
+        devices.push_back({{"path", d.node.path.string()},
+                           {"host_path", d.node.host_path.string()},
+                           {"major", d.node.major},
+                           {"minor", d.node.minor},
+                           {"why", d.why}});
+    json& mounts = j["mounts"] = json::array();
+    for (const auto& m : plan.mounts)
+        mounts.push_back({{"source", m.source.string()},
+                          {"target", m.target.string()},
+                          {"directory", m.directory},
+                          {"flags", flag_names(m.flags)},
+                          {"why", m.why}});
+    json& links = j["symlinks"] = json::array();
+    for (const auto& s : plan.symlinks)
+        links.push_back({{"path", s.path.string()}, {"target", s.target}});
+    if (plan.proc) {
+        json gpus = json::array();
+        for (const auto& g : plan.proc->gpus) gpus.push_back(g.bus_id);
+        json files = json::array();
+        for (const auto& f : plan.proc->capability_files) files.push_back(f.string());
+        j["proc"] = {{"target", plan.proc->target.string()},
+                     {"gpus", std::move(gpus)},
+                     {"capability_files", std::move(files)}};
+    } else {
+        j["proc"] = nullptr;
+    }
+    json& dirs = j["library_dirs"] = json::array();
+    for (const auto& d : plan.library_dirs) dirs.push_back(d.string());
+    j["refresh_ldcache"] = plan.refresh_ldcache;
+}
+
+std::string describe(const Plan& plan) {
+    if (plan.empty()) return "nothing to do: not a GPU container\n";
+    std::string out;
+    for (const auto& d : plan.devices)
+        out += fmt::format("device  {} ({}:{}) from {}: {}\n", d.node.path.string(), d.node.major,
+                           d.node.minor, d.node.host_path.string(), d.why);
+    for (const auto& m : plan.mounts) {
+        auto flags = flag_names(m.flags);
+        if (!(m.flags & kMountReadOnly)) flags.insert(flags.begin(), "rw");
+        out += fmt::format("mount   {}{} from {} [{}]: {}\n", m.target.string(),
+                           m.directory ? "/" : "", m.source.string(), fmt::join(flags, ","), m.why);
+    }
+    for (const auto& s : plan.symlinks)
+        out += fmt::format("symlink {} -> {}\n", s.path.string(), s.target);
+    if (plan.proc) {
+        std::vector<std::string> gpus;
+        for (const auto& g : plan.proc->gpus) gpus.push_back(g.bus_id);
+        out += fmt::format("proc    {}: GPUs [{}], ModifyDeviceFiles: 0\n",
+                           plan.proc->target.string(), fmt::join(gpus, ", "));
+        for (const auto& f : plan.proc->capability_files)
+            out += fmt::format("proc    MIG capability file {}\n", f.string());
+    }
+    if (plan.refresh_ldcache) {
+        std::vector<std::string> dirs;
+        for (const auto& d : plan.library_dirs) dirs.push_back(d.string());
+        out += fmt::format("ldcache refresh for {}\n", fmt::join(dirs, ", "));
+    }
+    return out;
+}
+
+}  // namespace gpubind

@@ -1,0 +1,235 @@
+// What a container asks for. The interface is NVIDIA's (variables, device
+// mounts, their meaning); the rules, in order:
+//
+//  1. Device mounts: mounts of /dev/null at /var/run/nvidia-container-devices/<id>
+//     (<id> may be "all"; imex/<n> names an IMEX channel). Honoured only under
+//     policy.accept_volume_mounts; when present they replace the variables.
+//     Refused by policy, they are ignored (logged) and the variables apply.
+//  2. NVIDIA_VISIBLE_DEVICES: unset means no GPUs, except for a legacy CUDA
+//     image (CUDA_VERSION set, NVIDIA_REQUIRE_CUDA unset) which gets all of
+//     them; "void" or empty means no GPUs; "none" the driver without a GPU;
+//     "all" or a comma list of ids otherwise. Not a GPU container: nothing
+//     else is read. An unprivileged container (no CAP_SYS_ADMIN in its
+//     bounding set) asking by variable is refused unless
+//     policy.accept_envvar_unprivileged.
+//  3. NVIDIA_DRIVER_CAPABILITIES: a comma list; unset or empty means
+//     utility,compute (all for a legacy CUDA image); an unknown name is an
+//     error; the result is limited to policy.supported (dropped ones logged).
+//  4. NVIDIA_REQUIRE_<X> (every such variable) unless NVIDIA_DISABLE_REQUIRE is
+//     1/true/yes/on or policy.disable_require. A legacy CUDA image also
+//     requires cuda>=<major.minor of CUDA_VERSION>.
+//  5. NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES: privileged
+//     containers only, else refused. NVIDIA_IMEX_CHANNELS: numbers or "all".
+//
+// A variable given several times counts with its last value, as the
+// container's process sees it; duplicate ids are dropped.
+#include "gpubind/request.hpp"
+
+#include <cerrno>
+
+#include <fmt/format.h>
+
+#include "gpubind/error.hpp"
+#include "gpubind/log.hpp"
+#include "gpubind/strings.hpp"
+
+namespace gpubind {
+
+namespace {
+
+constexpr std::string_view kDeviceMountDir = "/var/run/nvidia-container-devices";
+constexpr std::string_view kRequirePrefix = "NVIDIA_REQUIRE_";
+
+void add_unique(std::vector<std::string>& list, std::string item) {
+    for (const auto& s : list)
+        if (s == item) return;
+    list.push_back(std::move(item));
+}
+
+bool truthy(std::string_view value) {
+    auto v = to_lower(trim(value));
+    return v == "1" || v == "true" || v == "yes" || v == "on";
+}
+
+// CUDA_VERSION set and NVIDIA_REQUIRE_CUDA unset (empty counts as unset).
+bool legacy_cuda_image(const oci::Spec& spec) {
+    auto cuda = spec.getenv("CUDA_VERSION");
+    auto require = spec.getenv("NVIDIA_REQUIRE_CUDA");
+    return cuda && !trim(*cuda).empty() && (!require || trim(*require).empty());
+}
+
+struct MountRequest {
+    bool present = false;
+    std::vector<std::string> devices;
+    std::vector<std::string> imex;
+};
+
+MountRequest read_device_mounts(const oci::Spec& spec, const std::string& where) {
+    MountRequest out;
+    for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
+        const auto& m = spec.mounts[i];
+        if (m.source != "/dev/null") continue;
+        auto rel = std::filesystem::path(m.destination)
+                       .lexically_normal()
+                       .lexically_relative(kDeviceMountDir);
+        std::vector<std::string> parts;
+        for (const auto& part : rel)
+            if (!part.empty()) parts.push_back(part.string());
+        if (parts.empty() || parts[0] == "." || parts[0] == "..") continue;  // not under it
+
+        auto bad = [&](const char* why) {
+            throw_invalid("read request", where,
+                          fmt::format("mounts[{}].destination {}: {}", i, m.destination, why));
+        };
+        out.present = true;
+        if (parts.size() == 1) {
+            add_unique(out.devices, parts[0]);
+        } else if (parts.size() == 2 && parts[0] == "imex") {
+            if (parts[1] != "all" && !parse_unsigned(parts[1])) bad("not an IMEX channel number");
+            add_unique(out.imex, parts[1]);
+        } else {
+            bad("not a device id");
+        }
+    }
+    return out;
+}
+
+// NVIDIA_IMEX_CHANNELS: "all", or channel numbers; void, none or empty: none.
+std::vector<std::string> read_imex_channels(const oci::Spec& spec, const std::string& where) {
+    std::vector<std::string> out;
+    auto value = spec.getenv("NVIDIA_IMEX_CHANNELS");
+    if (!value) return out;
+    for (auto field : split(*value, ',')) {
+        field = trim(field);
+        if (field.empty() || field == "void" || field == "none") continue;
+        if (field != "all" && !parse_unsigned(field))
+            throw_invalid("read request", where,
+                          fmt::format("NVIDIA_IMEX_CHANNELS: '{}' is not a channel number", field));
+        add_unique(out, std::string(field));
+    }
+    for (const auto& c : out)
+        if (c == "all") return {"all"};
+    return out;
+}
+
+// MIG configuration and monitoring: device ids, privileged containers only.
+DeviceIds read_mig(const oci::Spec& spec, const char* variable, const std::string& container) {
+    auto value = spec.getenv(variable);
+    if (!value) return {};
+    DeviceIds ids = parse_device_ids(*value);
+    if (ids.kind == DeviceIdsKind::None) ids = {};
+    if (ids.kind != DeviceIdsKind::Void && !spec.privileged())
+        throw Error(ECANCELED, "refuse request", container,
+                    fmt::format("{} is only for privileged containers (CAP_SYS_ADMIN in the "
+                                "bounding set), and this one is not",
+                                variable));
+    return ids;
+}
+
+// "cuda>=<major>.<minor>" from a legacy image's CUDA_VERSION ("10.2.89").
+std::string legacy_cuda_requirement(const std::string& cuda_version, const std::string& where) {
+    auto parts = split(trim(cuda_version), '.');
+    std::string out = "cuda>=";
+    for (std::size_t i = 0; i < parts.size() && i < 2; ++i) {
+        if (!parse_unsigned(parts[i]))
+            throw_invalid("read request", where,
+                          fmt::format("CUDA_VERSION: '{}' is not a version", cuda_version));
+        if (i) out += '.';
+        out += parts[i];
+    }
+    return out;
+}
+
+std::vector<Requirement> read_requirements(const oci::Spec& spec, bool legacy,
+                                           const std::string& where) {
+    std::vector<Requirement> out;
+    for (const auto& entry : spec.env) {
+        std::string_view name = std::string_view(entry).substr(0, entry.find('='));
+        if (!name.starts_with(kRequirePrefix) || name.size() == kRequirePrefix.size()) continue;
+        bool seen = false;
+        for (const auto& r : out) seen = seen || r.variable == name;
+        if (seen) continue;
+        std::string value = *spec.getenv(name);  // the last one
+        if (!trim(value).empty()) out.push_back({std::string(name), std::move(value)});
+    }
+    if (legacy)
+        out.push_back(
+            {"CUDA_VERSION", legacy_cuda_requirement(*spec.getenv("CUDA_VERSION"), where)});
+    return out;
+}
+
+}  // namespace
+
+Request read_request(const oci::Spec& spec, const Policy& policy) {
+    const std::string container = spec.bundle.string();
+    const std::string where = (spec.bundle / "config.json").string();
+    const bool legacy = legacy_cuda_image(spec);
+    Request req;
+
+    MountRequest mounts = read_device_mounts(spec, where);
+    if (mounts.present && policy.accept_volume_mounts) {
+        req.source = RequestSource::VolumeMounts;
+        bool all = false;
+        for (const auto& id : mounts.devices) all = all || id == "all";
+        if (all)
+            req.devices = {DeviceIdsKind::All, {}};
+        else if (mounts.devices.empty())
+            req.devices = {DeviceIdsKind::None, {}};  // only IMEX channels: the driver, no GPU
+        else
+            req.devices = {DeviceIdsKind::List, std::move(mounts.devices)};
+        req.imex_channels = std::move(mounts.imex);
+    } else {
+        if (mounts.present)
+            logger().warn(
+                "{}: ignoring the device mounts under {}: policy does not accept them; "
+                "reading NVIDIA_VISIBLE_DEVICES instead",
+                container, kDeviceMountDir);
+        std::string asked_by;
+        if (auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES")) {
+            req.devices = parse_device_ids(*visible);
+            if (req.devices.kind == DeviceIdsKind::Void) return Request{};
+            req.source = RequestSource::Env;
+            asked_by = fmt::format("NVIDIA_VISIBLE_DEVICES={}", *visible);
+        } else if (legacy) {
+            req.source = RequestSource::LegacyCuda;
+            req.devices = {DeviceIdsKind::All, {}};
+            asked_by = "a legacy CUDA image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA)";
+        } else {
+            return Request{};
+        }
+        if (!spec.privileged() && !policy.accept_envvar_unprivileged)
+            throw Error(ECANCELED, "refuse request", container,
+                        fmt::format("{} asks for GPUs by environment variable, but the container "
+                                    "is not privileged (no CAP_SYS_ADMIN) and policy "
+                                    "accept_envvar_unprivileged is off",
+                                    asked_by));
+        req.imex_channels = read_imex_channels(spec, where);
+    }
+
+    auto caps = spec.getenv("NVIDIA_DRIVER_CAPABILITIES");
+    if (!caps || trim(*caps).empty()) {
+        req.caps = legacy ? kCapAll : kCapDefault;
+    } else {
+        std::string unknown;
+        auto parsed = parse_capabilities(*caps, &unknown);
+        if (!parsed)
+            throw_invalid(
+                "read request", where,
+                fmt::format("NVIDIA_DRIVER_CAPABILITIES: unknown capability '{}'", unknown));
+        req.caps = *parsed;
+    }
+    if (Capabilities dropped = req.caps & ~policy.supported)
+        logger().warn("{}: capabilities {} are not supported by policy and are left out", container,
+                      capability_names(dropped));
+    req.caps &= policy.supported;
+
+    auto disable = spec.getenv("NVIDIA_DISABLE_REQUIRE");
+    if (!policy.disable_require && !(disable && truthy(*disable)))
+        req.requirements = read_requirements(spec, legacy, where);
+
+    req.mig_config = read_mig(spec, "NVIDIA_MIG_CONFIG_DEVICES", container);
+    req.mig_monitor = read_mig(spec, "NVIDIA_MIG_MONITOR_DEVICES", container);
+    return req;
+}
+
+}  // namespace gpubind

@@ -1,0 +1,415 @@
+// LinuxSystem: one system call (or so) per method. The mount API and pidfd
+// calls go through syscall(2) so that the build does not depend on glibc
+// wrappers (2.36+) or on <linux/mount.h>, which clashes with <sys/mount.h>.
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+
+#include "gpubind/error.hpp"
+#include "gpubind/exec.hpp"
+#include "gpubind/file.hpp"
+#include "gpubind/safe_path.hpp"
+
+// Constants of the mount API (include/uapi/linux/mount.h), for older libcs.
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef OPEN_TREE_CLOEXEC
+#define OPEN_TREE_CLOEXEC O_CLOEXEC
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+#ifndef MOVE_MOUNT_T_EMPTY_PATH
+#define MOVE_MOUNT_T_EMPTY_PATH 0x00000040
+#endif
+#ifndef FSOPEN_CLOEXEC
+#define FSOPEN_CLOEXEC 0x00000001
+#endif
+#ifndef FSMOUNT_CLOEXEC
+#define FSMOUNT_CLOEXEC 0x00000001
+#endif
+#ifndef MOUNT_ATTR_RDONLY
+#define MOUNT_ATTR_RDONLY 0x00000001
+#define MOUNT_ATTR_NOSUID 0x00000002
+#define MOUNT_ATTR_NODEV 0x00000004
+#define MOUNT_ATTR_NOEXEC 0x00000008
+#endif
+
+namespace gpubind {
+
+namespace {
+
+// fsconfig commands (enum fsconfig_command).
+constexpr unsigned kFsconfigSetString = 1;
+constexpr unsigned kFsconfigCmdCreate = 6;
+
+// struct mount_attr, MOUNT_ATTR_SIZE_VER0.
+struct MountAttr {
+    std::uint64_t attr_set;
+    std::uint64_t attr_clr;
+    std::uint64_t propagation;
+    std::uint64_t userns_fd;
+};
+
+constexpr std::size_t kMaxHostFile = 16u << 20;  // mountinfo on a busy node can be large
+constexpr std::size_t kMaxOutput = 4096;         // of a child's output kept for the error
+
+int sys_int(long r) {
+    return static_cast<int>(r);
+}
+
+std::string proc_path(pid_t pid, const std::string& name) {
+    return "/proc/" + std::to_string(pid) + "/" + name;
+}
+
+// The pinned process is still alive, so /proc/<pid> was it.
+void verify_alive(int pidfd, pid_t pid) {
+    if (::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) != 0)
+        throw Error(errno, "check process", "pid " + std::to_string(pid),
+                    "the process exited while being opened");
+}
+
+FileInfo info_of(const struct stat& st) {
+    FileInfo info;
+    switch (st.st_mode & S_IFMT) {
+        case S_IFREG:
+            info.type = FileInfo::Type::Regular;
+            break;
+        case S_IFDIR:
+            info.type = FileInfo::Type::Directory;
+            break;
+        case S_IFLNK:
+            info.type = FileInfo::Type::Symlink;
+            break;
+        case S_IFCHR:
+            info.type = FileInfo::Type::CharDevice;
+            break;
+        case S_IFBLK:
+            info.type = FileInfo::Type::BlockDevice;
+            break;
+        case S_IFIFO:
+            info.type = FileInfo::Type::Fifo;
+            break;
+        case S_IFSOCK:
+            info.type = FileInfo::Type::Socket;
+            break;
+        default:
+            break;
+    }
+    if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+        info.major = ::major(st.st_rdev);
+        info.minor = ::minor(st.st_rdev);
+    }
+    return info;
+}
+
+void write_all(int fd, const std::string& data, const std::string& what) {
+    std::size_t done = 0;
+    while (done < data.size()) {
+        ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw_errno("write", what);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+}  // namespace
+
+Fd LinuxSystem::open_process(pid_t pid) {
+    int fd = sys_int(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) throw_errno("pidfd_open", "pid " + std::to_string(pid));
+    return Fd(fd);
+}
+
+Fd LinuxSystem::open_mount_ns(int pidfd, pid_t pid) {
+    Fd ns = open_or_throw(proc_path(pid, "ns/mnt"), O_RDONLY);
+    verify_alive(pidfd, pid);
+    return ns;
+}
+
+std::string LinuxSystem::read_proc(int pidfd, pid_t pid, const std::string& name) {
+    std::string text = read_file(proc_path(pid, name), kMaxHostFile);
+    verify_alive(pidfd, pid);
+    return text;
+}
+
+Fd LinuxSystem::open_own_mount_ns() {
+    return open_or_throw("/proc/self/ns/mnt", O_RDONLY);
+}
+
+Fd LinuxSystem::open_cwd() {
+    return open_or_throw(".", O_PATH | O_DIRECTORY);
+}
+
+bool LinuxSystem::same_file(int fd_a, int fd_b) {
+    struct stat a {
+    }, b{};
+    if (::fstat(fd_a, &a) != 0 || ::fstat(fd_b, &b) != 0) throw_errno("stat", "namespace");
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+std::string LinuxSystem::read_host_file(const std::filesystem::path& path) {
+    return read_file(path, kMaxHostFile);
+}
+
+Fd LinuxSystem::open_tree(const std::filesystem::path& host_path) {
+    int fd = sys_int(
+        ::syscall(SYS_open_tree, AT_FDCWD, host_path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+    if (fd < 0) throw_errno("open mount source", host_path.string());
+    return Fd(fd);
+}
+
+Fd LinuxSystem::open_executable(const std::filesystem::path& path) {
+    Fd fd = open_or_throw(path, O_PATH);
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", path.string());
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0)
+        throw Error(EACCES, "execute", path.string(), "not an executable file");
+    return fd;
+}
+
+Fd LinuxSystem::open_cgroup_file(const std::filesystem::path& dir, const std::string& name) {
+    Fd d = open_or_throw(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW);
+    return openat_or_throw(d.get(), name.c_str(), O_WRONLY | O_NOFOLLOW, (dir / name).string());
+}
+
+void LinuxSystem::write_rule(int fd, const std::string& rule, const std::string& what) {
+    ssize_t n = ::write(fd, rule.data(), rule.size());
+    if (n < 0) throw Error(errno, "write '" + rule + "' to", what);
+    if (static_cast<std::size_t>(n) != rule.size())
+        throw Error(EIO, "write '" + rule + "' to", what, "short write");
+}
+
+FileInfo LinuxSystem::stat_fd(int fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw_errno("stat", "descriptor " + std::to_string(fd));
+    return info_of(st);
+}
+
+void LinuxSystem::enter_mount_ns(int ns_fd) {
+    if (::setns(ns_fd, CLONE_NEWNS) != 0) throw_errno("enter mount namespace");
+}
+
+void LinuxSystem::change_dir(int dir_fd) {
+    if (::fchdir(dir_fd) != 0) throw_errno("change directory");
+}
+
+Fd LinuxSystem::open_root(const std::filesystem::path& rootfs) {
+    return open_or_throw(rootfs, O_PATH | O_DIRECTORY);
+}
+
+Fd LinuxSystem::open_dir_in_root(int root_fd, const std::filesystem::path& path) {
+    return try_open_in_root(root_fd, path, O_PATH | O_DIRECTORY);
+}
+
+FileInfo LinuxSystem::stat_at(int dir_fd, const std::string& name) {
+    struct stat st {};
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return {};
+        throw_errno("stat", name);
+    }
+    return info_of(st);
+}
+
+std::string LinuxSystem::read_link_at(int dir_fd, const std::string& name) {
+    char buf[PATH_MAX];
+    ssize_t n = ::readlinkat(dir_fd, name.c_str(), buf, sizeof buf);
+    if (n < 0) throw_errno("readlink", name);
+    if (static_cast<std::size_t>(n) >= sizeof buf) throw Error(ENAMETOOLONG, "readlink", name);
+    return std::string(buf, static_cast<std::size_t>(n));
+}
+
+Fd LinuxSystem::make_dir(int dir_fd, const std::string& name, unsigned mode) {
+    if (::mkdirat(dir_fd, name.c_str(), static_cast<mode_t>(mode)) != 0)
+        throw_errno("create directory", name);
+    int fd = ::openat(dir_fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        ::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);  // not left behind unrecorded
+        throw Error(err, "open", name);
+    }
+    return Fd(fd);
+}
+
+void LinuxSystem::make_file(int dir_fd, const std::string& name, unsigned mode) {
+    int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                      static_cast<mode_t>(mode));
+    if (fd < 0) throw_errno("create file", name);
+    ::close(fd);
+}
+
+void LinuxSystem::write_file_at(int dir_fd, const std::string& name, const std::string& data,
+                                unsigned mode) {
+    Fd fd(::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   static_cast<mode_t>(mode)));
+    if (!fd) throw_errno("create file", name);
+    write_all(fd.get(), data, name);
+}
+
+void LinuxSystem::make_symlink(const std::string& target, int dir_fd, const std::string& name) {
+    if (::symlinkat(target.c_str(), dir_fd, name.c_str()) != 0) throw_errno("create symlink", name);
+}
+
+Fd LinuxSystem::open_at(int dir_fd, const std::string& name) {
+    return openat_or_throw(dir_fd, name.c_str(), O_PATH | O_NOFOLLOW, name);
+}
+
+void LinuxSystem::remove(int dir_fd, const std::string& name, bool directory) {
+    if (::unlinkat(dir_fd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0)
+        throw_errno("remove", name);
+}
+
+void LinuxSystem::set_mount_flags(int mount_fd, unsigned flags) {
+    MountAttr attr{};
+    if (flags & kMountReadOnly) attr.attr_set |= MOUNT_ATTR_RDONLY;
+    if (flags & kMountNoSuid) attr.attr_set |= MOUNT_ATTR_NOSUID;
+    if (flags & kMountNoDev) attr.attr_set |= MOUNT_ATTR_NODEV;
+    if (flags & kMountNoExec) attr.attr_set |= MOUNT_ATTR_NOEXEC;
+    if (::syscall(SYS_mount_setattr, mount_fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
+        throw_errno("set mount flags");
+}
+
+void LinuxSystem::attach(int mount_fd, int target_fd) {
+    if (::syscall(SYS_move_mount, mount_fd, "", target_fd, "",
+                  MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+        throw_errno("attach mount");
+}
+
+void LinuxSystem::detach(int dir_fd, const std::string& name) {
+    // umount2 takes a path: the name, relative to the directory made current.
+    if (::fchdir(dir_fd) != 0) throw_errno("change directory", name);
+    if (::umount2(name.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0) throw_errno("unmount", name);
+}
+
+Fd LinuxSystem::make_tmpfs() {
+    Fd fs(sys_int(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
+    if (!fs) throw_errno("fsopen", "tmpfs");
+    if (::syscall(SYS_fsconfig, fs.get(), kFsconfigSetString, "mode", "0555", 0) != 0)
+        throw_errno("fsconfig", "tmpfs mode");
+    if (::syscall(SYS_fsconfig, fs.get(), kFsconfigCmdCreate, nullptr, nullptr, 0) != 0)
+        throw_errno("fsconfig", "tmpfs create");
+    int mnt = sys_int(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
+                                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
+    if (mnt < 0) throw_errno("fsmount", "tmpfs");
+    return Fd(mnt);
+}
+
+void LinuxSystem::run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
+                      std::chrono::milliseconds timeout) {
+    // Everything the child needs is built before fork: it only calls
+    // async-signal-safe functions and reports an exec failure through a pipe.
+    std::vector<std::string> argv_s;
+    argv_s.push_back(what);
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    char* envp[] = {nullptr};
+
+    int err_pipe[2], out_pipe[2];
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
+    Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
+    Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
+
+    pid_t pid = ::fork();
+    if (pid < 0) throw_errno("fork", what);
+    if (pid == 0) {
+        ::dup2(out_w.get(), STDOUT_FILENO);
+        ::dup2(out_w.get(), STDERR_FILENO);
+        ::syscall(SYS_execveat, exe_fd, "", argv.data(), envp, AT_EMPTY_PATH);
+        int e = errno;
+        ssize_t ignored = ::write(err_w.get(), &e, sizeof e);
+        (void)ignored;
+        ::_exit(127);
+    }
+    err_w.reset();
+    out_w.reset();
+
+    Fd child(sys_int(::syscall(SYS_pidfd_open, pid, 0)));
+    auto reap = [&] {
+        int status = 0;
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        return status;
+    };
+    if (!child) {
+        int err = errno;
+        ::kill(pid, SIGKILL);
+        reap();
+        throw Error(err, "pidfd_open", what);
+    }
+
+    std::string output;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool exited = false, out_open = true;
+    while (!exited) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
+            reap();
+            throw Error(ETIMEDOUT, "run", what,
+                        "killed after " + std::to_string(timeout.count()) + " ms");
+        }
+        struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_r.get(), POLLIN, 0}};
+        int n = ::poll(pfd, out_open ? 2 : 1, static_cast<int>(left.count()));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int err = errno;
+            ::kill(pid, SIGKILL);
+            reap();
+            throw Error(err, "poll", what);
+        }
+        if (out_open && (pfd[1].revents & (POLLIN | POLLHUP)) != 0) {
+            char buf[1024];
+            ssize_t r = ::read(out_r.get(), buf, sizeof buf);
+            if (r > 0) {
+                output.append(buf, static_cast<std::size_t>(r));
+                if (output.size() > kMaxOutput) output.erase(0, output.size() - kMaxOutput);
+            } else if (r == 0) {
+                out_open = false;
+            }
+        }
+        if ((pfd[0].revents & POLLIN) != 0) exited = true;
+    }
+    int status = reap();
+    // What it wrote last (without blocking on a descendant that kept the pipe).
+    if (out_open && ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK) == 0) {
+        char buf[1024];
+        ssize_t r;
+        while ((r = ::read(out_r.get(), buf, sizeof buf)) > 0) {
+            output.append(buf, static_cast<std::size_t>(r));
+            if (output.size() > kMaxOutput) output.erase(0, output.size() - kMaxOutput);
+        }
+    }
+
+    int exec_errno = 0;
+    if (::read(err_r.get(), &exec_errno, sizeof exec_errno) == sizeof exec_errno)
+        throw Error(exec_errno, "execute", what);
+    while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
+    std::string tail = output.empty() ? "" : ": " + output;
+    if (WIFSIGNALED(status))
+        throw Error(EIO, "run", what,
+                    "killed by signal " + std::to_string(WTERMSIG(status)) + tail);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw Error(EIO, "run", what,
+                    "exited with status " + std::to_string(WEXITSTATUS(status)) + tail);
+}
+
+}  // namespace gpubind

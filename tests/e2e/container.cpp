@@ -1,0 +1,259 @@
+#include "container.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace gpubind::test {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void copy_into(const fs::path& from, const fs::path& to) {
+    fs::create_directories(to.parent_path());
+    fs::copy_file(fs::canonical(from), to, fs::copy_options::overwrite_existing);
+}
+
+void write(const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+}
+
+std::string env_or(const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? v : fallback;
+}
+
+}  // namespace
+
+RunResult run_command(const std::vector<std::string>& argv) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+        throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = 0;
+    int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(out[1]);
+    ::close(err[1]);
+    RunResult result;
+    if (rc != 0) {
+        ::close(out[0]);
+        ::close(err[0]);
+        result.err = "spawn " + argv[0] + " failed";
+        return result;
+    }
+    pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+    int open_fds = 2;
+    while (open_fds > 0) {
+        if (::poll(fds, 2, 120000) <= 0) break;
+        for (int i = 0; i < 2; ++i) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+            char buf[8192];
+            ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+            if (n <= 0) {
+                ::close(fds[i].fd);
+                fds[i].fd = -1;
+                --open_fds;
+            } else {
+                (i == 0 ? result.out : result.err).append(buf, static_cast<std::size_t>(n));
+            }
+        }
+    }
+    for (auto& f : fds)
+        if (f.fd >= 0) ::close(f.fd);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return result;
+}
+
+Bundle::Bundle(fs::path dir, Layout layout) : dir_(std::move(dir)) {
+    fs::create_directories(rootfs());
+    make_rootfs(layout);
+    const nlohmann::json caps = {"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"};
+    spec_ = {
+        {"ociVersion", "1.0.2"},
+        {"process",
+         {{"terminal", false},
+          {"user", {{"uid", 0}, {"gid", 0}}},
+          {"args", {"/bin/sh", "-c", "true"}},
+          {"env", {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}},
+          {"cwd", "/"},
+          {"capabilities",
+           {{"bounding", caps}, {"effective", caps}, {"permitted", caps}}},
+          {"noNewPrivileges", true}}},
+        {"root", {{"path", "rootfs"}, {"readonly", false}}},
+        {"hostname", "gpubind-test"},
+        {"mounts",
+         {{{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}},
+          {{"destination", "/dev"},
+           {"type", "tmpfs"},
+           {"source", "tmpfs"},
+           {"options", {"nosuid", "strictatime", "mode=755", "size=65536k"}}},
+          {{"destination", "/dev/pts"},
+           {"type", "devpts"},
+           {"source", "devpts"},
+           {"options", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}}},
+          {{"destination", "/dev/shm"},
+           {"type", "tmpfs"},
+           {"source", "shm"},
+           {"options", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}}},
+          {{"destination", "/sys"},
+           {"type", "sysfs"},
+           {"source", "sysfs"},
+           {"options", {"nosuid", "noexec", "nodev", "ro"}}}}},
+        {"linux",
+         {{"resources", {{"devices", {{{"allow", false}, {"access", "rwm"}}}}}},
+          {"namespaces",
+           {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}},
+            {{"type", "network"}}}},
+          {"maskedPaths", {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"}},
+          {"readonlyPaths", {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"}}}},
+    };
+}
+
+void Bundle::make_rootfs(Layout layout) {
+    const fs::path root = rootfs();
+    copy_into("/bin/busybox", root / "bin/busybox");
+    for (const char* tool : {"sh", "ls", "cat", "stat", "grep", "find", "sort", "true", "echo",
+                             "readlink", "mkdir", "test", "head", "wc", "sed"})
+        fs::create_symlink("busybox", root / "bin" / tool);
+    const std::string multiarch = "/lib/x86_64-linux-gnu";
+    const fs::path libc_dir = layout == Layout::Multiarch ? fs::path(multiarch) : "/usr/lib64";
+    for (const char* lib : {"libc.so.6", "libm.so.6"})
+        copy_into(fs::path(multiarch) / lib, root / libc_dir.relative_path() / lib);
+    copy_into("/lib64/ld-linux-x86-64.so.2", root / "lib64/ld-linux-x86-64.so.2");
+    copy_into(env_or("GPUBIND_PROBE", "probe"), root / "usr/bin/probe");
+    fs::create_directories(root / "proc");
+    fs::create_directories(root / "sys");
+    fs::create_directories(root / "dev");
+    fs::create_directories(root / "tmp");
+    fs::create_directories(root / "usr/bin");
+    if (layout == Layout::Multiarch) {
+        write(root / "etc/debian_version", "12.0\n");
+        fs::create_directories(root / "usr/lib/x86_64-linux-gnu");
+        write(root / "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n");
+        write(root / "etc/ld.so.conf.d/x86_64-linux-gnu.conf",
+              "/usr/local/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n");
+    } else {
+        write(root / "etc/redhat-release", "Simulated Linux release 9\n");
+        write(root / "etc/ld.so.conf", "include ld.so.conf.d/*.conf\n");
+        fs::create_directories(root / "etc/ld.so.conf.d");
+    }
+    // The image's own loader cache, as the image's build would have made it.
+    auto r = run_command({"ldconfig", "-r", root.string(), libc_dir.string()});
+    if (r.exit_code != 0) throw std::runtime_error("ldconfig for the test rootfs: " + r.err);
+}
+
+Bundle& Bundle::env(const std::string& key_value) {
+    spec_["process"]["env"].push_back(key_value);
+    return *this;
+}
+
+Bundle& Bundle::volume_device(const std::string& id) {
+    spec_["mounts"].push_back({{"destination", "/var/run/nvidia-container-devices/" + id},
+                               {"type", "bind"},
+                               {"source", "/dev/null"},
+                               {"options", {"bind", "ro"}}});
+    return *this;
+}
+
+Bundle& Bundle::bind(const fs::path& host, const std::string& dest) {
+    spec_["mounts"].push_back({{"destination", dest},
+                               {"type", "bind"},
+                               {"source", host.string()},
+                               {"options", {"bind"}}});
+    return *this;
+}
+
+Bundle& Bundle::privileged(bool on) {
+    auto& caps = spec_["process"]["capabilities"];
+    for (const char* set : {"bounding", "effective", "permitted"}) {
+        auto& list = caps[set];
+        list.erase(std::remove(list.begin(), list.end(), "CAP_SYS_ADMIN"), list.end());
+        if (on) list.push_back("CAP_SYS_ADMIN");
+    }
+    return *this;
+}
+
+Bundle& Bundle::hook(const fs::path& hook, const fs::path& config, const std::string& stage) {
+    spec_["hooks"][stage].push_back({{"path", hook.string()},
+                                     {"args", {"gpubind-hook", stage}},
+                                     {"env", {"GPUBIND_CONFIG=" + config.string()}}});
+    return *this;
+}
+
+Bundle& Bundle::no_proc_mount() {
+    auto& mounts = spec_["mounts"];
+    mounts.erase(std::remove_if(mounts.begin(), mounts.end(),
+                                [](const nlohmann::json& m) { return m["destination"] == "/proc"; }),
+                 mounts.end());
+    return *this;
+}
+
+Bundle& Bundle::command(const std::string& shell_script) {
+    spec_["process"]["args"] = {"/bin/sh", "-c", shell_script};
+    return *this;
+}
+
+RunResult Bundle::run() {
+    static std::atomic<int> counter{0};
+    std::ofstream(dir_ / "config.json") << spec_.dump(2);
+    const std::string id = "gpubind-e2e-" + std::to_string(::getpid()) + "-" +
+                           std::to_string(counter++);
+    const std::string state = (dir_ / "runc-state").string();
+    auto result = run_command({env_or("GPUBIND_RUNC", "runc"), "--root", state, "run", "--bundle",
+                               dir_.string(), id});
+    run_command({env_or("GPUBIND_RUNC", "runc"), "--root", state, "delete", "--force", id});
+    return result;
+}
+
+std::string snapshot_tree(const fs::path& root) {
+    std::ostringstream out;
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(root, ec))) return "(missing)\n";
+    std::vector<std::string> lines;
+    for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        struct stat st {};
+        if (::lstat(it->path().c_str(), &st) != 0) continue;
+        std::ostringstream line;
+        line << it->path().lexically_relative(root).string() << " mode=" << std::oct << st.st_mode
+             << std::dec << " ino=" << st.st_ino << " size=" << (S_ISDIR(st.st_mode) ? 0 : st.st_size)
+             << " mtime=" << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec
+             << " rdev=" << st.st_rdev;
+        if (S_ISLNK(st.st_mode)) line << " -> " << fs::read_symlink(it->path(), ec).string();
+        lines.push_back(line.str());
+    }
+    std::sort(lines.begin(), lines.end());
+    for (const auto& l : lines) out << l << "\n";
+    return out.str();
+}
+
+std::string host_mounts() {
+    std::ifstream in("/proc/self/mountinfo");
+    std::string line, out;
+    while (std::getline(in, line)) out += line + "\n";
+    return out;
+}
+
+}  // namespace gpubind::test

@@ -1,0 +1,106 @@
+/* probe: runs inside a test container and prints what it sees, one fact a line.
+ *
+ *   probe cuda              dlopen("libcuda.so.1"): cuInit, version, device count
+ *   probe nvml              dlopen("libnvidia-ml.so.1"): nvmlInit_v2, device count
+ *   probe open PATH...      open(O_RDWR) of each: "PATH ok" or "PATH <ERRNO NAME>"
+ *   probe stat PATH...      "PATH c MAJOR:MINOR", "PATH f", "PATH d", "PATH l" or "PATH ENOENT"
+ *   probe env NAME...       "NAME=VALUE" or "NAME unset"
+ *
+ * Libraries are loaded by soname, so the container's loader cache decides. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+static int load(const char* soname, void** lib) {
+    *lib = dlopen(soname, RTLD_NOW);
+    if (!*lib) {
+        printf("%s dlopen-failed %s\n", soname, dlerror());
+        return 1;
+    }
+    return 0;
+}
+
+static int probe_cuda(void) {
+    void* lib;
+    if (load("libcuda.so.1", &lib)) return 1;
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(lib, "cuInit");
+    int (*version)(int*) = (int (*)(int*))dlsym(lib, "cuDriverGetVersion");
+    int (*count)(int*) = (int (*)(int*))dlsym(lib, "cuDeviceGetCount");
+    if (!init || !version || !count) {
+        printf("libcuda.so.1 missing-symbols\n");
+        return 1;
+    }
+    int v = 0, n = 0;
+    int rc_init = init(0), rc_version = version(&v), rc_count = count(&n);
+    printf("cuda init=%d version=%d(%d) count=%d(%d)\n", rc_init, v, rc_version, n, rc_count);
+    return 0;
+}
+
+static int probe_nvml(void) {
+    void* lib;
+    if (load("libnvidia-ml.so.1", &lib)) return 1;
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    int (*count)(unsigned*) = (int (*)(unsigned*))dlsym(lib, "nvmlDeviceGetCount_v2");
+    if (!init || !count) {
+        printf("libnvidia-ml.so.1 missing-symbols\n");
+        return 1;
+    }
+    unsigned n = 0;
+    int rc_init = init(), rc_count = count(&n);
+    printf("nvml init=%d count=%u(%d)\n", rc_init, n, rc_count);
+    return 0;
+}
+
+static void probe_open(const char* path) {
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0) {
+        printf("%s ok\n", path);
+        close(fd);
+    } else {
+        printf("%s %s\n", path, strerrorname_np(errno));
+    }
+}
+
+static void probe_stat(const char* path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        printf("%s %s\n", path, strerrorname_np(errno));
+    } else if (S_ISCHR(st.st_mode)) {
+        printf("%s c %u:%u\n", path, major(st.st_rdev), minor(st.st_rdev));
+    } else {
+        printf("%s %s\n", path, S_ISREG(st.st_mode) ? "f" : S_ISDIR(st.st_mode) ? "d"
+                                : S_ISLNK(st.st_mode) ? "l" : "other");
+    }
+}
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: probe cuda|nvml|open|stat|env ...\n");
+        return 2;
+    }
+    const char* cmd = argv[1];
+    if (!strcmp(cmd, "cuda")) return probe_cuda();
+    if (!strcmp(cmd, "nvml")) return probe_nvml();
+    for (int i = 2; i < argc; ++i) {
+        if (!strcmp(cmd, "open")) probe_open(argv[i]);
+        else if (!strcmp(cmd, "stat")) probe_stat(argv[i]);
+        else if (!strcmp(cmd, "env")) {
+            const char* v = getenv(argv[i]);
+            if (v) printf("%s=%s\n", argv[i], v);
+            else printf("%s unset\n", argv[i]);
+        } else {
+            fprintf(stderr, "probe: unknown command %s\n", cmd);
+            return 2;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,355 @@
+// End to end: gpubind-hook registered in config.json as users register it,
+// the real runc, a simulated node and a busybox+glibc rootfs. Every
+// expectation comes from the simulated node's own manifest, and the checks
+// are run against a container started without the hook too, where they must
+// fail (the suite proves itself).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "container.hpp"
+#include "gpubind/sim.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind::test {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string env_or(const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? v : fallback;
+}
+
+// Sections of the container's output: "== name" lines start one.
+std::map<std::string, std::vector<std::string>> sections(const std::string& out) {
+    std::map<std::string, std::vector<std::string>> s;
+    std::string current, line;
+    std::istringstream in(out);
+    while (std::getline(in, line)) {
+        if (line.rfind("== ", 0) == 0) current = line.substr(3);
+        else s[current].push_back(line);
+    }
+    return s;
+}
+
+bool contains(const std::vector<std::string>& lines, const std::string& line) {
+    return std::find(lines.begin(), lines.end(), line) != lines.end();
+}
+
+class RuncTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        node_dir_ = new TempDir("gpubind-e2e-node");
+        sim::Spec spec;
+        spec.gpus = 4;
+        manifest_ = new sim::Manifest(sim::simulate(node_dir_->path(), spec));
+        config_ = node_dir_->path().parent_path() /
+                  (node_dir_->path().filename().string() + "-config.toml");
+        write_config({});
+    }
+    static void TearDownTestSuite() {
+        fs::remove(config_);
+        delete manifest_;
+        delete node_dir_;
+    }
+
+    static void write_config(const std::string& extra) {
+        const std::string root = node_dir_->path().string();
+        std::ofstream(config_) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
+                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
+                               << root << "/hook.log\"\nlevel = \"debug\"\n" << extra;
+    }
+    void TearDown() override { write_config({}); }
+
+    Bundle bundle(Layout layout = Layout::Multiarch, bool with_hook = true) {
+        Bundle b(dir_.path() / ("b" + std::to_string(count_++)), layout);
+        if (with_hook) b.hook(env_or("GPUBIND_HOOK", "gpubind-hook"), config_);
+        return b;
+    }
+
+    static const sim::Manifest& m() { return *manifest_; }
+    static fs::path node() { return node_dir_->path(); }
+
+    static std::vector<const sim::ManifestFile*> libraries(std::set<std::string> caps,
+                                                           bool compat32) {
+        std::vector<const sim::ManifestFile*> out;
+        for (const auto& f : m().files)
+            if (f.kind == "library" && caps.count(f.capability) && f.compat32 == compat32)
+                out.push_back(&f);
+        return out;
+    }
+    static unsigned node_major(const std::string& path) {
+        for (const auto& n : m().nodes)
+            if (n.path == path) return n.major;
+        return 0;
+    }
+
+    // A script printing what the checks below read.
+    static std::string inspect_script(const std::string& lib_dir) {
+        std::string s = "echo '== dev'; probe stat";
+        for (const auto& n : m().nodes) s += " " + n.path;
+        s += "; echo '== libs'; probe stat";
+        for (const auto* f : libraries({"utility", "compute"}, false))
+            s += " " + lib_dir + "/" + fs::path(f->real_path).filename().string() + " " + lib_dir +
+                 "/" + f->name;
+        s += "; echo '== mounts'; cat /proc/self/mountinfo";
+        s += "; echo '== cuda'; probe cuda; probe nvml";
+        s += "; echo '== smi'; nvidia-smi -L";
+        s += "; echo '== open'; probe open";
+        for (const auto& g : m().gpus) s += " /dev/nvidia" + std::to_string(g.minor);
+        for (const auto& g : m().gpus) s += " /hostdev/nvidia" + std::to_string(g.minor);
+        s += "; echo '== proc'; ls /proc/driver/nvidia/gpus";
+        s += "; echo '== ldcache'; /sbin/ldconfig -p 2>&1 || ldconfig -p 2>&1";
+        return s;
+    }
+
+    // Binds every GPU node of the host at /hostdev so that the container can
+    // try to open the ones it was not given: the device cgroup must refuse.
+    static void bind_all_gpus(Bundle& b) {
+        for (const auto& g : m().gpus)
+            b.bind(node() / ("dev/nvidia" + std::to_string(g.minor)),
+                   "/hostdev/nvidia" + std::to_string(g.minor));
+    }
+
+    // What a container given exactly `selected` (indices) with utility,compute
+    // must show. Returns problems by check; empty when all is well.
+    static std::map<std::string, std::vector<std::string>> check_given(
+        const RunResult& r, const std::vector<unsigned>& selected, const std::string& lib_dir) {
+        std::map<std::string, std::vector<std::string>> problems;
+        auto s = sections(r.out);
+        auto expect = [&](const std::string& check, const std::string& section,
+                          const std::string& line) {
+            if (!contains(s[section], line))
+                problems[check].push_back("missing line in " + section + ": " + line);
+        };
+        // Device nodes: exactly the selected GPUs and the control nodes, host numbers.
+        for (const auto& g : m().gpus) {
+            std::string path = "/dev/nvidia" + std::to_string(g.minor);
+            bool want = std::count(selected.begin(), selected.end(), g.index);
+            expect("devices", "dev",
+                   want ? path + " c 195:" + std::to_string(g.minor) : path + " ENOENT");
+        }
+        expect("devices", "dev", "/dev/nvidiactl c 195:255");
+        expect("devices", "dev", "/dev/nvidia-uvm c " + std::to_string(node_major("/dev/nvidia-uvm")) + ":0");
+        expect("devices", "dev",
+               "/dev/nvidia-uvm-tools c " + std::to_string(node_major("/dev/nvidia-uvm-tools")) + ":1");
+        // Libraries of the driver version in the image's library directory, read-only.
+        for (const auto* f : libraries({"utility", "compute"}, false)) {
+            std::string file = lib_dir + "/" + fs::path(f->real_path).filename().string();
+            expect("libraries", "libs", file + " f");
+            bool ro = false;
+            for (const auto& line : s["mounts"])
+                if (line.find(" " + file + " ") != std::string::npos &&
+                    line.find(" ro,") != std::string::npos)
+                    ro = true;
+            if (!ro) problems["libraries"].push_back(file + " is not a read-only mount");
+        }
+        // Loaded by soname through the container's loader, and answering.
+        std::string cuda_line = "cuda init=0 version=" +
+                                std::to_string(std::stoi(m().cuda_version) * 1000 +
+                                               std::stoi(m().cuda_version.substr(m().cuda_version.find('.') + 1)) * 10) +
+                                "(0) count=" + std::to_string(selected.size()) + "(0)";
+        expect("loader", "cuda", cuda_line);
+        expect("loader", "cuda", "nvml init=0 count=" + std::to_string(selected.size()) + "(0)");
+        // nvidia-smi -L lists exactly the selected GPUs.
+        std::set<std::string> want_uuids, got_uuids;
+        for (unsigned i : selected) want_uuids.insert(m().gpus[i].uuid);
+        for (const auto& line : s["smi"])
+            if (auto p = line.find("(UUID: "); p != std::string::npos)
+                got_uuids.insert(line.substr(p + 7, line.find(')', p) - p - 7));
+        if (got_uuids != want_uuids)
+            problems["nvidia-smi"].push_back("nvidia-smi -L shows " + std::to_string(got_uuids.size()) +
+                                             " GPUs, not exactly the selected ones");
+        // The device cgroup: given nodes open (ENXIO: no driver behind them), others refused.
+        for (const auto& g : m().gpus) {
+            bool want = std::count(selected.begin(), selected.end(), g.index);
+            std::string host = "/hostdev/nvidia" + std::to_string(g.minor);
+            expect("cgroup", "open", host + (want ? " ENXIO" : " EPERM"));
+        }
+        // /proc/driver/nvidia/gpus: only the selected GPUs.
+        std::set<std::string> want_bus, got_bus(s["proc"].begin(), s["proc"].end());
+        for (unsigned i : selected) want_bus.insert(m().gpus[i].pci_bus_id);
+        if (got_bus != want_bus)
+            problems["proc"].push_back("/proc/driver/nvidia/gpus does not list exactly the selected GPUs");
+        return problems;
+    }
+
+    static std::string describe(const std::map<std::string, std::vector<std::string>>& problems) {
+        std::string out;
+        for (const auto& [check, list] : problems)
+            for (const auto& p : list) out += check + ": " + p + "\n";
+        return out;
+    }
+
+    static inline TempDir* node_dir_ = nullptr;
+    static inline sim::Manifest* manifest_ = nullptr;
+    static inline fs::path config_;
+    TempDir dir_{"gpubind-e2e"};
+    int count_ = 0;
+};
+
+constexpr const char* kMultiarch = "/usr/lib/x86_64-linux-gnu";
+
+TEST_F(RuncTest, VisibleDevicesByIndexGivesExactlyThoseGpus) {
+    Bundle b = bundle();
+    bind_all_gpus(b);
+    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script(kMultiarch));
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(describe(check_given(r, {0, 2}, kMultiarch)), "") << r.out;
+}
+
+TEST_F(RuncTest, SameByUuidByBusIdAndByVolumeMounts) {
+    write_config("[policy]\naccept-volume-mounts = true\n");
+    const std::string by_uuid = m().gpus[0].uuid + "," + m().gpus[2].uuid;
+    const std::string by_bus = m().gpus[2].pci_bus_id + "," + m().gpus[0].pci_bus_id;
+    for (const std::string& ids : std::vector<std::string>{by_uuid, by_bus}) {
+        SCOPED_TRACE(ids);
+        Bundle b = bundle();
+        bind_all_gpus(b);
+        b.env("NVIDIA_VISIBLE_DEVICES=" + ids).command(inspect_script(kMultiarch));
+        auto r = b.run();
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_EQ(describe(check_given(r, {0, 2}, kMultiarch)), "") << r.out;
+    }
+    Bundle b = bundle();
+    bind_all_gpus(b);
+    // The volume-mount list takes precedence over the variable.
+    b.env("NVIDIA_VISIBLE_DEVICES=1").volume_device(m().gpus[0].uuid).volume_device("2");
+    b.command(inspect_script(kMultiarch));
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(describe(check_given(r, {0, 2}, kMultiarch)), "") << r.out;
+}
+
+TEST_F(RuncTest, Lib64ImageGetsLibrariesInUsrLib64ThroughItsRefreshedCache) {
+    Bundle b = bundle(Layout::Lib64);
+    bind_all_gpus(b);
+    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script("/usr/lib64"));
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(describe(check_given(r, {0, 2}, "/usr/lib64")), "") << r.out;
+    // The image's refreshed cache (read with the host's ldconfig) lists them.
+    auto cache = run_command({"ldconfig", "-p", "-C", (b.rootfs() / "etc/ld.so.cache").string()});
+    EXPECT_THAT(cache.out, HasSubstr("libcuda.so.1 (libc6,x86-64) => /usr/lib64/libcuda.so.1"));
+    EXPECT_THAT(cache.out,
+                HasSubstr("libnvidia-ml.so.1 (libc6,x86-64) => /usr/lib64/libnvidia-ml.so.1"));
+}
+
+TEST_F(RuncTest, ChecksFailWithoutTheHook) {
+    Bundle b = bundle(Layout::Multiarch, /*with_hook=*/false);
+    bind_all_gpus(b);
+    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script(kMultiarch));
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto problems = check_given(r, {0, 2}, kMultiarch);
+    for (const char* check : {"devices", "libraries", "loader", "nvidia-smi", "cgroup", "proc"})
+        EXPECT_TRUE(problems.count(check)) << check << " passed without the hook:\n" << r.out;
+}
+
+TEST_F(RuncTest, NonGpuContainersAreLeftAlone) {
+    for (std::string env : {"NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=",
+                                   "UNRELATED=1", "CUDA_VERSION=12.0|NVIDIA_REQUIRE_CUDA=cuda>=12.0"}) {
+        SCOPED_TRACE(env);
+        Bundle b = bundle();
+        std::string rest = env;
+        while (!rest.empty()) {
+            auto bar = rest.find('|');
+            b.env(rest.substr(0, bar));
+            rest = bar == std::string::npos ? "" : rest.substr(bar + 1);
+        }
+        const std::string before = snapshot_tree(b.rootfs());
+        b.command("ls /dev; ls /usr/lib/x86_64-linux-gnu; ls /proc/driver");
+        auto r = b.run();
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_THAT(r.out, ::testing::Not(HasSubstr("nvidia")));
+        EXPECT_EQ(snapshot_tree(b.rootfs()), before);
+    }
+}
+
+TEST_F(RuncTest, NoneGivesDriverFilesButNoGpu) {
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=none").command("echo '== dev'; ls /dev; echo '== cuda'; probe cuda");
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto s = sections(r.out);
+    EXPECT_TRUE(contains(s["dev"], "nvidiactl")) << r.out;
+    for (const auto& g : m().gpus)
+        EXPECT_FALSE(contains(s["dev"], "nvidia" + std::to_string(g.minor))) << r.out;
+    ASSERT_EQ(s["cuda"].size(), 1u) << r.out;
+    EXPECT_THAT(s["cuda"][0], HasSubstr("count=0(0)"));
+}
+
+TEST_F(RuncTest, LegacyCudaImageGetsAllGpusAndAllCapabilities) {
+    Bundle b = bundle();
+    b.env("CUDA_VERSION=12.0");
+    std::string script = "echo '== dev'; ls /dev; echo '== libs'; probe stat";
+    for (const auto& f : m().files)
+        if (f.kind == "library")
+            script += std::string(" ") + (f.compat32 ? "/usr/lib/i386-linux-gnu/" : "/usr/lib/x86_64-linux-gnu/") +
+                      fs::path(f.real_path).filename().string();
+    auto r = b.command(script).run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto s = sections(r.out);
+    for (const auto& g : m().gpus)
+        EXPECT_TRUE(contains(s["dev"], "nvidia" + std::to_string(g.minor))) << r.out;
+    for (const auto& line : s["libs"]) EXPECT_THAT(line, ::testing::EndsWith(" f"));
+    EXPECT_EQ(s["libs"].size(), std::count_if(m().files.begin(), m().files.end(),
+                                              [](const auto& f) { return f.kind == "library"; }));
+}
+
+// A refused start: runc fails with gpubind's one line, and nothing on the
+// host changed (mount table, the node, the rootfs).
+class RefusedTest : public RuncTest {
+protected:
+    void expect_refused(Bundle& b, const std::string& message) {
+        const std::string mounts = host_mounts(), node_tree = snapshot_tree(node()),
+                          rootfs = snapshot_tree(b.rootfs());
+        auto r = b.command("echo started").run();
+        EXPECT_NE(r.exit_code, 0);
+        EXPECT_THAT(r.out, ::testing::Not(HasSubstr("started")));
+        EXPECT_THAT(r.err, HasSubstr("gpubind-hook: " + message));
+        EXPECT_EQ(host_mounts(), mounts);
+        EXPECT_EQ(snapshot_tree(b.rootfs()), rootfs);
+        // The hook's log grows; nothing else in the node changes.
+        auto strip_log = [](std::string tree) {
+            std::istringstream in(tree);
+            std::string line, out;
+            while (std::getline(in, line))
+                if (line.rfind("hook.log", 0) != 0) out += line + "\n";
+            return out;
+        };
+        EXPECT_EQ(strip_log(snapshot_tree(node())), strip_log(node_tree));
+    }
+};
+
+TEST_F(RefusedTest, UnknownDeviceId) {
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=0,7");
+    expect_refused(b, "select device 7: no GPU with this index (the node has 4)");
+}
+
+TEST_F(RefusedTest, UnsatisfiedCudaRequirement) {
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_REQUIRE_CUDA=cuda>=99.0");
+    expect_refused(b, "check requirement NVIDIA_REQUIRE_CUDA");
+}
+
+TEST_F(RefusedTest, UnprivilegedRequestWhenPolicyRefusesIt) {
+    write_config("[policy]\naccept-envvar-unprivileged = false\n");
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=0");
+    expect_refused(b, "refuse request");
+}
+
+}  // namespace
+}  // namespace gpubind::test

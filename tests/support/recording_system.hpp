@@ -1,0 +1,293 @@
+// A System that acts on an in-memory model of the host and the container
+// instead of the kernel, and records every call as a line of text, for
+// testing execute()'s order and rollback without root.
+//
+// Descriptors it hands out are real (each a /dev/null descriptor, so that Fd
+// can close them), labelled with what they stand for: "root:/usr/lib" (a
+// directory inside the container root), "tree:/host/x" (a detached bind mount
+// of a host path), "tmpfs:/gpus" (a directory in the proc view tmpfs),
+// "ns:container", "ns:own", "cgroup:<file>", "pidfd", "cwd", "exe:<path>".
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpubind/error.hpp"
+#include "gpubind/exec.hpp"
+
+namespace gpubind::test {
+
+class RecordingSystem : public System {
+public:
+    using Type = FileInfo::Type;
+
+    struct Mount {
+        std::string source;  // label of what was attached ("tree:/host/x", "tmpfs")
+        unsigned flags = 0;  // MountFlag bits set on it before or after attaching
+    };
+
+    // --- The model ---
+    std::map<std::string, FileInfo> host;  // host paths open_tree and friends find
+    std::map<std::string, FileInfo> root{{"/", {Type::Directory, 0, 0}}};  // container paths
+    std::map<std::string, std::string> links;     // container symlink -> target
+    std::map<std::string, FileInfo> tmpfs;        // the proc view: "/version", "/gpus", ...
+    std::map<std::string, std::string> contents;  // files written: "tmpfs:/version" -> text
+    std::map<std::string, Mount> mounted;         // container path (or "tmpfs:/x") -> mount
+    std::set<std::string> allowed;                // device rules now allowed (allow - deny)
+    std::vector<std::string> ldconfig_args;       // of the last run
+    std::string proc_cgroup = "5:devices:/ctr\n0::/\n";
+    std::string mountinfo =
+        "36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n";
+    std::string devices_list = "c 1:3 rwm\n";
+    bool shares_namespace = false;  // the container is in our mount namespace
+    bool in_container = false;      // which mount namespace we are in
+
+    // --- The record ---
+    std::vector<std::string> calls;
+    // Calls for which this returns true fail with Error(EIO, "injected", line).
+    std::function<bool(std::size_t index, const std::string& line)> fail_if;
+
+    void fail_at(std::size_t k) {
+        fail_if = [k](std::size_t i, const std::string&) { return i == k; };
+    }
+
+    // --- System ---
+
+    Fd open_process(pid_t pid) override {
+        call("open_process " + std::to_string(pid), false);
+        return make("pidfd");
+    }
+    Fd open_mount_ns(int, pid_t pid) override {
+        call("open_mount_ns " + std::to_string(pid), false);
+        return make("ns:container");
+    }
+    std::string read_proc(int, pid_t pid, const std::string& name) override {
+        call("read_proc " + std::to_string(pid) + " " + name, false);
+        return name == "cgroup" ? proc_cgroup : std::string();
+    }
+    Fd open_own_mount_ns() override {
+        call("open_own_mount_ns", false);
+        return make("ns:own");
+    }
+    Fd open_cwd() override {
+        call("open_cwd", false);
+        return make("cwd");
+    }
+    bool same_file(int a, int b) override {
+        call("same_file " + label(a) + " " + label(b), false);
+        return shares_namespace || label(a) == label(b);
+    }
+    std::string read_host_file(const std::filesystem::path& p) override {
+        call("read_host_file " + p.string(), false);
+        if (p == "/proc/self/mountinfo") return mountinfo;
+        if (p.filename() == "devices.list") return devices_list;
+        throw Error(ENOENT, "read", p.string());
+    }
+    Fd open_tree(const std::filesystem::path& p) override {
+        call("open_tree " + p.string(), false);
+        if (!host.count(p.string())) throw Error(ENOENT, "open mount source", p.string());
+        return make("tree:" + p.string());
+    }
+    Fd open_executable(const std::filesystem::path& p) override {
+        call("open_executable " + p.string(), false);
+        return make("exe:" + p.string());
+    }
+    Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) override {
+        call("open_cgroup_file " + (dir / name).string(), false);
+        return make("cgroup:" + (dir / name).string());
+    }
+    void write_rule(int fd, const std::string& rule, const std::string&) override {
+        std::string l = label(fd);
+        call("write_rule " + l + " " + rule, std::nullopt);
+        if (l.ends_with("devices.allow"))
+            allowed.insert(rule);
+        else if (l.ends_with("devices.deny"))
+            allowed.erase(rule);
+    }
+    FileInfo stat_fd(int fd) override {
+        std::string l = label(fd);
+        call("stat_fd " + l, std::nullopt);
+        if (l.starts_with("tree:")) return host.at(l.substr(5));
+        return lookup(l);
+    }
+    void enter_mount_ns(int fd) override {
+        std::string l = label(fd);
+        call("enter_mount_ns " + l, std::nullopt);
+        in_container = l == "ns:container";
+    }
+    void change_dir(int fd) override { call("change_dir " + label(fd), std::nullopt); }
+
+    Fd open_root(const std::filesystem::path& rootfs) override {
+        call("open_root " + rootfs.string(), true);
+        return make("root:/");
+    }
+    Fd open_dir_in_root(int, const std::filesystem::path& p) override {
+        call("open_dir_in_root " + p.string(), true);
+        std::string cur;
+        for (const auto& c : p.relative_path()) {
+            cur += "/" + c.string();
+            auto it = root.find(cur);
+            // Symlinks in the model lead nowhere (dangling), as open_in_root would find.
+            if (it == root.end() || it->second.type == Type::Symlink) return Fd();
+            if (it->second.type != Type::Directory) throw Error(ENOTDIR, "open", cur);
+        }
+        return make("root:" + (cur.empty() ? "/" : cur));
+    }
+    FileInfo stat_at(int dir, const std::string& name) override {
+        std::string p = child(dir, name);
+        call("stat_at " + p, true);
+        return lookup(p);
+    }
+    std::string read_link_at(int dir, const std::string& name) override {
+        std::string p = child(dir, name);
+        call("read_link_at " + p, true);
+        return links.at(strip(p));
+    }
+    Fd make_dir(int dir, const std::string& name, unsigned) override {
+        std::string p = child(dir, name);
+        call("make_dir " + p, true);
+        create(p, {Type::Directory, 0, 0});
+        return make(p);
+    }
+    void make_file(int dir, const std::string& name, unsigned) override {
+        std::string p = child(dir, name);
+        call("make_file " + p, true);
+        create(p, {Type::Regular, 0, 0});
+    }
+    void write_file_at(int dir, const std::string& name, const std::string& data,
+                       unsigned) override {
+        std::string p = child(dir, name);
+        call("write_file_at " + p, true);
+        create(p, {Type::Regular, 0, 0});
+        contents[p] = data;
+    }
+    void make_symlink(const std::string& target, int dir, const std::string& name) override {
+        std::string p = child(dir, name);
+        call("make_symlink " + p + " -> " + target, true);
+        create(p, {Type::Symlink, 0, 0});
+        links[strip(p)] = target;
+    }
+    Fd open_at(int dir, const std::string& name) override {
+        std::string p = child(dir, name);
+        call("open_at " + p, true);
+        if (lookup(p).type == Type::Missing) throw Error(ENOENT, "open", p);
+        return make(p);
+    }
+    void remove(int dir, const std::string& name, bool directory) override {
+        std::string p = child(dir, name);
+        call(std::string("remove ") + p + (directory ? " (dir)" : ""), true);
+        auto& m = model(p);
+        std::string key = strip(p);
+        auto it = m.find(key);
+        if (it == m.end()) throw Error(ENOENT, "remove", p);
+        if (directory != (it->second.type == Type::Directory)) throw Error(EISDIR, "remove", p);
+        for (const auto& [k, v] : m)
+            if (k.starts_with(key + "/")) throw Error(ENOTEMPTY, "remove", p);
+        if (mounted.count(p)) throw Error(EBUSY, "remove", p);
+        m.erase(it);
+        links.erase(key);
+    }
+    void set_mount_flags(int fd, unsigned flags) override {
+        std::string l = label(fd);
+        call("set_mount_flags " + l + " " + flag_names(flags), std::nullopt);
+        flags_[l] |= flags;
+    }
+    void attach(int mount_fd, int target_fd) override {
+        std::string from = label(mount_fd), to = label(target_fd);
+        call("attach " + from + " -> " + to, true);
+        if (lookup(to).type == Type::Missing) throw Error(ENOENT, "attach", to);
+        mounted[to] = {from, flags_[from]};
+    }
+    void detach(int dir, const std::string& name) override {
+        std::string p = child(dir, name);
+        call("detach " + p, true);
+        if (!mounted.erase(p)) throw Error(EINVAL, "unmount", p);
+    }
+    Fd make_tmpfs() override {
+        call("make_tmpfs", true);
+        tmpfs.clear();
+        tmpfs["/"] = {Type::Directory, 0, 0};
+        flags_["tmpfs:/"] = kMountNoSuid | kMountNoDev | kMountNoExec;
+        return make("tmpfs:/");
+    }
+    void run(int exe, const std::string& what, const std::vector<std::string>& args,
+             std::chrono::milliseconds) override {
+        std::string line = "run " + label(exe);
+        for (const auto& a : args) line += " " + a;
+        call(line, true);
+        (void)what;
+        ldconfig_args = args;
+    }
+
+    // --- Helpers for tests ---
+
+    static std::string flag_names(unsigned flags) {
+        std::string s;
+        auto add = [&](unsigned bit, const char* name) {
+            if (flags & bit) s += (s.empty() ? "" : ",") + std::string(name);
+        };
+        add(kMountReadOnly, "ro");
+        add(kMountNoSuid, "nosuid");
+        add(kMountNoDev, "nodev");
+        add(kMountNoExec, "noexec");
+        return s.empty() ? "none" : s;
+    }
+
+    const std::string& label(int fd) const { return labels_.at(fd); }
+
+private:
+    // Records the call, fails it when told to, and checks the namespace:
+    // true: only inside the container's; false: only in our own; nullopt: either.
+    void call(const std::string& line, std::optional<bool> container) {
+        std::size_t index = calls.size();
+        calls.push_back(line);
+        if (container && *container != in_container)
+            throw Error(EPERM, "wrong mount namespace", line,
+                        *container ? "must run inside the container's mount namespace"
+                                   : "must run in the host's mount namespace");
+        if (fail_if && fail_if(index, line)) throw Error(EIO, "injected", line);
+    }
+
+    Fd make(const std::string& what) {
+        int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) throw Error(errno, "open", "/dev/null");
+        labels_[fd] = what;
+        return Fd(fd);
+    }
+
+    // "root:/usr" + "lib" -> "root:/usr/lib"
+    std::string child(int dir, const std::string& name) const {
+        std::string l = label(dir);
+        if (l.starts_with("root:") || l.starts_with("tmpfs:"))
+            return l + (l.ends_with("/") ? "" : "/") + name;
+        throw Error(EBADF, "not a directory descriptor", l);
+    }
+    static std::string strip(const std::string& l) { return l.substr(l.find(':') + 1); }
+    std::map<std::string, FileInfo>& model(const std::string& l) {
+        return l.starts_with("tmpfs:") ? tmpfs : root;
+    }
+    FileInfo lookup(const std::string& l) {
+        auto& m = model(l);
+        auto it = m.find(strip(l));
+        return it == m.end() ? FileInfo{} : it->second;
+    }
+    void create(const std::string& l, FileInfo info) {
+        auto& m = model(l);
+        std::string key = strip(l);
+        if (m.count(key)) throw Error(EEXIST, "create", l);
+        m[key] = info;
+    }
+
+    std::map<int, std::string> labels_;
+    std::map<std::string, unsigned> flags_;
+};
+
+}  // namespace gpubind::test

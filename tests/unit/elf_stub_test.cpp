@@ -1,0 +1,142 @@
+// The stub shared objects: the system's ldconfig files them with the right
+// flags and the dynamic loader loads the 64-bit one.
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "gpubind/elf_stub.hpp"
+#include "gpubind/error.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+using elf::Machine;
+
+struct Output {
+    int status = -1;
+    std::string text;
+};
+
+// Runs a shell command and returns its exit status and standard output.
+Output run(const std::string& command) {
+    Output out;
+    FILE* p = ::popen(command.c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.text.append(buf, n);
+    const int st = ::pclose(p);
+    out.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+void write_file(const std::filesystem::path& path, const std::string& bytes) {
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream f(path, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    ASSERT_TRUE(f.good()) << path;
+}
+
+TEST(ElfStub, HeadersDescribeAnElfSharedObjectForTheMachine) {
+    const std::string so64 = elf::make_shared_object(Machine::X86_64, "libstub.so.1");
+    ASSERT_GE(so64.size(), sizeof(Elf64_Ehdr));
+    Elf64_Ehdr eh64;
+    std::memcpy(&eh64, so64.data(), sizeof eh64);
+    EXPECT_EQ(std::memcmp(eh64.e_ident, ELFMAG, SELFMAG), 0);
+    EXPECT_EQ(eh64.e_ident[EI_CLASS], ELFCLASS64);
+    EXPECT_EQ(eh64.e_ident[EI_DATA], ELFDATA2LSB);
+    EXPECT_EQ(eh64.e_type, ET_DYN);
+    EXPECT_EQ(eh64.e_machine, EM_X86_64);
+
+    const std::string so32 = elf::make_shared_object(Machine::I386, "libstub.so.1");
+    ASSERT_GE(so32.size(), sizeof(Elf32_Ehdr));
+    Elf32_Ehdr eh32;
+    std::memcpy(&eh32, so32.data(), sizeof eh32);
+    EXPECT_EQ(eh32.e_ident[EI_CLASS], ELFCLASS32);
+    EXPECT_EQ(eh32.e_type, ET_DYN);
+    EXPECT_EQ(eh32.e_machine, EM_386);
+}
+
+TEST(ElfStub, ReadelfSeesTheSoname) {
+    test::TempDir dir;
+    for (auto [machine, name] : {std::pair{Machine::X86_64, "libsixty.so.4"},
+                                 std::pair{Machine::I386, "libthirty.so.2"}}) {
+        const auto path = dir / name;
+        write_file(path, elf::make_shared_object(machine, name));
+        const Output out = run("readelf -d '" + path.string() + "' 2>&1");
+        ASSERT_EQ(out.status, 0) << out.text;
+        EXPECT_NE(out.text.find(std::string("Library soname: [") + name + "]"),
+                  std::string::npos)
+            << out.text;
+        EXPECT_NE(out.text.find("Shared library: [libc.so.6]"), std::string::npos) << out.text;
+    }
+}
+
+TEST(ElfStub, SystemLdconfigFilesThemWithTheirFlags) {
+    test::TempDir root;
+    write_file(root / "opt/stub64/libsixty.so.4",
+               elf::make_shared_object(Machine::X86_64, "libsixty.so.4"));
+    write_file(root / "opt/stub32/libthirty.so.2",
+               elf::make_shared_object(Machine::I386, "libthirty.so.2"));
+    write_file(root / "etc/ld.so.conf", "/opt/stub64\n/opt/stub32\n");
+
+    const std::string r = root.path().string();
+    const Output build = run("ldconfig -r '" + r + "' -X 2>&1");
+    ASSERT_EQ(build.status, 0) << build.text;
+    const Output list = run("ldconfig -p -C '" + r + "/etc/ld.so.cache'");
+    ASSERT_EQ(list.status, 0);
+    EXPECT_NE(list.text.find("\tlibsixty.so.4 (libc6,x86-64) => /opt/stub64/libsixty.so.4\n"),
+              std::string::npos)
+        << list.text;
+    EXPECT_NE(list.text.find("\tlibthirty.so.2 (libc6) => /opt/stub32/libthirty.so.2\n"),
+              std::string::npos)
+        << list.text;
+    EXPECT_EQ(list.text.find("2 libs found in cache"), 0u) << list.text;
+}
+
+TEST(ElfStub, DynamicLoaderOpensTheSixtyFourBitOne) {
+    test::TempDir dir;
+    const auto a = dir / "libstub-a.so.1";
+    const auto b = dir / "libstub-b.so.7";
+    write_file(a, elf::make_shared_object(Machine::X86_64, "libstub-a.so.1"));
+    write_file(b, elf::make_shared_object(Machine::X86_64, "libstub-b.so.7"));
+
+    void* ha = ::dlopen(a.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(ha, nullptr) << ::dlerror();
+    void* hb = ::dlopen(b.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(hb, nullptr) << ::dlerror();
+    EXPECT_NE(ha, hb);
+
+    link_map* map = nullptr;
+    ASSERT_EQ(::dlinfo(ha, RTLD_DI_LINKMAP, &map), 0) << ::dlerror();
+    EXPECT_EQ(std::string(map->l_name), a.string());
+    // Nothing to find in it, but the lookup goes through its hash table.
+    EXPECT_EQ(::dlsym(ha, "no_such_symbol"), nullptr);
+
+    EXPECT_EQ(::dlclose(hb), 0);
+    EXPECT_EQ(::dlclose(ha), 0);
+}
+
+TEST(ElfStub, RejectsNamesThatAreNotFileNames) {
+    for (std::string_view bad : {std::string_view(""), std::string_view("lib/x.so"),
+                                 std::string_view("libx\0.so", 8)}) {
+        try {
+            elf::make_shared_object(Machine::X86_64, bad);
+            ADD_FAILURE() << "accepted " << bad;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), EINVAL);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace gpubind

@@ -1,0 +1,565 @@
+// execute() for real (needs root): a throwaway "container" (a child process in
+// a private mount namespace of its own) with a rootfs directory, real mounts,
+// a device node, the proc view tmpfs, v1 device cgroups and ldconfig; hostile
+// rootfs trees. What the container sees is read through /proc/<pid>/root and
+// /proc/<pid>/mountinfo; the host is checked to be unchanged.
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpubind/elf_stub.hpp"
+#include "gpubind/error.hpp"
+#include "gpubind/exec.hpp"
+#include "gpubind/file.hpp"
+#include "gpubind/strings.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+void write(const fs::path& p, const std::string& text, fs::perms perms = fs::perms(0644)) {
+    {
+        std::ofstream out(p, std::ios::binary);
+        out << text;
+        ASSERT_TRUE(out.good()) << p;
+    }
+    fs::permissions(p, perms);
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) return "<cannot open " + p.string() + ": " + std::strerror(errno) + ">";
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// A child in a private mount namespace, alive until the object goes.
+class FakeContainer {
+public:
+    FakeContainer() {
+        int ready[2], hold[2];
+        if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0)
+            throw Error(errno, "pipe");
+        pid_ = ::fork();
+        if (pid_ < 0) throw Error(errno, "fork");
+        if (pid_ == 0) {
+            ::close(ready[0]);
+            ::close(hold[1]);
+            char ok = 'y';
+            if (::unshare(CLONE_NEWNS) != 0 ||
+                ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+                ok = 'n';
+            if (::write(ready[1], &ok, 1) != 1) ::_exit(1);
+            char c;
+            for (;;) {
+                ssize_t r = ::read(hold[0], &c, 1);
+                if (r < 0 && errno == EINTR) continue;
+                break;
+            }
+            ::_exit(0);
+        }
+        ::close(ready[1]);
+        ::close(hold[0]);
+        hold_ = hold[1];
+        char ok = 0;
+        ssize_t r = ::read(ready[0], &ok, 1);
+        ::close(ready[0]);
+        if (r != 1 || ok != 'y') throw Error(EPERM, "unshare", "fake container");
+    }
+    ~FakeContainer() {
+        ::close(hold_);
+        int status = 0;
+        ::waitpid(pid_, &status, 0);
+    }
+    FakeContainer(const FakeContainer&) = delete;
+    FakeContainer& operator=(const FakeContainer&) = delete;
+
+    pid_t pid() const { return pid_; }
+    // A host path as the container's mount namespace sees it.
+    fs::path view(const fs::path& p) const {
+        return fs::path("/proc/" + std::to_string(pid_) + "/root") / p.relative_path();
+    }
+    std::string mountinfo() const {
+        return read_file("/proc/" + std::to_string(pid_) + "/mountinfo", 16u << 20);
+    }
+
+private:
+    pid_t pid_ = -1;
+    int hold_ = -1;
+};
+
+struct MountEntry {
+    std::string point;
+    std::set<std::string> options;  // per-mount options
+    std::string fstype;
+};
+
+std::string unescape(const std::string& s) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\\' && i + 3 < s.size()) {
+            out.push_back(
+                static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
+            i += 3;
+        } else {
+            out.push_back(s[i]);
+        }
+    }
+    return out;
+}
+
+std::vector<MountEntry> parse_mountinfo(const std::string& text) {
+    std::vector<MountEntry> out;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream ls(line);
+        std::vector<std::string> f;
+        std::string w;
+        while (ls >> w) f.push_back(w);
+        if (f.size() < 7) continue;
+        MountEntry e;
+        e.point = unescape(f[4]);
+        for (auto o : split(f[5], ',')) e.options.insert(std::string(o));
+        for (std::size_t i = 6; i + 1 < f.size(); ++i)
+            if (f[i] == "-") e.fstype = f[i + 1];
+        out.push_back(e);
+    }
+    return out;
+}
+
+// The topmost mount at `point`, or nullptr.
+const MountEntry* mount_at(const std::vector<MountEntry>& mounts, const fs::path& point) {
+    const MountEntry* found = nullptr;
+    for (const auto& m : mounts)
+        if (m.point == point.string()) found = &m;
+    return found;
+}
+
+// Every entry under `dir` (not following symlinks), with its type and what matters of it.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+    std::map<std::string, std::string> out;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+         it.increment(ec)) {
+        struct stat st {};
+        if (::lstat(it->path().c_str(), &st) != 0) continue;
+        std::string what;
+        if (S_ISLNK(st.st_mode))
+            what = "link:" + fs::read_symlink(it->path()).string();
+        else if (S_ISDIR(st.st_mode))
+            what = "dir";
+        else if (S_ISREG(st.st_mode))
+            what = "file:" + std::to_string(st.st_size) + ":" + slurp(it->path());
+        else if (S_ISCHR(st.st_mode))
+            what = "chr:" + std::to_string(major(st.st_rdev)) + ":" +
+                   std::to_string(minor(st.st_rdev));
+        else
+            what = "other:" + std::to_string(st.st_mode & S_IFMT);
+        out[fs::relative(it->path(), dir).string()] = what;
+    }
+    return out;
+}
+
+std::set<std::string> lines_of(const std::string& text) {
+    std::set<std::string> out;
+    for (auto l : split(text, '\n'))
+        if (!l.empty()) out.insert(std::string(l));
+    return out;
+}
+
+std::string run_command(const std::string& cmd) {
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+    return out;
+}
+
+constexpr unsigned kLibFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
+constexpr const char* kLib = "libgpubind-exec-test.so.1";
+constexpr const char* kLibDir = "/usr/lib/x86_64-linux-gnu";
+constexpr const char* kLibDirRel = "usr/lib/x86_64-linux-gnu";
+
+class ExecLinux : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
+        rootfs_ = dir_ / "rootfs";
+        host_ = dir_ / "host";
+        tripwire_ = dir_ / "tripwire";
+        for (const char* d : {"dev", "usr/lib", "usr/bin", "etc", "proc", "lib"})
+            fs::create_directories(rootfs_ / d);
+        write(rootfs_ / "etc/ld.so.conf", "");
+        for (const char* d :
+             {"lib", "bin", "dev", "firmware/1.0", "proc/driver/nvidia/capabilities/gpu0/mig/gi1"})
+            fs::create_directories(host_ / d);
+        write(host_ / "lib" / kLib, "LIBFAKE");
+        write(host_ / "bin/fake-smi", "#!/bin/sh\necho fake\n", fs::perms(0755));
+        write(host_ / "firmware/1.0/gsp.bin", "FIRMWARE");
+        write(host_ / "proc/driver/nvidia/capabilities/gpu0/mig/gi1/access",
+              "DeviceFileMinor: 1\n");
+        ASSERT_EQ(::mknod((host_ / "dev/nvidia-test0").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+        fs::create_directories(tripwire_);
+        write(tripwire_ / "file", "TRIPWIRE");
+
+        host_mountinfo_ = read_file("/proc/self/mountinfo", 16u << 20);
+        host_root_ = list_dir("/");
+        host_ns_ = fs::read_symlink("/proc/self/ns/mnt");
+        cwd_ = fs::current_path();
+        host_ldcache_ = slurp("/etc/ld.so.cache");
+    }
+
+    static std::set<std::string> list_dir(const fs::path& p) {
+        std::set<std::string> out;
+        for (const auto& e : fs::directory_iterator(p)) out.insert(e.path().filename().string());
+        return out;
+    }
+
+    Plan make_plan() const {
+        Plan plan;
+        plan.devices.push_back({{"/dev/nvidia0", host_ / "dev/nvidia-test0", 1, 3, 0666}, "GPU 0"});
+        plan.mounts.push_back(
+            {host_ / "lib" / kLib, fs::path(kLibDir) / kLib, false, kLibFlags, "compute library"});
+        plan.mounts.push_back(
+            {host_ / "bin/fake-smi", "/usr/bin/fake-smi", false, kLibFlags, "utility"});
+        plan.mounts.push_back({host_ / "firmware/1.0", "/lib/firmware/nvidia/1.0", true,
+                               kLibFlags | kMountNoExec, "firmware"});
+        plan.symlinks.push_back({fs::path(kLibDir) / "libgpubind-exec-test.so", kLib});
+        ProcView view;
+        view.version = "NVRM version: test 1.0\n";
+        view.params = "ModifyDeviceFiles: 0\n";
+        view.gpus.push_back({"0000:01:00.0", "Model: \t\t Test GPU\n"});
+        view.capability_files.push_back(host_ /
+                                        "proc/driver/nvidia/capabilities/gpu0/mig/gi1/access");
+        plan.proc = view;
+        return plan;
+    }
+
+    Target target_for(const FakeContainer& c, bool cgroups = false) const {
+        Target t;
+        t.pid = c.pid();
+        t.rootfs = rootfs_;
+        t.cgroups = cgroups;
+        return t;
+    }
+
+    // Nothing outside the rootfs changed: the host's mounts, its "/", the
+    // tripwire, the sources, the host's ld.so.cache; the new mounts in the
+    // container are all under the rootfs; we are back in our namespace.
+    void expect_contained(const FakeContainer& c, const std::string& container_before) {
+        EXPECT_EQ(read_file("/proc/self/mountinfo", 16u << 20), host_mountinfo_);
+        EXPECT_EQ(list_dir("/"), host_root_);
+        EXPECT_EQ(list_dir(tripwire_), std::set<std::string>{"file"});
+        EXPECT_EQ(slurp(tripwire_ / "file"), "TRIPWIRE");
+        EXPECT_EQ(slurp(c.view(tripwire_ / "file")), "TRIPWIRE");
+        EXPECT_EQ(slurp(host_ / "lib" / kLib), "LIBFAKE");
+        EXPECT_EQ(slurp("/etc/ld.so.cache"), host_ldcache_);
+        EXPECT_EQ(fs::read_symlink("/proc/self/ns/mnt"), host_ns_);
+        EXPECT_EQ(fs::current_path(), cwd_);
+        std::set<std::string> before = lines_of(container_before);
+        for (const auto& line : lines_of(c.mountinfo())) {
+            if (before.count(line)) continue;
+            auto m = parse_mountinfo(line);
+            ASSERT_EQ(m.size(), 1u) << line;
+            EXPECT_EQ(m[0].point.rfind(rootfs_.string() + "/", 0), 0u)
+                << "a mount outside the rootfs: " << line;
+        }
+    }
+
+    // A failed execute left the container as it was.
+    void expect_rolled_back(const FakeContainer& c, const std::string& container_before,
+                            const std::map<std::string, std::string>& rootfs_before) {
+        EXPECT_EQ(c.mountinfo(), container_before);
+        EXPECT_EQ(snapshot(rootfs_), rootfs_before);
+        expect_contained(c, container_before);
+    }
+
+    // Runs the plan expecting an Error mentioning `needle` and a full rollback.
+    void expect_refused(const Plan& plan, const std::string& needle) {
+        FakeContainer c;
+        const std::string before = c.mountinfo();
+        const auto rootfs_before = snapshot(rootfs_);
+        try {
+            execute(plan, target_for(c));
+            ADD_FAILURE() << "accepted; wanted an error with '" << needle << "'";
+        } catch (const Error& e) {
+            EXPECT_THAT(e.what(), HasSubstr(needle));
+        }
+        expect_rolled_back(c, before, rootfs_before);
+    }
+
+    test::TempDir dir_{"gpubind-exec"};
+    fs::path rootfs_, host_, tripwire_;
+    std::string host_mountinfo_, host_ldcache_;
+    std::set<std::string> host_root_;
+    fs::path host_ns_, cwd_;
+};
+
+TEST_F(ExecLinux, CarriesOutThePlanInsideTheContainerOnly) {
+    FakeContainer c;
+    const std::string before = c.mountinfo();
+    const Plan plan = make_plan();
+    execute(plan, target_for(c));
+    const auto mounts = parse_mountinfo(c.mountinfo());
+
+    // The device: the host's node, usable (not nodev), nosuid and noexec.
+    struct stat st {};
+    ASSERT_EQ(::stat(c.view(rootfs_ / "dev/nvidia0").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+    EXPECT_EQ(major(st.st_rdev), 1u);
+    EXPECT_EQ(minor(st.st_rdev), 3u);
+    {
+        Fd dev(::open(c.view(rootfs_ / "dev/nvidia0").c_str(), O_WRONLY | O_CLOEXEC));
+        ASSERT_TRUE(dev) << std::strerror(errno);
+        EXPECT_EQ(::write(dev.get(), "x", 1), 1);
+    }
+    const MountEntry* m = mount_at(mounts, rootfs_ / "dev/nvidia0");
+    ASSERT_NE(m, nullptr);
+    EXPECT_TRUE(m->options.count("nosuid"));
+    EXPECT_TRUE(m->options.count("noexec"));
+    EXPECT_FALSE(m->options.count("nodev"));
+
+    // Files and a directory, read-only, nosuid, nodev.
+    EXPECT_EQ(slurp(c.view(rootfs_ / kLibDirRel / kLib)), "LIBFAKE");
+    m = mount_at(mounts, rootfs_ / "usr/lib/x86_64-linux-gnu" / kLib);
+    ASSERT_NE(m, nullptr);
+    for (const char* o : {"ro", "nosuid", "nodev"}) EXPECT_TRUE(m->options.count(o)) << o;
+    EXPECT_EQ(::open(c.view(rootfs_ / kLibDirRel / kLib).c_str(), O_WRONLY | O_CLOEXEC), -1);
+    EXPECT_EQ(errno, EROFS);
+    EXPECT_EQ(slurp(c.view(rootfs_ / "usr/bin/fake-smi")), "#!/bin/sh\necho fake\n");
+    EXPECT_EQ(slurp(c.view(rootfs_ / "lib/firmware/nvidia/1.0/gsp.bin")), "FIRMWARE");
+    m = mount_at(mounts, rootfs_ / "lib/firmware/nvidia/1.0");
+    ASSERT_NE(m, nullptr);
+    for (const char* o : {"ro", "nosuid", "nodev", "noexec"}) EXPECT_TRUE(m->options.count(o)) << o;
+
+    // The symlink is on disk.
+    EXPECT_EQ(fs::read_symlink(rootfs_ / kLibDirRel / "libgpubind-exec-test.so"), kLib);
+
+    // The proc view: a read-only tmpfs with the plan's contents and the capability file.
+    const fs::path proc = rootfs_ / "proc/driver/nvidia";
+    EXPECT_EQ(slurp(c.view(proc / "version")), plan.proc->version);
+    EXPECT_EQ(slurp(c.view(proc / "params")), plan.proc->params);
+    EXPECT_EQ(slurp(c.view(proc / "gpus/0000:01:00.0/information")),
+              plan.proc->gpus[0].information);
+    EXPECT_EQ(slurp(c.view(proc / "capabilities/gpu0/mig/gi1/access")), "DeviceFileMinor: 1\n");
+    m = mount_at(mounts, proc);
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(m->fstype, "tmpfs");
+    for (const char* o : {"ro", "nosuid", "nodev", "noexec"}) EXPECT_TRUE(m->options.count(o)) << o;
+    EXPECT_EQ(::mkdir(c.view(proc / "extra").c_str(), 0755), -1);
+
+    // On the host the mount points are plain empty files and directories.
+    struct stat host_st {};
+    ASSERT_EQ(::lstat((rootfs_ / "dev/nvidia0").c_str(), &host_st), 0);
+    EXPECT_TRUE(S_ISREG(host_st.st_mode));
+    EXPECT_EQ(host_st.st_size, 0);
+    EXPECT_EQ(fs::file_size(rootfs_ / kLibDirRel / kLib), 0u);
+    EXPECT_TRUE(fs::is_empty(rootfs_ / "proc/driver/nvidia"));
+    expect_contained(c, before);
+}
+
+TEST_F(ExecLinux, AFailingStepLeavesTheContainerAsItWas) {
+    // A source that does not exist: found on the host side, nothing is touched.
+    {
+        Plan plan = make_plan();
+        plan.mounts.push_back(
+            {host_ / "lib/missing.so", "/usr/lib/missing.so", false, kLibFlags, "missing"});
+        expect_refused(plan, "missing.so: No such file or directory");
+    }
+    // A conflict after devices, mounts and directories were made.
+    {
+        Plan plan = make_plan();
+        write(rootfs_ / "etc/taken", "image file");
+        plan.symlinks.push_back({"/etc/taken", "elsewhere"});
+        expect_refused(plan, "/etc/taken: exists and is a regular file");
+    }
+    // ldconfig fails (the image has no /etc) after everything, proc view included.
+    {
+        fs::remove_all(rootfs_ / "etc");
+        Plan plan = make_plan();
+        plan.library_dirs = {kLibDir};
+        plan.refresh_ldcache = true;
+        expect_refused(plan, "exited with status 1");
+    }
+}
+
+TEST_F(ExecLinux, LibraryDirectorySymlinkedToSlashStaysInTheRoot) {
+    fs::remove_all(rootfs_ / "usr/lib");
+    fs::create_directories(rootfs_ / "usr");
+    fs::create_symlink("/", rootfs_ / "usr/lib");
+    fs::create_directories(rootfs_ / "x86_64-linux-gnu");
+    FakeContainer c;
+    const std::string before = c.mountinfo();
+    execute(make_plan(), target_for(c));
+    // /usr/lib/x86_64-linux-gnu is <rootfs>/x86_64-linux-gnu.
+    EXPECT_EQ(slurp(c.view(rootfs_ / "x86_64-linux-gnu" / kLib)), "LIBFAKE");
+    EXPECT_FALSE(fs::exists(fs::path("/x86_64-linux-gnu") / kLib));
+    EXPECT_FALSE(fs::exists(c.view(fs::path("/x86_64-linux-gnu") / kLib)));
+    expect_contained(c, before);
+}
+
+TEST_F(ExecLinux, MountTargetThatIsADanglingLinkToAHostPathIsRefused) {
+    fs::create_symlink(tripwire_ / "fake-smi", rootfs_ / "usr/bin/fake-smi");
+    expect_refused(make_plan(), "/usr/bin/fake-smi: exists and is a symbolic link");
+    fs::remove(rootfs_ / "usr/bin/fake-smi");
+    // Or to an existing host file.
+    fs::create_symlink(tripwire_ / "file", rootfs_ / "usr/bin/fake-smi");
+    expect_refused(make_plan(), "/usr/bin/fake-smi: exists and is a symbolic link");
+}
+
+TEST_F(ExecLinux, DevSymlinkedToTheHostIsRefused) {
+    fs::remove_all(rootfs_ / "dev");
+    fs::create_symlink(tripwire_, rootfs_ / "dev");
+    expect_refused(make_plan(), "/dev: is a symbolic link that leads nowhere");
+    fs::remove(rootfs_ / "dev");
+    fs::create_symlink("/dev", rootfs_ / "dev");  // to itself: a loop inside the root
+    expect_refused(make_plan(), "/dev");
+}
+
+TEST_F(ExecLinux, ProcDriverNvidiaSymlinkIsRefused) {
+    fs::create_directories(rootfs_ / "proc/driver");
+    fs::create_symlink(tripwire_, rootfs_ / "proc/driver/nvidia");
+    expect_refused(make_plan(), "/proc/driver/nvidia: exists and is a symbolic link");
+    fs::remove(rootfs_ / "proc/driver/nvidia");
+    fs::create_symlink("/", rootfs_ / "proc/driver/nvidia");
+    expect_refused(make_plan(), "/proc/driver/nvidia: exists and is a symbolic link");
+}
+
+TEST_F(ExecLinux, DeviceMountPointOfTheWrongKindIsRefused) {
+    ASSERT_EQ(::mkfifo((rootfs_ / "dev/nvidia0").c_str(), 0600), 0);
+    expect_refused(make_plan(), "/dev/nvidia0: exists and is a FIFO");
+    fs::remove(rootfs_ / "dev/nvidia0");
+    ASSERT_EQ(::mknod((rootfs_ / "dev/nvidia0").c_str(), S_IFCHR | 0600, makedev(1, 5)), 0);
+    expect_refused(make_plan(), "/dev/nvidia0: exists and is a character device 1:5");
+}
+
+// A v1 devices cgroup of our own, removed afterwards (after the container).
+class DevicesCgroup {
+public:
+    DevicesCgroup() {
+        path_ = fs::path("/sys/fs/cgroup/devices") / ("gpubind-test-" + std::to_string(::getpid()));
+        ::rmdir(path_.c_str());
+        if (::mkdir(path_.c_str(), 0755) != 0) throw Error(errno, "mkdir", path_.string());
+    }
+    ~DevicesCgroup() {
+        // The container has gone by now; retry briefly while the kernel lets go.
+        for (int i = 0; i < 100 && ::rmdir(path_.c_str()) != 0 && errno == EBUSY; ++i)
+            ::usleep(10000);
+    }
+    void put(const std::string& file, const std::string& value) const {
+        Fd fd(::open((path_ / file).c_str(), O_WRONLY | O_CLOEXEC));
+        if (!fd || ::write(fd.get(), value.data(), value.size()) < 0)
+            throw Error(errno, "write", (path_ / file).string());
+    }
+    std::set<std::string> list() const { return lines_of(slurp(path_ / "devices.list")); }
+
+private:
+    fs::path path_;
+};
+
+TEST_F(ExecLinux, CgroupV1RulesAreAddedAndRolledBack) {
+    ASSERT_TRUE(fs::exists("/sys/fs/cgroup/devices/devices.allow"))
+        << "cgroup v1 devices hierarchy not mounted at /sys/fs/cgroup/devices";
+    ASSERT_EQ(::mknod((host_ / "dev/nvidia-test1").c_str(), S_IFCHR | 0666, makedev(1, 5)), 0);
+    ASSERT_EQ(::mknod((host_ / "dev/nvidia-test7").c_str(), S_IFCHR | 0666, makedev(1, 7)), 0);
+    DevicesCgroup cg;
+    FakeContainer c;
+    cg.put("devices.deny", "a");
+    cg.put("cgroup.procs", std::to_string(c.pid()));
+    ASSERT_TRUE(cg.list().empty());
+
+    Plan plan = make_plan();
+    plan.devices.push_back({{"/dev/nvidia1", host_ / "dev/nvidia-test1", 1, 5, 0666}, "GPU 1"});
+    execute(plan, target_for(c, true));
+    EXPECT_EQ(cg.list(), (std::set<std::string>{"c 1:3 rw", "c 1:5 rw"}));
+
+    // A later execute that fails (ldconfig, at the very end) takes its rule back.
+    Plan more;
+    more.devices.push_back({{"/dev/nvidia7", host_ / "dev/nvidia-test7", 1, 7, 0666}, "GPU 7"});
+    more.refresh_ldcache = true;
+    Target t = target_for(c, true);
+    t.ldconfig = "/bin/false";
+    EXPECT_THROW(execute(more, t), Error);
+    EXPECT_EQ(cg.list(), (std::set<std::string>{"c 1:3 rw", "c 1:5 rw"}));
+    EXPECT_FALSE(fs::exists(rootfs_ / "dev/nvidia7"));
+}
+
+TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
+    const std::string soname = "libgpubindexec.so.1";
+    write(host_ / "lib" / soname, elf::make_shared_object(elf::Machine::X86_64, soname));
+    Plan plan;
+    plan.mounts.push_back(
+        {host_ / "lib" / soname, fs::path(kLibDir) / soname, false, kLibFlags, "library"});
+    plan.library_dirs = {kLibDir};
+    plan.refresh_ldcache = true;
+    FakeContainer c;
+    const std::string before = c.mountinfo();
+    execute(plan, target_for(c));
+    // The cache lands in the rootfs. It can only list the library if ldconfig
+    // ran where the mount is: on the host the mount point is an empty file.
+    ASSERT_TRUE(fs::exists(rootfs_ / "etc/ld.so.cache"));
+    EXPECT_EQ(fs::file_size(rootfs_ / kLibDirRel / soname), 0u);
+    std::string listing =
+        run_command("/sbin/ldconfig -p -C " + (rootfs_ / "etc/ld.so.cache").string());
+    EXPECT_THAT(listing, HasSubstr(soname + " (libc6,x86-64) => " + kLibDir + "/" + soname));
+    expect_contained(c, before);
+}
+
+// --- LinuxSystem::run on its own ---
+
+TEST(LinuxSystemRun, EmptyEnvironmentExitStatusAndTimeout) {
+    LinuxSystem sys;
+    Fd sh = sys.open_executable("/bin/sh");
+    // The environment is empty (sh adds PWD itself).
+    EXPECT_NO_THROW(sys.run(sh.get(), "/bin/sh",
+                            {"-c", "env | grep -v '^PWD=' | grep -q . && exit 3; exit 0"},
+                            std::chrono::seconds(10)));
+    try {
+        sys.run(sh.get(), "/bin/sh", {"-c", "echo broken >&2; exit 4"}, std::chrono::seconds(10));
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("exited with status 4: broken"));
+    }
+    auto start = std::chrono::steady_clock::now();
+    try {
+        sys.run(sh.get(), "/bin/sh", {"-c", "exec sleep 30"}, std::chrono::milliseconds(200));
+        FAIL() << "no timeout";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), ETIMEDOUT);
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+    test::TempDir dir("gpubind-exec");
+    write(dir / "data", "not a program");
+    EXPECT_THROW(sys.open_executable(dir / "data"), Error);
+    EXPECT_THROW(sys.open_executable("/etc"), Error);
+}
+
+}  // namespace
+}  // namespace gpubind

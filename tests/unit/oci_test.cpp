@@ -1,0 +1,239 @@
+// Reading the OCI state and config.json: what is accepted, and that every
+// rejection names the field that is wrong.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpubind/error.hpp"
+#include "gpubind/oci.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json minimal_spec() {
+    return {{"ociVersion", "1.0.2"},
+            {"root", {{"path", "rootfs"}}},
+            {"process", {{"env", {"PATH=/bin", "A=1"}}, {"args", {"sh"}}}}};
+}
+
+// The Error a call throws (fails the test when it throws nothing).
+template <typename F>
+Error error_of(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e;
+    }
+    ADD_FAILURE() << "no error thrown";
+    return Error(0, "none");
+}
+
+oci::Spec spec_of(const json& doc) {
+    return oci::parse_spec(doc.dump(), "/bundles/c1");
+}
+
+TEST(OciState, ParsesTheHookInput) {
+    auto st = oci::parse_state(
+        R"({"ociVersion":"1.0.2","id":"c1","status":"created","pid":4242,"bundle":"/b/c1",
+            "annotations":{"x":"y"}})",
+        "stdin");
+    EXPECT_EQ(st.oci_version, "1.0.2");
+    EXPECT_EQ(st.id, "c1");
+    EXPECT_EQ(st.status, "created");
+    EXPECT_EQ(st.pid, 4242);
+    EXPECT_EQ(st.bundle, "/b/c1");
+}
+
+TEST(OciState, RejectsBadFieldsNamingThem) {
+    json good = {
+        {"ociVersion", "1.0.2"}, {"id", "c1"}, {"status", "created"}, {"pid", 1}, {"bundle", "/b"}};
+    struct Case {
+        const char* field;
+        json value;
+    };
+    for (const auto& c : std::vector<Case>{{"pid", 0},
+                                           {"pid", -5},
+                                           {"pid", 1.5},
+                                           {"pid", "12"},
+                                           {"pid", 1LL << 40},
+                                           {"id", 7},
+                                           {"id", ""},
+                                           {"status", json::array()},
+                                           {"bundle", "relative/dir"},
+                                           {"bundle", nullptr}}) {
+        json doc = good;
+        doc[c.field] = c.value;
+        auto e = error_of([&] { oci::parse_state(doc.dump(), "stdin"); });
+        EXPECT_EQ(e.code().value(), EINVAL) << doc.dump();
+        EXPECT_THAT(e.what(), HasSubstr(std::string("parse state stdin: ") + c.field))
+            << doc.dump();
+    }
+    json missing = good;
+    missing.erase("pid");
+    EXPECT_THAT(error_of([&] { oci::parse_state(missing.dump(), "stdin"); }).what(),
+                HasSubstr("pid: missing"));
+}
+
+TEST(OciState, RejectsGarbageAndOversizedInput) {
+    for (const char* text : {"", "garbage", "{", "[1,2]", "\"str\"", "{\"id\": }"}) {
+        auto e = error_of([&] { oci::parse_state(text, "stdin"); });
+        EXPECT_EQ(e.code().value(), EINVAL) << text;
+        EXPECT_THAT(e.what(), HasSubstr("parse state stdin")) << text;
+    }
+    std::string big(oci::kMaxStateSize + 1, ' ');
+    auto e = error_of([&] { oci::parse_state(big, "stdin"); });
+    EXPECT_EQ(e.code().value(), EFBIG);
+    EXPECT_THAT(e.what(), HasSubstr("limit"));
+}
+
+TEST(OciSpec, RelativeRootIsUnderTheBundleAbsoluteIsKept) {
+    EXPECT_EQ(spec_of(minimal_spec()).rootfs, "/bundles/c1/rootfs");
+    json doc = minimal_spec();
+    doc["root"]["path"] = "./sub/../fs";
+    EXPECT_EQ(spec_of(doc).rootfs, "/bundles/c1/fs");
+    doc["root"] = {{"path", "/var/lib/images/x"}, {"readonly", true}};
+    auto spec = spec_of(doc);
+    EXPECT_EQ(spec.rootfs, "/var/lib/images/x");
+    EXPECT_TRUE(spec.rootfs_readonly);
+}
+
+TEST(OciSpec, ReadsTheFieldsTheHookUses) {
+    json doc = minimal_spec();
+    doc["process"]["capabilities"] = {{"bounding", {"CAP_CHOWN", "CAP_SYS_ADMIN"}}};
+    doc["mounts"] = {{{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}},
+                     {{"destination", "/data"}, {"source", "/srv"}, {"options", {"rbind", "ro"}}}};
+    doc["linux"] = {{"uidMappings", {{{"containerID", 0}, {"hostID", 100000}, {"size", 65536}}}},
+                    {"gidMappings", {{{"containerID", 0}, {"hostID", 200000}, {"size", 1}}}},
+                    {"cgroupsPath", "/kubepods/pod1/c1"}};
+    auto spec = spec_of(doc);
+    EXPECT_EQ(spec.bundle, "/bundles/c1");
+    EXPECT_EQ(spec.env, (std::vector<std::string>{"PATH=/bin", "A=1"}));
+    EXPECT_TRUE(spec.privileged());
+    ASSERT_EQ(spec.mounts.size(), 2u);
+    EXPECT_EQ(spec.mounts[1].destination, "/data");
+    EXPECT_EQ(spec.mounts[1].source, "/srv");
+    EXPECT_EQ(spec.mounts[1].options, (std::vector<std::string>{"rbind", "ro"}));
+    EXPECT_EQ(spec.mounts[0].type, "proc");
+    ASSERT_EQ(spec.uid_mappings.size(), 1u);
+    EXPECT_EQ(spec.uid_mappings[0].host_id, 100000u);
+    EXPECT_EQ(spec.uid_mappings[0].size, 65536u);
+    EXPECT_EQ(spec.gid_mappings[0].host_id, 200000u);
+    EXPECT_EQ(spec.cgroups_path, "/kubepods/pod1/c1");
+    EXPECT_EQ(spec.doc["ociVersion"], "1.0.2");  // the document is kept whole
+}
+
+TEST(OciSpec, NoProcessOrCapabilitiesIsUnprivilegedWithNoEnv) {
+    json doc = {{"root", {{"path", "rootfs"}}}};
+    auto spec = spec_of(doc);
+    EXPECT_TRUE(spec.env.empty());
+    EXPECT_FALSE(spec.privileged());
+    doc = minimal_spec();
+    doc["process"]["capabilities"] = {{"bounding", {"CAP_NET_ADMIN"}},
+                                      {"effective", {"CAP_SYS_ADMIN"}}};
+    EXPECT_FALSE(spec_of(doc).privileged());  // only the bounding set counts
+}
+
+TEST(OciSpec, GetenvReturnsTheLastValue) {
+    json doc = minimal_spec();
+    doc["process"]["env"] = {"A=1", "AB=2", "A=3", "EMPTY=", "X==y", "A_B=4"};
+    auto spec = spec_of(doc);
+    EXPECT_EQ(spec.getenv("A"), "3");
+    EXPECT_EQ(spec.getenv("AB"), "2");
+    EXPECT_EQ(spec.getenv("EMPTY"), "");
+    EXPECT_EQ(spec.getenv("X"), "=y");
+    EXPECT_EQ(spec.getenv("B"), std::nullopt);
+    EXPECT_EQ(spec.getenv("A_"), std::nullopt);
+}
+
+TEST(OciSpec, RejectsWrongTypesNamingTheField) {
+    struct Case {
+        json::json_pointer where;
+        json value;
+        const char* message;
+    };
+    const std::vector<Case> cases = {
+        {json::json_pointer("/root"), "rootfs", "root: not an object"},
+        {json::json_pointer("/root/path"), 3, "root.path: not a string"},
+        {json::json_pointer("/root/path"), "", "root.path: empty"},
+        {json::json_pointer("/root/readonly"), "yes", "root.readonly: not a boolean"},
+        {json::json_pointer("/process"), json::array(), "process: not an object"},
+        {json::json_pointer("/process/env"), "A=1", "process.env: not an array"},
+        {json::json_pointer("/process/env/1"), 5, "process.env[1]: not a string"},
+        {json::json_pointer("/process/env/1"), "NOEQUALS", "process.env[1]: no '='"},
+        {json::json_pointer("/process/capabilities"),
+         {{"bounding", "CAP_SYS_ADMIN"}},
+         "process.capabilities.bounding: not an array"},
+        {json::json_pointer("/mounts"), json::object(), "mounts: not an array"},
+        {json::json_pointer("/mounts"),
+         {{{"source", "/dev/null"}}},
+         "mounts[0].destination: missing"},
+        {json::json_pointer("/mounts"),
+         {{{"destination", "/x"}, {"options", {1}}}},
+         "mounts[0].options[0]: not a string"},
+        {json::json_pointer("/linux"),
+         {{"uidMappings", {{{"containerID", 0}, {"hostID", -1}, {"size", 1}}}}},
+         "linux.uidMappings[0].hostID: not a non-negative integer"},
+        {json::json_pointer("/linux"),
+         {{"gidMappings", {{{"containerID", 0}, {"hostID", 1}, {"size", 1LL << 33}}}}},
+         "linux.gidMappings[0].size: 8589934592 is out of range"},
+        {json::json_pointer("/linux"), {{"cgroupsPath", false}}, "linux.cgroupsPath: not a string"},
+    };
+    for (const auto& c : cases) {
+        json doc = minimal_spec();
+        doc[c.where] = c.value;
+        auto e = error_of([&] { spec_of(doc); });
+        EXPECT_EQ(e.code().value(), EINVAL) << doc.dump();
+        EXPECT_THAT(e.what(),
+                    HasSubstr(std::string("parse spec /bundles/c1/config.json: ") + c.message))
+            << doc.dump();
+    }
+    json no_root = minimal_spec();
+    no_root.erase("root");
+    EXPECT_THAT(error_of([&] { spec_of(no_root); }).what(), HasSubstr("root: missing"));
+}
+
+TEST(OciSpec, RejectsGarbageAndOversizedInput) {
+    for (const char* text : {"", "garbage", "[]", "{\"root\":{\"path\":\"r\"}", "null"}) {
+        auto e = error_of([&] { oci::parse_spec(text, "/b"); });
+        EXPECT_EQ(e.code().value(), EINVAL) << text;
+        EXPECT_THAT(e.what(), HasSubstr("parse spec /b/config.json")) << text;
+    }
+    std::string big = minimal_spec().dump();
+    big.append(oci::kMaxSpecSize + 1 - big.size(), ' ');  // valid JSON, one byte too large
+    auto e = error_of([&] { oci::parse_spec(big, "/b"); });
+    EXPECT_EQ(e.code().value(), EFBIG);
+}
+
+TEST(OciSpec, DeepNestingIsAnErrorNotACrash) {
+    std::string deep(1'000'000, '[');
+    EXPECT_THROW(oci::parse_spec(deep, "/b"), Error);
+    std::string nested = std::string(100'000, '[') + std::string(100'000, ']');
+    EXPECT_THROW(oci::parse_spec(nested, "/b"), Error);  // valid JSON, not an object
+}
+
+TEST(OciSpec, LoadSpecReadsConfigJsonInTheBundle) {
+    test::TempDir dir;
+    {
+        std::ofstream out(dir / "config.json");
+        out << minimal_spec().dump();
+    }
+    auto spec = oci::load_spec(dir.path());
+    EXPECT_EQ(spec.rootfs, dir / "rootfs");
+    EXPECT_EQ(spec.getenv("A"), "1");
+
+    test::TempDir empty;
+    auto e = error_of([&] { oci::load_spec(empty.path()); });
+    EXPECT_EQ(e.code().value(), ENOENT);
+    EXPECT_THAT(e.what(), HasSubstr((empty / "config.json").string()));
+}
+
+}  // namespace
+}  // namespace gpubind

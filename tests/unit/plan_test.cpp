@@ -1,0 +1,478 @@
+// The plan: what goes into a container for a request on a hand-built node,
+// and the image layout it is laid out for.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpubind/error.hpp"
+#include "gpubind/plan.hpp"
+#include "gpubind/request.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::testing::UnorderedElementsAre;
+
+constexpr const char* kVersion = "550.54.15";
+constexpr const char* kHost = "/host";  // every root of the hand-built node
+
+DeviceNode dev(const std::string& name, unsigned major, unsigned minor) {
+    return {fs::path("/dev") / name, fs::path(kHost) / "dev" / name, major, minor, 0666};
+}
+
+// A node with four GPUs (GPU 3 has one MIG device), every control node, and
+// driver files for each capability, including 32-bit libraries.
+class PlanTest : public ::testing::Test {
+  protected:
+    PlanTest() {
+        node.roots = {kHost, kHost, fs::path(kHost) / "proc"};
+        node.driver_version = kVersion;
+        node.cuda_version = "12.4";
+        for (unsigned i = 0; i < 4; ++i) {
+            Gpu gpu;
+            gpu.index = i;
+            gpu.minor = i;
+            gpu.uuid = "GPU-" + std::to_string(i) + "aaa";
+            gpu.pci_bus_id = "0000:0" + std::to_string(i + 1) + ":00.0";
+            gpu.proc_dir = fs::path(kHost) / "proc/driver/nvidia/gpus" / gpu.pci_bus_id;
+            gpu.node = dev("nvidia" + std::to_string(i), kNvidiaMajor, i);
+            node.gpus.push_back(gpu);
+            proc_files.information[gpu.pci_bus_id] = "Model: GPU " + std::to_string(i) + "\n";
+        }
+        MigDevice mig;
+        mig.gpu_index = 3;
+        mig.gi = 1;
+        mig.ci = 0;
+        mig.uuid = "MIG-3aaa";
+        const fs::path mig_dir = fs::path(kHost) / "proc/driver/nvidia/capabilities/gpu3/mig";
+        mig.gi_access = mig_dir / "gi1/access";
+        mig.ci_access = mig_dir / "gi1/ci0/access";
+        mig.gi_cap = dev("nvidia-caps/nvidia-cap30", 511, 30);
+        mig.ci_cap = dev("nvidia-caps/nvidia-cap31", 511, 31);
+        node.gpus[3].mig.push_back(mig);
+
+        node.control = {dev("nvidiactl", kNvidiaMajor, kNvidiactlMinor), dev("nvidia-uvm", 510, 0),
+                        dev("nvidia-uvm-tools", 510, 1),
+                        dev("nvidia-modeset", kNvidiaMajor, kModesetMinor)};
+        node.mig_control = {dev("nvidia-caps/nvidia-cap1", 511, 1),
+                            dev("nvidia-caps/nvidia-cap2", 511, 2)};
+
+        library("libcuda.so.1", kCapCompute, false);
+        library("libcuda.so.1", kCapCompute, true);
+        library("libnvidia-ml.so.1", kCapUtility, false);
+        library("libnvcuvid.so.1", kCapVideo, false);
+        library("libGLX_nvidia.so.0", kCapGraphics, false);
+        library("libGLX_nvidia.so.0", kCapGraphics, true);
+        library("libnvidia-fbc.so.1", kCapDisplay | kCapVideo, false);
+        library("libnvidia-ngx.so.1", kCapNgx, false);
+        file(FileKind::Binary, "nvidia-smi", "/usr/bin/nvidia-smi", kCapUtility);
+        file(FileKind::Binary, "nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control",
+             kCapCompute);
+        file(FileKind::Ipc, "/run/nvidia-persistenced/socket", "/run/nvidia-persistenced/socket",
+             kCapUtility | kCapCompute);
+        file(FileKind::Ipc, "/tmp/nvidia-mps", "/tmp/nvidia-mps", kCapCompute);
+        const std::string fw = std::string("/lib/firmware/nvidia/") + kVersion + "/gsp_ga10x.bin";
+        file(FileKind::Firmware, fw, fw, kCapUtility | kCapCompute);
+
+        proc_files.version = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n";
+        proc_files.params = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nEnableMSI: 1\n";
+        multiarch.lib_dir = "/usr/lib/x86_64-linux-gnu";
+        multiarch.lib32_dir = "/usr/lib/i386-linux-gnu";
+    }
+
+    void library(const std::string& soname, Capabilities caps, bool compat32) {
+        const std::string dir =
+            compat32 ? "/usr/lib/i386-linux-gnu/" : "/usr/lib/x86_64-linux-gnu/";
+        const std::string base = soname.substr(0, soname.find(".so")) + ".so." + kVersion;
+        node.files.push_back(
+            {FileKind::Library, soname, kHost + dir + soname, kHost + dir + base, caps, compat32});
+    }
+    void file(FileKind kind, const std::string& name, const std::string& path, Capabilities caps) {
+        node.files.push_back({kind, name, kHost + path, kHost + path, caps, false});
+    }
+
+    Request request(DeviceIdsKind kind, Capabilities caps = kCapDefault) const {
+        Request r;
+        r.source = RequestSource::Env;
+        r.devices.kind = kind;
+        r.caps = caps;
+        return r;
+    }
+    Selection gpus(std::initializer_list<unsigned> indices) const {
+        Selection s;
+        for (unsigned i : indices) s.gpus.push_back(&node.gpus[i]);
+        return s;
+    }
+    Plan plan(const Request& r, const Selection& s, const Image& image = {}) const {
+        return make_plan(r, node, s, image, Config{}, proc_files);
+    }
+
+    static std::vector<std::string> device_paths(const Plan& p) {
+        std::vector<std::string> out;
+        for (const auto& d : p.devices) out.push_back(d.node.path.string());
+        return out;
+    }
+    static std::vector<std::string> targets(const Plan& p) {
+        std::vector<std::string> out;
+        for (const auto& m : p.mounts) out.push_back(m.target.string());
+        return out;
+    }
+    static const PlannedMount* mount_at(const Plan& p, const std::string& target) {
+        for (const auto& m : p.mounts)
+            if (m.target == target) return &m;
+        return nullptr;
+    }
+    static std::vector<std::pair<std::string, std::string>> links(const Plan& p) {
+        std::vector<std::pair<std::string, std::string>> out;
+        for (const auto& s : p.symlinks) out.emplace_back(s.path.string(), s.target);
+        return out;
+    }
+
+    Node node;
+    ProcFiles proc_files;
+    Image multiarch;
+};
+
+TEST_F(PlanTest, NotAGpuContainerGetsNothing) {
+    auto p = plan(Request{}, gpus({0}));
+    EXPECT_TRUE(p.empty());
+    EXPECT_FALSE(p.proc);
+    EXPECT_THAT(p.symlinks, IsEmpty());
+    EXPECT_FALSE(p.refresh_ldcache);
+}
+
+TEST_F(PlanTest, SelectedGpusAndTheControlNodesComputeNeeds) {
+    auto p = plan(request(DeviceIdsKind::List), gpus({1, 2}));
+    EXPECT_THAT(device_paths(p),
+                UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                     "/dev/nvidia1", "/dev/nvidia2"));
+    for (const auto& d : p.devices) {
+        EXPECT_EQ(d.node.host_path, fs::path(kHost) / d.node.path.relative_path());
+        EXPECT_FALSE(d.why.empty()) << d.node.path;
+    }
+    auto gpu1 = std::find_if(p.devices.begin(), p.devices.end(),
+                             [](const auto& d) { return d.node.path == "/dev/nvidia1"; });
+    EXPECT_EQ(gpu1->node.minor, 1u);
+    EXPECT_THAT(gpu1->why, HasSubstr("GPU-1aaa"));
+}
+
+TEST_F(PlanTest, UvmOnlyWithComputeModesetOnlyWithDisplay) {
+    auto p = plan(request(DeviceIdsKind::All, kCapUtility | kCapDisplay), gpus({0}));
+    EXPECT_THAT(device_paths(p),
+                UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia0"));
+}
+
+TEST_F(PlanTest, NoneBringsTheDriverButNoGpu) {
+    auto p = plan(request(DeviceIdsKind::None), Selection{});
+    EXPECT_THAT(device_paths(p),
+                UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"));
+    EXPECT_THAT(targets(p), Contains("/usr/lib64/libcuda.so.550.54.15"));
+    ASSERT_TRUE(p.proc);
+    EXPECT_THAT(p.proc->gpus, IsEmpty());
+    // Even if a selection slipped in, "none" means no GPU.
+    EXPECT_THAT(device_paths(plan(request(DeviceIdsKind::None), gpus({0}))),
+                Not(Contains("/dev/nvidia0")));
+}
+
+TEST_F(PlanTest, MigDeviceBringsItsParentAndCapabilityNodes) {
+    Selection sel;
+    sel.migs.push_back(&node.gpus[3].mig[0]);
+    auto p = plan(request(DeviceIdsKind::List, kCapUtility), sel);
+    EXPECT_THAT(device_paths(p), UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia3",
+                                                      "/dev/nvidia-caps/nvidia-cap30",
+                                                      "/dev/nvidia-caps/nvidia-cap31"));
+    ASSERT_TRUE(p.proc);
+    ASSERT_EQ(p.proc->gpus.size(), 1u);
+    EXPECT_EQ(p.proc->gpus[0].bus_id, node.gpus[3].pci_bus_id);
+    EXPECT_THAT(p.proc->capability_files,
+                UnorderedElementsAre(node.gpus[3].mig[0].gi_access, node.gpus[3].mig[0].ci_access));
+}
+
+TEST_F(PlanTest, MigConfigAndMonitorCapabilities) {
+    auto r = request(DeviceIdsKind::List, kCapUtility);
+    r.mig_config.kind = DeviceIdsKind::All;
+    auto p = plan(r, gpus({0}));
+    EXPECT_THAT(device_paths(p), Contains("/dev/nvidia-caps/nvidia-cap1"));
+    EXPECT_THAT(device_paths(p), Not(Contains("/dev/nvidia-caps/nvidia-cap2")));
+    EXPECT_THAT(p.proc->capability_files,
+                Contains(fs::path(kHost) / "proc/driver/nvidia/capabilities/mig/config"));
+
+    r.mig_monitor.kind = DeviceIdsKind::List;
+    r.mig_monitor.ids = {"0"};
+    EXPECT_THAT(device_paths(plan(r, gpus({0}))), Contains("/dev/nvidia-caps/nvidia-cap2"));
+
+    node.mig_control.clear();
+    try {
+        plan(r, gpus({0}));
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), ECANCELED);
+        EXPECT_THAT(e.what(), HasSubstr("NVIDIA_MIG_CONFIG_DEVICES"));
+    }
+}
+
+TEST_F(PlanTest, LibrariesOfTheAskedCapabilitiesWithTheirLinks) {
+    auto p = plan(request(DeviceIdsKind::All), gpus({0}), multiarch);
+    const std::string lib = "/usr/lib/x86_64-linux-gnu/";
+    EXPECT_THAT(targets(p), Contains(lib + "libcuda.so.550.54.15"));
+    EXPECT_THAT(targets(p), Contains(lib + "libnvidia-ml.so.550.54.15"));
+    for (const char* absent : {"libnvcuvid.so.550.54.15", "libGLX_nvidia.so.550.54.15",
+                               "libnvidia-fbc.so.550.54.15", "libnvidia-ngx.so.550.54.15"})
+        EXPECT_THAT(targets(p), Not(Contains(lib + absent))) << absent;
+
+    const PlannedMount* cuda = mount_at(p, lib + "libcuda.so.550.54.15");
+    ASSERT_NE(cuda, nullptr);
+    EXPECT_EQ(cuda->source, fs::path(kHost) / "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
+    EXPECT_EQ(cuda->flags, unsigned{kMountReadOnly | kMountNoSuid | kMountNoDev});
+    EXPECT_FALSE(cuda->directory);
+    EXPECT_THAT(cuda->why, HasSubstr("compute"));
+
+    EXPECT_THAT(links(p),
+                UnorderedElementsAre(
+                    std::pair{lib + "libcuda.so.1", std::string("libcuda.so.550.54.15")},
+                    std::pair{lib + "libcuda.so", std::string("libcuda.so.1")},
+                    std::pair{lib + "libnvidia-ml.so.1", std::string("libnvidia-ml.so.550.54.15")},
+                    std::pair{lib + "libnvidia-ml.so", std::string("libnvidia-ml.so.1")}));
+    EXPECT_THAT(p.library_dirs, ElementsAre(multiarch.lib_dir));
+    EXPECT_TRUE(p.refresh_ldcache);
+}
+
+TEST_F(PlanTest, LibrariesFollowTheImageLayout) {
+    auto lib64 = plan(request(DeviceIdsKind::All, kCapCompute | kCapCompat32), gpus({0}), Image{});
+    EXPECT_THAT(targets(lib64), Contains("/usr/lib64/libcuda.so.550.54.15"));
+    EXPECT_THAT(targets(lib64), Contains("/usr/lib/libcuda.so.550.54.15"));  // the 32-bit one
+    EXPECT_THAT(links(lib64), Contains(std::pair{std::string("/usr/lib64/libcuda.so.1"),
+                                                 std::string("libcuda.so.550.54.15")}));
+    EXPECT_THAT(lib64.library_dirs, ElementsAre("/usr/lib64", "/usr/lib"));
+
+    auto deb = plan(request(DeviceIdsKind::All, kCapCompute | kCapCompat32), gpus({0}), multiarch);
+    EXPECT_THAT(targets(deb), Contains("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"));
+    EXPECT_THAT(targets(deb), Contains("/usr/lib/i386-linux-gnu/libcuda.so.550.54.15"));
+    EXPECT_THAT(links(deb), Contains(std::pair{std::string("/usr/lib/i386-linux-gnu/libcuda.so.1"),
+                                               std::string("libcuda.so.550.54.15")}));
+}
+
+TEST_F(PlanTest, ThirtyTwoBitLibrariesOnlyWithCompat32) {
+    auto p = plan(request(DeviceIdsKind::All, kCapCompute | kCapGraphics), gpus({0}), multiarch);
+    for (const auto& t : targets(p)) EXPECT_THAT(t, Not(HasSubstr("i386"))) << t;
+    auto with = plan(request(DeviceIdsKind::All, kCapCompute | kCapGraphics | kCapCompat32),
+                     gpus({0}), multiarch);
+    EXPECT_THAT(targets(with), Contains("/usr/lib/i386-linux-gnu/libGLX_nvidia.so.550.54.15"));
+    // compat32 alone brings no library: it only adds the 32-bit copies.
+    auto alone = plan(request(DeviceIdsKind::All, kCapCompat32), gpus({0}), multiarch);
+    EXPECT_THAT(targets(alone), IsEmpty());
+    EXPECT_FALSE(alone.refresh_ldcache);
+}
+
+TEST_F(PlanTest, EachCapabilityBringsItsFiles) {
+    auto t = [&](Capabilities caps) {
+        return targets(plan(request(DeviceIdsKind::All, caps), gpus({0}), multiarch));
+    };
+    const std::string lib = "/usr/lib/x86_64-linux-gnu/";
+    EXPECT_THAT(t(kCapVideo), UnorderedElementsAre(lib + "libnvcuvid.so.550.54.15",
+                                                   lib + "libnvidia-fbc.so.550.54.15"));
+    EXPECT_THAT(t(kCapDisplay), ElementsAre(lib + "libnvidia-fbc.so.550.54.15"));
+    EXPECT_THAT(t(kCapNgx), ElementsAre(lib + "libnvidia-ngx.so.550.54.15"));
+    EXPECT_THAT(t(kCapGraphics), ElementsAre(lib + "libGLX_nvidia.so.550.54.15"));
+}
+
+TEST_F(PlanTest, BinariesIpcsAndFirmware) {
+    auto p = plan(request(DeviceIdsKind::All), gpus({0}));
+    const PlannedMount* smi = mount_at(p, "/usr/bin/nvidia-smi");
+    ASSERT_NE(smi, nullptr);
+    EXPECT_EQ(smi->source, fs::path(kHost) / "usr/bin/nvidia-smi");
+    EXPECT_TRUE(smi->flags & kMountReadOnly);
+    EXPECT_FALSE(smi->flags & kMountNoExec);
+    EXPECT_NE(mount_at(p, "/usr/bin/nvidia-cuda-mps-control"), nullptr);
+
+    const PlannedMount* sock = mount_at(p, "/run/nvidia-persistenced/socket");
+    ASSERT_NE(sock, nullptr);
+    EXPECT_EQ(sock->flags, unsigned{kMountNoSuid | kMountNoDev | kMountNoExec});  // writable
+    EXPECT_FALSE(sock->directory);
+    const PlannedMount* mps = mount_at(p, "/tmp/nvidia-mps");
+    ASSERT_NE(mps, nullptr);
+    EXPECT_TRUE(mps->directory);
+
+    const PlannedMount* fw = mount_at(p, "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin");
+    ASSERT_NE(fw, nullptr);
+    EXPECT_EQ(fw->flags, unsigned{kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec});
+
+    // Utility alone: nvidia-smi and the persistenced socket, not the MPS pieces.
+    auto u = plan(request(DeviceIdsKind::All, kCapUtility), gpus({0}));
+    EXPECT_NE(mount_at(u, "/usr/bin/nvidia-smi"), nullptr);
+    EXPECT_NE(mount_at(u, "/run/nvidia-persistenced/socket"), nullptr);
+    EXPECT_EQ(mount_at(u, "/usr/bin/nvidia-cuda-mps-control"), nullptr);
+    EXPECT_EQ(mount_at(u, "/tmp/nvidia-mps"), nullptr);
+    EXPECT_EQ(mount_at(u, "/usr/lib64/libcuda.so.550.54.15"), nullptr);
+}
+
+TEST_F(PlanTest, ProcViewHasOnlySelectedGpusAndModifyDeviceFilesOff) {
+    auto p = plan(request(DeviceIdsKind::List), gpus({0, 2}));
+    ASSERT_TRUE(p.proc);
+    EXPECT_EQ(p.proc->target, "/proc/driver/nvidia");
+    EXPECT_EQ(p.proc->version, proc_files.version);
+    ASSERT_EQ(p.proc->gpus.size(), 2u);
+    EXPECT_EQ(p.proc->gpus[0].bus_id, node.gpus[0].pci_bus_id);
+    EXPECT_EQ(p.proc->gpus[0].information, proc_files.information[node.gpus[0].pci_bus_id]);
+    EXPECT_EQ(p.proc->gpus[1].bus_id, node.gpus[2].pci_bus_id);
+    EXPECT_EQ(p.proc->params, "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\nEnableMSI: 1\n");
+
+    proc_files.params = "EnableMSI: 1";  // no ModifyDeviceFiles line, no final newline
+    EXPECT_EQ(plan(request(DeviceIdsKind::List), gpus({0})).proc->params,
+              "EnableMSI: 1\nModifyDeviceFiles: 0\n");
+    proc_files.params.clear();
+    EXPECT_EQ(plan(request(DeviceIdsKind::List), gpus({0})).proc->params, "ModifyDeviceFiles: 0\n");
+}
+
+TEST_F(PlanTest, JsonHasTheDocumentedFields) {
+    auto r = request(DeviceIdsKind::List);
+    r.mig_config.kind = DeviceIdsKind::All;
+    auto p = plan(r, gpus({1}));
+    nlohmann::json j = p;
+    ASSERT_EQ(j["devices"].size(), p.devices.size());
+    for (const auto& d : j["devices"]) {
+        for (const char* key : {"path", "host_path", "major", "minor", "why"})
+            EXPECT_TRUE(d.contains(key)) << key;
+    }
+    auto gpu1 = std::find_if(p.devices.begin(), p.devices.end(),
+                             [](const auto& d) { return d.node.path == "/dev/nvidia1"; });
+    ASSERT_NE(gpu1, p.devices.end());
+    EXPECT_THAT(j["devices"], Contains(nlohmann::json{{"path", "/dev/nvidia1"},
+                                                      {"host_path", "/host/dev/nvidia1"},
+                                                      {"major", 195},
+                                                      {"minor", 1},
+                                                      {"why", gpu1->why}}));
+    auto smi = std::find_if(j["mounts"].begin(), j["mounts"].end(),
+                            [](const auto& m) { return m["target"] == "/usr/bin/nvidia-smi"; });
+    ASSERT_NE(smi, j["mounts"].end());
+    EXPECT_EQ((*smi)["source"], "/host/usr/bin/nvidia-smi");
+    EXPECT_EQ((*smi)["directory"], false);
+    EXPECT_EQ((*smi)["flags"], nlohmann::json({"ro", "nosuid", "nodev"}));
+    EXPECT_TRUE((*smi)["why"].is_string());
+    EXPECT_THAT(j["symlinks"], Contains(nlohmann::json{{"path", "/usr/lib64/libcuda.so"},
+                                                       {"target", "libcuda.so.1"}}));
+    EXPECT_EQ(j["proc"]["target"], "/proc/driver/nvidia");
+    EXPECT_EQ(j["proc"]["gpus"], nlohmann::json({node.gpus[1].pci_bus_id}));
+    EXPECT_EQ(j["proc"]["capability_files"].size(), 1u);
+    EXPECT_EQ(j["library_dirs"], nlohmann::json({"/usr/lib64"}));
+    EXPECT_EQ(j["refresh_ldcache"], true);
+
+    nlohmann::json none = plan(Request{}, Selection{});
+    EXPECT_TRUE(none["proc"].is_null());
+    EXPECT_TRUE(none["devices"].empty());
+}
+
+TEST_F(PlanTest, DescribeHasOneLinePerItem) {
+    auto p = plan(request(DeviceIdsKind::List), gpus({1}));
+    const std::string text = describe(p);
+    const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+    EXPECT_EQ(lines,
+              p.devices.size() + p.mounts.size() + p.symlinks.size() + 1 /*proc*/ + 1 /*ldcache*/);
+    EXPECT_THAT(text, HasSubstr("/dev/nvidia1"));
+    EXPECT_THAT(text, HasSubstr("GPU-1aaa"));
+    EXPECT_THAT(text, HasSubstr("/usr/lib64/libcuda.so -> libcuda.so.1"));
+    EXPECT_THAT(text, HasSubstr(node.gpus[1].pci_bus_id));
+    EXPECT_THAT(describe(Plan{}), HasSubstr("not a GPU container"));
+}
+
+// ---- read_proc_files -------------------------------------------------------------------------
+
+void write(const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+}
+
+TEST(ReadProcFiles, ReadsVersionParamsAndEachGpusInformation) {
+    test::TempDir dir;
+    Node node;
+    node.roots.proc = dir.path();
+    for (const char* bus : {"0000:01:00.0", "0000:02:00.0"}) {
+        Gpu gpu;
+        gpu.pci_bus_id = bus;
+        gpu.proc_dir = dir / "driver/nvidia/gpus" / bus;
+        node.gpus.push_back(gpu);
+    }
+    write(dir / "driver/nvidia/version", "NVRM version: 550.54.15\n");
+    write(dir / "driver/nvidia/params", "ModifyDeviceFiles: 1\n");
+    write(dir / "driver/nvidia/gpus/0000:01:00.0/information", "Model: A\n");
+
+    auto files = read_proc_files(node);
+    EXPECT_EQ(files.version, "NVRM version: 550.54.15\n");
+    EXPECT_EQ(files.params, "ModifyDeviceFiles: 1\n");
+    EXPECT_EQ(files.information["0000:01:00.0"], "Model: A\n");
+    EXPECT_EQ(files.information["0000:02:00.0"], "");  // missing reads as empty
+
+    fs::remove(dir / "driver/nvidia/params");
+    EXPECT_EQ(read_proc_files(node).params, "");
+    fs::remove(dir / "driver/nvidia/version");
+    EXPECT_THROW(read_proc_files(node), Error);
+}
+
+// ---- inspect_image -----------------------------------------------------------------------------
+
+TEST(InspectImage, Lib64UnlessDebianLike) {
+    test::TempDir root;
+    auto image = inspect_image(root.path());
+    EXPECT_EQ(image.lib_dir, "/usr/lib64");
+    EXPECT_EQ(image.lib32_dir, "/usr/lib");
+    EXPECT_EQ(image.bin_dir, "/usr/bin");
+
+    write(root / "etc/debian_version", "12.5\n");
+    image = inspect_image(root.path());
+    EXPECT_EQ(image.lib_dir, "/usr/lib/x86_64-linux-gnu");
+    EXPECT_EQ(image.lib32_dir, "/usr/lib/i386-linux-gnu");
+
+    test::TempDir multiarch;
+    fs::create_directories(multiarch / "usr/lib/x86_64-linux-gnu");
+    EXPECT_EQ(inspect_image(multiarch.path()).lib_dir, "/usr/lib/x86_64-linux-gnu");
+}
+
+TEST(InspectImage, ImageSymlinksStayInsideTheRoot) {
+    test::TempDir outside;
+    write(outside / "debian_version", "12\n");
+    fs::create_directories(outside / "usr/lib/x86_64-linux-gnu");
+    test::TempDir root;
+    fs::create_directories(root / "etc");
+    fs::create_directories(root / "usr/lib");
+    // Both point at real host paths; inside the root they name nothing.
+    fs::create_symlink("../../../../../../.." + (outside / "debian_version").string(),
+                       root / "etc/debian_version");
+    fs::create_symlink((outside / "usr/lib/x86_64-linux-gnu").string(),
+                       root / "usr/lib/x86_64-linux-gnu");
+    EXPECT_EQ(inspect_image(root.path()).lib_dir, "/usr/lib64");
+
+    // A symlink that stays inside counts.
+    write(root / "etc/real_debian_version", "12\n");
+    fs::remove(root / "etc/debian_version");
+    fs::create_symlink("real_debian_version", root / "etc/debian_version");
+    EXPECT_EQ(inspect_image(root.path()).lib_dir, "/usr/lib/x86_64-linux-gnu");
+}
+
+TEST(InspectImage, OddShapesAreNotDebian) {
+    test::TempDir root;
+    write(root / "usr/lib", "not a directory\n");  // /usr/lib/x86_64-linux-gnu cannot exist
+    EXPECT_EQ(inspect_image(root.path()).lib_dir, "/usr/lib64");
+    test::TempDir file_root;
+    write(file_root / "usr/lib/x86_64-linux-gnu", "a file\n");
+    EXPECT_EQ(inspect_image(file_root.path()).lib_dir, "/usr/lib64");
+
+    auto missing = root / "no-such-rootfs";
+    EXPECT_THROW(inspect_image(missing), Error);
+}
+
+}  // namespace
+}  // namespace gpubind

@@ -1,0 +1,738 @@
+// The simulated node, checked against independent truth: stat(2) and the
+// node's own /proc/devices for device nodes, the system's ldconfig for the
+// cache, the fake driver's own programs for what a process on the node sees,
+// and always the node's manifest for what should be there. Needs root (mknod).
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/capability.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpubind/error.hpp"
+#include "gpubind/sim.hpp"
+#include "temp_dir.hpp"
+
+namespace fs = std::filesystem;
+using gpubind::Error;
+using gpubind::sim::Manifest;
+using gpubind::sim::Spec;
+using gpubind::test::TempDir;
+
+namespace {
+
+std::string slurp(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+}
+
+std::string trim(const std::string& s) {
+    auto b = s.find_first_not_of(" \t");
+    if (b == std::string::npos) return {};
+    return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+struct Ran {
+    int status = -1;     // exit status, or -1 when it did not exit normally
+    std::string out;     // stdout and stderr together
+};
+
+// Runs a program with exactly `env` as its environment.
+Ran run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+    std::vector<char*> argv, envp;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    pid_t pid = 0;
+    int err = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    Ran r;
+    if (err != 0) {
+        ::close(fds[0]);
+        r.out = std::string("spawn failed: ") + std::strerror(err);
+        return r;
+    }
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        r.out.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fds[0]);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+// Runs `body` in a forked child and returns what it returned; nothing
+// (exceptions included) crosses the fork except that string.
+template <typename F>
+std::string in_child(F body) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+    pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork");
+    if (pid == 0) {
+        ::close(fds[0]);
+        std::string result;
+        try {
+            result = body();
+        } catch (const std::exception& e) {
+            result = std::string("child threw: ") + e.what();
+        } catch (...) {
+            result = "child threw";
+        }
+        for (std::size_t done = 0; done < result.size();) {
+            ssize_t n = ::write(fds[1], result.data() + done, result.size() - done);
+            if (n <= 0) break;
+            done += static_cast<std::size_t>(n);
+        }
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return out;
+}
+
+Spec small_spec(unsigned gpus) {
+    Spec spec;
+    spec.gpus = gpus;
+    return spec;
+}
+
+std::string lib64(const fs::path& dir) { return (dir / "usr/lib/x86_64-linux-gnu").string(); }
+
+// The fake nvidia-smi of the node, finding the node's NVML through LD_LIBRARY_PATH.
+Ran nvidia_smi(const fs::path& dir, const std::string& arg = "-L") {
+    return run({(dir / "usr/bin/nvidia-smi").string(), arg}, {"LD_LIBRARY_PATH=" + lib64(dir)});
+}
+
+// What `nvidia-smi -L` must print for these GPUs of the manifest (and their
+// MIG devices), numbered in order as the real tool numbers visible GPUs.
+std::vector<std::string> expected_gpu_lines(const Manifest& m, const std::set<unsigned>& hidden = {}) {
+    std::vector<std::string> out;
+    unsigned n = 0;
+    for (const auto& gpu : m.gpus)
+        if (!hidden.count(gpu.index))
+            out.push_back("GPU " + std::to_string(n++) + ": " + gpu.model + " (UUID: " + gpu.uuid + ")");
+    return out;
+}
+
+// "Character devices" of a /proc/devices text: name -> major.
+std::multimap<std::string, unsigned> char_majors(const std::string& text) {
+    std::multimap<std::string, unsigned> out;
+    bool chars = false;
+    for (const auto& line : lines_of(text)) {
+        if (line.empty()) continue;
+        if (line.back() == ':') {
+            chars = line == "Character devices:";
+            continue;
+        }
+        if (!chars) continue;
+        std::istringstream in(line);
+        unsigned major = 0;
+        std::string name;
+        in >> major >> name;
+        out.emplace(name, major);
+    }
+    return out;
+}
+
+// "Key: value" fields of a driver procfs file, the value trimmed of blanks.
+std::map<std::string, std::string> fields(const std::string& text) {
+    std::map<std::string, std::string> out;
+    for (const auto& line : lines_of(text)) {
+        auto colon = line.find(':');
+        if (colon != std::string::npos) out[line.substr(0, colon)] = trim(line.substr(colon + 1));
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(Sim, DeviceNodesMatchManifestAndProcDevices) {
+    TempDir tmp;
+    Spec spec = small_spec(4);
+    spec.mig = {{1, 3, 0}, {1, 3, 2}};
+    Manifest m = gpubind::sim::simulate(tmp.path(), spec);
+
+    auto majors = char_majors(slurp(tmp / "proc/devices"));
+    ASSERT_EQ(majors.count("nvidia-frontend"), 1u);
+    ASSERT_EQ(majors.count("nvidia-uvm"), 1u);
+    ASSERT_EQ(majors.count("nvidia-caps"), 1u);
+    EXPECT_EQ(majors.find("nvidia-frontend")->second, 195u);
+    unsigned uvm = majors.find("nvidia-uvm")->second, caps = majors.find("nvidia-caps")->second;
+    EXPECT_NE(uvm, caps);
+
+    // No driver on this host holds the majors: opening the nodes finds nothing behind them.
+    auto host = char_majors(slurp("/proc/devices"));
+    for (const auto& [name, major] : host) {
+        EXPECT_NE(major, uvm) << "host driver " << name;
+        EXPECT_NE(major, caps) << "host driver " << name;
+    }
+
+    std::set<std::string> paths;
+    for (const auto& n : m.nodes) {
+        SCOPED_TRACE(n.path);
+        paths.insert(n.path);
+        struct stat st {};
+        ASSERT_EQ(::lstat((tmp.path().string() + n.path).c_str(), &st), 0) << std::strerror(errno);
+        EXPECT_TRUE(S_ISCHR(st.st_mode));
+        EXPECT_EQ(major(st.st_rdev), n.major);
+        EXPECT_EQ(minor(st.st_rdev), n.minor);
+        if (n.path.rfind("/dev/nvidia-uvm", 0) == 0)
+            EXPECT_EQ(n.major, uvm);
+        else if (n.path.rfind("/dev/nvidia-caps/", 0) == 0)
+            EXPECT_EQ(n.major, caps);
+        else
+            EXPECT_EQ(n.major, 195u);
+        int fd = ::open((tmp.path().string() + n.path).c_str(), O_RDONLY | O_CLOEXEC);
+        int err = errno;
+        if (fd >= 0) ::close(fd);
+        EXPECT_EQ(fd, -1);
+        EXPECT_EQ(err, ENXIO) << std::strerror(err);
+    }
+    for (const char* name : {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3",
+                             "/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm",
+                             "/dev/nvidia-uvm-tools", "/dev/nvidia-caps/nvidia-cap1",
+                             "/dev/nvidia-caps/nvidia-cap2"})
+        EXPECT_TRUE(paths.count(name)) << name;
+    for (const auto& mig : m.migs) {
+        EXPECT_TRUE(paths.count("/dev/nvidia-caps/nvidia-cap" + std::to_string(mig.gi_cap_minor)));
+        EXPECT_TRUE(paths.count("/dev/nvidia-caps/nvidia-cap" + std::to_string(mig.ci_cap_minor)));
+    }
+    // Nothing but the manifest's nodes under dev/.
+    std::size_t on_disk = 0;
+    for (const auto& e : fs::recursive_directory_iterator(tmp / "dev"))
+        if (!e.is_directory()) ++on_disk;
+    EXPECT_EQ(on_disk, m.nodes.size());
+}
+
+TEST(Sim, InformationFilesParseBackToManifest) {
+    TempDir tmp;
+    Spec spec = small_spec(10);
+    spec.model = "NVIDIA A100-SXM4-40GB";
+    spec.driver_version = "535.129.03";
+    Manifest m = gpubind::sim::simulate(tmp.path(), spec);
+    ASSERT_EQ(m.gpus.size(), 10u);
+
+    std::string version = slurp(tmp / "proc/driver/nvidia/version");
+    EXPECT_EQ(version.rfind("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  ", 0), 0u)
+        << version;
+    auto params = fields(slurp(tmp / "proc/driver/nvidia/params"));
+    EXPECT_EQ(params["ModifyDeviceFiles"], "1");
+    EXPECT_EQ(params["DeviceFileMode"], "438");
+
+    std::set<std::string> dirs;
+    for (const auto& e : fs::directory_iterator(tmp / "proc/driver/nvidia/gpus"))
+        dirs.insert(e.path().filename().string());
+    EXPECT_EQ(dirs.size(), m.gpus.size());
+    std::string previous;
+    std::set<std::string> uuids;
+    for (const auto& gpu : m.gpus) {
+        SCOPED_TRACE(gpu.pci_bus_id);
+        EXPECT_TRUE(dirs.count(gpu.pci_bus_id));
+        EXPECT_TRUE(std::regex_match(gpu.pci_bus_id, std::regex("[0-9a-f]{4}:[0-9a-f]{2}:00\\.0")));
+        EXPECT_LT(previous, gpu.pci_bus_id);  // bus ids ascend with the index
+        previous = gpu.pci_bus_id;
+        EXPECT_TRUE(std::regex_match(
+            gpu.uuid, std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")));
+        EXPECT_TRUE(uuids.insert(gpu.uuid).second);
+        std::string text =
+            slurp(tmp / "proc/driver/nvidia/gpus" / gpu.pci_bus_id / "information");
+        auto f = fields(text);
+        EXPECT_EQ(f["Model"], spec.model);
+        EXPECT_EQ(f["GPU UUID"], gpu.uuid);
+        EXPECT_EQ(f["Bus Location"], gpu.pci_bus_id);
+        EXPECT_EQ(f["Device Minor"], std::to_string(gpu.minor));
+        EXPECT_EQ(f["GPU Excluded"], "No");
+        EXPECT_EQ(f["Bus Type"], "PCIe");
+        // the driver's spacing: "Model: \t\t value"
+        EXPECT_EQ(text.rfind("Model: \t\t " + spec.model + "\n", 0), 0u);
+    }
+
+    // Same spec, same node: UUIDs are a function of index and driver version.
+    TempDir again;
+    Manifest m2 = gpubind::sim::simulate(again.path(), spec);
+    for (std::size_t i = 0; i < m.gpus.size(); ++i) EXPECT_EQ(m.gpus[i].uuid, m2.gpus[i].uuid);
+    spec.driver_version = "550.54.15";
+    TempDir other;
+    Manifest m3 = gpubind::sim::simulate(other.path(), spec);
+    EXPECT_NE(m.gpus[0].uuid, m3.gpus[0].uuid);
+}
+
+TEST(Sim, LdconfigListsEveryLibrary) {
+    TempDir tmp;
+    Manifest m = gpubind::sim::simulate(tmp.path(), small_spec(2));
+    Ran r = run({"/sbin/ldconfig", "-p", "-C", (tmp / "etc/ld.so.cache").string()});
+    ASSERT_EQ(r.status, 0) << r.out;
+
+    // "\tname (flags) => path"
+    std::regex entry("\\t(\\S+) \\(([^)]*)\\) => (\\S+)");
+    std::set<std::tuple<std::string, std::string, std::string>> cache;
+    for (const auto& line : lines_of(r.out)) {
+        std::smatch match;
+        if (std::regex_match(line, match, entry)) cache.insert({match[1], match[2], match[3]});
+    }
+    std::size_t libraries = 0, compat = 0;
+    std::set<std::string> known_paths;
+    for (const auto& f : m.files) {
+        if (f.kind != "library") continue;
+        SCOPED_TRACE(f.path);
+        ++libraries;
+        compat += f.compat32;
+        std::string flags = f.compat32 ? "libc6" : "libc6,x86-64";
+        EXPECT_TRUE(cache.count({f.name, flags, f.path}));
+        EXPECT_EQ(fs::path(f.path).filename().string(), f.name);
+        // the soname link ends at the versioned file
+        EXPECT_EQ(fs::canonical(tmp.path().string() + f.path),
+                  fs::canonical(tmp.path().string() + f.real_path));
+        EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(tmp.path().string() + f.real_path)));
+        known_paths.insert(f.path);
+        known_paths.insert(f.path.substr(0, f.path.find(".so") + 3));  // its development link
+    }
+    EXPECT_GE(libraries, 20u);
+    EXPECT_GE(compat, 5u);
+    // Nothing in the cache that the manifest does not account for.
+    for (const auto& [name, flags, path] : cache) EXPECT_TRUE(known_paths.count(path)) << path;
+
+    // The two real fakes are what the cache points at, the rest ELF stubs.
+    for (const auto& f : m.files) {
+        if (f.kind == "library" && (f.name == "libcuda.so.1" || f.name == "libnvidia-ml.so.1") &&
+            !f.compat32) {
+            EXPECT_GT(fs::file_size(tmp.path().string() + f.real_path), 4096u) << f.name;
+        }
+    }
+}
+
+TEST(Sim, ComputeOnlyNodeWithoutExtras) {
+    TempDir tmp;
+    Spec spec = small_spec(1);
+    spec.graphics = false;
+    spec.compat32 = false;
+    spec.ipcs = false;
+    spec.firmware = false;
+    Manifest m = gpubind::sim::simulate(tmp.path(), spec);
+    for (const auto& f : m.files) {
+        SCOPED_TRACE(f.path);
+        EXPECT_TRUE(f.kind == "library" || f.kind == "binary");
+        EXPECT_TRUE(f.capability == "utility" || f.capability == "compute");
+        EXPECT_FALSE(f.compat32);
+    }
+    EXPECT_FALSE(fs::exists(tmp / "run"));
+    EXPECT_FALSE(fs::exists(tmp / "lib/firmware"));
+    EXPECT_FALSE(fs::exists(tmp / "usr/lib/i386-linux-gnu"));
+    Ran r = run({"/sbin/ldconfig", "-p", "-C", (tmp / "etc/ld.so.cache").string()});
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out.find("(libc6)"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("GLX"), std::string::npos) << r.out;
+}
+
+TEST(Sim, IpcsAndFirmwareAreWhereTheManifestSays) {
+    TempDir tmp;
+    Manifest m = gpubind::sim::simulate(tmp.path(), small_spec(1));
+    std::size_t sockets = 0, dirs = 0, firmware = 0, binaries = 0;
+    for (const auto& f : m.files) {
+        SCOPED_TRACE(f.path);
+        struct stat st {};
+        if (f.kind == "library") continue;
+        ASSERT_EQ(::lstat((tmp.path().string() + f.path).c_str(), &st), 0);
+        if (f.kind == "ipc") {
+            sockets += S_ISSOCK(st.st_mode);
+            dirs += S_ISDIR(st.st_mode);
+        } else if (f.kind == "firmware") {
+            firmware += S_ISREG(st.st_mode);
+            EXPECT_NE(f.path.find("/lib/firmware/nvidia/" + m.spec.driver_version + "/"),
+                      std::string::npos);
+        } else if (f.kind == "binary") {
+            binaries += S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0;
+        }
+    }
+    EXPECT_EQ(sockets, 2u);
+    EXPECT_EQ(dirs, 1u);
+    EXPECT_EQ(firmware, 2u);
+    EXPECT_EQ(binaries, 5u);
+    // The stand-in utilities run and say who they are.
+    Ran r = run({(tmp / "usr/bin/nvidia-cuda-mps-control").string()});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.out.rfind("nvidia-cuda-mps-control", 0), 0u) << r.out;
+}
+
+TEST(Sim, NvidiaSmiListsTheManifestGpus) {
+    TempDir tmp;
+    Manifest m = gpubind::sim::simulate(tmp.path(), small_spec(3));
+    Ran r = nvidia_smi(tmp.path());
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(lines_of(r.out), expected_gpu_lines(m));
+
+    Ran summary = nvidia_smi(tmp.path(), "-q");
+    EXPECT_EQ(summary.status, 2);  // the fake knows -L only, and says so
+    summary = run({(tmp / "usr/bin/nvidia-smi").string()}, {"LD_LIBRARY_PATH=" + lib64(tmp.path())});
+    ASSERT_EQ(summary.status, 0) << summary.out;
+    EXPECT_NE(summary.out.find("Driver Version: " + m.spec.driver_version), std::string::npos);
+    EXPECT_NE(summary.out.find("CUDA Version: " + m.cuda_version), std::string::npos);
+
+    // Without the node's NVML on the loader's path it cannot start.
+    Ran lost = run({(tmp / "usr/bin/nvidia-smi").string(), "-L"});
+    EXPECT_NE(lost.status, 0);
+}
+
+TEST(Sim, HiddenProcEntryOrNodeHidesTheGpu) {
+    TempDir tmp;
+    Manifest m = gpubind::sim::simulate(tmp.path(), small_spec(4));
+    fs::path gpus = tmp / "proc/driver/nvidia/gpus";
+    fs::rename(gpus / m.gpus[1].pci_bus_id, tmp / "hidden-proc-entry");
+    Ran r = nvidia_smi(tmp.path());
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(lines_of(r.out), expected_gpu_lines(m, {1}));
+
+    fs::rename(tmp / "dev/nvidia3", tmp / "hidden-node");
+    r = nvidia_smi(tmp.path());
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(lines_of(r.out), expected_gpu_lines(m, {1, 3}));
+
+    fs::rename(gpus / m.gpus[0].pci_bus_id, tmp / "hidden-0");
+    fs::rename(gpus / m.gpus[2].pci_bus_id, tmp / "hidden-2");
+    r = nvidia_smi(tmp.path());
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(r.out, "No devices were found\n");
+
+    fs::rename(tmp / "dev/nvidiactl", tmp / "hidden-ctl");
+    r = nvidia_smi(tmp.path());
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.out.find("Driver Not Loaded"), std::string::npos) << r.out;
+}
+
+TEST(Sim, MigDevicesAppearInNvidiaSmi) {
+    TempDir tmp;
+    Spec spec = small_spec(2);
+    spec.mig = {{1, 5, 0}, {1, 2, 1}, {1, 2, 0}};
+    Manifest m = gpubind::sim::simulate(tmp.path(), spec);
+    ASSERT_EQ(m.migs.size(), 3u);
+
+    Ran r = nvidia_smi(tmp.path());
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto lines = lines_of(r.out);
+    auto gpu_lines = expected_gpu_lines(m);
+    ASSERT_EQ(lines.size(), 5u) << r.out;
+    EXPECT_EQ(lines[0], gpu_lines[0]);
+    EXPECT_EQ(lines[1], gpu_lines[1]);
+    std::regex mig_line("  MIG (\\S+) +Device +(\\d+): \\(UUID: (MIG-[0-9a-f-]{36})\\)");
+    std::vector<std::string> listed;
+    for (std::size_t i = 2; i < lines.size(); ++i) {
+        std::smatch match;
+        ASSERT_TRUE(std::regex_match(lines[i], match, mig_line)) << lines[i];
+        EXPECT_EQ(match[1], "1g.10gb");
+        EXPECT_EQ(match[2], std::to_string(i - 2));
+        listed.push_back(match[3]);
+    }
+    std::vector<std::string> manifest_uuids;
+    for (const auto& mig : m.migs) {
+        EXPECT_EQ(mig.gpu, 1u);
+        manifest_uuids.push_back(mig.uuid);
+    }
+    EXPECT_EQ(listed, manifest_uuids);
+
+    // The driver's capability files name the manifest's minors.
+    std::map<std::string, unsigned> minors;
+    for (const auto& line : lines_of(slurp(tmp / "proc/driver/nvidia-caps/mig-minors"))) {
+        std::istringstream in(line);
+        std::string name;
+        unsigned minor = 0;
+        in >> name >> minor;
+        minors[name] = minor;
+    }
+    EXPECT_EQ(minors["config"], 1u);
+    EXPECT_EQ(minors["monitor"], 2u);
+    // The driver's table: minors in sequence from 3 over GPUs 0-31, their GPU
+    // instances 0-14, each instance's access followed by its compute instances 0-7.
+    {
+        unsigned next = 3;
+        std::size_t checked = 0;
+        for (unsigned g = 0; g < 32; ++g)
+            for (unsigned gi = 0; gi < 15; ++gi) {
+                std::string base = "gpu" + std::to_string(g) + "/gi" + std::to_string(gi);
+                checked += minors.count(base + "/access") && minors[base + "/access"] == next++;
+                for (unsigned ci = 0; ci < 8; ++ci) {
+                    std::string name = base + "/ci" + std::to_string(ci) + "/access";
+                    checked += minors.count(name) && minors[name] == next++;
+                }
+            }
+        EXPECT_EQ(checked, 32u * 15u * 9u);
+        EXPECT_EQ(minors.size(), checked + 2);
+    }
+    fs::path caps = tmp / "proc/driver/nvidia/capabilities";
+    for (const auto& mig : m.migs) {
+        unsigned gpu_minor = m.gpus.at(mig.gpu).minor;
+        std::string gi = "gpu" + std::to_string(gpu_minor) + "/gi" + std::to_string(mig.gi);
+        std::string ci = gi + "/ci" + std::to_string(mig.ci);
+        EXPECT_EQ(minors[gi + "/access"], mig.gi_cap_minor);
+        EXPECT_EQ(minors[ci + "/access"], mig.ci_cap_minor);
+        auto gi_file = fields(slurp(caps / ("gpu" + std::to_string(gpu_minor)) / "mig" /
+                                    ("gi" + std::to_string(mig.gi)) / "access"));
+        EXPECT_EQ(gi_file["DeviceFileMinor"], std::to_string(mig.gi_cap_minor));
+        EXPECT_EQ(gi_file["DeviceFileModify"], "1");
+        auto ci_file = fields(slurp(caps / ("gpu" + std::to_string(gpu_minor)) / "mig" /
+                                    ("gi" + std::to_string(mig.gi)) / ("ci" + std::to_string(mig.ci)) /
+                                    "access"));
+        EXPECT_EQ(ci_file["DeviceFileMinor"], std::to_string(mig.ci_cap_minor));
+    }
+    auto config = fields(slurp(caps / "mig/config"));
+    EXPECT_EQ(config["DeviceFileMinor"], "1");
+    EXPECT_EQ(config["DeviceFileMode"], std::to_string(0400));
+
+    // A MIG device whose capability node is gone is not usable, hence not listed.
+    fs::rename(tmp.path().string() + "/dev/nvidia-caps/nvidia-cap" +
+                   std::to_string(m.migs[2].ci_cap_minor),
+               tmp / "hidden-cap");
+    r = nvidia_smi(tmp.path());
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out.find(m.migs[2].uuid), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(m.migs[0].uuid), std::string::npos) << r.out;
+}
+
+TEST(Sim, FakeNvmlAndCudaAnswerFromTheNode) {
+    TempDir tmp;
+    Spec spec = small_spec(3);
+    spec.model = "NVIDIA L4";
+    spec.driver_version = "570.86.15";
+    spec.mig = {{2, 1, 0}};
+    Manifest m = gpubind::sim::simulate(tmp.path(), spec);
+    EXPECT_EQ(m.cuda_version, "12.8");
+    EXPECT_EQ(m.gpus[0].compute_capability, "8.9");
+
+    std::string report = in_child([&]() -> std::string {
+        std::string path = lib64(tmp.path()) + "/libnvidia-ml.so.1";
+        void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!lib) return std::string("dlopen: ") + ::dlerror();
+        using Dev = void*;
+        auto sym = [&](const char* name) { return ::dlsym(lib, name); };
+        auto init = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
+        auto count = reinterpret_cast<int (*)(unsigned*)>(sym("nvmlDeviceGetCount_v2"));
+        auto by_index = reinterpret_cast<int (*)(unsigned, Dev*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+        auto uuid = reinterpret_cast<int (*)(Dev, char*, unsigned)>(sym("nvmlDeviceGetUUID"));
+        auto get_minor = reinterpret_cast<int (*)(Dev, unsigned*)>(sym("nvmlDeviceGetMinorNumber"));
+        struct Pci {
+            char legacy[16];
+            unsigned domain, bus, device, device_id, subsystem_id;
+            char bus_id[32];
+        };
+        auto pci = reinterpret_cast<int (*)(Dev, Pci*)>(sym("nvmlDeviceGetPciInfo_v3"));
+        auto by_bus = reinterpret_cast<int (*)(const char*, Dev*)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
+        auto by_uuid = reinterpret_cast<int (*)(const char*, Dev*)>(sym("nvmlDeviceGetHandleByUUID"));
+        auto cuda = reinterpret_cast<int (*)(int*)>(sym("nvmlSystemGetCudaDriverVersion_v2"));
+        auto driver = reinterpret_cast<int (*)(char*, unsigned)>(sym("nvmlSystemGetDriverVersion"));
+        auto cc = reinterpret_cast<int (*)(Dev, int*, int*)>(sym("nvmlDeviceGetCudaComputeCapability"));
+        auto mig_by_index = reinterpret_cast<int (*)(Dev, unsigned, Dev*)>(sym("nvmlDeviceGetMigDeviceHandleByIndex"));
+        auto gi_id = reinterpret_cast<int (*)(Dev, unsigned*)>(sym("nvmlDeviceGetGpuInstanceId"));
+        auto parent = reinterpret_cast<int (*)(Dev, Dev*)>(sym("nvmlDeviceGetDeviceHandleFromMigDeviceHandle"));
+        if (!init || !count || !by_index || !uuid || !get_minor || !pci || !by_bus || !by_uuid || !cuda ||
+            !driver || !cc || !mig_by_index || !gi_id || !parent)
+            return "missing symbol";
+        std::ostringstream out;
+        if (int rc = init(); rc != 0) return "init " + std::to_string(rc);
+        char text[96];
+        int version = 0;
+        driver(text, sizeof text);
+        cuda(&version);
+        out << "driver " << text << " cuda " << version << "\n";
+        unsigned n = 0;
+        count(&n);
+        for (unsigned i = 0; i < n; ++i) {
+            Dev d = nullptr, again = nullptr, same = nullptr;
+            Pci p{};
+            unsigned mn = 0;
+            int major = 0, minor_cc = 0;
+            by_index(i, &d);
+            uuid(d, text, sizeof text);
+            get_minor(d, &mn);
+            pci(d, &p);
+            cc(d, &major, &minor_cc);
+            by_bus(p.bus_id, &again);
+            by_uuid(text, &same);
+            out << "gpu " << text << " " << mn << " " << p.bus_id << " " << major << "." << minor_cc
+                << " " << (again == d) << (same == d) << "\n";
+            Dev mig = nullptr, back = nullptr;
+            if (mig_by_index(d, 0, &mig) == 0) {
+                unsigned gi = 0;
+                gi_id(mig, &gi);
+                uuid(mig, text, sizeof text);
+                parent(mig, &back);
+                out << "mig " << text << " " << gi << " " << (back == d) << "\n";
+            }
+        }
+        void* cudalib = ::dlopen((lib64(tmp.path()) + "/libcuda.so.1").c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!cudalib) return std::string("dlopen: ") + ::dlerror();
+        auto cu_init = reinterpret_cast<int (*)(unsigned)>(::dlsym(cudalib, "cuInit"));
+        auto cu_count = reinterpret_cast<int (*)(int*)>(::dlsym(cudalib, "cuDeviceGetCount"));
+        auto cu_version = reinterpret_cast<int (*)(int*)>(::dlsym(cudalib, "cuDriverGetVersion"));
+        int cu_n = -1, cu_v = -1;
+        int rc = cu_init(0);
+        cu_count(&cu_n);
+        cu_version(&cu_v);
+        out << "cuda " << rc << " " << cu_n << " " << cu_v << "\n";
+        return out.str();
+    });
+
+    std::ostringstream want;
+    want << "driver 570.86.15 cuda 12080\n";
+    for (const auto& g : m.gpus) {
+        // NVML's bus id: 8-digit domain, upper-case hex
+        std::string bus = g.pci_bus_id;
+        for (auto& c : bus) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        want << "gpu " << g.uuid << " " << g.minor << " 0000" << bus << " " << g.compute_capability
+             << " 11\n";
+        for (const auto& mig : m.migs)
+            if (mig.gpu == g.index) want << "mig " << mig.uuid << " " << mig.gi << " 1\n";
+    }
+    want << "cuda 0 3 12080\n";
+    EXPECT_EQ(report, want.str());
+}
+
+TEST(Sim, RefusesANonEmptyForeignDirectory) {
+    TempDir tmp;
+    { std::ofstream(tmp / "precious") << "keep me\n"; }
+    try {
+        gpubind::sim::simulate(tmp.path(), small_spec(1));
+        FAIL() << "wrote into a foreign directory";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), ENOTEMPTY);
+        EXPECT_NE(std::string(e.what()).find("not a simulated node"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(slurp(tmp / "precious"), "keep me\n");
+    EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 1);
+}
+
+TEST(Sim, ReplacesAPreviousSimulatedNode) {
+    TempDir tmp;
+    fs::path dir = tmp / "node";  // missing: created
+    gpubind::sim::simulate(dir, small_spec(3));
+    ASSERT_TRUE(fs::exists(dir / "dev/nvidia2"));
+    Manifest m = gpubind::sim::simulate(dir, small_spec(1));
+    EXPECT_EQ(m.gpus.size(), 1u);
+    EXPECT_FALSE(fs::exists(fs::symlink_status(dir / "dev/nvidia2")));
+    auto j = nlohmann::json::parse(slurp(dir / gpubind::sim::kManifestName));
+    EXPECT_EQ(j, nlohmann::json(m));
+    EXPECT_EQ(j["gpus"].size(), 1u);
+}
+
+TEST(Sim, RejectsABadSpec) {
+    TempDir tmp;
+    auto bad = [&](Spec spec, const std::string& says) {
+        try {
+            gpubind::sim::simulate(tmp.path(), spec);
+            ADD_FAILURE() << "accepted a spec that " << says;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), EINVAL);
+            EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+        }
+    };
+    Spec s = small_spec(0);
+    bad(s, "gpus must be 1 to 64");
+    s = small_spec(65);
+    bad(s, "gpus must be 1 to 64");
+    s = small_spec(1);
+    s.driver_version = "550.54.15; rm";
+    bad(s, "driver version");
+    s = small_spec(1);
+    s.mig = {{1, 0, 0}};
+    bad(s, "GPU 1 does not exist");
+    s.mig = {{0, 15, 0}};
+    bad(s, "GPU instance must be 0 to 14");
+    s.mig = {{0, 1, 0}, {0, 1, 0}};
+    bad(s, "listed twice");
+    s.mig = {};
+    s.model = "two\nlines";
+    bad(s, "model");
+    EXPECT_TRUE(fs::is_empty(tmp.path()));
+}
+
+TEST(Sim, WithoutCapMknodItSaysItNeedsRoot) {
+    TempDir tmp;
+    std::string report = in_child([&]() -> std::string {
+        cap_t caps = ::cap_get_proc();
+        cap_value_t mknod_cap = CAP_MKNOD;
+        if (!caps || ::cap_set_flag(caps, CAP_EFFECTIVE, 1, &mknod_cap, CAP_CLEAR) != 0 ||
+            ::cap_set_proc(caps) != 0)
+            return "cannot drop CAP_MKNOD";
+        ::cap_free(caps);
+        try {
+            gpubind::sim::simulate(tmp.path(), small_spec(2));
+            return "no error";
+        } catch (const Error& e) {
+            return std::to_string(e.code().value()) + " " + e.what();
+        }
+    });
+    EXPECT_EQ(report, std::to_string(EPERM) + " simulate " + (tmp / "dev/nvidia0").string() +
+                          ": making device nodes needs root (CAP_MKNOD)");
+    // and it left nothing behind
+    EXPECT_TRUE(fs::is_empty(tmp.path()));
+}
+
+TEST(Sim, CommandLine) {
+    const char* cli = std::getenv("GPUBIND_CLI");
+    ASSERT_NE(cli, nullptr) << "GPUBIND_CLI names the gpubind executable";
+    TempDir tmp;
+    fs::path dir = tmp / "node";
+    Ran r = run({cli, "simulate", dir.string(), "--gpus", "2", "--driver-version", "560.35.03",
+                 "--model", "NVIDIA H200", "--mig", "1:1:0", "--no-compat32", "--json"});
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto printed = nlohmann::json::parse(r.out);
+    auto written = nlohmann::json::parse(slurp(dir / gpubind::sim::kManifestName));
+    EXPECT_EQ(printed, written);
+    EXPECT_EQ(written["gpus"].size(), 2u);
+    EXPECT_EQ(written["migs"].size(), 1u);
+    EXPECT_EQ(written["spec"]["model"], "NVIDIA H200");
+    EXPECT_EQ(written["spec"]["compat32"], false);
+    EXPECT_TRUE(fs::exists(dir / "dev/nvidia1"));
+
+    for (std::vector<std::string> args :
+         {std::vector<std::string>{"--gpus", "2", "--mig", "2:0:0"}, {"--mig", "0:x:0"},
+          {"--gpus", "65"}, {"--driver-version", "abc"}}) {
+        std::vector<std::string> argv = {cli, "simulate", (tmp / "other").string()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        Ran bad = run(argv);
+        EXPECT_EQ(bad.status, 2) << args.back() << ": " << bad.out;
+    }
+    EXPECT_FALSE(fs::exists(tmp / "other"));
+}
