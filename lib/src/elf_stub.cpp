@@ -28,7 +28,9 @@ struct Elf32 {
     static constexpr Elf32_Half kMachine = EM_386;
 };
 
-constexpr std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+constexpr std::size_t align_up(std::size_t n, std::size_t a) {
+    return (n + a - 1) / a * a;
+}
 
 // DT_NEEDED libc.so.6 is what makes ldconfig file a 32-bit library as libc6
 // rather than plain ELF; 64-bit x86 libraries are libc6 regardless.
@@ -63,10 +65,14 @@ std::string build(std::string_view soname) {
         return d;
     };
     const typename E::Dyn dynamic[] = {
-        dyn(DT_NEEDED, needed_name),   dyn(DT_SONAME, soname_name),
-        dyn(DT_HASH, hash_at),         dyn(DT_STRTAB, str_at),
-        dyn(DT_SYMTAB, sym_at),        dyn(DT_STRSZ, dynstr.size()),
-        dyn(DT_SYMENT, sizeof(typename E::Sym)), dyn(DT_NULL, 0),
+        dyn(DT_NEEDED, needed_name),
+        dyn(DT_SONAME, soname_name),
+        dyn(DT_HASH, hash_at),
+        dyn(DT_STRTAB, str_at),
+        dyn(DT_SYMTAB, sym_at),
+        dyn(DT_STRSZ, dynstr.size()),
+        dyn(DT_SYMENT, sizeof(typename E::Sym)),
+        dyn(DT_NULL, 0),
     };
     const std::size_t size = dyn_at + sizeof dynamic;
 
@@ -100,8 +106,7 @@ std::string build(std::string_view soname) {
         return ph;
     };
     const typename E::Phdr phdrs[kPhnum] = {
-        segment(PT_LOAD, 0, size, 0x1000),
-        segment(PT_DYNAMIC, dyn_at, sizeof dynamic, 8),
+        segment(PT_LOAD, 0, size, 0x1000), segment(PT_DYNAMIC, dyn_at, sizeof dynamic, 8),
         segment(PT_GNU_STACK, 0, 0, 16),  // non-executable stack
     };
 

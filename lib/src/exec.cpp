@@ -391,14 +391,33 @@ private:
 
     void mount_proc_view() {
         const ProcView& view = *plan_.proc;
-        SharedFd dir = resolve_dir(view.target.parent_path());
-        Fd point = mount_point(dir, view.target, PointKind::Directory);
+        path target = view.target;
+        SharedFd dir = resolve_dir(target.parent_path());
+        Fd point;
+        bool one_level_down = false;  // the view is the tmpfs's "nvidia" directory
+        try {
+            point = mount_point(dir, target, PointKind::Directory);
+        } catch (const Error& e) {
+            // procfs has driver/nvidia only while the driver is loaded and
+            // refuses new directories: on a host without it (a simulated node)
+            // the tmpfs goes over the parent instead, holding the view.
+            const int err = e.code().value();
+            if (err != ENOENT && err != EPERM && err != EACCES && err != EROFS) throw;
+            if (sys_.stat_at(dir->get(), target.filename().string()).type != Type::Missing) throw;
+            target = target.parent_path();
+            dir = resolve_dir(target.parent_path());
+            point = mount_point(dir, target, PointKind::Directory);
+            one_level_down = true;
+        }
 
-        Fd fs = sys_.make_tmpfs();
-        sys_.write_file_at(fs.get(), "version", view.version, 0444);
-        sys_.write_file_at(fs.get(), "params", view.params, 0444);
+        auto shared_fs = std::make_shared<Fd>(sys_.make_tmpfs());
+        SharedFd base = shared_fs;
+        if (one_level_down)
+            base = std::make_shared<Fd>(sys_.make_dir(shared_fs->get(), view.target.filename().string(), 0555));
+        sys_.write_file_at(base->get(), "version", view.version, 0444);
+        sys_.write_file_at(base->get(), "params", view.params, 0444);
         if (!view.gpus.empty()) {
-            Fd gpus = sys_.make_dir(fs.get(), "gpus", 0555);
+            Fd gpus = sys_.make_dir(base->get(), "gpus", 0555);
             for (const auto& g : view.gpus) {
                 Fd gdir = sys_.make_dir(gpus.get(), g.bus_id, 0555);
                 sys_.write_file_at(gdir.get(), "information", g.information, 0444);
@@ -412,10 +431,9 @@ private:
             path container_path;
         };
         std::vector<CapPoint> cap_points;
-        auto shared_fs = std::make_shared<Fd>(std::move(fs));
         for (const auto& cap : view.capability_files) {
             std::vector<std::string> rel = proc_relative(cap);
-            SharedFd cur = shared_fs;
+            SharedFd cur = base;
             std::string key;
             for (std::size_t k = 0; k + 1 < rel.size(); ++k) {
                 key += "/" + rel[k];
@@ -428,14 +446,13 @@ private:
                 cur = it->second;
             }
             sys_.make_file(cur->get(), rel.back(), 0444);
-            path where = view.target;
+            path where = view.target;  // where it shows in the container either way
             for (const auto& r : rel) where /= r;
             cap_points.push_back({cur, rel.back(), where});
         }
         sys_.set_mount_flags(shared_fs->get(), kProcFlags);
         sys_.attach(shared_fs->get(), point.get());
-        undo_.push_back(
-            {Undo::Kind::Detach, dir, view.target.filename().string(), view.target.string()});
+        undo_.push_back({Undo::Kind::Detach, dir, target.filename().string(), target.string()});
         for (std::size_t i = 0; i < cap_points.size(); ++i) {
             const CapPoint& cp = cap_points[i];
             Fd cpoint = sys_.open_at(cp.dir->get(), cp.name);

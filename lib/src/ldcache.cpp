@@ -14,18 +14,18 @@ namespace {
 
 // Layout facts from glibc's sysdeps/generic/dl-cache.h and ldconfig.h.
 constexpr std::string_view kOldMagic = "ld.so-1.7.0";
-constexpr std::size_t kOldHeaderSize = 16;      // magic[11], pad, uint32 nlibs
+constexpr std::size_t kOldHeaderSize = 16;  // magic[11], pad, uint32 nlibs
 constexpr std::size_t kOldNlibsAt = 12;
-constexpr std::size_t kOldEntrySize = 12;       // int32 flags, uint32 key, value
+constexpr std::size_t kOldEntrySize = 12;  // int32 flags, uint32 key, value
 
 constexpr std::string_view kNewMagic = "glibc-ld.so.cache1.1";
 constexpr std::size_t kNewHeaderSize = 48;
 constexpr std::size_t kNewNlibsAt = 20;
 constexpr std::size_t kNewLenStringsAt = 24;
-constexpr std::size_t kNewFlagsAt = 28;         // uint8: endianness
+constexpr std::size_t kNewFlagsAt = 28;  // uint8: endianness
 constexpr std::size_t kNewExtensionAt = 32;
-constexpr std::size_t kNewEntrySize = 24;       // + uint32 osversion, uint64 hwcap
-constexpr std::size_t kNewAlign = 8;            // alignof(cache_file_new) on 64-bit
+constexpr std::size_t kNewEntrySize = 24;  // + uint32 osversion, uint64 hwcap
+constexpr std::size_t kNewAlign = 8;       // alignof(cache_file_new) on 64-bit
 
 constexpr std::uint8_t kEndianMask = 3;
 constexpr std::uint8_t kEndianCurrent = std::endian::native == std::endian::little ? 2 : 3;
@@ -53,19 +53,19 @@ constexpr bool is_hwcaps_index(std::uint64_t hwcap) noexcept {
 }
 
 class Parser {
-public:
+  public:
     Parser(std::string_view bytes, const std::string& what) : bytes_(bytes), what_(what) {}
 
     Cache run() {
         if (bytes_.empty()) fail("empty file");
         if (bytes_.starts_with(kOldMagic)) return old_or_compat();
         if (bytes_.starts_with(kNewMagic)) return new_table(0, Layout::New);
-        if (bytes_.size() < kOldHeaderSize || bytes_.size() < kNewMagic.size())
-            fail(fmt::format("truncated: {} bytes, shorter than any header", bytes_.size()));
-        fail("unknown magic: not an ld.so.cache");
+        if (kOldMagic.starts_with(bytes_) || kNewMagic.starts_with(bytes_))
+            fail(fmt::format("truncated header: {} bytes", bytes_.size()));
+        fail("not an ld.so.cache (unknown magic)");
     }
 
-private:
+  private:
     [[noreturn]] void fail(const std::string& detail) const {
         throw_invalid("parse ld.so.cache", what_, detail);
     }
@@ -84,24 +84,24 @@ private:
                           std::size_t strings_at, std::size_t index, const char* field) const {
         const std::size_t pos = origin + off;  // both far below SIZE_MAX / 2
         if (pos < strings_at || pos - strings_at >= strings.size())
-            fail(fmt::format("entry {}: {} offset {} is outside the string table "
-                             "({} bytes at file offset {})",
-                             index, field, off, strings.size(), strings_at));
+            fail(
+                fmt::format("entry {}: {} offset {} is outside the string table "
+                            "({} bytes at file offset {})",
+                            index, field, off, strings.size(), strings_at));
         const auto nul = strings.find('\0', pos - strings_at);
         if (nul == std::string_view::npos)
-            fail(fmt::format("entry {}: {} at file offset {} is not NUL-terminated", index,
-                             field, pos));
+            fail(fmt::format("entry {}: {} at file offset {} is not NUL-terminated", index, field,
+                             pos));
         return std::string(strings.substr(pos - strings_at, nul - (pos - strings_at)));
     }
 
     Cache old_or_compat() {
         if (bytes_.size() < kOldHeaderSize)
-            fail(fmt::format("truncated old header: {} of {} bytes", bytes_.size(),
-                             kOldHeaderSize));
+            fail(
+                fmt::format("truncated old header: {} of {} bytes", bytes_.size(), kOldHeaderSize));
         const std::uint32_t nlibs = get<std::uint32_t>(kOldNlibsAt);
         if (nlibs > (bytes_.size() - kOldHeaderSize) / kOldEntrySize)
-            fail(fmt::format("old table: {} entries do not fit in {} bytes", nlibs,
-                             bytes_.size()));
+            fail(fmt::format("old table: {} entries do not fit in {} bytes", nlibs, bytes_.size()));
         const std::size_t table_end = kOldHeaderSize + std::size_t{nlibs} * kOldEntrySize;
 
         // ldconfig -c compat hides the new table at the next aligned offset,
@@ -120,11 +120,19 @@ private:
             const std::size_t at = kOldHeaderSize + i * kOldEntrySize;
             Entry& e = cache.entries.emplace_back();
             e.flags = get<std::int32_t>(at);
-            e.soname = string_at(table_end, get<std::uint32_t>(at + 4), strings, table_end, i, "key");
-            e.path = string_at(table_end, get<std::uint32_t>(at + 8), strings, table_end, i, "value");
+            e.soname =
+                string_at(table_end, get<std::uint32_t>(at + 4), strings, table_end, i, "key");
+            e.path =
+                string_at(table_end, get<std::uint32_t>(at + 8), strings, table_end, i, "value");
         }
         return cache;
     }
+
+    struct Extensions {
+        std::optional<std::string_view> generator;
+        std::size_t hwcaps_at = 0;     // file offset of the glibc-hwcaps array:
+        std::size_t hwcaps_count = 0;  // uint32 file offsets of subdirectory names
+    };
 
     // The new table whose header is at file offset `base`.
     Cache new_table(std::size_t base, Layout layout) {
@@ -139,21 +147,20 @@ private:
 
         const std::size_t entries_at = base + kNewHeaderSize;
         if (nlibs > (bytes_.size() - entries_at) / kNewEntrySize)
-            fail(fmt::format("new table: {} entries do not fit in {} bytes", nlibs,
-                             bytes_.size()));
+            fail(fmt::format("new table: {} entries do not fit in {} bytes", nlibs, bytes_.size()));
         const std::size_t strings_at = entries_at + std::size_t{nlibs} * kNewEntrySize;
         if (!fits(bytes_.size(), strings_at, len_strings))
-            fail(fmt::format("string table of {} bytes at file offset {} runs past the end "
-                             "({} bytes)",
-                             len_strings, strings_at, bytes_.size()));
+            fail(
+                fmt::format("string table of {} bytes at file offset {} runs past the end "
+                            "({} bytes)",
+                            len_strings, strings_at, bytes_.size()));
         // String offsets count from the header; the strings follow the entries.
         const std::string_view strings = bytes_.substr(strings_at, len_strings);
 
         Cache cache;
         cache.layout = layout;
         const Extensions ext = extensions(get<std::uint32_t>(base + kNewExtensionAt));
-        if (ext.generator_size)
-            cache.generator = std::string(bytes_.substr(ext.generator_at, *ext.generator_size));
+        if (ext.generator) cache.generator = std::string(*ext.generator);
 
         cache.entries.reserve(nlibs);
         for (std::size_t i = 0; i < nlibs; ++i) {
@@ -168,13 +175,6 @@ private:
         }
         return cache;
     }
-
-    struct Extensions {
-        std::size_t generator_at = 0;
-        std::optional<std::size_t> generator_size;
-        std::size_t hwcaps_at = 0;
-        std::size_t hwcaps_count = 0;  // uint32 file offsets of subdirectory names
-    };
 
     // The extension directory at file offset `at` (0: none), checked as glibc's
     // cache_extension_load does: any section outside the file is an error, an
@@ -199,12 +199,12 @@ private:
             const std::uint32_t off = get<std::uint32_t>(s + 8);
             const std::uint32_t size = get<std::uint32_t>(s + 12);
             if (!fits(bytes_.size(), off, size))
-                fail(fmt::format("extension section {} ({} bytes at file offset {}) runs past "
-                                 "the end",
-                                 i, size, off));
+                fail(
+                    fmt::format("extension section {} ({} bytes at file offset {}) runs past "
+                                "the end",
+                                i, size, off));
             if (tag == kTagGenerator) {
-                ext.generator_at = off;
-                ext.generator_size = size;
+                ext.generator = bytes_.substr(off, size);
             } else if (tag == kTagGlibcHwcaps) {
                 ext.hwcaps_at = off;
                 hwcaps_size = size;
@@ -225,9 +225,8 @@ private:
         if (name_at >= bytes_.size()) return;
         const auto nul = bytes_.find('\0', name_at);
         if (nul == std::string_view::npos)
-            fail(fmt::format("entry {}: glibc-hwcaps name at file offset {} is not "
-                             "NUL-terminated",
-                             index, name_at));
+            fail(fmt::format("entry {}: glibc-hwcaps name at {} is not NUL-terminated", index,
+                             name_at));
         e.has_hwcaps_subdir = true;
         e.hwcaps_subdir = std::string(bytes_.substr(name_at, nul - name_at));
     }
@@ -236,37 +235,48 @@ private:
     const std::string& what_;
 };
 
-// Text of FLAG_*_LIB* values as glibc 2.36's ldconfig -p prints them.
-const char* required_text(std::int32_t required) noexcept {
-    switch (required) {
-        case 0x0100: return ",64bit";          // FLAG_SPARC_LIB64
-        case 0x0200: return ",IA-64";          // FLAG_IA64_LIB64
-        case 0x0300: return ",x86-64";         // FLAG_X8664_LIB64
-        case 0x0400: return ",64bit";          // FLAG_S390_LIB64
-        case 0x0500: return ",64bit";          // FLAG_POWERPC_LIB64
-        case 0x0600: return ",N32";            // FLAG_MIPS64_LIBN32
-        case 0x0700: return ",64bit";          // FLAG_MIPS64_LIBN64
-        case 0x0800: return ",x32";            // FLAG_X8664_LIBX32
-        case 0x0900: return ",hard-float";     // FLAG_ARM_LIBHF
-        case 0x0a00: return ",AArch64";        // FLAG_AARCH64_LIB64
-        case 0x0b00: return ",soft-float";     // FLAG_ARM_LIBSF
-        case 0x0c00: return ",nan2008";        // FLAG_MIPS_LIB32_NAN2008
-        case 0x0d00: return ",N32,nan2008";    // FLAG_MIPS64_LIBN32_NAN2008
-        case 0x0e00: return ",64bit,nan2008";  // FLAG_MIPS64_LIBN64_NAN2008
-        case 0x0f00: return ",soft-float";     // FLAG_RISCV_FLOAT_ABI_SOFT
-        case 0x1000: return ",double-float";   // FLAG_RISCV_FLOAT_ABI_DOUBLE
-        default: return nullptr;
-    }
+// The FLAG_*_LIB* values, by flags >> 8: what glibc 2.36's ldconfig -p prints
+// and the architecture they stand for.
+struct Required {
+    const char* text;
+    Arch arch;
+};
+constexpr Required kRequired[] = {
+    {"", Arch::I386},                 // none: 32-bit x86 (and other 32-bit ABIs)
+    {",64bit", Arch::Other},          // FLAG_SPARC_LIB64
+    {",IA-64", Arch::Other},          // FLAG_IA64_LIB64
+    {",x86-64", Arch::X86_64},        // FLAG_X8664_LIB64
+    {",64bit", Arch::Other},          // FLAG_S390_LIB64
+    {",64bit", Arch::Ppc64le},        // FLAG_POWERPC_LIB64
+    {",N32", Arch::Other},            // FLAG_MIPS64_LIBN32
+    {",64bit", Arch::Other},          // FLAG_MIPS64_LIBN64
+    {",x32", Arch::X32},              // FLAG_X8664_LIBX32
+    {",hard-float", Arch::Armhf},     // FLAG_ARM_LIBHF
+    {",AArch64", Arch::Aarch64},      // FLAG_AARCH64_LIB64
+    {",soft-float", Arch::Other},     // FLAG_ARM_LIBSF
+    {",nan2008", Arch::Other},        // FLAG_MIPS_LIB32_NAN2008
+    {",N32,nan2008", Arch::Other},    // FLAG_MIPS64_LIBN32_NAN2008
+    {",64bit,nan2008", Arch::Other},  // FLAG_MIPS64_LIBN64_NAN2008
+    {",soft-float", Arch::Other},     // FLAG_RISCV_FLOAT_ABI_SOFT
+    {",double-float", Arch::Other},   // FLAG_RISCV_FLOAT_ABI_DOUBLE
+    {nullptr, Arch::Other},           // FLAG_LARCH_FLOAT_ABI_SOFT (glibc 2.37)
+    {nullptr, Arch::Other},           // FLAG_LARCH_FLOAT_ABI_DOUBLE (glibc 2.37)
+};
+
+const Required* required_of(std::int32_t flags) noexcept {
+    const auto i = static_cast<std::size_t>((flags & kRequiredMask) >> 8);
+    return i < std::size(kRequired) ? &kRequired[i] : nullptr;
 }
 
 std::string describe(std::int32_t flags, std::uint64_t hwcap, const std::string_view* subdir) {
     static constexpr const char* kTypes[] = {"libc4", "ELF", "libc5", "libc6"};
     const std::int32_t type = flags & kTypeMask;
     std::string out = type < 4 ? kTypes[type] : "unknown";
-    if (const std::int32_t required = flags & kRequiredMask; required != 0) {
-        const char* text = required_text(required);
-        out += text ? std::string(text) : fmt::format(",{}", required);
-    }
+    const Required* required = required_of(flags);
+    if (required && required->text)
+        out += required->text;
+    else
+        out += fmt::format(",{}", flags & kRequiredMask);
     if (subdir)
         out += fmt::format(", hwcap: \"{}\"", *subdir);
     else if (hwcap != 0)
@@ -286,22 +296,10 @@ Cache load(const std::filesystem::path& path) {
 }
 
 Arch arch_of(std::int32_t flags) noexcept {
-    if ((flags & ~(kTypeMask | kRequiredMask)) != 0) return Arch::Unknown;
-    const std::int32_t type = flags & kTypeMask;
-    if (type < 1 || type > 3) return Arch::Unknown;  // ELF, libc5, libc6
-    switch (flags & kRequiredMask) {
-        case 0x0000: return Arch::I386;
-        case 0x0300: return Arch::X86_64;
-        case 0x0500: return Arch::Ppc64le;
-        case 0x0800: return Arch::X32;
-        case 0x0900: return Arch::Armhf;
-        case 0x0a00: return Arch::Aarch64;
-        case 0x0100: case 0x0200: case 0x0400: case 0x0600: case 0x0700: case 0x0b00:
-        case 0x0c00: case 0x0d00: case 0x0e00: case 0x0f00: case 0x1000:
-        case 0x1100: case 0x1200:  // FLAG_LARCH_FLOAT_ABI_SOFT, _DOUBLE (glibc 2.37)
-            return Arch::Other;
-        default: return Arch::Unknown;
-    }
+    const std::int32_t type = flags & kTypeMask;  // ELF, libc5 or libc6
+    if ((flags & ~(kTypeMask | kRequiredMask)) != 0 || type < 1 || type > 3) return Arch::Unknown;
+    const Required* required = required_of(flags);
+    return required ? required->arch : Arch::Unknown;
 }
 
 std::string describe_flags(std::int32_t flags, std::uint64_t hwcap,

@@ -44,7 +44,8 @@ BENCHMARK(BM_ParseFromMemory);
 
 void BM_FormatLikeLdconfig(benchmark::State& state) {
     const ldcache::Cache cache = ldcache::load(cache_path());
-    for (auto _ : state) benchmark::DoNotOptimize(ldcache::format_like_ldconfig(cache, cache_path()));
+    for (auto _ : state)
+        benchmark::DoNotOptimize(ldcache::format_like_ldconfig(cache, cache_path()));
 }
 BENCHMARK(BM_FormatLikeLdconfig);
 

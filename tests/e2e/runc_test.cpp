@@ -108,8 +108,7 @@ protected:
         for (const auto& g : m().gpus) s += " /dev/nvidia" + std::to_string(g.minor);
         for (const auto& g : m().gpus) s += " /hostdev/nvidia" + std::to_string(g.minor);
         s += "; echo '== proc'; ls /proc/driver/nvidia/gpus";
-        s += "; echo '== ldcache'; /sbin/ldconfig -p 2>&1 || ldconfig -p 2>&1";
-        return s;
+        return s + "; true";
     }
 
     // Binds every GPU node of the host at /hostdev so that the container can
@@ -286,7 +285,8 @@ TEST_F(RuncTest, NoneGivesDriverFilesButNoGpu) {
     for (const auto& g : m().gpus)
         EXPECT_FALSE(contains(s["dev"], "nvidia" + std::to_string(g.minor))) << r.out;
     ASSERT_EQ(s["cuda"].size(), 1u) << r.out;
-    EXPECT_THAT(s["cuda"][0], HasSubstr("count=0(0)"));
+    // As the real libcuda: no device to initialise.
+    EXPECT_THAT(s["cuda"][0], HasSubstr("init=100 "));
 }
 
 TEST_F(RuncTest, LegacyCudaImageGetsAllGpusAndAllCapabilities) {

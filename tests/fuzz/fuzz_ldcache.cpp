@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // Every key finds an entry with that key (the first few: lookup is linear).
         for (std::size_t i = 0; i < cache.entries.size() && i < 16; ++i) {
             const ldcache::Entry& e = cache.entries[i];
-            const ldcache::Entry* found = ldcache::lookup(cache, e.soname, ldcache::arch_of(e.flags));
+            const ldcache::Entry* found =
+                ldcache::lookup(cache, e.soname, ldcache::arch_of(e.flags));
             if (found == nullptr || found->soname != e.soname) std::abort();
         }
     } catch (const Error& e) {

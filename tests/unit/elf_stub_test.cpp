@@ -74,8 +74,7 @@ TEST(ElfStub, ReadelfSeesTheSoname) {
         write_file(path, elf::make_shared_object(machine, name));
         const Output out = run("readelf -d '" + path.string() + "' 2>&1");
         ASSERT_EQ(out.status, 0) << out.text;
-        EXPECT_NE(out.text.find(std::string("Library soname: [") + name + "]"),
-                  std::string::npos)
+        EXPECT_NE(out.text.find(std::string("Library soname: [") + name + "]"), std::string::npos)
             << out.text;
         EXPECT_NE(out.text.find("Shared library: [libc.so.6]"), std::string::npos) << out.text;
     }
@@ -127,8 +126,8 @@ TEST(ElfStub, DynamicLoaderOpensTheSixtyFourBitOne) {
 }
 
 TEST(ElfStub, RejectsNamesThatAreNotFileNames) {
-    for (std::string_view bad : {std::string_view(""), std::string_view("lib/x.so"),
-                                 std::string_view("libx\0.so", 8)}) {
+    for (std::string_view bad :
+         {std::string_view(""), std::string_view("lib/x.so"), std::string_view("libx\0.so", 8)}) {
         try {
             elf::make_shared_object(Machine::X86_64, bad);
             ADD_FAILURE() << "accepted " << bad;

@@ -51,7 +51,9 @@ Output run(const std::string& command) {
     return out;
 }
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+std::string quote(const std::string& s) {
+    return "'" + s + "'";
+}
 
 // `ldconfig -p` for the cache at `path`, printed with `path` as given.
 std::string ldconfig_p(const std::string& path) {
@@ -74,9 +76,12 @@ std::string read_bytes(const fs::path& path) {
 
 const char* layout_option(Layout layout) {
     switch (layout) {
-        case Layout::Old: return "old";
-        case Layout::Compat: return "compat";
-        case Layout::New: return "new";
+        case Layout::Old:
+            return "old";
+        case Layout::Compat:
+            return "compat";
+        case Layout::New:
+            return "new";
     }
     return "?";
 }
@@ -123,8 +128,8 @@ void expect_invalid(F&& f, const std::string& context) {
 
 // A library the test put in a root, the manifest the caches are checked against.
 struct Planted {
-    std::string dir;      // as listed in ld.so.conf, e.g. "/opt/d1"
-    std::string soname;   // also its file name
+    std::string dir;     // as listed in ld.so.conf, e.g. "/opt/d1"
+    std::string soname;  // also its file name
     elf::Machine machine;
     std::string hwcaps;   // glibc-hwcaps subdirectory, or empty
     bool legacy = false;  // in a legacy hwcap subdirectory (tls, haswell)
@@ -137,7 +142,7 @@ struct Planted {
 // A root for `ldconfig -r`: stub libraries in directories listed in its
 // ld.so.conf.
 class Root {
-public:
+  public:
     const fs::path& root() const { return dir_.path(); }
     const std::vector<Planted>& planted() const { return planted_; }
 
@@ -159,7 +164,7 @@ public:
         return root().string() + name;
     }
 
-private:
+  private:
     void drop_legacy() {
         for (const Planted& p : planted_)
             if (p.legacy) fs::remove_all(dir_.path() / p.dir.substr(1));
@@ -179,11 +184,11 @@ void populate_randomly(Root& root, unsigned seed) {
     auto pick = [&rng](std::size_t lo, std::size_t hi) {
         return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
     };
-    std::vector<std::string> pool = {
-        "libcuda.so.1",         "libcuda.so.10",    "libcuda.so.2",
-        "libnvidia-ml.so.1",    "libGL.so.1",       "libEGL_nvidia.so.0",
-        "libnvcuvid.so.1",      "libnvidia-ptxjitcompiler.so.1",
-        "libvdpau_nvidia.so.1", "libnvidia-encode.so.535.104.05"};
+    std::vector<std::string> pool = {"libcuda.so.1",         "libcuda.so.10",
+                                     "libcuda.so.2",         "libnvidia-ml.so.1",
+                                     "libGL.so.1",           "libEGL_nvidia.so.0",
+                                     "libnvcuvid.so.1",      "libnvidia-ptxjitcompiler.so.1",
+                                     "libvdpau_nvidia.so.1", "libnvidia-encode.so.535.104.05"};
     for (std::size_t i = 0, n = pick(2, 6); i < n; ++i)
         pool.push_back("libx" + std::to_string(pick(0, 999)) + ".so." +
                        std::to_string(pick(0, 30)));
@@ -211,12 +216,17 @@ void populate_randomly(Root& root, unsigned seed) {
             }
         }
         if (pick(0, 4) == 0)  // a legacy hwcap subdirectory: new layout only
-            root.plant({dir + (pick(0, 1) ? "/tls" : "/haswell"), pool[0], elf::Machine::X86_64,
-                        {}, true});
+            root.plant({dir + (pick(0, 1) ? "/tls" : "/haswell"),
+                        pool[0],
+                        elf::Machine::X86_64,
+                        {},
+                        true});
     }
 }
 
-Arch arch_for(elf::Machine m) { return m == elf::Machine::X86_64 ? Arch::X86_64 : Arch::I386; }
+Arch arch_for(elf::Machine m) {
+    return m == elf::Machine::X86_64 ? Arch::X86_64 : Arch::I386;
+}
 
 // Each planted library is in the cache once, with its architecture and (where
 // the layout keeps it) its glibc-hwcaps subdirectory.
@@ -429,13 +439,20 @@ TEST(ArchOf, EachArchitectureFromACacheOfIt) {
         Arch arch;
         const char* text;
     } kCases[] = {
-        {0x0303, Arch::X86_64, "libc6,x86-64"}, {0x0003, Arch::I386, "libc6"},
-        {0x0001, Arch::I386, "ELF"},            {0x0803, Arch::X32, "libc6,x32"},
-        {0x0a03, Arch::Aarch64, "libc6,AArch64"}, {0x0903, Arch::Armhf, "libc6,hard-float"},
-        {0x0503, Arch::Ppc64le, "libc6,64bit"}, {0x0b03, Arch::Other, "libc6,soft-float"},
-        {0x0403, Arch::Other, "libc6,64bit"},   {0x0f03, Arch::Other, "libc6,soft-float"},
-        {0x0603, Arch::Other, "libc6,N32"},     {0x1303, Arch::Unknown, "libc6,4864"},
-        {0x0004, Arch::Unknown, "unknown"},     {0x0000, Arch::Unknown, "libc4"},
+        {0x0303, Arch::X86_64, "libc6,x86-64"},
+        {0x0003, Arch::I386, "libc6"},
+        {0x0001, Arch::I386, "ELF"},
+        {0x0803, Arch::X32, "libc6,x32"},
+        {0x0a03, Arch::Aarch64, "libc6,AArch64"},
+        {0x0903, Arch::Armhf, "libc6,hard-float"},
+        {0x0503, Arch::Ppc64le, "libc6,64bit"},
+        {0x0b03, Arch::Other, "libc6,soft-float"},
+        {0x0403, Arch::Other, "libc6,64bit"},
+        {0x0f03, Arch::Other, "libc6,soft-float"},
+        {0x0603, Arch::Other, "libc6,N32"},
+        {0x1303, Arch::Unknown, "libc6,4864"},
+        {0x0004, Arch::Unknown, "unknown"},
+        {0x0000, Arch::Unknown, "libc4"},
         {0x10303, Arch::Unknown, "libc6,x86-64"},
     };
     RawCache raw;
@@ -479,8 +496,8 @@ TEST(Hwcaps, NamesResolveAndFallBackToHexAsLdconfigDoes) {
         {0x0303, "libz.so.1", "/l/glibc-hwcaps/x86-64-v3/libz.so.1", kHwcapsIndex | 1},
         {0x0303, "libz.so.1", "/l/glibc-hwcaps/x86-64-v2/libz.so.1", kHwcapsIndex | 0},
         {0x0303, "libz.so.1", "/l/isa/libz.so.1", kHwcapsIndex | (3ULL << 32) | 1},  // ISA level
-        {0x0303, "libz.so.1", "/l/empty/libz.so.1", kHwcapsIndex | 2},  // empty name
-        {0x0303, "libz.so.1", "/l/past/libz.so.1", kHwcapsIndex | 3},   // past the array: hex
+        {0x0303, "libz.so.1", "/l/empty/libz.so.1", kHwcapsIndex | 2},               // empty name
+        {0x0303, "libz.so.1", "/l/past/libz.so.1", kHwcapsIndex | 3},  // past the array: hex
         {0x0303, "libz.so.1", "/l/high/libz.so.1", kHwcapsIndex | (1ULL << 45) | 1},  // not ext
         {0x0303, "libz.so.1", "/l/libz.so.1"},
     };
@@ -569,7 +586,7 @@ TEST(Lookup, PrefersTheFirstEntryEveryCpuCanLoad) {
 // Small caches from the system's ldconfig, one per layout: 64- and 32-bit
 // entries, a soname in three directories, glibc-hwcaps entries.
 class SmallCaches : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         Root root;
         root.list("/opt/a/lib");
@@ -681,7 +698,8 @@ TEST_F(SmallCaches, TargetedCorruptionsAreRejected) {
     }
     cases.push_back({"compat old nlibs too big", patched(cb, 12, 0xffffffffu)});
     cases.push_back({"len_strings too big", patched(nb, 24, 0xfffffff0u)});
-    cases.push_back({"len_strings past end", patched(nb, 24, static_cast<std::uint32_t>(nb.size()))});
+    cases.push_back(
+        {"len_strings past end", patched(nb, 24, static_cast<std::uint32_t>(nb.size()))});
     const std::size_t last = n_new - 1;
     const auto end_of_file = static_cast<std::uint32_t>(nb.size());
     for (std::uint32_t off : {end_of_file, 0x7fffffffu, 0xffffffffu, 3u /* the header */}) {
@@ -702,12 +720,14 @@ TEST_F(SmallCaches, TargetedCorruptionsAreRejected) {
         b[strings_end - 1] = 'x';
         cases.push_back({"new last string unterminated", b});
     }
-    cases.push_back({"extension offset past end", patched(nb, 32, static_cast<std::uint32_t>(nb.size()))});
+    cases.push_back(
+        {"extension offset past end", patched(nb, 32, static_cast<std::uint32_t>(nb.size()))});
     cases.push_back({"extension offset huge", patched(nb, 32, 0xfffffffcu)});
     cases.push_back({"extension misaligned", patched(nb, 32, ext_at + 2)});
     cases.push_back({"extension bad magic", patched(nb, ext_at, 0x12345678u)});
     cases.push_back({"extension count huge", patched(nb, ext_at + 4, 0x10000000u)});
-    cases.push_back({"section past end", patched(nb, ext_at + 8 + 8, static_cast<std::uint32_t>(nb.size()))});
+    cases.push_back(
+        {"section past end", patched(nb, ext_at + 8 + 8, static_cast<std::uint32_t>(nb.size()))});
     cases.push_back({"section size huge", patched(nb, ext_at + 8 + 12, 0xffffffffu)});
     {
         std::string b = nb;

@@ -1,0 +1,235 @@
+// gpubind info and list, run as users run them, on simulated nodes of several
+// shapes. The truth is each node's own manifest, never gpubind's output.
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <set>
+#include <tuple>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpubind/sim.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Output {
+    int code;
+    std::string out;
+};
+
+Output cli(const std::string& args) {
+    const char* exe = std::getenv("GPUBIND_CLI");
+    std::string cmd = std::string(exe ? exe : "gpubind") + " " + args + " 2>&1";
+    Output o{0, {}};
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
+    int status = ::pclose(p);
+    o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return o;
+}
+
+json cli_json(const std::string& args) {
+    auto o = cli(args);
+    EXPECT_EQ(o.code, 0) << o.out;
+    return json::parse(o.out);
+}
+
+using Item = std::tuple<std::string, std::string, bool>;  // name, host path, compat32
+
+class Shape : public ::testing::TestWithParam<sim::Spec> {
+protected:
+    void SetUp() override { manifest_ = sim::simulate(dir_.path(), GetParam()); }
+
+    std::string root() const { return "--root " + dir_.path().string(); }
+    std::string host(const std::string& p) const { return (dir_.path() / fs::path(p).relative_path()).string(); }
+
+    // The manifest's files of `kind` brought by any of `caps`.
+    std::set<Item> expected(const std::string& kind, const std::set<std::string>& caps,
+                            bool compat32) const {
+        std::set<Item> out;
+        for (const auto& f : manifest_.files)
+            if (f.kind == kind && caps.count(f.capability) && (compat32 || !f.compat32))
+                out.emplace(kind == "ipc" ? f.path : f.name, host(kind == "library" ? f.real_path : f.path),
+                            f.compat32);
+        return out;
+    }
+    static std::set<Item> listed(const json& list, const std::string& key, bool by_path) {
+        std::set<Item> out;
+        for (const auto& e : list[key])
+            out.emplace(by_path ? e["path"].get<std::string>().substr(0) : e["name"].get<std::string>(),
+                        e[key == "libraries" ? "real_path" : "path"].get<std::string>(),
+                        e.value("compat32", false));
+        return out;
+    }
+    std::set<Item> listed_ipcs(const json& list) const {
+        std::set<Item> out;
+        for (const auto& e : list["ipcs"])
+            out.emplace(e["name"].get<std::string>(), e["path"].get<std::string>(), false);
+        return out;
+    }
+
+    test::TempDir dir_{"gpubind-shape"};
+    sim::Manifest manifest_;
+};
+
+const std::set<std::string> kAll = {"utility", "compute", "video", "graphics", "display", "ngx"};
+
+TEST_P(Shape, InfoShowsTheNodesGpus) {
+    json info = cli_json("info --json " + root());
+    EXPECT_EQ(info["schema"], "gpubind.info/v1");
+    EXPECT_EQ(info["driver_version"], manifest_.spec.driver_version);
+    EXPECT_EQ(info["cuda_version"], manifest_.cuda_version);
+    ASSERT_EQ(info["gpus"].size(), manifest_.gpus.size());
+    for (const auto& g : manifest_.gpus) {
+        const auto& j = info["gpus"][g.index];
+        EXPECT_EQ(j["minor"], g.minor);
+        EXPECT_EQ(j["uuid"], g.uuid);
+        EXPECT_EQ(j["pci_bus_id"], g.pci_bus_id);
+        EXPECT_EQ(j["model"], g.model);
+        EXPECT_EQ(j["brand"], g.brand);
+        EXPECT_EQ(j["compute_capability"], g.compute_capability);
+        EXPECT_EQ(j["device"]["host_path"], host("/dev/nvidia" + std::to_string(g.minor)));
+    }
+    std::set<std::tuple<unsigned, unsigned, unsigned, std::string>> want, got;
+    for (const auto& m : manifest_.migs) want.emplace(m.gpu, m.gi, m.ci, m.uuid);
+    for (const auto& g : info["gpus"])
+        for (const auto& m : g["mig"])
+            got.emplace(g["index"], m["gpu_instance"], m["compute_instance"], m["uuid"]);
+    EXPECT_EQ(got, want);
+}
+
+TEST_P(Shape, ListsExactlyWhatTheNodeHolds) {
+    json all = cli_json("list --json --compat32 " + root());
+    EXPECT_EQ(all["schema"], "gpubind.list/v1");
+    EXPECT_EQ(listed(all, "libraries", false), expected("library", kAll, true));
+    EXPECT_EQ(listed(all, "binaries", false), expected("binary", kAll, false));
+    EXPECT_EQ(listed(all, "firmware", true).size(), expected("firmware", kAll, false).size());
+    std::set<std::string> ipc_paths, want_ipcs;
+    for (const auto& e : all["ipcs"]) ipc_paths.insert(e["path"].get<std::string>());
+    for (const auto& f : manifest_.files)
+        if (f.kind == "ipc") want_ipcs.insert(host(f.path));
+    EXPECT_EQ(ipc_paths, want_ipcs);
+    std::set<std::string> fw_paths, want_fw;
+    for (const auto& e : all["firmware"]) fw_paths.insert(e["path"].get<std::string>());
+    for (const auto& f : manifest_.files)
+        if (f.kind == "firmware") want_fw.insert(host(f.path));
+    EXPECT_EQ(fw_paths, want_fw);
+
+    // Devices: the control nodes and every GPU, with the node's numbers.
+    std::set<std::tuple<std::string, unsigned, unsigned>> want_dev, got_dev;
+    for (const auto& n : manifest_.nodes)
+        if (n.path.rfind("/dev/nvidia-caps/", 0) != 0) want_dev.emplace(host(n.path), n.major, n.minor);
+    for (const auto& d : all["devices"]) got_dev.emplace(d["host_path"], d["major"], d["minor"]);
+    EXPECT_EQ(got_dev, want_dev);
+}
+
+TEST_P(Shape, SelectionFlagsNarrowTheList) {
+    json compute = cli_json("list --json -l -c compute " + root());
+    EXPECT_EQ(listed(compute, "libraries", false), expected("library", {"compute"}, false));
+    EXPECT_TRUE(compute["devices"].empty());
+    EXPECT_TRUE(compute["binaries"].empty());
+    json no32 = cli_json("list --json -l " + root());
+    EXPECT_EQ(listed(no32, "libraries", false), expected("library", kAll, false));
+
+    // Text output: one host path a line, libraries as their versioned files.
+    auto text = cli("list -l -c utility " + root());
+    ASSERT_EQ(text.code, 0);
+    for (const auto& f : manifest_.files) {
+        if (f.kind == "library" && f.capability == "utility" && !f.compat32) {
+            EXPECT_THAT(text.out, ::testing::HasSubstr(host(f.real_path) + "\n"));
+        }
+    }
+
+    // One GPU by UUID: the control nodes and that GPU only.
+    const auto& last = manifest_.gpus.back();
+    json one = cli_json("list --json -d " + last.uuid + " " + root());
+    std::set<std::string> gpu_nodes;
+    for (const auto& d : one["devices"])
+        if (std::string(d["path"]).find_first_of("0123456789") != std::string::npos &&
+            d["major"] == 195 && d["minor"] < 254)
+            gpu_nodes.insert(d["path"].get<std::string>());
+    EXPECT_EQ(gpu_nodes, std::set<std::string>{"/dev/nvidia" + std::to_string(last.minor)});
+}
+
+TEST_P(Shape, MigDevicesBringTheirCapabilityNodes) {
+    for (const auto& m : manifest_.migs) {
+        unsigned index = 0;  // position among the parent's MIG devices, by (gi, ci)
+        for (const auto& o : manifest_.migs)
+            if (o.gpu == m.gpu && std::tie(o.gi, o.ci) < std::tie(m.gi, m.ci)) ++index;
+        for (const std::string& id : {std::to_string(m.gpu) + ":" + std::to_string(index), m.uuid}) {
+            json l = cli_json("list --json -d " + id + " " + root());
+            std::set<unsigned> caps;
+            for (const auto& d : l["devices"])
+                if (std::string(d["path"]).rfind("/dev/nvidia-caps/", 0) == 0) caps.insert(d["minor"].get<unsigned>());
+            EXPECT_EQ(caps, (std::set<unsigned>{m.gi_cap_minor, m.ci_cap_minor})) << id;
+        }
+    }
+}
+
+sim::Spec spec(unsigned gpus, bool compat32, bool graphics, bool ipcs_firmware,
+               std::vector<sim::MigSpec> mig = {}, std::string version = "550.54.15") {
+    sim::Spec s;
+    s.gpus = gpus;
+    s.compat32 = compat32;
+    s.graphics = graphics;
+    s.ipcs = s.firmware = ipcs_firmware;
+    s.mig = std::move(mig);
+    s.driver_version = std::move(version);
+    return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Nodes, Shape,
+    ::testing::Values(spec(1, true, true, true), spec(8, true, true, true),
+                      spec(8, false, false, false, {}, "535.183.01"),
+                      spec(2, true, true, true, {{0, 1, 0}, {0, 2, 0}, {1, 3, 1}}),
+                      spec(4, false, true, false, {{3, 7, 0}}, "580.65.06")));
+
+TEST(Discover, MissingOptionalFilesAreLeftOutAndCorruptionIsAnError) {
+    test::TempDir dir("gpubind-broken");
+    sim::simulate(dir.path(), sim::Spec{});
+    const std::string root = "--root " + dir.path().string();
+    fs::remove(dir / "dev/nvidia-modeset");
+    fs::remove(dir / "run/nvidia-persistenced/socket");
+    auto o = cli("list " + root);
+    ASSERT_EQ(o.code, 0) << o.out;
+    EXPECT_THAT(o.out, ::testing::Not(::testing::HasSubstr("nvidia-modeset")));
+    EXPECT_THAT(o.out, ::testing::Not(::testing::HasSubstr("persistenced/socket")));
+
+    // A GPU whose node is missing is an error naming it.
+    fs::remove(dir / "dev/nvidia3");
+    o = cli("list " + root);
+    EXPECT_EQ(o.code, 1);
+    EXPECT_EQ(o.out, "gpubind: stat device node " + (dir / "dev/nvidia3").string() +
+                         ": No such file or directory\n");
+
+    // A device node with the wrong numbers is refused.
+    ASSERT_EQ(::mknod((dir / "dev/nvidia3").c_str(), S_IFCHR | 0666, makedev(195, 9)), 0);
+    o = cli("list " + root);
+    EXPECT_EQ(o.code, 3);
+    EXPECT_THAT(o.out, ::testing::HasSubstr("is 195:9, expected 195:3"));
+
+    // A truncated cache: exit 3, one line naming the file.
+    fs::remove(dir / "dev/nvidia3");
+    ASSERT_EQ(::mknod((dir / "dev/nvidia3").c_str(), S_IFCHR | 0666, makedev(195, 3)), 0);
+    fs::resize_file(dir / "etc/ld.so.cache", 100);
+    o = cli("list " + root);
+    EXPECT_EQ(o.code, 3);
+    EXPECT_THAT(o.out, ::testing::StartsWith("gpubind: parse ld.so.cache " +
+                                             (dir / "etc/ld.so.cache").string() + ": "));
+    EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1);
+}
+
+}  // namespace
+}  // namespace gpubind
