@@ -215,14 +215,17 @@ Bundle& Bundle::command(const std::string& shell_script) {
     return *this;
 }
 
-RunResult Bundle::run() {
+void Bundle::write_spec() const { std::ofstream(dir_ / "config.json") << spec_.dump(2); }
+
+RunResult Bundle::run() { return run_with(env_or("GPUBIND_RUNC", "runc")); }
+
+RunResult Bundle::run_with(const std::string& runtime) {
     static std::atomic<int> counter{0};
-    std::ofstream(dir_ / "config.json") << spec_.dump(2);
+    write_spec();
     const std::string id = "gpubind-e2e-" + std::to_string(::getpid()) + "-" +
                            std::to_string(counter++);
-    const std::string state = (dir_ / "runc-state").string();
-    auto result = run_command({env_or("GPUBIND_RUNC", "runc"), "--root", state, "run", "--bundle",
-                               dir_.string(), id});
+    const std::string state = state_root().string();
+    auto result = run_command({runtime, "--root", state, "run", "--bundle", dir_.string(), id});
     run_command({env_or("GPUBIND_RUNC", "runc"), "--root", state, "delete", "--force", id});
     return result;
 }

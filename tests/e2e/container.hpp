@@ -42,6 +42,12 @@ public:
 
     // Writes config.json and runs `runc run`; the container is deleted after.
     RunResult run();
+    // The same through another runtime binary (gpubind-runtime); deleted with runc.
+    RunResult run_with(const std::string& runtime);
+    // Writes config.json (run() does it too).
+    void write_spec() const;
+    // The runtime state directory run() passes as --root.
+    std::filesystem::path state_root() const { return dir_ / "runc-state"; }
 
 private:
     void make_rootfs(Layout layout);

@@ -351,5 +351,122 @@ TEST_F(RefusedTest, UnprivilegedRequestWhenPolicyRefusesIt) {
     expect_refused(b, "refuse request");
 }
 
+// Hostile images: whatever the image planted, nothing outside its rootfs is
+// created, changed or mounted. Judged on the host: the mount table, a
+// tripwire tree the image's links point at, and the host's own directories.
+class HostileTest : public RuncTest {
+protected:
+    void SetUp() override {
+        tripwire_ = dir_.path() / "tripwire";
+        fs::create_directories(tripwire_ / "sub");
+        std::ofstream(tripwire_ / "keep") << "host data\n";
+    }
+
+    // Runs the container and checks the host; returns the run for more checks.
+    RunResult run_and_check_host(Bundle& b) {
+        const std::string mounts = host_mounts(), trip = snapshot_tree(tripwire_),
+                          host_root = listing("/"), host_lib = listing(kMultiarch),
+                          host_dev = listing("/dev");
+        b.env("NVIDIA_VISIBLE_DEVICES=0").command("echo started; ls /dev; true");
+        auto r = b.run();
+        EXPECT_EQ(host_mounts(), mounts);
+        EXPECT_EQ(snapshot_tree(tripwire_), trip);
+        EXPECT_EQ(listing("/"), host_root);
+        EXPECT_EQ(listing(kMultiarch), host_lib);
+        EXPECT_EQ(listing("/dev"), host_dev);
+        // Either contained (started) or refused with gpubind's one line.
+        if (r.exit_code != 0) EXPECT_THAT(r.err, HasSubstr("gpubind-hook: ")) << r.err;
+        else EXPECT_THAT(r.out, HasSubstr("started"));
+        return r;
+    }
+
+    static std::string listing(const fs::path& dir) {
+        std::vector<std::string> names;
+        for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
+        std::sort(names.begin(), names.end());
+        std::string out;
+        for (const auto& n : names) out += n + "\n";
+        return out;
+    }
+
+    static void plant_link(const fs::path& link, const fs::path& target) {
+        std::error_code ec;
+        fs::remove_all(link, ec);
+        fs::create_directories(link.parent_path());
+        fs::create_symlink(target, link);
+    }
+
+    fs::path tripwire_;
+};
+
+TEST_F(HostileTest, LibraryDirectoryIsASymlinkToTheRoot) {
+    Bundle b = bundle();
+    plant_link(b.rootfs() / "usr/lib/x86_64-linux-gnu", "/");
+    auto r = run_and_check_host(b);
+    // Contained: the library's mount point was made at the container's own root.
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const auto* lib : libraries({"compute"}, false))
+        EXPECT_TRUE(fs::exists(b.rootfs() / fs::path(lib->real_path).filename())) << lib->name;
+}
+
+TEST_F(HostileTest, LibraryDirectoryEscapesWithDotDot) {
+    Bundle b = bundle();
+    plant_link(b.rootfs() / "usr/lib/x86_64-linux-gnu",
+               "../../../../../../../.." + tripwire_.string());
+    run_and_check_host(b);
+}
+
+TEST_F(HostileTest, MountTargetIsADanglingSymlinkToAHostPath) {
+    Bundle b = bundle();
+    plant_link(b.rootfs() / "usr/bin/nvidia-smi", tripwire_ / "pwned");
+    plant_link(b.rootfs() / "usr/lib/x86_64-linux-gnu/libcuda.so.1", tripwire_ / "sub/libcuda");
+    auto r = run_and_check_host(b);
+    EXPECT_FALSE(fs::exists(fs::symlink_status(tripwire_ / "pwned")));
+}
+
+// runc 1.1.5 itself follows an absolute /dev symlink to the host when it
+// makes /dev/fd, /dev/stdin, ... (with or without any hook), so here the
+// tripwire is compared with what runc alone does: gpubind adds nothing.
+TEST_F(HostileTest, DevIsASymlink) {
+    auto names = [this] {
+        std::string out;
+        for (const auto& e : fs::directory_iterator(tripwire_)) {
+            out += e.path().filename().string();
+            if (e.is_symlink()) out += " -> " + fs::read_symlink(e.path()).string();
+            out += "\n";
+        }
+        return out;
+    };
+    auto reset = [this] {
+        fs::remove_all(tripwire_);
+        fs::create_directories(tripwire_ / "sub");
+        std::ofstream(tripwire_ / "keep") << "host data\n";
+    };
+    const std::string mounts = host_mounts(), host_dev = listing("/dev");
+    Bundle plain = bundle(Layout::Multiarch, /*with_hook=*/false);
+    plant_link(plain.rootfs() / "dev", tripwire_);
+    plain.env("NVIDIA_VISIBLE_DEVICES=0").command("true").run();
+    const std::string runc_alone = names();
+    reset();
+    Bundle b = bundle();
+    plant_link(b.rootfs() / "dev", tripwire_);
+    auto r = b.env("NVIDIA_VISIBLE_DEVICES=0").command("echo started").run();
+    if (r.exit_code != 0) {
+        EXPECT_THAT(r.err, HasSubstr("gpubind-hook: ")) << r.err;
+    }
+    EXPECT_EQ(names(), runc_alone);
+    EXPECT_EQ(host_mounts(), mounts);
+    EXPECT_EQ(listing("/dev"), host_dev);
+}
+
+TEST_F(HostileTest, ProcDriverNvidiaIsASymlink) {
+    Bundle b = bundle();
+    b.no_proc_mount();
+    plant_link(b.rootfs() / "proc/driver/nvidia", tripwire_);
+    auto r = run_and_check_host(b);
+    EXPECT_NE(r.exit_code, 0) << "a symlink where the proc view goes must be refused";
+    EXPECT_THAT(r.err, HasSubstr("/proc/driver/nvidia"));
+}
+
 }  // namespace
 }  // namespace gpubind::test

@@ -1,0 +1,350 @@
+// End to end: gpubind-runtime in place of runc, handing over to the real
+// runc, a simulated node and a busybox+glibc rootfs. The device access must
+// come from the spec alone: runc creates and grants the nodes, gpubind writes
+// no cgroup rule, and re-applying the runtime's own rules (what a systemd
+// reload does) keeps the GPU usable. Expectations come from the simulated
+// node's manifest and from what plain runc does with the same spec.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "container.hpp"
+#include "gpubind/sim.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind::test {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string env_or(const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? v : fallback;
+}
+std::string runtime() { return env_or("GPUBIND_RUNTIME", "gpubind-runtime"); }
+std::string runc() { return env_or("GPUBIND_RUNC", "runc"); }
+
+std::string read_text(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Sections of the container's output: "== name" lines start one.
+std::map<std::string, std::vector<std::string>> sections(const std::string& out) {
+    std::map<std::string, std::vector<std::string>> s;
+    std::string current, line;
+    std::istringstream in(out);
+    while (std::getline(in, line)) {
+        if (line.rfind("== ", 0) == 0) current = line.substr(3);
+        else s[current].push_back(line);
+    }
+    return s;
+}
+
+bool contains(const std::vector<std::string>& lines, const std::string& line) {
+    return std::find(lines.begin(), lines.end(), line) != lines.end();
+}
+
+// A container created by one runtime binary and started, sleeping; deleted
+// with runc when it goes out of scope.
+class Detached {
+public:
+    Detached(const std::string& creator, const Bundle& b, const std::string& id)
+        : state_(b.state_root().string()), id_(id) {
+        // The container keeps its stdio: give it a file, not our pipes.
+        const std::string log = (b.dir() / (id + ".out")).string();
+        auto r = run_command({"sh", "-c", "exec \"$0\" \"$@\" >" + log + " 2>&1", creator,
+                              "--root", state_, "create", "--bundle", b.dir().string(), id});
+        created_ = r.exit_code == 0;
+        error_ = read_text(log);
+        if (created_) {
+            r = run_command({runc(), "--root", state_, "start", id_});
+            if (r.exit_code != 0) error_ += r.err;
+        }
+    }
+    ~Detached() { run_command({runc(), "--root", state_, "delete", "--force", id_}); }
+    Detached(const Detached&) = delete;
+    Detached& operator=(const Detached&) = delete;
+
+    bool created() const { return created_; }
+    const std::string& error() const { return error_; }
+    RunResult exec(std::vector<std::string> args) const {
+        args.insert(args.begin(), {runc(), "--root", state_, "exec", id_});
+        return run_command(args);
+    }
+    pid_t pid() const {
+        auto r = run_command({runc(), "--root", state_, "state", id_});
+        return json::parse(r.out).at("pid").get<pid_t>();
+    }
+    // The device rules runc keeps in its state for the container (what a
+    // systemd unit's DeviceAllow= holds), as devices.allow/deny lines.
+    std::vector<std::pair<bool, std::string>> stored_rules() const {
+        json state = json::parse(read_text(fs::path(state_) / id_ / "state.json"));
+        std::vector<std::pair<bool, std::string>> out;
+        for (const auto& r : state.at("config").at("cgroups").at("devices")) {
+            auto num = [](long n) { return n < 0 ? std::string("*") : std::to_string(n); };
+            std::string rule(1, static_cast<char>(r.at("type").get<int>()));
+            if (rule != "a")
+                rule += " " + num(r.at("major").get<long>()) + ":" + num(r.at("minor").get<long>()) +
+                        " " + r.at("permissions").get<std::string>();
+            out.emplace_back(r.at("allow").get<bool>(), rule);
+        }
+        return out;
+    }
+    // Its cgroup v1 devices directory.
+    fs::path devices_dir() const {
+        std::istringstream in(read_text("/proc/" + std::to_string(pid()) + "/cgroup"));
+        std::string line;
+        while (std::getline(in, line)) {
+            auto a = line.find(':'), b = line.find(':', a + 1);
+            if (line.substr(a + 1, b - a - 1) == "devices")
+                return fs::path("/sys/fs/cgroup/devices") / line.substr(b + 2);
+        }
+        return {};
+    }
+
+private:
+    std::string state_, id_;
+    bool created_ = false;
+    std::string error_;
+};
+
+// Re-applies the runtime's stored rules to a cgroup v1 devices directory the
+// way systemd does on a reload: deny everything, then the unit's rules.
+void reapply_v1(const fs::path& dir, const std::vector<std::pair<bool, std::string>>& rules) {
+    std::ofstream(dir / "devices.deny") << "a";
+    for (const auto& [allow, rule] : rules)
+        std::ofstream(dir / (allow ? "devices.allow" : "devices.deny")) << rule;
+}
+
+class RuntimeTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        node_dir_ = new TempDir("gpubind-e2e-node");
+        sim::Spec spec;
+        spec.gpus = 4;
+        manifest_ = new sim::Manifest(sim::simulate(node_dir_->path(), spec));
+        config_ = node_dir_->path().parent_path() /
+                  (node_dir_->path().filename().string() + "-config.toml");
+        const std::string root = node_dir_->path().string();
+        std::ofstream(config_) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
+                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
+                               << root << "/gpubind.log\"\nlevel = \"debug\"\n"
+                               << "[runtime]\nruntimes = [\"" << runc() << "\"]\n";
+        // gpubind-runtime finds its config as engines let it: in its environment.
+        ::setenv("GPUBIND_CONFIG", config_.c_str(), 1);
+    }
+    static void TearDownTestSuite() {
+        ::unsetenv("GPUBIND_CONFIG");
+        fs::remove(config_);
+        delete manifest_;
+        delete node_dir_;
+    }
+
+    Bundle bundle() { return Bundle(dir_.path() / ("b" + std::to_string(count_++))); }
+    std::string id() {
+        return "gpubind-rt-" + std::to_string(::getpid()) + "-" + std::to_string(count_++);
+    }
+
+    static const sim::Manifest& m() { return *manifest_; }
+    static fs::path node() { return node_dir_->path(); }
+
+    static std::vector<std::string> gpu_paths() {
+        std::vector<std::string> out;
+        for (const auto& g : m().gpus) out.push_back("/dev/nvidia" + std::to_string(g.minor));
+        return out;
+    }
+    // Every GPU node of the host at /hostdev: the device cgroup must refuse
+    // the ones the container was not given.
+    static void bind_all_gpus(Bundle& b) {
+        for (const auto& g : m().gpus)
+            b.bind(node() / ("dev/nvidia" + std::to_string(g.minor)),
+                   "/hostdev/nvidia" + std::to_string(g.minor));
+    }
+    static std::string open_script() {
+        std::string s = "probe open";
+        for (const auto& g : m().gpus) s += " /hostdev/nvidia" + std::to_string(g.minor);
+        return s;
+    }
+    static std::vector<const sim::ManifestFile*> compute_libraries() {
+        std::vector<const sim::ManifestFile*> out;
+        for (const auto& f : m().files)
+            if (f.kind == "library" && !f.compat32 &&
+                (f.capability == "utility" || f.capability == "compute"))
+                out.push_back(&f);
+        return out;
+    }
+
+    static std::string inspect_script() {
+        std::string s = "echo '== dev'; probe stat";
+        for (const auto& n : m().nodes) s += " " + n.path;
+        s += "; echo '== libs'; probe stat";
+        for (const auto* f : compute_libraries())
+            s += std::string(" ") + kLibDir + "/" + fs::path(f->real_path).filename().string() +
+                 " " + kLibDir + "/" + f->name;
+        s += "; echo '== mounts'; cat /proc/self/mountinfo";
+        s += "; echo '== cuda'; probe cuda; probe nvml";
+        s += "; echo '== open'; " + open_script();
+        s += "; echo '== proc'; ls /proc/driver/nvidia/gpus";
+        return s + "; true";
+    }
+
+    // What a container given exactly `selected` (indices) must show; empty when all is well.
+    static std::string check_given(const std::string& out, const std::vector<unsigned>& selected) {
+        std::string problems;
+        auto s = sections(out);
+        auto expect = [&](const std::string& section, const std::string& line) {
+            if (!contains(s[section], line)) problems += "missing in " + section + ": " + line + "\n";
+        };
+        for (const auto& g : m().gpus) {
+            const bool want = std::count(selected.begin(), selected.end(), g.index);
+            const std::string path = "/dev/nvidia" + std::to_string(g.minor);
+            expect("dev", want ? path + " c 195:" + std::to_string(g.minor) : path + " ENOENT");
+            // The device cgroup: given nodes open (ENXIO: no driver behind them), others refused.
+            expect("open", "/hostdev/nvidia" + std::to_string(g.minor) + (want ? " ENXIO" : " EPERM"));
+        }
+        expect("dev", "/dev/nvidiactl c 195:255");
+        for (const auto* f : compute_libraries()) {
+            const std::string file =
+                std::string(kLibDir) + "/" + fs::path(f->real_path).filename().string();
+            expect("libs", file + " f");
+            // Mounted once, read-only.
+            int mounts = 0;
+            for (const auto& line : s["mounts"])
+                if (line.find(" " + file + " ") != std::string::npos) {
+                    ++mounts;
+                    if (line.find(" ro,") == std::string::npos) problems += file + " is not ro\n";
+                }
+            if (mounts != 1) problems += file + " mounted " + std::to_string(mounts) + " times\n";
+        }
+        expect("cuda", "nvml init=0 count=" + std::to_string(selected.size()) + "(0)");
+        std::set<std::string> want_bus, got_bus(s["proc"].begin(), s["proc"].end());
+        for (unsigned i : selected) want_bus.insert(m().gpus[i].pci_bus_id);
+        if (got_bus != want_bus) problems += "/proc/driver/nvidia/gpus is not the selection\n";
+        return problems;
+    }
+
+    static constexpr const char* kLibDir = "/usr/lib/x86_64-linux-gnu";
+    static inline TempDir* node_dir_ = nullptr;
+    static inline sim::Manifest* manifest_ = nullptr;
+    static inline fs::path config_;
+    TempDir dir_{"gpubind-e2e-rt"};
+    int count_ = 0;
+};
+
+TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
+    Bundle b = bundle();
+    bind_all_gpus(b);
+    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script());
+    auto r = b.run_with(runtime());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(check_given(r.out, {0, 2}), "") << r.out;
+
+    // The nodes and the grants are in the spec runc ran, with the host's numbers.
+    const json spec = json::parse(read_text(b.dir() / "config.json"));
+    EXPECT_EQ(spec["annotations"]["gpubind.injected"], "runtime");
+    std::set<std::string> devices, rules;
+    for (const auto& d : spec["linux"]["devices"])
+        devices.insert(d["path"].get<std::string>() + " " + std::to_string(d["major"].get<int>()) +
+                       ":" + std::to_string(d["minor"].get<int>()));
+    for (const auto& d : spec["linux"]["resources"]["devices"])
+        if (d["allow"] == true) rules.insert(std::to_string(d["major"].get<int>()) + ":" +
+                                             std::to_string(d["minor"].get<int>()));
+    for (const auto& n : m().nodes) {
+        const bool gpu = n.path.find_first_of("0123456789") != std::string::npos &&
+                         n.path.find("uvm") == std::string::npos && n.major == 195;
+        const bool selected = n.path == "/dev/nvidia0" || n.path == "/dev/nvidia2";
+        if (gpu && !selected) {
+            EXPECT_FALSE(devices.count(n.path + " 195:" + std::to_string(n.minor))) << n.path;
+            continue;
+        }
+        if (n.path.find("caps") != std::string::npos || n.path.find("modeset") != std::string::npos)
+            continue;  // MIG capabilities and display are not asked for
+        const std::string nums = std::to_string(n.major) + ":" + std::to_string(n.minor);
+        EXPECT_TRUE(devices.count(n.path + " " + nums)) << n.path;
+        EXPECT_TRUE(rules.count(nums)) << n.path;
+    }
+}
+
+TEST_F(RuntimeTest, ChecksFailThroughPlainRunc) {
+    // The same container through runc alone: the checks above must fail.
+    Bundle b = bundle();
+    bind_all_gpus(b);
+    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script());
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string problems = check_given(r.out, {0, 2});
+    for (const char* what : {"missing in dev", "missing in open", "missing in libs", "missing in cuda",
+                             "/proc/driver/nvidia/gpus"})
+        EXPECT_THAT(problems, HasSubstr(what));
+}
+
+// cgroup v1: the container's devices.list is what runc makes of the edited
+// spec (gpubind wrote no rule of its own), and the GPU stays usable when the
+// runtime's rules are re-applied (a systemd reload) and after `runc update`.
+// The same re-application revokes a GPU granted by gpubind-hook: the check
+// can fail.
+TEST_F(RuntimeTest, CgroupV1AccessComesFromTheSpecAlone) {
+    Bundle b = bundle();
+    bind_all_gpus(b);
+    b.env("NVIDIA_VISIBLE_DEVICES=1").command("exec /bin/busybox sleep 600");
+    b.write_spec();
+    Detached shim(runtime(), b, id());
+    ASSERT_TRUE(shim.created()) << shim.error();
+    const fs::path dir = shim.devices_dir();
+    ASSERT_FALSE(dir.empty());
+    const std::string open_gpu1 = "/hostdev/nvidia" + std::to_string(m().gpus[1].minor);
+    EXPECT_EQ(shim.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " ENXIO\n");
+
+    // Plain runc with the edited spec, gpubind's hook taken out.
+    Bundle plain = bundle();
+    json spec = json::parse(read_text(b.dir() / "config.json"));
+    spec["hooks"].erase("createRuntime");
+    spec["root"]["path"] = b.rootfs().string();
+    plain.spec() = spec;
+    plain.write_spec();
+    Detached reference(runc(), plain, id());
+    ASSERT_TRUE(reference.created()) << reference.error();
+    EXPECT_EQ(read_text(dir / "devices.list"), read_text(reference.devices_dir() / "devices.list"));
+
+    // A reload: runc's stored rules applied afresh.
+    reapply_v1(dir, shim.stored_rules());
+    EXPECT_EQ(shim.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " ENXIO\n");
+    fs::path resources = b.dir() / "resources.json";
+    std::ofstream(resources) << R"({"pids": {"limit": 1000}})";
+    auto u = run_command({runc(), "--root", b.state_root().string(), "update", "--resources",
+                          resources.string(), "gpubind-never"});
+    EXPECT_NE(u.exit_code, 0);  // an unknown container: update does fail when it should
+    u = run_command({runtime(), "--root", b.state_root().string(), "update", "--resources",
+                     resources.string(), shim_id_of(b)});
+    (void)u;
+    EXPECT_EQ(shim.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " ENXIO\n");
+    EXPECT_EQ(shim.exec({"probe", "open", "/hostdev/nvidia0"}).out, "/hostdev/nvidia0 EPERM\n");
+
+    // The hook's way: granted behind runc's back, revoked by the reload.
+    Bundle hooked = bundle();
+    bind_all_gpus(hooked);
+    hooked.env("NVIDIA_VISIBLE_DEVICES=1").command("exec /bin/busybox sleep 600");
+    hooked.hook(env_or("GPUBIND_HOOK", "gpubind-hook"), config_);
+    hooked.write_spec();
+    Detached old(runc(), hooked, id());
+    ASSERT_TRUE(old.created()) << old.error();
+    EXPECT_EQ(old.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " ENXIO\n");
+    reapply_v1(old.devices_dir(), old.stored_rules());
+    EXPECT_EQ(old.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " EPERM\n");
+}
+
+}  // namespace
+}  // namespace gpubind::test
