@@ -307,6 +307,59 @@ TEST_F(RuncTest, LegacyCudaImageGetsAllGpusAndAllCapabilities) {
                                               [](const auto& f) { return f.kind == "library"; }));
 }
 
+// gpubind plan: what would be injected, from the bundle alone; touches nothing.
+TEST_F(RuncTest, PlanCommandShowsThePlanAndChangesNothing) {
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=" + m().gpus[1].uuid);
+    std::ofstream(b.dir() / "config.json") << b.spec().dump();
+    const std::string before = snapshot_tree(b.dir()), mounts = host_mounts();
+    auto r = run_command({env_or("GPUBIND_CLI", "gpubind"), "plan", "--json", "--config",
+                          config_.string(), "--bundle", b.dir().string()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto plan = nlohmann::json::parse(r.out);
+    EXPECT_EQ(plan["schema"], "gpubind.plan/v1");
+    EXPECT_TRUE(plan["gpu_container"].get<bool>());
+    std::set<std::string> gpu_nodes;
+    for (const auto& d : plan["plan"]["devices"])
+        if (d["major"] == 195 && d["minor"] < 254) gpu_nodes.insert(d["path"].get<std::string>());
+    EXPECT_EQ(gpu_nodes, std::set<std::string>{"/dev/nvidia" + std::to_string(m().gpus[1].minor)});
+    std::set<std::string> targets;
+    for (const auto& mnt : plan["plan"]["mounts"]) targets.insert(mnt["target"].get<std::string>());
+    for (const auto* f : libraries({"utility", "compute"}, false))
+        EXPECT_TRUE(targets.count(std::string(kMultiarch) + "/" +
+                                  fs::path(f->real_path).filename().string()))
+            << f->name;
+    EXPECT_EQ(snapshot_tree(b.dir()), before);
+    EXPECT_EQ(host_mounts(), mounts);
+
+    // A non-GPU bundle: said so, exit 0.
+    Bundle plain = bundle();
+    std::ofstream(plain.dir() / "config.json") << plain.spec().dump();
+    r = run_command({env_or("GPUBIND_CLI", "gpubind"), "plan", "--config", config_.string(),
+                     "--bundle", plain.dir().string()});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "not a GPU container\n");
+}
+
+// gpubind configure, scripted from a hook the way people drive
+// nvidia-container-cli from their own runtimes.
+TEST_F(RuncTest, ConfigureCommandFromAScriptedHook) {
+    const fs::path script = dir_.path() / "my-hook.sh";
+    Bundle b = bundle(Layout::Multiarch, /*with_hook=*/false);
+    std::ofstream(script) << "#!/bin/sh\n"
+                          << "pid=$(sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p')\n"
+                          << "exec " << env_or("GPUBIND_CLI", "gpubind") << " configure --config "
+                          << config_.string() << " --pid \"$pid\" --device 1 --compute --utility "
+                          << b.rootfs().string() << "\n";
+    fs::permissions(script, fs::perms::owner_all);
+    b.spec()["hooks"]["prestart"] = {{{"path", script.string()}, {"args", {"my-hook.sh"}}}};
+    bind_all_gpus(b);
+    b.command(inspect_script(kMultiarch));
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(describe(check_given(r, {1}, kMultiarch)), "") << r.out;
+}
+
 // A refused start: runc fails with gpubind's one line, and nothing on the
 // host changed (mount table, the node, the rootfs).
 class RefusedTest : public RuncTest {

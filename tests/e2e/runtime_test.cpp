@@ -5,11 +5,14 @@
 // reload does) keeps the GPU usable. Expectations come from the simulated
 // node's manifest and from what plain runc does with the same spec.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -262,19 +265,15 @@ TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
     for (const auto& d : spec["linux"]["resources"]["devices"])
         if (d["allow"] == true) rules.insert(std::to_string(d["major"].get<int>()) + ":" +
                                              std::to_string(d["minor"].get<int>()));
+    std::set<std::string> unselected;
+    for (const auto& g : m().gpus)
+        if (g.index != 0 && g.index != 2) unselected.insert("/dev/nvidia" + std::to_string(g.minor));
     for (const auto& n : m().nodes) {
-        const bool gpu = n.path.find_first_of("0123456789") != std::string::npos &&
-                         n.path.find("uvm") == std::string::npos && n.major == 195;
-        const bool selected = n.path == "/dev/nvidia0" || n.path == "/dev/nvidia2";
-        if (gpu && !selected) {
-            EXPECT_FALSE(devices.count(n.path + " 195:" + std::to_string(n.minor))) << n.path;
-            continue;
-        }
         if (n.path.find("caps") != std::string::npos || n.path.find("modeset") != std::string::npos)
             continue;  // MIG capabilities and display are not asked for
         const std::string nums = std::to_string(n.major) + ":" + std::to_string(n.minor);
-        EXPECT_TRUE(devices.count(n.path + " " + nums)) << n.path;
-        EXPECT_TRUE(rules.count(nums)) << n.path;
+        EXPECT_EQ(devices.count(n.path + " " + nums), unselected.count(n.path) ? 0u : 1u) << n.path;
+        EXPECT_EQ(rules.count(nums), unselected.count(n.path) ? 0u : 1u) << n.path;
     }
 }
 
@@ -301,7 +300,8 @@ TEST_F(RuntimeTest, CgroupV1AccessComesFromTheSpecAlone) {
     bind_all_gpus(b);
     b.env("NVIDIA_VISIBLE_DEVICES=1").command("exec /bin/busybox sleep 600");
     b.write_spec();
-    Detached shim(runtime(), b, id());
+    const std::string shim_id = id();
+    Detached shim(runtime(), b, shim_id);
     ASSERT_TRUE(shim.created()) << shim.error();
     const fs::path dir = shim.devices_dir();
     ASSERT_FALSE(dir.empty());
@@ -324,12 +324,10 @@ TEST_F(RuntimeTest, CgroupV1AccessComesFromTheSpecAlone) {
     EXPECT_EQ(shim.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " ENXIO\n");
     fs::path resources = b.dir() / "resources.json";
     std::ofstream(resources) << R"({"pids": {"limit": 1000}})";
-    auto u = run_command({runc(), "--root", b.state_root().string(), "update", "--resources",
-                          resources.string(), "gpubind-never"});
-    EXPECT_NE(u.exit_code, 0);  // an unknown container: update does fail when it should
-    u = run_command({runtime(), "--root", b.state_root().string(), "update", "--resources",
-                     resources.string(), shim_id_of(b)});
-    (void)u;
+    // runc 1.1 leaves device rules alone on update (SkipDevices); it must still work.
+    auto u = run_command({runtime(), "--root", b.state_root().string(), "update", "--resources",
+                          resources.string(), shim_id});
+    EXPECT_EQ(u.exit_code, 0) << u.err;
     EXPECT_EQ(shim.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " ENXIO\n");
     EXPECT_EQ(shim.exec({"probe", "open", "/hostdev/nvidia0"}).out, "/hostdev/nvidia0 EPERM\n");
 
@@ -344,6 +342,165 @@ TEST_F(RuntimeTest, CgroupV1AccessComesFromTheSpecAlone) {
     EXPECT_EQ(old.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " ENXIO\n");
     reapply_v1(old.devices_dir(), old.stored_rules());
     EXPECT_EQ(old.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " EPERM\n");
+}
+
+// A private mount namespace with cgroup2 on /sys/fs/cgroup, so that runc
+// runs in unified mode (device access by an eBPF program); this process
+// returns to its own namespace when it goes out of scope.
+class PrivateCgroup2 {
+public:
+    PrivateCgroup2()
+        : own_ns_(::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)),
+          cwd_(::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)) {
+        if (::unshare(CLONE_NEWNS) != 0) {
+            error_ = std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
+            return;
+        }
+        entered_ = true;
+        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+            error_ = std::string("make / private: ") + std::strerror(errno);
+        else if (::mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, nullptr) != 0)
+            error_ = std::string("mount cgroup2 on /sys/fs/cgroup: ") + std::strerror(errno);
+    }
+    ~PrivateCgroup2() {
+        if (entered_ && (::setns(own_ns_, CLONE_NEWNS) != 0 || ::fchdir(cwd_) != 0))
+            std::abort();  // the other tests must not run in the private namespace
+        ::close(own_ns_);
+        ::close(cwd_);
+    }
+    PrivateCgroup2(const PrivateCgroup2&) = delete;
+    PrivateCgroup2& operator=(const PrivateCgroup2&) = delete;
+    const std::string& error() const { return error_; }
+
+private:
+    int own_ns_, cwd_;
+    bool entered_ = false;
+    std::string error_;
+};
+
+// cgroup v2: no devices.list; the eBPF program runc attaches from the spec is
+// what grants. The selected GPU opens, the others are refused (the process
+// sits in the v1 devices root, so nothing else could refuse them), the same
+// as plain runc with the edited spec, before and after `runc update`.
+TEST_F(RuntimeTest, CgroupV2AccessComesFromTheSpecAlone) {
+    PrivateCgroup2 v2;
+    ASSERT_EQ(v2.error(), "");
+    Bundle b = bundle();
+    bind_all_gpus(b);
+    b.env("NVIDIA_VISIBLE_DEVICES=1").command("exec /bin/busybox sleep 600");
+    b.write_spec();
+    const std::string shim_id = id();
+    Detached shim(runtime(), b, shim_id);
+    ASSERT_TRUE(shim.created()) << shim.error();
+    const std::string cgroups = read_text("/proc/" + std::to_string(shim.pid()) + "/cgroup");
+    EXPECT_THAT(cgroups, HasSubstr("0::/" + shim_id + "\n")) << "not in a cgroup v2 of its own";
+    EXPECT_THAT(cgroups, HasSubstr(":devices:/\n")) << "confined by cgroup v1 devices too";
+
+    std::string want;
+    for (const auto& g : m().gpus)
+        want += "/hostdev/nvidia" + std::to_string(g.minor) + (g.index == 1 ? " ENXIO\n" : " EPERM\n");
+    std::vector<std::string> open = {"probe", "open"};
+    for (const auto& g : m().gpus) open.push_back("/hostdev/nvidia" + std::to_string(g.minor));
+    EXPECT_EQ(shim.exec(open).out, want);
+    EXPECT_EQ(shim.exec({"probe", "stat", "/dev/nvidia" + std::to_string(m().gpus[1].minor)}).out,
+              "/dev/nvidia" + std::to_string(m().gpus[1].minor) + " c 195:" +
+                  std::to_string(m().gpus[1].minor) + "\n");
+
+    Bundle plain = bundle();
+    json spec = json::parse(read_text(b.dir() / "config.json"));
+    spec["hooks"].erase("createRuntime");
+    spec["root"]["path"] = b.rootfs().string();
+    plain.spec() = spec;
+    plain.write_spec();
+    Detached reference(runc(), plain, id());
+    ASSERT_TRUE(reference.created()) << reference.error();
+    EXPECT_EQ(reference.exec(open).out, want);
+
+    fs::path resources = b.dir() / "resources.json";
+    std::ofstream(resources) << "{}";
+    auto u = run_command({runtime(), "--root", b.state_root().string(), "update", "--resources",
+                          resources.string(), shim_id});
+    EXPECT_EQ(u.exit_code, 0) << u.err;
+    EXPECT_EQ(shim.exec(open).out, want);
+}
+
+TEST_F(RuntimeTest, NonGpuContainerSpecIsByteForByteUntouched) {
+    for (const char* env : {"UNRELATED=1", "NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES="}) {
+        SCOPED_TRACE(env);
+        Bundle b = bundle();
+        b.env(env).command("ls /dev; ls /proc/driver 2>&1; true");
+        b.write_spec();
+        const std::string before = read_text(b.dir() / "config.json"),
+                          rootfs = snapshot_tree(b.rootfs());
+        struct stat st_before {};
+        ASSERT_EQ(::stat((b.dir() / "config.json").c_str(), &st_before), 0);
+        auto r = b.run_with(runtime());  // writes the same text into the same file first
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_THAT(r.out, ::testing::Not(HasSubstr("nvidia")));
+        struct stat st_after {};
+        ASSERT_EQ(::stat((b.dir() / "config.json").c_str(), &st_after), 0);
+        EXPECT_EQ(read_text(b.dir() / "config.json"), before);
+        EXPECT_EQ(st_after.st_ino, st_before.st_ino) << "config.json was replaced";
+        EXPECT_EQ(snapshot_tree(b.rootfs()), rootfs);
+    }
+}
+
+TEST_F(RuntimeTest, OtherCommandsAreTheRealRuntimes) {
+    for (std::vector<std::string> args :
+         {std::vector<std::string>{"--version"}, {"--help"}, {"features"}, {"list"}}) {
+        SCOPED_TRACE(args[0]);
+        if (args[0] == "list") args = {"--root", dir_.path().string(), "list"};
+        std::vector<std::string> real = args, shim = args;
+        real.insert(real.begin(), runc());
+        shim.insert(shim.begin(), runtime());
+        auto want = run_command(real), got = run_command(shim);
+        EXPECT_EQ(got.exit_code, want.exit_code);
+        EXPECT_EQ(got.out, want.out);
+    }
+    auto want = run_command({runc(), "--root", dir_.path().string(), "state", "nosuch"});
+    auto got = run_command({runtime(), "--root", dir_.path().string(), "state", "nosuch"});
+    EXPECT_NE(want.exit_code, 0);
+    EXPECT_EQ(got.exit_code, want.exit_code);
+    EXPECT_THAT(got.err, HasSubstr("nosuch"));
+}
+
+TEST_F(RuntimeTest, HookRegisteredAsWellInjectsNothingTwice) {
+    Bundle b = bundle();
+    bind_all_gpus(b);
+    b.hook(env_or("GPUBIND_HOOK", "gpubind-hook"), config_, "prestart");
+    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script());
+    auto r = b.run_with(runtime());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(check_given(r.out, {0, 2}), "") << r.out;  // each library mounted once
+    int proc_views = 0;
+    for (const auto& line : sections(r.out)["mounts"])
+        proc_views += line.find(" /proc/driver") != std::string::npos;
+    EXPECT_EQ(proc_views, 1) << r.out;
+}
+
+TEST_F(RuntimeTest, RefusedRequestCreatesNothingAndLogsInTheEnginesFormat) {
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=0,7").command("echo started");
+    b.write_spec();
+    const std::string before = read_text(b.dir() / "config.json");
+    const fs::path log = b.dir() / "engine-log.json";
+    const std::string container = id();
+    auto r = run_command({runtime(), "--root", b.state_root().string(), "--log", log.string(),
+                          "--log-format", "json", "run", "--bundle", b.dir().string(), container});
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_THAT(r.err, HasSubstr("gpubind-runtime: select device 7: no GPU with this index"));
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("started")));
+    EXPECT_EQ(read_text(b.dir() / "config.json"), before);
+    EXPECT_NE(run_command({runc(), "--root", b.state_root().string(), "state", container}).exit_code, 0);
+
+    std::istringstream lines(read_text(log));
+    std::string line, error_line;
+    while (std::getline(lines, line)) {
+        const json entry = json::parse(line);  // every line is one JSON object
+        EXPECT_TRUE(entry.contains("time") && entry.contains("level") && entry.contains("msg"));
+        if (entry["level"] == "error") error_line = entry["msg"];
+    }
+    EXPECT_THAT(error_line, HasSubstr("select device 7"));
 }
 
 }  // namespace
