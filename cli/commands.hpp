@@ -34,5 +34,6 @@ void register_ldcache(CLI::App& app, Action& action);
 void register_simulate(CLI::App& app, Action& action);
 void register_plan(CLI::App& app, Action& action);
 void register_configure(CLI::App& app, Action& action);
+void register_setup(CLI::App& app, Action& action);
 
 }  // namespace gpubind::cli

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     cli::register_simulate(app, action);
     cli::register_plan(app, action);
     cli::register_configure(app, action);
+    cli::register_setup(app, action);
 
     try {
         app.parse(argc, argv);

@@ -2,8 +2,13 @@
 // reads the container's state on stdin and its spec from the bundle, and
 // gives a GPU container its devices and driver files. A non-GPU container is
 // left alone; poststop does nothing. One line on stderr says why it failed.
+// A spec gpubind-runtime edited (runtime::marked) already has the devices and
+// mounts: the hook that edit registers ("finish" stage) does only the rest,
+// any other registration nothing.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -16,13 +21,19 @@
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
 #include "gpubind/file.hpp"
+#include "gpubind/harden.hpp"
 #include "gpubind/inject.hpp"
 #include "gpubind/log.hpp"
 #include "gpubind/oci.hpp"
+#include "gpubind/runtime.hpp"
 
 namespace {
 
 using namespace gpubind;
+
+// The whole run, shorter than a runtime's patience (containerd and CRI-O give
+// a container start minutes): checked between steps, bounding stdin and ldconfig.
+constexpr std::chrono::milliseconds kHookBudget{45000};
 
 // Errors always reach stderr (the runtime shows them); everything at the
 // configured level goes to the log file. No threads: setns needs a
@@ -51,28 +62,40 @@ void set_up_logging(const Config& config, const std::string& container) {
 
 int run(const std::string& stage) {
     if (stage == "poststop") return kExitOk;
-    if (stage != "prestart" && stage != "createRuntime" && stage != "createContainer")
-        throw_invalid("run hook", stage, "unknown stage (prestart, createRuntime, poststop)");
+    const bool finish = stage == runtime::kFinishStage;
+    if (stage != "prestart" && stage != "createRuntime" && stage != "createContainer" && !finish)
+        throw_invalid("run hook", stage,
+                      "unknown stage (prestart, createRuntime, poststop, finish)");
 
+    const harden::Deadline deadline(kHookBudget);
     const Config config = load_effective_config({});
-    const oci::State state =
-        oci::parse_state(read_stream(STDIN_FILENO, oci::kMaxStateSize, "stdin"), "stdin");
+    const oci::State state = oci::parse_state(
+        harden::read_stream(STDIN_FILENO, oci::kMaxStateSize, "stdin", deadline), "stdin");
     set_up_logging(config, state.id);
 
+    deadline.check("read the spec");
     const oci::Spec spec = oci::load_spec(state.bundle);
+    if (runtime::marked(spec.doc) != finish) {
+        if (finish) throw_invalid("run hook", stage, "the spec was not edited by gpubind-runtime");
+        logger().debug("edited by gpubind-runtime: its finish hook completes the container");
+        return kExitOk;
+    }
     const Decision decision = decide(spec, config);
     if (!decision.gpu_container()) {
         logger().debug("{}: nothing to do", decision.reason);
         return kExitOk;
     }
-    logger().info("{}: {} devices, {} mounts", decision.reason, decision.plan.devices.size(),
-                  decision.plan.mounts.size());
+    const Plan plan = finish ? runtime::finish_plan(decision.plan) : decision.plan;
+    logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
+                  plan.mounts.size(), plan.symlinks.size());
     Target target;
     target.pid = state.pid;
     target.rootfs = spec.rootfs;
     target.cgroups = config.policy.cgroups;
     target.ldconfig = config.ldconfig;
-    execute(decision.plan, target);
+    deadline.check("configure the container");
+    target.ldconfig_timeout = std::min(target.ldconfig_timeout, deadline.left());
+    execute(plan, target);
     logger().info("container configured");
     return kExitOk;
 }
@@ -80,6 +103,9 @@ int run(const std::string& stage) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Root, started by a runtime: nothing of the caller's environment but the
+    // config file's name (the registered hook's "env" carries it).
+    gpubind::harden::clear_environment({gpubind::kConfigEnv});
     // The stage comes as the first argument (argv[0] is the hook's own name, as
     // config.json's "args" give it).
     const std::string stage = argc > 1 ? argv[1] : "prestart";

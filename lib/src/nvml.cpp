@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 #include "gpubind/error.hpp"
 #include "gpubind/fd.hpp"
@@ -125,6 +127,7 @@ private:
         }
     }
 
+public:
     [[gnu::format(printf, 2, 3)]] int fail(const char* fmt, ...) noexcept {
         char buf[400];
         va_list ap;
@@ -135,11 +138,38 @@ private:
         return 1;
     }
 
+private:
     int out_;
     void* lib_ = nullptr;
 };
 
+// Set by the linker in a dynamically linked program only: a static one (the
+// hook) cannot dlopen a driver library reliably and runs gpubind-nvml instead.
+extern "C" [[gnu::weak]] int _DYNAMIC;
+
+bool linked_statically() noexcept {
+    return &_DYNAMIC == nullptr;
+}
+
+// gpubind-nvml next to this program (a build tree) or in
+// <prefix>/libexec/gpubind (installed, this program in <prefix>/bin).
+std::filesystem::path find_helper() {
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return {};
+    const auto dir = self.parent_path();
+    for (const auto& candidate :
+         {dir / kNvmlHelperName, dir.parent_path() / "libexec/gpubind" / kNvmlHelperName}) {
+        if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    return {};
+}
+
 }  // namespace
+
+int write_nvml_report(const char* library, int out_fd) noexcept {
+    return Child(out_fd).run(library);
+}
 
 NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
     NvmlFacts facts;
@@ -171,6 +201,17 @@ NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
 
 NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::milliseconds timeout) {
     const std::string what = library.string();
+    std::filesystem::path helper;
+    if (linked_statically()) {
+        helper = find_helper();
+        if (helper.empty())
+            throw Error(ENOENT, "query NVML", what,
+                        std::string(kNvmlHelperName) +
+                            " not found next to this program or in ../libexec/gpubind");
+    }
+    std::vector<std::string> argv_s = {kNvmlHelperName, what};
+    std::vector<char*> argv = {argv_s[0].data(), argv_s[1].data(), nullptr};
+    char* envp[] = {nullptr};
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe", what);
     Fd read_end(fds[0]), write_end(fds[1]);
@@ -179,7 +220,12 @@ NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::millisec
     if (pid == 0) {
         ::prctl(PR_SET_PDEATHSIG, SIGKILL);
         read_end.reset();
-        ::_exit(Child(write_end.get()).run(what.c_str()));
+        if (helper.empty()) ::_exit(Child(write_end.get()).run(what.c_str()));
+        // The helper, with an empty environment, its report on stdout.
+        if (::dup2(write_end.get(), STDOUT_FILENO) < 0) ::_exit(127);
+        ::execve(helper.c_str(), argv.data(), envp);
+        Child(write_end.get()).fail("execute %s: %s", helper.c_str(), std::strerror(errno));
+        ::_exit(127);
     }
     write_end.reset();
 

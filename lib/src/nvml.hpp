@@ -26,6 +26,16 @@ struct NvmlFacts {
 // killed) if NVML cannot answer.
 NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::milliseconds timeout);
 
+// The helper a statically linked program (gpubind-hook) runs for NVML,
+// found next to it or in ../libexec/gpubind: `gpubind-nvml LIBRARY` writes the
+// report to stdout. A dynamically linked program loads NVML in a forked child.
+inline constexpr const char* kNvmlHelperName = "gpubind-nvml";
+
+// The report itself (the one copy of the NVML-reading code): loads `library`,
+// writes "cuda", "gpu", "mig" and "error" lines to `out_fd`. Returns the exit
+// status for the process (0 when NVML answered). Run it in a child only.
+int write_nvml_report(const char* library, int out_fd) noexcept;
+
 // Parses the child's report (exposed for tests).
 NvmlFacts parse_nvml_report(std::string_view report, const std::string& what);
 

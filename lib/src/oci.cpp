@@ -152,11 +152,19 @@ Spec parse_spec(std::string_view text, const std::filesystem::path& bundle) {
     if (const json* process = Reader::member(doc, "process")) {
         r.object(*process, "process");
         if (const json* env = Reader::member(*process, "env")) {
+            if (env->is_array() && env->size() > kMaxEnvEntries)
+                r.fail("process.env", fmt::format("{} entries, more than {}", env->size(),
+                                                  kMaxEnvEntries));
             spec.env = r.strings(*env, "process.env");
             // runc refuses such entries too; better to say which one here.
-            for (std::size_t i = 0; i < spec.env.size(); ++i)
+            for (std::size_t i = 0; i < spec.env.size(); ++i) {
+                if (spec.env[i].size() > kMaxEnvEntrySize)
+                    r.fail(fmt::format("process.env[{}]", i),
+                           fmt::format("{} bytes, more than {}", spec.env[i].size(),
+                                       kMaxEnvEntrySize));
                 if (spec.env[i].find('=') == std::string::npos)
                     r.fail(fmt::format("process.env[{}]", i), "no '=' in the entry");
+            }
         }
         if (const json* caps = Reader::member(*process, "capabilities")) {
             r.object(*caps, "process.capabilities");

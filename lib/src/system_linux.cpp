@@ -21,6 +21,7 @@
 #include "gpubind/exec.hpp"
 #include "gpubind/file.hpp"
 #include "gpubind/safe_path.hpp"
+#include "gpubind/sandbox.hpp"
 
 // Constants of the mount API (include/uapi/linux/mount.h), for older libcs.
 #ifndef OPEN_TREE_CLONE
@@ -65,7 +66,6 @@ struct MountAttr {
 };
 
 constexpr std::size_t kMaxHostFile = 16u << 20;  // mountinfo on a busy node can be large
-constexpr std::size_t kMaxOutput = 4096;         // of a child's output kept for the error
 
 int sys_int(long r) {
     return static_cast<int>(r);
@@ -175,12 +175,7 @@ Fd LinuxSystem::open_tree(const std::filesystem::path& host_path) {
 }
 
 Fd LinuxSystem::open_executable(const std::filesystem::path& path) {
-    Fd fd = open_or_throw(path, O_PATH);
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", path.string());
-    if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0)
-        throw Error(EACCES, "execute", path.string(), "not an executable file");
-    return fd;
+    return sandbox::seal_executable(path);
 }
 
 Fd LinuxSystem::open_cgroup_file(const std::filesystem::path& dir, const std::string& name) {
@@ -311,105 +306,14 @@ Fd LinuxSystem::make_tmpfs() {
 
 void LinuxSystem::run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                       std::chrono::milliseconds timeout) {
-    // Everything the child needs is built before fork: it only calls
-    // async-signal-safe functions and reports an exec failure through a pipe.
-    std::vector<std::string> argv_s;
-    argv_s.push_back(what);
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    char* envp[] = {nullptr};
-
-    int err_pipe[2], out_pipe[2];
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
-    Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
-    Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
-
-    pid_t pid = ::fork();
-    if (pid < 0) throw_errno("fork", what);
-    if (pid == 0) {
-        ::dup2(out_w.get(), STDOUT_FILENO);
-        ::dup2(out_w.get(), STDERR_FILENO);
-        ::syscall(SYS_execveat, exe_fd, "", argv.data(), envp, AT_EMPTY_PATH);
-        int e = errno;
-        ssize_t ignored = ::write(err_w.get(), &e, sizeof e);
-        (void)ignored;
-        ::_exit(127);
-    }
-    err_w.reset();
-    out_w.reset();
-
-    Fd child(sys_int(::syscall(SYS_pidfd_open, pid, 0)));
-    auto reap = [&] {
-        int status = 0;
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        return status;
-    };
-    if (!child) {
-        int err = errno;
-        ::kill(pid, SIGKILL);
-        reap();
-        throw Error(err, "pidfd_open", what);
-    }
-
-    std::string output;
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    bool exited = false, out_open = true;
-    while (!exited) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) {
-            ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
-            reap();
-            throw Error(ETIMEDOUT, "run", what,
-                        "killed after " + std::to_string(timeout.count()) + " ms");
-        }
-        struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_r.get(), POLLIN, 0}};
-        int n = ::poll(pfd, out_open ? 2 : 1, static_cast<int>(left.count()));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int err = errno;
-            ::kill(pid, SIGKILL);
-            reap();
-            throw Error(err, "poll", what);
-        }
-        if (out_open && (pfd[1].revents & (POLLIN | POLLHUP)) != 0) {
-            char buf[1024];
-            ssize_t r = ::read(out_r.get(), buf, sizeof buf);
-            if (r > 0) {
-                output.append(buf, static_cast<std::size_t>(r));
-                if (output.size() > kMaxOutput) output.erase(0, output.size() - kMaxOutput);
-            } else if (r == 0) {
-                out_open = false;
-            }
-        }
-        if ((pfd[0].revents & POLLIN) != 0) exited = true;
-    }
-    int status = reap();
-    // What it wrote last (without blocking on a descendant that kept the pipe).
-    if (out_open && ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK) == 0) {
-        char buf[1024];
-        ssize_t r;
-        while ((r = ::read(out_r.get(), buf, sizeof buf)) > 0) {
-            output.append(buf, static_cast<std::size_t>(r));
-            if (output.size() > kMaxOutput) output.erase(0, output.size() - kMaxOutput);
-        }
-    }
-
-    int exec_errno = 0;
-    if (::read(err_r.get(), &exec_errno, sizeof exec_errno) == sizeof exec_errno)
-        throw Error(exec_errno, "execute", what);
-    while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
-    std::string tail = output.empty() ? "" : ": " + output;
-    if (WIFSIGNALED(status))
-        throw Error(EIO, "run", what,
-                    "killed by signal " + std::to_string(WTERMSIG(status)) + tail);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        throw Error(EIO, "run", what,
-                    "exited with status " + std::to_string(WEXITSTATUS(status)) + tail);
+    // ldconfig's "-r ROOT" becomes the sandbox's root (pivot_root, not the
+    // program's own chroot); the rest of the arguments are passed on.
+    if (args.size() < 2 || args[0] != "-r")
+        throw_invalid("run", what, "a program runs only confined to a root (-r ROOT first)");
+    sandbox::Options options;
+    options.root = args[1];
+    options.timeout = timeout;
+    sandbox::run(exe_fd, what, std::vector<std::string>(args.begin() + 2, args.end()), options);
 }
 
 }  // namespace gpubind

@@ -142,7 +142,7 @@ void Bundle::make_rootfs(Layout layout) {
     for (const char* lib : {"libc.so.6", "libm.so.6"})
         copy_into(fs::path(multiarch) / lib, root / libc_dir.relative_path() / lib);
     copy_into("/lib64/ld-linux-x86-64.so.2", root / "lib64/ld-linux-x86-64.so.2");
-    copy_into(env_or("GPUBIND_PROBE", "probe"), root / "usr/bin/probe");
+    copy_into(env_or("GPUBIND_PROBE", GPUBIND_PROBE_PATH), root / "usr/bin/probe");
     fs::create_directories(root / "proc");
     fs::create_directories(root / "sys");
     fs::create_directories(root / "dev");

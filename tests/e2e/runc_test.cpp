@@ -72,7 +72,7 @@ protected:
 
     Bundle bundle(Layout layout = Layout::Multiarch, bool with_hook = true) {
         Bundle b(dir_.path() / ("b" + std::to_string(count_++)), layout);
-        if (with_hook) b.hook(env_or("GPUBIND_HOOK", "gpubind-hook"), config_);
+        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_);
         return b;
     }
 
@@ -313,7 +313,7 @@ TEST_F(RuncTest, PlanCommandShowsThePlanAndChangesNothing) {
     b.env("NVIDIA_VISIBLE_DEVICES=" + m().gpus[1].uuid);
     std::ofstream(b.dir() / "config.json") << b.spec().dump();
     const std::string before = snapshot_tree(b.dir()), mounts = host_mounts();
-    auto r = run_command({env_or("GPUBIND_CLI", "gpubind"), "plan", "--json", "--config",
+    auto r = run_command({env_or("GPUBIND_CLI", GPUBIND_CLI_PATH), "plan", "--json", "--config",
                           config_.string(), "--bundle", b.dir().string()});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto plan = nlohmann::json::parse(r.out);
@@ -335,7 +335,7 @@ TEST_F(RuncTest, PlanCommandShowsThePlanAndChangesNothing) {
     // A non-GPU bundle: said so, exit 0.
     Bundle plain = bundle();
     std::ofstream(plain.dir() / "config.json") << plain.spec().dump();
-    r = run_command({env_or("GPUBIND_CLI", "gpubind"), "plan", "--config", config_.string(),
+    r = run_command({env_or("GPUBIND_CLI", GPUBIND_CLI_PATH), "plan", "--config", config_.string(),
                      "--bundle", plain.dir().string()});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, "not a GPU container\n");
@@ -348,7 +348,7 @@ TEST_F(RuncTest, ConfigureCommandFromAScriptedHook) {
     Bundle b = bundle(Layout::Multiarch, /*with_hook=*/false);
     std::ofstream(script) << "#!/bin/sh\n"
                           << "pid=$(sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p')\n"
-                          << "exec " << env_or("GPUBIND_CLI", "gpubind") << " configure --config "
+                          << "exec " << env_or("GPUBIND_CLI", GPUBIND_CLI_PATH) << " configure --config "
                           << config_.string() << " --pid \"$pid\" --device 1 --compute --utility "
                           << b.rootfs().string() << "\n";
     fs::permissions(script, fs::perms::owner_all);

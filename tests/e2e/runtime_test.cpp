@@ -5,9 +5,9 @@
 // reload does) keeps the GPU usable. Expectations come from the simulated
 // node's manifest and from what plain runc does with the same spec.
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,8 +36,12 @@ std::string env_or(const char* name, const char* fallback) {
     const char* v = std::getenv(name);
     return v && *v ? v : fallback;
 }
-std::string runtime() { return env_or("GPUBIND_RUNTIME", "gpubind-runtime"); }
-std::string runc() { return env_or("GPUBIND_RUNC", "runc"); }
+std::string runtime() {
+    return env_or("GPUBIND_RUNTIME", GPUBIND_RUNTIME_PATH);
+}
+std::string runc() {
+    return env_or("GPUBIND_RUNC", "runc");
+}
 
 std::string read_text(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -50,8 +54,10 @@ std::map<std::string, std::vector<std::string>> sections(const std::string& out)
     std::string current, line;
     std::istringstream in(out);
     while (std::getline(in, line)) {
-        if (line.rfind("== ", 0) == 0) current = line.substr(3);
-        else s[current].push_back(line);
+        if (line.rfind("== ", 0) == 0)
+            current = line.substr(3);
+        else
+            s[current].push_back(line);
     }
     return s;
 }
@@ -63,13 +69,13 @@ bool contains(const std::vector<std::string>& lines, const std::string& line) {
 // A container created by one runtime binary and started, sleeping; deleted
 // with runc when it goes out of scope.
 class Detached {
-public:
+  public:
     Detached(const std::string& creator, const Bundle& b, const std::string& id)
         : state_(b.state_root().string()), id_(id) {
         // The container keeps its stdio: give it a file, not our pipes.
         const std::string log = (b.dir() / (id + ".out")).string();
-        auto r = run_command({"sh", "-c", "exec \"$0\" \"$@\" >" + log + " 2>&1", creator,
-                              "--root", state_, "create", "--bundle", b.dir().string(), id});
+        auto r = run_command({"sh", "-c", "exec \"$0\" \"$@\" >" + log + " 2>&1", creator, "--root",
+                              state_, "create", "--bundle", b.dir().string(), id});
         created_ = r.exit_code == 0;
         error_ = read_text(log);
         if (created_) {
@@ -100,8 +106,9 @@ public:
             auto num = [](long n) { return n < 0 ? std::string("*") : std::to_string(n); };
             std::string rule(1, static_cast<char>(r.at("type").get<int>()));
             if (rule != "a")
-                rule += " " + num(r.at("major").get<long>()) + ":" + num(r.at("minor").get<long>()) +
-                        " " + r.at("permissions").get<std::string>();
+                rule += " " + num(r.at("major").get<long>()) + ":" +
+                        num(r.at("minor").get<long>()) + " " +
+                        r.at("permissions").get<std::string>();
             out.emplace_back(r.at("allow").get<bool>(), rule);
         }
         return out;
@@ -118,7 +125,7 @@ public:
         return {};
     }
 
-private:
+  private:
     std::string state_, id_;
     bool created_ = false;
     std::string error_;
@@ -133,7 +140,7 @@ void reapply_v1(const fs::path& dir, const std::vector<std::pair<bool, std::stri
 }
 
 class RuntimeTest : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         node_dir_ = new TempDir("gpubind-e2e-node");
         sim::Spec spec;
@@ -209,14 +216,16 @@ protected:
         std::string problems;
         auto s = sections(out);
         auto expect = [&](const std::string& section, const std::string& line) {
-            if (!contains(s[section], line)) problems += "missing in " + section + ": " + line + "\n";
+            if (!contains(s[section], line))
+                problems += "missing in " + section + ": " + line + "\n";
         };
         for (const auto& g : m().gpus) {
             const bool want = std::count(selected.begin(), selected.end(), g.index);
             const std::string path = "/dev/nvidia" + std::to_string(g.minor);
             expect("dev", want ? path + " c 195:" + std::to_string(g.minor) : path + " ENOENT");
             // The device cgroup: given nodes open (ENXIO: no driver behind them), others refused.
-            expect("open", "/hostdev/nvidia" + std::to_string(g.minor) + (want ? " ENXIO" : " EPERM"));
+            expect("open",
+                   "/hostdev/nvidia" + std::to_string(g.minor) + (want ? " ENXIO" : " EPERM"));
         }
         expect("dev", "/dev/nvidiactl c 195:255");
         for (const auto* f : compute_libraries()) {
@@ -263,11 +272,13 @@ TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
         devices.insert(d["path"].get<std::string>() + " " + std::to_string(d["major"].get<int>()) +
                        ":" + std::to_string(d["minor"].get<int>()));
     for (const auto& d : spec["linux"]["resources"]["devices"])
-        if (d["allow"] == true) rules.insert(std::to_string(d["major"].get<int>()) + ":" +
-                                             std::to_string(d["minor"].get<int>()));
+        if (d["allow"] == true)
+            rules.insert(std::to_string(d["major"].get<int>()) + ":" +
+                         std::to_string(d["minor"].get<int>()));
     std::set<std::string> unselected;
     for (const auto& g : m().gpus)
-        if (g.index != 0 && g.index != 2) unselected.insert("/dev/nvidia" + std::to_string(g.minor));
+        if (g.index != 0 && g.index != 2)
+            unselected.insert("/dev/nvidia" + std::to_string(g.minor));
     for (const auto& n : m().nodes) {
         if (n.path.find("caps") != std::string::npos || n.path.find("modeset") != std::string::npos)
             continue;  // MIG capabilities and display are not asked for
@@ -285,8 +296,8 @@ TEST_F(RuntimeTest, ChecksFailThroughPlainRunc) {
     auto r = b.run();
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const std::string problems = check_given(r.out, {0, 2});
-    for (const char* what : {"missing in dev", "missing in open", "missing in libs", "missing in cuda",
-                             "/proc/driver/nvidia/gpus"})
+    for (const char* what : {"missing in dev", "missing in open", "missing in libs",
+                             "missing in cuda", "/proc/driver/nvidia/gpus"})
         EXPECT_THAT(problems, HasSubstr(what));
 }
 
@@ -335,7 +346,7 @@ TEST_F(RuntimeTest, CgroupV1AccessComesFromTheSpecAlone) {
     Bundle hooked = bundle();
     bind_all_gpus(hooked);
     hooked.env("NVIDIA_VISIBLE_DEVICES=1").command("exec /bin/busybox sleep 600");
-    hooked.hook(env_or("GPUBIND_HOOK", "gpubind-hook"), config_);
+    hooked.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_);
     hooked.write_spec();
     Detached old(runc(), hooked, id());
     ASSERT_TRUE(old.created()) << old.error();
@@ -348,7 +359,7 @@ TEST_F(RuntimeTest, CgroupV1AccessComesFromTheSpecAlone) {
 // runs in unified mode (device access by an eBPF program); this process
 // returns to its own namespace when it goes out of scope.
 class PrivateCgroup2 {
-public:
+  public:
     PrivateCgroup2()
         : own_ns_(::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)),
           cwd_(::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)) {
@@ -372,7 +383,7 @@ public:
     PrivateCgroup2& operator=(const PrivateCgroup2&) = delete;
     const std::string& error() const { return error_; }
 
-private:
+  private:
     int own_ns_, cwd_;
     bool entered_ = false;
     std::string error_;
@@ -398,13 +409,14 @@ TEST_F(RuntimeTest, CgroupV2AccessComesFromTheSpecAlone) {
 
     std::string want;
     for (const auto& g : m().gpus)
-        want += "/hostdev/nvidia" + std::to_string(g.minor) + (g.index == 1 ? " ENXIO\n" : " EPERM\n");
+        want +=
+            "/hostdev/nvidia" + std::to_string(g.minor) + (g.index == 1 ? " ENXIO\n" : " EPERM\n");
     std::vector<std::string> open = {"probe", "open"};
     for (const auto& g : m().gpus) open.push_back("/hostdev/nvidia" + std::to_string(g.minor));
     EXPECT_EQ(shim.exec(open).out, want);
     EXPECT_EQ(shim.exec({"probe", "stat", "/dev/nvidia" + std::to_string(m().gpus[1].minor)}).out,
-              "/dev/nvidia" + std::to_string(m().gpus[1].minor) + " c 195:" +
-                  std::to_string(m().gpus[1].minor) + "\n");
+              "/dev/nvidia" + std::to_string(m().gpus[1].minor) +
+                  " c 195:" + std::to_string(m().gpus[1].minor) + "\n");
 
     Bundle plain = bundle();
     json spec = json::parse(read_text(b.dir() / "config.json"));
@@ -425,7 +437,8 @@ TEST_F(RuntimeTest, CgroupV2AccessComesFromTheSpecAlone) {
 }
 
 TEST_F(RuntimeTest, NonGpuContainerSpecIsByteForByteUntouched) {
-    for (const char* env : {"UNRELATED=1", "NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES="}) {
+    for (const char* env :
+         {"UNRELATED=1", "NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES="}) {
         SCOPED_TRACE(env);
         Bundle b = bundle();
         b.env(env).command("ls /dev; ls /proc/driver 2>&1; true");
@@ -461,13 +474,13 @@ TEST_F(RuntimeTest, OtherCommandsAreTheRealRuntimes) {
     auto got = run_command({runtime(), "--root", dir_.path().string(), "state", "nosuch"});
     EXPECT_NE(want.exit_code, 0);
     EXPECT_EQ(got.exit_code, want.exit_code);
-    EXPECT_THAT(got.err, HasSubstr("nosuch"));
+    EXPECT_THAT(got.err, HasSubstr("container does not exist"));
 }
 
 TEST_F(RuntimeTest, HookRegisteredAsWellInjectsNothingTwice) {
     Bundle b = bundle();
     bind_all_gpus(b);
-    b.hook(env_or("GPUBIND_HOOK", "gpubind-hook"), config_, "prestart");
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_, "prestart");
     b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script());
     auto r = b.run_with(runtime());
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -491,7 +504,8 @@ TEST_F(RuntimeTest, RefusedRequestCreatesNothingAndLogsInTheEnginesFormat) {
     EXPECT_THAT(r.err, HasSubstr("gpubind-runtime: select device 7: no GPU with this index"));
     EXPECT_THAT(r.out, ::testing::Not(HasSubstr("started")));
     EXPECT_EQ(read_text(b.dir() / "config.json"), before);
-    EXPECT_NE(run_command({runc(), "--root", b.state_root().string(), "state", container}).exit_code, 0);
+    EXPECT_NE(
+        run_command({runc(), "--root", b.state_root().string(), "state", container}).exit_code, 0);
 
     std::istringstream lines(read_text(log));
     std::string line, error_line;

@@ -28,7 +28,7 @@ struct Output {
 
 Output cli(const std::string& args) {
     const char* exe = std::getenv("GPUBIND_CLI");
-    std::string cmd = std::string(exe ? exe : "gpubind") + " " + args + " 2>&1";
+    std::string cmd = std::string(exe ? exe : GPUBIND_CLI_PATH) + " " + args + " 2>&1";
     Output o{0, {}};
     FILE* p = ::popen(cmd.c_str(), "r");
     char buf[4096];

@@ -534,28 +534,44 @@ TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
 
 // --- LinuxSystem::run on its own ---
 
-TEST(LinuxSystemRun, EmptyEnvironmentExitStatusAndTimeout) {
+// ldconfig runs confined to "-r ROOT" (sandbox.cpp; more in harden_test.cpp).
+TEST(LinuxSystemRun, ConfinedToTheRootExitStatusAndTimeout) {
+    ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
     LinuxSystem sys;
-    Fd sh = sys.open_executable("/bin/sh");
-    // The environment is empty (sh adds PWD itself).
-    EXPECT_NO_THROW(sys.run(sh.get(), "/bin/sh",
-                            {"-c", "env | grep -v '^PWD=' | grep -q . && exit 3; exit 0"},
-                            std::chrono::seconds(10)));
+    test::TempDir dir("gpubind-exec");
+    const fs::path root = dir / "root";
+    fs::create_directories(root);
+    Fd ldconfig = sys.open_executable("/sbin/ldconfig");
+    // Without a root to confine it to, nothing runs.
+    EXPECT_THROW(sys.run(ldconfig.get(), "/sbin/ldconfig", {"-p"}, std::chrono::seconds(10)),
+                 Error);
+    // A root without /etc: ldconfig's own complaint comes back, about the
+    // root's /etc (the host's exists).
     try {
-        sys.run(sh.get(), "/bin/sh", {"-c", "echo broken >&2; exit 4"}, std::chrono::seconds(10));
+        sys.run(ldconfig.get(), "/sbin/ldconfig", {"-r", root.string()}, std::chrono::seconds(10));
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_THAT(e.what(), HasSubstr("exited with status 4: broken"));
+        EXPECT_THAT(e.what(), HasSubstr("exited with status 1"));
+        EXPECT_THAT(e.what(), HasSubstr("/etc/ld.so.cache~"));
     }
+    // With /etc it writes the root's cache, and only that.
+    fs::create_directories(root / "etc");
+    const std::string host_cache = slurp("/etc/ld.so.cache");
+    EXPECT_NO_THROW(
+        sys.run(ldconfig.get(), "/sbin/ldconfig", {"-r", root.string()}, std::chrono::seconds(10)));
+    EXPECT_TRUE(fs::is_regular_file(root / "etc/ld.so.cache"));
+    EXPECT_EQ(slurp("/etc/ld.so.cache"), host_cache);
+    // An ld.so.conf that never ends (a FIFO nobody writes): killed at the deadline.
+    ASSERT_EQ(::mkfifo((root / "etc/ld.so.conf").c_str(), 0644), 0);
     auto start = std::chrono::steady_clock::now();
     try {
-        sys.run(sh.get(), "/bin/sh", {"-c", "exec sleep 30"}, std::chrono::milliseconds(200));
+        sys.run(ldconfig.get(), "/sbin/ldconfig", {"-r", root.string()},
+                std::chrono::milliseconds(300));
         FAIL() << "no timeout";
     } catch (const Error& e) {
-        EXPECT_EQ(e.code().value(), ETIMEDOUT);
+        EXPECT_EQ(e.code().value(), ETIMEDOUT) << e.what();
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-    test::TempDir dir("gpubind-exec");
     write(dir / "data", "not a program");
     EXPECT_THROW(sys.open_executable(dir / "data"), Error);
     EXPECT_THROW(sys.open_executable("/etc"), Error);

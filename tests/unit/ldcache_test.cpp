@@ -526,6 +526,18 @@ TEST(Hwcaps, NamesResolveAndFallBackToHexAsLdconfigDoes) {
         const Cache c = parse_and_compare(dir, b, "hwcaps-size.cache");
         for (const Entry& e : c.entries) EXPECT_FALSE(e.has_hwcaps_subdir) << e.path;
     }
+    // Nor with a misaligned one, even when its contents are right.
+    {
+        std::string b = bytes;
+        std::uint32_t array_at;
+        std::memcpy(&array_at, b.data() + ext_at + 8 + 8, 4);
+        const std::string array = b.substr(array_at, 4 * raw.hwcaps.size());
+        b.resize((b.size() + 3) / 4 * 4 + 1);
+        put(b, ext_at + 8 + 8, static_cast<std::uint32_t>(b.size()));
+        b += array;
+        const Cache c = parse_and_compare(dir, b, "hwcaps-misaligned.cache");
+        for (const Entry& e : c.entries) EXPECT_FALSE(e.has_hwcaps_subdir) << e.path;
+    }
     // A name offset past the end of the file is no name either.
     std::string b = bytes;
     std::uint32_t array_at;
@@ -547,6 +559,31 @@ TEST(Generator, PrintedByteForByteOrNotAtAll) {
         const Cache cache = parse_and_compare(dir, write_cache(raw, Layout::New), "gen.cache");
         EXPECT_EQ(cache.generator, gen);
     }
+}
+
+// glibc takes the new table after an old one only if the file extends beyond
+// the new header: a file that ends right after it is an old-layout cache.
+TEST(CompatLayout, NeedsMoreThanTheNewHeader) {
+    std::string b = "ld.so-1.7.0";
+    put(b, 12, std::uint32_t{2});
+    for (std::size_t i = 0; i < 2; ++i) {  // keys and values: the new magic
+        put(b, 16 + 12 * i, std::int32_t{0x0303});
+        put(b, 20 + 12 * i, std::uint32_t{0});
+        put(b, 24 + 12 * i, std::uint32_t{0});
+    }
+    const std::size_t new_at = b.size();
+    ASSERT_EQ(new_at % 8, 0u);
+    b += "glibc-ld.so.cache1.1";
+    put(b, new_at + 28, std::uint8_t{2});
+    b.resize(new_at + 48);
+    test::TempDir dir;
+    const Cache old = parse_and_compare(dir, b, "boundary.cache");
+    EXPECT_EQ(old.layout, Layout::Old);
+    ASSERT_EQ(old.entries.size(), 2u);
+    EXPECT_EQ(old.entries[0].soname, "glibc-ld.so.cache1.1");
+    const Cache compat = parse_and_compare(dir, b + '\0', "boundary.cache");
+    EXPECT_EQ(compat.layout, Layout::Compat);
+    EXPECT_TRUE(compat.entries.empty());
 }
 
 // ---- lookup ---------------------------------------------------------------------

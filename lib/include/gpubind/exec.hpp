@@ -65,7 +65,8 @@ public:
     virtual std::string read_host_file(const std::filesystem::path& path) = 0;
     // open_tree(OPEN_TREE_CLONE): a detached bind mount of a host path.
     virtual Fd open_tree(const std::filesystem::path& host_path) = 0;
-    // O_PATH descriptor of the host binary to execute later (ldconfig).
+    // The host binary to execute later (ldconfig), opened on the host side: a
+    // sealed memfd copy of it (sandbox::seal_executable).
     virtual Fd open_executable(const std::filesystem::path& path) = 0;
     // O_WRONLY descriptor of a cgroup control file (`dir` a host path, `name` e.g.
     // "devices.allow").
@@ -111,9 +112,12 @@ public:
     virtual Fd make_tmpfs() = 0;
 
     // --- ldconfig ---
-    // Runs the executable (fork + execveat, empty environment) with `args`
-    // (argv[1..]) in the current mount namespace; waits at most `timeout`,
-    // killing it after. Non-zero exit, a signal or the timeout is an Error.
+    // Runs the executable with `args` (argv[1..]), which start with "-r ROOT"
+    // (ROOT a path in the current mount namespace): the program runs confined
+    // to ROOT, pivoted into it, with ROOT's "-r" not passed on (sandbox::run:
+    // new namespaces, no capabilities, seccomp, limits, empty environment);
+    // waits at most `timeout`, killing it after. Non-zero exit, a signal, a
+    // refused set-up or the timeout is an Error.
     virtual void run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                      std::chrono::milliseconds timeout) = 0;
 };

@@ -8,9 +8,9 @@
 //               then the string table; string offsets count from the table's
 //               header. The extension directory (at a file offset) holds the
 //               "generator" text and the glibc-hwcaps array: file offsets of
-//               subdirectory names, which entries whose hwcap has bit 62 set
-//               (and nothing above it but ISA-level bits) index with their low
-//               32 bits.
+//               subdirectory names. An entry whose hwcap has bit 62 set and no
+//               other high bits but the ISA level (bits 32-41) indexes that
+//               array with its low 32 bits.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,7 @@ struct Entry {
     std::int32_t flags = 0;          // FLAG_* from glibc's ldconfig.h
     std::string soname;              // the key: what the loader looks up
     std::string path;                // the value: the file the loader opens
-    std::uint32_t osversion = 0;     // new format only (unused since glibc 2.33)
+    std::uint32_t osversion = 0;     // new format only; ldconfig -p (2.36) omits it
     std::uint64_t hwcap = 0;         // new format only: legacy hwcap bits, or the
                                      // glibc-hwcaps extension value
     bool has_hwcaps_subdir = false;  // hwcap names a glibc-hwcaps subdirectory
@@ -59,13 +59,17 @@ inline constexpr std::size_t kMaxCacheSize = 64u << 20;
 // Parses a cache image. Every offset and count is bounds-checked; a truncated
 // or corrupt image throws Error(EINVAL, "parse ld.so.cache", what, <detail>).
 // For the compat layout the entries are those of the new table, as ldconfig -p
-// and the loader use them. Accepted exactly when `ldconfig -p` would print the
-// cache without reading outside it, except that gpubind is stricter: an empty
-// file, a header cut short, entries that do not fit, and strings outside their
-// string table (new table: the len_strings bytes after the entries) or not
-// NUL-terminated within it are errors.
+// and the loader use them. What glibc rejects (bad magic, wrong endianness, a
+// malformed extension directory) is rejected; beyond that gpubind is stricter
+// than ldconfig -p, which reads past the end of a corrupt file: an empty file,
+// a short header, entries that do not fit, a string outside its string table
+// (old table: the rest of the file; new table: the len_strings bytes after the
+// entries) or not NUL-terminated within it, and a glibc-hwcaps name not
+// NUL-terminated within the file are errors. Whatever parse() accepts,
+// format_like_ldconfig() prints as ldconfig -p does.
 Cache parse(std::string_view bytes, const std::string& what);
-// Reads and parses the cache at `path` (at most kMaxCacheSize bytes).
+// Reads and parses the cache at `path`; a larger file than kMaxCacheSize is
+// Error(EFBIG), a missing one Error(ENOENT).
 Cache load(const std::filesystem::path& path);
 
 // X86_64 (FLAG_X8664_LIB64), X32 (FLAG_X8664_LIBX32), Aarch64 (FLAG_AARCH64_LIB64),

@@ -16,6 +16,9 @@ namespace gpubind::oci {
 
 inline constexpr std::size_t kMaxStateSize = 1u << 20;   // 1 MiB
 inline constexpr std::size_t kMaxSpecSize = 16u << 20;   // 16 MiB
+// process.env of a spec: entries ("KEY=VALUE") and the size of each.
+inline constexpr std::size_t kMaxEnvEntries = 8192;
+inline constexpr std::size_t kMaxEnvEntrySize = 64u << 10;  // 64 KiB
 
 struct State {
     std::string oci_version;

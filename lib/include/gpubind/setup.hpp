@@ -1,0 +1,108 @@
+// Registering gpubind with container engines (`gpubind setup`): docker's
+// daemon.json, a containerd drop-in and its import, a CRI-O drop-in, the OCI
+// hooks.d file podman reads, a runc bundle's config.json.
+//
+// The edit functions are pure (old text in, new text out) and keep everything
+// they do not own; plan_setup() reads the files and validates them all before
+// apply_setup() writes any.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpubind::setup {
+
+enum class Engine { Docker, Containerd, Crio, Podman, Runc };
+
+// "docker", "containerd", "crio", "podman", "runc"; nullopt for anything else.
+std::optional<Engine> parse_engine(std::string_view name);
+
+inline constexpr std::string_view kRuntimeName = "gpubind";
+inline constexpr std::string_view kBackupSuffix = ".gpubind-backup";
+
+// What the files say.
+struct Options {
+    std::string runtime_path = "/usr/bin/gpubind-runtime";
+    std::string hook_path = "/usr/bin/gpubind-hook";
+    bool set_default = false;  // make gpubind the default runtime; without it a default
+                               // naming gpubind is taken out (the files follow the command line)
+};
+
+// A file's content; nullopt: the file does not exist (or is to be deleted).
+using Text = std::optional<std::string>;
+
+// Where the files are, relative to the root (`--prefix`).
+inline constexpr std::string_view kDockerConfig = "etc/docker/daemon.json";
+inline constexpr std::string_view kContainerdConfig = "etc/containerd/config.toml";
+inline constexpr std::string_view kContainerdDropIn = "etc/containerd/conf.d/gpubind.toml";
+inline constexpr std::string_view kCrioDropIn = "etc/crio/crio.conf.d/99-gpubind.conf";
+// podman (4.x) reads only this directory unless containers.conf says otherwise.
+inline constexpr std::string_view kHooksFile = "usr/share/containers/oci/hooks.d/gpubind-hook.json";
+
+// --- pure edits. `what` names the file in errors (Error EINVAL on bad input). ---
+
+// docker: runtimes.gpubind {path, runtimeArgs} and default-runtime; every other key kept in
+// its order. Remove takes out runtimes.gpubind (and runtimes when left empty) and a
+// default-runtime naming gpubind; nullopt when nothing else is left.
+std::string docker_add(const Text& old, const Options& o, const std::string& what);
+Text docker_remove(const Text& old, const std::string& what);
+
+// containerd (config version 2, containerd 1.x): the drop-in with the runtime (runc v2
+// shim, options.BinaryName). containerd 1.x replaces a whole plugin section with an
+// imported one, so the drop-in carries the cri plugin section of `main_config` too.
+std::string containerd_drop_in(const Text& main_config, const Options& o, const std::string& what);
+// config.toml with `import` in its top-level imports (created with version = 2 when
+// absent), edited in place: every other byte is kept.
+std::string containerd_add_import(const Text& main_config, std::string_view import,
+                                  const std::string& what);
+// `import` taken out of imports (the key too when left empty); nullopt when only
+// "version = 2" is left, which is what containerd_add_import created.
+Text containerd_remove_import(const Text& main_config, std::string_view import,
+                              const std::string& what);
+
+// CRI-O drop-in: [crio.runtime.runtimes.gpubind] and, with set_default, default_runtime.
+std::string crio_drop_in(const Options& o);
+// OCI hooks.d file (schema 1.0.0) running gpubind-hook at prestart for every container
+// (the hook leaves non-GPU containers alone).
+std::string hooks_json(const Options& o);
+// A runc bundle's config.json with gpubind-hook in hooks.prestart (an entry with the same
+// path is replaced in place); remove takes out entries with that path.
+std::string runc_add_hook(const std::string& config, const Options& o, const std::string& what);
+std::string runc_remove_hook(const std::string& config, const Options& o, const std::string& what);
+
+// --- files ---
+
+struct Request {
+    Engine engine = Engine::Docker;
+    Options options;
+    bool remove = false;
+    std::filesystem::path prefix = "/";  // every engine file lives under it
+    std::filesystem::path bundle;        // runc: the bundle whose config.json to edit
+};
+
+// One file to change.
+struct Change {
+    std::filesystem::path path;
+    Text before;               // now
+    Text after;                // wanted
+    std::string what;          // what changes, for the report
+    bool keep_backup = false;  // save `before` as PATH.gpubind-backup first (once)
+    bool drop_backup = false;  // `after` is the backup's content: delete the backup after
+};
+
+// Reads the engine's files and works out every change; throws (changing nothing) when a
+// file is bad. With remove, a file with a backup gets the backup back; others lose only
+// what gpubind added.
+std::vector<Change> plan_setup(const Request& r);
+// Makes the changes (or, with dry_run, only says what they would be). Returns the report:
+// one line per file ("wrote PATH (...)", "removed PATH", "unchanged PATH"); with dry_run a
+// file's new content follows its line.
+std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dry_run);
+
+// The runc hooks fragment for config.json, for `--engine runc` without a bundle.
+std::string runc_hooks_snippet(const Options& o);
+
+}  // namespace gpubind::setup

@@ -1,0 +1,126 @@
+#include "gpubind/runtime.hpp"
+
+#include <cerrno>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "gpubind/error.hpp"
+
+namespace gpubind::runtime {
+
+namespace {
+
+using nlohmann::json;
+
+// The member `key` of `parent`, created as `empty` when absent; another type
+// is an Error naming `where`.
+json& member(json& parent, const char* key, const json& empty, const std::string& where) {
+    if (!parent.contains(key)) parent[key] = empty;
+    json& m = parent[key];
+    if (m.type() != empty.type())
+        throw_invalid("edit spec", where,
+                      fmt::format("is of type {}, not {}", m.type_name(), empty.type_name()));
+    return m;
+}
+
+std::vector<std::string> mount_options(unsigned flags) {
+    std::vector<std::string> out = {"rbind"};
+    if (flags & kMountReadOnly) out.emplace_back("ro");
+    if (flags & kMountNoSuid) out.emplace_back("nosuid");
+    if (flags & kMountNoDev) out.emplace_back("nodev");
+    if (flags & kMountNoExec) out.emplace_back("noexec");
+    return out;
+}
+
+void add_devices(json& linux, const Plan& plan) {
+    json& devices = member(linux, "devices", json::array(), "linux.devices");
+    json& resources = member(linux, "resources", json::object(), "linux.resources");
+    json& rules = member(resources, "devices", json::array(), "linux.resources.devices");
+    std::set<std::pair<unsigned, unsigned>> ruled;
+    for (const auto& d : plan.devices) {
+        const DeviceNode& n = d.node;
+        if (ruled.insert({n.major, n.minor}).second)
+            rules.push_back({{"allow", true},
+                             {"type", "c"},
+                             {"major", n.major},
+                             {"minor", n.minor},
+                             {"access", "rw"}});
+        if (!d.bind) continue;
+        bool present = false;
+        for (const auto& e : devices) {
+            if (!e.is_object() || e.value("path", "") != n.path.string()) continue;
+            if (e.value("type", "") != "c" || e.value("major", json()) != json(n.major) ||
+                e.value("minor", json()) != json(n.minor))
+                throw Error(EEXIST, "edit spec", "linux.devices " + n.path.string(),
+                            fmt::format("the spec already has another device there, not the "
+                                        "character device {}:{} ({})",
+                                        n.major, n.minor, d.why));
+            present = true;
+        }
+        if (present) continue;
+        devices.push_back({{"path", n.path.string()},
+                           {"type", "c"},
+                           {"major", n.major},
+                           {"minor", n.minor},
+                           {"fileMode", static_cast<unsigned>(n.mode & 0777)},
+                           {"uid", 0},
+                           {"gid", 0}});
+    }
+}
+
+void add_mounts(json& spec, const Plan& plan) {
+    json& mounts = member(spec, "mounts", json::array(), "mounts");
+    std::set<std::string> taken;
+    for (const auto& m : mounts)
+        if (m.is_object() && m.contains("destination") && m["destination"].is_string())
+            taken.insert(std::filesystem::path(m["destination"].get<std::string>())
+                             .lexically_normal()
+                             .string());
+    for (const auto& m : plan.mounts) {
+        if (taken.count(m.target.lexically_normal().string()))
+            throw Error(EEXIST, "edit spec", "mounts " + m.target.string(),
+                        "the spec already mounts something there; refusing to mount " +
+                            m.source.string() + " (" + m.why + ") over it");
+        mounts.push_back({{"destination", m.target.string()},
+                          {"type", "bind"},
+                          {"source", m.source.string()},
+                          {"options", mount_options(m.flags)}});
+    }
+}
+
+}  // namespace
+
+bool marked(const json& spec) {
+    if (!spec.is_object()) return false;
+    auto a = spec.find("annotations");
+    if (a == spec.end() || !a->is_object()) return false;
+    auto m = a->find(std::string(kMarkAnnotation));
+    return m != a->end() && m->is_string() && m->get<std::string>() == kMarkValue;
+}
+
+json edit_spec(const json& spec, const Plan& plan, const FinishHook& hook) {
+    if (!spec.is_object()) throw_invalid("edit spec", "config.json", "is not a JSON object");
+    if (marked(spec))
+        throw_invalid("edit spec", "config.json", "already edited by gpubind-runtime");
+    json out = spec;
+    add_devices(member(out, "linux", json::object(), "linux"), plan);
+    add_mounts(out, plan);
+    json& hooks = member(out, "hooks", json::object(), "hooks");
+    member(hooks, "createRuntime", json::array(), "hooks.createRuntime")
+        .push_back({{"path", hook.path.string()},
+                    {"args", {"gpubind-hook", std::string(kFinishStage)}},
+                    {"env", hook.env}});
+    member(out, "annotations", json::object(), "annotations")[std::string(kMarkAnnotation)] =
+        std::string(kMarkValue);
+    return out;
+}
+
+Plan finish_plan(Plan plan) {
+    plan.devices.clear();
+    plan.mounts.clear();
+    return plan;
+}
+
+}  // namespace gpubind::runtime

@@ -1,0 +1,450 @@
+// The hardened hook (needs root): gpubind-hook is a static program that
+// ignores LD_PRELOAD and keeps nothing of its environment; inputs have caps;
+// ldconfig runs in a sandbox (namespaces, no capabilities, seccomp, limits,
+// a deadline) that a hostile ld.so.conf cannot lead outside the root.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpubind/elf_stub.hpp"
+#include "gpubind/error.hpp"
+#include "gpubind/exec.hpp"
+#include "gpubind/harden.hpp"
+#include "gpubind/oci.hpp"
+#include "gpubind/sandbox.hpp"
+#include "gpubind/strings.hpp"
+#include "temp_dir.hpp"
+
+extern char** environ;
+
+namespace gpubind {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+void write(const fs::path& p, const std::string& text, fs::perms perms = fs::perms(0644)) {
+    {
+        std::ofstream out(p, std::ios::binary);
+        out << text;
+        ASSERT_TRUE(out.good()) << p;
+    }
+    fs::permissions(p, perms);
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) return "<cannot open " + p.string() + ">";
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string run_command(const std::string& cmd) {
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+    return out;
+}
+
+std::set<std::string> lines_of(const std::string& text) {
+    std::set<std::string> out;
+    for (auto l : split(text, '\n'))
+        if (!l.empty()) out.insert(std::string(l));
+    return out;
+}
+
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        std::string rel = fs::relative(e.path(), dir).string();
+        if (e.is_symlink())
+            out[rel] = "-> " + fs::read_symlink(e.path()).string();
+        else if (e.is_regular_file())
+            out[rel] = slurp(e.path());
+        else
+            out[rel] = "dir";
+    }
+    return out;
+}
+
+struct Result {
+    int status = -1;  // exit status, or 128 + signal
+    std::string err;  // stderr
+};
+
+// Runs `argv` with exactly `env` as its environment and `input` on stdin.
+Result run_program(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                   const std::string& input = {}) {
+    int in[2], err[2];
+    if (::pipe(in) != 0 || ::pipe(err) != 0) throw Error(errno, "pipe");
+    pid_t pid = ::fork();
+    if (pid < 0) throw Error(errno, "fork");
+    if (pid == 0) {
+        ::dup2(in[0], STDIN_FILENO);
+        ::dup2(err[1], STDERR_FILENO);
+        ::close(in[0]);
+        ::close(in[1]);
+        ::close(err[0]);
+        ::close(err[1]);
+        std::vector<char*> a, e;
+        for (const auto& s : args) a.push_back(const_cast<char*>(s.c_str()));
+        a.push_back(nullptr);
+        for (const auto& s : env) e.push_back(const_cast<char*>(s.c_str()));
+        e.push_back(nullptr);
+        ::execve(a[0], a.data(), e.data());
+        ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(err[1]);
+    std::size_t done = 0;
+    while (done < input.size()) {
+        ssize_t n = ::write(in[1], input.data() + done, input.size() - done);
+        if (n <= 0) break;
+        done += static_cast<std::size_t>(n);
+    }
+    ::close(in[1]);
+    Result r;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(err[0], buf, sizeof buf)) > 0)
+        r.err.append(buf, static_cast<std::size_t>(n));
+    ::close(err[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+}
+
+// --- The hook itself ---
+
+TEST(HardenedHook, IsNotADynamicExecutable) {
+    // ldd tells a dynamic program by its libraries (this test is one) ...
+    EXPECT_THAT(run_command("ldd /proc/" + std::to_string(::getpid()) + "/exe 2>&1"),
+                HasSubstr("libc.so.6"));
+#ifdef GPUBIND_HOOK_STATIC
+    // ... and says so of a static one.
+    EXPECT_THAT(run_command(std::string("ldd ") + GPUBIND_HOOK_PATH + " 2>&1"),
+                HasSubstr("not a dynamic executable"));
+#else
+    // A sanitizer build links the hook dynamically (the sanitizers need it).
+    EXPECT_THAT(run_command(std::string("ldd ") + GPUBIND_HOOK_PATH + " 2>&1"),
+                HasSubstr("libasan"));
+#endif
+}
+
+#ifdef GPUBIND_HOOK_STATIC
+
+TEST(HardenedHook, LdPreloadHasNoEffect) {
+    test::TempDir dir("gpubind-harden");
+    const fs::path marker = dir / "marker";
+    const std::vector<std::string> env = {std::string("LD_PRELOAD=") + GPUBIND_TEST_PRELOAD,
+                                          "GPUBIND_TEST_MARKER=" + marker.string()};
+    // The shared object marks a dynamic program it is loaded into.
+    Result control = run_program({"/bin/true"}, env);
+    EXPECT_EQ(control.status, 0);
+    ASSERT_TRUE(fs::exists(marker)) << "the preload object did not load into /bin/true";
+    fs::remove(marker);
+    // Not the hook, whatever the stage.
+    Result poststop = run_program({GPUBIND_HOOK_PATH, "poststop"}, env);
+    EXPECT_EQ(poststop.status, 0) << poststop.err;
+    Result bad = run_program({GPUBIND_HOOK_PATH, "prestart"}, env, "not json");
+    EXPECT_EQ(bad.status, kExitInvalid) << bad.err;
+    EXPECT_FALSE(fs::exists(marker));
+}
+
+#endif
+
+// A bundle whose spec's process.env is `env`, and the state naming it.
+std::string make_bundle(const fs::path& bundle, const std::vector<std::string>& env) {
+    fs::create_directories(bundle / "rootfs");
+    nlohmann::json spec = {{"ociVersion", "1.0.2"},
+                           {"root", {{"path", "rootfs"}}},
+                           {"process", {{"args", {"/bin/sh"}}, {"env", env}}}};
+    write(bundle / "config.json", spec.dump());
+    nlohmann::json state = {{"ociVersion", "1.0.2"},
+                            {"id", "junk"},
+                            {"status", "creating"},
+                            {"pid", ::getpid()},
+                            {"bundle", bundle.string()}};
+    return state.dump();
+}
+
+TEST(HardenedHook, ImageEnvironmentFullOfJunkIsFine) {
+    test::TempDir dir("gpubind-harden");
+    std::vector<std::string> env;
+    for (int i = 0; i < 2000; ++i)
+        env.push_back("JUNK" + std::to_string(i) + "=" + std::string(i % 97, '\x01'));
+    env.push_back("=");
+    env.push_back("==");
+    env.push_back("NVIDIA_VISIBLE_DEVICES_X=all");  // not the variable
+    env.push_back("LONG=" + std::string(oci::kMaxEnvEntrySize - 5, 'x'));
+    env.push_back(std::string("BIN=\xc3\xa9\t\n\r"));
+    const std::string state = make_bundle(dir / "bundle", env);
+    Result r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, state);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+
+    // Past the caps: a clear refusal naming the entry.
+    env.push_back("HUGE=" + std::string(oci::kMaxEnvEntrySize, 'x'));
+    const std::string huge = make_bundle(dir / "huge", env);
+    r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, huge);
+    EXPECT_EQ(r.status, kExitInvalid) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("process.env[" + std::to_string(env.size() - 1) + "]"));
+    std::vector<std::string> many(oci::kMaxEnvEntries + 1, "A=1");
+    const std::string crowded = make_bundle(dir / "crowded", many);
+    r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, crowded);
+    EXPECT_EQ(r.status, kExitInvalid) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("process.env: " + std::to_string(many.size()) + " entries"));
+}
+
+// --- The pieces ---
+
+TEST(Harden, ClearEnvironmentKeepsOnlyTheNamedVariables) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        ::setenv("LD_PRELOAD", "/tmp/evil.so", 1);
+        ::setenv("LD_LIBRARY_PATH", "/tmp", 1);
+        ::setenv("GPUBIND_CONFIG", "/etc/gpubind/test.toml", 1);
+        ::setenv("GPUBIND_OTHER", std::string(10, 'y').c_str(), 1);
+        ::setenv("GPUBIND_HUGE", std::string(harden::kMaxKeptValue + 1, 'z').c_str(), 1);
+        harden::clear_environment({"GPUBIND_CONFIG", "GPUBIND_HUGE", "NOT_SET"});
+        int n = 0;
+        for (char** e = environ; e && *e; ++e) ++n;
+        const char* config = ::getenv("GPUBIND_CONFIG");
+        bool ok = n == 1 && config && std::string(config) == "/etc/gpubind/test.toml";
+        ::_exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(Harden, ReadStreamHasADeadlineAndACap) {
+    int p[2];
+    ASSERT_EQ(::pipe(p), 0);
+    Fd r(p[0]), w(p[1]);
+    // A writer that never finishes.
+    ASSERT_EQ(::write(w.get(), "{", 1), 1);
+    auto start = std::chrono::steady_clock::now();
+    try {
+        harden::read_stream(r.get(), 1024, "stdin",
+                            harden::Deadline(std::chrono::milliseconds(200)));
+        FAIL() << "no timeout";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), ETIMEDOUT) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    // Past the cap.
+    ASSERT_EQ(::write(w.get(), "0123456789", 10), 10);
+    w.reset();
+    try {
+        harden::read_stream(r.get(), 4, "stdin", harden::Deadline(std::chrono::seconds(5)));
+        FAIL() << "no cap";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), EFBIG) << e.what();
+    }
+    // A spent deadline stops the next step.
+    harden::Deadline spent(std::chrono::milliseconds(0));
+    EXPECT_THROW(spent.check("configure the container"), Error);
+    EXPECT_NO_THROW(harden::Deadline(std::chrono::seconds(5)).check("x"));
+}
+
+TEST(Harden, ThePidMustBeAContainersOtherThanOneOrOurs) {
+    Plan plan;
+    Target t;
+    t.rootfs = "/tmp/gpubind-no-such-rootfs";
+    t.cgroups = false;
+    for (pid_t pid : {1, ::getpid()}) {
+        t.pid = pid;
+        EXPECT_THROW(execute(plan, t), Error) << pid;
+    }
+    // A process that shares our mount namespace is no container.
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::pause();
+        ::_exit(0);
+    }
+    t.pid = child;
+    try {
+        execute(plan, t);
+        ADD_FAILURE() << "not refused";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("mount namespace"));
+    }
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+}
+
+// --- The sandbox, looked at from inside with a static busybox ---
+
+class Sandbox : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
+        ASSERT_TRUE(fs::exists("/bin/busybox")) << "busybox-static is needed";
+        for (const char* d : {"bin", "out", "proc"}) fs::create_directories(root_ / d);
+        fs::copy_file("/bin/busybox", root_ / "bin/busybox");
+        busybox_ = sandbox::seal_executable(root_ / "bin/busybox");
+    }
+    void TearDown() override {
+        if (proc_mounted_) ::umount2((root_ / "proc").c_str(), MNT_DETACH);
+    }
+    void mount_proc() {
+        ASSERT_EQ(::mount("proc", (root_ / "proc").c_str(), "proc", 0, nullptr), 0)
+            << std::strerror(errno);
+        proc_mounted_ = true;
+    }
+    void run(const std::vector<std::string>& args, sandbox::Filter filter,
+             sandbox::Limits limits = {}) {
+        sandbox::Options o;
+        o.root = root_;
+        o.timeout = std::chrono::seconds(20);
+        o.filter = filter;
+        o.limits = limits;
+        sandbox::run(busybox_.get(), "busybox", args, o);
+    }
+
+    test::TempDir dir_{"gpubind-sandbox"};
+    fs::path root_ = dir_ / "root";
+    Fd busybox_;
+    bool proc_mounted_ = false;
+};
+
+TEST_F(Sandbox, NoEnvironmentCapabilitiesHostOrNetwork) {
+    mount_proc();  // the host's proc, to read the sandboxed process's status
+    sandbox::Limits limits;
+    limits.processes = 1u << 20;  // the shell forks
+    const char* script =
+        "busybox env > /out/env; echo $$ > /out/pid; busybox hostname > /out/hostname;"
+        "busybox cat /proc/self/status > /out/status; busybox cat /proc/net/dev > /out/netdev;"
+        "busybox ls / > /out/root; busybox id -u > /out/uid";
+    ::setenv("GPUBIND_SANDBOX_SENTINEL", "inherited", 1);  // would show if passed on
+    ASSERT_NO_THROW(run({"sh", "-c", script}, sandbox::Filter::None, limits));
+    ::unsetenv("GPUBIND_SANDBOX_SENTINEL");
+    std::set<std::string> env = lines_of(slurp(root_ / "out/env"));
+    for (const char* own : {"PWD=/", "SHLVL=1", "PATH=/sbin:/usr/sbin:/bin:/usr/bin"})
+        env.erase(own);  // the shell's own defaults
+    EXPECT_TRUE(env.empty()) << *env.begin();
+    EXPECT_EQ(slurp(root_ / "out/pid"), "1\n");  // a pid namespace of its own
+    EXPECT_EQ(slurp(root_ / "out/hostname"), "gpubind-sandbox\n");
+    EXPECT_EQ(slurp(root_ / "out/uid"), "0\n");  // uid 0, wrote root's files with no capability
+    const std::string status = slurp(root_ / "out/status");
+    for (const char* line :
+         {"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+          "CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"})
+        EXPECT_THAT(status, HasSubstr(line));
+    // Only a loopback interface: a network namespace of its own.
+    std::set<std::string> ifaces;
+    for (const auto& l : lines_of(slurp(root_ / "out/netdev")))
+        if (auto colon = l.find(':'); colon != std::string::npos)
+            ifaces.insert(std::string(trim(std::string_view(l).substr(0, colon))));
+    EXPECT_EQ(ifaces, std::set<std::string>{"lo"});
+    // "/" is the root.
+    EXPECT_EQ(lines_of(slurp(root_ / "out/root")), (std::set<std::string>{"bin", "out", "proc"}));
+}
+
+TEST_F(Sandbox, SeccompAllowListRefusesWhatLdconfigDoesNotDo) {
+    // Files and directories: allowed.
+    ASSERT_NO_THROW(run({"mkdir", "/out/made"}, sandbox::Filter::Ldconfig));
+    EXPECT_TRUE(fs::is_directory(root_ / "out/made"));
+    // mknod (of a FIFO: no capability needed) is not on the list ...
+    try {
+        run({"mkfifo", "/out/fifo"}, sandbox::Filter::Ldconfig);
+        ADD_FAILURE() << "mkfifo ran";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("Operation not permitted"));
+    }
+    EXPECT_FALSE(fs::exists(root_ / "out/fifo"));
+    // ... and works without the filter.
+    ASSERT_NO_THROW(run({"mkfifo", "/out/fifo"}, sandbox::Filter::None));
+    EXPECT_TRUE(fs::is_fifo(root_ / "out/fifo"));
+    // Nor can it fork (the shell runs two commands).
+    EXPECT_THROW(run({"sh", "-c", "busybox true; busybox true"}, sandbox::Filter::Ldconfig), Error);
+}
+
+TEST_F(Sandbox, TheProgramIsASealedCopy) {
+    const int seals = ::fcntl(busybox_.get(), F_GET_SEALS);
+    EXPECT_EQ(seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+              F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    // Replacing the file after it was opened changes nothing that runs.
+    write(root_ / "bin/busybox", "#!/bin/false\n", fs::perms(0755));
+    EXPECT_NO_THROW(run({"true"}, sandbox::Filter::Ldconfig));
+    EXPECT_THROW(run({"false"}, sandbox::Filter::Ldconfig), Error);
+}
+
+// --- ldconfig over a hostile root, as the executor runs it ---
+
+TEST(HostileLdconfig, ConfigurationCannotLeadOutsideTheRoot) {
+    ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
+    test::TempDir dir("gpubind-ldconfig");
+    const fs::path host = dir / "host";  // the tripwire: a library dir on the host
+    const fs::path root = dir / "root";
+    fs::create_directories(host);
+    write(host / "libgpubindhost.so.1.0",
+          elf::make_shared_object(elf::Machine::X86_64, "libgpubindhost.so.1"));
+    write(host / "evil.conf", host.string() + "\n");
+    const auto host_before = snapshot(host);
+
+    for (const char* d : {"etc", "usr/lib/x86_64-linux-gnu"}) fs::create_directories(root / d);
+    write(root / "usr/lib/x86_64-linux-gnu/libgpubindinside.so.1.0",
+          elf::make_shared_object(elf::Machine::X86_64, "libgpubindinside.so.1"));
+    fs::create_symlink("/", root / "usr/lib/slash");
+    fs::create_symlink("../../../../../../../..", root / "usr/lib/up");
+    fs::create_symlink(host, root / "usr/lib/hostlink");
+    write(root / "etc/ld.so.conf", "include /../../../.." + host.string() + "/*.conf\n" +
+                                       host.string() + "\n/../../../.." + host.string() +
+                                       "\n/usr/lib/up" + host.string() + "\n/usr/lib/hostlink\n");
+
+    // The configuration does lead to the host library when not confined.
+    const fs::path control = dir / "control.cache";
+    run_command("/sbin/ldconfig -X -f " + (root / "etc/ld.so.conf").string() + " -C " +
+                control.string() + " 2>/dev/null");
+    ASSERT_THAT(run_command("/sbin/ldconfig -p -C " + control.string()),
+                HasSubstr("libgpubindhost.so.1"));
+
+    const std::string host_cache = slurp("/etc/ld.so.cache");
+    LinuxSystem sys;
+    Fd ldconfig = sys.open_executable("/sbin/ldconfig");
+    ASSERT_NO_THROW(sys.run(ldconfig.get(), "/sbin/ldconfig",
+                            {"-r", root.string(), "/usr/lib/x86_64-linux-gnu", "/usr/lib/slash"},
+                            std::chrono::seconds(30)));
+    const std::string listing =
+        run_command("/sbin/ldconfig -p -C " + (root / "etc/ld.so.cache").string());
+    EXPECT_THAT(listing, HasSubstr("libgpubindinside.so.1 (libc6,x86-64) => "
+                                   "/usr/lib/x86_64-linux-gnu/libgpubindinside.so.1"));
+    EXPECT_THAT(listing, Not(HasSubstr("libgpubindhost")));
+    // Its link was made in the root; none on the host.
+    EXPECT_TRUE(fs::is_symlink(root / "usr/lib/x86_64-linux-gnu/libgpubindinside.so.1"));
+    EXPECT_EQ(snapshot(host), host_before);
+    EXPECT_EQ(slurp("/etc/ld.so.cache"), host_cache);
+}
+
+}  // namespace
+}  // namespace gpubind

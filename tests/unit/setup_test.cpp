@@ -1,0 +1,568 @@
+// gpubind setup: each engine's files, set up from nothing, from an empty file and from a
+// file with other settings; applied twice equals applied once; --remove gives back the
+// original; --dry-run writes nothing; bad files are refused with nothing changed.
+//
+// Checked by the engines' own parsers where Debian 12 ships the engine:
+//   containerd (1.6): `containerd --config FILE config dump` merges config.toml and the
+//     drop-in it imports;
+//   podman (4.3): `podman --hooks-dir DIR run` loads the hooks.d file and runs the hook.
+// Not checkable here: dockerd (Debian's docker.io 20.10 has no `--validate`, which came
+// with Docker 23, and no daemon runs here) and CRI-O (not packaged in Debian 12): their
+// files are checked for the shape their documentation gives, parsed by nlohmann_json and
+// toml++.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <toml++/toml.h>
+#include <nlohmann/json.hpp>
+
+#include "gpubind/error.hpp"
+#include "gpubind/setup.hpp"
+#include "temp_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace gpubind;
+using namespace gpubind::setup;
+using gpubind::test::TempDir;
+using testing::HasSubstr;
+using Json = nlohmann::ordered_json;
+using Files = std::map<std::string, std::string>;
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void put(const fs::path& p, const std::string& text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << text;
+}
+
+// Every regular file under `dir`, by relative path.
+Files snapshot(const fs::path& dir) {
+    Files out;
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+        if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = slurp(e.path());
+    return out;
+}
+
+struct Result {
+    int rc = -1;
+    std::string out;
+};
+
+Result sh(const std::string& cmd) {
+    Result r;
+    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    const int status = ::pclose(p);
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+std::vector<std::string> run(const fs::path& prefix, Engine e, bool remove = false,
+                             bool set_default = false, bool dry_run = false) {
+    Request r;
+    r.engine = e;
+    r.prefix = prefix;
+    r.remove = remove;
+    r.options.set_default = set_default;
+    return apply_setup(plan_setup(r), dry_run);
+}
+
+// The file each engine edits (containerd: its config.toml; the drop-in comes with it).
+fs::path main_file(Engine e) {
+    switch (e) {
+        case Engine::Docker:
+            return kDockerConfig;
+        case Engine::Containerd:
+            return kContainerdConfig;
+        case Engine::Crio:
+            return kCrioDropIn;
+        case Engine::Podman:
+            return kHooksFile;
+        case Engine::Runc:
+            break;
+    }
+    return {};
+}
+
+// containerd's config.toml as Debian 12 ships it, with a comment and another setting.
+const std::string kDebianContainerd = R"(# local changes below
+version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.9" # pinned
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+)";
+
+// daemon.json as an admin might have it (2-space indentation, keys in no order).
+const std::string kDockerOther = R"({
+  "log-driver": "journald",
+  "runtimes": {
+    "crun": {
+      "path": "/usr/bin/crun"
+    }
+  },
+  "data-root": "/srv/docker",
+  "default-runtime": "crun"
+}
+)";
+
+std::string other_settings(Engine e) {
+    switch (e) {
+        case Engine::Docker:
+            return kDockerOther;
+        case Engine::Containerd:
+            return kDebianContainerd;
+        // Drop-ins are gpubind's own files: "other settings" are whatever an admin left there.
+        case Engine::Crio:
+            return "[crio.runtime]\nlog_level = \"debug\"\n";
+        case Engine::Podman:
+            return "{\"version\": \"1.0.0\"}\n";
+        case Engine::Runc:
+            break;
+    }
+    return {};
+}
+
+enum class Start { Absent, Empty, Other };
+
+struct Case {
+    Engine engine;
+    Start start;
+};
+
+std::string name_of(const testing::TestParamInfo<Case>& info) {
+    const char* engines[] = {"docker", "containerd", "crio", "podman", "runc"};
+    const char* starts[] = {"absent", "empty", "other"};
+    return std::string(engines[static_cast<int>(info.param.engine)]) + "_" +
+           starts[static_cast<int>(info.param.start)];
+}
+
+class SetupRoundTrip : public testing::TestWithParam<Case> {};
+
+TEST_P(SetupRoundTrip, TwiceIsOnceAndRemoveRestores) {
+    const auto [engine, start] = GetParam();
+    TempDir dir;
+    if (start != Start::Absent)
+        put(dir / main_file(engine), start == Start::Empty ? "" : other_settings(engine));
+    const Files original = snapshot(dir.path());
+
+    for (bool set_default : {false, true}) {
+        SCOPED_TRACE(set_default ? "--set-default" : "");
+        const auto first = run(dir.path(), engine, false, set_default);
+        const Files once = snapshot(dir.path());
+        EXPECT_NE(once, original);
+        for (const auto& line : first) EXPECT_THAT(line, testing::StartsWith("wrote ")) << line;
+        if (start != Start::Absent) {  // the original is kept, once
+            EXPECT_EQ(once.at(main_file(engine).string() + ".gpubind-backup"),
+                      original.at(main_file(engine).string()));
+        }
+
+        const auto second = run(dir.path(), engine, false, set_default);
+        EXPECT_EQ(snapshot(dir.path()), once);
+        for (const auto& line : second)
+            EXPECT_THAT(line, testing::StartsWith("unchanged ")) << line;
+
+        run(dir.path(), engine, true);
+        EXPECT_EQ(snapshot(dir.path()), original);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Engines, SetupRoundTrip,
+    testing::Values(Case{Engine::Docker, Start::Absent}, Case{Engine::Docker, Start::Empty},
+                    Case{Engine::Docker, Start::Other}, Case{Engine::Containerd, Start::Absent},
+                    Case{Engine::Containerd, Start::Empty}, Case{Engine::Containerd, Start::Other},
+                    Case{Engine::Crio, Start::Absent}, Case{Engine::Crio, Start::Empty},
+                    Case{Engine::Crio, Start::Other}, Case{Engine::Podman, Start::Absent},
+                    Case{Engine::Podman, Start::Empty}, Case{Engine::Podman, Start::Other}),
+    name_of);
+
+// --- docker ---
+
+TEST(SetupDocker, KeepsEveryOtherKeyInItsOrder) {
+    TempDir dir;
+    put(dir / kDockerConfig, kDockerOther);
+    run(dir.path(), Engine::Docker);
+    const Json j = Json::parse(slurp(dir / kDockerConfig));
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : j.items()) keys.push_back(k);
+    EXPECT_THAT(keys,
+                testing::ElementsAre("log-driver", "runtimes", "data-root", "default-runtime"));
+    EXPECT_EQ(j["runtimes"]["crun"], Json::parse(R"({"path": "/usr/bin/crun"})"));
+    // Docker's documented form: "runtimes": {"<name>": {"path": ..., "runtimeArgs": [...]}}.
+    EXPECT_EQ(j["runtimes"]["gpubind"],
+              Json::parse(R"({"path": "/usr/bin/gpubind-runtime", "runtimeArgs": []})"));
+    EXPECT_EQ(j["default-runtime"], "crun");  // not ours to change without --set-default
+
+    run(dir.path(), Engine::Docker, false, true);
+    const Json d = Json::parse(slurp(dir / kDockerConfig));
+    EXPECT_EQ(d["default-runtime"], "gpubind");
+    EXPECT_EQ(d.size(), 4u);
+    EXPECT_EQ(d["data-root"], "/srv/docker");
+}
+
+TEST(SetupDocker, RemoveWithoutBackupTakesOutOnlyGpubindsKeys) {
+    TempDir dir;
+    put(dir / kDockerConfig, kDockerOther);
+    run(dir.path(), Engine::Docker);
+    fs::remove(dir / "etc/docker/daemon.json.gpubind-backup");
+    const auto report = run(dir.path(), Engine::Docker, true);
+    // Same indentation, same order: the original bytes.
+    EXPECT_EQ(slurp(dir / kDockerConfig), kDockerOther);
+    ASSERT_EQ(report.size(), 1u);
+    EXPECT_THAT(report[0], HasSubstr("wrote " + (dir / kDockerConfig).string()));
+}
+
+TEST(SetupDocker, RemoveOfAFileGpubindCreatedDeletesIt) {
+    TempDir dir;
+    run(dir.path(), Engine::Docker, false, true);
+    ASSERT_TRUE(fs::exists(dir / kDockerConfig));
+    EXPECT_FALSE(fs::exists(dir / "etc/docker/daemon.json.gpubind-backup"));
+    run(dir.path(), Engine::Docker, true);
+    EXPECT_FALSE(fs::exists(dir / kDockerConfig));
+}
+
+// --- containerd ---
+
+const std::string kImport = "/etc/containerd/conf.d/gpubind.toml";
+
+TEST(SetupContainerd, ConfigTomlGetsOneImportLineAndNothingElse) {
+    TempDir dir;
+    put(dir / kContainerdConfig, kDebianContainerd);
+    const auto report = run(dir.path(), Engine::Containerd);
+    std::string edited = slurp(dir / kContainerdConfig);
+    const std::string line = "imports = [\"" + kImport + "\"]\n";
+    const auto at = edited.find(line);
+    ASSERT_NE(at, std::string::npos) << edited;
+    EXPECT_EQ(edited.substr(at - 12, 12), "version = 2\n");
+    EXPECT_EQ(edited.erase(at, line.size()), kDebianContainerd);
+    ASSERT_EQ(report.size(), 2u);
+    EXPECT_THAT(report[0], HasSubstr("wrote " + (dir / kContainerdDropIn).string()));
+    EXPECT_THAT(report[1], HasSubstr("wrote " + (dir / kContainerdConfig).string()));
+}
+
+TEST(SetupContainerd, ExistingImportsAreExtendedAndRestoredWithoutBackup) {
+    TempDir dir;
+    const std::string original =
+        "version = 2\nroot = \"/srv/ctd\"\nimports = [\"/etc/containerd/a.toml\"]  # keep\n";
+    put(dir / kContainerdConfig, original);
+    run(dir.path(), Engine::Containerd);
+    EXPECT_EQ(slurp(dir / kContainerdConfig),
+              "version = 2\nroot = \"/srv/ctd\"\nimports = [\"/etc/containerd/a.toml\", \"" +
+                  kImport + "\"]  # keep\n");
+    fs::remove(dir / "etc/containerd/config.toml.gpubind-backup");
+    run(dir.path(), Engine::Containerd, true);
+    EXPECT_EQ(slurp(dir / kContainerdConfig), original);
+    EXPECT_FALSE(fs::exists(dir / kContainerdDropIn));
+}
+
+TEST(SetupContainerd, AnImportLineGpubindAddedIsTakenOutWhole) {
+    TempDir dir;
+    put(dir / kContainerdConfig, kDebianContainerd);
+    run(dir.path(), Engine::Containerd);
+    fs::remove(dir / "etc/containerd/config.toml.gpubind-backup");
+    run(dir.path(), Engine::Containerd, true);
+    EXPECT_EQ(slurp(dir / kContainerdConfig), kDebianContainerd);
+}
+
+TEST(SetupContainerd, AGlobThatAlreadyImportsTheDropInIsEnough) {
+    TempDir dir;
+    const std::string original = "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n";
+    put(dir / kContainerdConfig, original);
+    run(dir.path(), Engine::Containerd);
+    EXPECT_EQ(slurp(dir / kContainerdConfig), original);
+    EXPECT_TRUE(fs::exists(dir / kContainerdDropIn));
+}
+
+TEST(SetupContainerd, OtherConfigVersionsAreRefusedNamingTheFile) {
+    for (const std::string text :
+         {"[plugins.cri]\n  sandbox_image = \"x\"\n", "version = 3\n", "version = \"2\"\n"}) {
+        TempDir dir;
+        put(dir / kContainerdConfig, text);
+        const Files before = snapshot(dir.path());
+        try {
+            run(dir.path(), Engine::Containerd);
+            ADD_FAILURE() << "accepted " << text;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), EINVAL);
+            EXPECT_THAT(e.what(), HasSubstr((dir / kContainerdConfig).string()));
+            EXPECT_THAT(e.what(), HasSubstr("version"));
+        }
+        EXPECT_EQ(snapshot(dir.path()), before);
+    }
+}
+
+// The drop-in with config.toml's import pointed at where the test wrote it.
+fs::path containerd_config_for_dump(const TempDir& dir) {
+    std::string text = slurp(dir / kContainerdConfig);
+    const auto at = text.find(kImport);
+    if (at != std::string::npos)
+        text.replace(at, kImport.size(), (dir / kContainerdDropIn).string());
+    const fs::path out = dir / "for-dump.toml";
+    put(out, text);
+    return out;
+}
+
+toml::table containerd_dump(const fs::path& config) {
+    const Result r = sh("containerd --config " + config.string() + " config dump");
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return toml::parse(r.out);
+}
+
+TEST(SetupContainerd, ContainerdsOwnParserSeesTheRuntimeAndKeepsTheOtherSettings) {
+    ASSERT_EQ(sh("containerd --version").rc, 0)
+        << "containerd is not installed (scripts/deps installs Debian's containerd)";
+    TempDir dir;
+    put(dir / kContainerdConfig, kDebianContainerd);
+    run(dir.path(), Engine::Containerd, false, true);
+    const toml::table merged = containerd_dump(containerd_config_for_dump(dir));
+    const auto cri = merged["plugins"]["io.containerd.grpc.v1.cri"];
+    const auto runtime = cri["containerd"]["runtimes"]["gpubind"];
+    EXPECT_EQ(runtime["runtime_type"].value_or(std::string()), "io.containerd.runc.v2");
+    EXPECT_EQ(runtime["options"]["BinaryName"].value_or(std::string()), "/usr/bin/gpubind-runtime");
+    EXPECT_EQ(cri["containerd"]["default_runtime_name"].value_or(std::string()), "gpubind");
+    // containerd 1.x replaces the whole cri section with the imported one: these survive
+    // only because the drop-in carries them.
+    EXPECT_EQ(cri["cni"]["bin_dir"].value_or(std::string()), "/usr/lib/cni");
+    EXPECT_EQ(cri["sandbox_image"].value_or(std::string()), "registry.k8s.io/pause:3.9");
+    EXPECT_EQ(cri["containerd"]["runtimes"]["runc"]["runtime_type"].value_or(std::string()),
+              "io.containerd.runc.v2");
+    EXPECT_EQ(merged["plugins"]["io.containerd.internal.v1.opt"]["path"].value_or(std::string()),
+              "/var/lib/containerd/opt");
+
+    run(dir.path(), Engine::Containerd, true);
+    const toml::table after = containerd_dump(dir / kContainerdConfig);
+    EXPECT_FALSE(
+        after["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpubind"]);
+    EXPECT_EQ(after["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"]
+                  .value_or(std::string()),
+              "runc");
+}
+
+TEST(SetupContainerd, ContainerdAcceptsWhatSetupCreatesFromNothing) {
+    ASSERT_EQ(sh("containerd --version").rc, 0)
+        << "containerd is not installed (scripts/deps installs Debian's containerd)";
+    TempDir dir;
+    run(dir.path(), Engine::Containerd);
+    const toml::table merged = containerd_dump(containerd_config_for_dump(dir));
+    const auto ctd = merged["plugins"]["io.containerd.grpc.v1.cri"]["containerd"];
+    EXPECT_EQ(ctd["runtimes"]["gpubind"]["options"]["BinaryName"].value_or(std::string()),
+              "/usr/bin/gpubind-runtime");
+    EXPECT_EQ(ctd["default_runtime_name"].value_or(std::string()), "runc");
+    // containerd's built-in runc, the default, is still there.
+    EXPECT_EQ(ctd["runtimes"]["runc"]["runtime_type"].value_or(std::string()),
+              "io.containerd.runc.v2");
+}
+
+// --- CRI-O (not packaged in Debian 12: the shape its crio.conf(5) gives) ---
+
+TEST(SetupCrio, DropInHasTheRuntimeAndTheDefault) {
+    TempDir dir;
+    put(dir / "etc/crio/crio.conf.d/10-admin.conf", "[crio.runtime]\nlog_level = \"debug\"\n");
+    run(dir.path(), Engine::Crio, false, true);
+    const toml::table t = toml::parse(slurp(dir / kCrioDropIn));
+    EXPECT_EQ(t["crio"]["runtime"]["runtimes"]["gpubind"]["runtime_path"].value_or(std::string()),
+              "/usr/bin/gpubind-runtime");
+    EXPECT_EQ(t["crio"]["runtime"]["runtimes"]["gpubind"]["runtime_type"].value_or(std::string()),
+              "oci");
+    EXPECT_EQ(t["crio"]["runtime"]["default_runtime"].value_or(std::string()), "gpubind");
+    EXPECT_EQ(slurp(dir / "etc/crio/crio.conf.d/10-admin.conf"),
+              "[crio.runtime]\nlog_level = \"debug\"\n");
+    run(dir.path(), Engine::Crio);
+    EXPECT_FALSE(toml::parse(slurp(dir / kCrioDropIn))["crio"]["runtime"]["default_runtime"]);
+}
+
+// --- podman (hooks.d) ---
+
+TEST(SetupPodman, HooksFileHasTheSchemaShape) {
+    TempDir dir;
+    run(dir.path(), Engine::Podman);
+    const Json j = Json::parse(slurp(dir / kHooksFile));
+    EXPECT_EQ(j["version"], "1.0.0");
+    EXPECT_EQ(j["hook"]["path"], "/usr/bin/gpubind-hook");
+    EXPECT_EQ(j["hook"]["args"], Json::parse(R"(["gpubind-hook", "prestart"])"));
+    EXPECT_EQ(j["when"]["always"], true);
+    EXPECT_EQ(j["stages"], Json::parse(R"(["prestart"])"));
+}
+
+TEST(SetupPodman, PodmanLoadsTheHooksFileAndRunsTheHook) {
+    ASSERT_EQ(sh("podman --version").rc, 0)
+        << "podman is not installed (scripts/deps installs Debian's podman)";
+    TempDir dir;
+    // A stand-in hook that records how podman ran it.
+    const fs::path record = dir / "hook-ran";
+    put(dir / "hook.sh",
+        "#!/bin/sh\necho \"$0 $*\" > " + record.string() + "\ncat >> " + record.string() + "\n");
+    fs::permissions(dir / "hook.sh", fs::perms::owner_all);
+    fs::create_directories(dir / "rootfs/bin");
+    fs::copy_file("/bin/busybox", dir / "rootfs/bin/busybox");
+    fs::create_symlink("busybox", dir / "rootfs/bin/true");
+
+    Request r;
+    r.engine = Engine::Podman;
+    r.prefix = dir / "prefix";
+    r.options.hook_path = (dir / "hook.sh").string();
+    apply_setup(plan_setup(r), false);
+
+    // The container itself may fail to start in a restricted sandbox; what matters is that
+    // podman accepted the hooks file and ran the hook at prestart with gpubind's arguments.
+    const Result out =
+        sh("podman --hooks-dir " + (dir / "prefix" / kHooksFile).parent_path().string() +
+           " run --rm --network none --rootfs " + (dir / "rootfs").string() + " /bin/true");
+    ASSERT_TRUE(fs::exists(record)) << out.out;
+    const std::string ran = slurp(record);
+    EXPECT_THAT(ran, testing::StartsWith(r.options.hook_path + " prestart\n")) << ran;
+    EXPECT_THAT(ran, HasSubstr("\"status\":\"creating\"")) << ran;
+}
+
+// --- runc (a bundle's config.json) ---
+
+TEST(SetupRunc, BundleGetsThePrestartHookOnceAndLosesItAgain) {
+    TempDir dir;
+    ASSERT_EQ(sh("runc spec --bundle " + dir.path().string()).rc, 0);
+    const std::string original = slurp(dir / "config.json");
+    Request r;
+    r.engine = Engine::Runc;
+    r.bundle = dir.path();
+    apply_setup(plan_setup(r), false);
+    const std::string once = slurp(dir / "config.json");
+    const Json j = Json::parse(once);
+    ASSERT_EQ(j["hooks"]["prestart"].size(), 1u);
+    EXPECT_EQ(j["hooks"]["prestart"][0]["path"], "/usr/bin/gpubind-hook");
+    EXPECT_EQ(j["hooks"]["prestart"][0]["args"], Json::parse(R"(["gpubind-hook", "prestart"])"));
+    // Everything else is runc's spec as it was, in its order.
+    Json rest = j;
+    rest.erase("hooks");
+    EXPECT_EQ(rest, Json::parse(original));
+
+    apply_setup(plan_setup(r), false);
+    EXPECT_EQ(slurp(dir / "config.json"), once);
+
+    // Without the backup only the hook goes; runc's own tab-indented layout comes back.
+    fs::remove(dir / "config.json.gpubind-backup");
+    r.remove = true;
+    apply_setup(plan_setup(r), false);
+    EXPECT_EQ(Json::parse(slurp(dir / "config.json")), Json::parse(original));
+    EXPECT_EQ(slurp(dir / "config.json"), original);
+}
+
+// --- dry run, bad files ---
+
+TEST(Setup, DryRunWritesNothing) {
+    for (Engine e : {Engine::Docker, Engine::Containerd, Engine::Crio, Engine::Podman}) {
+        TempDir dir;
+        if (e == Engine::Docker) put(dir / kDockerConfig, kDockerOther);
+        if (e == Engine::Containerd) put(dir / kContainerdConfig, kDebianContainerd);
+        const Files before = snapshot(dir.path());
+        const auto report = run(dir.path(), e, false, true, true);
+        EXPECT_EQ(snapshot(dir.path()), before);
+        ASSERT_FALSE(report.empty());
+        for (const auto& line : report) EXPECT_THAT(line, testing::StartsWith("would write "));
+
+        run(dir.path(), e);
+        const Files set_up = snapshot(dir.path());
+        for (const auto& line : run(dir.path(), e, true, false, true))
+            EXPECT_THAT(line, testing::StartsWith("would ")) << line;
+        EXPECT_EQ(snapshot(dir.path()), set_up);
+    }
+}
+
+TEST(Setup, BadFilesAreRefusedNamingThemAndNothingChanges) {
+    struct Bad {
+        Engine engine;
+        std::string text;
+        bool remove_refuses;  // --remove has to read it too
+    };
+    const Bad cases[] = {
+        {Engine::Docker, "{\"runtimes\": {", true},
+        {Engine::Docker, "[1, 2]", true},
+        {Engine::Docker, "{\"runtimes\": []}", false},  // nothing of gpubind's to take out
+        {Engine::Containerd, "version = 2\n[plugins\n", true},
+        {Engine::Containerd, "version = 2\nimports = \"/etc/x.toml\"\n", true},
+    };
+    for (const auto& bad : cases) {
+        for (bool remove : {false, true}) {
+            TempDir dir;
+            put(dir / main_file(bad.engine), bad.text);
+            const Files before = snapshot(dir.path());
+            try {
+                run(dir.path(), bad.engine, remove);
+                if (!remove || bad.remove_refuses) ADD_FAILURE() << "accepted " << bad.text;
+            } catch (const Error& e) {
+                EXPECT_EQ(e.code().value(), EINVAL);
+                EXPECT_THAT(e.what(), HasSubstr((dir / main_file(bad.engine)).string()));
+            }
+            EXPECT_EQ(snapshot(dir.path()), before) << bad.text;
+        }
+    }
+}
+
+// --- the examples in config/ are what setup writes ---
+
+TEST(Setup, ExamplesAreWhatSetupWritesForTheDefaultPaths) {
+    TempDir dir;
+    for (Engine e : {Engine::Docker, Engine::Containerd, Engine::Crio, Engine::Podman})
+        run(dir.path(), e);
+    const fs::path config = fs::path(GPUBIND_SOURCE_DIR) / "config";
+    EXPECT_EQ(slurp(config / "docker-daemon.json"), slurp(dir / kDockerConfig));
+    EXPECT_EQ(slurp(config / "containerd-gpubind.toml"), slurp(dir / kContainerdDropIn));
+    EXPECT_EQ(slurp(config / "crio-gpubind.conf"), slurp(dir / kCrioDropIn));
+    EXPECT_EQ(slurp(config / "oci-hooks-gpubind.json"), slurp(dir / kHooksFile));
+}
+
+// --- the command ---
+
+TEST(SetupCli, ReportsEachFileAndMapsBadFilesToExitCode3) {
+    const char* cli = std::getenv("GPUBIND_CLI");
+    ASSERT_NE(cli, nullptr);
+    TempDir dir;
+    const std::string cmd = std::string(cli) + " setup --prefix " + dir.path().string();
+    const fs::path daemon = dir / kDockerConfig;
+
+    Result r = sh(cmd + " --engine docker --engine crio");
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(r.out, "wrote " + daemon.string() + " (runtime gpubind)\nwrote " +
+                         (dir / kCrioDropIn).string() + " (runtime gpubind)\n");
+    r = sh(cmd + " --engine docker");
+    EXPECT_EQ(r.out, "unchanged " + daemon.string() + "\n");
+    r = sh(cmd + " --engine docker --remove");
+    EXPECT_EQ(r.out, "removed " + daemon.string() + " (runtime gpubind taken out)\n");
+
+    put(daemon, "{not json");
+    r = sh(cmd + " --engine docker --engine crio --remove");
+    EXPECT_EQ(r.rc, 3) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(daemon.string()));
+    EXPECT_THAT(r.out, HasSubstr("invalid JSON"));
+    EXPECT_TRUE(fs::exists(dir / kCrioDropIn)) << "crio's file changed though docker's was bad";
+
+    r = sh(cmd + " --engine runc");
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_THAT(r.out, HasSubstr("\"prestart\""));
+    r = sh(cmd + " --engine lxc");
+    EXPECT_EQ(r.rc, 2);
+}
+
+}  // namespace
