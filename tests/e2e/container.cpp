@@ -30,12 +30,27 @@ void write(const fs::path& path, const std::string& text) {
     std::ofstream(path) << text;
 }
 
+}  // namespace
+
 std::string env_or(const char* name, const char* fallback) {
     const char* v = std::getenv(name);
     return v && *v ? v : fallback;
 }
 
-}  // namespace
+std::map<std::string, std::vector<std::string>> sections(const std::string& out) {
+    std::map<std::string, std::vector<std::string>> s;
+    std::string current, line;
+    std::istringstream in(out);
+    while (std::getline(in, line)) {
+        if (line.rfind("== ", 0) == 0) current = line.substr(3);
+        else s[current].push_back(line);
+    }
+    return s;
+}
+
+bool contains(const std::vector<std::string>& lines, const std::string& line) {
+    return std::find(lines.begin(), lines.end(), line) != lines.end();
+}
 
 RunResult run_command(const std::vector<std::string>& argv) {
     int out[2], err[2];

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,12 @@ private:
     std::filesystem::path dir_;
     nlohmann::json spec_;
 };
+
+// $name if set and not empty, else `fallback`.
+std::string env_or(const char* name, const char* fallback);
+// Sections of a container's output: a "== name" line starts one.
+std::map<std::string, std::vector<std::string>> sections(const std::string& out);
+bool contains(const std::vector<std::string>& lines, const std::string& line);
 
 // A snapshot of a tree (paths, types, sizes, modes, link targets, mtimes),
 // to prove a run changed nothing there.

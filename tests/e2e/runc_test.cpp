@@ -24,27 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string env_or(const char* name, const char* fallback) {
-    const char* v = std::getenv(name);
-    return v && *v ? v : fallback;
-}
-
-// Sections of the container's output: "== name" lines start one.
-std::map<std::string, std::vector<std::string>> sections(const std::string& out) {
-    std::map<std::string, std::vector<std::string>> s;
-    std::string current, line;
-    std::istringstream in(out);
-    while (std::getline(in, line)) {
-        if (line.rfind("== ", 0) == 0) current = line.substr(3);
-        else s[current].push_back(line);
-    }
-    return s;
-}
-
-bool contains(const std::vector<std::string>& lines, const std::string& line) {
-    return std::find(lines.begin(), lines.end(), line) != lines.end();
-}
-
 class RuncTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {

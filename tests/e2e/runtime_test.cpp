@@ -32,10 +32,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string env_or(const char* name, const char* fallback) {
-    const char* v = std::getenv(name);
-    return v && *v ? v : fallback;
-}
 std::string runtime() {
     return env_or("GPUBIND_RUNTIME", GPUBIND_RUNTIME_PATH);
 }
@@ -46,24 +42,6 @@ std::string runc() {
 std::string read_text(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Sections of the container's output: "== name" lines start one.
-std::map<std::string, std::vector<std::string>> sections(const std::string& out) {
-    std::map<std::string, std::vector<std::string>> s;
-    std::string current, line;
-    std::istringstream in(out);
-    while (std::getline(in, line)) {
-        if (line.rfind("== ", 0) == 0)
-            current = line.substr(3);
-        else
-            s[current].push_back(line);
-    }
-    return s;
-}
-
-bool contains(const std::vector<std::string>& lines, const std::string& line) {
-    return std::find(lines.begin(), lines.end(), line) != lines.end();
 }
 
 // A container created by one runtime binary and started, sleeping; deleted

@@ -31,6 +31,7 @@
 #include "gpubind/exec.hpp"
 #include "gpubind/file.hpp"
 #include "gpubind/strings.hpp"
+#include "files.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -39,22 +40,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-void write(const fs::path& p, const std::string& text, fs::perms perms = fs::perms(0644)) {
-    {
-        std::ofstream out(p, std::ios::binary);
-        out << text;
-        ASSERT_TRUE(out.good()) << p;
-    }
-    fs::permissions(p, perms);
-}
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) return "<cannot open " + p.string() + ": " + std::strerror(errno) + ">";
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using test::slurp;
+using test::write;
 
 // A child in a private mount namespace, alive until the object goes.
 class FakeContainer {

@@ -32,6 +32,7 @@
 #include "gpubind/oci.hpp"
 #include "gpubind/sandbox.hpp"
 #include "gpubind/strings.hpp"
+#include "files.hpp"
 #include "temp_dir.hpp"
 
 extern char** environ;
@@ -43,22 +44,8 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-void write(const fs::path& p, const std::string& text, fs::perms perms = fs::perms(0644)) {
-    {
-        std::ofstream out(p, std::ios::binary);
-        out << text;
-        ASSERT_TRUE(out.good()) << p;
-    }
-    fs::permissions(p, perms);
-}
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) return "<cannot open " + p.string() + ">";
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using test::slurp;
+using test::write;
 
 std::string run_command(const std::string& cmd) {
     std::string out;
