@@ -339,6 +339,47 @@ TEST_F(RuncTest, ConfigureCommandFromAScriptedHook) {
     EXPECT_EQ(describe(check_given(r, {1}, kMultiarch)), "") << r.out;
 }
 
+// A MIG device: its parent GPU's node, its GPU-instance and compute-instance
+// capability nodes and access files, and nothing of the other MIG devices.
+TEST(MigE2e, MigDeviceReachesTheContainerWithExactlyItsNodes) {
+    TempDir node("gpubind-e2e-mig"), work("gpubind-e2e-mig-bundle");
+    sim::Spec spec;
+    spec.gpus = 2;
+    spec.mig = {{0, 1, 0}, {0, 2, 0}, {1, 3, 0}};
+    const sim::Manifest m = sim::simulate(node.path(), spec);
+    const fs::path config = work / "config.toml";
+    std::ofstream(config) << "[node]\ndriver-root = \"" << node.path().string()
+                          << "\"\ndev-root = \"" << node.path().string() << "\"\nproc-root = \""
+                          << node.path().string() << "/proc\"\n";
+    // MIG index 1 of GPU 0: the one with GPU instance 2 (devices are ordered by gi, ci).
+    const sim::ManifestMig& want = m.migs[1];
+    ASSERT_EQ(want.gi, 2u);
+    Bundle b(work / "bundle");
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+    b.env("NVIDIA_VISIBLE_DEVICES=0:1");
+    b.command("echo '== caps'; ls /dev/nvidia-caps; echo '== dev'; ls /dev; echo '== smi'; "
+              "nvidia-smi -L; echo '== access'; cat /proc/driver/nvidia/capabilities/gpu" +
+              std::to_string(m.gpus[0].minor) + "/mig/gi2/access; true");
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto s = sections(r.out);
+    EXPECT_EQ(s["caps"], (std::vector<std::string>{"nvidia-cap" + std::to_string(want.gi_cap_minor),
+                                                   "nvidia-cap" + std::to_string(want.ci_cap_minor)}))
+        << r.out;
+    EXPECT_TRUE(contains(s["dev"], "nvidia" + std::to_string(m.gpus[0].minor))) << r.out;
+    EXPECT_FALSE(contains(s["dev"], "nvidia" + std::to_string(m.gpus[1].minor))) << r.out;
+    std::string smi;
+    for (const auto& line : s["smi"]) smi += line + "\n";
+    EXPECT_THAT(smi, HasSubstr("(UUID: " + want.uuid + ")"));
+    for (const auto& other : m.migs) {
+        if (other.uuid != want.uuid) {
+            EXPECT_THAT(smi, ::testing::Not(HasSubstr(other.uuid)));
+        }
+    }
+    EXPECT_TRUE(contains(s["access"], "DeviceFileMinor: " + std::to_string(want.gi_cap_minor)))
+        << r.out;
+}
+
 // A refused start: runc fails with gpubind's one line, and nothing on the
 // host changed (mount table, the node, the rootfs).
 class RefusedTest : public RuncTest {
