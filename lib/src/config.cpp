@@ -6,12 +6,12 @@
 #include <map>
 #include <string_view>
 
-#include <toml++/toml.h>
 
 #include "default_config.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
 #include "gpubind/log.hpp"
+#include "toml.hpp"
 
 namespace gpubind {
 
@@ -255,6 +255,10 @@ private:
 };
 
 Config parse_over(Config config, std::string_view text, const std::string& what) {
+    if (auto line = detail::non_ascii_outside_strings(text))
+        throw_invalid("load config", what,
+                      "line " + std::to_string(*line) +
+                          ": a non-ASCII character outside a string or comment");
     toml::table root;
     try {
         root = toml::parse(text, what);

@@ -8,11 +8,11 @@
 #include <functional>
 #include <sstream>
 
-#include <toml++/toml.h>
 #include <nlohmann/json.hpp>
 
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
+#include "toml.hpp"
 
 namespace gpubind::setup {
 
@@ -79,6 +79,10 @@ Json hook_entry(const Options& o) {
 // --- TOML ---
 
 toml::table parse_toml(std::string_view text, const std::string& what) {
+    if (auto line = detail::non_ascii_outside_strings(text))
+        throw_invalid("read", what,
+                      "invalid TOML at line " + std::to_string(*line) +
+                          ": a non-ASCII character outside a string or comment");
     try {
         return toml::parse(text, what);
     } catch (const toml::parse_error& e) {

@@ -130,6 +130,17 @@ TEST(Config, ErrorsNameTheKey) {
     EXPECT_NE(error_of("[node\n").find("load config test.toml: line 1: "), std::string::npos);
 }
 
+TEST(Config, NonAsciiWhereWhitespaceMayStandIsAnErrorNotUndefinedBehaviour) {
+    // U+00A1 after a value: toml++ 3.3 takes an "unreachable" branch here.
+    std::string text = "[policy]\ndisable-require = true\xc2\xa1\n";
+    EXPECT_EQ(error_of(text),
+              "load config test.toml: line 2: a non-ASCII character outside a string or comment");
+    // Inside strings and comments it is fine.
+    Config c = parse_config("# caf\xc3\xa9\n[log]\nfile = \"/var/log/caf\xc3\xa9.log\" # \xc2\xa1\n",
+                            "ok.toml");
+    EXPECT_EQ(c.log.file, "/var/log/caf\xc3\xa9.log");
+}
+
 TEST(Config, LoadsFromFileAndEnvironment) {
     test::TempDir dir;
     std::ofstream(dir / "c.toml") << "[policy]\ndisable-require = true\n";

@@ -21,12 +21,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <toml++/toml.h>
 #include <nlohmann/json.hpp>
 
 #include "gpubind/error.hpp"
 #include "gpubind/setup.hpp"
 #include "temp_dir.hpp"
+#include "toml.hpp"  // lib/src: toml++ as the library includes it
 
 namespace {
 
