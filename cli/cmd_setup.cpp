@@ -59,6 +59,9 @@ void register_setup(CLI::App& app, Action& action) {
     cmd->add_option("--prefix", o->request.prefix, "Root the engines' files are under (default /)");
     cmd->add_option("--runtime-path", o->request.options.runtime_path,
                     "gpubind-runtime as the engine runs it (default /usr/bin/gpubind-runtime)");
+    cmd->add_option("--config-path", o->request.options.config_path,
+                    "Config file the registered hook is told to read (its env)")
+        ->capture_default_str();
     cmd->add_option("--hook-path", o->request.options.hook_path,
                     "gpubind-hook as the engine runs it (default /usr/bin/gpubind-hook)");
     cmd->add_option("--bundle", o->request.bundle,

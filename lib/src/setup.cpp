@@ -73,7 +73,9 @@ Json& member(Json& j, const std::string& key, const Json& init, const std::strin
 }
 
 Json hook_entry(const Options& o) {
-    return Json{{"path", o.hook_path}, {"args", Json::array({"gpubind-hook", "prestart"})}};
+    return Json{{"path", o.hook_path},
+                {"args", Json::array({"gpubind-hook", "prestart"})},
+                {"env", Json::array({"GPUBIND_CONFIG=" + o.config_path})}};
 }
 
 // --- TOML ---

@@ -387,16 +387,15 @@ RunResult podman_run(const fs::path& state, const fs::path& hooks_dir, const fs:
 
 TEST_F(EnginesTest, PodmanHooksDirGivesAContainerItsGpus) {
     const fs::path prefix = dir_ / "prefix";
-    auto setup = run_command(
-        {cli(), "setup", "--engine", "podman", "--prefix", prefix.string(), "--hook-path", hook()});
+    // The node's config is not at the default path: setup writes it into the
+    // hook's explicit env, as an administrator would point it elsewhere.
+    auto setup = run_command({cli(), "setup", "--engine", "podman", "--prefix", prefix.string(),
+                              "--hook-path", hook(), "--config-path", config().string()});
     ASSERT_EQ(setup.exit_code, 0) << setup.err;
     const fs::path hooks_file = prefix / "usr/share/containers/oci/hooks.d/gpubind-hook.json";
     json entry = json::parse(read_text(hooks_file));
     ASSERT_EQ(entry["hook"]["path"], hook());
-    // The node's config is not at the default path: the hook gets it through the
-    // hooks.d schema's own "env", the way an administrator would point it elsewhere.
-    entry["hook"]["env"] = json::array({"GPUBIND_CONFIG=" + config().string()});
-    write_text(hooks_file, entry.dump(4));
+    ASSERT_EQ(entry["hook"]["env"], json::array({"GPUBIND_CONFIG=" + config().string()}));
 
     std::vector<std::string> options;
     for (const auto& [src, dst] : host_gpus())

@@ -27,6 +27,8 @@ inline constexpr std::string_view kBackupSuffix = ".gpubind-backup";
 struct Options {
     std::string runtime_path = "/usr/bin/gpubind-runtime";
     std::string hook_path = "/usr/bin/gpubind-hook";
+    // Every hook gpubind registers carries an explicit env naming its config.
+    std::string config_path = "/etc/gpubind/config.toml";
     bool set_default = false;  // make gpubind the default runtime; without it a default
                                // naming gpubind is taken out (the files follow the command line)
 };
