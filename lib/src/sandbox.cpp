@@ -216,7 +216,7 @@ struct ChildArgs {
     if (::umount2(".", MNT_DETACH) != 0) child_fail(e, "detach the old root", errno);
     if (::chdir("/") != 0) child_fail(e, "chdir /", errno);
     static const char kHost[] = "gpubind-sandbox";
-    ::sethostname(kHost, sizeof kHost - 1);  // a fresh uts namespace: cosmetic
+    if (::sethostname(kHost, sizeof kHost - 1) != 0) child_fail(e, "set the hostname", errno);
 
     const std::array<std::pair<int, rlim_t>, 6> limits = {{
         {RLIMIT_CPU, a.limits->cpu_seconds},
