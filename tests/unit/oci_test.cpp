@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "errors.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/oci.hpp"
 #include "temp_dir.hpp"
@@ -24,17 +25,7 @@ json minimal_spec() {
             {"process", {{"env", {"PATH=/bin", "A=1"}}, {"args", {"sh"}}}}};
 }
 
-// The Error a call throws (fails the test when it throws nothing).
-template <typename F>
-Error error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e;
-    }
-    ADD_FAILURE() << "no error thrown";
-    return Error(0, "none");
-}
+using test::error_of;
 
 oci::Spec spec_of(const json& doc) {
     return oci::parse_spec(doc.dump(), "/bundles/c1");

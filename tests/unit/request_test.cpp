@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "errors.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/oci.hpp"
 #include "gpubind/request.hpp"
@@ -39,16 +40,7 @@ oci::Spec make_spec(const std::vector<std::string>& env, bool privileged = false
     return oci::parse_spec(doc.dump(), "/bundles/c1");
 }
 
-template <typename F>
-Error error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e;
-    }
-    ADD_FAILURE() << "no error thrown";
-    return Error(0, "none");
-}
+using test::error_of;
 
 Request read(const std::vector<std::string>& env, const Policy& policy = {}) {
     return read_request(make_spec(env), policy);
