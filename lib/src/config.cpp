@@ -255,10 +255,7 @@ private:
 };
 
 Config parse_over(Config config, std::string_view text, const std::string& what) {
-    if (auto line = detail::non_ascii_outside_strings(text))
-        throw_invalid("load config", what,
-                      "line " + std::to_string(*line) +
-                          ": a non-ASCII character outside a string or comment");
+    if (auto unsafe = detail::toml_unsafe_text(text)) throw_invalid("load config", what, *unsafe);
     toml::table root;
     try {
         root = toml::parse(text, what);

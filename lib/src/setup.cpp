@@ -81,10 +81,8 @@ Json hook_entry(const Options& o) {
 // --- TOML ---
 
 toml::table parse_toml(std::string_view text, const std::string& what) {
-    if (auto line = detail::non_ascii_outside_strings(text))
-        throw_invalid("read", what,
-                      "invalid TOML at line " + std::to_string(*line) +
-                          ": a non-ASCII character outside a string or comment");
+    if (auto unsafe = detail::toml_unsafe_text(text))
+        throw_invalid("read", what, "invalid TOML at " + *unsafe);
     try {
         return toml::parse(text, what);
     } catch (const toml::parse_error& e) {
