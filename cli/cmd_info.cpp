@@ -19,10 +19,25 @@ struct InfoOptions {
 
 std::string or_unknown(const std::string& s) { return s.empty() ? "unknown" : s; }
 
+// IMEX channel numbers with consecutive runs folded: "0-3, 7".
+std::string channel_ranges(const std::vector<DeviceNode>& channels) {
+    std::string out;
+    for (std::size_t i = 0; i < channels.size();) {
+        std::size_t j = i;
+        while (j + 1 < channels.size() && channels[j + 1].minor == channels[j].minor + 1) ++j;
+        out += (out.empty() ? "" : ", ") + std::to_string(channels[i].minor);
+        if (j > i) out += "-" + std::to_string(channels[j].minor);
+        i = j + 1;
+    }
+    return out;
+}
+
 void print_text(const Node& node) {
     fmt::print("Driver version:   {}\n", node.driver_version);
     fmt::print("CUDA version:     {}\n", or_unknown(node.cuda_version));
     fmt::print("GPUs:             {}\n", node.gpus.size());
+    if (!node.imex_channels.empty())
+        fmt::print("IMEX channels:    {}\n", channel_ranges(node.imex_channels));
     for (const auto& gpu : node.gpus) {
         fmt::print("\nGPU {}\n", gpu.index);
         fmt::print("  Model:          {}\n", gpu.model);
@@ -89,10 +104,17 @@ void print_json(const Node& node) {
                         {"device", to_json(gpu.node)},
                         {"mig", migs}});
     }
+    nlohmann::json imex = nlohmann::json::array();
+    for (const auto& c : node.imex_channels) {
+        nlohmann::json j = to_json(c);
+        j["channel"] = c.minor;
+        imex.push_back(std::move(j));
+    }
     nlohmann::json out = {{"schema", "gpubind.info/v1"},
                           {"driver_version", node.driver_version},
                           {"cuda_version", node.cuda_version},
                           {"gpus", gpus},
+                          {"imex_channels", imex},
                           {"warnings", node.warnings}};
     fmt::print("{}\n", out.dump(2));
 }

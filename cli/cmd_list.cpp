@@ -8,6 +8,7 @@
 #include "gpubind/devices.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/node.hpp"
+#include "gpubind/request.hpp"
 
 namespace gpubind::cli {
 
@@ -17,6 +18,7 @@ struct ListOptions {
     NodeOptions node;
     std::string device;                 // --device ids; empty: all
     std::string capabilities = "all";   // which driver files
+    std::string imex_channels = "all";  // NVIDIA_IMEX_CHANNELS syntax
     bool libraries = false, binaries = false, ipcs = false, firmwares = false;
     bool compat32 = false, mig_config = false, mig_monitor = false, json = false;
 };
@@ -44,6 +46,9 @@ Listing make_listing(const Node& node, const ListOptions& o, Capabilities caps) 
         }
         if (o.mig_config && !node.mig_control.empty()) out.devices.push_back(&node.mig_control[0]);
         if (o.mig_monitor && node.mig_control.size() > 1) out.devices.push_back(&node.mig_control[1]);
+        for (const DeviceNode* c : select_imex_channels(
+                 node, parse_imex_channels(o.imex_channels, "--imex-channels", "command line")))
+            out.devices.push_back(c);
     }
     for (const auto& f : node.files) {
         if (!(f.caps & caps)) continue;
@@ -87,11 +92,14 @@ void print_json(const Listing& l) {
                           {"binaries", nlohmann::json::array()},
                           {"ipcs", nlohmann::json::array()},
                           {"firmware", nlohmann::json::array()}};
-    for (const auto* d : l.devices)
-        out["devices"].push_back({{"path", d->path.string()},
-                                  {"host_path", d->host_path.string()},
-                                  {"major", d->major},
-                                  {"minor", d->minor}});
+    for (const auto* d : l.devices) {
+        nlohmann::json j = {{"path", d->path.string()},
+                            {"host_path", d->host_path.string()},
+                            {"major", d->major},
+                            {"minor", d->minor}};
+        if (d->path.parent_path() == "/dev/nvidia-caps-imex-channels") j["imex_channel"] = d->minor;
+        out["devices"].push_back(std::move(j));
+    }
     for (const auto* f : l.files) {
         nlohmann::json j = {{"name", f->name},
                             {"path", f->host_path.string()},
@@ -130,6 +138,9 @@ void register_list(CLI::App& app, Action& action) {
     cmd->add_flag("--compat32", o->compat32, "Include the 32-bit libraries");
     cmd->add_flag("--mig-config", o->mig_config, "Include the MIG config capability node");
     cmd->add_flag("--mig-monitor", o->mig_monitor, "Include the MIG monitor capability node");
+    cmd->add_option("--imex-channels", o->imex_channels,
+                    "IMEX channels whose nodes to list with the devices: all, none or channel "
+                    "numbers, comma separated (default all)");
     cmd->add_flag("--json", o->json, "JSON output (schema gpubind.list/v1)");
     cmd->callback([o, &action] {
         action = [o] {

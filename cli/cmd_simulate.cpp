@@ -61,6 +61,9 @@ void print_summary(const std::filesystem::path& dir, const sim::Manifest& m) {
             if (mig.gpu == gpu.index)
                 fmt::print("    MIG gi {} ci {}: {}\n", mig.gi, mig.ci, mig.uuid);
     }
+    if (m.spec.imex_channels > 0)
+        fmt::print("  IMEX channels 0-{}: /dev/nvidia-caps-imex-channels/channel<n>\n",
+                   m.spec.imex_channels - 1);
     fmt::print("  {} device nodes, {} libraries, {} binaries, {} ipcs, {} firmware files\n",
                m.nodes.size(), count_files(m, "library"), count_files(m, "binary"),
                count_files(m, "ipc"), count_files(m, "firmware"));
@@ -102,6 +105,10 @@ void register_simulate(CLI::App& app, Action& action) {
     cmd->add_flag("--no-firmware", o->no_firmware, "Leave out the GSP firmware");
     cmd->add_flag("--no-graphics", o->no_graphics,
                   "Leave out the video, graphics and NGX libraries (a compute-only node)");
+    cmd->add_option("--imex-channels", o->spec.imex_channels,
+                    "Number of IMEX channel nodes (/dev/nvidia-caps-imex-channels/channel<n>)")
+        ->check(CLI::Range(0u, sim::kMaxImexChannels))
+        ->default_str(std::to_string(o->spec.imex_channels));
     cmd->add_flag("--json", o->json, "Print the manifest as JSON");
     cmd->callback([o, &action] {
         o->spec.mig = parse_mig(o->mig, o->spec.gpus);

@@ -92,12 +92,36 @@ int run(const std::string& stage) {
     target.pid = state.pid;
     target.rootfs = spec.rootfs;
     target.cgroups = config.policy.cgroups;
+    target.on_refused = config.policy.on_refused;
     target.ldconfig = config.ldconfig;
+    // A rootless runtime runs its hooks as the user: no privilege over the
+    // host, all of them in the container's own user namespace.
+    target.join_user_ns = ::geteuid() != 0 && !spec.uid_mappings.empty();
+    if (target.join_user_ns) logger().debug("rootless: joining the container's user namespace");
     deadline.check("configure the container");
     target.ldconfig_timeout = std::min(target.ldconfig_timeout, deadline.left());
     execute(plan, target);
     logger().info("container configured");
     return kExitOk;
+}
+
+// The error as one line, whatever the input put into it (a variable's value
+// with a newline or a control character): those are escaped (\n, \xNN).
+std::string one_line(const char* message) {
+    std::string out;
+    for (const char* p = message; *p; ++p) {
+        const auto c = static_cast<unsigned char>(*p);
+        if (c == '\n') {
+            out += "\\n";
+        } else if (c < 0x20 || c == 0x7f) {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "\\x%02x", c);
+            out += hex;
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out;
 }
 
 }  // namespace
@@ -112,12 +136,13 @@ int main(int argc, char** argv) {
     try {
         return run(stage);
     } catch (const std::system_error& e) {
-        gpubind::logger().error("{}", e.what());
+        const std::string message = one_line(e.what());
+        gpubind::logger().error("{}", message);
         if (!gpubind::logger().should_log(spdlog::level::err) || gpubind::logger().sinks().empty())
-            std::fprintf(stderr, "gpubind-hook: %s\n", e.what());
+            std::fprintf(stderr, "gpubind-hook: %s\n", message.c_str());
         return gpubind::exit_code_for(e);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "gpubind-hook: %s\n", e.what());
+        std::fprintf(stderr, "gpubind-hook: %s\n", one_line(e.what()).c_str());
         return gpubind::kExitFailure;
     }
 }

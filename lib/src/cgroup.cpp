@@ -1,4 +1,5 @@
-// Finding a process's cgroup v1 devices directory and reading devices.list.
+// Finding a process's device cgroup (a v1 devices directory or its cgroup v2
+// directory) from /proc/<pid>/cgroup and mountinfo, and reading devices.list.
 #include <cerrno>
 #include <string>
 #include <string_view>
@@ -56,12 +57,15 @@ bool safe_cgroup_path(std::string_view p) {
     return true;
 }
 
-}  // namespace
+struct CgroupLines {
+    bool v1_devices = false;
+    std::string v1_path;  // of the devices controller
+    bool unified = false;
+    std::string unified_path;  // of the "0::" line
+};
 
-std::filesystem::path devices_dir(std::string_view proc_cgroup, std::string_view mountinfo,
-                                  const std::string& what) {
-    std::string v1_path;
-    bool found_v1 = false, found_v2 = false;
+CgroupLines parse_proc_cgroup(std::string_view proc_cgroup, const std::string& what) {
+    CgroupLines out;
     for (auto line : split(proc_cgroup, '\n')) {
         if (line.empty()) continue;
         std::size_t a = line.find(':');
@@ -73,50 +77,148 @@ std::filesystem::path devices_dir(std::string_view proc_cgroup, std::string_view
         std::string_view controllers = line.substr(a + 1, b - a - 1);
         std::string_view cg_path = line.substr(b + 1);
         if (id == "0" && controllers.empty()) {
-            found_v2 = true;
+            out.unified = true;
+            out.unified_path = std::string(cg_path);
         } else if (has_token(controllers, "devices")) {
-            found_v1 = true;
-            v1_path = std::string(cg_path);
+            out.v1_devices = true;
+            out.v1_path = std::string(cg_path);
         }
     }
-    if (!found_v1) {
-        if (found_v2)
-            throw Error(ENOTSUP, "set device cgroup", what,
-                        "cgroup v2 device access is not supported yet");
-        throw Error(ENOENT, "set device cgroup", what, "the process has no devices cgroup");
-    }
-    if (!safe_cgroup_path(v1_path))
-        throw_invalid("set device cgroup", what, "odd devices cgroup path '" + v1_path + "'");
+    return out;
+}
 
-    // The devices hierarchy's mount whose root holds the process's cgroup (the
-    // deepest such root, should it be mounted more than once).
-    std::string best_root, best_point;
-    bool found_mount = false;
+// One line of mountinfo: id parent maj:min root mountpoint options [optional...] - fstype
+// source super-options.
+struct MountLine {
+    std::string id, parent, root, point, fstype, super_opts;
+};
+
+std::vector<MountLine> parse_mountinfo(std::string_view mountinfo) {
+    std::vector<MountLine> out;
     for (auto line : split(mountinfo, '\n')) {
         auto f = fields(line);
         std::size_t sep = 0;
         while (sep < f.size() && f[sep] != "-") ++sep;
-        // id parent maj:min root mountpoint options [optional...] - fstype source super
         if (sep < 6 || f.size() < sep + 4) continue;
-        std::string_view fstype = f[sep + 1];
-        std::string_view super_opts = f[sep + 3];
-        if (fstype != "cgroup" || !has_token(super_opts, "devices")) continue;
-        std::string root = unescape(f[3]);
-        std::string point = unescape(f[4]);
-        if (!is_prefix(root, v1_path)) continue;
-        if (!found_mount || root.size() > best_root.size()) {
-            best_root = root;
-            best_point = point;
-            found_mount = true;
-        }
+        out.push_back({std::string(f[0]), std::string(f[1]), unescape(f[3]), unescape(f[4]),
+                       std::string(f[sep + 1]), std::string(f[sep + 3])});
     }
-    if (!found_mount)
+    return out;
+}
+
+// Whether path resolution reaches mount `m` at its mount point: starting from
+// the outermost mount of its chain of parents, at each ancestor directory of
+// the mount point (and the point itself) the path crosses into the mount
+// attached there, the last one where several are stacked. A mount hidden by
+// another mounted over it or over one of its parents (cgroup2 mounted over
+// /sys/fs/cgroup hides the v1 hierarchies below) is not reached.
+bool reachable(const std::vector<MountLine>& mounts, std::size_t m) {
+    auto index_of = [&](const std::string& id) -> std::size_t {
+        for (std::size_t i = 0; i < mounts.size(); ++i)
+            if (mounts[i].id == id) return i;
+        return mounts.size();
+    };
+    std::size_t base = m;
+    for (std::size_t guard = 0; guard < mounts.size(); ++guard) {
+        std::size_t p = index_of(mounts[base].parent);
+        if (p == mounts.size() || p == base) break;
+        base = p;
+    }
+    const std::string& target = mounts[m].point;
+    const std::string& from = mounts[base].point;
+    if (!is_prefix(from, target)) return true;  // cannot tell: do not hide it
+    auto cross = [&](std::size_t cur, const std::string& point) {
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (std::size_t i = 0; i < mounts.size(); ++i)
+                if (i != cur && mounts[i].point == point && mounts[i].parent == mounts[cur].id) {
+                    cur = i;
+                    moved = true;
+                    break;
+                }
+        }
+        return cur;
+    };
+    std::size_t cur = cross(base, from);
+    std::string sofar = from == "/" ? "" : from;
+    std::string_view rest = std::string_view(target).substr(sofar.size());
+    for (auto c : split(rest, '/')) {
+        if (c.empty()) continue;
+        sofar += "/" + std::string(c);
+        cur = cross(cur, sofar);
+    }
+    return cur == m;
+}
+
+// The host directory of `cg_path` under the reachable mount (chosen by
+// `wanted`) whose root holds it, the deepest such root.
+std::filesystem::path find_dir(std::string_view mountinfo, const std::string& cg_path,
+                               bool (*wanted)(const MountLine&), const std::string& what,
+                               const std::string& kind) {
+    if (!safe_cgroup_path(cg_path))
+        throw_invalid("set device cgroup", what, "odd " + kind + " cgroup path '" + cg_path + "'");
+    auto mounts = parse_mountinfo(mountinfo);
+    const MountLine* best = nullptr;
+    for (std::size_t i = 0; i < mounts.size(); ++i) {
+        const auto& mnt = mounts[i];
+        if (!wanted(mnt) || !is_prefix(mnt.root, cg_path)) continue;
+        if (best && mnt.root.size() <= best->root.size()) continue;
+        if (!reachable(mounts, i)) continue;
+        best = &mnt;
+    }
+    if (!best)
         throw Error(ENOENT, "set device cgroup", what,
-                    "no cgroup v1 devices hierarchy holding " + v1_path + " is mounted");
-    std::filesystem::path dir = best_point;
-    std::string rest = best_root == "/" ? v1_path : v1_path.substr(best_root.size());
+                    "no " + kind + " hierarchy holding " + cg_path + " is mounted");
+    std::filesystem::path dir = best->point;
+    std::string rest = best->root == "/" ? cg_path : cg_path.substr(best->root.size());
     if (!rest.empty() && rest != "/") dir /= std::filesystem::path(rest).relative_path();
     return dir;
+}
+
+bool is_v1_devices(const MountLine& m) {
+    return m.fstype == "cgroup" && has_token(m.super_opts, "devices");
+}
+
+bool is_cgroup2(const MountLine& m) {
+    return m.fstype == "cgroup2";
+}
+
+}  // namespace
+
+std::filesystem::path devices_dir(std::string_view proc_cgroup, std::string_view mountinfo,
+                                  const std::string& what) {
+    CgroupLines lines = parse_proc_cgroup(proc_cgroup, what);
+    if (!lines.v1_devices)
+        throw Error(ENOENT, "set device cgroup", what,
+                    "the process has no cgroup v1 devices controller");
+    return find_dir(mountinfo, lines.v1_path, is_v1_devices, what, "cgroup v1 devices");
+}
+
+std::filesystem::path unified_dir(std::string_view proc_cgroup, std::string_view mountinfo,
+                                  const std::string& what) {
+    CgroupLines lines = parse_proc_cgroup(proc_cgroup, what);
+    if (!lines.unified)
+        throw Error(ENOENT, "set device cgroup", what, "the process has no cgroup v2 cgroup");
+    return find_dir(mountinfo, lines.unified_path, is_cgroup2, what, "cgroup2");
+}
+
+DeviceCgroup locate(std::string_view proc_cgroup, std::string_view mountinfo,
+                    const std::string& what) {
+    CgroupLines lines = parse_proc_cgroup(proc_cgroup, what);
+    if (lines.v1_devices) {
+        auto mounts = parse_mountinfo(mountinfo);
+        bool v1_mounted = false;
+        for (std::size_t i = 0; i < mounts.size() && !v1_mounted; ++i)
+            v1_mounted = is_v1_devices(mounts[i]) && reachable(mounts, i);
+        // The controller is in use (v1 or hybrid host): it decides.
+        if (v1_mounted || !lines.unified)
+            return {DeviceCgroup::Kind::V1, devices_dir(proc_cgroup, mountinfo, what)};
+    }
+    if (!lines.unified)
+        throw Error(ENOENT, "set device cgroup", what,
+                    "the process has neither a cgroup v1 devices controller nor a cgroup v2 "
+                    "cgroup");
+    return {DeviceCgroup::Kind::V2, unified_dir(proc_cgroup, mountinfo, what)};
 }
 
 bool allows(std::string_view devices_list, unsigned major, unsigned minor) {

@@ -115,6 +115,8 @@ private:
             else if (k == "supported-capabilities")
                 config_.policy.supported = capabilities(node, full);
             else if (k == "cgroups") config_.policy.cgroups = boolean(node, full);
+            else if (k == "on-refused") config_.policy.on_refused = on_refused(node, full);
+            else if (k == "cuda-compat") config_.policy.cuda_compat = boolean(node, full);
             else fail(full, "unknown key");
         }
     }
@@ -131,6 +133,13 @@ private:
                 fail(full, "unknown key");
             }
         }
+    }
+
+    OnRefused on_refused(const toml::node& node, const std::string& key) const {
+        std::string value = string(node, key);
+        if (value == "fail") return OnRefused::Fail;
+        if (value == "warn") return OnRefused::Warn;
+        fail(key, "expected \"fail\" or \"warn\", not \"" + value + "\"");
     }
 
     std::string log_level(const toml::node& node, const std::string& key) const {

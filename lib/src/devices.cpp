@@ -120,4 +120,31 @@ Selection select_devices(const Node& node, const DeviceIds& ids) {
     return sel;
 }
 
+std::vector<const DeviceNode*> select_imex_channels(const Node& node,
+                                                    const std::vector<std::string>& channels) {
+    std::vector<const DeviceNode*> out;
+    for (const auto& c : channels) {
+        if (c == "all") {
+            for (const auto& n : node.imex_channels)
+                if (std::find(out.begin(), out.end(), &n) == out.end()) out.push_back(&n);
+            continue;
+        }
+        auto number = parse_unsigned(c);
+        auto it = std::find_if(node.imex_channels.begin(), node.imex_channels.end(),
+                               [&](const DeviceNode& n) { return number && n.minor == *number; });
+        if (it == node.imex_channels.end()) {
+            std::string have;
+            for (const auto& n : node.imex_channels)
+                have += (have.empty() ? "" : ", ") + std::to_string(n.minor);
+            throw_invalid("select IMEX channel", c,
+                          "no /dev/nvidia-caps-imex-channels/channel" + c + " on this node (" +
+                              (have.empty() ? std::string("it has no IMEX channel")
+                                            : "it has channel " + have) +
+                              ")");
+        }
+        if (std::find(out.begin(), out.end(), &*it) == out.end()) out.push_back(&*it);
+    }
+    return out;
+}
+
 }  // namespace gpubind

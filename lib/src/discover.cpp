@@ -264,6 +264,50 @@ void discover_control_nodes(Node& node, const std::map<std::string, unsigned, st
         node.control.push_back(*modeset);
 }
 
+// IMEX channels: dev/nvidia-caps-imex-channels/channel<n>, char devices of the
+// driver's "nvidia-caps-imex-channels" major with minor n.
+void discover_imex_channels(Node& node,
+                            const std::map<std::string, unsigned, std::less<>>& majors) {
+    const fs::path rel_dir = "/dev/nvidia-caps-imex-channels";
+    const fs::path dir = under(node.roots.dev, rel_dir);
+    std::vector<std::string> names;
+    try {
+        names = list_dir(dir);
+    } catch (const Error& e) {
+        node.warnings.push_back(std::string("no IMEX channel: ") + e.what());
+        return;
+    }
+    if (names.empty()) return;
+    auto major = majors.find("nvidia-caps-imex-channels");
+    if (major == majors.end()) {
+        node.warnings.push_back(dir.string() + " exists but " +
+                                (node.roots.proc / "devices").string() +
+                                " has no nvidia-caps-imex-channels major: no IMEX channel");
+        return;
+    }
+    for (const auto& name : names) {
+        std::string_view digits = std::string_view(name).substr(
+            name.rfind("channel", 0) == 0 ? 7 : name.size());
+        auto n = !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos &&
+                         (digits.size() == 1 || digits.front() != '0')
+                     ? parse_unsigned(digits)
+                     : std::nullopt;
+        if (!n || *n >= (1ul << 20)) {
+            node.warnings.push_back((dir / name).string() + " is not an IMEX channel name");
+            continue;
+        }
+        try {
+            if (auto dev = stat_node(node.roots.dev, rel_dir / name, major->second,
+                                     static_cast<unsigned>(*n), false))
+                node.imex_channels.push_back(*dev);
+        } catch (const Error& e) {
+            node.warnings.push_back(std::string("IMEX channel left out: ") + e.what());
+        }
+    }
+    std::sort(node.imex_channels.begin(), node.imex_channels.end(),
+              [](const DeviceNode& a, const DeviceNode& b) { return a.minor < b.minor; });
+}
+
 void discover_libraries(Node& node, const Config& config) {
     const auto cache = ldcache::load(config.ldcache_path());
     const std::string suffix = ".so." + node.driver_version;
@@ -402,6 +446,7 @@ Node discover(const Config& config, const DiscoverOptions& options) {
     const auto majors = read_majors(node.roots.proc / "devices");
     discover_gpus(node, majors);
     discover_control_nodes(node, majors);
+    discover_imex_channels(node, majors);
     discover_libraries(node, config);
     discover_other_files(node, config);
     if (options.nvml && !node.gpus.empty()) apply_nvml(node, options);

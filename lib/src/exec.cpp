@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <exception>
 #include <map>
 #include <memory>
@@ -89,12 +90,21 @@ std::vector<std::string> proc_relative(const path& host_path) {
 }
 
 struct Undo {
-    enum class Kind { RemoveFile, RemoveDir, Detach, DenyRule };
+    enum class Kind { RemoveFile, RemoveDir, Detach, DenyRule, RestoreProgram };
     Kind kind;
-    SharedFd fd;       // the parent directory, or the devices.deny file
+    SharedFd fd;       // the parent directory, the devices.deny file, or the cgroup v2 directory
     std::string name;  // the entry in the directory, or the rule
     std::string what;  // for the log: the container path or the cgroup file
+    // RestoreProgram: the runtime's program goes back in place of ours.
+    SharedFd runtime_prog{};
+    SharedFd our_prog{};
+    unsigned attach_flags = 0;
 };
+
+// The kernel or the sandbox refuses a device cgroup step (not a bug of ours).
+bool refused_by_kernel(int err) {
+    return err == EPERM || err == EACCES || err == EROFS || err == ENOSYS;
+}
 
 class Executor {
 public:
@@ -104,7 +114,7 @@ public:
     void run() {
         try {
             prepare_host();
-            enter();
+            if (!in_container_) enter();
             root_ = std::make_shared<Fd>(sys_.open_root(target_.rootfs));
             for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
                 const auto& d = plan_.devices[i];
@@ -118,6 +128,8 @@ public:
             }
             for (const auto& link : plan_.symlinks)
                 in_context("symlink " + link.path.string(), [&] { make_link(link); });
+            for (const auto& f : plan_.files)
+                in_context("file " + f.path.string(), [&] { write_planned_file(f); });
             in_context("device cgroup", [&] { allow_devices(); });
             if (plan_.proc)
                 in_context("proc view " + plan_.proc->target.string(), [&] { mount_proc_view(); });
@@ -156,10 +168,14 @@ private:
         pidfd_ = sys_.open_process(pid);
         container_ns_ = sys_.open_mount_ns(pidfd_.get(), pid);
         own_ns_ = sys_.open_own_mount_ns();
+        prepare_owner(who);
         if (sys_.same_file(container_ns_.get(), own_ns_.get()))
             throw Error(EPERM, "execute", who,
                         "the container shares this process's mount namespace; refusing");
         if (target_.cgroups && !plan_.devices.empty()) prepare_cgroup(who);
+        // Rootless: the host's files are opened where this process may clone
+        // mounts, the container's namespace before its pivot_root.
+        if (target_.join_user_ns) enter();
 
         for (const auto& dev : plan_.devices) {
             if (!dev.bind) {  // cgroup access only
@@ -224,10 +240,123 @@ private:
             if (d != "/") check_container_path(d, "library directory " + d.string());
     }
 
+    // The container's root as the host sees it: a container with a user
+    // namespace gets what we create owned by the ids its root maps to (an
+    // unmapped root leaves them the host root's, "nobody" inside).
+    void prepare_owner(const std::string& who) {
+        if (target_.join_user_ns) {
+            // What this process creates there is the container root's already.
+            user_ns_ = sys_.open_user_ns(pidfd_.get(), target_.pid);
+            return;
+        }
+        const auto uid = map_id(sys_.read_proc(pidfd_.get(), target_.pid, "uid_map"), 0,
+                                who + " uid_map");
+        const auto gid = map_id(sys_.read_proc(pidfd_.get(), target_.pid, "gid_map"), 0,
+                                who + " gid_map");
+        if (!uid || !gid) {
+            logger().warn("{}: the container's root is not mapped in its user namespace; "
+                          "what gpubind creates stays owned by the host's root",
+                          who);
+            return;
+        }
+        owner_ = {*uid, *gid};
+        chown_ = *uid != 0 || *gid != 0;
+        if (chown_)
+            logger().debug("{}: user namespace, its root is {}:{} on the host", who, *uid, *gid);
+    }
+
+    // Creates something in the root (and records its undo) as the container's
+    // root: with the file system ids switched to its host ids, so that it is
+    // theirs from the start (a file system the container mounted in its user
+    // namespace, its /dev, refuses files of ids it cannot map: EOVERFLOW),
+    // then switched back.
+    template <class F>
+    void as_owner(F&& create) {
+        if (!chown_) {
+            create();
+            return;
+        }
+        sys_.set_fs_ids(owner_.uid, owner_.gid);
+        fs_ids_switched_ = true;
+        try {
+            create();
+        } catch (...) {
+            // A caller may go on (the proc view's fallback): back to root's
+            // ids now; should even that fail, rollback() tries again first.
+            try {
+                sys_.set_fs_ids(0, 0);
+                fs_ids_switched_ = false;
+            } catch (const std::exception& e) {
+                logger().error("cannot switch the file system ids back: {}", e.what());
+            }
+            throw;
+        }
+        sys_.set_fs_ids(0, 0);
+        fs_ids_switched_ = false;
+    }
+
     void prepare_cgroup(const std::string& who) {
         std::string text = sys_.read_proc(pidfd_.get(), target_.pid, "cgroup");
         std::string mountinfo = sys_.read_host_file("/proc/self/mountinfo");
-        path dir = cgroup::devices_dir(text, mountinfo, who);
+        const cgroup::DeviceCgroup where = cgroup::locate(text, mountinfo, who);
+        try {
+            if (where.kind == cgroup::DeviceCgroup::Kind::V1)
+                prepare_v1(where.dir);
+            else
+                prepare_v2(where.dir);
+        } catch (const Error& e) {
+            const int err = e.code().value();
+            if (!refused_by_kernel(err)) throw;
+            if (target_.on_refused == OnRefused::Fail)
+                throw Error(err, "set device cgroup", where.dir.string(),
+                            std::string(e.what()) +
+                                " ([policy] on-refused = \"warn\" starts containers without "
+                                "device rules where the kernel refuses them)");
+            logger().warn("set device cgroup {}: {}; going on without device rules",
+                          where.dir.string(), e.what());
+            rules_.clear();
+            swaps_.clear();
+        }
+    }
+
+    // The planned devices, once each: char devices, read and write.
+    std::vector<bpf::DeviceRule> device_rules() const {
+        std::vector<bpf::DeviceRule> out;
+        std::set<std::pair<unsigned, unsigned>> seen;
+        for (const auto& dev : plan_.devices)
+            if (seen.insert({dev.node.major, dev.node.minor}).second)
+                out.push_back({bpf::kDevChar, dev.node.major, dev.node.minor,
+                               bpf::kAccRead | bpf::kAccWrite});
+        return out;
+    }
+
+    // cgroup v2: every device program attached to the container's cgroup is
+    // read, extended with our rules and loaded now; the swap comes in allow_devices().
+    void prepare_v2(const path& dir) {
+        program_cgroup_ = std::make_shared<Fd>(sys_.open_cgroup_dir(dir));
+        program_cgroup_what_ = dir.string();
+        const DevicePrograms attached = sys_.query_device_programs(program_cgroup_->get());
+        if (attached.ids.empty()) {
+            logger().debug("{}: no device program attached, every device is allowed already",
+                           dir.string());
+            return;
+        }
+        attach_flags_ = attached.attach_flags;
+        const std::vector<bpf::DeviceRule> rules = device_rules();
+        for (std::uint32_t id : attached.ids) {
+            const std::string what = "program " + std::to_string(id) + " on " + dir.string();
+            auto old_prog = std::make_shared<Fd>(sys_.open_program(id));
+            std::vector<bpf::Insn> insns = sys_.program_instructions(old_prog->get());
+            bpf::check_reloadable(insns, what);
+            auto new_prog = std::make_shared<Fd>(sys_.load_device_program(
+                bpf::extend_device_program(rules, insns), bpf::kProgramName));
+            logger().debug("{}: {} instructions, extended with {} device rules", what, insns.size(),
+                           rules.size());
+            swaps_.push_back({old_prog, new_prog});
+        }
+    }
+
+    void prepare_v1(const path& dir) {
         std::string list = sys_.read_host_file(dir / "devices.list");
         std::set<std::pair<unsigned, unsigned>> seen;
         for (const auto& dev : plan_.devices) {
@@ -254,11 +383,17 @@ private:
     // --- namespaces ---
 
     void enter() {
+        if (target_.join_user_ns && !in_user_ns_) {
+            sys_.enter_user_ns(user_ns_.get());
+            in_user_ns_ = true;
+        }
         sys_.enter_mount_ns(container_ns_.get());
         in_container_ = true;
     }
 
     void leave() {
+        // Nothing leads back out of a user namespace: the caller stays (and exits).
+        if (in_user_ns_) return;
         sys_.enter_mount_ns(own_ns_.get());
         in_container_ = false;
         sys_.change_dir(cwd_.get());
@@ -284,8 +419,10 @@ private:
             if (info.type != Type::Missing)
                 throw Error(ENOTDIR, "create directory", p.string(),
                             "exists and is " + describe(info));
-            fd = sys_.make_dir(parent->get(), name, 0755);
-            undo_.push_back({Undo::Kind::RemoveDir, parent, name, p.string()});
+            as_owner([&] {
+                fd = sys_.make_dir(parent->get(), name, 0755);
+                undo_.push_back({Undo::Kind::RemoveDir, parent, name, p.string()});
+            });
         }
         auto shared = std::make_shared<Fd>(std::move(fd));
         dirs_.emplace(p.string(), shared);
@@ -304,11 +441,15 @@ private:
         switch (info.type) {
             case Type::Missing:
                 if (kind == PointKind::Directory) {
-                    sys_.make_dir(dir->get(), name, 0755);
-                    undo_.push_back({Undo::Kind::RemoveDir, dir, name, p.string()});
+                    as_owner([&] {
+                        sys_.make_dir(dir->get(), name, 0755);
+                        undo_.push_back({Undo::Kind::RemoveDir, dir, name, p.string()});
+                    });
                 } else {
-                    sys_.make_file(dir->get(), name, 0644);
-                    undo_.push_back({Undo::Kind::RemoveFile, dir, name, p.string()});
+                    as_owner([&] {
+                        sys_.make_file(dir->get(), name, 0644);
+                        undo_.push_back({Undo::Kind::RemoveFile, dir, name, p.string()});
+                    });
                 }
                 info.type = kind == PointKind::Directory ? Type::Directory : Type::Regular;
                 ok = true;
@@ -378,14 +519,67 @@ private:
         if (info.type != Type::Missing)
             throw Error(EEXIST, "create symlink", link.path.string(),
                         "exists and is " + describe(info));
-        sys_.make_symlink(link.target, dir->get(), name);
-        undo_.push_back({Undo::Kind::RemoveFile, dir, name, link.path.string()});
+        as_owner([&] {
+            sys_.make_symlink(link.target, dir->get(), name);
+            undo_.push_back({Undo::Kind::RemoveFile, dir, name, link.path.string()});
+        });
+    }
+
+    // A file of the plan (CUDA compat's loader entry): its parent resolved
+    // inside the root (created where missing), the file written with
+    // O_CREAT|O_EXCL|O_NOFOLLOW. A regular file already there (a restarted
+    // container keeps its rootfs) is left as it is; anything else is an Error.
+    void write_planned_file(const PlannedFile& f) {
+        check_container_path(f.path, "file " + f.path.string());
+        SharedFd dir = resolve_dir(f.path.parent_path());
+        const std::string name = f.path.filename().string();
+        FileInfo info = sys_.stat_at(dir->get(), name);
+        if (info.type == Type::Regular) {
+            logger().debug("file {} is already there ({}); left as it is", f.path.string(), f.why);
+            return;
+        }
+        if (info.type != Type::Missing)
+            throw Error(EEXIST, "create file", f.path.string(),
+                        "exists and is " + describe(info) + "; refusing to replace it");
+        logger().debug("file {} ({})", f.path.string(), f.why);
+        as_owner([&] {
+            sys_.write_file_at(dir->get(), name, f.content, 0644);
+            undo_.push_back({Undo::Kind::RemoveFile, dir, name, f.path.string()});
+        });
     }
 
     void allow_devices() {
         for (const auto& rule : rules_) {
-            sys_.write_rule(allow_.get(), rule, allow_what_);
+            if (!kernel_allows([&] { sys_.write_rule(allow_.get(), rule, allow_what_); })) continue;
             undo_.push_back({Undo::Kind::DenyRule, deny_, rule, deny_what_});
+        }
+        for (const auto& swap : swaps_) {
+            if (!kernel_allows([&] {
+                    sys_.replace_device_program(program_cgroup_->get(), swap.ours->get(),
+                                                swap.runtime->get(), attach_flags_,
+                                                program_cgroup_what_);
+                }))
+                continue;
+            Undo undo{Undo::Kind::RestoreProgram, program_cgroup_, {}, program_cgroup_what_};
+            undo.runtime_prog = swap.runtime;
+            undo.our_prog = swap.ours;
+            undo.attach_flags = attach_flags_;
+            undo_.push_back(std::move(undo));
+        }
+    }
+
+    // Runs a device cgroup step; a refusal by the kernel is an error, or with
+    // on-refused = warn a warning and false.
+    template <class F>
+    bool kernel_allows(F&& step) {
+        try {
+            step();
+            return true;
+        } catch (const Error& e) {
+            if (!refused_by_kernel(e.code().value()) || target_.on_refused == OnRefused::Fail)
+                throw;
+            logger().warn("{}; going on without this device rule", e.what());
+            return false;
         }
     }
 
@@ -465,12 +659,26 @@ private:
     void run_ldconfig() {
         std::vector<std::string> args = {"-r", target_.rootfs.string()};
         for (const auto& d : plan_.library_dirs) args.push_back(d.string());
-        sys_.run(ldconfig_.get(), target_.ldconfig.string(), args, target_.ldconfig_timeout);
+        // In a user namespace the image's files belong to the ids its root maps
+        // to: ldconfig writes the cache as them (root without capabilities could not).
+        if (chown_)
+            sys_.run_as(owner_, ldconfig_.get(), target_.ldconfig.string(), args,
+                        target_.ldconfig_timeout);
+        else
+            sys_.run(ldconfig_.get(), target_.ldconfig.string(), args, target_.ldconfig_timeout);
     }
 
     // --- rollback ---
 
     void rollback() noexcept {
+        if (fs_ids_switched_) {
+            try {
+                sys_.set_fs_ids(0, 0);
+                fs_ids_switched_ = false;
+            } catch (const std::exception& e) {
+                logger().error("rollback: cannot switch the file system ids back: {}", e.what());
+            }
+        }
         // Undoing needs the container's namespace (umount2 acts on our own).
         if (!undo_.empty() && !in_container_) {
             try {
@@ -495,6 +703,11 @@ private:
                     case Undo::Kind::DenyRule:
                         sys_.write_rule(it->fd->get(), it->name, it->what);
                         break;
+                    case Undo::Kind::RestoreProgram:
+                        sys_.replace_device_program(it->fd->get(), it->runtime_prog->get(),
+                                                    it->our_prog->get(), it->attach_flags,
+                                                    it->what);
+                        break;
                 }
             } catch (const std::exception& e) {
                 logger().error("rollback: {}: {}", it->what, e.what());
@@ -516,8 +729,20 @@ private:
     System& sys_;
 
     Fd pidfd_, container_ns_, own_ns_, cwd_, ldconfig_;
+    Fd user_ns_;               // the container's user namespace (Target::join_user_ns)
+    bool in_user_ns_ = false;  // joined it: there is no way back
+    Owner owner_;         // the host ids of the container's root
+    bool chown_ = false;  // they are not 0:0: what we create is created as them
+    bool fs_ids_switched_ = false;
     std::vector<Fd> device_trees_, mount_trees_, cap_trees_;
     std::vector<std::string> rules_;
+    struct Swap {
+        SharedFd runtime, ours;  // the runtime's program and its extended copy
+    };
+    std::vector<Swap> swaps_;
+    SharedFd program_cgroup_;
+    std::string program_cgroup_what_;
+    unsigned attach_flags_ = 0;
     Fd allow_;
     SharedFd deny_;
     std::string allow_what_, deny_what_;
@@ -529,6 +754,40 @@ private:
 };
 
 }  // namespace
+
+std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::string& what) {
+    constexpr std::string_view kBlank = " \t";
+    std::size_t line_no = 0;
+    while (!id_map.empty()) {
+        const std::size_t nl = id_map.find('\n');
+        std::string_view line = id_map.substr(0, nl);
+        id_map.remove_prefix(nl == std::string_view::npos ? id_map.size() : nl + 1);
+        ++line_no;
+        auto bad = [&](const char* detail) {
+            throw_invalid("read id map", what, "line " + std::to_string(line_no) + ": " + detail);
+        };
+        std::vector<unsigned long long> v;
+        while (true) {
+            const std::size_t start = line.find_first_not_of(kBlank);
+            if (start == std::string_view::npos) break;
+            line.remove_prefix(start);
+            const std::string_view word = line.substr(0, line.find_first_of(kBlank));
+            unsigned long long n = 0;
+            const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), n);
+            if (ec != std::errc() || ptr != word.data() + word.size() || n > 0xffffffffull)
+                bad("not a 32-bit unsigned number");
+            v.push_back(n);
+            line.remove_prefix(word.size());
+        }
+        if (v.empty()) continue;
+        if (v.size() != 3) bad("not three numbers (inside, outside, count)");
+        if (id >= v[0] && id - v[0] < v[2]) {
+            if (v[1] + (id - v[0]) > 0xffffffffull) bad("maps outside the 32-bit id range");
+            return static_cast<unsigned>(v[1] + (id - v[0]));
+        }
+    }
+    return std::nullopt;  // not mapped (an empty map maps nothing)
+}
 
 void execute(const Plan& plan, const Target& target, System& sys) {
     Executor(plan, target, sys).run();

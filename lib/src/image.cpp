@@ -1,14 +1,20 @@
 // The image's library layout, read from its rootfs by descriptor: every
 // lookup resolves inside the root, so an image's symlinks never lead out.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <string_view>
+#include <system_error>
 
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
+#include "gpubind/log.hpp"
 #include "gpubind/request.hpp"
 #include "gpubind/safe_path.hpp"
+#include "gpubind/strings.hpp"
 
 namespace gpubind {
 
@@ -38,7 +44,81 @@ bool exists_in_root(int root_fd, const char* path, bool directory) {
     return ::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+constexpr std::string_view kCompatPrefix = "libcuda.so.";
+constexpr std::size_t kMaxCompatEntries = 4096;  // an image's directory, read in full otherwise
+
+// The highest libcuda.so.<version> in the image's /usr/local/cuda/compat:
+// /usr/local/cuda resolved inside the root (CUDA images make it a symlink),
+// "compat" opened O_NOFOLLOW|O_DIRECTORY (a symlink or a file there: none),
+// its entries typed with fstatat(AT_SYMLINK_NOFOLLOW), never opened.
+std::string cuda_compat_version(int root_fd) {
+    const std::string compat = kCudaCompatDir;
+    Fd cuda;
+    try {
+        cuda = try_open_in_root(root_fd, "/usr/local/cuda", O_PATH | O_DIRECTORY);
+    } catch (const Error& e) {
+        logger().debug("image: no CUDA compat libraries: {}", e.what());
+        return {};
+    }
+    if (!cuda) return {};
+    int dir_fd = ::openat(cuda.get(), "compat", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir_fd < 0) {
+        const int err = errno;
+        if (err != ENOENT)
+            logger().debug("image: {} is not a directory one can list without following a link "
+                           "({}): no CUDA compat libraries",
+                           compat, std::generic_category().message(err));
+        return {};
+    }
+    DIR* dir = ::fdopendir(dir_fd);
+    if (!dir) {
+        ::close(dir_fd);
+        return {};
+    }
+    std::string best;
+    std::size_t seen = 0;
+    while (const dirent* e = ::readdir(dir)) {
+        if (++seen > kMaxCompatEntries) {
+            logger().debug("image: {} has more than {} entries; read no further", compat,
+                           kMaxCompatEntries);
+            break;
+        }
+        std::string_view name = e->d_name;
+        if (!name.starts_with(kCompatPrefix)) continue;
+        std::string_view version = name.substr(kCompatPrefix.size());
+        if (!is_version(version)) continue;
+        struct stat st {};
+        if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+            logger().debug("image: {}/{} is neither a file nor a symlink; ignored", compat, name);
+            continue;
+        }
+        if (best.empty() || compare_versions(version, best) > 0) best = version;
+    }
+    ::closedir(dir);
+    return best;
+}
+
 }  // namespace
+
+bool is_version(std::string_view s) {
+    if (s.empty() || s.size() > 64) return false;
+    for (auto part : split(s, '.'))
+        if (part.empty() || part.size() > 9 ||
+            part.find_first_not_of("0123456789") != std::string_view::npos)
+            return false;
+    return true;
+}
+
+int compare_versions(std::string_view a, std::string_view b) {
+    auto pa = split(a, '.'), pb = split(b, '.');
+    for (std::size_t i = 0; i < pa.size() || i < pb.size(); ++i) {
+        unsigned long x = i < pa.size() ? parse_unsigned(pa[i]).value_or(0) : 0;
+        unsigned long y = i < pb.size() ? parse_unsigned(pb[i]).value_or(0) : 0;
+        if (x != y) return x < y ? -1 : 1;
+    }
+    return 0;
+}
 
 Image inspect_image(const std::filesystem::path& rootfs) {
     Fd root = open_or_throw(rootfs, O_PATH | O_DIRECTORY);
@@ -48,6 +128,7 @@ Image inspect_image(const std::filesystem::path& rootfs) {
         image.lib_dir = kMultiarchLib;
         image.lib32_dir = kMultiarchLib32;
     }
+    image.cuda_compat_version = cuda_compat_version(root.get());
     return image;
 }
 

@@ -3,6 +3,7 @@
 #include "gpubind/oci.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -99,6 +100,18 @@ struct Reader {
     }
 };
 
+// " (NAME)" for an environment entry whose name is short and plain, to say
+// which variable a problem is in; "" otherwise (the name is input too).
+std::string env_name(const std::string& entry) {
+    const std::size_t eq = entry.find('=');
+    if (eq == 0 || eq == std::string::npos || eq > 64) return {};
+    for (std::size_t i = 0; i < eq; ++i) {
+        const auto c = static_cast<unsigned char>(entry[i]);
+        if (!std::isalnum(c) && c != '_' && c != '.' && c != '-') return {};
+    }
+    return " (" + entry.substr(0, eq) + ")";
+}
+
 }  // namespace
 
 std::optional<std::string> Spec::getenv(std::string_view name) const {
@@ -132,6 +145,12 @@ State parse_state(std::string_view text, const std::string& what) {
     st.pid = static_cast<pid_t>(pid.get<std::int64_t>());
     st.bundle = r.string(r.require(doc, "bundle", "bundle"), "bundle");
     if (!st.bundle.is_absolute()) r.fail("bundle", "not an absolute path");
+    if (const json* root = Reader::member(doc, "root")) st.root = r.string(*root, "root");
+    if (const json* annotations = Reader::member(doc, "annotations")) {
+        r.object(*annotations, "annotations");
+        for (const auto& [key, value] : annotations->items())
+            st.annotations[key] = r.string(value, "annotations." + key);
+    }
     return st;
 }
 
@@ -158,12 +177,15 @@ Spec parse_spec(std::string_view text, const std::filesystem::path& bundle) {
             spec.env = r.strings(*env, "process.env");
             // runc refuses such entries too; better to say which one here.
             for (std::size_t i = 0; i < spec.env.size(); ++i) {
-                if (spec.env[i].size() > kMaxEnvEntrySize)
-                    r.fail(fmt::format("process.env[{}]", i),
-                           fmt::format("{} bytes, more than {}", spec.env[i].size(),
-                                       kMaxEnvEntrySize));
-                if (spec.env[i].find('=') == std::string::npos)
-                    r.fail(fmt::format("process.env[{}]", i), "no '=' in the entry");
+                const std::string& entry = spec.env[i];
+                const std::string field = fmt::format("process.env[{}]{}", i, env_name(entry));
+                if (entry.size() > kMaxEnvEntrySize)
+                    r.fail(field, fmt::format("{} bytes, more than {}", entry.size(),
+                                              kMaxEnvEntrySize));
+                if (entry.find('=') == std::string::npos) r.fail(field, "no '=' in the entry");
+                // A C string ends there: what gpubind read and what the
+                // container's process gets would differ.
+                if (entry.find('\0') != std::string::npos) r.fail(field, "contains a NUL byte");
             }
         }
         if (const json* caps = Reader::member(*process, "capabilities")) {

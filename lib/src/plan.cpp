@@ -132,7 +132,7 @@ ProcFiles read_proc_files(const Node& node) {
 }
 
 Plan make_plan(const Request& request, const Node& node, const Selection& selection,
-               const Image& image, const Config& /*config*/, const ProcFiles& proc_files) {
+               const Image& image, const Config& config, const ProcFiles& proc_files) {
     Builder b;
     if (!request.gpu_container()) return std::move(b.plan);
     const Capabilities caps = request.caps;
@@ -190,6 +190,8 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
     };
     mig_control(request.mig_config, 0, "config", "NVIDIA_MIG_CONFIG_DEVICES");
     mig_control(request.mig_monitor, 1, "monitor", "NVIDIA_MIG_MONITOR_DEVICES");
+    for (const DeviceNode* channel : select_imex_channels(node, request.imex_channels))
+        b.device(*channel, fmt::format("IMEX channel {}", channel->minor));
 
     // Driver files of the asked capabilities.
     for (const auto& f : node.files) {
@@ -222,6 +224,21 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
                     kFirmwareFlags, names + " firmware");
                 break;
         }
+    }
+
+    // CUDA forward compatibility: the image's newer libcuda comes first.
+    if ((caps & kCapCompute) && config.policy.cuda_compat && !image.cuda_compat_version.empty() &&
+        is_version(image.cuda_compat_version) && is_version(node.driver_version) &&
+        compare_versions(image.cuda_compat_version, node.driver_version) > 0) {
+        b.plan.files.push_back(
+            {kCudaCompatConf, std::string(kCudaCompatDir) + "\n",
+             fmt::format("CUDA forward compatibility: the image's libcuda.so.{} is newer than "
+                         "the driver {}",
+                         image.cuda_compat_version, node.driver_version)});
+        auto& dirs = b.plan.library_dirs;
+        dirs.erase(std::remove(dirs.begin(), dirs.end(), fs::path(kCudaCompatDir)), dirs.end());
+        dirs.insert(dirs.begin(), kCudaCompatDir);
+        b.plan.refresh_ldcache = true;
     }
 
     ProcView proc;
@@ -270,6 +287,10 @@ void to_json(nlohmann::json& j, const Plan& plan) {
     json& links = j["symlinks"] = json::array();
     for (const auto& s : plan.symlinks)
         links.push_back({{"path", s.path.string()}, {"target", s.target}});
+    json& planned_files = j["files"] = json::array();
+    for (const auto& f : plan.files)
+        planned_files.push_back(
+            {{"path", f.path.string()}, {"content", f.content}, {"why", f.why}});
     if (plan.proc) {
         json gpus = json::array();
         for (const auto& g : plan.proc->gpus) gpus.push_back(g.bus_id);
@@ -300,6 +321,8 @@ std::string describe(const Plan& plan) {
     }
     for (const auto& s : plan.symlinks)
         out += fmt::format("symlink {} -> {}\n", s.path.string(), s.target);
+    for (const auto& f : plan.files)
+        out += fmt::format("file    {}: {}\n", f.path.string(), f.why);
     if (plan.proc) {
         std::vector<std::string> gpus;
         for (const auto& g : plan.proc->gpus) gpus.push_back(g.bus_id);

@@ -19,13 +19,15 @@
 //     1/true/yes/on or policy.disable_require. A legacy CUDA image also
 //     requires cuda>=<major.minor of CUDA_VERSION>.
 //  5. NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES: privileged
-//     containers only, else refused. NVIDIA_IMEX_CHANNELS: numbers or "all".
+//     containers only, else refused. NVIDIA_IMEX_CHANNELS: numbers or "all"
+//     (parse_imex_channels); "none", "void" or empty: no channel.
 //
 // A variable given several times counts with its last value, as the
 // container's process sees it; duplicate ids are dropped.
 #include "gpubind/request.hpp"
 
 #include <cerrno>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -85,8 +87,13 @@ MountRequest read_device_mounts(const oci::Spec& spec, const std::string& where)
         if (parts.size() == 1) {
             add_unique(out.devices, parts[0]);
         } else if (parts.size() == 2 && parts[0] == "imex") {
-            if (parts[1] != "all" && !parse_unsigned(parts[1])) bad("not an IMEX channel number");
-            add_unique(out.imex, parts[1]);
+            // One channel a mount: a number or "all".
+            if (parts[1].find_first_of(", \t") != std::string::npos || parts[1] == "none" ||
+                parts[1] == "void")
+                bad("not an IMEX channel number");
+            for (auto& c : parse_imex_channels(
+                     parts[1], fmt::format("mounts[{}].destination {}", i, m.destination), where))
+                add_unique(out.imex, std::move(c));
         } else {
             bad("not a device id");
         }
@@ -96,20 +103,9 @@ MountRequest read_device_mounts(const oci::Spec& spec, const std::string& where)
 
 // NVIDIA_IMEX_CHANNELS: "all", or channel numbers; void, none or empty: none.
 std::vector<std::string> read_imex_channels(const oci::Spec& spec, const std::string& where) {
-    std::vector<std::string> out;
     auto value = spec.getenv("NVIDIA_IMEX_CHANNELS");
-    if (!value) return out;
-    for (auto field : split(*value, ',')) {
-        field = trim(field);
-        if (field.empty() || field == "void" || field == "none") continue;
-        if (field != "all" && !parse_unsigned(field))
-            throw_invalid("read request", where,
-                          fmt::format("NVIDIA_IMEX_CHANNELS: '{}' is not a channel number", field));
-        add_unique(out, std::string(field));
-    }
-    for (const auto& c : out)
-        if (c == "all") return {"all"};
-    return out;
+    if (!value) return {};
+    return parse_imex_channels(*value, "NVIDIA_IMEX_CHANNELS", where);
 }
 
 // MIG configuration and monitoring: device ids, privileged containers only.
@@ -160,6 +156,32 @@ std::vector<Requirement> read_requirements(const oci::Spec& spec, bool legacy,
 
 }  // namespace
 
+std::vector<std::string> parse_imex_channels(std::string_view value, std::string_view what,
+                                             const std::string& where) {
+    std::vector<std::string> out;
+    std::set<unsigned long> seen;
+    bool all = false;
+    for (auto field : split(value, ',')) {
+        field = trim(field);
+        if (field.empty() || field == "void" || field == "none") continue;
+        if (field == "all") {
+            all = true;
+            continue;
+        }
+        // Decimal digits only (no sign, no blanks inside), within a minor number.
+        auto n = field.find_first_not_of("0123456789") == std::string_view::npos
+                     ? parse_unsigned(field)
+                     : std::nullopt;
+        if (!n || *n > kMaxImexChannel)
+            throw_invalid("read request", where,
+                          fmt::format("{}: '{}' is not an IMEX channel number (0 to {})", what,
+                                      field, kMaxImexChannel));
+        if (seen.insert(*n).second) out.push_back(std::to_string(*n));
+    }
+    if (all) return {"all"};
+    return out;
+}
+
 Request read_request(const oci::Spec& spec, const Policy& policy) {
     const std::string container = spec.bundle.string();
     const std::string where = (spec.bundle / "config.json").string();
@@ -177,7 +199,12 @@ Request read_request(const oci::Spec& spec, const Policy& policy) {
             req.devices = {DeviceIdsKind::None, {}};  // only IMEX channels: the driver, no GPU
         else
             req.devices = {DeviceIdsKind::List, std::move(mounts.devices)};
-        req.imex_channels = std::move(mounts.imex);
+        bool all_channels = false;
+        for (const auto& c : mounts.imex) all_channels = all_channels || c == "all";
+        if (all_channels)
+            req.imex_channels = {"all"};
+        else
+            req.imex_channels = std::move(mounts.imex);
     } else {
         if (mounts.present)
             logger().warn(

@@ -5,6 +5,7 @@
 #include "gpubind/sandbox.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/securebits.h>
 #include <poll.h>
 #include <sched.h>
@@ -16,13 +17,16 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -193,6 +197,8 @@ struct ChildArgs {
     const Limits* limits;
     cap_t no_caps;
     void* filter;  // scmp_filter_ctx or null
+    uid_t uid;
+    gid_t gid;
 };
 
 [[noreturn]] void child_main(const ChildArgs& a) {
@@ -247,6 +253,13 @@ struct ChildArgs {
     for (cap_value_t c = 0; c <= CAP_LAST_CAP || c < cap_max_bits(); ++c)
         if (cap_drop_bound(c) != 0 && errno != EINVAL) child_fail(e, "drop bounding set", errno);
     if (cap_reset_ambient() != 0) child_fail(e, "clear ambient capabilities", errno);
+    // The ids to run as, while CAP_SETUID and CAP_SETGID are still effective
+    // (NO_SETUID_FIXUP: the change itself drops nothing; the next step does).
+    if (a.uid != 0 || a.gid != 0) {
+        if (::setgroups(0, nullptr) != 0) child_fail(e, "drop supplementary groups", errno);
+        if (::setresgid(a.gid, a.gid, a.gid) != 0) child_fail(e, "setresgid", errno);
+        if (::setresuid(a.uid, a.uid, a.uid) != 0) child_fail(e, "setresuid", errno);
+    }
     if (cap_set_proc(a.no_caps) != 0) child_fail(e, "drop capabilities", errno);
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) child_fail(e, "no_new_privs", errno);
     if (a.filter) {
@@ -255,6 +268,60 @@ struct ChildArgs {
     char* envp[] = {nullptr};
     ::syscall(SYS_execveat, a.exe_fd, "", a.argv, envp, AT_EMPTY_PATH);
     child_fail(e, "execute", errno);
+}
+
+// Where a program that ran out of time was stuck, when it was opening a file
+// (an image's FIFO blocks open() until a writer comes, forever):
+// "; it was blocked opening PATH", else "". Read from /proc/PID/syscall (the
+// call and its arguments) and the path from the program's memory, a page at
+// a time; the path is the image's text, so it is capped and escaped.
+std::string blocked_opening(pid_t pid) {
+    const std::string proc = "/proc/" + std::to_string(pid) + "/syscall";
+    Fd fd(::open(proc.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return {};
+    char text[512];
+    const ssize_t n = ::read(fd.get(), text, sizeof text - 1);
+    if (n <= 0) return {};
+    text[n] = '\0';
+    char* p = text;
+    const long nr = std::strtol(p, &p, 10);
+    unsigned long args[2] = {0, 0};
+    for (auto& a : args) a = std::strtoul(p, &p, 16);
+    unsigned long addr = 0;
+    if (nr == SYS_openat) addr = args[1];
+#ifdef SYS_open
+    else if (nr == SYS_open) addr = args[0];
+#endif
+    if (addr == 0) return {};
+    constexpr std::size_t kMaxShown = 256;
+    const auto page = static_cast<unsigned long>(::sysconf(_SC_PAGESIZE));
+    std::string path;
+    while (path.size() < kMaxShown) {
+        char buf[4096];
+        const std::size_t len =
+            std::min<std::size_t>(sizeof buf, page - addr % page);  // never across a page
+        iovec local{buf, len};
+        iovec remote{reinterpret_cast<void*>(addr), len};
+        if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(len)) break;
+        const std::size_t end = std::find(buf, buf + len, '\0') - buf;
+        path.append(buf, end);
+        if (end < len) break;
+        addr += len;
+    }
+    if (path.empty()) return {};
+    std::string shown;
+    for (std::size_t i = 0; i < path.size() && i < kMaxShown; ++i) {
+        const auto c = static_cast<unsigned char>(path[i]);
+        if (c < 0x20 || c == 0x7f) {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "\\x%02x", c);
+            shown += hex;
+        } else {
+            shown += static_cast<char>(c);
+        }
+    }
+    if (path.size() > kMaxShown) shown += "...";
+    return "; it was blocked opening " + shown;
 }
 
 void append_capped(std::string& out, const char* data, std::size_t n) {
@@ -283,7 +350,9 @@ Fd seal_executable(const std::filesystem::path& path) {
         if (n <= 0) throw_errno("copy into memfd", path.string());
         done += static_cast<std::size_t>(n);
     }
-    if (::fchmod(mem.get(), 0500) != 0) throw_errno("chmod memfd", path.string());
+    // Executable by the ids the sandbox may switch to (Options::uid); it is
+    // reachable only through this process's descriptors anyway.
+    if (::fchmod(mem.get(), 0555) != 0) throw_errno("chmod memfd", path.string());
     if (::fcntl(mem.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
         0)
         throw_errno("seal memfd", path.string());
@@ -324,7 +393,8 @@ void run(int exe_fd, const std::string& what, const std::vector<std::string>& ar
 
     const ChildArgs child_args{exe_fd,          err_w.get(),   out_w.get(),
                                null_fd.get(),   root.c_str(),  argv.data(),
-                               &options.limits, no_caps.get(), filter.get()};
+                               &options.limits, no_caps.get(), filter.get(),
+                               static_cast<uid_t>(options.uid), static_cast<gid_t>(options.gid)};
     // Like fork, into new namespaces at once: the child is pid 1 of its own
     // pid namespace, and killing it takes everything it could have started.
     const long flags =
@@ -357,10 +427,12 @@ void run(int exe_fd, const std::string& what, const std::vector<std::string>& ar
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) {
+            const std::string where = blocked_opening(pid);
             ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
             reap();
             throw Error(ETIMEDOUT, "run", what,
-                        "killed after " + std::to_string(options.timeout.count()) + " ms");
+                        "killed after " + std::to_string(options.timeout.count()) + " ms" +
+                            where);
         }
         struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_r.get(), POLLIN, 0}};
         int n = ::poll(pfd, out_open ? 2 : 1,

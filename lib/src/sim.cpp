@@ -241,6 +241,10 @@ void check_spec(const Spec& spec) {
         if (!seen.insert({mig.gpu, mig.gi, mig.ci}).second)
             throw_invalid("simulate", what, fmt::format("MIG device {} is listed twice", id));
     }
+    if (spec.imex_channels > kMaxImexChannels)
+        throw_invalid("simulate", what,
+                      fmt::format("imex channels must be 0 to {}, not {}", kMaxImexChannels,
+                                  spec.imex_channels));
 }
 
 // ---------------------------------------------------------------------------
@@ -303,6 +307,7 @@ private:
     Manifest manifest_;
     unsigned uvm_major_ = 0;
     unsigned caps_major_ = 0;
+    unsigned imex_major_ = 0;
 };
 
 void Writer::node(std::string_view rel, unsigned major, unsigned minor, mode_t mode) {
@@ -359,7 +364,7 @@ void Writer::choose_majors() {
         }
     } catch (const Error& e) {
         logger().warn("simulate: cannot read this host's /proc/devices ({}); assuming majors "
-                      "235 and 236 are free", e.what());
+                      "235, 236 and 234 are free", e.what());
     }
     std::vector<unsigned> candidates = {235, 236};
     for (unsigned m = 234; m >= 200; --m) candidates.push_back(m);
@@ -368,10 +373,11 @@ void Writer::choose_majors() {
     for (unsigned m : candidates)
         if (!used.count(m) && std::find(free.begin(), free.end(), m) == free.end())
             free.push_back(m);
-    if (free.size() < 2)
+    if (free.size() < 3)
         throw Error(EBUSY, "simulate", "/proc/devices", "no free character device majors");
     uvm_major_ = free[0];
     caps_major_ = free[1];
+    imex_major_ = free[2];
 }
 
 void Writer::gpus() {
@@ -412,6 +418,8 @@ void Writer::proc_devices() const {
     chars.emplace_back(kFrontendMajor, "nvidia-frontend");
     chars.emplace_back(uvm_major_, "nvidia-uvm");
     if (!manifest_.migs.empty()) chars.emplace_back(caps_major_, "nvidia-caps");
+    if (manifest_.spec.imex_channels > 0)
+        chars.emplace_back(imex_major_, "nvidia-caps-imex-channels");
     std::stable_sort(chars.begin(), chars.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     std::string text = "Character devices:\n";
@@ -628,6 +636,9 @@ Manifest Writer::run() {
                          kCapAccessMode);
     }
 
+    for (unsigned n = 0; n < spec.imex_channels; ++n)
+        node(fmt::format("dev/nvidia-caps-imex-channels/channel{}", n), imex_major_, n, 0666);
+
     proc_devices();
     proc_driver();
     libraries();
@@ -665,7 +676,8 @@ void to_json(nlohmann::json& j, const Manifest& m) {
                  {"compat32", m.spec.compat32},
                  {"ipcs", m.spec.ipcs},
                  {"firmware", m.spec.firmware},
-                 {"graphics", m.spec.graphics}};
+                 {"graphics", m.spec.graphics},
+                 {"imex_channels", m.spec.imex_channels}};
     j["cuda_version"] = m.cuda_version;
     j["gpus"] = nlohmann::json::array();
     for (const auto& g : m.gpus)

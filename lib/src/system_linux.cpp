@@ -3,9 +3,11 @@
 // wrappers (2.36+) or on <linux/mount.h>, which clashes with <sys/mount.h>.
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/bpf.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/fsuid.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -15,7 +17,9 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
@@ -116,6 +120,16 @@ FileInfo info_of(const struct stat& st) {
     return info;
 }
 
+long bpf_call(int cmd, union bpf_attr* attr) {
+    return ::syscall(SYS_bpf, cmd, attr, sizeof *attr);
+}
+
+std::uint64_t pointer(const void* p) {
+    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+}
+
+static_assert(sizeof(bpf::Insn) == sizeof(struct bpf_insn));
+
 void write_all(int fd, const std::string& data, const std::string& what) {
     std::size_t done = 0;
     while (done < data.size()) {
@@ -146,6 +160,16 @@ std::string LinuxSystem::read_proc(int pidfd, pid_t pid, const std::string& name
     std::string text = read_file(proc_path(pid, name), kMaxHostFile);
     verify_alive(pidfd, pid);
     return text;
+}
+
+Fd LinuxSystem::open_user_ns(int pidfd, pid_t pid) {
+    Fd ns = open_or_throw(proc_path(pid, "ns/user"), O_RDONLY);
+    verify_alive(pidfd, pid);
+    return ns;
+}
+
+void LinuxSystem::enter_user_ns(int ns_fd) {
+    if (::setns(ns_fd, CLONE_NEWUSER) != 0) throw_errno("enter user namespace");
 }
 
 Fd LinuxSystem::open_own_mount_ns() {
@@ -194,6 +218,118 @@ FileInfo LinuxSystem::stat_fd(int fd) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw_errno("stat", "descriptor " + std::to_string(fd));
     return info_of(st);
+}
+
+Fd LinuxSystem::open_cgroup_dir(const std::filesystem::path& dir) {
+    return open_or_throw(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+}
+
+DevicePrograms LinuxSystem::query_device_programs(int cgroup_fd) {
+    std::vector<std::uint32_t> ids(64);
+    for (;;) {
+        union bpf_attr attr;
+        std::memset(&attr, 0, sizeof attr);
+        attr.query.target_fd = static_cast<std::uint32_t>(cgroup_fd);
+        attr.query.attach_type = BPF_CGROUP_DEVICE;
+        attr.query.prog_ids = pointer(ids.data());
+        attr.query.prog_cnt = static_cast<std::uint32_t>(ids.size());
+        if (bpf_call(BPF_PROG_QUERY, &attr) != 0) {
+            if (errno == ENOSPC && attr.query.prog_cnt > ids.size()) {
+                ids.resize(attr.query.prog_cnt);
+                continue;
+            }
+            throw_errno("query device programs", "cgroup descriptor " + std::to_string(cgroup_fd));
+        }
+        ids.resize(attr.query.prog_cnt);
+        return {attr.query.attach_flags, ids};
+    }
+}
+
+Fd LinuxSystem::open_program(std::uint32_t id) {
+    union bpf_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.prog_id = id;
+    int fd = sys_int(bpf_call(BPF_PROG_GET_FD_BY_ID, &attr));
+    if (fd < 0) throw_errno("open device program", "id " + std::to_string(id));
+    return Fd(fd);
+}
+
+std::vector<bpf::Insn> LinuxSystem::program_instructions(int prog_fd) {
+    auto info_of_prog = [&](struct bpf_prog_info& info) {
+        union bpf_attr attr;
+        std::memset(&attr, 0, sizeof attr);
+        attr.info.bpf_fd = static_cast<std::uint32_t>(prog_fd);
+        attr.info.info_len = sizeof info;
+        attr.info.info = pointer(&info);
+        if (bpf_call(BPF_OBJ_GET_INFO_BY_FD, &attr) != 0)
+            throw_errno("read device program", "descriptor " + std::to_string(prog_fd));
+    };
+    struct bpf_prog_info info;
+    std::memset(&info, 0, sizeof info);
+    info_of_prog(info);
+    const std::string what = "program " + std::to_string(info.id);
+    if (info.type != BPF_PROG_TYPE_CGROUP_DEVICE)
+        throw Error(EINVAL, "read device program", what, "not a cgroup device program");
+    // The kernel shows the instructions only to a caller with CAP_BPF (or CAP_SYS_ADMIN).
+    if (info.xlated_prog_len == 0)
+        throw Error(EPERM, "read device program", what, "the kernel does not show its instructions");
+    std::vector<bpf::Insn> insns(info.xlated_prog_len / sizeof(bpf::Insn));
+    const std::uint32_t len = info.xlated_prog_len;
+    std::memset(&info, 0, sizeof info);
+    info.xlated_prog_len = len;
+    info.xlated_prog_insns = pointer(insns.data());
+    info_of_prog(info);
+    if (info.xlated_prog_len != len)
+        throw Error(EAGAIN, "read device program", what, "changed while being read");
+    return insns;
+}
+
+Fd LinuxSystem::load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) {
+    static const char kLicense[] = "GPL";
+    auto load = [&](char* log, std::uint32_t log_size) {
+        union bpf_attr attr;
+        std::memset(&attr, 0, sizeof attr);
+        attr.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
+        attr.insns = pointer(insns.data());
+        attr.insn_cnt = static_cast<std::uint32_t>(insns.size());
+        attr.license = pointer(kLicense);
+        std::strncpy(attr.prog_name, name.c_str(), sizeof attr.prog_name - 1);
+        if (log) {
+            attr.log_level = 1;
+            attr.log_buf = pointer(log);
+            attr.log_size = log_size;
+        }
+        return sys_int(bpf_call(BPF_PROG_LOAD, &attr));
+    };
+    int fd = load(nullptr, 0);
+    if (fd >= 0) return Fd(fd);
+    const int err = errno;
+    if (err != EINVAL && err != EACCES) throw Error(err, "load device program", name);
+    // The verifier's reason: the last line of its log.
+    std::vector<char> log(1u << 16, '\0');
+    fd = load(log.data(), static_cast<std::uint32_t>(log.size()));
+    if (fd >= 0) return Fd(fd);
+    std::string text(log.data());
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    std::size_t nl = text.rfind('\n');
+    std::string last = nl == std::string::npos ? text : text.substr(nl + 1);
+    throw Error(err, "load device program", name,
+                last.empty() ? std::string(std::strerror(err)) : "verifier: " + last);
+}
+
+void LinuxSystem::replace_device_program(int cgroup_fd, int new_prog, int old_prog,
+                                         unsigned flags, const std::string& what) {
+    union bpf_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.target_fd = static_cast<std::uint32_t>(cgroup_fd);
+    attr.attach_bpf_fd = static_cast<std::uint32_t>(new_prog);
+    attr.attach_type = BPF_CGROUP_DEVICE;
+    attr.attach_flags = flags & (BPF_F_ALLOW_OVERRIDE | BPF_F_ALLOW_MULTI);
+    if (flags & BPF_F_ALLOW_MULTI) {
+        attr.attach_flags |= BPF_F_REPLACE;
+        attr.replace_bpf_fd = static_cast<std::uint32_t>(old_prog);
+    }
+    if (bpf_call(BPF_PROG_ATTACH, &attr) != 0) throw_errno("attach device program", what);
 }
 
 void LinuxSystem::enter_mount_ns(int ns_fd) {
@@ -269,6 +405,16 @@ void LinuxSystem::remove(int dir_fd, const std::string& name, bool directory) {
         throw_errno("remove", name);
 }
 
+void LinuxSystem::set_fs_ids(unsigned uid, unsigned gid) {
+    // Both calls return the previous id and cannot report an error: check.
+    ::setfsgid(static_cast<gid_t>(gid));
+    ::setfsuid(static_cast<uid_t>(uid));
+    if (static_cast<unsigned>(::setfsgid(static_cast<gid_t>(-1))) != gid ||
+        static_cast<unsigned>(::setfsuid(static_cast<uid_t>(-1))) != uid)
+        throw Error(EPERM, "set file system ids",
+                    std::to_string(uid) + ":" + std::to_string(gid));
+}
+
 void LinuxSystem::set_mount_flags(int mount_fd, unsigned flags) {
     MountAttr attr{};
     if (flags & kMountReadOnly) attr.attr_set |= MOUNT_ATTR_RDONLY;
@@ -306,6 +452,11 @@ Fd LinuxSystem::make_tmpfs() {
 
 void LinuxSystem::run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                       std::chrono::milliseconds timeout) {
+    run_as(Owner{}, exe_fd, what, args, timeout);
+}
+
+void LinuxSystem::run_as(const Owner& owner, int exe_fd, const std::string& what,
+                         const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
     // ldconfig's "-r ROOT" becomes the sandbox's root (pivot_root, not the
     // program's own chroot); the rest of the arguments are passed on.
     if (args.size() < 2 || args[0] != "-r")
@@ -313,6 +464,8 @@ void LinuxSystem::run(int exe_fd, const std::string& what, const std::vector<std
     sandbox::Options options;
     options.root = args[1];
     options.timeout = timeout;
+    options.uid = owner.uid;
+    options.gid = owner.gid;
     sandbox::run(exe_fd, what, std::vector<std::string>(args.begin() + 2, args.end()), options);
 }
 

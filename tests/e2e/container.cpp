@@ -4,10 +4,20 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <cstdint>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -232,16 +242,39 @@ Bundle& Bundle::command(const std::string& shell_script) {
 
 void Bundle::write_spec() const { std::ofstream(dir_ / "config.json") << spec_.dump(2); }
 
-RunResult Bundle::run() { return run_with(env_or("GPUBIND_RUNC", "runc")); }
+#ifndef GPUBIND_E2E_RUNTIME
+#define GPUBIND_E2E_RUNTIME "runc"
+#endif
+
+std::string runtime_binary() {
+    const std::string name = GPUBIND_E2E_RUNTIME;
+    return env_or(name == "crun" ? "GPUBIND_CRUN" : "GPUBIND_RUNC", GPUBIND_E2E_RUNTIME);
+}
+
+RunResult Bundle::run() { return run_with(runtime_binary()); }
 
 RunResult Bundle::run_with(const std::string& runtime) {
     static std::atomic<int> counter{0};
+    // crun does not pass its hooks' stderr on (runc puts it in its own error):
+    // its annotation sends it to a file, added here to what the run printed.
+    const bool crun = std::string(GPUBIND_E2E_RUNTIME) == "crun" && runtime == runtime_binary();
+    const fs::path hooks_stderr = dir_ / "hooks.stderr";
+    if (crun) {
+        fs::remove(hooks_stderr);
+        spec_["annotations"]["run.oci.hooks.stderr"] = hooks_stderr.string();
+    }
     write_spec();
     const std::string id = "gpubind-e2e-" + std::to_string(::getpid()) + "-" +
                            std::to_string(counter++);
     const std::string state = state_root().string();
     auto result = run_command({runtime, "--root", state, "run", "--bundle", dir_.string(), id});
-    run_command({env_or("GPUBIND_RUNC", "runc"), "--root", state, "delete", "--force", id});
+    run_command({runtime_binary(), "--root", state, "delete", "--force", id});
+    if (crun) {
+        std::ifstream in(hooks_stderr);
+        std::stringstream hooks;
+        hooks << in.rdbuf();
+        result.err += hooks.str();
+    }
     return result;
 }
 
@@ -267,10 +300,177 @@ std::string snapshot_tree(const fs::path& root) {
     return out.str();
 }
 
+PrivateCgroup2::PrivateCgroup2()
+    : own_ns_(::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)),
+      cwd_(::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)) {
+    if (::unshare(CLONE_NEWNS) != 0) {
+        error_ = std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
+        return;
+    }
+    entered_ = true;
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+        error_ = std::string("make / private: ") + std::strerror(errno);
+    else if (::mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, nullptr) != 0)
+        error_ = std::string("mount cgroup2 on /sys/fs/cgroup: ") + std::strerror(errno);
+}
+
+PrivateCgroup2::~PrivateCgroup2() {
+    if (entered_ && (::setns(own_ns_, CLONE_NEWNS) != 0 || ::fchdir(cwd_) != 0))
+        std::abort();  // the other tests must not run in the private namespace
+    ::close(own_ns_);
+    ::close(cwd_);
+}
+
 std::string host_mounts() {
     std::ifstream in("/proc/self/mountinfo");
     std::string line, out;
     while (std::getline(in, line)) out += line + "\n";
+    return out;
+}
+
+namespace {
+
+// 64-bit FNV-1a of a regular file's content (a changed byte changes it).
+std::string content_hash(const fs::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return "unreadable";
+    std::uint64_t h = 14695981039346656037ull;
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0)
+        for (ssize_t i = 0; i < n; ++i) {
+            h ^= static_cast<unsigned char>(buf[i]);
+            h *= 1099511628211ull;
+        }
+    ::close(fd);
+    std::ostringstream out;
+    out << std::hex << h;
+    return out.str();
+}
+
+std::string type_of(mode_t mode) {
+    if (S_ISREG(mode)) return "file";
+    if (S_ISDIR(mode)) return "dir";
+    if (S_ISLNK(mode)) return "symlink";
+    if (S_ISFIFO(mode)) return "fifo";
+    if (S_ISCHR(mode)) return "char";
+    if (S_ISBLK(mode)) return "block";
+    if (S_ISSOCK(mode)) return "socket";
+    return "other";
+}
+
+// One entry: type, inode, mode, mtime, size, hash, link target, device numbers.
+std::string describe_entry(const fs::path& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return "missing";
+    std::ostringstream line;
+    line << type_of(st.st_mode) << " ino=" << st.st_ino << " mode=" << std::oct
+         << (st.st_mode & 07777) << std::dec << " mtime=" << st.st_mtim.tv_sec << "."
+         << st.st_mtim.tv_nsec;
+    if (S_ISREG(st.st_mode)) line << " size=" << st.st_size << " hash=" << content_hash(path);
+    if (S_ISLNK(st.st_mode)) {
+        std::error_code ec;
+        line << " -> " << fs::read_symlink(path, ec).string();
+    }
+    if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+        line << " rdev=" << major(st.st_rdev) << ":" << minor(st.st_rdev);
+    return line.str();
+}
+
+// mkdtemp's names: a prefix, then '-' or '.', then six letters or digits;
+// and the compiler's temporary files ("cc" and six of them, an extension).
+bool mkdtemp_shaped(const std::string& name) {
+    if (name.size() >= 10 && name.rfind("cc", 0) == 0 && name[8] == '.' &&
+        std::all_of(name.begin() + 2, name.begin() + 8,
+                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }))
+        return true;
+    if (name.size() < 8) return false;
+    const char sep = name[name.size() - 7];
+    if (sep != '-' && sep != '.') return false;
+    for (std::size_t i = name.size() - 6; i < name.size(); ++i)
+        if (!std::isalnum(static_cast<unsigned char>(name[i]))) return false;
+    return true;
+}
+
+}  // namespace
+
+Tripwire::Tripwire(fs::path dir) : dir_(std::move(dir)) {
+    fs::create_directory(dir_);
+    for (const char* sub : {"usr/bin", "usr/sbin", "usr/lib/x86_64-linux-gnu",
+                            "usr/lib/i386-linux-gnu", "usr/lib64", "lib64", "dev",
+                            "proc/driver/nvidia", "etc/ld.so.conf.d", "lib/firmware/nvidia",
+                            "run/nvidia-persistenced", "var/run", "tmp", "sbin"}) {
+        fs::create_directories(dir_ / sub);
+        write(dir_ / sub / "host-data", std::string("host data in ") + sub + "\n");
+    }
+    write(dir_ / "etc/ld.so.cache", "the host's cache, not to be rewritten\n");
+    write(dir_ / "etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n");
+    fs::create_symlink("host-data", dir_ / "usr/bin/host-link");
+    watch_tree(dir_);
+    watch_tree("/etc/ld.so.cache");
+    for (const char* d : {"/", "/tmp", "/dev", "/etc", "/usr/bin", "/usr/lib/x86_64-linux-gnu",
+                          "/lib64", "/sbin"})
+        watch_new_entries(d);
+}
+
+Tripwire& Tripwire::watch_tree(const fs::path& path) {
+    trees_.push_back(path);
+    return *this;
+}
+
+Tripwire& Tripwire::watch_new_entries(const fs::path& dir) {
+    entry_dirs_.push_back(dir);
+    return *this;
+}
+
+Tripwire::Record Tripwire::record() const {
+    Record r;
+    for (const auto& root : trees_) {
+        r.trees[root.string()] = describe_entry(root);
+        std::error_code ec;
+        if (!fs::is_directory(fs::symlink_status(root, ec))) continue;
+        for (auto it = fs::recursive_directory_iterator(root, ec);
+             !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+            r.trees[it->path().string()] = describe_entry(it->path());
+    }
+    for (const auto& dir : entry_dirs_) {
+        std::error_code ec;
+        for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+             it.increment(ec)) {
+            struct stat st {};
+            if (::lstat(it->path().c_str(), &st) != 0) continue;
+            r.entries[it->path().string()] = type_of(st.st_mode);
+        }
+    }
+    r.mounts = host_mounts();
+    return r;
+}
+
+void Tripwire::arm() { armed_ = record(); }
+
+std::string Tripwire::changes() const {
+    const Record now = record();
+    std::string out;
+    for (const auto& [path, line] : armed_.trees) {
+        auto it = now.trees.find(path);
+        if (it == now.trees.end()) out += "removed " + path + " (" + line + ")\n";
+        else if (it->second != line) out += "changed " + path + ": " + line + " => " + it->second + "\n";
+    }
+    for (const auto& [path, line] : now.trees)
+        if (!armed_.trees.count(path)) out += "new " + path + " (" + line + ")\n";
+    for (const auto& [path, type] : now.entries)
+        if (!armed_.entries.count(path) && !mkdtemp_shaped(fs::path(path).filename().string()))
+            out += "new " + path + " (" + type + ")\n";
+    if (now.mounts != armed_.mounts) {
+        std::set<std::string> before, after;
+        std::istringstream a(armed_.mounts), b(now.mounts);
+        for (std::string line; std::getline(a, line);) before.insert(line);
+        for (std::string line; std::getline(b, line);) after.insert(line);
+        for (const auto& line : after)
+            if (!before.count(line)) out += "new mount: " + line + "\n";
+        for (const auto& line : before)
+            if (!after.count(line)) out += "mount gone: " + line + "\n";
+    }
     return out;
 }
 

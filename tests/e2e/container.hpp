@@ -41,9 +41,9 @@ public:
     const std::filesystem::path& dir() const { return dir_; }
     std::filesystem::path rootfs() const { return dir_ / "rootfs"; }
 
-    // Writes config.json and runs `runc run`; the container is deleted after.
+    // Writes config.json and runs `<runtime_binary()> run`; the container is deleted after.
     RunResult run();
-    // The same through another runtime binary (gpubind-runtime); deleted with runc.
+    // The same through another runtime binary (gpubind-runtime); deleted with runtime_binary().
     RunResult run_with(const std::string& runtime);
     // Writes config.json (run() does it too).
     void write_spec() const;
@@ -59,6 +59,10 @@ private:
 
 // $name if set and not empty, else `fallback`.
 std::string env_or(const char* name, const char* fallback);
+// The OCI runtime a suite runs containers with: GPUBIND_E2E_RUNTIME, a compile
+// definition ("runc" unless the suite's target says otherwise, e.g. "crun"),
+// overridden by $GPUBIND_RUNC (runc suites) or $GPUBIND_CRUN (crun suites).
+std::string runtime_binary();
 // Sections of a container's output: a "== name" line starts one.
 std::map<std::string, std::vector<std::string>> sections(const std::string& out);
 bool contains(const std::vector<std::string>& lines, const std::string& line);
@@ -68,5 +72,63 @@ bool contains(const std::vector<std::string>& lines, const std::string& line);
 std::string snapshot_tree(const std::filesystem::path& root);
 // The mount table of this process's namespace, without per-boot noise.
 std::string host_mounts();
+
+// This process in a private mount namespace with cgroup2 on /sys/fs/cgroup:
+// a runc started meanwhile runs in unified (cgroup v2) mode, and so does the
+// hook it runs. Back in the original namespace and directory when it goes.
+class PrivateCgroup2 {
+public:
+    PrivateCgroup2();
+    ~PrivateCgroup2();
+    PrivateCgroup2(const PrivateCgroup2&) = delete;
+    PrivateCgroup2& operator=(const PrivateCgroup2&) = delete;
+    // Empty when set up.
+    const std::string& error() const { return error_; }
+
+private:
+    int own_ns_, cwd_;
+    bool entered_ = false;
+    std::string error_;
+};
+
+// Judges a hostile case on the host. A bait tree outside any rootfs, where an
+// escaping link is aimed (a root-like layout: usr/bin, usr/lib/<multiarch>,
+// usr/lib64, dev, proc/driver/nvidia, etc, lib/firmware/nvidia, run, tmp, each
+// holding a file, and no file named like anything gpubind creates, so that a
+// write through a link adds an entry); host files and trees that must not
+// change (/etc/ld.so.cache); host directories where no entry may appear (the
+// top levels of /, /tmp, /dev, /etc and the host's library and binary
+// directories); and the mount table. arm() records every entry as (path, type,
+// inode, mtime, size, content hash, link target, device numbers); changes()
+// says what differs since, "" when nothing did.
+class Tripwire {
+public:
+    // Creates the bait tree at `dir` (made; it must not exist yet).
+    explicit Tripwire(std::filesystem::path dir);
+
+    const std::filesystem::path& dir() const { return dir_; }
+    // Another host file or tree whose every entry must stay as it is.
+    Tripwire& watch_tree(const std::filesystem::path& path);
+    // A host directory where no new entry may appear (top level only). New
+    // names shaped like mkdtemp's ("<prefix>-XXXXXX" or "<prefix>.XXXXXX":
+    // other tests' temporary directories) are not counted.
+    Tripwire& watch_new_entries(const std::filesystem::path& dir);
+
+    void arm();
+    std::string changes() const;
+
+private:
+    struct Record {
+        std::map<std::string, std::string> trees;    // path -> snapshot line
+        std::map<std::string, std::string> entries;  // dir/name -> type
+        std::string mounts;
+    };
+    Record record() const;
+
+    std::filesystem::path dir_;
+    std::vector<std::filesystem::path> trees_;
+    std::vector<std::filesystem::path> entry_dirs_;
+    Record armed_;
+};
 
 }  // namespace gpubind::test

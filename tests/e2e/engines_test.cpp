@@ -372,6 +372,10 @@ RunResult podman_run(const fs::path& state, const fs::path& hooks_dir, const fs:
                                      "file",
                                      "--hooks-dir",
                                      hooks_dir.string(),
+                                     // crun, podman's first choice, refuses this host's
+                                     // hybrid cgroups (see tests/e2e/crun_hybrid.cpp).
+                                     "--runtime",
+                                     "runc",
                                      "run",
                                      "--rm",
                                      "--network",

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "container.hpp"
+#include "gpubind/elf_stub.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
 
@@ -401,6 +402,202 @@ TEST(MigE2e, MigDeviceReachesTheContainerWithExactlyItsNodes) {
         << r.out;
 }
 
+// IMEX channels: the container gets exactly the channels it asks for (by
+// variable or by volume mount), the device cgroup lets it open them (ENXIO: no
+// driver behind the node) and refuses the others (EPERM).
+class ImexE2e : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        node_ = new TempDir("gpubind-e2e-imex");
+        sim::Spec spec;
+        spec.gpus = 1;
+        spec.imex_channels = 3;
+        manifest_ = new sim::Manifest(sim::simulate(node_->path(), spec));
+    }
+    static void TearDownTestSuite() {
+        delete manifest_;
+        delete node_;
+    }
+
+    static constexpr const char* kDir = "/dev/nvidia-caps-imex-channels";
+    static const sim::ManifestNode& channel(unsigned n) {
+        for (const auto& node : manifest_->nodes)
+            if (node.path == std::string(kDir) + "/channel" + std::to_string(n)) return node;
+        throw std::runtime_error("the manifest has no IMEX channel " + std::to_string(n));
+    }
+
+    Bundle bundle(bool with_hook = true) {
+        const fs::path config = work_ / "config.toml";
+        const std::string root = node_->path().string();
+        std::ofstream(config) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
+                              << "\"\nproc-root = \"" << root
+                              << "/proc\"\n[policy]\naccept-volume-mounts = true\n";
+        Bundle b(work_ / ("b" + std::to_string(count_++)));
+        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+        // Every channel of the host, reachable another way: only the cgroup decides.
+        for (unsigned n = 0; n < manifest_->spec.imex_channels; ++n)
+            b.bind(node_->path() / fs::path(channel(n).path).relative_path(),
+                   "/hostdev/channel" + std::to_string(n));
+        std::string script =
+            std::string("echo '== ls'; ls ") + kDir + "; echo '== stat'; probe stat";
+        for (unsigned n = 0; n < manifest_->spec.imex_channels; ++n)
+            script += " " + channel(n).path;
+        script += "; echo '== open'; probe open";
+        for (unsigned n = 0; n < manifest_->spec.imex_channels; ++n)
+            script += " /hostdev/channel" + std::to_string(n);
+        script += "; echo '== gpu'; probe stat /dev/nvidia0; true";
+        b.command(script);
+        return b;
+    }
+
+    // Problems with a container that should hold exactly channel `want`.
+    static std::vector<std::string> check_channel(const RunResult& r, unsigned want) {
+        std::vector<std::string> problems;
+        auto s = sections(r.out);
+        if (s["ls"] != std::vector<std::string>{"channel" + std::to_string(want)})
+            problems.push_back(std::string(kDir) + " does not hold exactly channel" +
+                               std::to_string(want));
+        for (unsigned n = 0; n < manifest_->spec.imex_channels; ++n) {
+            const auto& c = channel(n);
+            std::string stat = n == want ? c.path + " c " + std::to_string(c.major) + ":" +
+                                               std::to_string(c.minor)
+                                         : c.path + " ENOENT";
+            if (!contains(s["stat"], stat)) problems.push_back("missing: " + stat);
+            std::string open =
+                "/hostdev/channel" + std::to_string(n) + (n == want ? " ENXIO" : " EPERM");
+            if (!contains(s["open"], open)) problems.push_back("missing: " + open);
+        }
+        return problems;
+    }
+
+    static inline TempDir* node_ = nullptr;
+    static inline sim::Manifest* manifest_ = nullptr;
+    TempDir work_{"gpubind-e2e-imex-bundle"};
+    int count_ = 0;
+};
+
+TEST_F(ImexE2e, ChannelByVariableReachesTheContainerWithExactlyItsNode) {
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_IMEX_CHANNELS=1");
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(check_channel(r, 1), ::testing::IsEmpty()) << r.out;
+    EXPECT_TRUE(contains(sections(r.out)["gpu"], "/dev/nvidia0 c 195:" +
+                                                     std::to_string(manifest_->gpus[0].minor)))
+        << r.out;
+}
+
+TEST_F(ImexE2e, ChannelByVolumeMountWithoutAGpu) {
+    Bundle b = bundle();
+    b.volume_device("imex/1");
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(check_channel(r, 1), ::testing::IsEmpty()) << r.out;
+    EXPECT_TRUE(contains(sections(r.out)["gpu"], "/dev/nvidia0 ENOENT")) << r.out;
+}
+
+TEST_F(ImexE2e, ChecksFailWithoutTheHook) {
+    Bundle b = bundle(/*with_hook=*/false);
+    b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_IMEX_CHANNELS=1");
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto problems = check_channel(r, 1);
+    EXPECT_GE(problems.size(), 3u) << r.out;  // no node, no stat line, no cgroup access
+}
+
+TEST_F(ImexE2e, AChannelTheNodeLacksIsRefusedNamingIt) {
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_IMEX_CHANNELS=1," +
+                                          std::to_string(manifest_->spec.imex_channels));
+    b.command("echo started");
+    auto r = b.run();
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("started")));
+    EXPECT_THAT(r.err, HasSubstr("gpubind-hook: select IMEX channel " +
+                                 std::to_string(manifest_->spec.imex_channels) + ": no " + kDir +
+                                 "/channel" + std::to_string(manifest_->spec.imex_channels)));
+}
+
+// CUDA forward compatibility: an image whose /usr/local/cuda/compat holds a
+// libcuda newer than the driver gets a loader entry for it, and its refreshed
+// cache lists the compat libcuda.so.1 before the injected one. The order is
+// read with the system's ldconfig and proven by the container's own loader.
+class CudaCompatE2e : public RuncTest {
+protected:
+    // The driver's major version plus `delta`, as a version string.
+    static std::string version_beside(int delta) {
+        return std::to_string(std::stoi(m().spec.driver_version) + delta) + ".10.01";
+    }
+    Bundle compat_bundle(const std::string& version, bool with_hook = true) {
+        Bundle b = bundle(Layout::Multiarch, with_hook);
+        const fs::path compat = b.rootfs() / "usr/local/cuda/compat";
+        fs::create_directories(compat);
+        std::ofstream(compat / ("libcuda.so." + version), std::ios::binary)
+            << elf::make_shared_object(elf::Machine::X86_64, "libcuda.so.1");
+        // As CUDA images ship it.
+        fs::create_symlink("libcuda.so." + version, compat / "libcuda.so.1");
+        b.env("NVIDIA_VISIBLE_DEVICES=0")
+            .command("echo '== conf'; cat /etc/ld.so.conf.d/000-cuda-compat.conf; "
+                     "echo '== cuda'; probe cuda; true");
+        return b;
+    }
+    // The cache's libcuda.so.1 entries, in order, read by the system's ldconfig.
+    static std::vector<std::string> cached_libcuda(const Bundle& b) {
+        auto r = run_command({"ldconfig", "-p", "-C", (b.rootfs() / "etc/ld.so.cache").string()});
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        std::vector<std::string> out;
+        std::istringstream in(r.out);
+        std::string line;
+        while (std::getline(in, line))
+            if (line.find("\tlibcuda.so.1 (libc6,x86-64) => ") == 0)
+                out.push_back(line.substr(line.find("=> ") + 3));
+        return out;
+    }
+};
+
+TEST_F(CudaCompatE2e, NewerCompatLibcudaComesFirst) {
+    Bundle b = compat_bundle(version_beside(+1));
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto s = sections(r.out);
+    EXPECT_EQ(s["conf"], std::vector<std::string>{"/usr/local/cuda/compat"}) << r.out;
+    EXPECT_EQ(cached_libcuda(b),
+              (std::vector<std::string>{"/usr/local/cuda/compat/libcuda.so.1",
+                                        std::string(kMultiarch) + "/libcuda.so.1"}));
+    // The container's loader takes the compat stub, which has no CUDA entry points.
+    EXPECT_EQ(s["cuda"], std::vector<std::string>{"libcuda.so.1 missing-symbols"}) << r.out;
+    // The image's compat files were neither replaced nor mounted over.
+    struct stat st {};
+    const fs::path lib = b.rootfs() / ("usr/local/cuda/compat/libcuda.so." + version_beside(+1));
+    ASSERT_EQ(::lstat(lib.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+}
+
+TEST_F(CudaCompatE2e, OlderCompatLibcudaOrTheSwitchOffWritesNothing) {
+    for (bool switch_off : {false, true}) {
+        SCOPED_TRACE(switch_off ? "cuda-compat = false" : "older compat libcuda");
+        if (switch_off) write_config("[policy]\ncuda-compat = false\n");
+        Bundle b = compat_bundle(version_beside(switch_off ? +1 : -1));
+        auto r = b.run();
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_FALSE(fs::exists(
+            fs::symlink_status(b.rootfs() / "etc/ld.so.conf.d/000-cuda-compat.conf")));
+        EXPECT_EQ(cached_libcuda(b),
+                  std::vector<std::string>{std::string(kMultiarch) + "/libcuda.so.1"});
+        auto s = sections(r.out);
+        ASSERT_EQ(s["cuda"].size(), 1u) << r.out;
+        EXPECT_THAT(s["cuda"][0], ::testing::StartsWith("cuda init=0 ")) << r.out;
+    }
+}
+
+TEST_F(CudaCompatE2e, ChecksFailWithoutTheHook) {
+    Bundle b = compat_bundle(version_beside(+1), /*with_hook=*/false);
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(sections(r.out)["conf"].empty()) << r.out;
+    EXPECT_NE(cached_libcuda(b).size(), 2u);
+}
+
 // A refused start: runc fails with gpubind's one line, and nothing on the
 // host changed (mount table, the node, the rootfs).
 class RefusedTest : public RuncTest {
@@ -445,122 +642,7 @@ TEST_F(RefusedTest, UnprivilegedRequestWhenPolicyRefusesIt) {
     expect_refused(b, "refuse request");
 }
 
-// Hostile images: whatever the image planted, nothing outside its rootfs is
-// created, changed or mounted. Judged on the host: the mount table, a
-// tripwire tree the image's links point at, and the host's own directories.
-class HostileTest : public RuncTest {
-protected:
-    void SetUp() override {
-        tripwire_ = dir_.path() / "tripwire";
-        fs::create_directories(tripwire_ / "sub");
-        std::ofstream(tripwire_ / "keep") << "host data\n";
-    }
-
-    // Runs the container and checks the host; returns the run for more checks.
-    RunResult run_and_check_host(Bundle& b) {
-        const std::string mounts = host_mounts(), trip = snapshot_tree(tripwire_),
-                          host_root = listing("/"), host_lib = listing(kMultiarch),
-                          host_dev = listing("/dev");
-        b.env("NVIDIA_VISIBLE_DEVICES=0").command("echo started; ls /dev; true");
-        auto r = b.run();
-        EXPECT_EQ(host_mounts(), mounts);
-        EXPECT_EQ(snapshot_tree(tripwire_), trip);
-        EXPECT_EQ(listing("/"), host_root);
-        EXPECT_EQ(listing(kMultiarch), host_lib);
-        EXPECT_EQ(listing("/dev"), host_dev);
-        // Either contained (started) or refused with gpubind's one line.
-        if (r.exit_code != 0) EXPECT_THAT(r.err, HasSubstr("gpubind-hook: ")) << r.err;
-        else EXPECT_THAT(r.out, HasSubstr("started"));
-        return r;
-    }
-
-    static std::string listing(const fs::path& dir) {
-        std::vector<std::string> names;
-        for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
-        std::sort(names.begin(), names.end());
-        std::string out;
-        for (const auto& n : names) out += n + "\n";
-        return out;
-    }
-
-    static void plant_link(const fs::path& link, const fs::path& target) {
-        std::error_code ec;
-        fs::remove_all(link, ec);
-        fs::create_directories(link.parent_path());
-        fs::create_symlink(target, link);
-    }
-
-    fs::path tripwire_;
-};
-
-TEST_F(HostileTest, LibraryDirectoryIsASymlinkToTheRoot) {
-    Bundle b = bundle();
-    plant_link(b.rootfs() / "usr/lib/x86_64-linux-gnu", "/");
-    auto r = run_and_check_host(b);
-    // Contained: the library's mount point was made at the container's own root.
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    for (const auto* lib : libraries({"compute"}, false))
-        EXPECT_TRUE(fs::exists(b.rootfs() / fs::path(lib->real_path).filename())) << lib->name;
-}
-
-TEST_F(HostileTest, LibraryDirectoryEscapesWithDotDot) {
-    Bundle b = bundle();
-    plant_link(b.rootfs() / "usr/lib/x86_64-linux-gnu",
-               "../../../../../../../.." + tripwire_.string());
-    run_and_check_host(b);
-}
-
-TEST_F(HostileTest, MountTargetIsADanglingSymlinkToAHostPath) {
-    Bundle b = bundle();
-    plant_link(b.rootfs() / "usr/bin/nvidia-smi", tripwire_ / "pwned");
-    plant_link(b.rootfs() / "usr/lib/x86_64-linux-gnu/libcuda.so.1", tripwire_ / "sub/libcuda");
-    auto r = run_and_check_host(b);
-    EXPECT_FALSE(fs::exists(fs::symlink_status(tripwire_ / "pwned")));
-}
-
-// runc 1.1.5 itself follows an absolute /dev symlink to the host when it
-// makes /dev/fd, /dev/stdin, ... (with or without any hook), so here the
-// tripwire is compared with what runc alone does: gpubind adds nothing.
-TEST_F(HostileTest, DevIsASymlink) {
-    auto names = [this] {
-        std::string out;
-        for (const auto& e : fs::directory_iterator(tripwire_)) {
-            out += e.path().filename().string();
-            if (e.is_symlink()) out += " -> " + fs::read_symlink(e.path()).string();
-            out += "\n";
-        }
-        return out;
-    };
-    auto reset = [this] {
-        fs::remove_all(tripwire_);
-        fs::create_directories(tripwire_ / "sub");
-        std::ofstream(tripwire_ / "keep") << "host data\n";
-    };
-    const std::string mounts = host_mounts(), host_dev = listing("/dev");
-    Bundle plain = bundle(Layout::Multiarch, /*with_hook=*/false);
-    plant_link(plain.rootfs() / "dev", tripwire_);
-    plain.env("NVIDIA_VISIBLE_DEVICES=0").command("true").run();
-    const std::string runc_alone = names();
-    reset();
-    Bundle b = bundle();
-    plant_link(b.rootfs() / "dev", tripwire_);
-    auto r = b.env("NVIDIA_VISIBLE_DEVICES=0").command("echo started").run();
-    if (r.exit_code != 0) {
-        EXPECT_THAT(r.err, HasSubstr("gpubind-hook: ")) << r.err;
-    }
-    EXPECT_EQ(names(), runc_alone);
-    EXPECT_EQ(host_mounts(), mounts);
-    EXPECT_EQ(listing("/dev"), host_dev);
-}
-
-TEST_F(HostileTest, ProcDriverNvidiaIsASymlink) {
-    Bundle b = bundle();
-    b.no_proc_mount();
-    plant_link(b.rootfs() / "proc/driver/nvidia", tripwire_);
-    auto r = run_and_check_host(b);
-    EXPECT_NE(r.exit_code, 0) << "a symlink where the proc view goes must be refused";
-    EXPECT_THAT(r.err, HasSubstr("/proc/driver/nvidia"));
-}
+// Hostile images, states and variables: hostile_test.cpp.
 
 }  // namespace
 }  // namespace gpubind::test

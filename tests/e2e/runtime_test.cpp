@@ -333,40 +333,6 @@ TEST_F(RuntimeTest, CgroupV1AccessComesFromTheSpecAlone) {
     EXPECT_EQ(old.exec({"probe", "open", open_gpu1}).out, open_gpu1 + " EPERM\n");
 }
 
-// A private mount namespace with cgroup2 on /sys/fs/cgroup, so that runc
-// runs in unified mode (device access by an eBPF program); this process
-// returns to its own namespace when it goes out of scope.
-class PrivateCgroup2 {
-  public:
-    PrivateCgroup2()
-        : own_ns_(::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)),
-          cwd_(::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC)) {
-        if (::unshare(CLONE_NEWNS) != 0) {
-            error_ = std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
-            return;
-        }
-        entered_ = true;
-        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
-            error_ = std::string("make / private: ") + std::strerror(errno);
-        else if (::mount("cgroup2", "/sys/fs/cgroup", "cgroup2", 0, nullptr) != 0)
-            error_ = std::string("mount cgroup2 on /sys/fs/cgroup: ") + std::strerror(errno);
-    }
-    ~PrivateCgroup2() {
-        if (entered_ && (::setns(own_ns_, CLONE_NEWNS) != 0 || ::fchdir(cwd_) != 0))
-            std::abort();  // the other tests must not run in the private namespace
-        ::close(own_ns_);
-        ::close(cwd_);
-    }
-    PrivateCgroup2(const PrivateCgroup2&) = delete;
-    PrivateCgroup2& operator=(const PrivateCgroup2&) = delete;
-    const std::string& error() const { return error_; }
-
-  private:
-    int own_ns_, cwd_;
-    bool entered_ = false;
-    std::string error_;
-};
-
 // cgroup v2: no devices.list; the eBPF program runc attaches from the spec is
 // what grants. The selected GPU opens, the others are refused (the process
 // sits in the v1 devices root, so nothing else could refuse them), the same

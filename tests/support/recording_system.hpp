@@ -6,13 +6,15 @@
 // can close them), labelled with what they stand for: "root:/usr/lib" (a
 // directory inside the container root), "tree:/host/x" (a detached bind mount
 // of a host path), "tmpfs:/gpus" (a directory in the proc view tmpfs),
-// "ns:container", "ns:own", "cgroup:<file>", "pidfd", "cwd", "exe:<path>".
+// "ns:container", "ns:own", "cgroup:<file>", "pidfd", "cwd", "exe:<path>",
+// "cgroupdir:<dir>" (a cgroup v2 directory), "prog:<id>" (a device program).
 #pragma once
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -44,16 +46,30 @@ public:
     std::set<std::string> allowed;                // device rules now allowed (allow - deny)
     std::vector<std::string> ldconfig_args;       // of the last run
     std::string proc_cgroup = "5:devices:/ctr\n0::/\n";
+    // The container's /proc/<pid>/uid_map and gid_map: no user namespace of its own.
+    std::string uid_map = "         0          0 4294967295\n";
+    std::string gid_map = "         0          0 4294967295\n";
+    std::string fs_ids = "0:0";                 // set by set_fs_ids
+    std::map<std::string, std::string> owners;  // "root:/x" -> fs_ids when created, if not 0:0
+    std::string run_as_owner;                   // "uid:gid" of the last run_as
     std::string mountinfo =
         "36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n";
     std::string devices_list = "c 1:3 rwm\n";
+    // cgroup v2: the device programs attached to the container's cgroup (one
+    // cgroup in the model) and every program known, by id.
+    DevicePrograms device_programs{kBpfAllowMulti, {}};
+    std::map<std::uint32_t, std::vector<bpf::Insn>> programs;
+    std::map<std::uint32_t, std::string> program_names;
+    std::uint32_t next_program_id = 1000;
     bool shares_namespace = false;  // the container is in our mount namespace
     bool in_container = false;      // which mount namespace we are in
+    bool in_user_ns = false;        // joined the container's user namespace (rootless)
 
     // --- The record ---
     std::vector<std::string> calls;
     // Calls for which this returns true fail with Error(EIO, "injected", line).
     std::function<bool(std::size_t index, const std::string& line)> fail_if;
+    int fail_errno = EIO;  // the errno of those failures
 
     void fail_at(std::size_t k) {
         fail_if = [k](std::size_t i, const std::string&) { return i == k; };
@@ -71,14 +87,24 @@ public:
     }
     std::string read_proc(int, pid_t pid, const std::string& name) override {
         call("read_proc " + std::to_string(pid) + " " + name, false);
+        if (name == "uid_map") return uid_map;
+        if (name == "gid_map") return gid_map;
         return name == "cgroup" ? proc_cgroup : std::string();
+    }
+    Fd open_user_ns(int, pid_t pid) override {
+        call("open_user_ns " + std::to_string(pid), false);
+        return make("ns:user");
+    }
+    void enter_user_ns(int fd) override {
+        call("enter_user_ns " + label(fd), false);
+        in_user_ns = true;
     }
     Fd open_own_mount_ns() override {
         call("open_own_mount_ns", false);
         return make("ns:own");
     }
     Fd open_cwd() override {
-        call("open_cwd", false);
+        call("open_cwd", in_user_ns ? std::optional<bool>() : false);
         return make("cwd");
     }
     bool same_file(int a, int b) override {
@@ -92,12 +118,13 @@ public:
         throw Error(ENOENT, "read", p.string());
     }
     Fd open_tree(const std::filesystem::path& p) override {
-        call("open_tree " + p.string(), false);
+        // Rootless, the host's files are opened in the container's namespace.
+        call("open_tree " + p.string(), in_user_ns ? std::optional<bool>() : false);
         if (!host.count(p.string())) throw Error(ENOENT, "open mount source", p.string());
         return make("tree:" + p.string());
     }
     Fd open_executable(const std::filesystem::path& p) override {
-        call("open_executable " + p.string(), false);
+        call("open_executable " + p.string(), in_user_ns ? std::optional<bool>() : false);
         return make("exe:" + p.string());
     }
     Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) override {
@@ -111,6 +138,44 @@ public:
             allowed.insert(rule);
         else if (l.ends_with("devices.deny"))
             allowed.erase(rule);
+    }
+    Fd open_cgroup_dir(const std::filesystem::path& dir) override {
+        call("open_cgroup_dir " + dir.string(), false);
+        return make("cgroupdir:" + dir.string());
+    }
+    DevicePrograms query_device_programs(int fd) override {
+        call("query_device_programs " + label(fd), false);
+        return device_programs;
+    }
+    Fd open_program(std::uint32_t id) override {
+        call("open_program " + std::to_string(id), std::nullopt);
+        if (!programs.count(id)) throw Error(ENOENT, "open device program", std::to_string(id));
+        return make("prog:" + std::to_string(id));
+    }
+    std::vector<bpf::Insn> program_instructions(int fd) override {
+        call("program_instructions " + label(fd), std::nullopt);
+        return programs.at(id_of(fd));
+    }
+    Fd load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) override {
+        call("load_device_program " + name, std::nullopt);
+        std::uint32_t id = next_program_id++;
+        programs[id] = insns;
+        program_names[id] = name;
+        return make("prog:" + std::to_string(id));
+    }
+    void replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
+                                const std::string&) override {
+        call("replace_device_program " + label(cgroup_fd) + " " + label(new_prog) + " for " +
+                 label(old_prog),
+             std::nullopt);
+        if (flags != device_programs.attach_flags)
+            throw Error(EINVAL, "attach device program", label(cgroup_fd), "other flags");
+        for (auto& id : device_programs.ids)
+            if (id == id_of(old_prog)) {
+                id = id_of(new_prog);
+                return;
+            }
+        throw Error(ENOENT, "attach device program", label(old_prog), "not attached");
     }
     FileInfo stat_fd(int fd) override {
         std::string l = label(fd);
@@ -195,6 +260,11 @@ public:
         m.erase(it);
         links.erase(key);
     }
+    void set_fs_ids(unsigned uid, unsigned gid) override {
+        std::string ids = std::to_string(uid) + ":" + std::to_string(gid);
+        call("set_fs_ids " + ids, std::nullopt);
+        fs_ids = ids;
+    }
     void set_mount_flags(int fd, unsigned flags) override {
         std::string l = label(fd);
         call("set_mount_flags " + l + " " + flag_names(flags), std::nullopt);
@@ -226,6 +296,16 @@ public:
         (void)what;
         ldconfig_args = args;
     }
+    void run_as(const Owner& owner, int exe, const std::string& what,
+                const std::vector<std::string>& args, std::chrono::milliseconds) override {
+        std::string ids = std::to_string(owner.uid) + ":" + std::to_string(owner.gid);
+        std::string line = "run_as " + ids + " " + label(exe);
+        for (const auto& a : args) line += " " + a;
+        call(line, true);
+        (void)what;
+        ldconfig_args = args;
+        run_as_owner = ids;
+    }
 
     // --- Helpers for tests ---
 
@@ -242,6 +322,9 @@ public:
     }
 
     const std::string& label(int fd) const { return labels_.at(fd); }
+    std::uint32_t id_of(int prog_fd) const {
+        return static_cast<std::uint32_t>(std::stoul(label(prog_fd).substr(5)));
+    }
 
 private:
     // Records the call, fails it when told to, and checks the namespace:
@@ -253,7 +336,7 @@ private:
             throw Error(EPERM, "wrong mount namespace", line,
                         *container ? "must run inside the container's mount namespace"
                                    : "must run in the host's mount namespace");
-        if (fail_if && fail_if(index, line)) throw Error(EIO, "injected", line);
+        if (fail_if && fail_if(index, line)) throw Error(fail_errno, "injected", line);
     }
 
     Fd make(const std::string& what) {
@@ -284,6 +367,7 @@ private:
         std::string key = strip(l);
         if (m.count(key)) throw Error(EEXIST, "create", l);
         m[key] = info;
+        if (fs_ids != "0:0") owners[l] = fs_ids;
     }
 
     std::map<int, std::string> labels_;

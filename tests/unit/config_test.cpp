@@ -39,6 +39,29 @@ TEST(Config, DefaultsAreTheShippedFile) {
     EXPECT_EQ(builtin.ldcache_path(), "/etc/ld.so.cache");
 }
 
+TEST(Config, CudaCompatIsOnByDefaultAndCanBeTurnedOff) {
+    EXPECT_TRUE(default_config().policy.cuda_compat);
+    EXPECT_TRUE(load_config(GPUBIND_SOURCE_DIR "/config/config.toml").policy.cuda_compat);
+    EXPECT_FALSE(parse_config("[policy]\ncuda-compat = false\n", "t.toml").policy.cuda_compat);
+    EXPECT_TRUE(parse_config("[policy]\ncuda-compat = true\n", "t.toml").policy.cuda_compat);
+    EXPECT_THROW(parse_config("[policy]\ncuda-compat = \"no\"\n", "t.toml"), Error);
+}
+
+TEST(Config, OnRefusedFailsByDefaultAndTakesFailOrWarn) {
+    EXPECT_EQ(default_config().policy.on_refused, OnRefused::Fail);
+    EXPECT_EQ(load_config(GPUBIND_SOURCE_DIR "/config/config.toml").policy.on_refused,
+              OnRefused::Fail);
+    EXPECT_EQ(parse_config("[policy]\non-refused = \"warn\"\n", "t.toml").policy.on_refused,
+              OnRefused::Warn);
+    EXPECT_EQ(parse_config("[policy]\non-refused = \"fail\"\n", "t.toml").policy.on_refused,
+              OnRefused::Fail);
+    EXPECT_EQ(error_of("[policy]\non-refused = \"ignore\"\n"),
+              "load config test.toml: policy.on-refused: expected \"fail\" or \"warn\", not "
+              "\"ignore\"");
+    EXPECT_EQ(error_of("[policy]\non-refused = true\n"),
+              "load config test.toml: policy.on-refused: expected a string");
+}
+
 TEST(Config, CatalogMapsFilesToCapabilities) {
     Config c = default_config();
     const auto* cuda = find(c.catalog.libraries, "libcuda.so");

@@ -1,3 +1,5 @@
+#include <cerrno>
+
 #include <gtest/gtest.h>
 
 #include "gpubind/devices.hpp"
@@ -95,6 +97,37 @@ TEST(SelectDevices, UnknownIdsAreErrorsNamingThem) {
     EXPECT_EQ(message("0000:99:00.0"), "select device 0000:99:00.0: no GPU at this PCI bus id");
     EXPECT_EQ(message("MIG-nope"), "select device MIG-nope: no MIG device with this UUID");
     EXPECT_NE(message("banana").find("select device banana: not a device id"), std::string::npos);
+}
+
+TEST(SelectImexChannels, AllNumbersAndMissingOnes) {
+    Node node = make_node();
+    for (unsigned n : {0u, 2u, 5u}) {
+        DeviceNode c;
+        c.path = "/dev/nvidia-caps-imex-channels/channel" + std::to_string(n);
+        c.major = 508;
+        c.minor = n;
+        node.imex_channels.push_back(c);
+    }
+    auto minors = [&](const std::vector<std::string>& asked) {
+        std::vector<unsigned> out;
+        for (const auto* c : select_imex_channels(node, asked)) out.push_back(c->minor);
+        return out;
+    };
+    EXPECT_EQ(minors({}), std::vector<unsigned>{});
+    EXPECT_EQ(minors({"all"}), (std::vector<unsigned>{0, 2, 5}));
+    EXPECT_EQ(minors({"5", "0", "5"}), (std::vector<unsigned>{5, 0}));
+    try {
+        select_imex_channels(node, {"0", "3"});
+        ADD_FAILURE() << "channel 3 selected";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), EINVAL);
+        EXPECT_EQ(std::string(e.what()),
+                  "select IMEX channel 3: no /dev/nvidia-caps-imex-channels/channel3 on this node "
+                  "(it has channel 0, 2, 5)");
+    }
+    node.imex_channels.clear();
+    EXPECT_TRUE(select_imex_channels(node, {"all"}).empty());
+    EXPECT_THROW(select_imex_channels(node, {"0"}), Error);
 }
 
 }  // namespace

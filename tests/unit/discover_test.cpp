@@ -107,6 +107,24 @@ TEST_P(Shape, InfoShowsTheNodesGpus) {
         for (const auto& m : g["mig"])
             got.emplace(g["index"], m["gpu_instance"], m["compute_instance"], m["uuid"]);
     EXPECT_EQ(got, want);
+    // IMEX channels: the manifest's channel nodes, with their numbers.
+    std::set<std::tuple<unsigned, std::string, unsigned, unsigned>> want_imex, got_imex;
+    for (const auto& n : manifest_.nodes)
+        if (n.path.rfind("/dev/nvidia-caps-imex-channels/", 0) == 0)
+            want_imex.emplace(n.minor, host(n.path), n.major, n.minor);
+    for (const auto& c : info["imex_channels"])
+        got_imex.emplace(c["channel"], c["host_path"], c["major"], c["minor"]);
+    EXPECT_EQ(got_imex, want_imex);
+    EXPECT_EQ(want_imex.size(), manifest_.spec.imex_channels);
+    auto text = cli("info " + root());
+    EXPECT_EQ(text.code, 0) << text.out;
+    if (manifest_.spec.imex_channels > 0) {
+        EXPECT_THAT(text.out, ::testing::HasSubstr(
+                                  "IMEX channels:    0-" +
+                                  std::to_string(manifest_.spec.imex_channels - 1) + "\n"));
+    } else {
+        EXPECT_THAT(text.out, ::testing::Not(::testing::HasSubstr("IMEX")));
+    }
 }
 
 TEST_P(Shape, ListsExactlyWhatTheNodeHolds) {
@@ -178,8 +196,10 @@ TEST_P(Shape, MigDevicesBringTheirCapabilityNodes) {
 }
 
 sim::Spec spec(unsigned gpus, bool compat32, bool graphics, bool ipcs_firmware,
-               std::vector<sim::MigSpec> mig = {}, std::string version = "550.54.15") {
+               std::vector<sim::MigSpec> mig = {}, std::string version = "550.54.15",
+               unsigned imex_channels = 0) {
     sim::Spec s;
+    s.imex_channels = imex_channels;
     s.gpus = gpus;
     s.compat32 = compat32;
     s.graphics = graphics;
@@ -194,7 +214,77 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(spec(1, true, true, true), spec(8, true, true, true),
                       spec(8, false, false, false, {}, "535.183.01"),
                       spec(2, true, true, true, {{0, 1, 0}, {0, 2, 0}, {1, 3, 1}}),
-                      spec(4, false, true, false, {{3, 7, 0}}, "580.65.06")));
+                      spec(4, false, true, false, {{3, 7, 0}}, "580.65.06"),
+                      spec(2, false, false, true, {{1, 2, 0}}, "570.86.15", 4)));
+
+// IMEX channels: listed with the devices, narrowed by --imex-channels; an
+// odd node is left out with a warning; an unknown channel is an error naming it.
+TEST(Discover, ImexChannels) {
+    test::TempDir dir("gpubind-imex");
+    sim::Spec s;
+    s.gpus = 1;
+    s.imex_channels = 3;
+    const sim::Manifest m = sim::simulate(dir.path(), s);
+    const std::string root = "--root " + dir.path().string();
+    unsigned major = 0;
+    for (const auto& n : m.nodes)
+        if (n.path == "/dev/nvidia-caps-imex-channels/channel0") major = n.major;
+    ASSERT_NE(major, 0u);
+    auto channels_listed = [&](const std::string& args) {
+        std::set<std::pair<std::string, unsigned>> out;
+        const json list = cli_json("list --json " + args + " " + root);
+        for (const auto& d : list["devices"])
+            if (d.contains("imex_channel")) {
+                EXPECT_EQ(d["major"], major);
+                EXPECT_EQ(d["minor"], d["imex_channel"]);
+                out.emplace(d["path"], d["imex_channel"]);
+            }
+        return out;
+    };
+    const std::string ch = "/dev/nvidia-caps-imex-channels/channel";
+    EXPECT_EQ(channels_listed(""),
+              (std::set<std::pair<std::string, unsigned>>{
+                  {ch + "0", 0}, {ch + "1", 1}, {ch + "2", 2}}));
+    EXPECT_EQ(channels_listed("--imex-channels 2,0"),
+              (std::set<std::pair<std::string, unsigned>>{{ch + "0", 0}, {ch + "2", 2}}));
+    EXPECT_TRUE(channels_listed("--imex-channels none").empty());
+    auto text = cli("list --imex-channels 1 " + root);
+    EXPECT_EQ(text.code, 0) << text.out;
+    EXPECT_THAT(text.out, ::testing::HasSubstr(
+                              (dir / "dev/nvidia-caps-imex-channels/channel1").string() + "\n"));
+    EXPECT_THAT(text.out, ::testing::Not(::testing::HasSubstr("channel0")));
+
+    auto missing = cli("list --imex-channels 7 " + root);
+    EXPECT_EQ(missing.code, 3) << missing.out;
+    EXPECT_EQ(missing.out,
+              "gpubind: select IMEX channel 7: no /dev/nvidia-caps-imex-channels/channel7 "
+              "on this node (it has channel 0, 1, 2)\n");
+    EXPECT_EQ(cli("list --imex-channels x " + root).code, 3);
+
+    // A node with the wrong minor, and a stray entry: left out, the rest stays.
+    const fs::path bad = dir / "dev/nvidia-caps-imex-channels/channel1";
+    fs::remove(bad);
+    ASSERT_EQ(::mknod(bad.c_str(), S_IFCHR | 0666, makedev(major, 5)), 0);
+    std::ofstream(dir / "dev/nvidia-caps-imex-channels/README") << "not a channel\n";
+    EXPECT_EQ(channels_listed(""),
+              (std::set<std::pair<std::string, unsigned>>{{ch + "0", 0}, {ch + "2", 2}}));
+    json info = cli_json("info --json " + root);
+    std::string warnings = info["warnings"].dump();
+    EXPECT_THAT(warnings, ::testing::HasSubstr(bad.string()));
+    EXPECT_THAT(warnings, ::testing::HasSubstr("README"));
+    EXPECT_EQ(cli("list --imex-channels 1 " + root).code, 3);
+
+    // Without the driver's major in proc/devices there is no channel at all.
+    std::string devices;
+    {
+        std::ifstream in(dir / "proc/devices");
+        std::string line;
+        while (std::getline(in, line))
+            if (line.find("nvidia-caps-imex-channels") == std::string::npos) devices += line + "\n";
+    }
+    std::ofstream(dir / "proc/devices", std::ios::trunc) << devices;
+    EXPECT_TRUE(channels_listed("").empty());
+}
 
 TEST(Discover, MissingOptionalFilesAreLeftOutAndCorruptionIsAnError) {
     test::TempDir dir("gpubind-broken");

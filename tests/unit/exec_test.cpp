@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <set>
 #include <string>
@@ -10,8 +12,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "errors.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
+#include "device_program.hpp"
 #include "recording_system.hpp"
 
 namespace gpubind {
@@ -199,6 +203,144 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
     EXPECT_EQ(c[c.size() - 2], "enter_mount_ns ns:own");
     EXPECT_EQ(c[c.size() - 1], "change_dir cwd");
     EXPECT_FALSE(sys.in_container);
+}
+
+// A container with a user namespace whose root is host 100000:200000: what
+// gpubind creates in its root (directories, mount points, links) is created as
+// that root; what the image had keeps its owner; ldconfig runs as those ids.
+// Without a user namespace everything is created as root.
+TEST(Execute, UserNamespaceRootOwnsWhatIsCreated) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    sys.uid_map = "         0     100000      65536\n";
+    sys.gid_map = "         0     200000      65536\n";
+    const auto before = sys.root;
+    execute(plan, target(), sys);
+    const auto& c = sys.calls;
+
+    std::set<std::string> created;
+    for (const auto& line : c)
+        for (const char* op : {"make_dir root:", "make_file root:", "make_symlink root:"})
+            if (starts(line, op)) {
+                std::string p = line.substr(std::string(op).size() - 5);
+                created.insert(p.substr(0, p.find(" -> ")));
+            }
+    ASSERT_FALSE(created.empty());
+    for (const auto& p : created) EXPECT_EQ(sys.owners[p], "100000:200000") << p;
+    for (const auto& [p, info] : before)
+        EXPECT_FALSE(sys.owners.count("root:" + p)) << p << " was the image's own";
+    for (const auto& [p, ids] : sys.owners) EXPECT_TRUE(created.count(p)) << p;
+    // The ids are switched for each creation alone, and back to root's at once.
+    for (std::size_t i = 0; i < c.size(); ++i) {
+        if (c[i] != "set_fs_ids 100000:200000") continue;
+        ASSERT_LT(i + 2, c.size());
+        EXPECT_TRUE(starts(c[i + 1], "make_")) << c[i + 1];
+        EXPECT_EQ(c[i + 2], "set_fs_ids 0:0");
+    }
+    EXPECT_EQ(sys.fs_ids, "0:0");
+    EXPECT_EQ(sys.run_as_owner, "100000:200000");
+    for (const auto& line : c) EXPECT_FALSE(starts(line, "run exe:")) << line;
+
+    // No user namespace (the identity map), or one whose root is not mapped.
+    for (const char* map : {"         0          0 4294967295\n", "1 100000 10\n"}) {
+        SCOPED_TRACE(map);
+        RecordingSystem plain;
+        setup_world(plain, plan);
+        plain.uid_map = plain.gid_map = map;
+        execute(plan, target(), plain);
+        EXPECT_TRUE(plain.owners.empty());
+        EXPECT_EQ(plain.run_as_owner, "");
+        EXPECT_EQ(std::count_if(plain.calls.begin(), plain.calls.end(),
+                                [](const std::string& l) { return starts(l, "run exe:"); }),
+                  1);
+    }
+
+    // A failure at any step after the first chown still leaves the root as it was.
+    const std::size_t n = c.size();
+    const std::size_t first = static_cast<std::size_t>(
+        std::find_if(c.begin(), c.end(),
+                     [](const std::string& l) { return starts(l, "set_fs_ids"); }) -
+        c.begin());
+    ASSERT_LT(first, n);
+    for (std::size_t k = first; k < n; ++k) {
+        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + c[k]);
+        RecordingSystem failing;
+        setup_world(failing, plan);
+        failing.uid_map = sys.uid_map;
+        failing.gid_map = sys.gid_map;
+        failing.fail_at(k);
+        EXPECT_THROW(execute(plan, target(), failing), Error);
+        EXPECT_EQ(failing.root, before);
+        EXPECT_TRUE(failing.mounted.empty());
+        EXPECT_EQ(failing.fs_ids, "0:0");
+    }
+}
+
+// Rootless: the hook runs as the user. It joins the container's user
+// namespace before its mount namespace, clones the host's files from there
+// (before the container's pivot_root they are visible), chowns nothing (what
+// it creates is the container root's already), runs ldconfig as that root and
+// stays in the container's namespaces: there is no way back out.
+TEST(Execute, RootlessJoinsTheUserNamespaceFirstAndStays) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    sys.uid_map = sys.gid_map = "         0       4343          1\n";
+    Target t = target();
+    t.join_user_ns = true;
+    execute(plan, t, sys);
+    const auto& c = sys.calls;
+    const std::size_t user = index_of(c, "enter_user_ns ns:user");
+    const std::size_t mnt = index_of(c, "enter_mount_ns ns:container");
+    EXPECT_LT(index_of(c, "open_user_ns " + std::to_string(fake_pid())), user);
+    EXPECT_LT(user, mnt);
+    for (std::size_t i = 0; i < c.size(); ++i) {
+        if (starts(c[i], "open_tree ")) {
+            EXPECT_GT(i, mnt) << c[i];
+        }
+        EXPECT_FALSE(starts(c[i], "set_fs_ids")) << c[i];
+        EXPECT_NE(c[i], "enter_mount_ns ns:own");
+    }
+    EXPECT_EQ(std::count(c.begin(), c.end(), "enter_mount_ns ns:container"), 1);
+    EXPECT_EQ(c.back(), "run exe:/sbin/ldconfig -r /rootfs /usr/lib/x86_64-linux-gnu");
+    EXPECT_EQ(sys.mounted.size(), plan.devices.size() + plan.mounts.size() + 2);
+
+    // A failure anywhere leaves the container's root as it was.
+    for (std::size_t k = 0; k < c.size(); ++k) {
+        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + c[k]);
+        RecordingSystem failing;
+        setup_world(failing, plan);
+        const auto before = failing.root;
+        failing.fail_at(k);
+        EXPECT_THROW(execute(plan, t, failing), Error);
+        EXPECT_EQ(failing.root, before);
+        EXPECT_TRUE(failing.mounted.empty());
+        EXPECT_TRUE(failing.links.empty());
+    }
+}
+
+TEST(MapId, ReadsTheKernelsIdMaps) {
+    // The formats the kernel prints: columns padded to 10.
+    EXPECT_EQ(map_id("         0          0 4294967295\n", 0, "m"), 0u);
+    EXPECT_EQ(map_id("         0     100000      65536\n", 0, "m"), 100000u);
+    EXPECT_EQ(map_id("         0     100000      65536\n", 65535, "m"), 165535u);
+    EXPECT_EQ(map_id("         0     100000      65536\n", 65536, "m"), std::nullopt);
+    // Rootless runc: the user as root, subordinate ids above.
+    const std::string rootless =
+        "         0       1000          1\n         1     100000      65536\n";
+    EXPECT_EQ(map_id(rootless, 0, "m"), 1000u);
+    EXPECT_EQ(map_id(rootless, 1, "m"), 100000u);
+    EXPECT_EQ(map_id("1 100000 10", 0, "m"), std::nullopt);
+    EXPECT_EQ(map_id("", 0, "m"), std::nullopt);  // not written yet: nothing is mapped
+    for (const char* bad : {"0 100000\n", "0 100000 10 4\n", "0 x 10\n", "-1 0 10\n",
+                            "0 4294967296 1\n"}) {
+        SCOPED_TRACE(bad);
+        auto e = test::error_of([&] { map_id(std::string("0 5 0\n") + bad, 0, "pid 9 uid_map"); });
+        EXPECT_EQ(e.code().value(), EINVAL);
+        EXPECT_THAT(e.what(), HasSubstr("pid 9 uid_map"));
+        EXPECT_THAT(e.what(), HasSubstr("line 2"));
+    }
 }
 
 TEST(Execute, FailureAtAnyStepUndoesEverythingInReverseAndRethrowsIt) {
@@ -454,7 +596,7 @@ TEST(Execute, SourcesAreCheckedOnTheHostBeforeEnteringTheContainer) {
         "the plan wants a directory");
 }
 
-TEST(Execute, CgroupRulesOnlyWhereNeededAndCgroupV2IsAClearError) {
+TEST(Execute, CgroupRulesOnlyWhereNeededAndAMissingHierarchyIsAClearError) {
     Plan plan = sample_plan();
     {
         RecordingSystem sys;
@@ -464,7 +606,7 @@ TEST(Execute, CgroupRulesOnlyWhereNeededAndCgroupV2IsAClearError) {
         execute(plan, t, sys);
         for (const auto& line : sys.calls) {
             EXPECT_FALSE(starts(line, "write_rule")) << line;
-            EXPECT_FALSE(starts(line, "read_proc")) << line;
+            EXPECT_FALSE(starts(line, "read_proc") && line.ends_with(" cgroup")) << line;
         }
     }
     {
@@ -484,12 +626,15 @@ TEST(Execute, CgroupRulesOnlyWhereNeededAndCgroupV2IsAClearError) {
     {
         RecordingSystem sys;
         setup_world(sys, plan);
+        // A cgroup v2 process, but no cgroup2 mount holding it.
         sys.proc_cgroup = "0::/system.slice/ctr.scope\n";
         try {
             execute(plan, target(), sys);
-            FAIL() << "cgroup v2 accepted";
+            FAIL() << "no hierarchy accepted";
         } catch (const Error& e) {
-            EXPECT_THAT(e.what(), HasSubstr("cgroup v2 device access is not supported yet"));
+            EXPECT_EQ(e.code().value(), ENOENT);
+            EXPECT_THAT(e.what(), HasSubstr("no cgroup2 hierarchy holding "
+                                            "/system.slice/ctr.scope is mounted"));
         }
         for (const auto& line : sys.calls) EXPECT_FALSE(starts(line, "enter_mount_ns")) << line;
     }
@@ -532,6 +677,100 @@ TEST(Execute, NoLdconfigUnlessAskedAndEmptyPlanTouchesNothingInside) {
     EXPECT_FALSE(empty.in_container);
 }
 
+// --- plan.files (CUDA compat's loader entry) ---
+
+Plan compat_plan() {
+    Plan plan = sample_plan();
+    plan.files.push_back({"/etc/ld.so.conf.d/000-cuda-compat.conf", "/usr/local/cuda/compat\n",
+                          "CUDA forward compatibility"});
+    plan.library_dirs.insert(plan.library_dirs.begin(), "/usr/local/cuda/compat");
+    return plan;
+}
+
+TEST(Execute, PlannedFileIsWrittenInsideTheRootBeforeTheCacheRefresh) {
+    const Plan plan = compat_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);  // no /etc in the image
+    execute(plan, target(), sys);
+    const auto& c = sys.calls;
+    const std::string file = "root:/etc/ld.so.conf.d/000-cuda-compat.conf";
+    const std::size_t write = index_of(c, "write_file_at " + file);
+    EXPECT_LT(index_of(c, "make_dir root:/etc"), write);
+    EXPECT_LT(index_of(c, "make_dir root:/etc/ld.so.conf.d"), write);
+    EXPECT_LT(index_of(c, "stat_at " + file), write);
+    EXPECT_LT(index_of(c, "make_symlink root:/usr/lib/x86_64-linux-gnu/libcuda.so -> libcuda.so.1"),
+              write);
+    EXPECT_LT(write, index_of(c, "run exe:/sbin/ldconfig -r /rootfs /usr/local/cuda/compat "
+                                 "/usr/lib/x86_64-linux-gnu"));
+    EXPECT_EQ(sys.contents[file], "/usr/local/cuda/compat\n");
+    EXPECT_EQ(sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"].type, Type::Regular);
+}
+
+TEST(Execute, FailureAfterThePlannedFileRemovesItAndItsNewDirectories) {
+    const Plan plan = compat_plan();
+    RecordingSystem ok;
+    setup_world(ok, plan);
+    execute(plan, target(), ok);
+    const std::size_t write =
+        index_of(ok.calls, "write_file_at root:/etc/ld.so.conf.d/000-cuda-compat.conf");
+    for (std::size_t k = write; k < ok.calls.size(); ++k) {
+        if (!ok.calls[k].starts_with("run ") && k != write && k != write + 1) continue;
+        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        const auto root_before = sys.root;
+        sys.fail_at(k);
+        EXPECT_THROW(execute(plan, target(), sys), Error);
+        EXPECT_EQ(sys.root, root_before);
+        if (k > write) {
+            EXPECT_NE(std::find(sys.calls.begin(), sys.calls.end(),
+                                "remove root:/etc/ld.so.conf.d/000-cuda-compat.conf"),
+                      sys.calls.end());
+        }
+        EXPECT_FALSE(sys.in_container);
+    }
+}
+
+TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
+    const Plan plan = compat_plan();
+    RecordingSystem kept;
+    setup_world(kept, plan);
+    kept.root["/etc"] = {Type::Directory, 0, 0};
+    kept.root["/etc/ld.so.conf.d"] = {Type::Directory, 0, 0};
+    kept.root["/etc/ld.so.conf.d/000-cuda-compat.conf"] = {Type::Regular, 0, 0};
+    execute(plan, target(), kept);
+    for (const auto& line : kept.calls) EXPECT_FALSE(starts(line, "write_file_at root:")) << line;
+
+    for (Type odd : {Type::Symlink, Type::Directory, Type::Fifo}) {
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        sys.root["/etc"] = {Type::Directory, 0, 0};
+        sys.root["/etc/ld.so.conf.d"] = {Type::Directory, 0, 0};
+        sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"] = {odd, 0, 0};
+        if (odd == Type::Symlink)
+            sys.links["/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/etc/passwd";
+        const auto root_before = sys.root;
+        try {
+            execute(plan, target(), sys);
+            ADD_FAILURE() << "accepted " << to_string(odd);
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), EEXIST);
+            EXPECT_THAT(e.what(), HasSubstr("/etc/ld.so.conf.d/000-cuda-compat.conf"));
+            EXPECT_THAT(e.what(), HasSubstr(std::string(to_string(odd))));
+        }
+        for (const auto& line : sys.calls)
+            EXPECT_FALSE(starts(line, "write_file_at root:")) << line;
+        EXPECT_EQ(sys.root, root_before);
+    }
+
+    Plan relative = compat_plan();
+    relative.files[0].path = "etc/x.conf";
+    RecordingSystem sys;
+    setup_world(sys, relative);
+    EXPECT_THROW(execute(relative, target(), sys), Error);
+    for (const auto& line : sys.calls) EXPECT_FALSE(starts(line, "write_file_at root:")) << line;
+}
+
 // --- cgroup parsing ---
 
 TEST(Cgroup, DevicesDirFromProcCgroupAndMountinfo) {
@@ -558,7 +797,7 @@ TEST(Cgroup, DevicesDirFromProcCgroupAndMountinfo) {
         FAIL();
     } catch (const Error& e) {
         EXPECT_STREQ(e.what(),
-                     "set device cgroup pid 7: cgroup v2 device access is not supported yet");
+                     "set device cgroup pid 7: the process has no cgroup v1 devices controller");
     }
     EXPECT_THROW(cgroup::devices_dir("5:devices:/a/../../etc\n", mountinfo, "pid 7"), Error);
     EXPECT_THROW(cgroup::devices_dir("garbage\n", mountinfo, "pid 7"), Error);
@@ -576,6 +815,311 @@ TEST(Cgroup, AllowsReadsTheKernelsList) {
     EXPECT_TRUE(cgroup::allows("c *:0 rw\n", 195, 0));
     EXPECT_FALSE(cgroup::allows("", 195, 0));
     EXPECT_FALSE(cgroup::allows("c 195:x rw\nc 195 rw\n", 195, 0));
+}
+
+// --- cgroup v2 ---
+
+// This host's layout with a private cgroup2 mount over /sys/fs/cgroup (what
+// makes runc run in unified mode): the v1 hierarchies are still listed, hidden.
+const std::string kPrivateV2Mountinfo =
+    "22 1 8:1 / / rw,relatime - ext4 /dev/root rw\n"
+    "23 22 0:21 / /sys rw,nosuid - sysfs sysfs rw\n"
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+    "90 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n";
+const std::string kHybridMountinfo =
+    "22 1 8:1 / / rw,relatime - ext4 /dev/root rw\n"
+    "23 22 0:21 / /sys rw,nosuid - sysfs sysfs rw\n"
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+const std::string kV2Dir = "/sys/fs/cgroup/ctr";
+const std::string kV2Label = "cgroupdir:" + kV2Dir;
+
+std::vector<test::RuntimeRule> runtime_rules() {
+    return {{bpf::kDevChar, 1, 3, 7, true},
+            {bpf::kDevChar, 195, 254, 7, false},
+            {bpf::kDevChar, 136, std::nullopt, 7, true}};
+}
+
+void setup_v2(RecordingSystem& sys, std::vector<std::uint32_t> ids = {7}) {
+    sys.proc_cgroup = "5:devices:/\n0::/ctr\n";
+    sys.mountinfo = kPrivateV2Mountinfo;
+    for (auto id : ids) sys.programs[id] = test::runtime_like_program(runtime_rules());
+    sys.device_programs = {kBpfAllowMulti, ids};
+}
+
+// Our rules (the sample plan's two nodes) in front of the runtime's, nothing else.
+void expect_extended(const std::vector<bpf::Insn>& prog) {
+    const auto original = test::runtime_like_program(runtime_rules());
+    for (unsigned minor : {0u, 1u, 3u, 254u, 255u})
+        for (unsigned access = 1; access <= 7; ++access)
+            for (unsigned major : {1u, 136u, 195u}) {
+                SCOPED_TRACE(std::to_string(major) + ":" + std::to_string(minor) + " access " +
+                             std::to_string(access));
+                test::DeviceRequest req{bpf::kDevChar, access, major, minor};
+                const bool ours = major == 195 && (minor == 0 || minor == 255) &&
+                                  (access & bpf::kAccMknod) == 0;
+                EXPECT_EQ(test::run_device_program(prog, req),
+                          ours ? 1u : test::run_device_program(original, req));
+            }
+}
+
+TEST(ExecuteV2, RuntimesProgramIsExtendedOnTheHostSideAndSwappedInTheCgroupStep) {
+    Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    execute(plan, target(), sys);
+    const auto& c = sys.calls;
+    const std::size_t enter = index_of(c, "enter_mount_ns ns:container");
+    std::size_t previous = 0;
+    for (const std::string& line :
+         {"open_cgroup_dir " + kV2Dir, "query_device_programs " + kV2Label,
+          std::string("open_program 7"), std::string("program_instructions prog:7"),
+          std::string("load_device_program gpubind_dev")}) {
+        std::size_t i = index_of(c, line);
+        EXPECT_LT(i, enter) << line;
+        EXPECT_LE(previous, i) << line;
+        previous = i;
+    }
+    const std::size_t swap = index_of(c, "replace_device_program " + kV2Label + " prog:1000 for prog:7");
+    EXPECT_LT(index_of(c, "attach tree:/host/dev/nvidia0 -> root:/dev/nvidia0"), swap);
+    EXPECT_LT(swap, index_of(c, "make_tmpfs"));
+    for (const auto& line : c) {
+        EXPECT_FALSE(starts(line, "write_rule")) << line;
+        EXPECT_FALSE(starts(line, "open_cgroup_file")) << line;
+        EXPECT_FALSE(starts(line, "read_host_file /sys/fs/cgroup/devices")) << line;
+    }
+    // One program in place of the runtime's: ours, named, allowing the two nodes.
+    EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1000});
+    EXPECT_EQ(sys.program_names[1000], "gpubind_dev");
+    expect_extended(sys.programs[1000]);
+    EXPECT_EQ(std::count_if(c.begin(), c.end(),
+                            [](const std::string& l) { return starts(l, "load_device_program"); }),
+              1);
+}
+
+TEST(ExecuteV2, EveryProgramAttachedHereIsExtendedOnceEvenWithoutMulti) {
+    Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys, {7, 9});
+    execute(plan, target(), sys);
+    EXPECT_EQ(sys.device_programs.ids, (std::vector<std::uint32_t>{1000, 1001}));
+    expect_extended(sys.programs[1000]);
+    expect_extended(sys.programs[1001]);
+
+    RecordingSystem single;  // attached without BPF_F_ALLOW_MULTI: the same flags replace it
+    setup_world(single, plan);
+    setup_v2(single);
+    single.device_programs.attach_flags = 0;
+    execute(plan, target(), single);
+    EXPECT_EQ(single.device_programs.ids, std::vector<std::uint32_t>{1000});
+}
+
+TEST(ExecuteV2, NoProgramAttachedMeansNothingToDo) {
+    Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys, {});
+    execute(plan, target(), sys);
+    EXPECT_NE(std::find(sys.calls.begin(), sys.calls.end(), "query_device_programs " + kV2Label),
+              sys.calls.end());
+    for (const auto& line : sys.calls) {
+        EXPECT_FALSE(starts(line, "load_device_program")) << line;
+        EXPECT_FALSE(starts(line, "replace_device_program")) << line;
+    }
+    EXPECT_TRUE(sys.device_programs.ids.empty());
+}
+
+TEST(ExecuteV2, FailureAtAnyStepPutsTheRuntimesProgramBack) {
+    const Plan plan = sample_plan();
+    RecordingSystem ok;
+    setup_world(ok, plan);
+    setup_v2(ok);
+    execute(plan, target(), ok);
+    const std::size_t n = ok.calls.size();
+    const std::size_t swap =
+        index_of(ok.calls, "replace_device_program " + kV2Label + " prog:1000 for prog:7");
+    for (std::size_t k = 0; k < n; ++k) {
+        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        setup_v2(sys);
+        const auto root_before = sys.root;
+        sys.fail_at(k);
+        EXPECT_THROW(execute(plan, target(), sys), Error);
+        EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{7});
+        const bool restored =
+            std::find(sys.calls.begin(), sys.calls.end(),
+                      "replace_device_program " + kV2Label + " prog:7 for prog:1000") !=
+            sys.calls.end();
+        EXPECT_EQ(restored, k > swap) << "swapped back exactly when it had been swapped";
+        EXPECT_EQ(sys.root, root_before);
+        EXPECT_TRUE(sys.mounted.empty());
+        EXPECT_FALSE(sys.in_container);
+    }
+}
+
+TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
+    const Plan plan = sample_plan();
+    for (const char* step : {"open_cgroup_dir", "query_device_programs", "open_program",
+                                   "program_instructions", "load_device_program",
+                                   "replace_device_program"}) {
+        SCOPED_TRACE(step);
+        for (int err : {EPERM, EACCES}) {
+            RecordingSystem sys;
+            setup_world(sys, plan);
+            setup_v2(sys);
+            sys.fail_errno = err;
+            sys.fail_if = [&](std::size_t, const std::string& l) { return starts(l, step); };
+            try {
+                execute(plan, target(), sys);
+                ADD_FAILURE() << "refusal ignored";
+            } catch (const Error& e) {
+                EXPECT_EQ(e.code().value(), err);
+                EXPECT_THAT(e.what(), HasSubstr(kV2Dir));
+                EXPECT_THAT(e.what(), HasSubstr(std::strerror(err)));
+                EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+            }
+            EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{7});
+            EXPECT_TRUE(sys.mounted.empty());
+
+            RecordingSystem warned;
+            setup_world(warned, plan);
+            setup_v2(warned);
+            warned.fail_errno = err;
+            warned.fail_if = sys.fail_if;
+            Target t = target();
+            t.on_refused = OnRefused::Warn;
+            execute(plan, t, warned);
+            EXPECT_EQ(warned.device_programs.ids, std::vector<std::uint32_t>{7});
+            EXPECT_TRUE(warned.mounted.count("root:/dev/nvidia0"));
+            EXPECT_TRUE(warned.mounted.count("root:/proc/driver/nvidia"));
+        }
+    }
+    // Not a refusal: an error whatever the policy.
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    sys.fail_if = [](std::size_t, const std::string& l) { return starts(l, "load_device_program"); };
+    Target t = target();
+    t.on_refused = OnRefused::Warn;
+    EXPECT_THROW(execute(plan, t, sys), Error);
+}
+
+TEST(ExecuteV2, ProgramsThatCannotBeReloadedAreAClearError) {
+    Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    sys.programs[7].insert(sys.programs[7].begin(), bpf::Insn::make(0x85, 0, 0, 0, 14));  // call
+    try {
+        execute(plan, target(), sys);
+        FAIL() << "accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), ENOTSUP);
+        EXPECT_THAT(e.what(), HasSubstr("program 7 on " + kV2Dir));
+    }
+    for (const auto& line : sys.calls) {
+        EXPECT_FALSE(starts(line, "enter_mount_ns")) << line;
+        EXPECT_FALSE(starts(line, "load_device_program")) << line;
+    }
+}
+
+TEST(Execute, CgroupV1RefusalWarnsWhenAskedTo) {
+    Plan plan = sample_plan();
+    for (const std::string& step : {std::string("open_cgroup_file"), "write_rule " + kAllow}) {
+        SCOPED_TRACE(step);
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        sys.fail_errno = EROFS;
+        sys.fail_if = [&](std::size_t, const std::string& l) { return starts(l, step); };
+        try {
+            execute(plan, target(), sys);
+            ADD_FAILURE() << "refusal ignored";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), EROFS);
+            EXPECT_THAT(e.what(), HasSubstr("/sys/fs/cgroup/devices/ctr"));
+        }
+        RecordingSystem warned;
+        setup_world(warned, plan);
+        warned.fail_errno = EROFS;
+        warned.fail_if = sys.fail_if;
+        Target t = target();
+        t.on_refused = OnRefused::Warn;
+        execute(plan, t, warned);
+        EXPECT_TRUE(warned.allowed.empty());
+        EXPECT_TRUE(warned.mounted.count("root:/dev/nvidia0"));
+    }
+}
+
+TEST(Cgroup, LocateV1HybridPrivateV2AndPureV2) {
+    // This host (hybrid): the v1 devices controller decides.
+    EXPECT_EQ(cgroup::locate("5:devices:/docker/abc\n0::/docker/abc\n", kHybridMountinfo, "pid 7"),
+              (cgroup::DeviceCgroup{cgroup::DeviceCgroup::Kind::V1,
+                                    "/sys/fs/cgroup/devices/docker/abc"}));
+    // cgroup2 mounted over /sys/fs/cgroup: the v1 mount is still listed but hidden.
+    EXPECT_EQ(cgroup::locate("5:devices:/\n0::/ctr\n", kPrivateV2Mountinfo, "pid 7"),
+              (cgroup::DeviceCgroup{cgroup::DeviceCgroup::Kind::V2, "/sys/fs/cgroup/ctr"}));
+    EXPECT_THROW(cgroup::devices_dir("5:devices:/\n", kPrivateV2Mountinfo, "pid 7"), Error);
+    // A pure v2 host.
+    const std::string pure =
+        "22 1 8:1 / / rw - ext4 /dev/root rw\n"
+        "23 22 0:21 / /sys rw - sysfs sysfs rw\n"
+        "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec - cgroup2 cgroup2 "
+        "rw,nsdelegate,memory_recursiveprot\n";
+    EXPECT_EQ(cgroup::locate("0::/system.slice/docker-abc.scope\n", pure, "pid 7"),
+              (cgroup::DeviceCgroup{cgroup::DeviceCgroup::Kind::V2,
+                                    "/sys/fs/cgroup/system.slice/docker-abc.scope"}));
+    EXPECT_EQ(cgroup::locate("0::/\n", pure, "pid 7").dir, "/sys/fs/cgroup");
+    // cgroup2 somewhere odd, its root a sub-cgroup, an escaped space.
+    const std::string odd = pure + "50 22 0:26 /kubepods /run/my\\040cg rw - cgroup2 none rw\n";
+    // Both hold it: the deepest root wins.
+    EXPECT_EQ(cgroup::unified_dir("0::/kubepods/pod1/c2\n", odd, "pid 7"), "/run/my cg/pod1/c2");
+    EXPECT_EQ(cgroup::unified_dir("0::/system/c2\n", odd, "pid 7"), "/sys/fs/cgroup/system/c2");
+    const std::string only_odd =
+        "22 1 8:1 / / rw - ext4 /dev/root rw\n"
+        "50 22 0:26 /kubepods /run/my\\040cg rw - cgroup2 none rw\n";
+    EXPECT_EQ(cgroup::unified_dir("0::/kubepods/pod1/c2\n", only_odd, "pid 7"),
+              "/run/my cg/pod1/c2");
+    try {
+        cgroup::unified_dir("0::/system/c2\n", only_odd, "pid 7");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_STREQ(e.what(),
+                     "set device cgroup pid 7: no cgroup2 hierarchy holding /system/c2 is mounted");
+    }
+}
+
+TEST(Cgroup, LocateRefusesMissingAndOddEntriesClearly) {
+    auto error_of = [](const std::string& proc, const std::string& mountinfo) {
+        try {
+            cgroup::locate(proc, mountinfo, "pid 7");
+            return std::string("no error");
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+    };
+    EXPECT_EQ(error_of("", kHybridMountinfo),
+              "set device cgroup pid 7: the process has neither a cgroup v1 devices controller "
+              "nor a cgroup v2 cgroup");
+    EXPECT_EQ(error_of("0::/ctr\n", kHybridMountinfo.substr(0, kHybridMountinfo.find("41 "))),
+              "set device cgroup pid 7: no cgroup2 hierarchy holding /ctr is mounted");
+    // A cgroup outside our cgroup namespace shows as "/../..".
+    EXPECT_EQ(error_of("0::/../../ctr\n", kPrivateV2Mountinfo),
+              "set device cgroup pid 7: odd cgroup2 cgroup path '/../../ctr'");
+    EXPECT_EQ(error_of("0::ctr\n", kPrivateV2Mountinfo),
+              "set device cgroup pid 7: odd cgroup2 cgroup path 'ctr'");
+    EXPECT_THAT(error_of("nonsense\n", kPrivateV2Mountinfo), HasSubstr("malformed line"));
+    // v1 lines only and the hierarchy hidden: no fallback to a v2 that is not there.
+    EXPECT_THAT(error_of("5:devices:/\n", kPrivateV2Mountinfo),
+                HasSubstr("no cgroup v1 devices hierarchy holding / is mounted"));
+    // Truncated or garbled mountinfo lines are skipped, not read out of bounds.
+    EXPECT_EQ(error_of("0::/ctr\n", "90 31 0:38 / /sys/fs/cgroup\n- cgroup2\n"),
+              "set device cgroup pid 7: no cgroup2 hierarchy holding /ctr is mounted");
 }
 
 }  // namespace

@@ -376,6 +376,43 @@ TEST_F(Sandbox, SeccompAllowListRefusesWhatLdconfigDoesNotDo) {
     EXPECT_THROW(run({"sh", "-c", "busybox true; busybox true"}, sandbox::Filter::Ldconfig), Error);
 }
 
+// As a user namespace's root mapped to host 100000:100001 (Options::uid, gid):
+// it writes where those ids may and nowhere else, its files are theirs, it has
+// no capability and no supplementary group.
+TEST_F(Sandbox, RunsAsTheIdsItIsGiven) {
+    mount_proc();
+    fs::create_directories(root_ / "mine");
+    ASSERT_EQ(::chown((root_ / "mine").c_str(), 100000, 100001), 0) << std::strerror(errno);
+    sandbox::Options o;
+    o.root = root_;
+    o.timeout = std::chrono::seconds(20);
+    o.filter = sandbox::Filter::None;
+    o.limits.processes = 1u << 20;  // the shell forks
+    o.uid = 100000;
+    o.gid = 100001;
+    ASSERT_NO_THROW(sandbox::run(busybox_.get(), "busybox",
+                                 {"sh", "-c",
+                                  "busybox id -u > /mine/ids; busybox id -g >> /mine/ids;"
+                                  "busybox id -G >> /mine/ids; busybox cat /proc/self/status "
+                                  "> /mine/status"},
+                                 o));
+    EXPECT_EQ(slurp(root_ / "mine/ids"), "100000\n100001\n100001\n");
+    struct stat st {};
+    ASSERT_EQ(::stat((root_ / "mine/ids").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 100000u);
+    EXPECT_EQ(st.st_gid, 100001u);
+    const std::string status = slurp(root_ / "mine/status");
+    for (const char* line : {"CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+                             "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"})
+        EXPECT_THAT(status, HasSubstr(line));
+    // The root's own directory (root's, 0755) is not writable by them.
+    o.filter = sandbox::Filter::Ldconfig;
+    EXPECT_THROW(sandbox::run(busybox_.get(), "busybox", {"mkdir", "/out/made"}, o), Error);
+    EXPECT_FALSE(fs::exists(root_ / "out/made"));
+    EXPECT_NO_THROW(sandbox::run(busybox_.get(), "busybox", {"mkdir", "/mine/made"}, o));
+    EXPECT_TRUE(fs::is_directory(root_ / "mine/made"));
+}
+
 TEST_F(Sandbox, TheProgramIsASealedCopy) {
     const int seals = ::fcntl(busybox_.get(), F_GET_SEALS);
     EXPECT_EQ(seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
@@ -384,6 +421,25 @@ TEST_F(Sandbox, TheProgramIsASealedCopy) {
     write(root_ / "bin/busybox", "#!/bin/false\n", fs::perms(0755));
     EXPECT_NO_THROW(run({"true"}, sandbox::Filter::Ldconfig));
     EXPECT_THROW(run({"false"}, sandbox::Filter::Ldconfig), Error);
+}
+
+// A program stuck opening a FIFO (an image's ld.so.conf, say) is killed at
+// its deadline, and the error says which file held it.
+TEST_F(Sandbox, TimeoutSaysWhichFileTheProgramWasBlockedOpening) {
+    ASSERT_EQ(::mkfifo((root_ / "out/fifo\nname").c_str(), 0644), 0) << std::strerror(errno);
+    sandbox::Options o;
+    o.root = root_;
+    o.timeout = std::chrono::milliseconds(500);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        sandbox::run(busybox_.get(), "busybox", {"cat", "/out/fifo\nname"}, o);
+        ADD_FAILURE() << "returned";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), ETIMEDOUT);
+        EXPECT_THAT(e.what(), HasSubstr("killed after 500 ms; it was blocked opening "
+                                        "/out/fifo\\x0aname"));
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
 // --- ldconfig over a hostile root, as the executor runs it ---

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,29 @@ TEST(OciState, ParsesTheHookInput) {
     EXPECT_EQ(st.bundle, "/b/c1");
 }
 
+// What crun 1.8.1 writes on a prestart hook's stdin (captured from a run):
+// "1.0" as its version, status "created", and "root", which runc leaves out.
+TEST(OciState, ParsesCrunsState) {
+    auto st = oci::parse_state(
+        R"({"ociVersion":"1.0","id":"t3","pid":27610,"root":"rootfs","bundle":"/tmp/crun-try",)"
+        R"("status":"created","annotations":{"foo":"bar"}})",
+        "stdin");
+    EXPECT_EQ(st.oci_version, "1.0");
+    EXPECT_EQ(st.id, "t3");
+    EXPECT_EQ(st.pid, 27610);
+    EXPECT_EQ(st.bundle, "/tmp/crun-try");
+    EXPECT_EQ(st.root, "rootfs");
+    EXPECT_EQ(st.annotations, (std::map<std::string, std::string>{{"foo", "bar"}}));
+    // runc 1.1.5's, for comparison: "creating" in prestart, no root.
+    auto runc = oci::parse_state(
+        R"({"ociVersion":"1.0.2-dev","id":"t4","status":"creating","pid":27448,)"
+        R"("bundle":"/tmp/crun-try","annotations":{"foo":"bar"}})",
+        "stdin");
+    EXPECT_EQ(runc.status, "creating");
+    EXPECT_EQ(runc.root, "");
+    EXPECT_EQ(runc.annotations.at("foo"), "bar");
+}
+
 TEST(OciState, RejectsBadFieldsNamingThem) {
     json good = {
         {"ociVersion", "1.0.2"}, {"id", "c1"}, {"status", "created"}, {"pid", 1}, {"bundle", "/b"}};
@@ -59,7 +83,10 @@ TEST(OciState, RejectsBadFieldsNamingThem) {
                                            {"id", ""},
                                            {"status", json::array()},
                                            {"bundle", "relative/dir"},
-                                           {"bundle", nullptr}}) {
+                                           {"bundle", nullptr},
+                                           {"root", 3},
+                                           {"annotations", json::array({"a"})},
+                                           {"annotations", {{"a", 1}}}}) {
         json doc = good;
         doc[c.field] = c.value;
         auto e = error_of([&] { oci::parse_state(doc.dump(), "stdin"); });
@@ -189,6 +216,27 @@ TEST(OciSpec, RejectsWrongTypesNamingTheField) {
     json no_root = minimal_spec();
     no_root.erase("root");
     EXPECT_THAT(error_of([&] { spec_of(no_root); }).what(), HasSubstr("root: missing"));
+}
+
+// runc refuses such entries too; gpubind says which variable, and never
+// reads a value cut at a NUL byte as something else.
+TEST(OciSpec, RejectsNulBytesAndOversizedEntriesNamingTheVariable) {
+    json doc = minimal_spec();
+    doc["process"]["env"] = {"PATH=/bin", std::string("NVIDIA_VISIBLE_DEVICES=0\0" "1", 26)};
+    auto e = error_of([&] { spec_of(doc); });
+    EXPECT_EQ(e.code().value(), EINVAL);
+    EXPECT_THAT(e.what(), HasSubstr("process.env[1] (NVIDIA_VISIBLE_DEVICES): contains a NUL byte"));
+
+    const std::string big = "NVIDIA_VISIBLE_DEVICES=" + std::string(oci::kMaxEnvEntrySize, '0');
+    doc["process"]["env"][1] = big;
+    EXPECT_THAT(error_of([&] { spec_of(doc); }).what(),
+                HasSubstr("process.env[1] (NVIDIA_VISIBLE_DEVICES): " +
+                          std::to_string(big.size()) + " bytes, more than " +
+                          std::to_string(oci::kMaxEnvEntrySize)));
+    // A name that is itself odd is not repeated.
+    doc["process"]["env"][1] = std::string("BAD\nNAME=1\0", 11);
+    EXPECT_THAT(error_of([&] { spec_of(doc); }).what(),
+                HasSubstr("process.env[1]: contains a NUL byte"));
 }
 
 TEST(OciSpec, RejectsGarbageAndOversizedInput) {

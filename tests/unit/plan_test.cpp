@@ -389,6 +389,106 @@ TEST_F(PlanTest, DescribeHasOneLinePerItem) {
     EXPECT_THAT(describe(Plan{}), HasSubstr("not a GPU container"));
 }
 
+TEST_F(PlanTest, ImexChannelsBringExactlyTheirNodes) {
+    const std::string dir = "nvidia-caps-imex-channels/channel";
+    for (unsigned n : {0u, 1u, 3u})
+        node.imex_channels.push_back(dev(dir + std::to_string(n), 508, n));
+    auto r = request(DeviceIdsKind::List);
+    auto channels = [](const Plan& p) {
+        std::vector<std::string> out;
+        for (const auto& d : p.devices)
+            if (d.node.major == 508) out.push_back(d.node.path.string());
+        return out;
+    };
+    EXPECT_THAT(channels(plan(r, gpus({0}))), IsEmpty());
+    r.imex_channels = {"3", "1"};
+    auto p = plan(r, gpus({0}));
+    EXPECT_THAT(channels(p), ElementsAre("/dev/" + dir + "3", "/dev/" + dir + "1"));
+    auto one = std::find_if(p.devices.begin(), p.devices.end(),
+                            [&](const auto& d) { return d.node.path == "/dev/" + dir + "1"; });
+    ASSERT_NE(one, p.devices.end());
+    EXPECT_EQ(one->node.host_path, fs::path(kHost) / "dev" / (dir + "1"));
+    EXPECT_EQ(one->node.minor, 1u);
+    EXPECT_THAT(one->why, HasSubstr("IMEX channel 1"));
+    r.imex_channels = {"all"};
+    EXPECT_THAT(channels(plan(r, gpus({0}))),
+                ElementsAre("/dev/" + dir + "0", "/dev/" + dir + "1", "/dev/" + dir + "3"));
+    // Channels without a GPU (imex/<n> mounts only): the driver and the channel.
+    auto only = request(DeviceIdsKind::None);
+    only.imex_channels = {"0"};
+    auto q = plan(only, Selection{});
+    EXPECT_THAT(channels(q), ElementsAre("/dev/" + dir + "0"));
+    EXPECT_THAT(device_paths(q), Contains("/dev/nvidiactl"));
+    EXPECT_THAT(device_paths(q), Not(Contains("/dev/nvidia0")));
+    // A channel the node lacks is an error naming it.
+    r.imex_channels = {"1", "2"};
+    try {
+        plan(r, gpus({0}));
+        ADD_FAILURE() << "channel 2 was planned";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), EINVAL);
+        EXPECT_THAT(e.what(), HasSubstr("IMEX channel 2"));
+        EXPECT_THAT(e.what(), HasSubstr("/dev/nvidia-caps-imex-channels/channel2"));
+    }
+    node.imex_channels.clear();
+    r.imex_channels = {"all"};
+    EXPECT_THAT(channels(plan(r, gpus({0}))), IsEmpty());
+}
+
+TEST_F(PlanTest, CudaCompatOnlyWhenTheImagesLibcudaIsNewer) {
+    auto compat = [&](const std::string& version, Capabilities caps = kCapDefault,
+                      bool enabled = true) {
+        Image image = multiarch;
+        image.cuda_compat_version = version;
+        Config config;
+        config.policy.cuda_compat = enabled;
+        return make_plan(request(DeviceIdsKind::List, caps), node, gpus({0}), image, config,
+                         proc_files);
+    };
+    for (const std::string newer : {"550.54.16", "550.100", "551", "560.28.03", "999.1.1.1"}) {
+        SCOPED_TRACE(newer);
+        auto p = compat(newer);
+        ASSERT_EQ(p.files.size(), 1u);
+        EXPECT_EQ(p.files[0].path, "/etc/ld.so.conf.d/000-cuda-compat.conf");
+        EXPECT_EQ(p.files[0].content, "/usr/local/cuda/compat\n");
+        EXPECT_THAT(p.files[0].why, HasSubstr(newer));
+        EXPECT_THAT(p.files[0].why, HasSubstr(kVersion));
+        EXPECT_EQ(p.library_dirs,
+                  (std::vector<fs::path>{"/usr/local/cuda/compat", "/usr/lib/x86_64-linux-gnu"}));
+        EXPECT_TRUE(p.refresh_ldcache);
+    }
+    for (const std::string not_newer : {"", "550.54.15", "550.54.15.0", "550.54.14", "550.9.99",
+                                        "1", "535.183.01", "550..54", "x"}) {
+        SCOPED_TRACE(not_newer);
+        auto p = compat(not_newer);
+        EXPECT_THAT(p.files, IsEmpty());
+        EXPECT_EQ(p.library_dirs, std::vector<fs::path>{"/usr/lib/x86_64-linux-gnu"});
+    }
+    EXPECT_THAT(compat("999.1", kCapUtility).files, IsEmpty());
+    EXPECT_THAT(compat("999.1", kCapDefault, /*enabled=*/false).files, IsEmpty());
+
+    auto p = compat("999.1");
+    nlohmann::json j = p;
+    EXPECT_EQ(j["files"],
+              nlohmann::json::array({{{"path", "/etc/ld.so.conf.d/000-cuda-compat.conf"},
+                                      {"content", "/usr/local/cuda/compat\n"},
+                                      {"why", p.files[0].why}}}));
+    EXPECT_THAT(describe(p), HasSubstr("file    /etc/ld.so.conf.d/000-cuda-compat.conf: "));
+}
+
+TEST(Versions, CompareNumericallyComponentByComponent) {
+    EXPECT_TRUE(is_version("550.54.15"));
+    EXPECT_TRUE(is_version("12"));
+    for (const char* bad : {"", ".", "550.", ".550", "550..54", "550.x", "5 50", "-1", "1e3",
+                            "1234567890.1"})
+        EXPECT_FALSE(is_version(bad)) << bad;
+    EXPECT_LT(compare_versions("550.54.15", "550.100.1"), 0);
+    EXPECT_GT(compare_versions("560", "550.999"), 0);
+    EXPECT_EQ(compare_versions("550.54", "550.54.0"), 0);
+    EXPECT_LT(compare_versions("550.54", "550.54.1"), 0);
+    EXPECT_EQ(compare_versions("550.054.15", "550.54.15"), 0);
+}
+
 // ---- read_proc_files -------------------------------------------------------------------------
 
 void write(const fs::path& path, const std::string& text) {
@@ -472,6 +572,47 @@ TEST(InspectImage, OddShapesAreNotDebian) {
 
     auto missing = root / "no-such-rootfs";
     EXPECT_THROW(inspect_image(missing), Error);
+}
+
+TEST(InspectImage, CudaCompatLibrariesAreListedNeverFollowed) {
+    test::TempDir root;
+    EXPECT_EQ(inspect_image(root.path()).cuda_compat_version, "");
+    const fs::path compat = root / "usr/local/cuda-12.4/compat";
+    fs::create_directories(compat);
+    // CUDA images make /usr/local/cuda a link to the versioned directory: resolved in the root.
+    fs::create_symlink("/usr/local/cuda-12.4", root / "usr/local/cuda");
+    EXPECT_EQ(inspect_image(root.path()).cuda_compat_version, "");
+    write(compat / "libcuda.so.560.28.03", "ELF\n");
+    fs::create_symlink("libcuda.so.560.28.03", compat / "libcuda.so.1");
+    fs::create_symlink("libcuda.so.1", compat / "libcuda.so");
+    EXPECT_EQ(inspect_image(root.path()).cuda_compat_version, "560.28.03");
+    // Malformed versions, a directory, a FIFO (never opened: this would block) are ignored.
+    for (const char* odd : {"libcuda.so.999..1", "libcuda.so.999.x", "libcuda.so.", "libcuda.so.-1",
+                            "libcuda.so.999 ", "libcudaxso.999"})
+        write(compat / odd, "x\n");
+    fs::create_directories(compat / "libcuda.so.998");
+    ASSERT_EQ(::mkfifo((compat / "libcuda.so.999").c_str(), 0644), 0);
+    EXPECT_EQ(inspect_image(root.path()).cuda_compat_version, "560.28.03");
+    // Numeric comparison: 560.100 is newer than 560.28.03; a dangling link counts by its name.
+    fs::create_symlink("/nowhere/libcuda.so", compat / "libcuda.so.560.100");
+    EXPECT_EQ(inspect_image(root.path()).cuda_compat_version, "560.100");
+
+    // The compat directory as a symlink, or a file: none.
+    test::TempDir linked;
+    fs::create_directories(linked / "elsewhere");
+    write(linked / "elsewhere/libcuda.so.999.1", "ELF\n");
+    fs::create_directories(linked / "usr/local/cuda");
+    fs::create_symlink("/elsewhere", linked / "usr/local/cuda/compat");
+    EXPECT_EQ(inspect_image(linked.path()).cuda_compat_version, "");
+    test::TempDir file;
+    write(file / "usr/local/cuda/compat", "not a directory\n");
+    EXPECT_EQ(inspect_image(file.path()).cuda_compat_version, "");
+    // /usr/local/cuda pointing out of the root resolves inside it: nothing there.
+    test::TempDir outside, escaping;
+    write(outside / "compat/libcuda.so.999.1", "ELF\n");
+    fs::create_directories(escaping / "usr/local");
+    fs::create_symlink(outside.path(), escaping / "usr/local/cuda");
+    EXPECT_EQ(inspect_image(escaping.path()).cuda_compat_version, "");
 }
 
 }  // namespace

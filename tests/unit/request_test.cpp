@@ -171,7 +171,11 @@ TEST(ReadRequest, BadDeviceMountIsNamed) {
     Policy policy;
     policy.accept_volume_mounts = true;
     for (const char* dest :
-         {"/var/run/nvidia-container-devices/a/b", "/var/run/nvidia-container-devices/imex/x"}) {
+         {"/var/run/nvidia-container-devices/a/b", "/var/run/nvidia-container-devices/imex/x",
+          "/var/run/nvidia-container-devices/imex/1,2",
+          "/var/run/nvidia-container-devices/imex/none",
+          "/var/run/nvidia-container-devices/imex/-1",
+          "/var/run/nvidia-container-devices/imex/1048576"}) {
         auto e = error_of([&] { read_request(make_spec({}, false, {dest}), policy); });
         EXPECT_EQ(e.code().value(), EINVAL);
         EXPECT_THAT(e.what(), HasSubstr(std::string("mounts[1].destination ") + dest));
@@ -288,6 +292,44 @@ TEST(ReadRequest, MigConfigAndMonitorOnlyForPrivilegedContainers) {
     EXPECT_EQ(plain.mig_monitor.kind, DeviceIdsKind::Void);
 }
 
+TEST(ReadRequest, ImexChannelsAsUsersWriteThem) {
+    auto channels = [](const std::string& value) {
+        return read({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=" + value}).imex_channels;
+    };
+    EXPECT_THAT(channels(" 0 , 007,7 ,12"), ElementsAre("0", "7", "12"));
+    EXPECT_THAT(channels("1048575"), ElementsAre("1048575"));
+    EXPECT_THAT(channels(""), IsEmpty());
+    EXPECT_THAT(channels("void"), IsEmpty());
+    EXPECT_THAT(channels(",,"), IsEmpty());
+    EXPECT_THAT(channels("none,2"), ElementsAre("2"));
+    EXPECT_THAT(channels("all,none"), ElementsAre("all"));
+    EXPECT_THAT(read({"NVIDIA_VISIBLE_DEVICES=0"}).imex_channels, IsEmpty());
+    for (const char* bad : {"-1", "+1", "0x1", "1.0", "1 2", "1048576", "99999999999999999999",
+                            "ALL", "channel1"}) {
+        auto e = error_of([&] { channels(bad); });
+        EXPECT_EQ(e.code().value(), EINVAL) << bad;
+        EXPECT_THAT(e.what(), HasSubstr(std::string("NVIDIA_IMEX_CHANNELS: '") + bad +
+                                        "' is not an IMEX channel number (0 to 1048575)"));
+    }
+    // By volume mount: one channel a mount, normalised like the variable.
+    Policy policy;
+    policy.accept_volume_mounts = true;
+    auto req = read_request(make_spec({}, false,
+                                      {std::string(kDeviceDir) + "imex/01",
+                                       std::string(kDeviceDir) + "imex/1",
+                                       std::string(kDeviceDir) + "imex/4"}),
+                            policy);
+    EXPECT_TRUE(req.gpu_container());
+    EXPECT_EQ(req.devices.kind, DeviceIdsKind::None);
+    EXPECT_THAT(req.imex_channels, ElementsAre("1", "4"));
+    EXPECT_THAT(read_request(make_spec({}, false,
+                                       {std::string(kDeviceDir) + "imex/4",
+                                        std::string(kDeviceDir) + "imex/all"}),
+                             policy)
+                    .imex_channels,
+                ElementsAre("all"));
+}
+
 TEST(ReadRequest, ImexChannels) {
     EXPECT_THAT(read({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1,2,1"}).imex_channels,
                 ElementsAre("1", "2"));
@@ -297,7 +339,7 @@ TEST(ReadRequest, ImexChannels) {
                 IsEmpty());
     auto e = error_of([] { read({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1,x"}); });
     EXPECT_EQ(e.code().value(), EINVAL);
-    EXPECT_THAT(e.what(), HasSubstr("NVIDIA_IMEX_CHANNELS: 'x' is not a channel number"));
+    EXPECT_THAT(e.what(), HasSubstr("NVIDIA_IMEX_CHANNELS: 'x' is not an IMEX channel number"));
 }
 
 // ---- check_requirements -------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 // nothing else in the spec changed.
 #include "gpubind/runtime.hpp"
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -225,6 +227,36 @@ TEST(RuntimeFinishPlan, KeepsOnlyWhatTheRuntimeCannotDo) {
     EXPECT_TRUE(finish.proc.has_value());
     EXPECT_EQ(finish.library_dirs, plan.library_dirs);
     EXPECT_TRUE(finish.refresh_ldcache);
+}
+
+// IMEX channel nodes go into the spec like any device; the CUDA compat file is
+// not in the spec but in the finishing hook's plan, before its cache refresh.
+TEST(RuntimeEditSpec, ImexChannelsAndTheCudaCompatFile) {
+    Plan plan = sample_plan();
+    plan.devices.push_back(device("/dev/nvidia-caps-imex-channels/channel1", 508, 1, 0666));
+    plan.files.push_back({"/etc/ld.so.conf.d/000-cuda-compat.conf", "/usr/local/cuda/compat\n",
+                          "CUDA forward compatibility"});
+    const json out = runtime::edit_spec(full_spec(), plan, sample_hook());
+    EXPECT_NE(std::find(out["linux"]["devices"].begin(), out["linux"]["devices"].end(),
+                        json{{"path", "/dev/nvidia-caps-imex-channels/channel1"},
+                             {"type", "c"},
+                             {"major", 508},
+                             {"minor", 1},
+                             {"fileMode", 0666},
+                             {"uid", 0},
+                             {"gid", 0}}),
+              out["linux"]["devices"].end())
+        << out["linux"]["devices"].dump();
+    EXPECT_NE(std::find(out["linux"]["resources"]["devices"].begin(),
+                        out["linux"]["resources"]["devices"].end(),
+                        json{{"allow", true}, {"type", "c"}, {"major", 508}, {"minor", 1},
+                             {"access", "rw"}}),
+              out["linux"]["resources"]["devices"].end());
+    EXPECT_EQ(out.dump().find("000-cuda-compat"), std::string::npos);
+    const Plan finish = runtime::finish_plan(plan);
+    ASSERT_EQ(finish.files.size(), 1u);
+    EXPECT_EQ(finish.files[0].path, plan.files[0].path);
+    EXPECT_EQ(finish.files[0].content, plan.files[0].content);
 }
 
 }  // namespace

@@ -430,7 +430,9 @@ TEST(SetupPodman, PodmanLoadsTheHooksFileAndRunsTheHook) {
     // The container itself may fail to start in a restricted sandbox; what matters is that
     // podman accepted the hooks file and ran the hook at prestart with gpubind's arguments.
     const Result out =
-        sh("podman --hooks-dir " + (dir / "prefix" / kHooksFile).parent_path().string() +
+        // runc: crun, podman's first choice, refuses this host's hybrid cgroups.
+        sh("podman --runtime runc --hooks-dir " +
+           (dir / "prefix" / kHooksFile).parent_path().string() +
            " run --rm --network none --rootfs " + (dir / "rootfs").string() + " /bin/true");
     ASSERT_TRUE(fs::exists(record)) << out.out;
     const std::string ran = slurp(record);

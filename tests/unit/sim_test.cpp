@@ -248,6 +248,53 @@ TEST(Sim, DeviceNodesMatchManifestAndProcDevices) {
     EXPECT_EQ(on_disk, m.nodes.size());
 }
 
+TEST(Sim, ImexChannelsMatchManifestAndProcDevices) {
+    TempDir tmp;
+    Spec spec = small_spec(2);
+    spec.imex_channels = 3;
+    Manifest m = gpubind::sim::simulate(tmp.path(), spec);
+    auto majors = char_majors(slurp(tmp / "proc/devices"));
+    ASSERT_EQ(majors.count("nvidia-caps-imex-channels"), 1u);
+    const unsigned imex = majors.find("nvidia-caps-imex-channels")->second;
+    EXPECT_NE(imex, majors.find("nvidia-uvm")->second);
+    for (const auto& [name, major] : char_majors(slurp("/proc/devices")))
+        EXPECT_NE(major, imex) << "host driver " << name;
+
+    std::set<unsigned> channels;
+    for (const auto& n : m.nodes) {
+        if (n.path.rfind("/dev/nvidia-caps-imex-channels/", 0) != 0) continue;
+        SCOPED_TRACE(n.path);
+        EXPECT_EQ(n.path, "/dev/nvidia-caps-imex-channels/channel" + std::to_string(n.minor));
+        EXPECT_EQ(n.major, imex);
+        channels.insert(n.minor);
+        struct stat st {};
+        ASSERT_EQ(::lstat((tmp.path().string() + n.path).c_str(), &st), 0) << std::strerror(errno);
+        EXPECT_TRUE(S_ISCHR(st.st_mode));
+        EXPECT_EQ(major(st.st_rdev), imex);
+        EXPECT_EQ(minor(st.st_rdev), n.minor);
+        EXPECT_EQ(st.st_mode & 07777, 0666u);
+        int fd = ::open((tmp.path().string() + n.path).c_str(), O_RDONLY | O_CLOEXEC);
+        int err = errno;
+        if (fd >= 0) ::close(fd);
+        EXPECT_EQ(fd, -1);
+        EXPECT_EQ(err, ENXIO) << std::strerror(err);
+    }
+    EXPECT_EQ(channels, (std::set<unsigned>{0, 1, 2}));
+    std::size_t on_disk = 0;
+    for (const auto& e : fs::directory_iterator(tmp / "dev/nvidia-caps-imex-channels")) {
+        (void)e;
+        ++on_disk;
+    }
+    EXPECT_EQ(on_disk, 3u);
+    EXPECT_EQ(nlohmann::json(m)["spec"]["imex_channels"], 3u);
+
+    // Without channels: no major, no directory.
+    TempDir none;
+    gpubind::sim::simulate(none.path(), small_spec(1));
+    EXPECT_EQ(char_majors(slurp(none / "proc/devices")).count("nvidia-caps-imex-channels"), 0u);
+    EXPECT_FALSE(fs::exists(none / "dev/nvidia-caps-imex-channels"));
+}
+
 TEST(Sim, InformationFilesParseBackToManifest) {
     TempDir tmp;
     Spec spec = small_spec(10);
@@ -684,6 +731,9 @@ TEST(Sim, RejectsABadSpec) {
     s.mig = {};
     s.model = "two\nlines";
     bad(s, "model");
+    s = small_spec(1);
+    s.imex_channels = gpubind::sim::kMaxImexChannels + 1;
+    bad(s, "imex channels must be 0 to 2048");
     EXPECT_TRUE(fs::is_empty(tmp.path()));
 }
 
@@ -715,7 +765,8 @@ TEST(Sim, CommandLine) {
     TempDir tmp;
     fs::path dir = tmp / "node";
     Ran r = run({cli, "simulate", dir.string(), "--gpus", "2", "--driver-version", "560.35.03",
-                 "--model", "NVIDIA H200", "--mig", "1:1:0", "--no-compat32", "--json"});
+                 "--model", "NVIDIA H200", "--mig", "1:1:0", "--no-compat32", "--imex-channels",
+                 "2", "--json"});
     ASSERT_EQ(r.status, 0) << r.out;
     auto printed = nlohmann::json::parse(r.out);
     auto written = nlohmann::json::parse(slurp(dir / gpubind::sim::kManifestName));
@@ -725,10 +776,14 @@ TEST(Sim, CommandLine) {
     EXPECT_EQ(written["spec"]["model"], "NVIDIA H200");
     EXPECT_EQ(written["spec"]["compat32"], false);
     EXPECT_TRUE(fs::exists(dir / "dev/nvidia1"));
+    EXPECT_EQ(written["spec"]["imex_channels"], 2u);
+    EXPECT_TRUE(fs::exists(dir / "dev/nvidia-caps-imex-channels/channel1"));
+    EXPECT_FALSE(fs::exists(dir / "dev/nvidia-caps-imex-channels/channel2"));
 
     for (std::vector<std::string> args :
          {std::vector<std::string>{"--gpus", "2", "--mig", "2:0:0"}, {"--mig", "0:x:0"},
-          {"--gpus", "65"}, {"--driver-version", "abc"}}) {
+          {"--gpus", "65"}, {"--driver-version", "abc"}, {"--imex-channels", "2049"},
+          {"--imex-channels", "-1"}}) {
         std::vector<std::string> argv = {cli, "simulate", (tmp / "other").string()};
         argv.insert(argv.end(), args.begin(), args.end());
         Ran bad = run(argv);

@@ -34,12 +34,20 @@ struct Catalog {
     std::vector<CatalogEntry> firmware;
 };
 
+// What to do when the kernel or the sandbox refuses a step gpubind could do
+// without (a device cgroup rule: BPF refused in a nested or rootless
+// container, EPERM on the cgroup files): fail the container, or go on without
+// it and log a warning.
+enum class OnRefused { Fail, Warn };
+
 struct Policy {
     bool accept_envvar_unprivileged = true;   // may a container without CAP_SYS_ADMIN ask by variable
     bool accept_volume_mounts = false;        // honour /var/run/nvidia-container-devices mounts
     bool disable_require = false;             // ignore every NVIDIA_REQUIRE_*
     Capabilities supported = kCapAll;         // what containers may ask for
     bool cgroups = true;                      // write device cgroup rules for injected nodes
+    OnRefused on_refused = OnRefused::Fail;   // [policy] on-refused
+    bool cuda_compat = true;                  // prefer the image's newer CUDA compat libcuda
 };
 
 struct LogConfig {

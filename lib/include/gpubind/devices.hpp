@@ -30,4 +30,12 @@ struct Selection {
 // Error(EINVAL, "select device", <id>, "no such GPU on this node").
 Selection select_devices(const Node& node, const DeviceIds& ids);
 
+// The node's IMEX channels that `channels` names ({"all"}: every one the node
+// has, maybe none; else channel numbers as parse_imex_channels returns them),
+// in the order asked. A channel the node lacks throws Error(EINVAL,
+// "select IMEX channel", "<n>", "no /dev/nvidia-caps-imex-channels/channel<n> on
+// this node (it has ...)").
+std::vector<const DeviceNode*> select_imex_channels(const Node& node,
+                                                    const std::vector<std::string>& channels);
+
 }  // namespace gpubind

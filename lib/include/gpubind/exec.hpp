@@ -11,11 +11,14 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "gpubind/bpf.hpp"
 #include "gpubind/fd.hpp"
 #include "gpubind/plan.hpp"
 
@@ -25,10 +28,26 @@ namespace gpubind {
 struct Target {
     pid_t pid = 0;                 // its init process (the OCI state's pid)
     std::filesystem::path rootfs;  // absolute, as seen in the container's mount namespace
-    bool cgroups = true;           // write device cgroup rules (cgroup v1)
+    bool cgroups = true;           // grant the devices in the container's device cgroup
+    // When the kernel refuses a device cgroup step (EPERM, EACCES, EROFS, ENOSYS):
+    // fail, or go on without the rule and log a warning.
+    OnRefused on_refused = OnRefused::Fail;
+    // Rootless (a caller without privileges over the host, the hook of a
+    // rootless runtime): join the container's user namespace first, open the
+    // host's files in its mount namespace (before its pivot_root they are
+    // there), and stay in both afterwards (no way back out; the hook exits).
+    bool join_user_ns = false;
     std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, run when plan.refresh_ldcache
     std::chrono::milliseconds ldconfig_timeout{30000};
 };
+
+// What BPF_PROG_QUERY says about a cgroup's device programs.
+struct DevicePrograms {
+    unsigned attach_flags = 0;  // BPF_F_ALLOW_OVERRIDE (1), BPF_F_ALLOW_MULTI (2), or 0
+    std::vector<std::uint32_t> ids;
+    bool operator==(const DevicePrograms&) const = default;
+};
+inline constexpr unsigned kBpfAllowMulti = 2;  // BPF_F_ALLOW_MULTI
 
 // What stat says about a file, without the parts the executor never looks at.
 struct FileInfo {
@@ -39,6 +58,17 @@ struct FileInfo {
     bool operator==(const FileInfo&) const = default;
 };
 std::string_view to_string(FileInfo::Type type);
+
+// Host ids: those a container's user namespace maps its root to.
+struct Owner {
+    unsigned uid = 0;
+    unsigned gid = 0;
+    bool operator==(const Owner&) const = default;
+};
+// The id `id` of a user namespace maps to on the host, from its
+// /proc/<pid>/uid_map or gid_map text ("inside outside count" lines);
+// nullopt when it is not mapped. A malformed line is an Error naming `what`.
+std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::string& what);
 
 // The system calls the executor makes. Every directory argument is a
 // descriptor; names are single path components. Failures throw Error.
@@ -54,6 +84,10 @@ public:
     virtual Fd open_mount_ns(int pidfd, pid_t pid) = 0;
     // /proc/<pid>/<name> (e.g. "cgroup"), verified through the pidfd likewise.
     virtual std::string read_proc(int pidfd, pid_t pid, const std::string& name) = 0;
+    // /proc/<pid>/ns/user, verified likewise.
+    virtual Fd open_user_ns(int pidfd, pid_t pid) = 0;
+    // setns(CLONE_NEWUSER): every capability there, none left over the host.
+    virtual void enter_user_ns(int ns_fd) = 0;
     // This process's own mount namespace and working directory, to return to.
     virtual Fd open_own_mount_ns() = 0;
     virtual Fd open_cwd() = 0;
@@ -74,6 +108,26 @@ public:
     // One write(2) of a rule to a cgroup control file; `what` names the file.
     virtual void write_rule(int fd, const std::string& rule, const std::string& what) = 0;
     virtual FileInfo stat_fd(int fd) = 0;
+
+    // --- cgroup v2 device programs (bpf(2)) ---
+    // O_RDONLY|O_DIRECTORY of a cgroup v2 directory (a host path).
+    virtual Fd open_cgroup_dir(const std::filesystem::path& dir) = 0;
+    // BPF_PROG_QUERY(BPF_CGROUP_DEVICE) on the cgroup: the ids of the programs
+    // attached to it (not its ancestors) and the flags they were attached with.
+    virtual DevicePrograms query_device_programs(int cgroup_fd) = 0;
+    // BPF_PROG_GET_FD_BY_ID.
+    virtual Fd open_program(std::uint32_t id) = 0;
+    // BPF_OBJ_GET_INFO_BY_FD: the program's instructions as the kernel dumps them.
+    virtual std::vector<bpf::Insn> program_instructions(int prog_fd) = 0;
+    // BPF_PROG_LOAD of a BPF_PROG_TYPE_CGROUP_DEVICE program named `name`;
+    // the verifier's complaint is in the Error.
+    virtual Fd load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) = 0;
+    // BPF_PROG_ATTACH(BPF_CGROUP_DEVICE) of `new_prog` in place of `old_prog`,
+    // atomically: with BPF_F_ALLOW_MULTI in `flags`, BPF_F_REPLACE naming the
+    // old program; otherwise (a single program per cgroup) the attach itself
+    // replaces it. `what` names the cgroup.
+    virtual void replace_device_program(int cgroup_fd, int new_prog, int old_prog,
+                                        unsigned flags, const std::string& what) = 0;
 
     // --- Namespace ---
     // setns(CLONE_NEWNS); the working directory then is the namespace's root.
@@ -100,6 +154,9 @@ public:
     virtual Fd open_at(int dir_fd, const std::string& name) = 0;
     // unlinkat (AT_REMOVEDIR for directories).
     virtual void remove(int dir_fd, const std::string& name, bool directory) = 0;
+    // setfsgid, setfsuid: the ids new files get and file permissions are
+    // checked as (not 0: no capability over files until set back to 0:0).
+    virtual void set_fs_ids(unsigned uid, unsigned gid) = 0;
 
     // --- Mounts ---
     // mount_setattr on a (detached or attached) mount: MountFlag bits to set.
@@ -120,6 +177,11 @@ public:
     // refused set-up or the timeout is an Error.
     virtual void run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                      std::chrono::milliseconds timeout) = 0;
+    // run(), the program running as the host ids `owner` instead of uid 0 (the
+    // ids a user namespace maps the container's root to).
+    virtual void run_as(const Owner& owner, int exe_fd, const std::string& what,
+                        const std::vector<std::string>& args,
+                        std::chrono::milliseconds timeout) = 0;
 };
 
 // The real thing.
@@ -128,6 +190,8 @@ public:
     Fd open_process(pid_t pid) override;
     Fd open_mount_ns(int pidfd, pid_t pid) override;
     std::string read_proc(int pidfd, pid_t pid, const std::string& name) override;
+    Fd open_user_ns(int pidfd, pid_t pid) override;
+    void enter_user_ns(int ns_fd) override;
     Fd open_own_mount_ns() override;
     Fd open_cwd() override;
     bool same_file(int fd_a, int fd_b) override;
@@ -137,6 +201,13 @@ public:
     Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) override;
     void write_rule(int fd, const std::string& rule, const std::string& what) override;
     FileInfo stat_fd(int fd) override;
+    Fd open_cgroup_dir(const std::filesystem::path& dir) override;
+    DevicePrograms query_device_programs(int cgroup_fd) override;
+    Fd open_program(std::uint32_t id) override;
+    std::vector<bpf::Insn> program_instructions(int prog_fd) override;
+    Fd load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) override;
+    void replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
+                                const std::string& what) override;
     void enter_mount_ns(int ns_fd) override;
     void change_dir(int dir_fd) override;
     Fd open_root(const std::filesystem::path& rootfs) override;
@@ -150,12 +221,15 @@ public:
     void make_symlink(const std::string& target, int dir_fd, const std::string& name) override;
     Fd open_at(int dir_fd, const std::string& name) override;
     void remove(int dir_fd, const std::string& name, bool directory) override;
+    void set_fs_ids(unsigned uid, unsigned gid) override;
     void set_mount_flags(int mount_fd, unsigned flags) override;
     void attach(int mount_fd, int target_fd) override;
     void detach(int dir_fd, const std::string& name) override;
     Fd make_tmpfs() override;
     void run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
              std::chrono::milliseconds timeout) override;
+    void run_as(const Owner& owner, int exe_fd, const std::string& what,
+                const std::vector<std::string>& args, std::chrono::milliseconds timeout) override;
 };
 
 // Carries out `plan` in the container `target`:
@@ -164,18 +238,31 @@ public:
 //     source (a detached bind mount each, checked: devices are char devices with
 //     the planned numbers) and ldconfig;
 //  2. enters the container's mount namespace and opens the rootfs;
-//  3. devices, mounts, symlinks: each parent directory resolved inside the root
+//  3. devices, mounts, symlinks, plan.files: each parent directory resolved inside the root
 //     (missing ones created one component at a time relative to their parent's
 //     descriptor), the mount point created or checked (a symlink, FIFO, socket,
 //     device with other numbers, or a file where a directory belongs is an
 //     Error naming it), flags set on the detached mount, then attached to the
 //     mount point's inode;
-//  4. device cgroup rules (v1 devices.allow; v2 is an Error), the proc view
+//  4. device access: on cgroup v1, rules written to devices.allow; on cgroup
+//     v2, each BPF_CGROUP_DEVICE program attached to the container's cgroup
+//     is swapped atomically for one that allows the planned devices and
+//     otherwise runs the runtime's instructions unchanged (loaded and checked
+//     on the host side in step 1, before anything changes; none attached:
+//     nothing to do). A refusal by the kernel (EPERM, EACCES, EROFS, ENOSYS)
+//     fails, or with Target::on_refused Warn is logged and skipped. Then the proc view
 //     tmpfs (files written through its descriptor, then made read-only and
 //     attached), ldconfig when plan.refresh_ldcache;
 //  5. returns to this process's mount namespace and working directory.
+// A container with a user namespace gets what is created in its root (parent
+// directories, mount points, links) created as the host ids its root maps to
+// (/proc/<pid>/uid_map, gid_map; System::set_fs_ids around each creation),
+// and ldconfig runs as those ids. With Target::join_user_ns (rootless) the
+// executor enters the container's user namespace before its mount namespace,
+// opens the sources there, and does not return.
 // On any failure everything done is undone in reverse order (mounts detached,
-// created files, links and directories removed, cgroup rules denied) and the
+// created files, links and directories removed, cgroup rules denied, the
+// runtime's device programs swapped back) and the
 // first error is rethrown. Nothing is created or mounted outside the rootfs.
 // Single-threaded callers only (setns(CLONE_NEWNS) refuses threaded processes).
 void execute(const Plan& plan, const Target& target, System& sys);
@@ -185,10 +272,25 @@ void execute(const Plan& plan, const Target& target);
 namespace cgroup {
 
 // The host directory of a process's cgroup v1 `devices` controller, from its
-// /proc/<pid>/cgroup and the host's /proc/self/mountinfo. A process whose
-// devices controller is on cgroup v2 (or absent) is an Error.
+// /proc/<pid>/cgroup and the host's /proc/self/mountinfo (only mounts that are
+// reachable, not hidden under a later mount). None mounted is an Error.
 std::filesystem::path devices_dir(std::string_view proc_cgroup, std::string_view mountinfo,
                                   const std::string& what);
+// The host directory of a process's cgroup v2 cgroup (its "0::" line), under
+// a reachable cgroup2 mount whose root holds it. None is an Error.
+std::filesystem::path unified_dir(std::string_view proc_cgroup, std::string_view mountinfo,
+                                  const std::string& what);
+
+// Where a process's device access is decided: a v1 devices hierarchy when one
+// holding its cgroup is mounted (v1 or hybrid hosts), else its cgroup2 directory.
+struct DeviceCgroup {
+    enum class Kind { V1, V2 };
+    Kind kind = Kind::V1;
+    std::filesystem::path dir;
+    bool operator==(const DeviceCgroup&) const = default;
+};
+DeviceCgroup locate(std::string_view proc_cgroup, std::string_view mountinfo,
+                    const std::string& what);
 // Whether a devices.list grants read and write on the char device major:minor.
 bool allows(std::string_view devices_list, unsigned major, unsigned minor);
 

@@ -75,6 +75,9 @@ struct Node {
     std::vector<Gpu> gpus;
     std::vector<DeviceNode> control;  // nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset (those present)
     std::vector<DeviceNode> mig_control;  // nvidia-caps config and monitor nodes (when MIG is present)
+    // IMEX channels: /dev/nvidia-caps-imex-channels/channel<n> (the minor is n,
+    // the major "nvidia-caps-imex-channels" in proc/devices), by channel number.
+    std::vector<DeviceNode> imex_channels;
     std::vector<DriverFile> files;
     std::vector<std::string> warnings;    // optional things that were missing or odd
 
@@ -89,7 +92,9 @@ struct DiscoverOptions {
 // Reads the node through config.roots. Missing required pieces (no driver
 // version, a GPU whose node is missing or has the wrong type or numbers, a
 // corrupt cache) throw Error naming the path; missing optional files are
-// recorded in warnings.
+// recorded in warnings. IMEX channels are the channel<n> entries of
+// dev/nvidia-caps-imex-channels that are character devices with the driver's
+// major and minor n; any other entry there is a warning and left out.
 Node discover(const Config& config, const DiscoverOptions& options = {});
 
 }  // namespace gpubind

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,10 @@ struct State {
     std::string status;
     pid_t pid = 0;
     std::filesystem::path bundle;
+    // crun adds "root": the spec's root.path as config.json gives it (the
+    // rootfs is taken from config.json either way). Empty when absent.
+    std::string root;
+    std::map<std::string, std::string> annotations;
 };
 
 struct Mount {

@@ -46,6 +46,18 @@ struct PlannedSymlink {
     std::string target;             // what it points to (relative, in the same directory)
 };
 
+// A small file gpubind writes into the container's rootfs (never a host file):
+// created with O_CREAT|O_EXCL|O_NOFOLLOW, its parent resolved inside the root.
+struct PlannedFile {
+    std::filesystem::path path;     // container path, absolute
+    std::string content;
+    std::string why;
+};
+
+// Where the CUDA compat libraries' loader entry goes: ldconfig's
+// "include /etc/ld.so.conf.d/*.conf" reads it before the distributions' files.
+inline constexpr const char* kCudaCompatConf = "/etc/ld.so.conf.d/000-cuda-compat.conf";
+
 // The container's /proc/driver/nvidia: a tmpfs holding copies of the host's
 // files, with params saying ModifyDeviceFiles: 0, and only the selected GPUs.
 struct ProcView {
@@ -64,11 +76,12 @@ struct Plan {
     std::vector<PlannedDevice> devices;
     std::vector<PlannedMount> mounts;
     std::vector<PlannedSymlink> symlinks;
+    std::vector<PlannedFile> files;
     std::optional<ProcView> proc;
     std::vector<std::filesystem::path> library_dirs;  // container dirs the loader cache must cover
     bool refresh_ldcache = false;
 
-    bool empty() const { return devices.empty() && mounts.empty() && !proc; }
+    bool empty() const { return devices.empty() && mounts.empty() && files.empty() && !proc; }
 };
 
 // The host's /proc/driver/nvidia files the proc view copies, read apart so
@@ -87,7 +100,8 @@ ProcFiles read_proc_files(const Node& node);
 //  - devices: nvidiactl for any GPU container; nvidia-uvm and nvidia-uvm-tools
 //    with compute; nvidia-modeset with display; each selected GPU's node; a MIG
 //    device's parent GPU node and its gi/ci capability nodes; the MIG config
-//    and monitor capability nodes when asked for.
+//    and monitor capability nodes when asked for; the IMEX channels asked
+//    for (select_imex_channels), whether or not there is a GPU.
 //  - mounts (deduplicated by target): libraries of the asked capabilities at
 //    image.lib_dir/<versioned file name> (32-bit ones at image.lib32_dir, only
 //    with compat32), binaries at image.bin_dir, all ro,nosuid,nodev; IPC
@@ -97,10 +111,14 @@ ProcFiles read_proc_files(const Node& node);
 //    development links libcuda.so -> libcuda.so.1 and
 //    libnvidia-ml.so -> libnvidia-ml.so.1 where those libraries are mounted.
 //  - proc: for any GPU container, the selected GPUs (and MIG parents) only.
-// `config` is not consulted today (the node's files already carry their
-// capabilities); it is part of the signature for policy the plan may grow.
+//  - files: CUDA forward compatibility. With compute, config.policy.cuda_compat
+//    and image.cuda_compat_version newer than the node's driver version: the
+//    file kCudaCompatConf holding "/usr/local/cuda/compat\n", and that
+//    directory first in library_dirs (the refresh lists the directories named
+//    on its command line first, and the loader takes the first entry).
 // Throws Error(ECANCELED, "plan", ...) when the request asks for MIG
-// config/monitor and the node has no such capability device.
+// config/monitor and the node has no such capability device; Error(EINVAL,
+// "select IMEX channel", ...) for an IMEX channel the node lacks.
 Plan make_plan(const Request& request, const Node& node, const Selection& selection,
                const Image& image, const Config& config, const ProcFiles& proc_files);
 
@@ -108,6 +126,7 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
 //   {"devices": [{"path", "host_path", "major", "minor", "why"}],
 //    "mounts": [{"source", "target", "directory", "flags": ["ro","nosuid","nodev","noexec"], "why"}],
 //    "symlinks": [{"path", "target"}],
+//    "files": [{"path", "content", "why"}],
 //    "proc": null | {"target", "gpus": [bus ids], "capability_files": [host paths]},
 //    "library_dirs": [...], "refresh_ldcache": bool}
 void to_json(nlohmann::json& j, const Plan& plan);

@@ -34,7 +34,8 @@ struct Request {
     std::vector<Requirement> requirements;   // empty when disabled
     DeviceIds mig_config;                    // NVIDIA_MIG_CONFIG_DEVICES (privileged only)
     DeviceIds mig_monitor;                   // NVIDIA_MIG_MONITOR_DEVICES (privileged only)
-    std::vector<std::string> imex_channels;  // NVIDIA_IMEX_CHANNELS / imex/<n> mounts
+    std::vector<std::string> imex_channels;  // NVIDIA_IMEX_CHANNELS / imex/<n> mounts:
+                                             // {"all"} or channel numbers ("7"), no duplicates
 
     bool gpu_container() const { return source != RequestSource::None; }
 };
@@ -43,6 +44,18 @@ struct Request {
 // refuses throws Error(ECANCELED, "refuse request", <container>, <why>);
 // a malformed one Error(EINVAL, ...).
 Request read_request(const oci::Spec& spec, const Policy& policy);
+
+// The largest IMEX channel number: a channel is a device minor (20 bits).
+inline constexpr unsigned long kMaxImexChannel = (1ul << 20) - 1;
+
+// NVIDIA_IMEX_CHANNELS's syntax: a comma list of decimal channel numbers
+// (0 to kMaxImexChannel; "007" means 7 and is returned as "7"), "all" (every
+// channel the node has; it wins over numbers: the result is {"all"}), and
+// "none", "void" or empty fields, which add nothing. Duplicates are dropped,
+// the first order kept. Anything else throws Error(EINVAL, "read request",
+// `where`, "<what>: '<field>' is not an IMEX channel number (0 to 1048575)").
+std::vector<std::string> parse_imex_channels(std::string_view value, std::string_view what,
+                                             const std::string& where);
 
 // Checks every requirement against the node for each selected GPU (space
 // separates alternatives, comma joins conditions, separate variables must all
@@ -55,10 +68,26 @@ struct Image {
     std::filesystem::path lib_dir = "/usr/lib64";  // or "/usr/lib/x86_64-linux-gnu"
     std::filesystem::path lib32_dir = "/usr/lib";  // or "/usr/lib/i386-linux-gnu"; empty: none
     std::filesystem::path bin_dir = "/usr/bin";
+    // CUDA forward compatibility: the highest version among the image's
+    // /usr/local/cuda/compat/libcuda.so.<version> entries (regular files or
+    // symlinks, never opened or followed; <version> numbers separated by
+    // dots), empty when there is none. A compat directory that is a symlink or
+    // not a directory counts as none.
+    std::string cuda_compat_version;
 };
+inline constexpr const char* kCudaCompatDir = "/usr/local/cuda/compat";
+
+// Whether `s` is a version: numbers separated by single dots ("550.54.15", "12").
+bool is_version(std::string_view s);
+// Compares two versions numerically, component by component (a missing
+// component counts as 0): <0, 0 or >0. Both must satisfy is_version.
+int compare_versions(std::string_view a, std::string_view b);
+
 // Debian multiarch layout when the image has /etc/debian_version or a
-// /usr/lib/<triplet> directory, else lib64. Lookups stay inside the rootfs
-// (safe_path). Throws Error when the rootfs cannot be opened.
+// /usr/lib/<triplet> directory, else lib64; the CUDA compat libraries (the
+// directory listed by descriptor, its entries checked with fstatat without
+// following them). Lookups stay inside the rootfs (safe_path). Throws Error
+// when the rootfs cannot be opened.
 Image inspect_image(const std::filesystem::path& rootfs);
 
 }  // namespace gpubind

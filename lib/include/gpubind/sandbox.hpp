@@ -7,7 +7,8 @@
 // (a recursive bind of it; the old root is detached), loses every capability
 // (bounding set included; securebits keep uid 0 from regaining them on exec),
 // gets resource limits and no_new_privs, a seccomp allow-list, an empty
-// environment, and is killed at the deadline.
+// environment, runs as uid 0 or the ids Options names, and is killed at the
+// deadline.
 #pragma once
 
 #include <sys/resource.h>
@@ -44,6 +45,12 @@ struct Options {
     std::chrono::milliseconds timeout{30000};
     Filter filter = Filter::Ldconfig;
     Limits limits;
+    // The ids it runs as: 0:0 (root without capabilities), or the ids a user
+    // namespace maps the container's root to, so that what it writes in a
+    // rootfs that ids owns is allowed and shows as the container root's.
+    // Other than 0:0, supplementary groups are dropped too.
+    unsigned uid = 0;
+    unsigned gid = 0;
 };
 
 // Runs the program `exe_fd` (from seal_executable, or any descriptor execveat

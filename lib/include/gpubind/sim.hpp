@@ -6,9 +6,12 @@
 //   dev/nvidia-uvm, dev/nvidia-uvm-tools (U:0, U:1), and with MIG
 //   dev/nvidia-caps/nvidia-cap<M> (C:M): config (1, mode 0400), monitor (2, 0444)
 //   and each MIG device's GPU and compute instance access (0444), numbered as
-//   the driver's capability table does. U and C are dynamic majors picked so
-//   that no driver on this host holds them (opening the nodes fails with
-//   ENXIO); proc/devices names them "nvidia-uvm" and "nvidia-caps".
+//   the driver's capability table does. With IMEX channels
+//   dev/nvidia-caps-imex-channels/channel<n> (X:n, mode 0666) for n below the
+//   spec's count. U, C and X are dynamic majors picked so that no driver on
+//   this host holds them (opening the nodes fails with ENXIO); proc/devices
+//   names them "nvidia-uvm", "nvidia-caps" and "nvidia-caps-imex-channels"
+//   (the last two only when there are MIG devices, IMEX channels).
 //   proc/devices, proc/driver/nvidia/{version,params,registry},
 //   proc/driver/nvidia/gpus/<dddd:bb:dd.f>/information in the driver's format;
 //   with MIG proc/driver/nvidia/capabilities/mig/{config,monitor},
@@ -54,7 +57,7 @@ struct MigSpec {
 // driver version that is not numbers separated by dots, a model that is empty,
 // longer than 95 characters or has control characters, and MIG devices on a
 // GPU that does not exist or is beyond GPU 31, with gi > 14 or ci > 7, or
-// listed twice.
+// listed twice, and more than kMaxImexChannels IMEX channels.
 struct Spec {
     unsigned gpus = 8;
     std::string driver_version = "550.54.15";
@@ -64,7 +67,9 @@ struct Spec {
     bool ipcs = true;               // persistenced and fabricmanager sockets, MPS pipe directory
     bool firmware = true;           // lib/firmware/nvidia/<ver>/gsp*.bin
     bool graphics = true;           // graphics, display, video and ngx libraries
+    unsigned imex_channels = 0;     // IMEX channel nodes 0 .. imex_channels-1
 };
+inline constexpr unsigned kMaxImexChannels = 2048;  // the driver's default channel count
 
 // The node's own description of what was written: the tests compare what
 // gpubind discovers against this, never against gpubind's own output.
@@ -88,7 +93,8 @@ struct ManifestMig {
     unsigned ci_cap_minor = 0;
 };
 struct ManifestNode {
-    std::string path;               // "/dev/nvidia0" (relative to the dev root)
+    std::string path;               // "/dev/nvidia0" (relative to the dev root); IMEX
+                                    // channels "/dev/nvidia-caps-imex-channels/channel<n>"
     unsigned major = 0;
     unsigned minor = 0;
 };

@@ -1,0 +1,268 @@
+// End to end on cgroup v2: gpubind-hook registered in config.json, the real
+// runc in unified mode (a private mount namespace with cgroup2 on
+// /sys/fs/cgroup), a simulated node. Device access is the eBPF program on the
+// container's cgroup: the hook swaps runc's for one that also allows the
+// planned nodes. Inside, the planned nodes open with ENXIO (no driver behind
+// them) and the node's other NVIDIA nodes are refused with EPERM; without the
+// hook the same checks fail; after `runc delete` nothing of ours is left.
+// Expectations come from the simulated node's manifest.
+#include <linux/bpf.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "container.hpp"
+#include "gpubind/exec.hpp"
+#include "gpubind/sim.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind::test {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string runc() {
+    return env_or("GPUBIND_RUNC", "runc");
+}
+
+std::string read_text(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+long bpf(int cmd, union bpf_attr& attr) {
+    return ::syscall(SYS_bpf, cmd, &attr, sizeof attr);
+}
+
+// The name of a loaded program, "" when it is gone.
+std::string program_name(std::uint32_t id) {
+    union bpf_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.prog_id = id;
+    const int fd = static_cast<int>(bpf(BPF_PROG_GET_FD_BY_ID, attr));
+    if (fd < 0) return "";
+    struct bpf_prog_info info;
+    std::memset(&info, 0, sizeof info);
+    std::memset(&attr, 0, sizeof attr);
+    attr.info.bpf_fd = static_cast<std::uint32_t>(fd);
+    attr.info.info_len = sizeof info;
+    attr.info.info = reinterpret_cast<std::uintptr_t>(&info);
+    const long r = bpf(BPF_OBJ_GET_INFO_BY_FD, attr);
+    ::close(fd);
+    return r == 0 ? std::string(info.name) : std::string();
+}
+
+// Every program loaded on the machine named `name` (what `bpftool prog` lists).
+std::vector<std::uint32_t> loaded_programs_named(const std::string& name) {
+    std::vector<std::uint32_t> out;
+    std::uint32_t id = 0;
+    for (;;) {
+        union bpf_attr attr;
+        std::memset(&attr, 0, sizeof attr);
+        attr.start_id = id;
+        if (bpf(BPF_PROG_GET_NEXT_ID, attr) != 0) break;
+        id = attr.next_id;
+        if (program_name(id) == name) out.push_back(id);
+    }
+    return out;
+}
+
+// The names of the device programs attached to a cgroup directory.
+std::vector<std::string> attached_names(const fs::path& dir) {
+    LinuxSystem sys;
+    Fd fd = sys.open_cgroup_dir(dir);
+    std::vector<std::string> out;
+    for (auto id : sys.query_device_programs(fd.get()).ids) out.push_back(program_name(id));
+    return out;
+}
+
+// A container created and started by runc, sleeping; deleted when it goes.
+class Detached {
+  public:
+    Detached(const Bundle& b, const std::string& id) : state_(b.state_root().string()), id_(id) {
+        const std::string log = (b.dir() / (id + ".out")).string();
+        auto r = run_command({"sh", "-c", "exec \"$0\" \"$@\" >" + log + " 2>&1", runc(), "--root",
+                              state_, "create", "--bundle", b.dir().string(), id});
+        created_ = r.exit_code == 0;
+        error_ = read_text(log);
+        if (created_) {
+            r = run_command({runc(), "--root", state_, "start", id_});
+            if (r.exit_code != 0) error_ += r.err;
+        }
+    }
+    ~Detached() { remove(); }
+    Detached(const Detached&) = delete;
+    Detached& operator=(const Detached&) = delete;
+
+    void remove() { run_command({runc(), "--root", state_, "delete", "--force", id_}); }
+    bool created() const { return created_; }
+    const std::string& error() const { return error_; }
+    RunResult exec(std::vector<std::string> args) const {
+        args.insert(args.begin(), {runc(), "--root", state_, "exec", id_});
+        return run_command(args);
+    }
+    std::string proc_cgroup() const {
+        auto r = run_command({runc(), "--root", state_, "state", id_});
+        auto pid = nlohmann::json::parse(r.out).at("pid").get<int>();
+        return read_text("/proc/" + std::to_string(pid) + "/cgroup");
+    }
+
+  private:
+    std::string state_, id_;
+    bool created_ = false;
+    std::string error_;
+};
+
+class Cgroup2E2e : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        node_dir_ = new TempDir("gpubind-e2e-node");
+        sim::Spec spec;
+        spec.gpus = 4;
+        manifest_ = new sim::Manifest(sim::simulate(node_dir_->path(), spec));
+        config_ = node_dir_->path().parent_path() /
+                  (node_dir_->path().filename().string() + "-config.toml");
+        const std::string root = node_dir_->path().string();
+        std::ofstream(config_) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
+                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
+                               << root << "/hook.log\"\nlevel = \"debug\"\n";
+    }
+    static void TearDownTestSuite() {
+        fs::remove(config_);
+        delete manifest_;
+        delete node_dir_;
+    }
+
+    static const sim::Manifest& m() { return *manifest_; }
+
+    std::string id() {
+        return "gpubind-cg2-" + std::to_string(::getpid()) + "-" + std::to_string(count_++);
+    }
+
+    // A sleeping container asking for GPUs 0 and 2, every NVIDIA node of the
+    // node bound at /hostdev/<name> so that it can try the ones it was not given.
+    Bundle bundle(bool with_hook) {
+        Bundle b(dir_.path() / ("b" + std::to_string(count_++)));
+        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_);
+        for (const auto& n : m().nodes)
+            b.bind(node_dir_->path() / n.path.substr(1),
+                   "/hostdev/" + fs::path(n.path).filename().string());
+        b.env("NVIDIA_VISIBLE_DEVICES=0,2").command("exec /bin/busybox sleep 600");
+        b.write_spec();
+        return b;
+    }
+
+    // What `probe open` must print for the node's nodes given GPUs 0 and 2
+    // (utility, compute): theirs, nvidiactl and the uvm nodes open; the other
+    // GPUs and nvidia-modeset are refused. Plus /dev/null, which runc allows.
+    static std::pair<std::vector<std::string>, std::string> open_check() {
+        std::vector<std::string> args = {"probe", "open"};
+        std::string want;
+        auto add = [&](const std::string& path, const std::string& result) {
+            args.push_back(path);
+            want += path + " " + result + "\n";
+        };
+        std::set<std::string> given = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                       "/dev/nvidia-uvm-tools"};
+        std::set<std::string> refused = {"/dev/nvidia-modeset"};
+        for (const auto& g : m().gpus)
+            (g.index == 0 || g.index == 2 ? given : refused)
+                .insert("/dev/nvidia" + std::to_string(g.minor));
+        for (const auto& n : m().nodes) {
+            const std::string name = fs::path(n.path).filename().string();
+            if (given.count(n.path)) {
+                add("/hostdev/" + name, "ENXIO");
+                add(n.path, "ENXIO");  // the injected node
+            } else if (refused.count(n.path)) {
+                add("/hostdev/" + name, "EPERM");
+            }
+        }
+        add("/dev/null", "ok");
+        return {args, want};
+    }
+
+    // Waits (the kernel frees a removed cgroup's programs asynchronously) until
+    // no program of ours is loaded; what is left otherwise.
+    static std::vector<std::uint32_t> ours_left() {
+        std::vector<std::uint32_t> left;
+        for (int i = 0; i < 100; ++i) {
+            left = loaded_programs_named(bpf::kProgramName);
+            if (left.empty()) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        return left;
+    }
+
+    static inline TempDir* node_dir_ = nullptr;
+    static inline sim::Manifest* manifest_ = nullptr;
+    static inline fs::path config_;
+    TempDir dir_{"gpubind-e2e-cg2"};
+    int count_ = 0;
+};
+
+TEST_F(Cgroup2E2e, HookGrantsThePlannedNodesByExtendingRuncsProgram) {
+    PrivateCgroup2 v2;
+    ASSERT_EQ(v2.error(), "");
+    ASSERT_EQ(loaded_programs_named(bpf::kProgramName), std::vector<std::uint32_t>{})
+        << "a program of ours is loaded before the test";
+    Bundle b = bundle(/*with_hook=*/true);
+    const std::string cid = id();
+    fs::path cgroup_dir = fs::path("/sys/fs/cgroup") / cid;
+    {
+        Detached c(b, cid);
+        ASSERT_TRUE(c.created()) << c.error() << read_text(node_dir_->path() / "hook.log");
+        // runc put it in a cgroup v2 cgroup of its own, nowhere in a v1 devices cgroup.
+        const std::string cg = c.proc_cgroup();
+        EXPECT_THAT(cg, HasSubstr("0::/" + cid + "\n"));
+        EXPECT_THAT(cg, HasSubstr(":devices:/\n"));
+        ASSERT_TRUE(fs::is_directory(cgroup_dir));
+        // One device program on it, ours in place of runc's.
+        EXPECT_EQ(attached_names(cgroup_dir), std::vector<std::string>{bpf::kProgramName});
+
+        auto [args, want] = open_check();
+        auto r = c.exec(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_EQ(r.out, want);
+        c.remove();
+    }
+    // Nothing of ours is left: the cgroup is gone, and with it our program.
+    EXPECT_FALSE(fs::exists(cgroup_dir));
+    EXPECT_EQ(ours_left(), std::vector<std::uint32_t>{});
+}
+
+TEST_F(Cgroup2E2e, ChecksFailWithoutTheHook) {
+    PrivateCgroup2 v2;
+    ASSERT_EQ(v2.error(), "");
+    Bundle b = bundle(/*with_hook=*/false);
+    const std::string cid = id();
+    Detached c(b, cid);
+    ASSERT_TRUE(c.created()) << c.error();
+    // runc's own program, not ours.
+    auto names = attached_names(fs::path("/sys/fs/cgroup") / cid);
+    EXPECT_EQ(names.size(), 1u);
+    EXPECT_EQ(std::count(names.begin(), names.end(), bpf::kProgramName), 0);
+
+    auto [args, want] = open_check();
+    auto r = c.exec(args);
+    EXPECT_NE(r.out, want);
+    // Specifically: the GPUs it asked for are refused.
+    for (const auto& g : m().gpus) {
+        if (g.index == 0 || g.index == 2) {
+            EXPECT_THAT(r.out, HasSubstr("/hostdev/nvidia" + std::to_string(g.minor) + " EPERM\n"));
+        }
+    }
+    EXPECT_THAT(r.out, HasSubstr("/dev/null ok\n"));
+}
+
+}  // namespace
+}  // namespace gpubind::test
