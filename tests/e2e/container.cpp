@@ -242,13 +242,9 @@ Bundle& Bundle::command(const std::string& shell_script) {
 
 void Bundle::write_spec() const { std::ofstream(dir_ / "config.json") << spec_.dump(2); }
 
-#ifndef GPUBIND_E2E_RUNTIME
-#define GPUBIND_E2E_RUNTIME "runc"
-#endif
-
 std::string runtime_binary() {
-    const std::string name = GPUBIND_E2E_RUNTIME;
-    return env_or(name == "crun" ? "GPUBIND_CRUN" : "GPUBIND_RUNC", GPUBIND_E2E_RUNTIME);
+    const std::string name = suite_runtime();
+    return env_or(name == "crun" ? "GPUBIND_CRUN" : "GPUBIND_RUNC", suite_runtime());
 }
 
 RunResult Bundle::run() { return run_with(runtime_binary()); }
@@ -257,7 +253,7 @@ RunResult Bundle::run_with(const std::string& runtime) {
     static std::atomic<int> counter{0};
     // crun does not pass its hooks' stderr on (runc puts it in its own error):
     // its annotation sends it to a file, added here to what the run printed.
-    const bool crun = std::string(GPUBIND_E2E_RUNTIME) == "crun" && runtime == runtime_binary();
+    const bool crun = std::string(suite_runtime()) == "crun" && runtime == runtime_binary();
     const fs::path hooks_stderr = dir_ / "hooks.stderr";
     if (crun) {
         fs::remove(hooks_stderr);

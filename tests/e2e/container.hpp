@@ -59,9 +59,11 @@ private:
 
 // $name if set and not empty, else `fallback`.
 std::string env_or(const char* name, const char* fallback);
-// The OCI runtime a suite runs containers with: GPUBIND_E2E_RUNTIME, a compile
-// definition ("runc" unless the suite's target says otherwise, e.g. "crun"),
-// overridden by $GPUBIND_RUNC (runc suites) or $GPUBIND_CRUN (crun suites).
+// The OCI runtime a suite is written for: "runc" or "crun" (gpubind_e2e_test's
+// RUNTIME in tests/CMakeLists.txt; defined in suite_runtime.cpp).
+const char* suite_runtime() noexcept;
+// The binary that runs it: suite_runtime(), overridden by $GPUBIND_RUNC (runc
+// suites) or $GPUBIND_CRUN (crun suites).
 std::string runtime_binary();
 // Sections of a container's output: a "== name" line starts one.
 std::map<std::string, std::vector<std::string>> sections(const std::string& out);
