@@ -11,6 +11,7 @@ namespace gpubind {
 bool is_driver_version(std::string_view s) {
     if (s.empty() || s.front() < '0' || s.front() > '9' || s.back() < '0' || s.back() > '9')
         return false;
+    if (s.find('.') == std::string_view::npos) return false;  // "1" is a soname's, not a driver's
     bool dot = false;
     for (char c : s) {
         if (c == '.') {
@@ -31,6 +32,8 @@ using Type = FileInfo::Type;
 
 // The stem `name` is "<stem><version>" of, if any.
 std::optional<std::string> stem_of(const OwnedDir& owned, const std::string& name) {
+    if (std::find(owned.links.begin(), owned.links.end(), name) != owned.links.end())
+        return std::nullopt;
     for (const auto& stem : owned.stems)
         if (name.size() > stem.size() && name.starts_with(stem) &&
             is_driver_version(std::string_view(name).substr(stem.size())))

@@ -31,7 +31,8 @@ struct StaleEntry {
     std::string why;         // for the log
 };
 
-// Whether `s` is a driver version: digits and dots, starting and ending with a digit.
+// Whether `s` is a driver version: digits and at least one dot, no two dots
+// in a row, starting and ending with a digit ("550.54.15"; not "1").
 bool is_driver_version(std::string_view s);
 
 // Whether an entry named `name` of owned.dir can concern stale_entries() (so
