@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "container.hpp"
+#include "files.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
@@ -34,13 +35,6 @@ using ::testing::Not;
 constexpr const char* kMultiarch = "/usr/lib/x86_64-linux-gnu";
 constexpr const char* kOld = "550.54.15";
 constexpr const char* kNew = "560.35.03";
-
-std::string read_text(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 class RestartTest : public ::testing::Test {
 protected:
@@ -269,7 +263,7 @@ TEST_F(RestartTest, ImageDriverFilesGiveWayToTheHosts) {
     fs::create_directories(b->rootfs() / "usr/bin");
     std::ofstream(b->rootfs() / "usr/bin/nvidia-smi") << "#!/bin/sh\necho image nvidia-smi\n";
     fs::permissions(b->rootfs() / "usr/bin/nvidia-smi", fs::perms::owner_all);
-    const std::string image_ml = read_text(dir / "libnvidia-ml.so.1");
+    const std::string image_ml = slurp(dir / "libnvidia-ml.so.1");
 
     for (int start = 0; start < 2; ++start) {
         auto r = b->run();
@@ -283,11 +277,11 @@ TEST_F(RestartTest, ImageDriverFilesGiveWayToTheHosts) {
         EXPECT_EQ(check_nothing_of(*b, m_), "");
     }
     // The image's own files are as they were; its link now the driver's.
-    EXPECT_EQ(read_text(dir / "libnvidia-ml.so.1"), image_ml);
+    EXPECT_EQ(slurp(dir / "libnvidia-ml.so.1"), image_ml);
     EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dir / "libcuda.so.470.82.01")));
     EXPECT_EQ(fs::read_symlink(dir / "libcuda.so.1"), lib_file("libcuda.so.1"));
-    EXPECT_THAT(read_text(b->rootfs() / "usr/bin/nvidia-smi"), HasSubstr("image nvidia-smi"));
-    const std::string log = read_text(log_file());
+    EXPECT_THAT(slurp(b->rootfs() / "usr/bin/nvidia-smi"), HasSubstr("image nvidia-smi"));
+    const std::string log = slurp(log_file());
     EXPECT_THAT(log, HasSubstr(std::string(kMultiarch) +
                                "/libcuda.so.1: replaced the link to libcuda.so.470.82.01"));
     EXPECT_THAT(log, HasSubstr(std::string(kMultiarch) + "/libnvidia-ml.so.1: the image's own file"));

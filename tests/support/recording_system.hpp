@@ -27,6 +27,19 @@
 
 namespace gpubind::test {
 
+// A pid that is neither init nor this process (execute() refuses both).
+inline pid_t fake_pid() {
+    return ::getpid() == 4242 ? 4243 : 4242;
+}
+
+// The container the recording tests act on: rootfs /rootfs.
+inline Target recording_target() {
+    Target t;
+    t.pid = fake_pid();
+    t.rootfs = "/rootfs";
+    return t;
+}
+
 class RecordingSystem : public System {
 public:
     using Type = FileInfo::Type;

@@ -29,15 +29,10 @@ constexpr unsigned kLibFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
 const std::string kAllow = "cgroup:/sys/fs/cgroup/devices/ctr/devices.allow";
 const std::string kDeny = "cgroup:/sys/fs/cgroup/devices/ctr/devices.deny";
 
-pid_t fake_pid() {
-    return ::getpid() == 4242 ? 4243 : 4242;
-}
+using test::fake_pid;
 
 Target target() {
-    Target t;
-    t.pid = fake_pid();
-    t.rootfs = "/rootfs";
-    return t;
+    return test::recording_target();
 }
 
 Plan sample_plan() {

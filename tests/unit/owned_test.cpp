@@ -1,8 +1,6 @@
 // What gpubind owns in a restarted container's directories (issue 9): the
 // pure rule (stale_entries) and the executor carrying it out, against
 // RecordingSystem (no root needed).
-#include <unistd.h>
-
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -118,15 +116,6 @@ TEST(StaleEntries, EmptyBinaryMountPointsGoOtherBinariesStay) {
 
 // --- the executor ---
 
-pid_t fake_pid() { return ::getpid() == 4242 ? 4243 : 4242; }
-
-Target target() {
-    Target t;
-    t.pid = fake_pid();
-    t.rootfs = "/rootfs";
-    return t;
-}
-
 // The node's driver 560.35.03: libcuda mounted with its links, nvidia-smi.
 Plan restart_plan() {
     Plan plan;
@@ -174,18 +163,23 @@ void earlier_start(RecordingSystem& sys, const Plan& plan) {
     sys.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/usr/local/cuda/compat\n";
 }
 
+// A restart of the container earlier_start() left, with the node at 560.35.03.
+class ExecuteRestart : public ::testing::Test {
+protected:
+    ExecuteRestart() { earlier_start(sys, plan); }
+    const Plan plan = restart_plan();
+    RecordingSystem sys;
+    const std::string lib = kLib;
+};
+
 std::size_t index_of(const std::vector<std::string>& calls, const std::string& line) {
     auto it = std::find(calls.begin(), calls.end(), line);
     EXPECT_NE(it, calls.end()) << "no call '" << line << "'";
     return static_cast<std::size_t>(it - calls.begin());
 }
 
-TEST(ExecuteRestart, EarlierStartIsBroughtUpToDateBeforeTheCacheRefreshNothingFollowed) {
-    const Plan plan = restart_plan();
-    RecordingSystem sys;
-    earlier_start(sys, plan);
-    execute(plan, target(), sys);
-    const std::string lib = kLib;
+TEST_F(ExecuteRestart, EarlierStartIsBroughtUpToDateBeforeTheCacheRefreshNothingFollowed) {
+    execute(plan, test::recording_target(), sys);
     // Links re-pointed through their directory.
     EXPECT_EQ(sys.links[lib + "/libcuda.so.1"], "libcuda.so.560.35.03");
     EXPECT_EQ(sys.links[lib + "/libcuda.so"], "libcuda.so.1");
@@ -210,14 +204,11 @@ TEST(ExecuteRestart, EarlierStartIsBroughtUpToDateBeforeTheCacheRefreshNothingFo
         EXPECT_FALSE(line.starts_with("read_file_at root:" + lib)) << line;
 }
 
-TEST(ExecuteRestart, FailureRestoresWhatWasReplacedAndRemoved) {
-    const Plan plan = restart_plan();
-    RecordingSystem sys;
-    earlier_start(sys, plan);
+TEST_F(ExecuteRestart, FailureRestoresWhatWasReplacedAndRemoved) {
     const auto root_before = sys.root;
     const auto links_before = sys.links;
     sys.fail_if = [](std::size_t, const std::string& line) { return line.starts_with("run "); };
-    EXPECT_THROW(execute(plan, target(), sys), Error);
+    EXPECT_THROW(execute(plan, test::recording_target(), sys), Error);
     EXPECT_EQ(sys.links, links_before);
     for (const auto& [p, info] : root_before) {
         ASSERT_EQ(sys.root.count(p), 1u) << p;
@@ -229,17 +220,13 @@ TEST(ExecuteRestart, FailureRestoresWhatWasReplacedAndRemoved) {
     EXPECT_TRUE(sys.mounted.empty());
 }
 
-TEST(ExecuteRestart, ImageFilesAtTheDriversNamesAreCoveredByTheHosts) {
-    const Plan plan = restart_plan();
-    RecordingSystem sys;
-    earlier_start(sys, plan);
-    const std::string lib = kLib;
+TEST_F(ExecuteRestart, ImageFilesAtTheDriversNamesAreCoveredByTheHosts) {
     // The image ships a regular libnvidia-ml.so.1 and its own libcuda.so.470.82.01.
     sys.links.erase(lib + "/libnvidia-ml.so.1");
     sys.root[lib + "/libnvidia-ml.so.1"] = {Type::Regular, 0, 0, 4096};
     sys.root[lib + "/libcuda.so.470.82.01"] = {Type::Regular, 0, 0, 4096};
     sys.root.erase("/etc/ld.so.conf.d/000-cuda-compat.conf");
-    execute(plan, target(), sys);
+    execute(plan, test::recording_target(), sys);
     EXPECT_EQ(sys.mounted["root:" + lib + "/libnvidia-ml.so.1"].source,
               "tree:/host/libnvidia-ml.so.560.35.03");
     EXPECT_EQ(sys.mounted["root:" + lib + "/libnvidia-ml.so.1"].flags, kLibFlags);
@@ -249,17 +236,13 @@ TEST(ExecuteRestart, ImageFilesAtTheDriversNamesAreCoveredByTheHosts) {
     EXPECT_EQ(sys.root[lib + "/libcuda.so.470.82.01"].type, Type::Regular);
 }
 
-TEST(ExecuteRestart, ADirectoryWhereALinkGoesIsRefusedWithOneLineNothingChanged) {
-    const Plan plan = restart_plan();
-    RecordingSystem sys;
-    earlier_start(sys, plan);
-    const std::string lib = kLib;
+TEST_F(ExecuteRestart, ADirectoryWhereALinkGoesIsRefusedWithOneLineNothingChanged) {
     sys.links.erase(lib + "/libcuda.so.1");
     sys.root[lib + "/libcuda.so.1"] = {Type::Directory};
     const auto root_before = sys.root;
     const auto links_before = sys.links;
     try {
-        execute(plan, target(), sys);
+        execute(plan, test::recording_target(), sys);
         ADD_FAILURE() << "accepted";
     } catch (const Error& e) {
         EXPECT_THAT(e.what(), HasSubstr(lib + "/libcuda.so.1: is a directory"));
@@ -270,12 +253,9 @@ TEST(ExecuteRestart, ADirectoryWhereALinkGoesIsRefusedWithOneLineNothingChanged)
     EXPECT_TRUE(sys.mounted.empty());
 }
 
-TEST(ExecuteRestart, ACompatEntryNotWrittenByGpubindStays) {
-    const Plan plan = restart_plan();
-    RecordingSystem sys;
-    earlier_start(sys, plan);
+TEST_F(ExecuteRestart, ACompatEntryNotWrittenByGpubindStays) {
     sys.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/opt/mine\n";
-    execute(plan, target(), sys);
+    execute(plan, test::recording_target(), sys);
     EXPECT_EQ(sys.root.count("/etc/ld.so.conf.d/000-cuda-compat.conf"), 1u);
     EXPECT_EQ(sys.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"], "/opt/mine\n");
 }
