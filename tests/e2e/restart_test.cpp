@@ -329,6 +329,41 @@ TEST_F(RestartTest, HostileLinksAreReplacedNeverFollowedADirectoryIsRefused) {
     EXPECT_TRUE(fs::is_directory(fs::symlink_status(rdir / "libcuda.so.1")));
 }
 
+// CUDA forward compatibility decided at one start and not at the next (the
+// driver caught up with the image's compat libcuda): the loader entry of the
+// earlier decision goes, and the cache no longer puts the compat libcuda first.
+TEST_F(RestartTest, CompatEntryFollowsTheDecisionOfEachStart) {
+    simulate(kOld);
+    auto b = bundle("0");
+    const fs::path compat = b->rootfs() / "usr/local/cuda/compat";
+    fs::create_directories(compat);
+    const std::string between = "555.10.01";  // newer than kOld, older than kNew
+    std::ofstream(compat / ("libcuda.so." + between), std::ios::binary)
+        << elf::make_shared_object(elf::Machine::X86_64, "libcuda.so.1");
+    fs::create_symlink("libcuda.so." + between, compat / "libcuda.so.1");
+    const fs::path conf = b->rootfs() / "etc/ld.so.conf.d/000-cuda-compat.conf";
+    auto r = b->run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(contains(sections(r.out)["loaded"],
+                         "libcuda.so.1 => /usr/local/cuda/compat/libcuda.so." + between))
+        << r.out;
+    EXPECT_EQ(slurp(conf), "/usr/local/cuda/compat\n");
+
+    const sim::Manifest before = m_;
+    simulate(kNew);
+    r = b->run();
+    EXPECT_EQ(check_started(r), "");
+    EXPECT_FALSE(fs::exists(fs::symlink_status(conf)));
+    EXPECT_EQ(check_nothing_of(*b, before), "");
+    auto cache = run_command({"ldconfig", "-p", "-C", (b->rootfs() / "etc/ld.so.cache").string()});
+    EXPECT_THAT(cache.out, Not(HasSubstr("/usr/local/cuda/compat/")));
+    // And back: an image whose entry differs from what gpubind writes keeps it.
+    std::ofstream(conf) << "/opt/mine\n";
+    r = b->run();
+    EXPECT_EQ(check_started(r), "");
+    EXPECT_EQ(slurp(conf), "/opt/mine\n");
+}
+
 // Twenty containers restarted at once after an upgrade all start.
 TEST_F(RestartTest, TwentyRestartsInParallelAfterAnUpgrade) {
     constexpr int kContainers = 20;

@@ -199,6 +199,11 @@ TEST_F(ExecuteRestart, EarlierStartIsBroughtUpToDateBeforeTheCacheRefreshNothing
     EXPECT_LT(index_of(c, "remove root:" + lib + "/libcuda.so.550.54.15"), run);
     EXPECT_LT(index_of(c, "remove root:" + lib + "/libnvidia-encode.so.1"), run);
     EXPECT_LT(index_of(c, "remove root:/etc/ld.so.conf.d/000-cuda-compat.conf"), run);
+    // A link replaced: read (never followed), removed, made anew, in that order.
+    const std::string link = "root:" + lib + "/libcuda.so.1";
+    EXPECT_LT(index_of(c, "read_link_at " + link), index_of(c, "remove " + link));
+    EXPECT_LT(index_of(c, "remove " + link),
+              index_of(c, "make_symlink " + link + " -> libcuda.so.560.35.03"));
     // Nothing read through a link: only readlink on them.
     for (const auto& line : c)
         EXPECT_FALSE(line.starts_with("read_file_at root:" + lib)) << line;
