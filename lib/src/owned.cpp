@@ -74,9 +74,9 @@ std::vector<StaleEntry> stale_entries(const OwnedDir& owned, const std::vector<D
             if (e.info.type == Type::Regular && e.info.size == 0)
                 remove(e, "an empty mount point of an earlier start");
             else if (now != current.end() && e.info.type == Type::Regular)
-                out.push_back({e.name, Action::Cover, now->second,
-                               "the image's own driver library, covered by the host's " +
-                                   now->second});
+                out.push_back(
+                    {e.name, Action::Cover, now->second,
+                     "the image's own driver library, covered by the host's " + now->second});
             else if (now != current.end() && e.info.type == Type::Symlink)
                 remove(e, "a link at a driver library's name (to " + e.link + ")");
         } else if (contains(owned.files, e.name) && e.info.type == Type::Regular &&
@@ -90,8 +90,8 @@ std::vector<StaleEntry> stale_entries(const OwnedDir& owned, const std::vector<D
             if (planned.count(e.name) || removed.count(e.name) || e.info.type != Type::Symlink ||
                 !contains(owned.links, e.name))
                 continue;
-            const bool ours = pass == 0 ? stem_of(owned, e.link).has_value()
-                                        : contains(owned.links, e.link);
+            const bool ours =
+                pass == 0 ? stem_of(owned, e.link).has_value() : contains(owned.links, e.link);
             if (!ours) continue;
             const bool dangling = !by_name.count(e.link) || removed.count(e.link);
             if (dangling) remove(e, "a link to " + e.link + ", which is not there");

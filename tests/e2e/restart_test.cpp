@@ -37,7 +37,7 @@ constexpr const char* kOld = "550.54.15";
 constexpr const char* kNew = "560.35.03";
 
 class RestartTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         config_ = dir_.path() / "config.toml";
         const std::string root = node_.path().string();
@@ -119,8 +119,7 @@ protected:
         for (const auto& name : old_files) {
             struct stat st {};
             bool current = false;
-            for (const auto& f : m_.files)
-                current |= fs::path(f.real_path).filename() == name;
+            for (const auto& f : m_.files) current |= fs::path(f.real_path).filename() == name;
             if (!current && ::lstat((dir / name).c_str(), &st) == 0)
                 problems += "left: " + name + "\n";
         }
@@ -159,8 +158,7 @@ protected:
                 problems += "cached, missing: " + line + "\n";
             if (old_files.count(name) && !gone.count(soname)) {
                 bool current = false;
-                for (const auto& f : m_.files)
-                    current |= fs::path(f.real_path).filename() == name;
+                for (const auto& f : m_.files) current |= fs::path(f.real_path).filename() == name;
                 if (!current) problems += "cached, old: " + line + " (" + name + ")\n";
             }
         }
@@ -206,7 +204,8 @@ TEST_F(RestartTest, FewerGpusAndCapabilitiesKeepNothingOfWhatWasLost) {
     const sim::Manifest before = m_;
     simulate(kNew);
     for (auto& e : b->spec()["process"]["env"]) {
-        if (e.get<std::string>().starts_with("NVIDIA_VISIBLE_DEVICES=")) e = "NVIDIA_VISIBLE_DEVICES=1";
+        if (e.get<std::string>().starts_with("NVIDIA_VISIBLE_DEVICES="))
+            e = "NVIDIA_VISIBLE_DEVICES=1";
         if (e.get<std::string>().starts_with("NVIDIA_DRIVER_CAPABILITIES="))
             e = "NVIDIA_DRIVER_CAPABILITIES=utility,compute";
     }
@@ -238,8 +237,9 @@ TEST_F(RestartTest, MigLayoutChangedBetweenStarts) {
     ASSERT_EQ(check_started(r), "");
     EXPECT_EQ(check_nothing_of(*b, before), "");
     auto s = sections(r.out);
-    EXPECT_EQ(s["caps"], (std::vector<std::string>{"nvidia-cap" + std::to_string(m_.migs[0].gi_cap_minor),
-                                                   "nvidia-cap" + std::to_string(m_.migs[0].ci_cap_minor)}))
+    EXPECT_EQ(s["caps"],
+              (std::vector<std::string>{"nvidia-cap" + std::to_string(m_.migs[0].gi_cap_minor),
+                                        "nvidia-cap" + std::to_string(m_.migs[0].ci_cap_minor)}))
         << r.out;
     std::string smi;
     for (const auto& line : s["smi"]) smi += line + "\n";
@@ -284,7 +284,8 @@ TEST_F(RestartTest, ImageDriverFilesGiveWayToTheHosts) {
     const std::string log = slurp(log_file());
     EXPECT_THAT(log, HasSubstr(std::string(kMultiarch) +
                                "/libcuda.so.1: replaced the link to libcuda.so.470.82.01"));
-    EXPECT_THAT(log, HasSubstr(std::string(kMultiarch) + "/libnvidia-ml.so.1: the image's own file"));
+    EXPECT_THAT(log,
+                HasSubstr(std::string(kMultiarch) + "/libnvidia-ml.so.1: the image's own file"));
 }
 
 // Links aimed outside the rootfs, and a chain of links, at the driver's
@@ -374,7 +375,9 @@ TEST_F(RestartTest, TwentyRestartsInParallelAfterAnUpgrade) {
         std::vector<RunResult> results(kContainers);
         std::vector<std::thread> threads;
         for (int i = 0; i < kContainers; ++i)
-            threads.emplace_back([&, i] { results[static_cast<std::size_t>(i)] = bundles[static_cast<std::size_t>(i)]->run(); });
+            threads.emplace_back([&, i] {
+                results[static_cast<std::size_t>(i)] = bundles[static_cast<std::size_t>(i)]->run();
+            });
         for (auto& t : threads) t.join();
         return results;
     };

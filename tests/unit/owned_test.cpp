@@ -49,27 +49,28 @@ std::vector<std::string> names(const std::vector<StaleEntry>& v, Action a) {
 }
 
 TEST(DriverVersion, DigitsAndSingleDots) {
-    for (const char* ok : {"550.54.15", "560.35", "1.2.3.4"}) EXPECT_TRUE(is_driver_version(ok)) << ok;
+    for (const char* ok : {"550.54.15", "560.35", "1.2.3.4"})
+        EXPECT_TRUE(is_driver_version(ok)) << ok;
     for (const char* bad : {"", "1", "560", "1.", ".1", "1..2", "1a", "stub", "1.2/3"})
         EXPECT_FALSE(is_driver_version(bad)) << bad;
 }
 
 TEST(StaleEntries, EarlierStartsLeftoversGoImageFilesAreCoveredTheRestStays) {
-    const std::set<std::string> planned = {"libcuda.so.560.35.03", "libcuda.so.1", "libcuda.so",
-                                           "libnvidia-ml.so.560.35.03", "libnvidia-ml.so.1",
-                                           "libnvidia-ml.so"};
+    const std::set<std::string> planned = {"libcuda.so.560.35.03", "libcuda.so.1",
+                                           "libcuda.so",           "libnvidia-ml.so.560.35.03",
+                                           "libnvidia-ml.so.1",    "libnvidia-ml.so"};
     const std::vector<DirEntry> entries = {
         file("libcuda.so.550.54.15", 0),           // an earlier start's mount point
         file("libnvidia-ml.so.550.54.15", 0),      // likewise
         file("libnvidia-encode.so.550.54.15", 0),  // of a capability no longer asked for
         link("libnvidia-encode.so.1", "libnvidia-encode.so.550.54.15"),
-        file("libcuda.so.470.82.01", 4096),        // the image's own libcuda
-        link("libnvidia-ml.so.470.1", "x"),        // a link at a driver library's name
+        file("libcuda.so.470.82.01", 4096),           // the image's own libcuda
+        link("libnvidia-ml.so.470.1", "x"),           // a link at a driver library's name
         file("libnvidia-encode.so.470.82.01", 4096),  // the image's, capability not asked: stays
-        link("libc.so.6", "libc-2.36.so"),         // not the driver's
-        file("libcuda.so.stub", 0),                // not a version
+        link("libc.so.6", "libc-2.36.so"),            // not the driver's
+        file("libcuda.so.stub", 0),                   // not a version
         {"libcuda.so.999", {Type::Directory, 0, 0, 0}, {}},  // a directory: never touched
-        file("libcuda.so.560.35.03", 0),           // planned: the executor's
+        file("libcuda.so.560.35.03", 0),                     // planned: the executor's
     };
     auto out = stale_entries(owned_lib(), entries, planned);
     EXPECT_THAT(names(out, Action::Remove),
@@ -165,7 +166,7 @@ void earlier_start(RecordingSystem& sys, const Plan& plan) {
 
 // A restart of the container earlier_start() left, with the node at 560.35.03.
 class ExecuteRestart : public ::testing::Test {
-protected:
+  protected:
     ExecuteRestart() { earlier_start(sys, plan); }
     const Plan plan = restart_plan();
     RecordingSystem sys;
@@ -205,8 +206,7 @@ TEST_F(ExecuteRestart, EarlierStartIsBroughtUpToDateBeforeTheCacheRefreshNothing
     EXPECT_LT(index_of(c, "remove " + link),
               index_of(c, "make_symlink " + link + " -> libcuda.so.560.35.03"));
     // Nothing read through a link: only readlink on them.
-    for (const auto& line : c)
-        EXPECT_FALSE(line.starts_with("read_file_at root:" + lib)) << line;
+    for (const auto& line : c) EXPECT_FALSE(line.starts_with("read_file_at root:" + lib)) << line;
 }
 
 TEST_F(ExecuteRestart, FailureRestoresWhatWasReplacedAndRemoved) {
