@@ -89,6 +89,8 @@ public:
     std::filesystem::path log() const { return root() / "gpubind.log"; }
     // (Re)writes the config; `extra` is appended (TOML: more tables).
     void write_config(const std::string& extra = {}) const;
+    // Rewrites the node in place (another driver version, MIG layout, ...).
+    void simulate(const sim::Spec& spec) { manifest_ = sim::simulate(root(), spec); }
     // Each GPU's node on the host, and where gpu_script() expects it bound
     // (/hostdev/nvidia<minor>) to try the ones a container was not given.
     std::vector<std::pair<std::filesystem::path, std::string>> host_gpus() const;

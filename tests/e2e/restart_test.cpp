@@ -38,15 +38,8 @@ constexpr const char* kNew = "560.35.03";
 
 class RestartTest : public ::testing::Test {
   protected:
-    void SetUp() override {
-        config_ = dir_.path() / "config.toml";
-        const std::string root = node_.path().string();
-        std::ofstream(config_) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
-                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
-                               << log_file().string() << "\"\nlevel = \"debug\"\n";
-    }
-
-    fs::path log_file() const { return dir_.path() / "hook.log"; }
+    fs::path log_file() const { return node_.log(); }
+    const sim::Manifest& m() const { return node_.manifest(); }
 
     // The node rewritten in place with another driver or MIG layout.
     void simulate(const std::string& version, std::vector<sim::MigSpec> mig = {},
@@ -55,13 +48,13 @@ class RestartTest : public ::testing::Test {
         spec.gpus = gpus;
         spec.driver_version = version;
         spec.mig = std::move(mig);
-        m_ = sim::simulate(node_.path(), spec);
+        node_.simulate(spec);
     }
 
     std::unique_ptr<Bundle> bundle(const std::string& devices = "0",
                                    const std::string& caps = "utility,compute") {
         auto b = std::make_unique<Bundle>(dir_.path() / ("b" + std::to_string(count_++)));
-        b->hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_);
+        b->hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), node_.config());
         b->env("NVIDIA_VISIBLE_DEVICES=" + devices);
         b->env("NVIDIA_DRIVER_CAPABILITIES=" + caps);
         b->command(
@@ -74,7 +67,7 @@ class RestartTest : public ::testing::Test {
 
     // The node's 64-bit library of soname `name`, its file name.
     std::string lib_file(const std::string& soname) const {
-        for (const auto& f : m_.files)
+        for (const auto& f : m().files)
             if (f.kind == "library" && f.name == soname && !f.compat32)
                 return fs::path(f.real_path).filename().string();
         ADD_FAILURE() << "the node has no library " << soname;
@@ -96,8 +89,8 @@ class RestartTest : public ::testing::Test {
         }
         std::string smi;
         for (const auto& line : s["smi"]) smi += line + "\n";
-        if (smi.find("Driver Version: " + m_.spec.driver_version + " ") == std::string::npos)
-            problems += "nvidia-smi does not show driver " + m_.spec.driver_version + "\n";
+        if (smi.find("Driver Version: " + m().spec.driver_version + " ") == std::string::npos)
+            problems += "nvidia-smi does not show driver " + m().spec.driver_version + "\n";
         if (!s["cuda"].empty() && s["cuda"][0].rfind("cuda init=0 ", 0) != 0)
             problems += "cuda: " + s["cuda"][0] + "\n";
         return problems.empty() ? "" : problems + r.out;
@@ -119,7 +112,7 @@ class RestartTest : public ::testing::Test {
         for (const auto& name : old_files) {
             struct stat st {};
             bool current = false;
-            for (const auto& f : m_.files) current |= fs::path(f.real_path).filename() == name;
+            for (const auto& f : m().files) current |= fs::path(f.real_path).filename() == name;
             if (!current && ::lstat((dir / name).c_str(), &st) == 0)
                 problems += "left: " + name + "\n";
         }
@@ -130,7 +123,7 @@ class RestartTest : public ::testing::Test {
             const std::string target = fs::read_symlink(e.path()).string();
             if (old_files.count(target) && !fs::exists(fs::symlink_status(dir / target)))
                 problems += "dangling link " + name + " -> " + target + "\n";
-            if (old.spec.driver_version != m_.spec.driver_version &&
+            if (old.spec.driver_version != m().spec.driver_version &&
                 target.find(old.spec.driver_version) != std::string::npos)
                 problems += "link to the old driver: " + name + " -> " + target + "\n";
         }
@@ -158,7 +151,7 @@ class RestartTest : public ::testing::Test {
                 problems += "cached, missing: " + line + "\n";
             if (old_files.count(name) && !gone.count(soname)) {
                 bool current = false;
-                for (const auto& f : m_.files) current |= fs::path(f.real_path).filename() == name;
+                for (const auto& f : m().files) current |= fs::path(f.real_path).filename() == name;
                 if (!current) problems += "cached, old: " + line + " (" + name + ")\n";
             }
         }
@@ -166,9 +159,7 @@ class RestartTest : public ::testing::Test {
     }
 
     TempDir dir_{"gpubind-e2e-restart"};
-    TempDir node_{"gpubind-e2e-restart-node"};
-    fs::path config_;
-    sim::Manifest m_;
+    SimNode node_{sim::Spec{}, "gpubind-e2e-restart-node"};
     int count_ = 0;
 };
 
@@ -185,7 +176,7 @@ TEST_F(RestartTest, SameContainersStartAfterADriverUpgradeAndADowngrade) {
     }
     for (const char* version : {kNew, kOld}) {
         SCOPED_TRACE(std::string("driver ") + version);
-        const sim::Manifest before = m_;
+        const sim::Manifest before = m();
         simulate(version);
         for (auto& b : bundles) {
             auto r = b->run();
@@ -201,7 +192,7 @@ TEST_F(RestartTest, FewerGpusAndCapabilitiesKeepNothingOfWhatWasLost) {
     simulate(kOld);
     auto b = bundle("0,1", "utility,compute,video,graphics,display");
     ASSERT_EQ(check_started(b->run()), "");
-    const sim::Manifest before = m_;
+    const sim::Manifest before = m();
     simulate(kNew);
     for (auto& e : b->spec()["process"]["env"]) {
         if (e.get<std::string>().starts_with("NVIDIA_VISIBLE_DEVICES="))
@@ -219,8 +210,8 @@ TEST_F(RestartTest, FewerGpusAndCapabilitiesKeepNothingOfWhatWasLost) {
     ASSERT_FALSE(lost.empty());
     EXPECT_EQ(check_nothing_of(*b, before, lost), "");
     auto s = sections(r.out);
-    EXPECT_TRUE(contains(s["dev"], "nvidia" + std::to_string(m_.gpus[1].minor))) << r.out;
-    EXPECT_FALSE(contains(s["dev"], "nvidia" + std::to_string(m_.gpus[0].minor))) << r.out;
+    EXPECT_TRUE(contains(s["dev"], "nvidia" + std::to_string(m().gpus[1].minor))) << r.out;
+    EXPECT_FALSE(contains(s["dev"], "nvidia" + std::to_string(m().gpus[0].minor))) << r.out;
     EXPECT_EQ(s["proc"].size(), 1u) << r.out;
 }
 
@@ -231,19 +222,19 @@ TEST_F(RestartTest, MigLayoutChangedBetweenStarts) {
     auto b = bundle("0:0");
     auto first = b->run();
     ASSERT_EQ(check_started(first), "");
-    const sim::Manifest before = m_;
+    const sim::Manifest before = m();
     simulate(kNew, {{0, 5, 0}});
     auto r = b->run();
     ASSERT_EQ(check_started(r), "");
     EXPECT_EQ(check_nothing_of(*b, before), "");
     auto s = sections(r.out);
     EXPECT_EQ(s["caps"],
-              (std::vector<std::string>{"nvidia-cap" + std::to_string(m_.migs[0].gi_cap_minor),
-                                        "nvidia-cap" + std::to_string(m_.migs[0].ci_cap_minor)}))
+              (std::vector<std::string>{"nvidia-cap" + std::to_string(m().migs[0].gi_cap_minor),
+                                        "nvidia-cap" + std::to_string(m().migs[0].ci_cap_minor)}))
         << r.out;
     std::string smi;
     for (const auto& line : s["smi"]) smi += line + "\n";
-    EXPECT_THAT(smi, HasSubstr("(UUID: " + m_.migs[0].uuid + ")"));
+    EXPECT_THAT(smi, HasSubstr("(UUID: " + m().migs[0].uuid + ")"));
     for (const auto& old : before.migs) EXPECT_THAT(smi, Not(HasSubstr(old.uuid)));
 }
 
@@ -273,8 +264,8 @@ TEST_F(RestartTest, ImageDriverFilesGiveWayToTheHosts) {
         EXPECT_EQ(check_started(r, {"libnvidia-ml.so.1"}), "");
         EXPECT_TRUE(contains(s["cuda"], "nvml init=0 count=1(0)")) << r.out;
         EXPECT_THAT(r.out, Not(HasSubstr("image nvidia-smi")));
-        EXPECT_THAT(r.out, HasSubstr("Driver Version: " + m_.spec.driver_version + " "));
-        EXPECT_EQ(check_nothing_of(*b, m_), "");
+        EXPECT_THAT(r.out, HasSubstr("Driver Version: " + m().spec.driver_version + " "));
+        EXPECT_EQ(check_nothing_of(*b, m()), "");
     }
     // The image's own files are as they were; its link now the driver's.
     EXPECT_EQ(slurp(dir / "libnvidia-ml.so.1"), image_ml);
@@ -350,7 +341,7 @@ TEST_F(RestartTest, CompatEntryFollowsTheDecisionOfEachStart) {
         << r.out;
     EXPECT_EQ(slurp(conf), "/usr/local/cuda/compat\n");
 
-    const sim::Manifest before = m_;
+    const sim::Manifest before = m();
     simulate(kNew);
     r = b->run();
     EXPECT_EQ(check_started(r), "");
@@ -382,7 +373,7 @@ TEST_F(RestartTest, TwentyRestartsInParallelAfterAnUpgrade) {
         return results;
     };
     for (const auto& r : start_all()) ASSERT_EQ(check_started(r), "");
-    const sim::Manifest before = m_;
+    const sim::Manifest before = m();
     simulate(kNew);
     const auto results = start_all();
     int started = 0;
