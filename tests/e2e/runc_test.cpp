@@ -29,36 +29,24 @@ using ::testing::HasSubstr;
 class RuncTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        node_dir_ = new TempDir("gpubind-e2e-node");
         sim::Spec spec;
         spec.gpus = 4;
-        manifest_ = new sim::Manifest(sim::simulate(node_dir_->path(), spec));
-        config_ = node_dir_->path().parent_path() /
-                  (node_dir_->path().filename().string() + "-config.toml");
-        write_config({});
+        node_ = std::make_unique<SimNode>(spec);
     }
-    static void TearDownTestSuite() {
-        fs::remove(config_);
-        delete manifest_;
-        delete node_dir_;
-    }
+    static void TearDownTestSuite() { node_.reset(); }
 
-    static void write_config(const std::string& extra) {
-        const std::string root = node_dir_->path().string();
-        std::ofstream(config_) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
-                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
-                               << root << "/hook.log\"\nlevel = \"debug\"\n" << extra;
-    }
+    static void write_config(const std::string& extra) { node_->write_config(extra); }
     void TearDown() override { write_config({}); }
 
     Bundle bundle(Layout layout = Layout::Multiarch, bool with_hook = true) {
         Bundle b(dir_.path() / ("b" + std::to_string(count_++)), layout);
-        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_);
+        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config());
         return b;
     }
 
-    static const sim::Manifest& m() { return *manifest_; }
-    static fs::path node() { return node_dir_->path(); }
+    static const sim::Manifest& m() { return node_->manifest(); }
+    static const fs::path& node() { return node_->root(); }
+    static const fs::path& config() { return node_->config(); }
 
     static std::vector<const sim::ManifestFile*> libraries(std::set<std::string> caps,
                                                            bool compat32) {
@@ -68,101 +56,22 @@ protected:
                 out.push_back(&f);
         return out;
     }
-    static unsigned node_major(const std::string& path) {
-        for (const auto& n : m().nodes)
-            if (n.path == path) return n.major;
-        return 0;
-    }
 
-    // A script printing what the checks below read.
+    // What the checks below read, for an image whose libraries are in `lib_dir`.
     static std::string inspect_script(const std::string& lib_dir) {
-        std::string s = "echo '== dev'; probe stat";
-        for (const auto& n : m().nodes) s += " " + n.path;
-        s += "; echo '== libs'; probe stat";
-        for (const auto* f : libraries({"utility", "compute"}, false))
-            s += " " + lib_dir + "/" + fs::path(f->real_path).filename().string() + " " + lib_dir +
-                 "/" + f->name;
-        s += "; echo '== mounts'; cat /proc/self/mountinfo";
-        s += "; echo '== cuda'; probe cuda; probe nvml";
-        s += "; echo '== smi'; nvidia-smi -L";
-        s += "; echo '== open'; probe open";
-        for (const auto& g : m().gpus) s += " /dev/nvidia" + std::to_string(g.minor);
-        for (const auto& g : m().gpus) s += " /hostdev/nvidia" + std::to_string(g.minor);
-        s += "; echo '== proc'; ls /proc/driver/nvidia/gpus";
-        return s + "; true";
+        return gpu_script(m(), {.lib_dir = lib_dir});
     }
-
     // Binds every GPU node of the host at /hostdev so that the container can
     // try to open the ones it was not given: the device cgroup must refuse.
     static void bind_all_gpus(Bundle& b) {
-        for (const auto& g : m().gpus)
-            b.bind(node() / ("dev/nvidia" + std::to_string(g.minor)),
-                   "/hostdev/nvidia" + std::to_string(g.minor));
+        for (const auto& [host, dest] : node_->host_gpus()) b.bind(host, dest);
     }
-
     // What a container given exactly `selected` (indices) with utility,compute
-    // must show. Returns problems by check; empty when all is well.
+    // must show: problems by check, empty when all is well.
     static std::map<std::string, std::vector<std::string>> check_given(
         const RunResult& r, const std::vector<unsigned>& selected, const std::string& lib_dir) {
-        std::map<std::string, std::vector<std::string>> problems;
-        auto s = sections(r.out);
-        auto expect = [&](const std::string& check, const std::string& section,
-                          const std::string& line) {
-            if (!contains(s[section], line))
-                problems[check].push_back("missing line in " + section + ": " + line);
-        };
-        // Device nodes: exactly the selected GPUs and the control nodes, host numbers.
-        for (const auto& g : m().gpus) {
-            std::string path = "/dev/nvidia" + std::to_string(g.minor);
-            bool want = std::count(selected.begin(), selected.end(), g.index);
-            expect("devices", "dev",
-                   want ? path + " c 195:" + std::to_string(g.minor) : path + " ENOENT");
-        }
-        expect("devices", "dev", "/dev/nvidiactl c 195:255");
-        expect("devices", "dev", "/dev/nvidia-uvm c " + std::to_string(node_major("/dev/nvidia-uvm")) + ":0");
-        expect("devices", "dev",
-               "/dev/nvidia-uvm-tools c " + std::to_string(node_major("/dev/nvidia-uvm-tools")) + ":1");
-        // Libraries of the driver version in the image's library directory, read-only.
-        for (const auto* f : libraries({"utility", "compute"}, false)) {
-            std::string file = lib_dir + "/" + fs::path(f->real_path).filename().string();
-            expect("libraries", "libs", file + " f");
-            bool ro = false;
-            for (const auto& line : s["mounts"])
-                if (line.find(" " + file + " ") != std::string::npos &&
-                    line.find(" ro,") != std::string::npos)
-                    ro = true;
-            if (!ro) problems["libraries"].push_back(file + " is not a read-only mount");
-        }
-        // Loaded by soname through the container's loader, and answering.
-        std::string cuda_line = "cuda init=0 version=" +
-                                std::to_string(std::stoi(m().cuda_version) * 1000 +
-                                               std::stoi(m().cuda_version.substr(m().cuda_version.find('.') + 1)) * 10) +
-                                "(0) count=" + std::to_string(selected.size()) + "(0)";
-        expect("loader", "cuda", cuda_line);
-        expect("loader", "cuda", "nvml init=0 count=" + std::to_string(selected.size()) + "(0)");
-        // nvidia-smi -L lists exactly the selected GPUs.
-        std::set<std::string> want_uuids, got_uuids;
-        for (unsigned i : selected) want_uuids.insert(m().gpus[i].uuid);
-        for (const auto& line : s["smi"])
-            if (auto p = line.find("(UUID: "); p != std::string::npos)
-                got_uuids.insert(line.substr(p + 7, line.find(')', p) - p - 7));
-        if (got_uuids != want_uuids)
-            problems["nvidia-smi"].push_back("nvidia-smi -L shows " + std::to_string(got_uuids.size()) +
-                                             " GPUs, not exactly the selected ones");
-        // The device cgroup: given nodes open (ENXIO: no driver behind them), others refused.
-        for (const auto& g : m().gpus) {
-            bool want = std::count(selected.begin(), selected.end(), g.index);
-            std::string host = "/hostdev/nvidia" + std::to_string(g.minor);
-            expect("cgroup", "open", host + (want ? " ENXIO" : " EPERM"));
-        }
-        // /proc/driver/nvidia/gpus: only the selected GPUs.
-        std::set<std::string> want_bus, got_bus(s["proc"].begin(), s["proc"].end());
-        for (unsigned i : selected) want_bus.insert(m().gpus[i].pci_bus_id);
-        if (got_bus != want_bus)
-            problems["proc"].push_back("/proc/driver/nvidia/gpus does not list exactly the selected GPUs");
-        return problems;
+        return gpu_problems(m(), r.out, selected, {.lib_dir = lib_dir});
     }
-
     static std::string describe(const std::map<std::string, std::vector<std::string>>& problems) {
         std::string out;
         for (const auto& [check, list] : problems)
@@ -170,9 +79,7 @@ protected:
         return out;
     }
 
-    static inline TempDir* node_dir_ = nullptr;
-    static inline sim::Manifest* manifest_ = nullptr;
-    static inline fs::path config_;
+    static inline std::unique_ptr<SimNode> node_;
     TempDir dir_{"gpubind-e2e"};
     int count_ = 0;
 };
@@ -187,7 +94,7 @@ TEST_F(RuncTest, VisibleDevicesByIndexGivesExactlyThoseGpus) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(describe(check_given(r, {0, 2}, kMultiarch)), "") << r.out;
     // The hook logged to the configured file, the container id on every line.
-    std::ifstream log(node() / "hook.log");
+    std::ifstream log(node_->log());
     std::string line;
     int lines = 0;
     while (std::getline(log, line)) {
@@ -316,7 +223,7 @@ TEST_F(RuncTest, PlanCommandShowsThePlanAndChangesNothing) {
     std::ofstream(b.dir() / "config.json") << b.spec().dump();
     const std::string before = snapshot_tree(b.dir()), mounts = host_mounts();
     auto r = run_command({env_or("GPUBIND_CLI", GPUBIND_CLI_PATH), "plan", "--json", "--config",
-                          config_.string(), "--bundle", b.dir().string()});
+                          config().string(), "--bundle", b.dir().string()});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto plan = nlohmann::json::parse(r.out);
     EXPECT_EQ(plan["schema"], "gpubind.plan/v1");
@@ -337,7 +244,7 @@ TEST_F(RuncTest, PlanCommandShowsThePlanAndChangesNothing) {
     // A non-GPU bundle: said so, exit 0.
     Bundle plain = bundle();
     std::ofstream(plain.dir() / "config.json") << plain.spec().dump();
-    r = run_command({env_or("GPUBIND_CLI", GPUBIND_CLI_PATH), "plan", "--config", config_.string(),
+    r = run_command({env_or("GPUBIND_CLI", GPUBIND_CLI_PATH), "plan", "--config", config().string(),
                      "--bundle", plain.dir().string()});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, "not a GPU container\n");
@@ -351,7 +258,7 @@ TEST_F(RuncTest, ConfigureCommandFromAScriptedHook) {
     std::ofstream(script) << "#!/bin/sh\n"
                           << "pid=$(sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p')\n"
                           << "exec " << env_or("GPUBIND_CLI", GPUBIND_CLI_PATH) << " configure --config "
-                          << config_.string() << " --pid \"$pid\" --device 1 --compute --utility "
+                          << config().string() << " --pid \"$pid\" --device 1 --compute --utility "
                           << b.rootfs().string() << "\n";
     fs::permissions(script, fs::perms::owner_all);
     b.spec()["hooks"]["prestart"] = {{{"path", script.string()}, {"args", {"my-hook.sh"}}}};
@@ -409,43 +316,36 @@ TEST(MigE2e, MigDeviceReachesTheContainerWithExactlyItsNodes) {
 class ImexE2e : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        node_ = new TempDir("gpubind-e2e-imex");
         sim::Spec spec;
         spec.gpus = 1;
         spec.imex_channels = 3;
-        manifest_ = new sim::Manifest(sim::simulate(node_->path(), spec));
+        node_ = std::make_unique<SimNode>(spec, "gpubind-e2e-imex");
+        node_->write_config("[policy]\naccept-volume-mounts = true\n");
     }
-    static void TearDownTestSuite() {
-        delete manifest_;
-        delete node_;
-    }
+    static void TearDownTestSuite() { node_.reset(); }
+    static const sim::Manifest& m() { return node_->manifest(); }
 
     static constexpr const char* kDir = "/dev/nvidia-caps-imex-channels";
     static const sim::ManifestNode& channel(unsigned n) {
         const std::string path = fmt::format("{}/channel{}", kDir, n);
-        for (const auto& node : manifest_->nodes)
+        for (const auto& node : m().nodes)
             if (node.path == path) return node;
         throw std::runtime_error("the manifest has no IMEX channel " + std::to_string(n));
     }
 
     Bundle bundle(bool with_hook = true) {
-        const fs::path config = work_ / "config.toml";
-        const std::string root = node_->path().string();
-        std::ofstream(config) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
-                              << "\"\nproc-root = \"" << root
-                              << "/proc\"\n[policy]\naccept-volume-mounts = true\n";
         Bundle b(work_ / ("b" + std::to_string(count_++)));
-        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), node_->config());
         // Every channel of the host, reachable another way: only the cgroup decides.
-        for (unsigned n = 0; n < manifest_->spec.imex_channels; ++n)
-            b.bind(node_->path() / fs::path(channel(n).path).relative_path(),
+        for (unsigned n = 0; n < m().spec.imex_channels; ++n)
+            b.bind(node_->root() / fs::path(channel(n).path).relative_path(),
                    "/hostdev/channel" + std::to_string(n));
         std::string script =
             std::string("echo '== ls'; ls ") + kDir + "; echo '== stat'; probe stat";
-        for (unsigned n = 0; n < manifest_->spec.imex_channels; ++n)
+        for (unsigned n = 0; n < m().spec.imex_channels; ++n)
             script += " " + channel(n).path;
         script += "; echo '== open'; probe open";
-        for (unsigned n = 0; n < manifest_->spec.imex_channels; ++n)
+        for (unsigned n = 0; n < m().spec.imex_channels; ++n)
             script += " /hostdev/channel" + std::to_string(n);
         script += "; echo '== gpu'; probe stat /dev/nvidia0; true";
         b.command(script);
@@ -459,7 +359,7 @@ protected:
         if (s["ls"] != std::vector<std::string>{"channel" + std::to_string(want)})
             problems.push_back(std::string(kDir) + " does not hold exactly channel" +
                                std::to_string(want));
-        for (unsigned n = 0; n < manifest_->spec.imex_channels; ++n) {
+        for (unsigned n = 0; n < m().spec.imex_channels; ++n) {
             const auto& c = channel(n);
             std::string stat = n == want ? c.path + " c " + std::to_string(c.major) + ":" +
                                                std::to_string(c.minor)
@@ -472,8 +372,7 @@ protected:
         return problems;
     }
 
-    static inline TempDir* node_ = nullptr;
-    static inline sim::Manifest* manifest_ = nullptr;
+    static inline std::unique_ptr<SimNode> node_;
     TempDir work_{"gpubind-e2e-imex-bundle"};
     int count_ = 0;
 };
@@ -485,7 +384,7 @@ TEST_F(ImexE2e, ChannelByVariableReachesTheContainerWithExactlyItsNode) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(check_channel(r, 1), ::testing::IsEmpty()) << r.out;
     EXPECT_TRUE(contains(sections(r.out)["gpu"], "/dev/nvidia0 c 195:" +
-                                                     std::to_string(manifest_->gpus[0].minor)))
+                                                     std::to_string(m().gpus[0].minor)))
         << r.out;
 }
 
@@ -510,14 +409,14 @@ TEST_F(ImexE2e, ChecksFailWithoutTheHook) {
 TEST_F(ImexE2e, AChannelTheNodeLacksIsRefusedNamingIt) {
     Bundle b = bundle();
     b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_IMEX_CHANNELS=1," +
-                                          std::to_string(manifest_->spec.imex_channels));
+                                          std::to_string(m().spec.imex_channels));
     b.command("echo started");
     auto r = b.run();
     EXPECT_NE(r.exit_code, 0);
     EXPECT_THAT(r.out, ::testing::Not(HasSubstr("started")));
     EXPECT_THAT(r.err, HasSubstr("gpubind-hook: select IMEX channel " +
-                                 std::to_string(manifest_->spec.imex_channels) + ": no " + kDir +
-                                 "/channel" + std::to_string(manifest_->spec.imex_channels)));
+                                 std::to_string(m().spec.imex_channels) + ": no " + kDir +
+                                 "/channel" + std::to_string(m().spec.imex_channels)));
 }
 
 // CUDA forward compatibility: an image whose /usr/local/cuda/compat holds a
@@ -618,7 +517,7 @@ protected:
             std::istringstream in(tree);
             std::string line, out;
             while (std::getline(in, line))
-                if (line.rfind("hook.log", 0) != 0) out += line + "\n";
+                if (line.rfind(node_->log().filename().string(), 0) != 0) out += line + "\n";
             return out;
         };
         EXPECT_EQ(strip_log(snapshot_tree(node())), strip_log(node_tree));
