@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "log_format.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
@@ -159,7 +160,7 @@ void set_up_logging(const Args& args) {
     std::vector<spdlog::sink_ptr> sinks;
     auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
     err->set_level(spdlog::level::err);
-    err->set_pattern("gpubind-runtime: %v");
+    set_escaped_pattern(*err, "gpubind-runtime: %v");
     sinks.push_back(err);
     if (!args.log.empty()) {
         try {
@@ -181,7 +182,7 @@ void add_config_log(const Config& config, const std::string& id) {
     if (config.log.file.empty()) return;
     try {
         auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(config.log.file);
-        file->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l [" + id + "] runtime: %v");
+        set_escaped_pattern(*file, "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(id) + "] runtime: %v");
         logger().sinks().push_back(file);
     } catch (const spdlog::spdlog_ex& e) {
         std::fprintf(stderr, "gpubind-runtime: warning: log file %s: %s\n", config.log.file.c_str(),
@@ -265,7 +266,7 @@ void edit_bundle(const Args& args, const Config& config) {
     real.push_back(nullptr);
     // The log files are closed: the runtime inherits no descriptor of ours.
     auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
-    err->set_pattern("gpubind-runtime: %v");
+    set_escaped_pattern(*err, "gpubind-runtime: %v");
     set_logger(std::make_shared<spdlog::logger>("gpubind-runtime", std::move(err)));
     ::execve(path.c_str(), real.data(), environ);
     throw_errno("execute", path);

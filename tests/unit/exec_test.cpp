@@ -1,6 +1,8 @@
 // execute()'s order and rollback, against RecordingSystem (no root needed).
 #include <unistd.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -195,11 +197,18 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
     EXPECT_EQ(cap.source, "tree:" + view.capability_files[0].string());
     EXPECT_EQ(sys.tmpfs["/capabilities/gpu0/mig/gi1/access"].type, Type::Regular);
 
-    // ldconfig last, then back home.
+    // ldconfig last, writing its cache to its scratch (never the image's
+    // /etc), then the cache put in place by descriptor, then back home.
     EXPECT_EQ(sys.ldconfig_args,
-              (std::vector<std::string>{"-r", "/rootfs", "/usr/lib/x86_64-linux-gnu"}));
+              (std::vector<std::string>{"-r", "/rootfs", "-X", "-C", "/dev/ld.so.cache",
+                                        "/usr/lib/x86_64-linux-gnu"}));
+    const std::size_t run = index_of(
+        c, "run exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache /usr/lib/x86_64-linux-gnu");
+    const std::string temp = "root:/etc/ld.so.cache.gpubind-" + std::to_string(::getpid());
+    EXPECT_LT(run, index_of(c, "write_file_at " + temp));
     ASSERT_GE(c.size(), 3u);
-    EXPECT_EQ(c[c.size() - 3], "run exe:/sbin/ldconfig -r /rootfs /usr/lib/x86_64-linux-gnu");
+    EXPECT_EQ(c[c.size() - 3], "rename_at " + temp + " -> root:/etc/ld.so.cache");
+    EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], sys.ldconfig_output);
     EXPECT_EQ(c[c.size() - 2], "enter_mount_ns ns:own");
     EXPECT_EQ(c[c.size() - 1], "change_dir cwd");
     EXPECT_FALSE(sys.in_container);
@@ -219,7 +228,7 @@ TEST(Execute, UserNamespaceRootOwnsWhatIsCreated) {
     execute(plan, target(), sys);
     const auto& c = sys.calls;
 
-    std::set<std::string> created;
+    std::set<std::string> created{"root:/etc/ld.so.cache"};  // renamed from its temp
     for (const auto& line : c)
         for (const char* op : {"make_dir root:", "make_file root:", "make_symlink root:"})
             if (starts(line, op)) {
@@ -235,6 +244,12 @@ TEST(Execute, UserNamespaceRootOwnsWhatIsCreated) {
     for (std::size_t i = 0; i < c.size(); ++i) {
         if (c[i] != "set_fs_ids 100000:200000") continue;
         ASSERT_LT(i + 2, c.size());
+        if (starts(c[i + 1], "write_file_at root:/etc/ld.so.cache.")) {  // the cache: then renamed
+            ASSERT_LT(i + 3, c.size());
+            EXPECT_TRUE(starts(c[i + 2], "rename_at ")) << c[i + 2];
+            EXPECT_EQ(c[i + 3], "set_fs_ids 0:0");
+            continue;
+        }
         EXPECT_TRUE(starts(c[i + 1], "make_")) << c[i + 1];
         EXPECT_EQ(c[i + 2], "set_fs_ids 0:0");
     }
@@ -303,7 +318,10 @@ TEST(Execute, RootlessJoinsTheUserNamespaceFirstAndStays) {
         EXPECT_NE(c[i], "enter_mount_ns ns:own");
     }
     EXPECT_EQ(std::count(c.begin(), c.end(), "enter_mount_ns ns:container"), 1);
-    EXPECT_EQ(c.back(), "run exe:/sbin/ldconfig -r /rootfs /usr/lib/x86_64-linux-gnu");
+    // ldconfig's user namespace root is the container's root (0 where we are).
+    EXPECT_EQ(c[c.size() - 3], "run_as 0:0 exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache "
+                               "/usr/lib/x86_64-linux-gnu");
+    EXPECT_TRUE(starts(c.back(), "rename_at ")) << c.back();
     EXPECT_EQ(sys.mounted.size(), plan.devices.size() + plan.mounts.size() + 2);
 
     // A failure anywhere leaves the container's root as it was.
@@ -677,6 +695,69 @@ TEST(Execute, NoLdconfigUnlessAskedAndEmptyPlanTouchesNothingInside) {
     EXPECT_FALSE(empty.in_container);
 }
 
+// --- issue 12: the cache files, the rootfs's own mount ---
+
+// A loader-cache file of the image that is not a regular file (a block device
+// named ld.so.cache~, a FIFO for ld.so.conf) refuses the container at once,
+// naming it, before anything is created or mounted.
+TEST(Execute, NonRegularLoaderCacheFilesRefuseBeforeAnythingIsDone) {
+    const Plan plan = sample_plan();
+    for (const auto& [dir, name, info] :
+         {std::tuple<std::string, std::string, FileInfo>{"/etc", "ld.so.cache~",
+                                                         {Type::BlockDevice, 7, 0}},
+          {"/etc", "ld.so.conf", {Type::Fifo, 0, 0}},
+          {"/etc", "ld.so.cache", {Type::Symlink, 0, 0}},
+          {"/var/cache/ldconfig", "aux-cache~", {Type::CharDevice, 1, 5}}}) {
+        SCOPED_TRACE(dir + "/" + name);
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        for (std::string d = dir; d != "/"; d = std::filesystem::path(d).parent_path().string())
+            sys.root[d] = {Type::Directory, 0, 0};
+        sys.root[dir + "/" + name] = info;
+        const auto before = sys.root;
+        try {
+            execute(plan, target(), sys);
+            ADD_FAILURE() << "not refused";
+        } catch (const Error& e) {
+            EXPECT_THAT(e.what(), HasSubstr(dir + "/" + name));
+            EXPECT_THAT(e.what(), HasSubstr("not a regular file"));
+        }
+        EXPECT_EQ(sys.root, before);
+        for (const auto& line : sys.calls) {
+            EXPECT_FALSE(starts(line, "make_")) << line;
+            EXPECT_FALSE(starts(line, "attach")) << line;
+            EXPECT_FALSE(starts(line, "run")) << line;
+        }
+    }
+}
+
+// A target whose directory is on another mount than the root's (a volume
+// behind /usr/bin) is refused naming it; nothing is left there. The
+// runtime's /dev mount takes the device nodes.
+TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    sys.mount_ids["root:/dev"] = 5;  // the runtime's tmpfs: device nodes go there
+    sys.mount_ids["root:/usr/bin"] = 9;
+    const auto before = sys.root;
+    try {
+        execute(plan, target(), sys);
+        ADD_FAILURE() << "not refused";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("/usr/bin/nvidia-smi"));
+        EXPECT_THAT(e.what(), HasSubstr("another mount"));
+    }
+    EXPECT_EQ(sys.root, before);
+    EXPECT_TRUE(sys.mounted.empty());
+    for (const auto& line : sys.calls) EXPECT_FALSE(starts(line, "make_file root:/usr/bin")) << line;
+
+    RecordingSystem dev_only;
+    setup_world(dev_only, plan);
+    dev_only.mount_ids["root:/dev"] = 5;
+    EXPECT_NO_THROW(execute(plan, target(), dev_only));
+}
+
 // --- plan.files (CUDA compat's loader entry) ---
 
 Plan compat_plan() {
@@ -700,8 +781,8 @@ TEST(Execute, PlannedFileIsWrittenInsideTheRootBeforeTheCacheRefresh) {
     EXPECT_LT(index_of(c, "stat_at " + file), write);
     EXPECT_LT(index_of(c, "make_symlink root:/usr/lib/x86_64-linux-gnu/libcuda.so -> libcuda.so.1"),
               write);
-    EXPECT_LT(write, index_of(c, "run exe:/sbin/ldconfig -r /rootfs /usr/local/cuda/compat "
-                                 "/usr/lib/x86_64-linux-gnu"));
+    EXPECT_LT(write, index_of(c, "run exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache "
+                                 "/usr/local/cuda/compat /usr/lib/x86_64-linux-gnu"));
     EXPECT_EQ(sys.contents[file], "/usr/local/cuda/compat\n");
     EXPECT_EQ(sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"].type, Type::Regular);
 }
