@@ -92,11 +92,12 @@ std::vector<std::string> proc_relative(const path& host_path) {
 }
 
 struct Undo {
-    enum class Kind { RemoveFile, RemoveDir, Detach, DenyRule, RestoreProgram };
+    enum class Kind { RemoveFile, RemoveDir, Detach, DenyRule, RestoreProgram, RenameBack, ExchangeBack };
     Kind kind;
     SharedFd fd;       // the parent directory, the devices.deny file, or the cgroup v2 directory
     std::string name;  // the entry in the directory, or the rule
     std::string what;  // for the log: the container path or the cgroup file
+    std::string other{};  // RenameBack, ExchangeBack: the entry `name` was renamed to / swapped with
     // RestoreProgram: the runtime's program goes back in place of ours.
     SharedFd runtime_prog{};
     SharedFd our_prog{};
@@ -712,28 +713,33 @@ private:
     }
 
     // /etc/ld.so.cache replaced: written under a new name (O_CREAT|O_EXCL|
-    // O_NOFOLLOW) in /etc on the root's own mount, then renamed over it.
+    // O_NOFOLLOW) in /etc on the root's own mount, then renamed over a missing
+    // one or exchanged with the image's (whose old contents are removed once
+    // in place). Undone like the rest until then.
     void install_cache(const std::string& cache) {
         SharedFd etc = resolve_dir("/etc");
         check_own_mount(*etc, "/etc/ld.so.cache");
-        const FileInfo info = sys_.stat_at(etc->get(), "ld.so.cache");
+        const std::string name = "ld.so.cache";
+        const FileInfo info = sys_.stat_at(etc->get(), name);
         if (info.type != Type::Missing && info.type != Type::Regular)
             throw Error(EINVAL, "refresh the loader cache", "/etc/ld.so.cache",
                         "is " + describe(info) + ", not a regular file; refusing");
         const std::string temp = "ld.so.cache.gpubind-" + std::to_string(::getpid());
         as_owner([&] {
             sys_.write_file_at(etc->get(), temp, cache, 0644);
-            try {
-                sys_.rename_at(etc->get(), temp, "ld.so.cache");
-            } catch (...) {
-                try {
-                    sys_.remove(etc->get(), temp, false);
-                } catch (const std::exception& e) {
-                    logger().error("remove /etc/{}: {}", temp, e.what());
-                }
-                throw;
-            }
+            undo_.push_back({Undo::Kind::RemoveFile, etc, temp, "/etc/" + temp});
         });
+        if (info.type == Type::Missing) {
+            sys_.rename_at(etc->get(), temp, name);
+            undo_.push_back({Undo::Kind::RenameBack, etc, temp, "/etc/ld.so.cache", name});
+            return;
+        }
+        sys_.exchange_at(etc->get(), temp, name);
+        undo_.push_back({Undo::Kind::ExchangeBack, etc, temp, "/etc/ld.so.cache", name});
+        // The image's old cache, now under the temporary name.
+        sys_.remove(etc->get(), temp, false);
+        undo_.pop_back();
+        undo_.pop_back();
     }
 
     // What gpubind creates or mounts at `p` (in the directory `dir`) is on
@@ -790,6 +796,12 @@ private:
                         break;
                     case Undo::Kind::DenyRule:
                         sys_.write_rule(it->fd->get(), it->name, it->what);
+                        break;
+                    case Undo::Kind::RenameBack:
+                        sys_.rename_at(it->fd->get(), it->other, it->name);
+                        break;
+                    case Undo::Kind::ExchangeBack:
+                        sys_.exchange_at(it->fd->get(), it->name, it->other);
                         break;
                     case Undo::Kind::RestoreProgram:
                         sys_.replace_device_program(it->fd->get(), it->runtime_prog->get(),

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -420,6 +421,11 @@ Fd LinuxSystem::make_tmpfs() {
 
 void LinuxSystem::rename_at(int dir_fd, const std::string& from, const std::string& to) {
     if (::renameat(dir_fd, from.c_str(), dir_fd, to.c_str()) != 0) throw_errno("rename", to);
+}
+
+void LinuxSystem::exchange_at(int dir_fd, const std::string& a, const std::string& b) {
+    if (::renameat2(dir_fd, a.c_str(), dir_fd, b.c_str(), RENAME_EXCHANGE) != 0)
+        throw_errno("exchange", b);
 }
 
 std::uint64_t LinuxSystem::mount_id(int fd) {

@@ -328,6 +328,15 @@ public:
             owners.erase(o);
         }
     }
+    void exchange_at(int dir, const std::string& a, const std::string& b) override {
+        const std::string pa = child(dir, a), pb = child(dir, b);
+        call("exchange_at " + pa + " <-> " + pb, true);
+        auto& m = model(pa);
+        auto ia = m.find(strip(pa)), ib = m.find(strip(pb));
+        if (ia == m.end() || ib == m.end()) throw Error(ENOENT, "exchange", pb);
+        std::swap(ia->second, ib->second);
+        std::swap(contents[pa], contents[pb]);
+    }
     // Not recorded: the mount of a descriptor's path, from mount_ids (the
     // longest prefix of its label there), 1 (the root's) otherwise.
     std::uint64_t mount_id(int fd) override {

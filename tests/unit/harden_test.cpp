@@ -461,7 +461,7 @@ TEST_F(Sandbox, TimeoutSaysWhichFileTheProgramWasBlockedOpening) {
     } catch (const Error& e) {
         EXPECT_EQ(e.code().value(), ETIMEDOUT);
         EXPECT_THAT(e.what(), HasSubstr("killed after 500 ms; it was blocked opening "
-                                        "/bin/fifo\\x0aname"));
+                                        "/bin/fifo\\nname"));
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }

@@ -170,6 +170,8 @@ public:
 
     // rename(2) within a directory (replacing the entry `to`, never following it).
     virtual void rename_at(int dir_fd, const std::string& from, const std::string& to) = 0;
+    // renameat2(RENAME_EXCHANGE) within a directory: the two entries swap.
+    virtual void exchange_at(int dir_fd, const std::string& a, const std::string& b) = 0;
     // The id of the mount the descriptor's file is on (statx STATX_MNT_ID).
     virtual std::uint64_t mount_id(int fd) = 0;
     // --- ldconfig ---
@@ -245,6 +247,7 @@ public:
     void detach(int dir_fd, const std::string& name) override;
     Fd make_tmpfs() override;
     void rename_at(int dir_fd, const std::string& from, const std::string& to) override;
+    void exchange_at(int dir_fd, const std::string& a, const std::string& b) override;
     std::uint64_t mount_id(int fd) override;
     std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                     std::chrono::milliseconds timeout) override;
