@@ -204,6 +204,7 @@ struct ChildArgs {
     const Limits* limits;
     cap_t no_caps;
     void* filter;  // scmp_filter_ctx or null
+    bool groups_denied;  // setgroups is denied where we are (a rootless user namespace)
 };
 
 [[noreturn]] void child_main(const ChildArgs& a) {
@@ -285,7 +286,10 @@ struct ChildArgs {
     // The namespace's root, the mapped ids outside, while CAP_SETUID and
     // CAP_SETGID are still effective (NO_SETUID_FIXUP: the change itself
     // drops nothing; the next step does). No supplementary group either.
-    if (::setgroups(0, nullptr) != 0) child_fail(e, "drop supplementary groups", errno);
+    // (Under a user namespace that denies setgroups, a rootless runtime's,
+    // the groups are the unprivileged user's and stay.)
+    if (::setgroups(0, nullptr) != 0 && !(errno == EPERM && a.groups_denied))
+        child_fail(e, "drop supplementary groups", errno);
     if (::setresgid(0, 0, 0) != 0) child_fail(e, "setresgid", errno);
     if (::setresuid(0, 0, 0) != 0) child_fail(e, "setresuid", errno);
     if (cap_set_proc(a.no_caps) != 0) child_fail(e, "drop capabilities", errno);
@@ -360,6 +364,15 @@ Fd make_scratch(const Options& o, const std::string& what) {
                              MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)));
     if (!mnt) throw_errno("fsmount tmpfs", what);
     return mnt;
+}
+
+// Whether this process's user namespace denies setgroups (so will the child's).
+bool setgroups_denied(int proc_fd) {
+    Fd fd(::openat(proc_fd, "self/setgroups", O_RDONLY | O_CLOEXEC));
+    if (!fd) return false;
+    char buf[16] = {};
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+    return n >= 4 && std::strncmp(buf, "deny", 4) == 0;
 }
 
 // The child's user namespace: its root is o.uid:o.gid outside, nothing else mapped.
@@ -487,7 +500,8 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
                                argv.data(),
                                &options.limits,
                                no_caps.get(),
-                               filter.get()};
+                               filter.get(),
+                               setgroups_denied(proc_fd)};
     // Like fork, into new namespaces at once: the child is pid 1 of its own
     // pid namespace, and killing it takes everything it could have started.
     const long flags =
