@@ -72,9 +72,13 @@ Args parse_args(int argc, char** argv) {
     // Global flags of runc and crun that take a value.
     static const std::vector<std::string_view> global_values = {
         "log", "log-format", "log-level", "root", "criu", "rootless", "cgroup-manager"};
-    // create/run flags that take a value.
+    // create/run flags that take a value, and those that take none. Any
+    // other (crun's --config names another config.json) is refused: the
+    // spec edited must be the one the runtime reads.
     static const std::vector<std::string_view> command_values = {"bundle", "b", "console-socket",
                                                                  "pid-file", "preserve-fds"};
+    static const std::vector<std::string_view> command_switches = {
+        "no-pivot", "no-new-keyring", "detach", "d", "keep", "no-subreaper", "help", "h"};
     auto takes_value = [](const auto& list, std::string_view name) {
         for (auto v : list)
             if (v == name) return true;
@@ -104,6 +108,10 @@ Args parse_args(int argc, char** argv) {
             if (i + 1 < argc && args.id.empty()) args.id = argv[i + 1];
             break;
         }
+        if (!takes_value(command_values, name) && !takes_value(command_switches, name))
+            throw_invalid("parse " + args.command + " arguments", std::string(argv[i]),
+                          "an option gpubind-runtime does not know; refusing (it could not tell "
+                          "which config.json the runtime reads)");
         const bool is_bundle = name == "bundle" || name == "b";
         if (inline_value) {
             if (is_bundle) args.bundle = *inline_value;

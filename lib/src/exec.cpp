@@ -347,6 +347,7 @@ private:
             return;
         }
         attach_flags_ = attached.attach_flags;
+        attached_ids_ = attached.ids;
         const std::vector<bpf::DeviceRule> rules = device_rules();
         for (std::uint32_t id : attached.ids) {
             const std::string what = "program " + std::to_string(id) + " on " + dir.string();
@@ -562,6 +563,17 @@ private:
             if (!kernel_allows([&] { sys_.write_rule(allow_.get(), rule, allow_what_); })) continue;
             undo_.push_back({Undo::Kind::DenyRule, deny_, rule, deny_what_});
         }
+        // A single (not multi-attach) program cannot be swapped with
+        // BPF_F_REPLACE: the attach replaces whatever is there. Checked again
+        // right before it, so that a program the runtime attached meanwhile
+        // (a newer one, `runc update`) is not replaced by our extension of an
+        // older one. (The kernel offers no compare-and-swap here: narrowed,
+        // not closed.)
+        if (!swaps_.empty() && (attach_flags_ & kBpfAllowMulti) == 0 &&
+            sys_.query_device_programs(program_cgroup_->get()).ids != attached_ids_)
+            throw Error(EAGAIN, "set device cgroup", program_cgroup_what_,
+                        "the runtime's device program changed while gpubind extended it; "
+                        "refusing");
         for (const auto& swap : swaps_) {
             if (!kernel_allows([&] {
                     sys_.replace_device_program(program_cgroup_->get(), swap.ours->get(),
@@ -843,6 +855,7 @@ private:
     SharedFd program_cgroup_;
     std::string program_cgroup_what_;
     unsigned attach_flags_ = 0;
+    std::vector<std::uint32_t> attached_ids_;  // what prepare_v2 extended
     Fd allow_;
     SharedFd deny_;
     std::string allow_what_, deny_what_;

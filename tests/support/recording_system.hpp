@@ -146,7 +146,9 @@ public:
         return make("cgroupdir:" + dir.string());
     }
     DevicePrograms query_device_programs(int fd) override {
-        call("query_device_programs " + label(fd), false);
+        // By descriptor: any mount namespace (prepare_v2 on the host side,
+        // the re-check before a single program's swap inside).
+        call("query_device_programs " + label(fd), std::nullopt);
         return device_programs;
     }
     Fd open_program(std::uint32_t id) override {

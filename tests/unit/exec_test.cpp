@@ -1024,6 +1024,26 @@ TEST(ExecuteV2, EveryProgramAttachedHereIsExtendedOnceEvenWithoutMulti) {
     single.device_programs.attach_flags = 0;
     execute(plan, target(), single);
     EXPECT_EQ(single.device_programs.ids, std::vector<std::uint32_t>{1000});
+
+    // The runtime attached another program while gpubind extended its old
+    // one: without BPF_F_REPLACE the attach would replace the newer one; refused.
+    RecordingSystem raced;
+    setup_world(raced, plan);
+    setup_v2(raced);
+    raced.device_programs.attach_flags = 0;
+    raced.fail_if = [&raced](std::size_t, const std::string& line) {
+        if (starts(line, "load_device_program")) raced.device_programs.ids = {77};
+        return false;
+    };
+    try {
+        execute(plan, target(), raced);
+        ADD_FAILURE() << "not refused";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), EAGAIN);
+        EXPECT_THAT(e.what(), HasSubstr("changed while gpubind extended it"));
+    }
+    EXPECT_EQ(raced.device_programs.ids, std::vector<std::uint32_t>{77});
+    for (const auto& line : raced.calls) EXPECT_FALSE(starts(line, "replace_device_program")) << line;
 }
 
 TEST(ExecuteV2, NoProgramAttachedMeansNothingToDo) {
