@@ -973,22 +973,41 @@ private:
 // for a host disk): the refresh never writes it, the container is refused at
 // once naming it, the disk's bytes are unchanged and the node is not renamed.
 TEST_F(HostileTest, Issue12LoaderCacheTempIsAHostBlockDevice) {
-    LoopDevice disk(dir_.path() / "disk.img");
-    const std::string before = disk.hash();
-    ASSERT_EQ(before.size(), 64u);
     const fs::path config = issue12_config(dir_.path(), "sandbox", node());
-    Bundle b(dir_.path() / "blockdev", Layout::Multiarch);
-    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
-    b.env("NVIDIA_VISIBLE_DEVICES=0");
-    const fs::path node_path = b.rootfs() / "etc/ld.so.cache~";
-    ASSERT_EQ(::mknod(node_path.c_str(), S_IFBLK | 0600, disk.rdev()), 0) << std::strerror(errno);
-    auto r = run_case(b);
-    EXPECT_EQ(disk.hash(), before) << "the host disk was written: it begins with "
-                                   << disk.head(20);
-    EXPECT_TRUE(fs::is_block_file(fs::symlink_status(node_path)));
-    EXPECT_FALSE(fs::is_block_file(fs::symlink_status(b.rootfs() / "etc/ld.so.cache")))
-        << "the block device was renamed to ld.so.cache";
-    expect_refused(r, {"/etc/ld.so.cache~", "block device"});
+    fs::permissions(dir_.path(), fs::perms(0711));  // a mapped root walks to its rootfs
+    for (const bool userns : {false, true}) {
+        SCOPED_TRACE(userns ? "user namespace, the node the mapped root's" : "no user namespace");
+        LoopDevice disk(dir_.path() / "disk.img");
+        const std::string before = disk.hash();
+        ASSERT_EQ(before.size(), 64u);
+        Bundle b(dir_.path() / ("blockdev-" + std::to_string(count_++)), Layout::Multiarch);
+        b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+        b.env("NVIDIA_VISIBLE_DEVICES=0");
+        const fs::path node_path = b.rootfs() / "etc/ld.so.cache~";
+        ASSERT_EQ(::mknod(node_path.c_str(), S_IFBLK | 0600, disk.rdev()), 0)
+            << std::strerror(errno);
+        if (userns) {
+            constexpr unsigned kHostRoot = 100000;
+            auto& linux_ = b.spec()["linux"];
+            linux_["namespaces"].push_back({{"type", "user"}});
+            const nlohmann::json map = {
+                {{"containerID", 0}, {"hostID", kHostRoot}, {"size", 65536}}};
+            linux_["uidMappings"] = map;
+            linux_["gidMappings"] = map;
+            ASSERT_EQ(run_command({"chown", "-hR", std::to_string(kHostRoot) + ":" +
+                                                      std::to_string(kHostRoot),
+                                   b.rootfs().string()})
+                          .exit_code,
+                      0);
+        }
+        auto r = run_case(b);
+        EXPECT_EQ(disk.hash(), before) << "the host disk was written: it begins with "
+                                       << disk.head(20);
+        EXPECT_TRUE(fs::is_block_file(fs::symlink_status(node_path)));
+        EXPECT_FALSE(fs::is_block_file(fs::symlink_status(b.rootfs() / "etc/ld.so.cache")))
+            << "the block device was renamed to ld.so.cache";
+        expect_refused(r, {"/etc/ld.so.cache~", "block device"});
+    }
 }
 
 // 2. Code in the sandbox (ldconfig's place taken by a probe) cannot write a
@@ -1124,6 +1143,27 @@ TEST_F(HostileTest, Issue12CreateContainerHookIgnoresTheImagesConfig) {
     EXPECT_FALSE(fs::exists(planted)) << read_text(planted);
     EXPECT_EQ(snapshot_tree(cron), before);
     expect_refused(r, {"createContainer", "env"});
+}
+
+// Text from the image reaches the configured log file escaped, as on stderr:
+// a variable's newline cannot forge a line of the log (a cron file, say).
+// (A guard: every sink now escapes every message, hook/log_format.hpp.)
+TEST_F(HostileTest, Issue12LogFileGetsImageTextEscaped) {
+    const fs::path log = dir_.path() / "hook.log";
+    const fs::path config = issue12_config(dir_.path(), "log", node(), "",
+                                           "[log]\nfile = \"" + log.string() +
+                                               "\"\nlevel = \"debug\"\n");
+    Bundle b(dir_.path() / "logged", Layout::Multiarch);
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+    b.env("NVIDIA_VISIBLE_DEVICES=0\n* * * * * root touch /forged\n");
+    auto r = run_case(b);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.out, Not(HasSubstr("started")));
+    const std::string text = read_text(log);
+    ASSERT_THAT(text, HasSubstr("select device"));
+    for (const auto& line : split(text, '\n'))
+        EXPECT_FALSE(line.starts_with("* * * * *")) << "a forged log line: " << line;
+    EXPECT_THAT(text, HasSubstr("\\n* * * * * root touch /forged"));
 }
 
 }  // namespace
