@@ -420,36 +420,47 @@ Bundle& without_dev_tmpfs(Bundle& b) {
     return b;
 }
 
-TEST_F(HostileTest, DeviceTargetIsAFifo) {
+// --- targets that are FIFOs or devices of the image ---
+
+struct TargetCase {
+    const char* name;
+    const char* path;        // in the image
+    const char* kind;        // "fifo", or "device" with major:minor
+    unsigned major = 0, minor = 0;
+    bool private_dev = false;  // the image's own /dev (no tmpfs on it)
+};
+
+class TargetTest : public HostileTest, public ::testing::WithParamInterface<TargetCase> {};
+
+// Refused, naming the target and what it is; nothing opened or changed.
+TEST_P(TargetTest, IsRefused) {
+    const TargetCase c = GetParam();
     Bundle b = bundle();
-    without_dev_tmpfs(b);
-    plant_fifo(b.rootfs() / "dev/nvidia0");
+    if (c.private_dev) without_dev_tmpfs(b);
+    std::string path = c.path;
+    if (path.find("%lib%") != std::string::npos)
+        path.replace(path.find("%lib%"), 5, lib_file("libnvidia-ml.so.1"));
+    const fs::path planted = b.rootfs() / fs::path(path).relative_path();
+    std::string what;
+    if (std::string(c.kind) == "fifo") {
+        plant_fifo(planted);
+        what = "FIFO";
+    } else {
+        plant_device(planted, c.major, c.minor);
+        what = std::to_string(c.major) + ":" + std::to_string(c.minor);
+    }
     auto r = run_case(b);
-    expect_refused(r, {"/dev/nvidia0", "FIFO"});
+    expect_refused(r, {path, what});
 }
 
-TEST_F(HostileTest, DeviceTargetIsAnotherDevice) {
-    Bundle b = bundle();
-    without_dev_tmpfs(b);
-    plant_device(b.rootfs() / "dev/nvidiactl", 1, 3);  // /dev/null's numbers
-    auto r = run_case(b);
-    expect_refused(r, {"/dev/nvidiactl", "1:3"});
-}
-
-TEST_F(HostileTest, LibraryTargetIsAFifo) {
-    Bundle b = bundle();
-    const std::string lib = lib_file("libnvidia-ml.so.1");
-    plant_fifo(b.rootfs() / "usr/lib/x86_64-linux-gnu" / lib);
-    auto r = run_case(b);
-    expect_refused(r, {"/usr/lib/x86_64-linux-gnu/" + lib, "FIFO"});
-}
-
-TEST_F(HostileTest, BinaryTargetIsADevice) {
-    Bundle b = bundle();
-    plant_device(b.rootfs() / "usr/bin/nvidia-smi", 1, 5);
-    auto r = run_case(b);
-    expect_refused(r, {"/usr/bin/nvidia-smi", "1:5"});
-}
+INSTANTIATE_TEST_SUITE_P(
+    Targets, TargetTest,
+    ::testing::Values(TargetCase{"DeviceNodeIsAFifo", "/dev/nvidia0", "fifo", 0, 0, true},
+                      // /dev/null's numbers where nvidiactl goes.
+                      TargetCase{"DeviceNodeIsAnotherDevice", "/dev/nvidiactl", "device", 1, 3, true},
+                      TargetCase{"LibraryIsAFifo", "/usr/lib/x86_64-linux-gnu/%lib%", "fifo"},
+                      TargetCase{"BinaryIsADevice", "/usr/bin/nvidia-smi", "device", 1, 5}),
+    [](const ::testing::TestParamInfo<TargetCase>& param) { return std::string(param.param.name); });
 
 // --- image files gpubind (or its ldconfig) reads ---
 
