@@ -80,6 +80,19 @@ private:
         return out;
     }
 
+    std::vector<unsigned> uids(const toml::node& node, const std::string& key) const {
+        const auto* arr = node.as_array();
+        if (!arr) fail(key, "expected an array of numeric user ids");
+        std::vector<unsigned> out;
+        for (const auto& item : *arr) {
+            const auto* n = item.as_integer();
+            if (!n || n->get() < 0 || n->get() > 0xfffffffeLL)
+                fail(key, "expected an array of numeric user ids");
+            out.push_back(static_cast<unsigned>(n->get()));
+        }
+        return out;
+    }
+
     std::filesystem::path absolute(const toml::node& node, const std::string& key) const {
         std::string s = string(node, key);
         if (!s.empty() && s.front() == '@') s.erase(0, 1);  // nvidia's "host path" marker
@@ -122,6 +135,7 @@ private:
             else if (k == "on-refused") config_.policy.on_refused = on_refused(node, full);
             else if (k == "cuda-compat") config_.policy.cuda_compat = boolean(node, full);
             else if (k == "ldcache") config_.policy.ldcache = ldcache_method(node, full);
+            else if (k == "ipc-owners") config_.policy.ipc_owners = uids(node, full);
             else fail(full, "unknown key");
         }
     }

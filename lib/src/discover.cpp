@@ -349,7 +349,10 @@ void discover_libraries(Node& node, const Config& config) {
 // is root's and no one else can replace what is in it (not writable by
 // others, or sticky), and the IPC itself is a socket or a directory of root's.
 // "missing" when it is not there.
-std::string unsafe_ipc(const fs::path& p) {
+std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners) {
+    auto trusted = [&](uid_t uid) {
+        return uid == 0 || std::find(owners.begin(), owners.end(), uid) != owners.end();
+    };
     if (!p.is_absolute()) return "is not an absolute path";
     Fd dir(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!dir) return "cannot be checked (open /)";
@@ -358,7 +361,7 @@ std::string unsafe_ipc(const fs::path& p) {
     for (std::size_t i = 0; i < parts.size(); ++i) {
         struct stat st {};
         if (::fstat(dir.get(), &st) != 0) return "cannot be checked (stat)";
-        if (st.st_uid != 0) return "is in a directory not owned by root";
+        if (!trusted(st.st_uid)) return "is in a directory not owned by root (or [policy] ipc-owners)";
         if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
             return "is in a directory other users may write";
         Fd next(::openat(dir.get(), parts[i].c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
@@ -370,7 +373,7 @@ std::string unsafe_ipc(const fs::path& p) {
         if (last) {
             if (!S_ISSOCK(st.st_mode) && !S_ISDIR(st.st_mode))
                 return "is neither a socket nor a directory";
-            if (st.st_uid != 0) return "is not owned by root";
+            if (!trusted(st.st_uid)) return "is not owned by root (or [policy] ipc-owners)";
         }
         dir = std::move(next);
     }
@@ -395,7 +398,7 @@ void discover_other_files(Node& node, const Config& config) {
     }
     for (const auto& entry : config.catalog.ipcs) {
         fs::path p = under(node.roots.driver, entry.name);
-        if (std::string why = unsafe_ipc(p); !why.empty()) {
+        if (std::string why = unsafe_ipc(p, config.policy.ipc_owners); !why.empty()) {
             if (why != "missing") node.warnings.push_back(p.string() + " " + why + "; not given");
             continue;
         }

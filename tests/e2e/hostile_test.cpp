@@ -1095,6 +1095,21 @@ TEST_F(HostileTest, Issue12MpsDirectoryOfAUserOrBehindALinkIsNotMounted) {
         EXPECT_FALSE(fs::exists(secret_dir / "written"));
         EXPECT_FALSE(fs::exists(mps / "written"));
     }
+
+    // The same user's directory, that user named in [policy] ipc-owners: given.
+    std::error_code ec;
+    fs::remove_all(mps, ec);
+    fs::create_directories(mps);
+    std::ofstream(mps / "planted-by-user") << "x\n";
+    ASSERT_EQ(::chown(mps.c_str(), 1000, 1000), 0);
+    const fs::path owned = issue12_config(dir_.path(), "mps-owned", node(), "",
+                                          "ipc-owners = [1000]\n" + compute);
+    Bundle b(dir_.path() / "mps-owned", Layout::Multiarch);
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), owned);
+    b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
+    auto r = run_case(b, "echo started; ls /tmp/nvidia-mps/");
+    expect_started(r);
+    EXPECT_THAT(r.out, HasSubstr("planted-by-user"));
 }
 
 // 4. An image whose /usr/bin is a link into a volume (/data, a host directory

@@ -53,6 +53,9 @@ struct Policy {
     OnRefused on_refused = OnRefused::Fail;   // [policy] on-refused
     bool cuda_compat = true;                  // prefer the image's newer CUDA compat libcuda
     LdcacheMethod ldcache = LdcacheMethod::Ldconfig;  // [policy] ldcache
+    // Users besides root who may own the node's IPCs and their directories
+    // (a persistenced run with --user): [policy] ipc-owners, numeric uids.
+    std::vector<unsigned> ipc_owners;
 };
 
 struct LogConfig {
