@@ -27,6 +27,8 @@
 #include "gpubind/log_sink.hpp"
 #include "gpubind/oci.hpp"
 #include "gpubind/runtime.hpp"
+#include "gpubind/strings.hpp"
+#include "log_format.hpp"
 
 namespace {
 
@@ -43,12 +45,13 @@ void set_up_logging(const Config& config, const std::string& container) {
     std::vector<spdlog::sink_ptr> sinks;
     auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
     err->set_level(spdlog::level::err);
-    err->set_pattern("gpubind-hook: %v");
+    set_escaped_pattern(*err, "gpubind-hook: %v");
     sinks.push_back(err);
     if (!config.log.file.empty()) {
         try {
             auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(config.log.file);
-            file->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l [" + container + "] %v");
+            set_escaped_pattern(*file, "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(container) +
+                                           "] %v");
             sinks.push_back(file);
         } catch (const spdlog::spdlog_ex& e) {
             std::fprintf(stderr, "gpubind-hook: warning: log file %s: %s\n",
@@ -61,15 +64,33 @@ void set_up_logging(const Config& config, const std::string& container) {
     set_logger(std::move(logger));
 }
 
-int run(const std::string& stage) {
+// Whether this process's environment holds anything but the config's name
+// (a registration's "env"): runc runs createContainer and startContainer
+// hooks registered without "env" with the container's own environment.
+bool environment_inherited() {
+    const std::string own = std::string(kConfigEnv) + "=";
+    for (char** e = environ; e && *e; ++e)
+        if (std::string_view(*e).substr(0, own.size()) != own) return true;
+    return false;
+}
+
+int run(const std::string& stage, bool inherited) {
     if (stage == "poststop") return kExitOk;
     const bool finish = stage == runtime::kFinishStage;
+    if ((stage == "createContainer" || stage == "startContainer") && inherited)
+        throw_invalid("run hook", stage,
+                      "registered without \"env\", the hook would get the container's "
+                      "environment; refusing (register it at prestart or createRuntime, or "
+                      "give it env [\"GPUBIND_CONFIG=/absolute/path\"])");
     if (stage != "prestart" && stage != "createRuntime" && stage != "createContainer" && !finish)
         throw_invalid("run hook", stage,
                       "unknown stage (prestart, createRuntime, poststop, finish)");
 
     const harden::Deadline deadline(kHookBudget);
-    const Config config = load_effective_config({});
+    const Config config = load_trusted_config();
+    if (config.policy.ldcache != LdcacheMethod::Ldconfig)
+        throw_invalid("load config", config.source.string(),
+                      "[policy] ldcache = \"gpubind\" is not available in this build");
     const oci::State state = oci::parse_state(
         harden::read_stream(STDIN_FILENO, oci::kMaxStateSize, "stdin", deadline), "stdin");
     set_up_logging(config, state.id);
@@ -106,45 +127,27 @@ int run(const std::string& stage) {
     return kExitOk;
 }
 
-// The error as one line, whatever the input put into it (a variable's value
-// with a newline or a control character): those are escaped (\n, \xNN).
-std::string one_line(const char* message) {
-    std::string out;
-    for (const char* p = message; *p; ++p) {
-        const auto c = static_cast<unsigned char>(*p);
-        if (c == '\n') {
-            out += "\\n";
-        } else if (c < 0x20 || c == 0x7f) {
-            char hex[8];
-            std::snprintf(hex, sizeof hex, "\\x%02x", c);
-            out += hex;
-        } else {
-            out += static_cast<char>(c);
-        }
-    }
-    return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
     // Root, started by a runtime: nothing of the caller's environment but the
     // config file's name (the registered hook's "env" carries it).
+    const bool inherited = environment_inherited();
     gpubind::harden::clear_environment({gpubind::kConfigEnv});
     // The stage comes as the first argument (argv[0] is the hook's own name, as
     // config.json's "args" give it).
     const std::string stage = argc > 1 ? argv[1] : "prestart";
     try {
-        return run(stage);
+        return run(stage, inherited);
     } catch (const std::system_error& e) {
-        const std::string message = one_line(e.what());
-        gpubind::logger().error("{}", message);
+        const std::string message = gpubind::escape_control(e.what());
+        gpubind::logger().error("{}", e.what());
         if (!gpubind::spdlog_logger().should_log(spdlog::level::err) ||
             gpubind::spdlog_logger().sinks().empty())
             std::fprintf(stderr, "gpubind-hook: %s\n", message.c_str());
         return gpubind::exit_code_for(e);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "gpubind-hook: %s\n", one_line(e.what()).c_str());
+        std::fprintf(stderr, "gpubind-hook: %s\n", gpubind::escape_control(e.what()).c_str());
         return gpubind::kExitFailure;
     }
 }

@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "log_format.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
@@ -72,9 +73,13 @@ Args parse_args(int argc, char** argv) {
     // Global flags of runc and crun that take a value.
     static const std::vector<std::string_view> global_values = {
         "log", "log-format", "log-level", "root", "criu", "rootless", "cgroup-manager"};
-    // create/run flags that take a value.
+    // create/run flags that take a value, and those that take none. Any
+    // other (crun's --config names another config.json) is refused: the
+    // spec edited must be the one the runtime reads.
     static const std::vector<std::string_view> command_values = {"bundle", "b", "console-socket",
                                                                  "pid-file", "preserve-fds"};
+    static const std::vector<std::string_view> command_switches = {
+        "no-pivot", "no-new-keyring", "detach", "d", "keep", "no-subreaper", "help", "h"};
     auto takes_value = [](const auto& list, std::string_view name) {
         for (auto v : list)
             if (v == name) return true;
@@ -104,6 +109,10 @@ Args parse_args(int argc, char** argv) {
             if (i + 1 < argc && args.id.empty()) args.id = argv[i + 1];
             break;
         }
+        if (!takes_value(command_values, name) && !takes_value(command_switches, name))
+            throw_invalid("parse " + args.command + " arguments", std::string(argv[i]),
+                          "an option gpubind-runtime does not know; refusing (it could not tell "
+                          "which config.json the runtime reads)");
         const bool is_bundle = name == "bundle" || name == "b";
         if (inline_value) {
             if (is_bundle) args.bundle = *inline_value;
@@ -160,7 +169,7 @@ void set_up_logging(const Args& args) {
     std::vector<spdlog::sink_ptr> sinks;
     auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
     err->set_level(spdlog::level::err);
-    err->set_pattern("gpubind-runtime: %v");
+    set_escaped_pattern(*err, "gpubind-runtime: %v");
     sinks.push_back(err);
     if (!args.log.empty()) {
         try {
@@ -182,7 +191,7 @@ void add_config_log(const Config& config, const std::string& id) {
     if (config.log.file.empty()) return;
     try {
         auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(config.log.file);
-        file->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l [" + id + "] runtime: %v");
+        set_escaped_pattern(*file, "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(id) + "] runtime: %v");
         spdlog_logger().sinks().push_back(file);
     } catch (const spdlog::spdlog_ex& e) {
         std::fprintf(stderr, "gpubind-runtime: warning: log file %s: %s\n", config.log.file.c_str(),
@@ -266,7 +275,7 @@ void edit_bundle(const Args& args, const Config& config) {
     real.push_back(nullptr);
     // The log files are closed: the runtime inherits no descriptor of ours.
     auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
-    err->set_pattern("gpubind-runtime: %v");
+    set_escaped_pattern(*err, "gpubind-runtime: %v");
     set_logger(std::make_shared<spdlog::logger>("gpubind-runtime", std::move(err)));
     ::execve(path.c_str(), real.data(), environ);
     throw_errno("execute", path);

@@ -1,5 +1,9 @@
 #include "gpubind/config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -76,6 +80,19 @@ private:
         return out;
     }
 
+    std::vector<unsigned> uids(const toml::node& node, const std::string& key) const {
+        const auto* arr = node.as_array();
+        if (!arr) fail(key, "expected an array of numeric user ids");
+        std::vector<unsigned> out;
+        for (const auto& item : *arr) {
+            const auto* n = item.as_integer();
+            if (!n || n->get() < 0 || n->get() > 0xfffffffeLL)
+                fail(key, "expected an array of numeric user ids");
+            out.push_back(static_cast<unsigned>(n->get()));
+        }
+        return out;
+    }
+
     std::filesystem::path absolute(const toml::node& node, const std::string& key) const {
         std::string s = string(node, key);
         if (!s.empty() && s.front() == '@') s.erase(0, 1);  // nvidia's "host path" marker
@@ -117,6 +134,8 @@ private:
             else if (k == "cgroups") config_.policy.cgroups = boolean(node, full);
             else if (k == "on-refused") config_.policy.on_refused = on_refused(node, full);
             else if (k == "cuda-compat") config_.policy.cuda_compat = boolean(node, full);
+            else if (k == "ldcache") config_.policy.ldcache = ldcache_method(node, full);
+            else if (k == "ipc-owners") config_.policy.ipc_owners = uids(node, full);
             else fail(full, "unknown key");
         }
     }
@@ -140,6 +159,13 @@ private:
         if (value == "fail") return OnRefused::Fail;
         if (value == "warn") return OnRefused::Warn;
         fail(key, "expected \"fail\" or \"warn\", not \"" + value + "\"");
+    }
+
+    LdcacheMethod ldcache_method(const toml::node& node, const std::string& key) const {
+        std::string value = string(node, key);
+        if (value == "ldconfig") return LdcacheMethod::Ldconfig;
+        if (value == "gpubind") return LdcacheMethod::Gpubind;
+        fail(key, "expected \"ldconfig\" or \"gpubind\", not \"" + value + "\"");
     }
 
     std::string log_level(const toml::node& node, const std::string& key) const {
@@ -301,6 +327,32 @@ Config load_effective_config(const std::filesystem::path& explicit_path) {
     std::error_code ec;
     if (std::filesystem::exists(kDefaultConfigPath, ec)) return load_config(kDefaultConfigPath);
     return default_config();
+}
+
+Config load_trusted_config() {
+    std::filesystem::path path(kDefaultConfigPath);
+    const char* env = std::getenv(std::string(kConfigEnv).c_str());
+    const bool named = env && *env;
+    if (named) path = env;
+    if (!path.is_absolute())
+        throw Error(EINVAL, "load config", path.string(),
+                    std::string(kConfigEnv) + " is not an absolute path; refusing");
+    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd) {
+        if (errno == ENOENT && !named) return default_config();
+        throw_errno("open config", path.string());
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", path.string());
+    if (!S_ISREG(st.st_mode))
+        throw Error(EINVAL, "load config", path.string(), "not a regular file; refusing");
+    if (st.st_uid != 0 && st.st_uid != ::geteuid())
+        throw Error(EACCES, "load config", path.string(),
+                    "owned by uid " + std::to_string(st.st_uid) + ", not root; refusing");
+    if ((st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0))
+        throw Error(EACCES, "load config", path.string(),
+                    "writable by other users; refusing");
+    return parse_config(read_fd(fd.get(), kMaxConfigSize, path.string()), path.string());
 }
 
 }  // namespace gpubind

@@ -1,6 +1,7 @@
 // Node discovery: procfs for the driver and its GPUs, stat for device nodes,
 // the ld.so.cache and the catalog for driver files, NVML for the rest.
 #include <dirent.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -342,6 +343,43 @@ void discover_libraries(Node& node, const Config& config) {
     }
 }
 
+// Why an IPC of the node (a socket, the MPS pipe directory), which containers
+// get read-write, must not be given them; "" when it may. Walked from "/" one
+// component at a time without following links: every directory on the way
+// is root's and no one else can replace what is in it (not writable by
+// others, or sticky), and the IPC itself is a socket or a directory of root's.
+// "missing" when it is not there.
+std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners) {
+    auto trusted = [&](uid_t uid) {
+        return uid == 0 || std::find(owners.begin(), owners.end(), uid) != owners.end();
+    };
+    if (!p.is_absolute()) return "is not an absolute path";
+    Fd dir(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) return "cannot be checked (open /)";
+    std::vector<std::string> parts;
+    for (const auto& c : p.relative_path()) parts.push_back(c.string());
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        struct stat st {};
+        if (::fstat(dir.get(), &st) != 0) return "cannot be checked (stat)";
+        if (!trusted(st.st_uid)) return "is in a directory not owned by root (or [policy] ipc-owners)";
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+            return "is in a directory other users may write";
+        Fd next(::openat(dir.get(), parts[i].c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+        if (!next) return errno == ENOENT ? "missing" : "cannot be opened";
+        if (::fstat(next.get(), &st) != 0) return "cannot be checked (stat)";
+        const bool last = i + 1 == parts.size();
+        if (S_ISLNK(st.st_mode)) return "is reached through a symbolic link";
+        if (!last && !S_ISDIR(st.st_mode)) return "is under something not a directory";
+        if (last) {
+            if (!S_ISSOCK(st.st_mode) && !S_ISDIR(st.st_mode))
+                return "is neither a socket nor a directory";
+            if (!trusted(st.st_uid)) return "is not owned by root (or [policy] ipc-owners)";
+        }
+        dir = std::move(next);
+    }
+    return {};
+}
+
 bool is_executable_file(const fs::path& p) {
     struct stat st {};
     return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111);
@@ -360,10 +398,8 @@ void discover_other_files(Node& node, const Config& config) {
     }
     for (const auto& entry : config.catalog.ipcs) {
         fs::path p = under(node.roots.driver, entry.name);
-        struct stat st {};
-        if (::stat(p.c_str(), &st) != 0) continue;
-        if (!S_ISSOCK(st.st_mode) && !S_ISDIR(st.st_mode)) {
-            node.warnings.push_back(p.string() + " is neither a socket nor a directory");
+        if (std::string why = unsafe_ipc(p, config.policy.ipc_owners); !why.empty()) {
+            if (why != "missing") node.warnings.push_back(p.string() + " " + why + "; not given");
             continue;
         }
         node.files.push_back({FileKind::Ipc, entry.name, p, p, entry.caps, false});

@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <charconv>
 #include <exception>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -101,12 +103,15 @@ struct Undo {
         RestoreProgram,
         RestoreLink,   // a link gpubind removed comes back, pointing to `old`
         RestoreFile,   // a file gpubind removed comes back, holding `old`
+        RenameBack,    // `other` renamed back to `name`
+        ExchangeBack,  // `name` and `other` swapped back
     };
     Kind kind;
     SharedFd fd;       // the parent directory, the devices.deny file, or the cgroup v2 directory
     std::string name;  // the entry in the directory, or the rule
     std::string what;  // for the log: the container path or the cgroup file
-    std::string old{};  // RestoreLink: the link's target; RestoreFile: the contents
+    std::string old{};    // RestoreLink: the link's target; RestoreFile: the contents
+    std::string other{};  // RenameBack, ExchangeBack: the entry `name` was renamed to / swapped with
     // RestoreProgram: the runtime's program goes back in place of ours.
     SharedFd runtime_prog{};
     SharedFd our_prog{};
@@ -128,6 +133,8 @@ public:
             prepare_host();
             if (!in_container_) enter();
             root_ = std::make_shared<Fd>(sys_.open_root(target_.rootfs));
+            root_mount_ = sys_.mount_id(root_->get());
+            if (plan_.refresh_ldcache) in_context("loader cache", [&] { check_cache_files(); });
             for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
                 const auto& d = plan_.devices[i];
                 in_context("device " + d.node.path.string() + " (" + d.why + ")",
@@ -359,6 +366,7 @@ private:
             return;
         }
         attach_flags_ = attached.attach_flags;
+        attached_ids_ = attached.ids;
         const std::vector<bpf::DeviceRule> rules = device_rules();
         for (std::uint32_t id : attached.ids) {
             const std::string what = "program " + std::to_string(id) + " on " + dir.string();
@@ -436,6 +444,7 @@ private:
             if (info.type != Type::Missing)
                 throw Error(ENOTDIR, "create directory", p.string(),
                             "exists and is " + describe(info));
+            check_own_mount(*parent, p);
             as_owner([&] {
                 fd = sys_.make_dir(parent->get(), name, 0755);
                 undo_.push_back({Undo::Kind::RemoveDir, parent, name, p.string()});
@@ -504,6 +513,7 @@ private:
     void bind(Fd& tree, const path& target, PointKind kind, unsigned flags, unsigned major = 0,
               unsigned minor = 0) {
         SharedFd dir = resolve_dir(target.parent_path());
+        check_own_mount(*dir, target);
         Fd point = mount_point(dir, target, kind, major, minor);
         // Flags go on the detached mount: it never appears without them.
         if (flags != 0) sys_.set_mount_flags(tree.get(), flags);
@@ -531,6 +541,7 @@ private:
 
     void make_link(const PlannedSymlink& link) {
         SharedFd dir = resolve_dir(link.path.parent_path());
+        check_own_mount(*dir, link.path);
         const std::string name = link.path.filename().string();
         FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Symlink) {
@@ -572,6 +583,7 @@ private:
     void write_planned_file(const PlannedFile& f) {
         check_container_path(f.path, "file " + f.path.string());
         SharedFd dir = resolve_dir(f.path.parent_path());
+        check_own_mount(*dir, f.path);
         const std::string name = f.path.filename().string();
         FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Regular) {
@@ -704,6 +716,17 @@ private:
             if (!kernel_allows([&] { sys_.write_rule(allow_.get(), rule, allow_what_); })) continue;
             undo_.push_back({Undo::Kind::DenyRule, deny_, rule, deny_what_});
         }
+        // A single (not multi-attach) program cannot be swapped with
+        // BPF_F_REPLACE: the attach replaces whatever is there. Checked again
+        // right before it, so that a program the runtime attached meanwhile
+        // (a newer one, `runc update`) is not replaced by our extension of an
+        // older one. (The kernel offers no compare-and-swap here: narrowed,
+        // not closed.)
+        if (!swaps_.empty() && (attach_flags_ & kBpfAllowMulti) == 0 &&
+            sys_.query_device_programs(program_cgroup_->get()).ids != attached_ids_)
+            throw Error(EAGAIN, "set device cgroup", program_cgroup_what_,
+                        "the runtime's device program changed while gpubind extended it; "
+                        "refusing");
         for (const auto& swap : swaps_) {
             if (!kernel_allows([&] {
                     sys_.replace_device_program(program_cgroup_->get(), swap.ours->get(),
@@ -741,6 +764,7 @@ private:
         Fd point;
         bool one_level_down = false;  // the view is the tmpfs's "nvidia" directory
         try {
+            check_own_mount(*dir, target);
             point = mount_point(dir, target, PointKind::Directory);
         } catch (const Error& e) {
             // procfs has driver/nvidia only while the driver is loaded and
@@ -751,6 +775,7 @@ private:
             if (sys_.stat_at(dir->get(), target.filename().string()).type != Type::Missing) throw;
             target = target.parent_path();
             dir = resolve_dir(target.parent_path());
+            check_own_mount(*dir, target);
             point = mount_point(dir, target, PointKind::Directory);
             one_level_down = true;
         }
@@ -807,16 +832,103 @@ private:
         }
     }
 
+    // The files ldconfig reads or writes under fixed names: missing or
+    // regular files, else the container is refused before anything is done
+    // (an image's block device named ld.so.cache~, a FIFO for ld.so.conf).
+    void check_cache_files() {
+        static const std::pair<const char*, const char*> kFiles[] = {
+            {"/etc", "ld.so.cache"},
+            {"/etc", "ld.so.cache~"},
+            {"/etc", "ld.so.conf"},
+            {"/var/cache/ldconfig", "aux-cache"},
+            {"/var/cache/ldconfig", "aux-cache~"},
+        };
+        for (const auto& [dir_path, name] : kFiles) {
+            Fd dir = sys_.open_dir_in_root(root_->get(), dir_path);
+            if (!dir) continue;
+            const FileInfo info = sys_.stat_at(dir.get(), name);
+            if (info.type != Type::Missing && info.type != Type::Regular)
+                throw Error(EINVAL, "refresh the loader cache",
+                            (path(dir_path) / name).string(),
+                            "is " + describe(info) + ", not a regular file; refusing");
+        }
+    }
+
+    // ldconfig, confined (System::run), writes the cache into its own scratch
+    // and reads the image without writing to it; the cache comes back here
+    // and is put in place by descriptor.
     void run_ldconfig() {
-        std::vector<std::string> args = {"-r", target_.rootfs.string()};
+        const std::string out = std::string(kLdconfigScratch) + "/" + std::string(kLdconfigOutput);
+        std::vector<std::string> args = {"-r", target_.rootfs.string(), "-X", "-C", out};
         for (const auto& d : plan_.library_dirs) args.push_back(d.string());
-        // In a user namespace the image's files belong to the ids its root maps
-        // to: ldconfig writes the cache as them (root without capabilities could not).
+        // The root of ldconfig's user namespace: the container's root where it
+        // has a user namespace (its host ids; itself when rootless), else an
+        // unprivileged host id (System::run).
+        std::string cache;
         if (chown_)
-            sys_.run_as(owner_, ldconfig_.get(), target_.ldconfig.string(), args,
-                        target_.ldconfig_timeout);
+            cache = sys_.run_as(owner_, ldconfig_.get(), target_.ldconfig.string(), args,
+                                target_.ldconfig_timeout);
+        else if (target_.join_user_ns)
+            cache = sys_.run_as(Owner{}, ldconfig_.get(), target_.ldconfig.string(), args,
+                                target_.ldconfig_timeout);
         else
-            sys_.run(ldconfig_.get(), target_.ldconfig.string(), args, target_.ldconfig_timeout);
+            cache = sys_.run(ldconfig_.get(), target_.ldconfig.string(), args,
+                             target_.ldconfig_timeout);
+        install_cache(cache);
+    }
+
+    // /etc/ld.so.cache replaced: written under a new name (O_CREAT|O_EXCL|
+    // O_NOFOLLOW) in /etc on the root's own mount, then renamed over a missing
+    // one or exchanged with the image's (whose old contents are removed once
+    // in place). Undone like the rest until then.
+    void install_cache(const std::string& cache) {
+        SharedFd etc = resolve_dir("/etc");
+        check_own_mount(*etc, "/etc/ld.so.cache");
+        const std::string name = "ld.so.cache";
+        const FileInfo info = sys_.stat_at(etc->get(), name);
+        if (info.type != Type::Missing && info.type != Type::Regular)
+            throw Error(EINVAL, "refresh the loader cache", "/etc/ld.so.cache",
+                        "is " + describe(info) + ", not a regular file; refusing");
+        const std::string temp = "ld.so.cache.gpubind-" + std::to_string(::getpid());
+        as_owner([&] {
+            sys_.write_file_at(etc->get(), temp, cache, 0644);
+            undo_.push_back({Undo::Kind::RemoveFile, etc, temp, "/etc/" + temp});
+        });
+        if (info.type == Type::Missing) {
+            sys_.rename_at(etc->get(), temp, name);
+            Undo back{Undo::Kind::RenameBack, etc, temp, "/etc/ld.so.cache"};
+            back.other = name;
+            undo_.push_back(std::move(back));
+            return;
+        }
+        sys_.exchange_at(etc->get(), temp, name);
+        Undo back{Undo::Kind::ExchangeBack, etc, temp, "/etc/ld.so.cache"};
+        back.other = name;
+        undo_.push_back(std::move(back));
+        // The image's old cache, now under the temporary name.
+        sys_.remove(etc->get(), temp, false);
+        undo_.pop_back();
+        undo_.pop_back();
+    }
+
+    // What gpubind creates or mounts at `p` (in the directory `dir`) is on
+    // the container root's own mount (the runtime's /dev and /proc for
+    // paths there), never on a volume a host directory may be behind.
+    void check_own_mount(const Fd& dir, const path& p) {
+        const std::uint64_t id = sys_.mount_id(dir.get());
+        if (id == root_mount_) return;
+        const auto first = p.begin() == p.end() ? path() : *std::next(p.begin());
+        if (first == "dev" || first == "proc") {
+            auto& known = first == "dev" ? dev_mount_ : proc_mount_;
+            if (!known) {
+                Fd top = sys_.open_dir_in_root(root_->get(), path("/") / first);
+                known = top ? sys_.mount_id(top.get()) : root_mount_;
+            }
+            if (id == *known) return;
+        }
+        throw Error(EXDEV, "refuse", p.string(),
+                    "is on another mount than the container's root (a volume); gpubind "
+                    "creates and mounts only on the rootfs's own mount");
     }
 
     // --- rollback ---
@@ -853,6 +965,12 @@ private:
                         break;
                     case Undo::Kind::DenyRule:
                         sys_.write_rule(it->fd->get(), it->name, it->what);
+                        break;
+                    case Undo::Kind::RenameBack:
+                        sys_.rename_at(it->fd->get(), it->other, it->name);
+                        break;
+                    case Undo::Kind::ExchangeBack:
+                        sys_.exchange_at(it->fd->get(), it->name, it->other);
                         break;
                     case Undo::Kind::RestoreLink:
                         sys_.make_symlink(it->old, it->fd->get(), it->name);
@@ -900,12 +1018,15 @@ private:
     SharedFd program_cgroup_;
     std::string program_cgroup_what_;
     unsigned attach_flags_ = 0;
+    std::vector<std::uint32_t> attached_ids_;  // what prepare_v2 extended
     Fd allow_;
     SharedFd deny_;
     std::string allow_what_, deny_what_;
 
     bool in_container_ = false;
     SharedFd root_;
+    std::uint64_t root_mount_ = 0;
+    std::optional<std::uint64_t> dev_mount_, proc_mount_;
     std::map<std::string, SharedFd> dirs_;
     std::vector<Undo> undo_;
 };

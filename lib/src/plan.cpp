@@ -245,8 +245,12 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
                 // The catalog names IPCs by their path under the driver root,
                 // which is where the container's programs look for them.
                 fs::path target = fs::path("/") / f.name;
-                b.mount(f, target.lexically_normal(), kIpcFlags, names + " IPC",
-                        is_directory_ipc(f));
+                // A socket works on a read-only mount; the MPS directory is
+                // where clients create their pipes.
+                const bool directory = is_directory_ipc(f);
+                b.mount(f, target.lexically_normal(),
+                        directory ? kIpcFlags : kIpcFlags | kMountReadOnly, names + " IPC",
+                        directory);
                 break;
             }
             case FileKind::Firmware:

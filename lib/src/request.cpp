@@ -27,6 +27,7 @@
 #include "gpubind/request.hpp"
 
 #include <cerrno>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -138,15 +139,22 @@ std::string legacy_cuda_requirement(const std::string& cuda_version, const std::
 
 std::vector<Requirement> read_requirements(const oci::Spec& spec, bool legacy,
                                            const std::string& where) {
-    std::vector<Requirement> out;
+    // One pass (a spec may hold thousands of variables): each name in the
+    // order it first appears, with its last value.
+    std::vector<std::string_view> order;
+    std::map<std::string_view, std::string_view> last;
     for (const auto& entry : spec.env) {
-        std::string_view name = std::string_view(entry).substr(0, entry.find('='));
+        const std::size_t eq = entry.find('=');
+        if (eq == std::string::npos) continue;
+        std::string_view name = std::string_view(entry).substr(0, eq);
         if (!name.starts_with(kRequirePrefix) || name.size() == kRequirePrefix.size()) continue;
-        bool seen = false;
-        for (const auto& r : out) seen = seen || r.variable == name;
-        if (seen) continue;
-        std::string value = *spec.getenv(name);  // the last one
-        if (!trim(value).empty()) out.push_back({std::string(name), std::move(value)});
+        auto [it, added] = last.insert_or_assign(name, std::string_view(entry).substr(eq + 1));
+        if (added) order.push_back(name);
+    }
+    std::vector<Requirement> out;
+    for (std::string_view name : order) {
+        const std::string_view value = last[name];
+        if (!trim(value).empty()) out.push_back({std::string(name), std::string(value)});
     }
     if (legacy)
         out.push_back(

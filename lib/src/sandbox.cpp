@@ -32,6 +32,8 @@
 
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
+#include "gpubind/strings.hpp"
+#include "mount_api.hpp"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -44,6 +46,7 @@ namespace {
 constexpr std::size_t kMaxProgram = 64u << 20;  // a static ldconfig is ~1 MiB
 constexpr std::size_t kMaxOutput = 4096;        // of the program's output kept for the error
 constexpr std::size_t kMaxSetupError = 512;
+constexpr std::size_t kMaxResult = 256u << 20;  // the file read back from the scratch
 
 int sys_int(long r) {
     return static_cast<int>(r);
@@ -192,13 +195,16 @@ struct ChildArgs {
     int err_fd;
     int out_fd;
     int null_fd;
+    int ready_fd;    // the child says: my user namespace is there, map it
+    int go_fd;       // the parent says: mapped
+    int scratch_fd;  // a detached tmpfs, or -1
     const char* root;
+    const char* scratch;  // where it goes in the new root
     char* const* argv;
     const Limits* limits;
     cap_t no_caps;
     void* filter;  // scmp_filter_ctx or null
-    uid_t uid;
-    gid_t gid;
+    bool groups_denied;  // setgroups is denied where we are (a rootless user namespace)
 };
 
 [[noreturn]] void child_main(const ChildArgs& a) {
@@ -213,14 +219,30 @@ struct ChildArgs {
         child_fail(e, "close_range", errno);
 
     // The root: a private recursive bind of it becomes "/", the rest detached.
+    // Every mount of it read-only, nosuid and nodev: the program writes
+    // nothing in the image and opens no device node there (an image's block
+    // device named like a file it writes).
     if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
         child_fail(e, "make mounts private", errno);
     if (::mount(a.root, a.root, nullptr, MS_BIND | MS_REC, nullptr) != 0)
         child_fail(e, "bind the root", errno);
+    mount_api::MountAttr sealed{};
+    sealed.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if (::syscall(SYS_mount_setattr, AT_FDCWD, a.root, AT_RECURSIVE, &sealed, sizeof sealed) != 0)
+        child_fail(e, "make the root read-only, nosuid, nodev", errno);
     if (::chdir(a.root) != 0) child_fail(e, "enter the root", errno);
     if (::syscall(SYS_pivot_root, ".", ".") != 0) child_fail(e, "pivot_root", errno);
     if (::umount2(".", MNT_DETACH) != 0) child_fail(e, "detach the old root", errno);
     if (::chdir("/") != 0) child_fail(e, "chdir /", errno);
+    // Nothing of the container's /proc, /sys and /dev (what a runtime mounted
+    // there, stacked mounts included; never through a link).
+    for (const char* hidden : {"/proc", "/sys", "/dev"})
+        while (::umount2(hidden, MNT_DETACH | UMOUNT_NOFOLLOW) == 0) {
+        }
+    if (a.scratch_fd >= 0 &&
+        ::syscall(SYS_move_mount, a.scratch_fd, "", AT_FDCWD, a.scratch,
+                  MOVE_MOUNT_F_EMPTY_PATH) != 0)
+        child_fail(e, "mount the scratch directory (the root needs that directory)", errno);
     static const char kHost[] = "gpubind-sandbox";
     if (::sethostname(kHost, sizeof kHost - 1) != 0) child_fail(e, "set the hostname", errno);
 
@@ -243,6 +265,14 @@ struct ChildArgs {
             child_fail(e, "setrlimit", errno);
     }
 
+    // A user namespace of its own, whose root the parent maps to the ids of
+    // Options (never the host's root): the mounts above belong to the outer
+    // one, so nothing of them can be undone from here.
+    if (::unshare(CLONE_NEWUSER) != 0) child_fail(e, "new user namespace", errno);
+    char sync = 'u';
+    if (::write(a.ready_fd, &sync, 1) != 1) child_fail(e, "ask for the user namespace map", errno);
+    if (::read(a.go_fd, &sync, 1) != 1) child_fail(e, "wait for the user namespace map", EIO);
+
     // No capabilities, now or after exec: uid 0 gets none back from execve
     // (NOROOT), none can be raised again (empty bounding and ambient sets).
     if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
@@ -253,13 +283,15 @@ struct ChildArgs {
     for (cap_value_t c = 0; c <= CAP_LAST_CAP || c < cap_max_bits(); ++c)
         if (cap_drop_bound(c) != 0 && errno != EINVAL) child_fail(e, "drop bounding set", errno);
     if (cap_reset_ambient() != 0) child_fail(e, "clear ambient capabilities", errno);
-    // The ids to run as, while CAP_SETUID and CAP_SETGID are still effective
-    // (NO_SETUID_FIXUP: the change itself drops nothing; the next step does).
-    if (a.uid != 0 || a.gid != 0) {
-        if (::setgroups(0, nullptr) != 0) child_fail(e, "drop supplementary groups", errno);
-        if (::setresgid(a.gid, a.gid, a.gid) != 0) child_fail(e, "setresgid", errno);
-        if (::setresuid(a.uid, a.uid, a.uid) != 0) child_fail(e, "setresuid", errno);
-    }
+    // The namespace's root, the mapped ids outside, while CAP_SETUID and
+    // CAP_SETGID are still effective (NO_SETUID_FIXUP: the change itself
+    // drops nothing; the next step does). No supplementary group either.
+    // (Under a user namespace that denies setgroups, a rootless runtime's,
+    // the groups are the unprivileged user's and stay.)
+    if (::setgroups(0, nullptr) != 0 && !(errno == EPERM && a.groups_denied))
+        child_fail(e, "drop supplementary groups", errno);
+    if (::setresgid(0, 0, 0) != 0) child_fail(e, "setresgid", errno);
+    if (::setresuid(0, 0, 0) != 0) child_fail(e, "setresuid", errno);
     if (cap_set_proc(a.no_caps) != 0) child_fail(e, "drop capabilities", errno);
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) child_fail(e, "no_new_privs", errno);
     if (a.filter) {
@@ -309,19 +341,64 @@ std::string blocked_opening(pid_t pid) {
         addr += len;
     }
     if (path.empty()) return {};
-    std::string shown;
-    for (std::size_t i = 0; i < path.size() && i < kMaxShown; ++i) {
-        const auto c = static_cast<unsigned char>(path[i]);
-        if (c < 0x20 || c == 0x7f) {
-            char hex[8];
-            std::snprintf(hex, sizeof hex, "\\x%02x", c);
-            shown += hex;
-        } else {
-            shown += static_cast<char>(c);
-        }
-    }
+    std::string shown = escape_control(std::string_view(path).substr(0, kMaxShown));
     if (path.size() > kMaxShown) shown += "...";
     return "; it was blocked opening " + shown;
+}
+
+// A detached tmpfs for the program's output, its root directory the
+// sandbox's ids' alone; nosuid, nodev, noexec.
+Fd make_scratch(const Options& o, const std::string& what) {
+    Fd fs(sys_int(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
+    if (!fs) throw_errno("fsopen tmpfs", what);
+    const std::string size = std::to_string(o.limits.file_size * 2 + 65536);
+    const std::string uid = std::to_string(o.uid), gid = std::to_string(o.gid);
+    const std::pair<const char*, const char*> params[] = {
+        {"mode", "0700"}, {"uid", uid.c_str()}, {"gid", gid.c_str()}, {"size", size.c_str()}};
+    for (const auto& [key, value] : params)
+        if (::syscall(SYS_fsconfig, fs.get(), mount_api::kFsconfigSetString, key, value, 0) != 0)
+            throw_errno(std::string("fsconfig tmpfs ") + key, what);
+    if (::syscall(SYS_fsconfig, fs.get(), mount_api::kFsconfigCmdCreate, nullptr, nullptr, 0) != 0)
+        throw_errno("fsconfig tmpfs create", what);
+    Fd mnt(sys_int(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
+                             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)));
+    if (!mnt) throw_errno("fsmount tmpfs", what);
+    return mnt;
+}
+
+// Whether this process's user namespace denies setgroups (so will the child's).
+bool setgroups_denied(int proc_fd) {
+    Fd fd(::openat(proc_fd, "self/setgroups", O_RDONLY | O_CLOEXEC));
+    if (!fd) return false;
+    char buf[16] = {};
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+    return n >= 4 && std::strncmp(buf, "deny", 4) == 0;
+}
+
+// The child's user namespace: its root is o.uid:o.gid outside, nothing else mapped.
+void map_ids(int proc_fd, pid_t pid, const Options& o, const std::string& what) {
+    const std::pair<const char*, unsigned> maps[] = {{"uid_map", o.uid}, {"gid_map", o.gid}};
+    for (const auto& [name, id] : maps) {
+        const std::string file = std::to_string(pid) + "/" + name;
+        Fd fd(::openat(proc_fd, file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
+        if (!fd) throw_errno("open /proc/" + file, what);
+        const std::string line = "0 " + std::to_string(id) + " 1\n";
+        if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+            throw_errno("write /proc/" + file, what);
+    }
+}
+
+// The regular file `name` the program left in its scratch (never a link or
+// another kind of file).
+std::string read_result(int scratch_fd, const std::string& name, const std::string& what) {
+    Fd fd(::openat(scratch_fd, name.c_str(),
+                   O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd) throw_errno("open the program's " + name, what);
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", name);
+    if (!S_ISREG(st.st_mode))
+        throw Error(EINVAL, "read the program's " + name, what, "not a regular file");
+    return read_fd(fd.get(), kMaxResult, name);
 }
 
 void append_capped(std::string& out, const char* data, std::size_t n) {
@@ -363,8 +440,8 @@ Fd seal_executable(const std::filesystem::path& path) {
     return ro;
 }
 
-void run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
-         const Options& options) {
+std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
+                const Options& options) {
     if (options.root.empty() || !options.root.is_absolute())
         throw_invalid("run", what, "the sandbox needs an absolute root directory");
     std::vector<std::string> argv_s;
@@ -375,6 +452,20 @@ void run(int exe_fd, const std::string& what, const std::vector<std::string>& ar
     argv.push_back(nullptr);
     const std::string root = options.root.string();
 
+    if (!options.output.empty() && (options.scratch.empty() ||
+                                    options.output.find('/') != std::string::npos))
+        throw_invalid("run", what, "the output is a file name in the scratch directory");
+    if (!options.scratch.empty() && options.scratch.front() != '/')
+        throw_invalid("run", what, "the scratch directory is an absolute path in the root");
+    Fd proc_own;
+    int proc_fd = options.proc_fd;
+    if (proc_fd < 0) {
+        proc_own = Fd(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
+        if (!proc_own) throw_errno("open /proc", what);
+        proc_fd = proc_own.get();
+    }
+    Fd scratch;
+    if (!options.scratch.empty()) scratch = make_scratch(options, what);
     FilterPtr filter = make_filter(options.filter, exe_fd, what);
     CapPtr no_caps(cap_init());
     if (!no_caps) throw_errno("cap_init", what);
@@ -391,10 +482,26 @@ void run(int exe_fd, const std::string& what, const std::vector<std::string>& ar
     Fd null_fd(in_pipe[0]);
     ::close(in_pipe[1]);
 
-    const ChildArgs child_args{exe_fd,          err_w.get(),   out_w.get(),
-                               null_fd.get(),   root.c_str(),  argv.data(),
-                               &options.limits, no_caps.get(), filter.get(),
-                               static_cast<uid_t>(options.uid), static_cast<gid_t>(options.gid)};
+    int ready_pipe[2], go_pipe[2];
+    if (::pipe2(ready_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
+    Fd ready_r(ready_pipe[0]), ready_w(ready_pipe[1]);
+    if (::pipe2(go_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
+    Fd go_r(go_pipe[0]), go_w(go_pipe[1]);
+
+    const ChildArgs child_args{exe_fd,
+                               err_w.get(),
+                               out_w.get(),
+                               null_fd.get(),
+                               ready_w.get(),
+                               go_r.get(),
+                               scratch ? scratch.get() : -1,
+                               root.c_str(),
+                               options.scratch.c_str(),
+                               argv.data(),
+                               &options.limits,
+                               no_caps.get(),
+                               filter.get(),
+                               setgroups_denied(proc_fd)};
     // Like fork, into new namespaces at once: the child is pid 1 of its own
     // pid namespace, and killing it takes everything it could have started.
     const long flags =
@@ -405,6 +512,8 @@ void run(int exe_fd, const std::string& what, const std::vector<std::string>& ar
     err_w.reset();
     out_w.reset();
     null_fd.reset();
+    ready_w.reset();
+    go_r.reset();
 
     auto reap = [&] {
         int status = 0;
@@ -418,6 +527,31 @@ void run(int exe_fd, const std::string& what, const std::vector<std::string>& ar
         ::kill(pid, SIGKILL);
         reap();
         throw Error(err, "pidfd_open", what);
+    }
+
+    // The child's user namespace, once it has one (nothing comes when its
+    // set-up failed before: the error pipe says why, below).
+    {
+        char sync = 0;
+        ssize_t n;
+        while ((n = ::read(ready_r.get(), &sync, 1)) < 0 && errno == EINTR) {
+        }
+        if (n == 1) {
+            try {
+                map_ids(proc_fd, pid, options, what);
+            } catch (...) {
+                ::kill(pid, SIGKILL);
+                reap();
+                throw;
+            }
+            if (::write(go_w.get(), &sync, 1) != 1) {
+                int err = errno;
+                ::kill(pid, SIGKILL);
+                reap();
+                throw Error(err, "sandbox: release the child", what);
+            }
+        }
+        go_w.reset();
     }
 
     std::string output;
@@ -480,6 +614,8 @@ void run(int exe_fd, const std::string& what, const std::vector<std::string>& ar
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         throw Error(EIO, "run", what,
                     "exited with status " + std::to_string(WEXITSTATUS(status)) + tail);
+    if (options.output.empty()) return {};
+    return read_result(scratch.get(), options.output, what);
 }
 
 }  // namespace gpubind::sandbox

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -28,47 +29,15 @@
 #include "gpubind/safe_path.hpp"
 #include "gpubind/sandbox.hpp"
 
-// Constants of the mount API (include/uapi/linux/mount.h), for older libcs.
-#ifndef OPEN_TREE_CLONE
-#define OPEN_TREE_CLONE 1
-#endif
-#ifndef OPEN_TREE_CLOEXEC
-#define OPEN_TREE_CLOEXEC O_CLOEXEC
-#endif
-#ifndef MOVE_MOUNT_F_EMPTY_PATH
-#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
-#endif
-#ifndef MOVE_MOUNT_T_EMPTY_PATH
-#define MOVE_MOUNT_T_EMPTY_PATH 0x00000040
-#endif
-#ifndef FSOPEN_CLOEXEC
-#define FSOPEN_CLOEXEC 0x00000001
-#endif
-#ifndef FSMOUNT_CLOEXEC
-#define FSMOUNT_CLOEXEC 0x00000001
-#endif
-#ifndef MOUNT_ATTR_RDONLY
-#define MOUNT_ATTR_RDONLY 0x00000001
-#define MOUNT_ATTR_NOSUID 0x00000002
-#define MOUNT_ATTR_NODEV 0x00000004
-#define MOUNT_ATTR_NOEXEC 0x00000008
-#endif
+#include "mount_api.hpp"
 
 namespace gpubind {
 
 namespace {
 
-// fsconfig commands (enum fsconfig_command).
-constexpr unsigned kFsconfigSetString = 1;
-constexpr unsigned kFsconfigCmdCreate = 6;
-
-// struct mount_attr, MOUNT_ATTR_SIZE_VER0.
-struct MountAttr {
-    std::uint64_t attr_set;
-    std::uint64_t attr_clr;
-    std::uint64_t propagation;
-    std::uint64_t userns_fd;
-};
+using mount_api::kFsconfigCmdCreate;
+using mount_api::kFsconfigSetString;
+using mount_api::MountAttr;
 
 constexpr std::size_t kMaxHostFile = 16u << 20;  // mountinfo on a busy node can be large
 
@@ -487,23 +456,51 @@ Fd LinuxSystem::make_tmpfs() {
     return Fd(mnt);
 }
 
-void LinuxSystem::run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
-                      std::chrono::milliseconds timeout) {
-    run_as(Owner{}, exe_fd, what, args, timeout);
+void LinuxSystem::rename_at(int dir_fd, const std::string& from, const std::string& to) {
+    if (::renameat(dir_fd, from.c_str(), dir_fd, to.c_str()) != 0) throw_errno("rename", to);
 }
 
-void LinuxSystem::run_as(const Owner& owner, int exe_fd, const std::string& what,
-                         const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
+void LinuxSystem::exchange_at(int dir_fd, const std::string& a, const std::string& b) {
+    if (::renameat2(dir_fd, a.c_str(), dir_fd, b.c_str(), RENAME_EXCHANGE) != 0)
+        throw_errno("exchange", b);
+}
+
+std::uint64_t LinuxSystem::mount_id(int fd) {
+    struct statx stx {};
+    if (::statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) != 0)
+        throw_errno("statx", "descriptor " + std::to_string(fd));
+    if ((stx.stx_mask & STATX_MNT_ID) == 0)
+        throw Error(ENOSYS, "statx", "descriptor " + std::to_string(fd), "no mount id");
+    return stx.stx_mnt_id;
+}
+
+LinuxSystem::LinuxSystem() : proc_(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) {}
+
+std::string LinuxSystem::run(int exe_fd, const std::string& what,
+                             const std::vector<std::string>& args,
+                             std::chrono::milliseconds timeout) {
+    sandbox::Options defaults;
+    return run_as(Owner{defaults.uid, defaults.gid}, exe_fd, what, args, timeout);
+}
+
+std::string LinuxSystem::run_as(const Owner& owner, int exe_fd, const std::string& what,
+                                const std::vector<std::string>& args,
+                                std::chrono::milliseconds timeout) {
     // ldconfig's "-r ROOT" becomes the sandbox's root (pivot_root, not the
     // program's own chroot); the rest of the arguments are passed on.
     if (args.size() < 2 || args[0] != "-r")
         throw_invalid("run", what, "a program runs only confined to a root (-r ROOT first)");
+    if (!proc_) throw Error(ENOENT, "run", what, "no /proc to map the sandbox's user namespace");
     sandbox::Options options;
     options.root = args[1];
     options.timeout = timeout;
     options.uid = owner.uid;
     options.gid = owner.gid;
-    sandbox::run(exe_fd, what, std::vector<std::string>(args.begin() + 2, args.end()), options);
+    options.scratch = std::string(kLdconfigScratch);
+    options.output = std::string(kLdconfigOutput);
+    options.proc_fd = proc_.get();
+    return sandbox::run(exe_fd, what, std::vector<std::string>(args.begin() + 2, args.end()),
+                        options);
 }
 
 }  // namespace gpubind

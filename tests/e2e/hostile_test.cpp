@@ -35,6 +35,7 @@
 
 #include "container.hpp"
 #include "gpubind/sim.hpp"
+#include "gpubind/strings.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {
@@ -936,6 +937,268 @@ TEST_F(HostileTest, SelfProofHostileProgramsLeaveMarkersWhenRun) {
     expect_started(r);
     EXPECT_TRUE(fs::exists(b.rootfs() / "ldconfig-ran"));
     EXPECT_TRUE(fs::exists(b.rootfs() / "proof"));
+}
+
+// --- issue 12: holes found by an attack review, each judged on the host ---
+
+// A config like the suite's, the cache refreshed by the sandboxed ldconfig
+// (explicitly: the in-process writer may become the default), with `node`
+// lines added to [node] and `rest` (tables) after. Root's, 0644, absolute.
+fs::path issue12_config(const fs::path& dir, const std::string& name, const fs::path& node_root,
+                        const std::string& node = "", const std::string& rest = "") {
+    const fs::path p = dir / (name + ".toml");
+    const std::string root = node_root.string();
+    std::ofstream(p) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
+                     << "\"\nproc-root = \"" << root << "/proc\"\n"
+                     << node << "\n[policy]\nldcache = \"ldconfig\"\n"
+                     << rest;
+    ::chmod(p.c_str(), 0644);
+    return p;
+}
+
+// A loop device over a file: stands for a host disk.
+class LoopDevice {
+public:
+    explicit LoopDevice(const fs::path& backing) {
+        std::string bytes(1 << 20, '\0');
+        for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>('a' + i % 23);
+        std::ofstream(backing, std::ios::binary) << bytes;
+        auto r = run_command({"losetup", "--find", "--show", backing.string()});
+        if (r.exit_code != 0) throw std::runtime_error("losetup: " + r.err);
+        dev_ = std::string(trim(r.out));
+        struct stat st {};
+        if (::stat(dev_.c_str(), &st) != 0) throw std::runtime_error("stat " + dev_);
+        rdev_ = st.st_rdev;
+    }
+    ~LoopDevice() { run_command({"losetup", "--detach", dev_}); }
+    LoopDevice(const LoopDevice&) = delete;
+    LoopDevice& operator=(const LoopDevice&) = delete;
+    // What the disk holds, as the host reads it.
+    std::string hash() const { return run_command({"sha256sum", dev_}).out.substr(0, 64); }
+    std::string head(std::size_t n) const {
+        std::ifstream in(dev_, std::ios::binary);
+        std::string out(n, '\0');
+        in.read(out.data(), static_cast<std::streamsize>(n));
+        return out;
+    }
+    dev_t rdev() const { return rdev_; }
+    const std::string& path() const { return dev_; }
+
+private:
+    std::string dev_;
+    dev_t rdev_ = 0;
+};
+
+// 1. An image's block device at /etc/ld.so.cache~ (a loop device standing
+// for a host disk): the refresh never writes it, the container is refused at
+// once naming it, the disk's bytes are unchanged and the node is not renamed.
+TEST_F(HostileTest, Issue12LoaderCacheTempIsAHostBlockDevice) {
+    const fs::path config = issue12_config(dir_.path(), "sandbox", node());
+    fs::permissions(dir_.path(), fs::perms(0711));  // a mapped root walks to its rootfs
+    for (const bool userns : {false, true}) {
+        SCOPED_TRACE(userns ? "user namespace, the node the mapped root's" : "no user namespace");
+        LoopDevice disk(dir_.path() / "disk.img");
+        const std::string before = disk.hash();
+        ASSERT_EQ(before.size(), 64u);
+        Bundle b(dir_.path() / ("blockdev-" + std::to_string(count_++)), Layout::Multiarch);
+        b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+        b.env("NVIDIA_VISIBLE_DEVICES=0");
+        const fs::path node_path = b.rootfs() / "etc/ld.so.cache~";
+        ASSERT_EQ(::mknod(node_path.c_str(), S_IFBLK | 0600, disk.rdev()), 0)
+            << std::strerror(errno);
+        if (userns) {
+            constexpr unsigned kHostRoot = 100000;
+            auto& linux_ = b.spec()["linux"];
+            linux_["namespaces"].push_back({{"type", "user"}});
+            const nlohmann::json map = {
+                {{"containerID", 0}, {"hostID", kHostRoot}, {"size", 65536}}};
+            linux_["uidMappings"] = map;
+            linux_["gidMappings"] = map;
+            ASSERT_EQ(run_command({"chown", "-hR", std::to_string(kHostRoot) + ":" +
+                                                      std::to_string(kHostRoot),
+                                   b.rootfs().string()})
+                          .exit_code,
+                      0);
+        }
+        auto r = run_case(b);
+        EXPECT_EQ(disk.hash(), before) << "the host disk was written: it begins with "
+                                       << disk.head(20);
+        EXPECT_TRUE(fs::is_block_file(fs::symlink_status(node_path)));
+        EXPECT_FALSE(fs::is_block_file(fs::symlink_status(b.rootfs() / "etc/ld.so.cache")))
+            << "the block device was renamed to ld.so.cache";
+        expect_refused(r, {"/etc/ld.so.cache~", "block device"});
+    }
+}
+
+// 2. Code in the sandbox (ldconfig's place taken by a probe) cannot write a
+// host-wide sysctl: the host's value is unchanged.
+TEST_F(HostileTest, Issue12SandboxedProgramCannotWriteAHostSysctl) {
+    const fs::path sysctl = "/proc/sys/kernel/printk_ratelimit_burst";
+    const std::string before = read_text(sysctl);
+    ASSERT_FALSE(before.empty());
+    ASSERT_NE(before, "4242\n");
+    const fs::path probe = dir_.path() / "ldconfig-probe";
+    fs::copy_file(env_or("GPUBIND_SYSCTL_PROBE", GPUBIND_SYSCTL_PROBE), probe);
+    fs::permissions(probe, fs::perms(0755));
+    const fs::path config = issue12_config(dir_.path(), "probe", node(),
+                                           "ldconfig = \"" + probe.string() + "\"\n");
+    Bundle b(dir_.path() / "sysctl", Layout::Multiarch);
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+    b.env("NVIDIA_VISIBLE_DEVICES=0");
+    auto r = run_case(b);
+    const std::string after = read_text(sysctl);
+    if (after != before) std::ofstream(sysctl) << before;  // put the host back
+    EXPECT_EQ(after, before) << "the sandboxed program wrote " << sysctl << ": " << r.err;
+    EXPECT_THAT(r.err, Not(HasSubstr("wrote /proc/sys")));
+    expect_refused_or_contained(r);
+}
+
+// 3. The MPS pipe directory, configured, is given only when it is root's and
+// reached without a link: a user's directory there, or a link to a root-only
+// host directory, is not mounted into the container (which starts); the
+// host's directories are unchanged.
+TEST_F(HostileTest, Issue12MpsDirectoryOfAUserOrBehindALinkIsNotMounted) {
+    const std::string compute =
+        "[catalog.compute]\nlibraries = [\"libcuda.so\", \"libnvidia-ptxjitcompiler.so\"]\n"
+        "binaries = []\nipcs = [\"/tmp/nvidia-mps\"]\nfirmware = []\n";
+    const fs::path config = issue12_config(dir_.path(), "mps", node(), "", compute);
+    const fs::path mps = node() / "tmp/nvidia-mps";
+    const fs::path saved = node() / "tmp/nvidia-mps.saved";
+    fs::rename(mps, saved);
+    struct Restore {
+        fs::path mps, saved;
+        ~Restore() {
+            std::error_code ec;
+            fs::remove_all(mps, ec);
+            fs::rename(saved, mps, ec);
+        }
+    } restore{mps, saved};
+
+    const fs::path secret_dir = dir_.path() / "root-only";
+    fs::create_directories(secret_dir);
+    ::chmod(secret_dir.c_str(), 0700);
+    std::ofstream(secret_dir / "secret") << "host secret\n";
+    const fs::path user_dir = dir_.path() / "user-mps";
+    for (const std::string how : {"user's directory", "link to a root-only directory"}) {
+        SCOPED_TRACE(how);
+        std::error_code ec;
+        fs::remove_all(mps, ec);
+        if (how == "user's directory") {
+            fs::create_directories(mps);
+            std::ofstream(mps / "planted-by-user") << "x\n";
+            ASSERT_EQ(::chown(mps.c_str(), 1000, 1000), 0);
+        } else {
+            fs::create_symlink(secret_dir, mps);
+        }
+        const std::string host_before = snapshot_tree(secret_dir) + snapshot_tree(mps);
+        Bundle b(dir_.path() / ("mps-" + std::to_string(count_++)), Layout::Multiarch);
+        b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+        b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
+        auto r = run_case(b,
+                          "echo started; ls /tmp/nvidia-mps/; cat /tmp/nvidia-mps/secret;"
+                          "echo from-container > /tmp/nvidia-mps/written; true");
+        expect_started(r);
+        EXPECT_THAT(r.out, Not(HasSubstr("host secret")));
+        EXPECT_THAT(r.out, Not(HasSubstr("planted-by-user")));
+        EXPECT_EQ(snapshot_tree(secret_dir) + snapshot_tree(mps), host_before);
+        EXPECT_FALSE(fs::exists(secret_dir / "written"));
+        EXPECT_FALSE(fs::exists(mps / "written"));
+    }
+
+    // The same user's directory, that user named in [policy] ipc-owners: given.
+    std::error_code ec;
+    fs::remove_all(mps, ec);
+    fs::create_directories(mps);
+    std::ofstream(mps / "planted-by-user") << "x\n";
+    ASSERT_EQ(::chown(mps.c_str(), 1000, 1000), 0);
+    const fs::path owned = issue12_config(dir_.path(), "mps-owned", node(), "",
+                                          "ipc-owners = [1000]\n" + compute);
+    Bundle b(dir_.path() / "mps-owned", Layout::Multiarch);
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), owned);
+    b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
+    auto r = run_case(b, "echo started; ls /tmp/nvidia-mps/");
+    expect_started(r);
+    EXPECT_THAT(r.out, HasSubstr("planted-by-user"));
+}
+
+// 4. An image whose /usr/bin is a link into a volume (/data, a host directory
+// with rshared propagation, rootfsPropagation rshared): the container is
+// refused naming the target, no hook mount reaches the host's mount table,
+// and nothing is left in the host's volume.
+TEST_F(HostileTest, Issue12TargetsInASharedVolumeAreRefused) {
+    const fs::path volume = dir_.path() / "volume";
+    fs::create_directories(volume / "bin");
+    ASSERT_EQ(run_command({"mount", "--bind", volume.string(), volume.string()}).exit_code, 0);
+    ASSERT_EQ(run_command({"mount", "--make-shared", volume.string()}).exit_code, 0);
+    struct Unmount {
+        fs::path v;
+        ~Unmount() {
+            for (int i = 0; i < 16; ++i)
+                if (run_command({"umount", "-R", "-l", v.string()}).exit_code != 0) break;
+        }
+    } unmount{volume};
+    const fs::path config = issue12_config(dir_.path(), "volume", node());
+    Bundle b(dir_.path() / "volume-bundle", Layout::Multiarch);
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+    b.env("NVIDIA_VISIBLE_DEVICES=0");
+    for (const auto& e : fs::directory_iterator(b.rootfs() / "usr/bin"))
+        fs::copy(e.path(), volume / "bin" / e.path().filename());
+    fs::remove_all(b.rootfs() / "usr/bin");
+    fs::create_symlink("/data/bin", b.rootfs() / "usr/bin");
+    fs::create_directories(b.rootfs() / "data");
+    b.spec()["mounts"].push_back({{"destination", "/data"},
+                                  {"type", "bind"},
+                                  {"source", volume.string()},
+                                  {"options", {"rbind", "rshared"}}});
+    b.spec()["linux"]["rootfsPropagation"] = "rshared";
+    const std::string volume_before = snapshot_tree(volume);
+    auto r = run_case(b);  // the tripwire holds the host's mount table
+    EXPECT_EQ(snapshot_tree(volume), volume_before) << "left in the host's volume";
+    EXPECT_THAT(host_mounts(), Not(HasSubstr((volume / "bin/nvidia-smi").string())));
+    expect_refused(r, {"/usr/bin/", "another mount"});
+}
+
+// 5. Registered at createContainer without "env": runc gives the hook the
+// container's environment and the rootfs as working directory. An image's
+// GPUBIND_CONFIG (relative) naming its own config with a host log file does
+// not make the hook create that host file; the hook refuses at once.
+TEST_F(HostileTest, Issue12CreateContainerHookIgnoresTheImagesConfig) {
+    const fs::path cron = dir_.path() / "host-etc/cron.d";
+    fs::create_directories(cron);
+    const fs::path planted = cron / "gpubind";
+    Bundle b(dir_.path() / "createcontainer", Layout::Multiarch);
+    b.spec()["hooks"]["createContainer"].push_back(
+        {{"path", env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH)},
+         {"args", {"gpubind-hook", "createContainer"}}});
+    b.env("NVIDIA_VISIBLE_DEVICES=0").env("GPUBIND_CONFIG=evil.toml");
+    std::ofstream(b.rootfs() / "evil.toml")
+        << "[log]\nfile = \"" << planted.string() << "\"\nlevel = \"debug\"\n";
+    const std::string before = snapshot_tree(cron);
+    auto r = run_case(b);
+    EXPECT_FALSE(fs::exists(planted)) << read_text(planted);
+    EXPECT_EQ(snapshot_tree(cron), before);
+    expect_refused(r, {"createContainer", "env"});
+}
+
+// Text from the image reaches the configured log file escaped, as on stderr:
+// a variable's newline cannot forge a line of the log (a cron file, say).
+// (A guard: every sink now escapes every message, hook/log_format.hpp.)
+TEST_F(HostileTest, Issue12LogFileGetsImageTextEscaped) {
+    const fs::path log = dir_.path() / "hook.log";
+    const fs::path config = issue12_config(dir_.path(), "log", node(), "",
+                                           "[log]\nfile = \"" + log.string() +
+                                               "\"\nlevel = \"debug\"\n");
+    Bundle b(dir_.path() / "logged", Layout::Multiarch);
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+    b.env("NVIDIA_VISIBLE_DEVICES=0\n* * * * * root touch /forged\n");
+    auto r = run_case(b);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.out, Not(HasSubstr("started")));
+    const std::string text = read_text(log);
+    ASSERT_THAT(text, HasSubstr("select device"));
+    for (const auto& line : split(text, '\n'))
+        EXPECT_FALSE(line.starts_with("* * * * *")) << "a forged log line: " << line;
+    EXPECT_THAT(text, HasSubstr("\\n* * * * * root touch /forged"));
 }
 
 }  // namespace

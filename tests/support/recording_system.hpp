@@ -58,6 +58,8 @@ public:
     std::map<std::string, Mount> mounted;         // container path (or "tmpfs:/x") -> mount
     std::set<std::string> allowed;                // device rules now allowed (allow - deny)
     std::vector<std::string> ldconfig_args;       // of the last run
+    std::string ldconfig_output = "glibc-ld.so.cache1.1";  // the cache a run returns
+    std::map<std::string, std::uint64_t> mount_ids;  // label prefix ("root:/data") -> mount id
     std::string proc_cgroup = "5:devices:/ctr\n0::/\n";
     // The container's /proc/<pid>/uid_map and gid_map: no user namespace of its own.
     std::string uid_map = "         0          0 4294967295\n";
@@ -157,7 +159,9 @@ public:
         return make("cgroupdir:" + dir.string());
     }
     DevicePrograms query_device_programs(int fd) override {
-        call("query_device_programs " + label(fd), false);
+        // By descriptor: any mount namespace (prepare_v2 on the host side,
+        // the re-check before a single program's swap inside).
+        call("query_device_programs " + label(fd), std::nullopt);
         return device_programs;
     }
     Fd open_program(std::uint32_t id) override {
@@ -329,16 +333,17 @@ public:
         flags_["tmpfs:/"] = kMountNoSuid | kMountNoDev | kMountNoExec;
         return make("tmpfs:/");
     }
-    void run(int exe, const std::string& what, const std::vector<std::string>& args,
-             std::chrono::milliseconds) override {
+    std::string run(int exe, const std::string& what, const std::vector<std::string>& args,
+                    std::chrono::milliseconds) override {
         std::string line = "run " + label(exe);
         for (const auto& a : args) line += " " + a;
         call(line, true);
         (void)what;
         ldconfig_args = args;
+        return ldconfig_output;
     }
-    void run_as(const Owner& owner, int exe, const std::string& what,
-                const std::vector<std::string>& args, std::chrono::milliseconds) override {
+    std::string run_as(const Owner& owner, int exe, const std::string& what,
+                       const std::vector<std::string>& args, std::chrono::milliseconds) override {
         std::string ids = std::to_string(owner.uid) + ":" + std::to_string(owner.gid);
         std::string line = "run_as " + ids + " " + label(exe);
         for (const auto& a : args) line += " " + a;
@@ -346,6 +351,47 @@ public:
         (void)what;
         ldconfig_args = args;
         run_as_owner = ids;
+        return ldconfig_output;
+    }
+    void rename_at(int dir, const std::string& from, const std::string& to) override {
+        const std::string a = child(dir, from), b = child(dir, to);
+        call("rename_at " + a + " -> " + b, true);
+        auto& m = model(a);
+        auto it = m.find(strip(a));
+        if (it == m.end()) throw Error(ENOENT, "rename", a);
+        const FileInfo info = it->second;
+        m.erase(it);
+        model(b)[strip(b)] = info;
+        if (auto c = contents.find(a); c != contents.end()) {
+            contents[b] = c->second;
+            contents.erase(c);
+        }
+        if (auto o = owners.find(a); o != owners.end()) {
+            owners[b] = o->second;
+            owners.erase(o);
+        }
+    }
+    void exchange_at(int dir, const std::string& a, const std::string& b) override {
+        const std::string pa = child(dir, a), pb = child(dir, b);
+        call("exchange_at " + pa + " <-> " + pb, true);
+        auto& m = model(pa);
+        auto ia = m.find(strip(pa)), ib = m.find(strip(pb));
+        if (ia == m.end() || ib == m.end()) throw Error(ENOENT, "exchange", pb);
+        std::swap(ia->second, ib->second);
+        std::swap(contents[pa], contents[pb]);
+    }
+    // Not recorded: the mount of a descriptor's path, from mount_ids (the
+    // longest prefix of its label there), 1 (the root's) otherwise.
+    std::uint64_t mount_id(int fd) override {
+        const std::string l = label(fd);
+        std::uint64_t id = 1;
+        std::size_t best = 0;
+        for (const auto& [prefix, mid] : mount_ids)
+            if ((l == prefix || l.starts_with(prefix + "/")) && prefix.size() >= best) {
+                best = prefix.size();
+                id = mid;
+            }
+        return id;
     }
 
     // --- Helpers for tests ---

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gpubind/config.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
 
@@ -135,8 +136,13 @@ TEST_P(Shape, ListsExactlyWhatTheNodeHolds) {
     EXPECT_EQ(listed(all, "firmware", true).size(), expected("firmware", kAll, false).size());
     std::set<std::string> ipc_paths, want_ipcs;
     for (const auto& e : all["ipcs"]) ipc_paths.insert(e["path"].get<std::string>());
+    // The node's IPCs the default catalog lists (the MPS directory only when
+    // a config lists it: it is mounted read-write).
+    std::set<std::string> configured;
+    for (const auto& e : default_config().catalog.ipcs) configured.insert(e.name);
+    EXPECT_FALSE(configured.count("/tmp/nvidia-mps"));
     for (const auto& f : manifest_.files)
-        if (f.kind == "ipc") want_ipcs.insert(host(f.path));
+        if (f.kind == "ipc" && configured.count(f.path)) want_ipcs.insert(host(f.path));
     EXPECT_EQ(ipc_paths, want_ipcs);
     std::set<std::string> fw_paths, want_fw;
     for (const auto& e : all["firmware"]) fw_paths.insert(e["path"].get<std::string>());

@@ -289,12 +289,15 @@ protected:
     }
 
     // Runs the plan expecting an Error mentioning `needle` and a full rollback.
-    void expect_refused(const Plan& plan, const std::string& needle) {
+    void expect_refused(const Plan& plan, const std::string& needle,
+                        std::chrono::milliseconds ldconfig_timeout = std::chrono::seconds(30)) {
         FakeContainer c;
         const std::string before = c.mountinfo();
         const auto rootfs_before = snapshot(rootfs_);
         try {
-            execute(plan, target_for(c));
+            Target t = target_for(c);
+            t.ldconfig_timeout = ldconfig_timeout;
+            execute(plan, t);
             ADD_FAILURE() << "accepted; wanted an error with '" << needle << "'";
         } catch (const Error& e) {
             EXPECT_THAT(e.what(), HasSubstr(needle));
@@ -387,13 +390,17 @@ TEST_F(ExecLinux, AFailingStepLeavesTheContainerAsItWas) {
         plan.symlinks.push_back({"/etc/taken", "elsewhere"});
         expect_refused(plan, "/etc/taken: exists and is a regular file");
     }
-    // ldconfig fails (the image has no /etc) after everything, proc view included.
+    // ldconfig fails (the image's ld.so.conf.d holds a FIFO nobody writes: it
+    // is killed at its deadline) after everything, proc view included.
     {
         fs::remove_all(rootfs_ / "etc");
+        fs::create_directories(rootfs_ / "etc/ld.so.conf.d");
+        write(rootfs_ / "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n");
+        ASSERT_EQ(::mkfifo((rootfs_ / "etc/ld.so.conf.d/stuck.conf").c_str(), 0644), 0);
         Plan plan = make_plan();
         plan.library_dirs = {kLibDir};
         plan.refresh_ldcache = true;
-        expect_refused(plan, "exited with status 1");
+        expect_refused(plan, "killed after 500 ms", std::chrono::milliseconds(500));
     }
 }
 
@@ -538,28 +545,39 @@ TEST(LinuxSystemRun, ConfinedToTheRootExitStatusAndTimeout) {
     // Without a root to confine it to, nothing runs.
     EXPECT_THROW(sys.run(ldconfig.get(), "/sbin/ldconfig", {"-p"}, std::chrono::seconds(10)),
                  Error);
-    // A root without /etc: ldconfig's own complaint comes back, about the
-    // root's /etc (the host's exists).
+    // A root without /dev (where its scratch goes): the sandbox says so.
+    const std::vector<std::string> args = {"-r", root.string(), "-X", "-C", "/dev/ld.so.cache"};
     try {
-        sys.run(ldconfig.get(), "/sbin/ldconfig", {"-r", root.string()}, std::chrono::seconds(10));
+        sys.run(ldconfig.get(), "/sbin/ldconfig", args, std::chrono::seconds(10));
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_THAT(e.what(), HasSubstr("exited with status 1"));
-        EXPECT_THAT(e.what(), HasSubstr("/etc/ld.so.cache~"));
+        EXPECT_THAT(e.what(), HasSubstr("scratch"));
     }
-    // With /etc it writes the root's cache, and only that.
+    // With /dev it returns the cache it wrote there, and writes nothing in the root.
+    fs::create_directories(root / "dev");
     fs::create_directories(root / "etc");
     const std::string host_cache = slurp("/etc/ld.so.cache");
-    EXPECT_NO_THROW(
-        sys.run(ldconfig.get(), "/sbin/ldconfig", {"-r", root.string()}, std::chrono::seconds(10)));
-    EXPECT_TRUE(fs::is_regular_file(root / "etc/ld.so.cache"));
+    std::string cache;
+    EXPECT_NO_THROW(cache = sys.run(ldconfig.get(), "/sbin/ldconfig", args,
+                                    std::chrono::seconds(10)));
+    EXPECT_EQ(cache.rfind("glibc-ld.so.cache", 0), 0u) << cache.substr(0, 32);
+    EXPECT_FALSE(fs::exists(root / "etc/ld.so.cache"));
+    EXPECT_FALSE(fs::exists(root / "dev/ld.so.cache"));
     EXPECT_EQ(slurp("/etc/ld.so.cache"), host_cache);
+    // A program that exits non-zero: its status and last words come back.
+    try {
+        sys.run(ldconfig.get(), "/sbin/ldconfig", {"-r", root.string(), "-C", "/etc/ld.so.cache"},
+                std::chrono::seconds(10));
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("exited with status 1"));  // the root is read-only
+        EXPECT_THAT(e.what(), HasSubstr("/etc/ld.so.cache~"));
+    }
     // An ld.so.conf that never ends (a FIFO nobody writes): killed at the deadline.
     ASSERT_EQ(::mkfifo((root / "etc/ld.so.conf").c_str(), 0644), 0);
     auto start = std::chrono::steady_clock::now();
     try {
-        sys.run(ldconfig.get(), "/sbin/ldconfig", {"-r", root.string()},
-                std::chrono::milliseconds(300));
+        sys.run(ldconfig.get(), "/sbin/ldconfig", args, std::chrono::milliseconds(300));
         FAIL() << "no timeout";
     } catch (const Error& e) {
         EXPECT_EQ(e.code().value(), ETIMEDOUT) << e.what();

@@ -1,6 +1,8 @@
 // execute()'s order and rollback, against RecordingSystem (no root needed).
 #include <unistd.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -94,6 +96,13 @@ std::string undo_of(const std::string& line) {
         std::string rest = after("make_symlink ");
         return "remove " + rest.substr(0, rest.find(" -> "));
     }
+    if (starts(line, "write_file_at root:")) return "remove " + after("write_file_at ");
+    if (starts(line, "rename_at root:")) {
+        const std::string rest = after("rename_at ");
+        const std::size_t arrow = rest.find(" -> ");
+        return "rename_at " + rest.substr(arrow + 4) + " -> " + rest.substr(0, arrow);
+    }
+    if (starts(line, "exchange_at root:")) return line;  // its own inverse
     if (starts(line, "attach ")) return "detach " + line.substr(line.find(" -> ") + 4);
     if (starts(line, "write_rule " + kAllow + " "))
         return "write_rule " + kDeny + line.substr(("write_rule " + kAllow).size());
@@ -101,7 +110,8 @@ std::string undo_of(const std::string& line) {
 }
 
 bool is_undo(const std::string& line) {
-    return starts(line, "remove ") || starts(line, "detach ") ||
+    return starts(line, "remove ") || starts(line, "detach ") || starts(line, "rename_at ") ||
+           starts(line, "exchange_at ") ||
            starts(line, "write_rule " + kDeny);
 }
 
@@ -190,11 +200,18 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
     EXPECT_EQ(cap.source, "tree:" + view.capability_files[0].string());
     EXPECT_EQ(sys.tmpfs["/capabilities/gpu0/mig/gi1/access"].type, Type::Regular);
 
-    // ldconfig last, then back home.
+    // ldconfig last, writing its cache to its scratch (never the image's
+    // /etc), then the cache put in place by descriptor, then back home.
     EXPECT_EQ(sys.ldconfig_args,
-              (std::vector<std::string>{"-r", "/rootfs", "/usr/lib/x86_64-linux-gnu"}));
+              (std::vector<std::string>{"-r", "/rootfs", "-X", "-C", "/dev/ld.so.cache",
+                                        "/usr/lib/x86_64-linux-gnu"}));
+    const std::size_t run = index_of(
+        c, "run exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache /usr/lib/x86_64-linux-gnu");
+    const std::string temp = "root:/etc/ld.so.cache.gpubind-" + std::to_string(::getpid());
+    EXPECT_LT(run, index_of(c, "write_file_at " + temp));
     ASSERT_GE(c.size(), 3u);
-    EXPECT_EQ(c[c.size() - 3], "run exe:/sbin/ldconfig -r /rootfs /usr/lib/x86_64-linux-gnu");
+    EXPECT_EQ(c[c.size() - 3], "rename_at " + temp + " -> root:/etc/ld.so.cache");
+    EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], sys.ldconfig_output);
     EXPECT_EQ(c[c.size() - 2], "enter_mount_ns ns:own");
     EXPECT_EQ(c[c.size() - 1], "change_dir cwd");
     EXPECT_FALSE(sys.in_container);
@@ -214,7 +231,7 @@ TEST(Execute, UserNamespaceRootOwnsWhatIsCreated) {
     execute(plan, target(), sys);
     const auto& c = sys.calls;
 
-    std::set<std::string> created;
+    std::set<std::string> created{"root:/etc/ld.so.cache"};  // renamed from its temp
     for (const auto& line : c)
         for (const char* op : {"make_dir root:", "make_file root:", "make_symlink root:"})
             if (starts(line, op)) {
@@ -230,7 +247,9 @@ TEST(Execute, UserNamespaceRootOwnsWhatIsCreated) {
     for (std::size_t i = 0; i < c.size(); ++i) {
         if (c[i] != "set_fs_ids 100000:200000") continue;
         ASSERT_LT(i + 2, c.size());
-        EXPECT_TRUE(starts(c[i + 1], "make_")) << c[i + 1];
+        EXPECT_TRUE(starts(c[i + 1], "make_") ||
+                    starts(c[i + 1], "write_file_at root:/etc/ld.so.cache.gpubind-"))
+            << c[i + 1];
         EXPECT_EQ(c[i + 2], "set_fs_ids 0:0");
     }
     EXPECT_EQ(sys.fs_ids, "0:0");
@@ -298,7 +317,11 @@ TEST(Execute, RootlessJoinsTheUserNamespaceFirstAndStays) {
         EXPECT_NE(c[i], "enter_mount_ns ns:own");
     }
     EXPECT_EQ(std::count(c.begin(), c.end(), "enter_mount_ns ns:container"), 1);
-    EXPECT_EQ(c.back(), "run exe:/sbin/ldconfig -r /rootfs /usr/lib/x86_64-linux-gnu");
+    // ldconfig's user namespace root is the container's root (0 where we are).
+    EXPECT_LT(index_of(c, "run_as 0:0 exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache "
+                          "/usr/lib/x86_64-linux-gnu"),
+              c.size() - 1);
+    EXPECT_TRUE(starts(c.back(), "rename_at ")) << c.back();
     EXPECT_EQ(sys.mounted.size(), plan.devices.size() + plan.mounts.size() + 2);
 
     // A failure anywhere leaves the container's root as it was.
@@ -673,6 +696,89 @@ TEST(Execute, NoLdconfigUnlessAskedAndEmptyPlanTouchesNothingInside) {
     EXPECT_FALSE(empty.in_container);
 }
 
+// --- issue 12: the cache files, the rootfs's own mount ---
+
+// A loader-cache file of the image that is not a regular file (a block device
+// named ld.so.cache~, a FIFO for ld.so.conf) refuses the container at once,
+// naming it, before anything is created or mounted.
+TEST(Execute, NonRegularLoaderCacheFilesRefuseBeforeAnythingIsDone) {
+    const Plan plan = sample_plan();
+    for (const auto& [dir, name, info] :
+         {std::tuple<std::string, std::string, FileInfo>{"/etc", "ld.so.cache~",
+                                                         {Type::BlockDevice, 7, 0}},
+          {"/etc", "ld.so.conf", {Type::Fifo, 0, 0}},
+          {"/etc", "ld.so.cache", {Type::Symlink, 0, 0}},
+          {"/var/cache/ldconfig", "aux-cache~", {Type::CharDevice, 1, 5}}}) {
+        SCOPED_TRACE(dir + "/" + name);
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        for (std::string d = dir; d != "/"; d = std::filesystem::path(d).parent_path().string())
+            sys.root[d] = {Type::Directory, 0, 0};
+        sys.root[dir + "/" + name] = info;
+        const auto before = sys.root;
+        try {
+            execute(plan, target(), sys);
+            ADD_FAILURE() << "not refused";
+        } catch (const Error& e) {
+            EXPECT_THAT(e.what(), HasSubstr(dir + "/" + name));
+            EXPECT_THAT(e.what(), HasSubstr("not a regular file"));
+        }
+        EXPECT_EQ(sys.root, before);
+        for (const auto& line : sys.calls) {
+            EXPECT_FALSE(starts(line, "make_")) << line;
+            EXPECT_FALSE(starts(line, "attach")) << line;
+            EXPECT_FALSE(starts(line, "run")) << line;
+        }
+    }
+}
+
+// The image's own cache is swapped for the new one (never written in place),
+// and its old contents go; nothing temporary is left.
+TEST(Execute, TheImagesCacheIsExchangedForTheNewOne) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    sys.root["/etc"] = {Type::Directory, 0, 0};
+    sys.root["/etc/ld.so.cache"] = {Type::Regular, 0, 0};
+    sys.contents["root:/etc/ld.so.cache"] = "the image's old cache";
+    execute(plan, target(), sys);
+    const std::string temp = "root:/etc/ld.so.cache.gpubind-" + std::to_string(::getpid());
+    const auto& c = sys.calls;
+    EXPECT_LT(index_of(c, "write_file_at " + temp),
+              index_of(c, "exchange_at " + temp + " <-> root:/etc/ld.so.cache"));
+    EXPECT_LT(index_of(c, "exchange_at " + temp + " <-> root:/etc/ld.so.cache"),
+              index_of(c, "remove " + temp));
+    EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], sys.ldconfig_output);
+    EXPECT_FALSE(sys.root.count(temp.substr(5)));
+}
+
+// A target whose directory is on another mount than the root's (a volume
+// behind /usr/bin) is refused naming it; nothing is left there. The
+// runtime's /dev mount takes the device nodes.
+TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    sys.mount_ids["root:/dev"] = 5;  // the runtime's tmpfs: device nodes go there
+    sys.mount_ids["root:/usr/bin"] = 9;
+    const auto before = sys.root;
+    try {
+        execute(plan, target(), sys);
+        ADD_FAILURE() << "not refused";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("/usr/bin/nvidia-smi"));
+        EXPECT_THAT(e.what(), HasSubstr("another mount"));
+    }
+    EXPECT_EQ(sys.root, before);
+    EXPECT_TRUE(sys.mounted.empty());
+    for (const auto& line : sys.calls) EXPECT_FALSE(starts(line, "make_file root:/usr/bin")) << line;
+
+    RecordingSystem dev_only;
+    setup_world(dev_only, plan);
+    dev_only.mount_ids["root:/dev"] = 5;
+    EXPECT_NO_THROW(execute(plan, target(), dev_only));
+}
+
 // --- plan.files (CUDA compat's loader entry) ---
 
 Plan compat_plan() {
@@ -696,8 +802,8 @@ TEST(Execute, PlannedFileIsWrittenInsideTheRootBeforeTheCacheRefresh) {
     EXPECT_LT(index_of(c, "stat_at " + file), write);
     EXPECT_LT(index_of(c, "make_symlink root:/usr/lib/x86_64-linux-gnu/libcuda.so -> libcuda.so.1"),
               write);
-    EXPECT_LT(write, index_of(c, "run exe:/sbin/ldconfig -r /rootfs /usr/local/cuda/compat "
-                                 "/usr/lib/x86_64-linux-gnu"));
+    EXPECT_LT(write, index_of(c, "run exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache "
+                                 "/usr/local/cuda/compat /usr/lib/x86_64-linux-gnu"));
     EXPECT_EQ(sys.contents[file], "/usr/local/cuda/compat\n");
     EXPECT_EQ(sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"].type, Type::Regular);
 }
@@ -736,7 +842,8 @@ TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
     kept.root["/etc/ld.so.conf.d/000-cuda-compat.conf"] = {Type::Regular, 0, 0, 23};
     kept.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/usr/local/cuda/compat\n";
     execute(plan, target(), kept);
-    for (const auto& line : kept.calls) EXPECT_FALSE(starts(line, "write_file_at root:")) << line;
+    for (const auto& line : kept.calls)
+        EXPECT_FALSE(starts(line, "write_file_at root:/etc/ld.so.conf.d/")) << line;
 
     // Another content (an earlier decision), or a link there: rewritten, the link not followed.
     for (Type earlier : {Type::Regular, Type::Symlink}) {
@@ -929,6 +1036,26 @@ TEST(ExecuteV2, EveryProgramAttachedHereIsExtendedOnceEvenWithoutMulti) {
     single.device_programs.attach_flags = 0;
     execute(plan, target(), single);
     EXPECT_EQ(single.device_programs.ids, std::vector<std::uint32_t>{1000});
+
+    // The runtime attached another program while gpubind extended its old
+    // one: without BPF_F_REPLACE the attach would replace the newer one; refused.
+    RecordingSystem raced;
+    setup_world(raced, plan);
+    setup_v2(raced);
+    raced.device_programs.attach_flags = 0;
+    raced.fail_if = [&raced](std::size_t, const std::string& line) {
+        if (starts(line, "load_device_program")) raced.device_programs.ids = {77};
+        return false;
+    };
+    try {
+        execute(plan, target(), raced);
+        ADD_FAILURE() << "not refused";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), EAGAIN);
+        EXPECT_THAT(e.what(), HasSubstr("changed while gpubind extended it"));
+    }
+    EXPECT_EQ(raced.device_programs.ids, std::vector<std::uint32_t>{77});
+    for (const auto& line : raced.calls) EXPECT_FALSE(starts(line, "replace_device_program")) << line;
 }
 
 TEST(ExecuteV2, NoProgramAttachedMeansNothingToDo) {

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -296,71 +297,104 @@ class Sandbox : public ::testing::Test {
     void SetUp() override {
         ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
         ASSERT_TRUE(fs::exists("/bin/busybox")) << "busybox-static is needed";
-        for (const char* d : {"bin", "out", "proc"}) fs::create_directories(root_ / d);
+        for (const char* d : {"bin", "out", "proc", "hostproc", "dev", "sys"})
+            fs::create_directories(root_ / d);
         fs::copy_file("/bin/busybox", root_ / "bin/busybox");
         busybox_ = sandbox::seal_executable(root_ / "bin/busybox");
     }
     void TearDown() override {
-        if (proc_mounted_) ::umount2((root_ / "proc").c_str(), MNT_DETACH);
+        for (const auto& m : mounted_) ::umount2(m.c_str(), MNT_DETACH);
     }
-    void mount_proc() {
-        ASSERT_EQ(::mount("proc", (root_ / "proc").c_str(), "proc", 0, nullptr), 0)
-            << std::strerror(errno);
-        proc_mounted_ = true;
+    // The host's proc at `where` in the root (the sandbox hides the root's
+    // /proc: tests read the sandboxed process's status from /hostproc).
+    void mount_proc(const char* where = "hostproc") {
+        const fs::path at = root_ / where;
+        ASSERT_EQ(::mount("proc", at.c_str(), "proc", 0, nullptr), 0) << std::strerror(errno);
+        mounted_.push_back(at);
     }
-    void run(const std::vector<std::string>& args, sandbox::Filter filter,
-             sandbox::Limits limits = {}) {
+    sandbox::Options options(sandbox::Filter filter, sandbox::Limits limits = {}) const {
         sandbox::Options o;
         o.root = root_;
         o.timeout = std::chrono::seconds(20);
         o.filter = filter;
         o.limits = limits;
+        o.scratch = "/out";
+        o.output = "result";
+        return o;
+    }
+    // What a shell script wrote to /out/result (the scratch).
+    std::string capture(const std::string& script, sandbox::Filter filter = sandbox::Filter::None) {
+        sandbox::Limits limits;
+        limits.processes = 1u << 20;  // the shell forks
+        return sandbox::run(busybox_.get(), "busybox", {"sh", "-c", script + " > /out/result"},
+                            options(filter, limits));
+    }
+    void run(const std::vector<std::string>& args, sandbox::Filter filter,
+             sandbox::Limits limits = {}) {
+        sandbox::Options o = options(filter, limits);
+        o.output.clear();
         sandbox::run(busybox_.get(), "busybox", args, o);
     }
 
     test::TempDir dir_{"gpubind-sandbox"};
     fs::path root_ = dir_ / "root";
     Fd busybox_;
-    bool proc_mounted_ = false;
+    std::vector<fs::path> mounted_;
 };
 
 TEST_F(Sandbox, NoEnvironmentCapabilitiesHostOrNetwork) {
     mount_proc();  // the host's proc, to read the sandboxed process's status
-    sandbox::Limits limits;
-    limits.processes = 1u << 20;  // the shell forks
-    const char* script =
-        "busybox env > /out/env; echo $$ > /out/pid; busybox hostname > /out/hostname;"
-        "busybox cat /proc/self/status > /out/status; busybox cat /proc/net/dev > /out/netdev;"
-        "busybox ls / > /out/root; busybox id -u > /out/uid";
     ::setenv("GPUBIND_SANDBOX_SENTINEL", "inherited", 1);  // would show if passed on
-    ASSERT_NO_THROW(run({"sh", "-c", script}, sandbox::Filter::None, limits));
+    std::set<std::string> env;
+    ASSERT_NO_THROW(env = lines_of(capture("busybox env")));
     ::unsetenv("GPUBIND_SANDBOX_SENTINEL");
-    std::set<std::string> env = lines_of(slurp(root_ / "out/env"));
     for (const char* own : {"PWD=/", "SHLVL=1", "PATH=/sbin:/usr/sbin:/bin:/usr/bin"})
         env.erase(own);  // the shell's own defaults
     EXPECT_TRUE(env.empty()) << *env.begin();
-    EXPECT_EQ(slurp(root_ / "out/pid"), "1\n");  // a pid namespace of its own
-    EXPECT_EQ(slurp(root_ / "out/hostname"), "gpubind-sandbox\n");
-    EXPECT_EQ(slurp(root_ / "out/uid"), "0\n");  // uid 0, wrote root's files with no capability
-    const std::string status = slurp(root_ / "out/status");
+    EXPECT_EQ(capture("echo $$"), "1\n");  // a pid namespace of its own
+    EXPECT_EQ(capture("busybox hostname"), "gpubind-sandbox\n");
+    // Its user namespace's root, an unprivileged id outside, nothing else mapped.
+    EXPECT_EQ(capture("busybox id -u"), "0\n");
+    EXPECT_EQ(lines_of(capture("busybox cat /hostproc/self/uid_map")),
+              std::set<std::string>{"         0      65534          1"});
+    const std::string status = capture("busybox cat /hostproc/self/status");
     for (const char* line :
          {"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
           "CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"})
         EXPECT_THAT(status, HasSubstr(line));
     // Only a loopback interface: a network namespace of its own.
     std::set<std::string> ifaces;
-    for (const auto& l : lines_of(slurp(root_ / "out/netdev")))
+    for (const auto& l : lines_of(capture("busybox cat /hostproc/net/dev")))
         if (auto colon = l.find(':'); colon != std::string::npos)
             ifaces.insert(std::string(trim(std::string_view(l).substr(0, colon))));
     EXPECT_EQ(ifaces, std::set<std::string>{"lo"});
     // "/" is the root.
-    EXPECT_EQ(lines_of(slurp(root_ / "out/root")), (std::set<std::string>{"bin", "out", "proc"}));
+    EXPECT_EQ(lines_of(capture("busybox ls /")),
+              (std::set<std::string>{"bin", "dev", "hostproc", "out", "proc", "sys"}));
+}
+
+// The root is read-only, nosuid and nodev everywhere; what the root's /proc,
+// /sys and /dev had mounted is gone; the scratch is the one writable place.
+TEST_F(Sandbox, TheRootIsReadOnlyWithoutDevicesProcOrSys) {
+    mount_proc("proc");
+    ASSERT_EQ(::mount("tmpfs", (root_ / "dev").c_str(), "tmpfs", 0, "mode=0755"), 0);
+    mounted_.push_back(root_ / "dev");
+    ASSERT_EQ(::mknod((root_ / "dev/zero").c_str(), S_IFCHR | 0666, ::makedev(1, 5)), 0);
+    ASSERT_EQ(::mknod((root_ / "bin/zero").c_str(), S_IFCHR | 0666, ::makedev(1, 5)), 0);
+    const std::string seen = capture(
+        "busybox ls /proc /dev; busybox head -c 1 /bin/zero && echo read-a-device;"
+        "busybox mkdir /made && echo wrote-the-root; echo x > /out/ok && echo wrote-scratch");
+    EXPECT_THAT(seen, Not(HasSubstr("self")));  // no procfs at /proc
+    EXPECT_THAT(seen, Not(HasSubstr("zero")));  // the root's /dev mount is gone
+    EXPECT_THAT(seen, Not(HasSubstr("read-a-device")));
+    EXPECT_THAT(seen, Not(HasSubstr("wrote-the-root")));
+    EXPECT_THAT(seen, HasSubstr("wrote-scratch"));
+    EXPECT_FALSE(fs::exists(root_ / "made"));
 }
 
 TEST_F(Sandbox, SeccompAllowListRefusesWhatLdconfigDoesNotDo) {
     // Files and directories: allowed.
     ASSERT_NO_THROW(run({"mkdir", "/out/made"}, sandbox::Filter::Ldconfig));
-    EXPECT_TRUE(fs::is_directory(root_ / "out/made"));
     // mknod (of a FIFO: no capability needed) is not on the list ...
     try {
         run({"mkfifo", "/out/fifo"}, sandbox::Filter::Ldconfig);
@@ -368,49 +402,39 @@ TEST_F(Sandbox, SeccompAllowListRefusesWhatLdconfigDoesNotDo) {
     } catch (const Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("Operation not permitted"));
     }
-    EXPECT_FALSE(fs::exists(root_ / "out/fifo"));
     // ... and works without the filter.
     ASSERT_NO_THROW(run({"mkfifo", "/out/fifo"}, sandbox::Filter::None));
-    EXPECT_TRUE(fs::is_fifo(root_ / "out/fifo"));
     // Nor can it fork (the shell runs two commands).
     EXPECT_THROW(run({"sh", "-c", "busybox true; busybox true"}, sandbox::Filter::Ldconfig), Error);
 }
 
 // As a user namespace's root mapped to host 100000:100001 (Options::uid, gid):
-// it writes where those ids may and nowhere else, its files are theirs, it has
-// no capability and no supplementary group.
+// its files are theirs, it has no capability and no supplementary group, and
+// it writes nothing in the root, not even in a directory of theirs.
 TEST_F(Sandbox, RunsAsTheIdsItIsGiven) {
     mount_proc();
     fs::create_directories(root_ / "mine");
     ASSERT_EQ(::chown((root_ / "mine").c_str(), 100000, 100001), 0) << std::strerror(errno);
-    sandbox::Options o;
-    o.root = root_;
-    o.timeout = std::chrono::seconds(20);
-    o.filter = sandbox::Filter::None;
+    sandbox::Options o = options(sandbox::Filter::None);
     o.limits.processes = 1u << 20;  // the shell forks
     o.uid = 100000;
     o.gid = 100001;
-    ASSERT_NO_THROW(sandbox::run(busybox_.get(), "busybox",
-                                 {"sh", "-c",
-                                  "busybox id -u > /mine/ids; busybox id -g >> /mine/ids;"
-                                  "busybox id -G >> /mine/ids; busybox cat /proc/self/status "
-                                  "> /mine/status"},
-                                 o));
-    EXPECT_EQ(slurp(root_ / "mine/ids"), "100000\n100001\n100001\n");
-    struct stat st {};
-    ASSERT_EQ(::stat((root_ / "mine/ids").c_str(), &st), 0);
-    EXPECT_EQ(st.st_uid, 100000u);
-    EXPECT_EQ(st.st_gid, 100001u);
-    const std::string status = slurp(root_ / "mine/status");
+    std::string out;
+    ASSERT_NO_THROW(out = sandbox::run(busybox_.get(), "busybox",
+                                       {"sh", "-c",
+                                        "{ busybox cat /hostproc/self/uid_map /hostproc/self/gid_map;"
+                                        "busybox id -G; busybox stat -c %u:%g /out;"
+                                        "busybox cat /hostproc/self/status; } > /out/result"},
+                                       o));
+    EXPECT_THAT(out, HasSubstr("         0     100000          1\n"
+                               "         0     100001          1\n0\n0:0\n"));
     for (const char* line : {"CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
                              "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"})
-        EXPECT_THAT(status, HasSubstr(line));
-    // The root's own directory (root's, 0755) is not writable by them.
+        EXPECT_THAT(out, HasSubstr(line));
     o.filter = sandbox::Filter::Ldconfig;
-    EXPECT_THROW(sandbox::run(busybox_.get(), "busybox", {"mkdir", "/out/made"}, o), Error);
-    EXPECT_FALSE(fs::exists(root_ / "out/made"));
-    EXPECT_NO_THROW(sandbox::run(busybox_.get(), "busybox", {"mkdir", "/mine/made"}, o));
-    EXPECT_TRUE(fs::is_directory(root_ / "mine/made"));
+    o.output.clear();
+    EXPECT_THROW(sandbox::run(busybox_.get(), "busybox", {"mkdir", "/mine/made"}, o), Error);
+    EXPECT_FALSE(fs::exists(root_ / "mine/made"));
 }
 
 TEST_F(Sandbox, TheProgramIsASealedCopy) {
@@ -426,18 +450,18 @@ TEST_F(Sandbox, TheProgramIsASealedCopy) {
 // A program stuck opening a FIFO (an image's ld.so.conf, say) is killed at
 // its deadline, and the error says which file held it.
 TEST_F(Sandbox, TimeoutSaysWhichFileTheProgramWasBlockedOpening) {
-    ASSERT_EQ(::mkfifo((root_ / "out/fifo\nname").c_str(), 0644), 0) << std::strerror(errno);
+    ASSERT_EQ(::mkfifo((root_ / "bin/fifo\nname").c_str(), 0644), 0) << std::strerror(errno);
     sandbox::Options o;
     o.root = root_;
     o.timeout = std::chrono::milliseconds(500);
     const auto t0 = std::chrono::steady_clock::now();
     try {
-        sandbox::run(busybox_.get(), "busybox", {"cat", "/out/fifo\nname"}, o);
+        sandbox::run(busybox_.get(), "busybox", {"cat", "/bin/fifo\nname"}, o);
         ADD_FAILURE() << "returned";
     } catch (const Error& e) {
         EXPECT_EQ(e.code().value(), ETIMEDOUT);
         EXPECT_THAT(e.what(), HasSubstr("killed after 500 ms; it was blocked opening "
-                                        "/out/fifo\\x0aname"));
+                                        "/bin/fifo\\nname"));
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
@@ -473,18 +497,22 @@ TEST(HostileLdconfig, ConfigurationCannotLeadOutsideTheRoot) {
                 HasSubstr("libgpubindhost.so.1"));
 
     const std::string host_cache = slurp("/etc/ld.so.cache");
+    fs::create_directories(root / "dev");  // the sandbox's scratch goes there
     LinuxSystem sys;
     Fd ldconfig = sys.open_executable("/sbin/ldconfig");
-    ASSERT_NO_THROW(sys.run(ldconfig.get(), "/sbin/ldconfig",
-                            {"-r", root.string(), "/usr/lib/x86_64-linux-gnu", "/usr/lib/slash"},
-                            std::chrono::seconds(30)));
-    const std::string listing =
-        run_command("/sbin/ldconfig -p -C " + (root / "etc/ld.so.cache").string());
+    std::string cache;
+    ASSERT_NO_THROW(cache = sys.run(ldconfig.get(), "/sbin/ldconfig",
+                                    {"-r", root.string(), "-X", "-C", "/dev/ld.so.cache",
+                                     "/usr/lib/x86_64-linux-gnu", "/usr/lib/slash"},
+                                    std::chrono::seconds(30)));
+    write(dir / "result.cache", cache);
+    const std::string listing = run_command("/sbin/ldconfig -p -C " + (dir / "result.cache").string());
     EXPECT_THAT(listing, HasSubstr("libgpubindinside.so.1 (libc6,x86-64) => "
                                    "/usr/lib/x86_64-linux-gnu/libgpubindinside.so.1"));
     EXPECT_THAT(listing, Not(HasSubstr("libgpubindhost")));
-    // Its link was made in the root; none on the host.
-    EXPECT_TRUE(fs::is_symlink(root / "usr/lib/x86_64-linux-gnu/libgpubindinside.so.1"));
+    // Nothing was written in the root.
+    EXPECT_FALSE(fs::exists(root / "etc/ld.so.cache"));
+    EXPECT_FALSE(fs::exists(root / "dev/ld.so.cache"));
     EXPECT_EQ(snapshot(host), host_before);
     EXPECT_EQ(slurp("/etc/ld.so.cache"), host_cache);
 }

@@ -196,7 +196,8 @@ TEST_F(ExecuteRestart, EarlierStartIsBroughtUpToDateBeforeTheCacheRefreshNothing
     EXPECT_EQ(sys.links[lib + "/libc.so.6"], "libc-2.36.so");
     EXPECT_EQ(sys.mounted["root:/usr/bin/nvidia-smi"].source, "tree:/host/nvidia-smi");
     const auto& c = sys.calls;
-    const std::size_t run = index_of(c, "run exe:/sbin/ldconfig -r /rootfs " + lib);
+    const std::size_t run =
+        index_of(c, "run exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache " + lib);
     EXPECT_LT(index_of(c, "remove root:" + lib + "/libcuda.so.550.54.15"), run);
     EXPECT_LT(index_of(c, "remove root:" + lib + "/libnvidia-encode.so.1"), run);
     EXPECT_LT(index_of(c, "remove root:/etc/ld.so.conf.d/000-cuda-compat.conf"), run);

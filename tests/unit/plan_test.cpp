@@ -301,11 +301,13 @@ TEST_F(PlanTest, BinariesIpcsAndFirmware) {
 
     const PlannedMount* sock = mount_at(p, "/run/nvidia-persistenced/socket");
     ASSERT_NE(sock, nullptr);
-    EXPECT_EQ(sock->flags, unsigned{kMountNoSuid | kMountNoDev | kMountNoExec});  // writable
+    // A socket works on a read-only mount (connect needs no write access to the mount).
+    EXPECT_EQ(sock->flags, unsigned{kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec});
     EXPECT_FALSE(sock->directory);
     const PlannedMount* mps = mount_at(p, "/tmp/nvidia-mps");
     ASSERT_NE(mps, nullptr);
     EXPECT_TRUE(mps->directory);
+    EXPECT_FALSE(mps->flags & kMountReadOnly);  // clients create their pipes there
 
     const PlannedMount* fw = mount_at(p, "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin");
     ASSERT_NE(fw, nullptr);

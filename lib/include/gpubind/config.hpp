@@ -40,6 +40,10 @@ struct Catalog {
 // it and log a warning.
 enum class OnRefused { Fail, Warn };
 
+// How a container's loader cache is refreshed ([policy] ldcache): by the
+// host's ldconfig in the sandbox, or by gpubind's own cache writer.
+enum class LdcacheMethod { Ldconfig, Gpubind };
+
 struct Policy {
     bool accept_envvar_unprivileged = true;   // may a container without CAP_SYS_ADMIN ask by variable
     bool accept_volume_mounts = false;        // honour /var/run/nvidia-container-devices mounts
@@ -48,6 +52,10 @@ struct Policy {
     bool cgroups = true;                      // write device cgroup rules for injected nodes
     OnRefused on_refused = OnRefused::Fail;   // [policy] on-refused
     bool cuda_compat = true;                  // prefer the image's newer CUDA compat libcuda
+    LdcacheMethod ldcache = LdcacheMethod::Ldconfig;  // [policy] ldcache
+    // Users besides root who may own the node's IPCs and their directories
+    // (a persistenced run with --user): [policy] ipc-owners, numeric uids.
+    std::vector<unsigned> ipc_owners;
 };
 
 struct LogConfig {
@@ -84,5 +92,13 @@ Config load_config(const std::filesystem::path& path);
 // The config a command uses: the explicit path if given, else $GPUBIND_CONFIG,
 // else the default path if it exists, else the defaults.
 Config load_effective_config(const std::filesystem::path& explicit_path);
+
+// The config of a process that runs as root for a container (the hook):
+// $GPUBIND_CONFIG (the registration's "env") or the default path if it
+// exists, else the defaults. The file must be named by an absolute path,
+// be a regular file (not reached through a final symlink), owned by root (or
+// this process's user) and writable by no one else; otherwise an
+// Error(EINVAL/EACCES) naming it.
+Config load_trusted_config();
 
 }  // namespace gpubind

@@ -178,25 +178,45 @@ public:
     // fsopen("tmpfs") / fsconfig / fsmount: a detached, empty tmpfs (nosuid, nodev, noexec).
     virtual Fd make_tmpfs() = 0;
 
+    // rename(2) within a directory (replacing the entry `to`, never following it).
+    virtual void rename_at(int dir_fd, const std::string& from, const std::string& to) = 0;
+    // renameat2(RENAME_EXCHANGE) within a directory: the two entries swap.
+    virtual void exchange_at(int dir_fd, const std::string& a, const std::string& b) = 0;
+    // The id of the mount the descriptor's file is on (statx STATX_MNT_ID).
+    virtual std::uint64_t mount_id(int fd) = 0;
     // --- ldconfig ---
     // Runs the executable with `args` (argv[1..]), which start with "-r ROOT"
     // (ROOT a path in the current mount namespace): the program runs confined
     // to ROOT, pivoted into it, with ROOT's "-r" not passed on (sandbox::run:
-    // new namespaces, no capabilities, seccomp, limits, empty environment);
-    // waits at most `timeout`, killing it after. Non-zero exit, a signal, a
-    // refused set-up or the timeout is an Error.
-    virtual void run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
-                     std::chrono::milliseconds timeout) = 0;
-    // run(), the program running as the host ids `owner` instead of uid 0 (the
-    // ids a user namespace maps the container's root to).
-    virtual void run_as(const Owner& owner, int exe_fd, const std::string& what,
-                        const std::vector<std::string>& args,
-                        std::chrono::milliseconds timeout) = 0;
+    // new namespaces, the root read-only, nosuid and nodev, no /proc, /sys or
+    // /dev of the container, a private writable tmpfs at kLdconfigScratch, a
+    // user namespace whose root is an unprivileged host id (nobody), no
+    // capabilities, seccomp, limits, empty environment); waits at most
+    // `timeout`, killing it after. Returns the regular file kLdconfigOutput
+    // it left in its scratch. Non-zero exit, a signal, a refused set-up, the
+    // timeout or no such file is an Error.
+    virtual std::string run(int exe_fd, const std::string& what,
+                            const std::vector<std::string>& args,
+                            std::chrono::milliseconds timeout) = 0;
+    // run(), the root of the program's user namespace mapped to the host ids
+    // `owner` instead (the ids a user namespace maps the container's root to;
+    // 0:0 only from inside a rootless container's user namespace).
+    virtual std::string run_as(const Owner& owner, int exe_fd, const std::string& what,
+                               const std::vector<std::string>& args,
+                               std::chrono::milliseconds timeout) = 0;
 };
+
+// Where the sandboxed ldconfig writes its cache (-C): a private tmpfs over
+// the root's /dev in the sandbox, read back by the executor, never the image.
+inline constexpr std::string_view kLdconfigScratch = "/dev";
+inline constexpr std::string_view kLdconfigOutput = "ld.so.cache";
 
 // The real thing.
 class LinuxSystem final : public System {
 public:
+    // Opens this process's /proc (the sandbox's id maps are written there,
+    // whatever mount namespace the executor is in by then).
+    LinuxSystem();
     Fd open_process(pid_t pid) override;
     Fd open_mount_ns(int pidfd, pid_t pid) override;
     std::string read_proc(int pidfd, pid_t pid, const std::string& name) override;
@@ -239,10 +259,17 @@ public:
     void detach(int dir_fd, const std::string& name) override;
     Fd clone_tree(int tree_fd) override;
     Fd make_tmpfs() override;
-    void run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
-             std::chrono::milliseconds timeout) override;
-    void run_as(const Owner& owner, int exe_fd, const std::string& what,
-                const std::vector<std::string>& args, std::chrono::milliseconds timeout) override;
+    void rename_at(int dir_fd, const std::string& from, const std::string& to) override;
+    void exchange_at(int dir_fd, const std::string& a, const std::string& b) override;
+    std::uint64_t mount_id(int fd) override;
+    std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
+                    std::chrono::milliseconds timeout) override;
+    std::string run_as(const Owner& owner, int exe_fd, const std::string& what,
+                       const std::vector<std::string>& args,
+                       std::chrono::milliseconds timeout) override;
+
+private:
+    Fd proc_;
 };
 
 // Carries out `plan` in the container `target`:
