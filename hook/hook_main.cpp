@@ -93,6 +93,7 @@ int run(const std::string& stage) {
     target.rootfs = spec.rootfs;
     target.cgroups = config.policy.cgroups;
     target.on_refused = config.policy.on_refused;
+    target.ldcache = config.policy.ldcache;
     target.ldconfig = config.ldconfig;
     // A rootless runtime runs its hooks as the user: no privilege over the
     // host, all of them in the container's own user namespace.

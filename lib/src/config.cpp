@@ -117,6 +117,7 @@ private:
             else if (k == "cgroups") config_.policy.cgroups = boolean(node, full);
             else if (k == "on-refused") config_.policy.on_refused = on_refused(node, full);
             else if (k == "cuda-compat") config_.policy.cuda_compat = boolean(node, full);
+            else if (k == "ldcache") config_.policy.ldcache = ldcache_method(node, full);
             else fail(full, "unknown key");
         }
     }
@@ -140,6 +141,13 @@ private:
         if (value == "fail") return OnRefused::Fail;
         if (value == "warn") return OnRefused::Warn;
         fail(key, "expected \"fail\" or \"warn\", not \"" + value + "\"");
+    }
+
+    LdcacheMethod ldcache_method(const toml::node& node, const std::string& key) const {
+        std::string value = string(node, key);
+        if (value == "gpubind") return LdcacheMethod::Gpubind;
+        if (value == "ldconfig") return LdcacheMethod::Ldconfig;
+        fail(key, "expected \"gpubind\" or \"ldconfig\", not \"" + value + "\"");
     }
 
     std::string log_level(const toml::node& node, const std::string& key) const {

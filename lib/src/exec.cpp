@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "gpubind/error.hpp"
+#include "gpubind/ldcache.hpp"
 #include "gpubind/log.hpp"
 
 namespace gpubind {
@@ -90,7 +91,7 @@ std::vector<std::string> proc_relative(const path& host_path) {
 }
 
 struct Undo {
-    enum class Kind { RemoveFile, RemoveDir, Detach, DenyRule, RestoreProgram };
+    enum class Kind { RemoveFile, RemoveDir, Detach, DenyRule, RestoreProgram, RestoreFile };
     Kind kind;
     SharedFd fd;       // the parent directory, the devices.deny file, or the cgroup v2 directory
     std::string name;  // the entry in the directory, or the rule
@@ -99,9 +100,14 @@ struct Undo {
     SharedFd runtime_prog{};
     SharedFd our_prog{};
     unsigned attach_flags = 0;
+    // RestoreFile: the file `name` we replaced goes back as it was.
+    std::shared_ptr<const RegularFile> original{};
 };
 
 // The kernel or the sandbox refuses a device cgroup step (not a bug of ours).
+constexpr const char* kCache = "ld.so.cache";
+constexpr const char* kCacheTemp = "ld.so.cache~";
+
 bool refused_by_kernel(int err) {
     return err == EPERM || err == EACCES || err == EROFS || err == ENOSYS;
 }
@@ -133,7 +139,8 @@ public:
             in_context("device cgroup", [&] { allow_devices(); });
             if (plan_.proc)
                 in_context("proc view " + plan_.proc->target.string(), [&] { mount_proc_view(); });
-            if (plan_.refresh_ldcache) in_context("ldconfig", [&] { run_ldconfig(); });
+            if (plan_.refresh_ldcache)
+                in_context(use_ldconfig() ? "ldconfig" : "loader cache", [&] { refresh_ldcache(); });
             leave();
         } catch (...) {
             std::exception_ptr first = std::current_exception();
@@ -210,7 +217,8 @@ private:
                 cap_trees_.push_back(std::move(tree));
             }
         }
-        if (plan_.refresh_ldcache) ldconfig_ = sys_.open_executable(target_.ldconfig);
+        if (plan_.refresh_ldcache && use_ldconfig())
+            ldconfig_ = sys_.open_executable(target_.ldconfig);
         cwd_ = sys_.open_cwd();
     }
 
@@ -656,6 +664,78 @@ private:
         }
     }
 
+    // --- the loader cache ---
+
+    bool use_ldconfig() const {
+        return target_.ldcache == LdcacheMethod::Ldconfig || plan_.ldcache_scan;
+    }
+
+    // /etc/ld.so.cache and what ldconfig writes it through are regular files
+    // or missing, /etc a directory (or missing: created): anything else is
+    // refused here, before any open, whichever method writes the cache.
+    SharedFd cache_dir() {
+        const FileInfo etc = sys_.stat_at(root_->get(), "etc");
+        if (etc.type != Type::Directory && etc.type != Type::Missing)
+            throw Error(ENOTDIR, "check", "/etc",
+                        "is " + describe(etc) + ", not a directory (refusing to write the cache there)");
+        SharedFd dir = resolve_dir("/etc");
+        for (const char* name : {kCache, kCacheTemp}) {
+            const FileInfo info = sys_.stat_at(dir->get(), name);
+            if (info.type != Type::Regular && info.type != Type::Missing)
+                throw Error(EINVAL, "check", std::string("/etc/") + name,
+                            "is " + describe(info) +
+                                ", not a regular file (refusing to write the cache over it)");
+        }
+        return dir;
+    }
+
+    void refresh_ldcache() {
+        SharedFd etc = cache_dir();
+        if (use_ldconfig()) {
+            run_ldconfig();
+            return;
+        }
+        // The image's cache, if any: read by descriptor, never following a link.
+        std::optional<RegularFile> original;
+        std::optional<ldcache::Cache> image;
+        if (sys_.stat_at(etc->get(), kCache).type == Type::Regular) {
+            original = sys_.read_regular_at(etc->get(), kCache, ldcache::kMaxCacheSize);
+            try {
+                image = ldcache::parse(original->data, "/etc/ld.so.cache");
+            } catch (const Error& e) {
+                logger().warn("{}; writing a cache of the injected libraries alone", e.what());
+            }
+        }
+        std::vector<std::string> dirs;
+        for (const auto& d : plan_.library_dirs) dirs.push_back(d.string());
+        const std::string bytes = ldcache::serialize(
+            ldcache::merge(image ? &*image : nullptr, plan_.ldcache_libraries, dirs));
+        // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
+        if (sys_.stat_at(etc->get(), kCacheTemp).type == Type::Regular)
+            as_owner([&] { sys_.remove(etc->get(), kCacheTemp, false); });
+        // The new file is created as the container's root; it keeps the
+        // original's owner (set by the host's root where that is someone else)
+        // and permissions, or gets 0644 as ldconfig gives it.
+        const Owner creator = chown_ ? owner_ : Owner{};
+        const unsigned mode = original ? (original->mode & 0777) : 0644;
+        std::optional<Owner> chown_to;
+        if (original && (Owner{original->uid, original->gid} != creator) && !target_.join_user_ns)
+            chown_to = Owner{original->uid, original->gid};
+        logger().debug("loader cache: {} entries, {} bytes ({} injected)",
+                       image ? image->entries.size() : 0, bytes.size(),
+                       plan_.ldcache_libraries.size());
+        if (chown_to)
+            sys_.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, chown_to);
+        else
+            as_owner([&] {
+                sys_.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, std::nullopt);
+            });
+        Undo undo{original ? Undo::Kind::RestoreFile : Undo::Kind::RemoveFile, etc, kCache,
+                  "/etc/ld.so.cache"};
+        if (original) undo.original = std::make_shared<const RegularFile>(std::move(*original));
+        undo_.push_back(std::move(undo));
+    }
+
     void run_ldconfig() {
         std::vector<std::string> args = {"-r", target_.rootfs.string()};
         for (const auto& d : plan_.library_dirs) args.push_back(d.string());
@@ -703,6 +783,12 @@ private:
                     case Undo::Kind::DenyRule:
                         sys_.write_rule(it->fd->get(), it->name, it->what);
                         break;
+                    case Undo::Kind::RestoreFile: {
+                        const RegularFile& f = *it->original;
+                        sys_.replace_file_at(it->fd->get(), kCacheTemp, it->name, f.data, f.mode,
+                                             Owner{f.uid, f.gid});
+                        break;
+                    }
                     case Undo::Kind::RestoreProgram:
                         sys_.replace_device_program(it->fd->get(), it->runtime_prog->get(),
                                                     it->our_prog->get(), it->attach_flags,

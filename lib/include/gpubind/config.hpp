@@ -40,6 +40,11 @@ struct Catalog {
 // it and log a warning.
 enum class OnRefused { Fail, Warn };
 
+// How a container's loader cache is refreshed ([policy] ldcache): gpubind
+// writes /etc/ld.so.cache itself ("gpubind"), or runs the host's ldconfig
+// sandboxed ("ldconfig").
+enum class LdcacheMethod { Gpubind, Ldconfig };
+
 struct Policy {
     bool accept_envvar_unprivileged = true;   // may a container without CAP_SYS_ADMIN ask by variable
     bool accept_volume_mounts = false;        // honour /var/run/nvidia-container-devices mounts
@@ -48,6 +53,7 @@ struct Policy {
     bool cgroups = true;                      // write device cgroup rules for injected nodes
     OnRefused on_refused = OnRefused::Fail;   // [policy] on-refused
     bool cuda_compat = true;                  // prefer the image's newer CUDA compat libcuda
+    LdcacheMethod ldcache = LdcacheMethod::Gpubind;  // [policy] ldcache
 };
 
 struct LogConfig {

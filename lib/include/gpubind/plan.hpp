@@ -13,6 +13,7 @@
 
 #include "gpubind/config.hpp"
 #include "gpubind/devices.hpp"
+#include "gpubind/ldcache.hpp"
 #include "gpubind/node.hpp"
 #include "gpubind/request.hpp"
 
@@ -80,6 +81,14 @@ struct Plan {
     std::optional<ProcView> proc;
     std::vector<std::filesystem::path> library_dirs;  // container dirs the loader cache must cover
     bool refresh_ldcache = false;
+    // What the refresh adds to the image's cache, as ldconfig would find it in
+    // library_dirs (their order): the CUDA compat libraries by their soname
+    // links, then each mounted library by its soname (the file or the link
+    // beside it) and the development links libcuda.so, libnvidia-ml.so.
+    std::vector<ldcache::Library> ldcache_libraries;
+    // The image has no loader cache but an /etc/ld.so.conf naming something:
+    // only a scan of those directories (ldconfig) refreshes it faithfully.
+    bool ldcache_scan = false;
 
     bool empty() const { return devices.empty() && mounts.empty() && files.empty() && !proc; }
 };
@@ -115,7 +124,10 @@ ProcFiles read_proc_files(const Node& node);
 //    and image.cuda_compat_version newer than the node's driver version: the
 //    file kCudaCompatConf holding "/usr/local/cuda/compat\n", and that
 //    directory first in library_dirs (the refresh lists the directories named
-//    on its command line first, and the loader takes the first entry).
+//    on its command line first, and the loader takes the first entry), and its
+//    soname links (image.cuda_compat_sonames) first in ldcache_libraries.
+//  - ldcache_scan: refresh_ldcache, the image has no /etc/ld.so.cache and its
+//    /etc/ld.so.conf names something (image.ld_so_conf).
 // Throws Error(ECANCELED, "plan", ...) when the request asks for MIG
 // config/monitor and the node has no such capability device; Error(EINVAL,
 // "select IMEX channel", ...) for an IMEX channel the node lacks.
