@@ -43,7 +43,8 @@ constexpr bool is_digit(char c) noexcept {
 }
 
 // glibc compares with int arithmetic that wraps for long runs of digits; a
-// run of at most 9 digits cannot, and then libcmp is a strict weak order.
+// run of at most 9 digits cannot, and then libcmp is a strict weak order
+// (sorting stays O(n log n) whatever an image's cache holds).
 bool orderable(std::string_view s) noexcept {
     std::size_t run = 0;
     for (char c : s) {
@@ -146,6 +147,9 @@ Cache merge(const Cache* image, const std::vector<Library>& added,
         if (lib.arch != Arch::X86_64 && lib.arch != Arch::I386)
             throw_invalid("write ld.so.cache", lib.path,
                           "only x86-64 and 32-bit x86 libraries can be added");
+        if (!orderable(lib.soname))
+            throw_invalid("write ld.so.cache", lib.path,
+                          "a soname with more than 9 digits in a row cannot be ordered as glibc does");
         Entry e;
         e.flags = kFlagElfLibc6 | (lib.arch == Arch::X86_64 ? kFlagX8664Lib64 : 0);
         e.soname = lib.soname;
@@ -156,6 +160,8 @@ Cache merge(const Cache* image, const std::vector<Library>& added,
     if (image) {
         for (const Entry& original : image->entries) {
             if (replaced.count({original.soname, arch_of(original.flags)})) continue;
+            // glibc's comparison of such keys overflows: no order holds them.
+            if (!orderable(original.soname)) continue;
             Entry e = original;
             const std::string_view from_path = hwcaps_name_of(e.path);
             const bool index = is_hwcaps_index(e.hwcap);
@@ -178,27 +184,10 @@ Cache merge(const Cache* image, const std::vector<Library>& added,
     }
 
     // glibc's order, then the refresh's directory order, then input order.
-    const bool sortable = std::all_of(items.begin(), items.end(),
-                                      [](const Item& i) { return orderable(i.entry.soname); });
-    if (sortable) {
-        std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-            const int c = compare_entries(a.entry, b.entry);
-            return c < 0 || (c == 0 && a.rank < b.rank);
-        });
-    } else {
-        // Keys whose digits overflow glibc's int: ldconfig's own insertion,
-        // one entry at a time after every entry that does not compare after it.
-        std::stable_sort(items.begin(), items.end(),
-                         [](const Item& a, const Item& b) { return a.rank < b.rank; });
-        std::vector<Item> sorted;
-        sorted.reserve(items.size());
-        for (Item& item : items) {
-            auto pos = sorted.begin();
-            while (pos != sorted.end() && compare_entries(pos->entry, item.entry) <= 0) ++pos;
-            sorted.insert(pos, std::move(item));
-        }
-        items = std::move(sorted);
-    }
+    std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+        const int c = compare_entries(a.entry, b.entry);
+        return c < 0 || (c == 0 && a.rank < b.rank);
+    });
 
     Cache cache;
     cache.layout = Layout::New;

@@ -114,7 +114,9 @@ struct Library {
 //  - an image entry with the soname and architecture of an added library is
 //    dropped (the host's driver wins; an added CUDA compat library is listed
 //    before the driver's one); an image entry of an architecture the writer
-//    cannot describe again (a glibc-hwcaps index whose name is lost) is dropped;
+//    cannot describe again (a glibc-hwcaps index whose name is lost) or order
+//    (a soname with a run of more than 9 digits: glibc's comparison of it
+//    overflows, so the loader's binary search cannot rely on it) is dropped;
 //    every other image entry is kept with its flags, hwcap and osversion;
 //  - `dirs` is the directory order of the refresh (ldconfig's command line):
 //    among entries glibc's order cannot tell apart (same soname, flags and
@@ -137,7 +139,8 @@ Cache merge(const Cache* image, const std::vector<Library>& added,
 // (names sorted by strcmp, as ldconfig numbers them). `cache` must be in
 // glibc's order (merge's result is); an entry whose hwcaps subdirectory is set
 // gets a glibc-hwcaps index (its ISA level bits kept). A string with a NUL,
-// or a file beyond 4 GiB, is Error(EINVAL).
+// or a file beyond 4 GiB, is Error(EINVAL); so is, for merge, an added library
+// of another architecture or with an unorderable soname.
 std::string serialize(const Cache& cache);
 // glibc's _dl_cache_libcmp: byte by byte (as signed char), but runs of digits
 // compare by their value (int arithmetic as glibc's); <0, 0, >0.
