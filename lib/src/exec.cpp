@@ -671,13 +671,15 @@ private:
     }
 
     // /etc/ld.so.cache and what ldconfig writes it through are regular files
-    // or missing, /etc a directory (or missing: created): anything else is
-    // refused here, before any open, whichever method writes the cache.
+    // or missing, /etc a directory (or missing: the writer creates it,
+    // ldconfig fails without it): anything else is refused here, before any
+    // open, whichever method writes the cache. Null: no /etc for ldconfig.
     SharedFd cache_dir() {
         const FileInfo etc = sys_.stat_at(root_->get(), "etc");
         if (etc.type != Type::Directory && etc.type != Type::Missing)
             throw Error(ENOTDIR, "check", "/etc",
                         "is " + describe(etc) + ", not a directory (refusing to write the cache there)");
+        if (etc.type == Type::Missing && use_ldconfig()) return nullptr;
         SharedFd dir = resolve_dir("/etc");
         for (const char* name : {kCache, kCacheTemp}) {
             const FileInfo info = sys_.stat_at(dir->get(), name);
