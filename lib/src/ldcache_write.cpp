@@ -14,29 +14,15 @@
 
 #include "gpubind/error.hpp"
 #include "gpubind/ldcache.hpp"
+#include "ldcache_format.hpp"
 
 namespace gpubind::ldcache {
 
 namespace {
 
-constexpr std::string_view kMagic = "glibc-ld.so.cache1.1";
-constexpr std::size_t kHeaderSize = 48;
-constexpr std::size_t kEntrySize = 24;
-constexpr std::uint8_t kEndianCurrent = std::endian::native == std::endian::little ? 2 : 3;
-constexpr std::uint32_t kExtensionMagic = 0xeaa42174;
-constexpr std::uint32_t kTagGenerator = 0;
-constexpr std::uint32_t kTagGlibcHwcaps = 1;
-constexpr std::uint64_t kHwcapExtension = 1ULL << 62;
-constexpr std::uint64_t kIsaLevelMask = (1U << 10) - 1;
-
-constexpr std::int32_t kFlagElfLibc6 = 0x0003;
-constexpr std::int32_t kFlagX8664Lib64 = 0x0300;
+using namespace format;
 
 constexpr std::string_view kHwcapsDir = "/glibc-hwcaps/";
-
-constexpr bool is_hwcaps_index(std::uint64_t hwcap) noexcept {
-    return ((hwcap >> 32) & ~kIsaLevelMask) == (kHwcapExtension >> 32);
-}
 
 constexpr bool is_digit(char c) noexcept {
     return c >= '0' && c <= '9';
@@ -202,9 +188,9 @@ std::string serialize(const Cache& cache) {
     auto fail = [](const std::string& detail) -> void {
         throw_invalid("write ld.so.cache", "new layout", detail);
     };
-    if (n > (std::numeric_limits<std::uint32_t>::max() - kHeaderSize) / kEntrySize)
+    if (n > (std::numeric_limits<std::uint32_t>::max() - kNewHeaderSize) / kNewEntrySize)
         fail(fmt::format("{} entries", n));
-    const std::size_t strings_at = kHeaderSize + n * kEntrySize;
+    const std::size_t strings_at = kNewHeaderSize + n * kNewEntrySize;
 
     // String table (offsets count from the header, at file offset 0).
     std::string strings;
@@ -232,12 +218,12 @@ std::string serialize(const Cache& cache) {
     }
 
     std::string out(strings_at, '\0');
-    std::memcpy(out.data(), kMagic.data(), kMagic.size());
-    put(out, 20, static_cast<std::uint32_t>(n));
-    put(out, 28, kEndianCurrent);
+    std::memcpy(out.data(), kNewMagic.data(), kNewMagic.size());
+    put(out, kNewNlibsAt, static_cast<std::uint32_t>(n));
+    put(out, kNewFlagsAt, kEndianCurrent);
     for (std::size_t i = 0; i < n; ++i) {
         const Entry& e = cache.entries[i];
-        const std::size_t at = kHeaderSize + i * kEntrySize;
+        const std::size_t at = kNewHeaderSize + i * kNewEntrySize;
         std::uint64_t hwcap = e.hwcap;
         if (e.has_hwcaps_subdir) {
             const std::uint64_t isa = is_hwcaps_index(e.hwcap) ? (e.hwcap >> 32) & kIsaLevelMask : 0;
@@ -253,7 +239,7 @@ std::string serialize(const Cache& cache) {
     }
     std::vector<std::uint32_t> names;
     for (const auto& [name, index] : hwcaps) names.push_back(add(name, n));
-    put(out, 24, static_cast<std::uint32_t>(strings.size()));
+    put(out, kNewLenStringsAt, static_cast<std::uint32_t>(strings.size()));
     out += strings;
 
     // Extension directory after the strings, aligned to 4: its header and
@@ -261,15 +247,15 @@ std::string serialize(const Cache& cache) {
     out.resize((out.size() + 3) & ~std::size_t{3}, '\0');
     const std::size_t ext_at = out.size();
     const std::uint32_t count = (cache.generator ? 1u : 0u) + (hwcaps.empty() ? 0u : 1u);
-    const std::size_t data_at = ext_at + 8 + 16 * std::size_t{count};
+    const std::size_t data_at = ext_at + kExtensionHeaderSize + kSectionSize * count;
     const std::size_t gen_at = data_at + 4 * names.size();
     const std::size_t end = gen_at + (cache.generator ? cache.generator->size() : 0);
     if (end > std::numeric_limits<std::uint32_t>::max()) fail("the file does not fit in 4 GiB");
     out.resize(end, '\0');
-    put(out, 32, static_cast<std::uint32_t>(ext_at));
+    put(out, kNewExtensionAt, static_cast<std::uint32_t>(ext_at));
     put(out, ext_at, kExtensionMagic);
     put(out, ext_at + 4, count);
-    std::size_t section = ext_at + 8;
+    std::size_t section = ext_at + kExtensionHeaderSize;
     auto put_section = [&](std::uint32_t tag, std::size_t offset, std::size_t size) {
         put(out, section, tag);
         put(out, section + 4, std::uint32_t{0});

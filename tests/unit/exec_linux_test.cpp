@@ -503,14 +503,21 @@ TEST_F(ExecLinux, CgroupV1RulesAreAddedAndRolledBack) {
     EXPECT_FALSE(fs::exists(rootfs_ / "dev/nvidia7"));
 }
 
-TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
-    const std::string soname = "libgpubindexec.so.1";
-    write(host_ / "lib" / soname, elf::make_shared_object(elf::Machine::X86_64, soname));
+// A plan mounting one library (a stub with `soname`, written on the host) in kLibDir.
+Plan one_library(const fs::path& host, const std::string& soname) {
+    write(host / "lib" / soname, elf::make_shared_object(elf::Machine::X86_64, soname));
     Plan plan;
     plan.mounts.push_back(
-        {host_ / "lib" / soname, fs::path(kLibDir) / soname, false, kLibFlags, "library"});
+        {host / "lib" / soname, fs::path(kLibDir) / soname, false, kLibFlags, "library"});
     plan.library_dirs = {kLibDir};
     plan.refresh_ldcache = true;
+    plan.ldcache_libraries = {{soname, std::string(kLibDir) + "/" + soname, ldcache::Arch::X86_64}};
+    return plan;
+}
+
+TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
+    const std::string soname = "libgpubindexec.so.1";
+    const Plan plan = one_library(host_, soname);
     FakeContainer c;
     const std::string before = c.mountinfo();
     execute(plan, target_for(c));
@@ -528,13 +535,7 @@ TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
 // original's owner and mode kept; a FIFO at ld.so.cache~ refused at once.
 TEST_F(ExecLinux, LoaderCacheWrittenByGpubind) {
     const std::string soname = "libgpubindexec.so.1";
-    write(host_ / "lib" / soname, elf::make_shared_object(elf::Machine::X86_64, soname));
-    Plan plan;
-    plan.mounts.push_back(
-        {host_ / "lib" / soname, fs::path(kLibDir) / soname, false, kLibFlags, "library"});
-    plan.library_dirs = {kLibDir};
-    plan.refresh_ldcache = true;
-    plan.ldcache_libraries = {{soname, std::string(kLibDir) + "/" + soname, ldcache::Arch::X86_64}};
+    const Plan plan = one_library(host_, soname);
     // The image's own cache, made by the system's ldconfig, owned by 12:34, mode 0640.
     const std::string own = "libimageown.so.3";
     fs::create_directories(rootfs_ / "opt/own");

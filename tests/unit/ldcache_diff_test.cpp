@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include "command.hpp"
 #include "files.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/file.hpp"
@@ -35,21 +36,8 @@ using ldcache::Arch;
 using ldcache::Library;
 namespace fs = std::filesystem;
 
-struct Output {
-    int status = -1;
-    std::string text;
-};
-
-Output run(const std::string& command) {
-    Output out;
-    FILE* p = ::popen(command.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.text.append(buf, n);
-    const int st = ::pclose(p);
-    out.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
-}
+using test::Output;
+using test::run;
 
 std::string quote(const std::string& s) {
     return "'" + s + "'";

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "command.hpp"
 #include "files.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/error.hpp"
@@ -28,16 +29,7 @@ using ldcache::Layout;
 using ldcache::Library;
 namespace fs = std::filesystem;
 
-std::string run(const std::string& command, int* status = nullptr) {
-    std::string text;
-    FILE* p = ::popen(command.c_str(), "r");
-    if (p == nullptr) return text;
-    char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
-    const int st = ::pclose(p);
-    if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return text;
-}
+using test::run;
 
 // A root with stub libraries, its cache written by the system's ldconfig.
 struct LdconfigRoot {
@@ -51,11 +43,9 @@ struct LdconfigRoot {
     Cache build(const char* layout = "new") {
         fs::create_directories(dir.path() / "etc");
         test::write(dir.path() / "etc/ld.so.conf", conf);
-        int status = -1;
-        const std::string out = run("ldconfig -X -r '" + dir.path().string() + "' -c " + layout +
-                                        " 2>&1",
-                                    &status);
-        EXPECT_EQ(status, 0) << out;
+        const test::Output out =
+            run("ldconfig -X -r '" + dir.path().string() + "' -c " + layout + " 2>&1");
+        EXPECT_EQ(out.status, 0) << out.text;
         return ldcache::load(dir.path() / "etc/ld.so.cache");
     }
 };
@@ -156,9 +146,9 @@ TEST(Write, RoundTripsAndLdconfigReadsIt) {
 
     const fs::path file = root.dir.path() / "written.cache";
     test::write(file, bytes);
-    int status = -1;
-    const std::string listing = run("ldconfig -p -C '" + file.string() + "'", &status);
-    EXPECT_EQ(status, 0);
+    const test::Output out = run("ldconfig -p -C '" + file.string() + "'");
+    EXPECT_EQ(out.status, 0);
+    const std::string& listing = out.text;
     EXPECT_EQ(listing, ldcache::format_like_ldconfig(back, file.string()));
     EXPECT_NE(listing.find("\tlibcuda.so.1 (libc6,x86-64) => /usr/lib64/libcuda.so.1\n"),
               std::string::npos)
