@@ -1154,6 +1154,15 @@ std::string image_cache() {
     return ldcache::serialize(ldcache::merge(&c, {}, {}));
 }
 
+// The image has /etc and the cache `bytes` there, of `owner` and `mode`.
+void give_cache(RecordingSystem& sys, const std::string& bytes, Owner owner = {},
+                unsigned mode = 0644) {
+    sys.root["/etc"] = {Type::Directory, 0, 0};
+    sys.root["/etc/ld.so.cache"] = {Type::Regular, 0, 0};
+    sys.contents["root:/etc/ld.so.cache"] = bytes;
+    sys.attrs["root:/etc/ld.so.cache"] = {owner, mode};
+}
+
 std::vector<std::string> listed(const std::string& bytes) {
     std::vector<std::string> out;
     for (const auto& e : ldcache::parse(bytes, "written").entries)
@@ -1167,10 +1176,7 @@ TEST(LoaderCache, WrittenInsteadOfRunningLdconfig) {
     const Plan plan = writer_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
-    sys.root["/etc"] = {Type::Directory, 0, 0};
-    sys.root["/etc/ld.so.cache"] = {Type::Regular, 0, 0};
-    sys.contents["root:/etc/ld.so.cache"] = image_cache();
-    sys.attrs["root:/etc/ld.so.cache"] = {{0, 0}, 0640};
+    give_cache(sys, image_cache(), {0, 0}, 0640);
     execute(plan, writer_target(), sys);
     const auto& c = sys.calls;
     for (const auto& line : c) {
@@ -1203,10 +1209,7 @@ TEST(LoaderCache, OwnerUnderAUserNamespace) {
         sys.uid_map = "         0     100000      65536\n";
         sys.gid_map = "         0     200000      65536\n";
         if (original) {
-            sys.root["/etc"] = {Type::Directory, 0, 0};
-            sys.root["/etc/ld.so.cache"] = {Type::Regular, 0, 0};
-            sys.contents["root:/etc/ld.so.cache"] = image_cache();
-            sys.attrs["root:/etc/ld.so.cache"] = {{5, 6}, 0644};
+            give_cache(sys, image_cache(), {5, 6}, 0644);
         }
         execute(plan, writer_target(), sys);
         const auto& c = sys.calls;
@@ -1237,11 +1240,7 @@ TEST(LoaderCache, RollbackRestoresOrRemovesTheCache) {
         auto world = [&](RecordingSystem& sys) {
             setup_world(sys, plan);
             sys.root["/etc"] = {Type::Directory, 0, 0};
-            if (original) {
-                sys.root["/etc/ld.so.cache"] = {Type::Regular, 0, 0};
-                sys.contents["root:/etc/ld.so.cache"] = image_cache();
-                sys.attrs["root:/etc/ld.so.cache"] = {{0, 0}, 0644};
-            }
+            if (original) give_cache(sys, image_cache());
         };
         RecordingSystem ok;
         world(ok);
@@ -1323,17 +1322,13 @@ TEST(LoaderCache, CorruptCacheReplacedOversizedRefused) {
     const Plan plan = writer_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
-    sys.root["/etc"] = {Type::Directory, 0, 0};
-    sys.root["/etc/ld.so.cache"] = {Type::Regular, 0, 0};
-    sys.contents["root:/etc/ld.so.cache"] = "glibc-ld.so.cache1.1 truncated";
+    give_cache(sys, "glibc-ld.so.cache1.1 truncated");
     execute(plan, writer_target(), sys);
     EXPECT_EQ(listed(sys.contents["root:/etc/ld.so.cache"]).size(), 2u);
 
     RecordingSystem big;
     setup_world(big, plan);
-    big.root["/etc"] = {Type::Directory, 0, 0};
-    big.root["/etc/ld.so.cache"] = {Type::Regular, 0, 0};
-    big.contents["root:/etc/ld.so.cache"] = std::string(ldcache::kMaxCacheSize + 1, 'x');
+    give_cache(big, std::string(ldcache::kMaxCacheSize + 1, 'x'));
     EXPECT_THAT(test::error_of([&] { execute(plan, writer_target(), big); }).what(),
                 HasSubstr("/etc/ld.so.cache"));
     EXPECT_FALSE(big.root.count("/etc/ld.so.cache~"));
