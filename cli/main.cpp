@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/log.hpp"
+#include "gpubind/log_sink.hpp"
 
 int main(int argc, char** argv) {
     using namespace gpubind;

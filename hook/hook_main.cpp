@@ -24,6 +24,7 @@
 #include "gpubind/harden.hpp"
 #include "gpubind/inject.hpp"
 #include "gpubind/log.hpp"
+#include "gpubind/log_sink.hpp"
 #include "gpubind/oci.hpp"
 #include "gpubind/runtime.hpp"
 
@@ -75,7 +76,7 @@ int run(const std::string& stage) {
 
     deadline.check("read the spec");
     const oci::Spec spec = oci::load_spec(state.bundle);
-    if (runtime::marked(spec.doc) != finish) {
+    if (runtime::marked(*spec.doc) != finish) {
         if (finish) throw_invalid("run hook", stage, "the spec was not edited by gpubind-runtime");
         logger().debug("edited by gpubind-runtime: its finish hook completes the container");
         return kExitOk;
@@ -139,7 +140,8 @@ int main(int argc, char** argv) {
     } catch (const std::system_error& e) {
         const std::string message = one_line(e.what());
         gpubind::logger().error("{}", message);
-        if (!gpubind::logger().should_log(spdlog::level::err) || gpubind::logger().sinks().empty())
+        if (!gpubind::spdlog_logger().should_log(spdlog::level::err) ||
+            gpubind::spdlog_logger().sinks().empty())
             std::fprintf(stderr, "gpubind-hook: %s\n", message.c_str());
         return gpubind::exit_code_for(e);
     } catch (const std::exception& e) {

@@ -31,6 +31,7 @@
 #include "gpubind/file.hpp"
 #include "gpubind/inject.hpp"
 #include "gpubind/log.hpp"
+#include "gpubind/log_sink.hpp"
 #include "gpubind/oci.hpp"
 #include "gpubind/runtime.hpp"
 #include "gpubind/strings.hpp"
@@ -177,12 +178,12 @@ void set_up_logging(const Args& args) {
 }
 
 void add_config_log(const Config& config, const std::string& id) {
-    logger().set_level(spdlog::level::from_str(config.log.level));
+    spdlog_logger().set_level(spdlog::level::from_str(config.log.level));
     if (config.log.file.empty()) return;
     try {
         auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(config.log.file);
         file->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l [" + id + "] runtime: %v");
-        logger().sinks().push_back(file);
+        spdlog_logger().sinks().push_back(file);
     } catch (const spdlog::spdlog_ex& e) {
         std::fprintf(stderr, "gpubind-runtime: warning: log file %s: %s\n", config.log.file.c_str(),
                      e.what());
@@ -231,7 +232,7 @@ fs::path find_runtime(const Config& config) {
 // create/run of a GPU container: the spec edited and written back in place.
 void edit_bundle(const Args& args, const Config& config) {
     const oci::Spec spec = oci::load_spec(args.bundle);
-    if (runtime::marked(spec.doc)) {
+    if (runtime::marked(*spec.doc)) {
         logger().debug("{}: already edited by gpubind-runtime", args.id);
         return;
     }
@@ -247,7 +248,7 @@ void edit_bundle(const Args& args, const Config& config) {
     if (!config.source.empty())
         hook.env.push_back(std::string(kConfigEnv) + "=" + fs::absolute(config.source).string());
 
-    const nlohmann::json edited = runtime::edit_spec(spec.doc, decision.plan, hook);
+    const nlohmann::json edited = runtime::edit_spec(*spec.doc, decision.plan, hook);
     const fs::path file = args.bundle / "config.json";
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) throw_errno("stat", file.string());

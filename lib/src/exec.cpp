@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <exception>
@@ -16,6 +17,7 @@
 #include "gpubind/error.hpp"
 #include "gpubind/ldcache.hpp"
 #include "gpubind/log.hpp"
+#include "gpubind/owned.hpp"
 
 namespace gpubind {
 
@@ -49,6 +51,7 @@ using SharedFd = std::shared_ptr<Fd>;
 
 constexpr unsigned kDeviceFlags = kMountNoSuid | kMountNoExec;  // not NoDev: they are devices
 constexpr unsigned kProcFlags = kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec;
+constexpr std::size_t kMaxPlannedFile = 64 * 1024;  // an existing file of the plan, read to compare
 
 // A container path the plan names: absolute, no "." or ".." components, not "/".
 void check_container_path(const path& p, const std::string& what) {
@@ -91,16 +94,26 @@ std::vector<std::string> proc_relative(const path& host_path) {
 }
 
 struct Undo {
-    enum class Kind { RemoveFile, RemoveDir, Detach, DenyRule, RestoreProgram, RestoreFile };
+    enum class Kind {
+        RemoveFile,
+        RemoveDir,
+        Detach,
+        DenyRule,
+        RestoreProgram,
+        RestoreLink,   // a link gpubind removed comes back, pointing to `old`
+        RestoreFile,   // a file gpubind removed comes back, holding `old`
+        RestoreCache,  // the loader cache gpubind replaced comes back as it was
+    };
     Kind kind;
     SharedFd fd;       // the parent directory, the devices.deny file, or the cgroup v2 directory
     std::string name;  // the entry in the directory, or the rule
     std::string what;  // for the log: the container path or the cgroup file
+    std::string old{};  // RestoreLink: the link's target; RestoreFile: the contents
     // RestoreProgram: the runtime's program goes back in place of ours.
     SharedFd runtime_prog{};
     SharedFd our_prog{};
     unsigned attach_flags = 0;
-    // RestoreFile: the file `name` we replaced goes back as it was.
+    // RestoreCache: the loader cache we replaced goes back as it was.
     std::shared_ptr<const RegularFile> original{};
 };
 
@@ -139,6 +152,11 @@ public:
             in_context("device cgroup", [&] { allow_devices(); });
             if (plan_.proc)
                 in_context("proc view " + plan_.proc->target.string(), [&] { mount_proc_view(); });
+            for (const auto& f : plan_.stale_files)
+                in_context("file " + f.path.string(), [&] { remove_stale_file(f); });
+            for (const auto& owned : plan_.owned)
+                in_context("driver names in " + owned.dir.string(),
+                           [&] { bring_up_to_date(owned); });
             if (plan_.refresh_ldcache)
                 in_context(use_ldconfig() ? "ldconfig" : "loader cache", [&] { refresh_ldcache(); });
             leave();
@@ -445,6 +463,12 @@ private:
                    unsigned minor = 0) {
         const std::string name = p.filename().string();
         FileInfo info = sys_.stat_at(dir->get(), name);
+        if (info.type == Type::Symlink && kind == PointKind::File) {
+            // A link at a driver file's name (the image's, or one of an
+            // earlier start): replaced by the mount point, never followed.
+            replace_link(dir, p, "an empty mount point");
+            info.type = Type::Missing;
+        }
         bool ok = false;
         switch (info.type) {
             case Type::Missing:
@@ -521,12 +545,29 @@ private:
         if (info.type == Type::Symlink) {
             std::string existing = sys_.read_link_at(dir->get(), name);
             if (existing == link.target) return;  // already there
-            throw Error(EEXIST, "create symlink", link.path.string(),
-                        "exists and points to " + existing + ", not " + link.target);
-        }
-        if (info.type != Type::Missing)
+            // Another driver version's link (an earlier start's, the image's):
+            // removed through the directory, never followed, and made anew.
+            replace_link(dir, link.path, "-> " + link.target);
+        } else if (info.type == Type::Regular) {
+            // The image's own file at the driver's name: the host's file the
+            // link would lead to is mounted over it.
+            const std::size_t i = planned_mount_behind(link);
+            if (i == plan_.mounts.size())
+                throw Error(EEXIST, "create symlink", link.path.string(),
+                            "exists and is " + describe(info) +
+                                "; the plan mounts nothing it could be covered with");
+            logger().info("{}: the image's own file, covered by the host's {}",
+                          link.path.string(), plan_.mounts[i].source.string());
+            Fd copy = sys_.clone_tree(mount_trees_[i].get());
+            bind(copy, link.path, PointKind::File, plan_.mounts[i].flags);
+            return;
+        } else if (info.type == Type::Directory) {
+            throw Error(EISDIR, "create symlink", link.path.string(),
+                        "is a directory where the driver's link goes; refusing to replace it");
+        } else if (info.type != Type::Missing) {
             throw Error(EEXIST, "create symlink", link.path.string(),
                         "exists and is " + describe(info));
+        }
         as_owner([&] {
             sys_.make_symlink(link.target, dir->get(), name);
             undo_.push_back({Undo::Kind::RemoveFile, dir, name, link.path.string()});
@@ -543,8 +584,20 @@ private:
         const std::string name = f.path.filename().string();
         FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Regular) {
-            logger().debug("file {} is already there ({}); left as it is", f.path.string(), f.why);
-            return;
+            std::string old = sys_.read_file_at(dir->get(), name, kMaxPlannedFile);
+            if (old == f.content) {
+                logger().debug("file {} is already there ({}); left as it is", f.path.string(),
+                               f.why);
+                return;
+            }
+            // gpubind's file, written by an earlier start: rewritten to this decision.
+            logger().info("{}: rewritten ({})", f.path.string(), f.why);
+            sys_.remove(dir->get(), name, false);
+            undo_.push_back({Undo::Kind::RestoreFile, dir, name, f.path.string(), std::move(old)});
+            info.type = Type::Missing;
+        } else if (info.type == Type::Symlink) {
+            replace_link(dir, f.path, "a file");
+            info.type = Type::Missing;
         }
         if (info.type != Type::Missing)
             throw Error(EEXIST, "create file", f.path.string(),
@@ -554,6 +607,105 @@ private:
             sys_.write_file_at(dir->get(), name, f.content, 0644);
             undo_.push_back({Undo::Kind::RemoveFile, dir, name, f.path.string()});
         });
+    }
+
+    // Removes the link at `p` (its directory `dir`), never following it, and
+    // records how to put it back; `with` says what takes its place (the log).
+    void replace_link(const SharedFd& dir, const path& p, const std::string& with) {
+        const std::string name = p.filename().string();
+        std::string old = sys_.read_link_at(dir->get(), name);
+        logger().info("{}: replaced the link to {} with {}", p.string(), old, with);
+        sys_.remove(dir->get(), name, false);
+        undo_.push_back({Undo::Kind::RestoreLink, dir, name, p.string(), std::move(old)});
+    }
+
+    // The planned mount a planned link leads to, through other planned links
+    // in its directory (libcuda.so -> libcuda.so.1 -> libcuda.so.<version>);
+    // plan_.mounts.size() when none.
+    std::size_t planned_mount_behind(const PlannedSymlink& link) const {
+        const path dir = link.path.parent_path();
+        std::string target = link.target;
+        for (std::size_t hops = 0; hops <= plan_.symlinks.size(); ++hops) {
+            if (target.find('/') != std::string::npos) break;
+            const path p = dir / target;
+            for (std::size_t i = 0; i < plan_.mounts.size(); ++i)
+                if (plan_.mounts[i].target == p && !plan_.mounts[i].directory) return i;
+            auto next = std::find_if(plan_.symlinks.begin(), plan_.symlinks.end(),
+                                     [&](const PlannedSymlink& s) { return s.path == p; });
+            if (next == plan_.symlinks.end()) break;
+            target = next->target;
+        }
+        return plan_.mounts.size();
+    }
+
+    // A directory inside the root, not created: empty when missing.
+    SharedFd find_dir(const path& p) {
+        if (p == "/") return root_;
+        auto it = dirs_.find(p.string());
+        if (it != dirs_.end()) return it->second;
+        Fd fd = sys_.open_dir_in_root(root_->get(), p);
+        if (!fd) return {};
+        auto shared = std::make_shared<Fd>(std::move(fd));
+        dirs_.emplace(p.string(), shared);
+        return shared;
+    }
+
+    // A file an earlier start wrote that this plan does not: removed where it
+    // holds exactly what gpubind wrote, left alone otherwise.
+    void remove_stale_file(const PlannedFile& f) {
+        check_container_path(f.path, "file " + f.path.string());
+        SharedFd dir = find_dir(f.path.parent_path());
+        if (!dir) return;
+        const std::string name = f.path.filename().string();
+        if (sys_.stat_at(dir->get(), name).type != Type::Regular) return;
+        std::string old = sys_.read_file_at(dir->get(), name, kMaxPlannedFile);
+        if (old != f.content) return;
+        logger().info("{}: removed ({})", f.path.string(), f.why);
+        sys_.remove(dir->get(), name, false);
+        undo_.push_back({Undo::Kind::RestoreFile, dir, name, f.path.string(), std::move(old)});
+    }
+
+    // The driver's names in one directory: what an earlier start or the image
+    // left there that this plan does not put there itself (owned.hpp).
+    void bring_up_to_date(const OwnedDir& owned) {
+        check_container_path(owned.dir, "directory " + owned.dir.string());
+        SharedFd dir = find_dir(owned.dir);
+        if (!dir) return;
+        std::set<std::string> planned;
+        for (const auto& m : plan_.mounts)
+            if (m.target.parent_path() == owned.dir) planned.insert(m.target.filename().string());
+        for (const auto& l : plan_.symlinks)
+            if (l.path.parent_path() == owned.dir) planned.insert(l.path.filename().string());
+        std::vector<DirEntry> entries;
+        for (auto& name : sys_.list_dir(dir->get())) {
+            if (planned.count(name) || !may_be_owned(owned, name)) continue;
+            FileInfo info = sys_.stat_at(dir->get(), name);
+            std::string target;
+            if (info.type == Type::Symlink) target = sys_.read_link_at(dir->get(), name);
+            entries.push_back({std::move(name), info, std::move(target)});
+        }
+        for (const StaleEntry& e : stale_entries(owned, entries, planned)) {
+            const path p = owned.dir / e.name;
+            check_name(e.name, "entry of " + owned.dir.string());
+            if (e.action == StaleEntry::Action::Cover) {
+                const path with = owned.dir / e.cover_with;
+                std::size_t i = 0;
+                while (i < plan_.mounts.size() && plan_.mounts[i].target != with) ++i;
+                if (i == plan_.mounts.size()) continue;
+                logger().info("{}: {}", p.string(), e.why);
+                Fd copy = sys_.clone_tree(mount_trees_[i].get());
+                bind(copy, p, PointKind::File, plan_.mounts[i].flags);
+                continue;
+            }
+            const auto it = std::find_if(entries.begin(), entries.end(),
+                                         [&](const DirEntry& d) { return d.name == e.name; });
+            logger().info("{}: removed, {}", p.string(), e.why);
+            sys_.remove(dir->get(), e.name, false);
+            if (it != entries.end() && it->info.type == Type::Symlink)
+                undo_.push_back({Undo::Kind::RestoreLink, dir, e.name, p.string(), it->link});
+            else
+                undo_.push_back({Undo::Kind::RestoreFile, dir, e.name, p.string(), {}});
+        }
     }
 
     void allow_devices() {
@@ -708,6 +860,23 @@ private:
                 logger().warn("{}; writing a cache of the injected libraries alone", e.what());
             }
         }
+        // ldconfig rescans the refreshed directories: an image entry there
+        // whose file is gone (an earlier start's driver file, removed above)
+        // goes too. Each name is checked with fstatat, never followed.
+        if (image) {
+            std::map<std::string, SharedFd> lib_dirs;
+            for (const auto& d : plan_.library_dirs) {
+                Fd fd = sys_.open_dir_in_root(root_->get(), d);
+                lib_dirs.emplace(d.string(), fd ? std::make_shared<Fd>(std::move(fd)) : nullptr);
+            }
+            std::erase_if(image->entries, [&](const ldcache::Entry& e) {
+                const path p(e.path);
+                auto it = lib_dirs.find(p.parent_path().string());
+                if (it == lib_dirs.end()) return false;
+                return !it->second ||
+                       sys_.stat_at(it->second->get(), p.filename().string()).type == Type::Missing;
+            });
+        }
         std::vector<std::string> dirs;
         for (const auto& d : plan_.library_dirs) dirs.push_back(d.string());
         const std::string bytes = ldcache::serialize(
@@ -732,7 +901,7 @@ private:
             as_owner([&] {
                 sys_.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, std::nullopt);
             });
-        Undo undo{original ? Undo::Kind::RestoreFile : Undo::Kind::RemoveFile, etc, kCache,
+        Undo undo{original ? Undo::Kind::RestoreCache : Undo::Kind::RemoveFile, etc, kCache,
                   "/etc/ld.so.cache"};
         if (original) undo.original = std::make_shared<const RegularFile>(std::move(*original));
         undo_.push_back(std::move(undo));
@@ -785,7 +954,13 @@ private:
                     case Undo::Kind::DenyRule:
                         sys_.write_rule(it->fd->get(), it->name, it->what);
                         break;
-                    case Undo::Kind::RestoreFile: {
+                    case Undo::Kind::RestoreLink:
+                        sys_.make_symlink(it->old, it->fd->get(), it->name);
+                        break;
+                    case Undo::Kind::RestoreFile:
+                        sys_.write_file_at(it->fd->get(), it->name, it->old, 0644);
+                        break;
+                    case Undo::Kind::RestoreCache: {
                         const RegularFile& f = *it->original;
                         sys_.replace_file_at(it->fd->get(), kCacheTemp, it->name, f.data, f.mode,
                                              Owner{f.uid, f.gid});

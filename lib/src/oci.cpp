@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
@@ -157,9 +158,10 @@ State parse_state(std::string_view text, const std::string& what) {
 Spec parse_spec(std::string_view text, const std::filesystem::path& bundle) {
     const Reader r{"parse spec", (bundle / "config.json").string()};
     Spec spec;
-    spec.doc = r.parse(text, kMaxSpecSize);
+    auto parsed = std::make_shared<const json>(r.parse(text, kMaxSpecSize));
+    spec.doc = parsed;
     spec.bundle = bundle;
-    const json& doc = r.object(spec.doc, "config");
+    const json& doc = r.object(*parsed, "config");
 
     const json& root = r.object(r.require(doc, "root", "root"), "root");
     std::filesystem::path root_path = r.string(r.require(root, "path", "root.path"), "root.path");

@@ -129,6 +129,38 @@ class Builder {
     }
 };
 
+// The driver's names in the image's library and binary directories, from
+// every file of the node (any capability): what an earlier start may have
+// left there.
+void owned_names(Plan& plan, const Node& node, const Image& image) {
+    auto add = [](std::vector<std::string>& v, std::string s) {
+        if (!s.empty() && std::find(v.begin(), v.end(), s) == v.end()) v.push_back(std::move(s));
+    };
+    OwnedDir lib{image.lib_dir, {}, {}, {}}, lib32{image.lib32_dir, {}, {}, {}};
+    OwnedDir bin{image.bin_dir, {}, {}, {}};
+    const std::string& version = node.driver_version;
+    for (const auto& f : node.files) {
+        const std::string file = (f.real_path.empty() ? f.host_path : f.real_path).filename();
+        if (f.kind == FileKind::Binary) {
+            add(bin.files, f.host_path.filename());
+            continue;
+        }
+        if (f.kind != FileKind::Library) continue;
+        OwnedDir& d = f.compat32 ? lib32 : lib;
+        if (!version.empty() && file.size() > version.size() + 1 && file.ends_with(version) &&
+            file[file.size() - version.size() - 1] == '.')
+            add(d.stems, file.substr(0, file.size() - version.size()));
+        if (f.name != file) add(d.links, f.name);
+        for (std::string_view link : kDevLinks)
+            if (f.name.size() == link.size() + 2 && f.name.starts_with(link) &&
+                f.name.ends_with(".1"))
+                add(d.links, std::string(link));
+    }
+    for (OwnedDir* d : {&lib, &lib32, &bin})
+        if (!d->dir.empty() && (!d->stems.empty() || !d->links.empty() || !d->files.empty()))
+            plan.owned.push_back(std::move(*d));
+}
+
 }  // namespace
 
 ProcFiles read_proc_files(const Node& node) {
@@ -264,6 +296,11 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
 #if !defined(__x86_64__)
     b.plan.ldcache_scan = b.plan.refresh_ldcache;
 #endif
+
+    if (b.plan.files.empty())
+        b.plan.stale_files.push_back({kCudaCompatConf, std::string(kCudaCompatDir) + "\n",
+                                      "CUDA forward compatibility no longer applies"});
+    owned_names(b.plan, node, image);
 
     ProcView proc;
     proc.version = proc_files.version;

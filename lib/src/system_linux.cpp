@@ -1,6 +1,7 @@
 // LinuxSystem: one system call (or so) per method. The mount API and pidfd
 // calls go through syscall(2) so that the build does not depend on glibc
 // wrappers (2.36+) or on <linux/mount.h>, which clashes with <sys/mount.h>.
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/bpf.h>
@@ -117,6 +118,7 @@ FileInfo info_of(const struct stat& st) {
         info.major = ::major(st.st_rdev);
         info.minor = ::minor(st.st_rdev);
     }
+    info.size = st.st_size > 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
     return info;
 }
 
@@ -200,6 +202,13 @@ Fd LinuxSystem::open_tree(const std::filesystem::path& host_path) {
 
 Fd LinuxSystem::open_executable(const std::filesystem::path& path) {
     return sandbox::seal_executable(path);
+}
+
+Fd LinuxSystem::clone_tree(int tree_fd) {
+    int fd = sys_int(::syscall(SYS_open_tree, tree_fd, "",
+                               OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+    if (fd < 0) throw_errno("clone mount", "descriptor " + std::to_string(tree_fd));
+    return Fd(fd);
 }
 
 Fd LinuxSystem::open_cgroup_file(const std::filesystem::path& dir, const std::string& name) {
@@ -363,6 +372,34 @@ std::string LinuxSystem::read_link_at(int dir_fd, const std::string& name) {
     if (n < 0) throw_errno("readlink", name);
     if (static_cast<std::size_t>(n) >= sizeof buf) throw Error(ENAMETOOLONG, "readlink", name);
     return std::string(buf, static_cast<std::size_t>(n));
+}
+
+std::vector<std::string> LinuxSystem::list_dir(int dir_fd) {
+    // The descriptor may be O_PATH: a readable one of the same directory.
+    int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) throw_errno("open directory", "descriptor " + std::to_string(dir_fd));
+    DIR* dir = ::fdopendir(fd);
+    if (dir == nullptr) {
+        int err = errno;
+        ::close(fd);
+        throw Error(err, "open directory", "descriptor " + std::to_string(dir_fd));
+    }
+    std::vector<std::string> names;
+    errno = 0;
+    while (const struct dirent* e = ::readdir(dir)) {
+        std::string name = e->d_name;
+        if (name != "." && name != "..") names.push_back(std::move(name));
+    }
+    int err = errno;
+    ::closedir(dir);
+    if (err != 0) throw Error(err, "read directory", "descriptor " + std::to_string(dir_fd));
+    return names;
+}
+
+std::string LinuxSystem::read_file_at(int dir_fd, const std::string& name, std::size_t max_size) {
+    Fd fd = openat_or_throw(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+                            name);
+    return read_fd(fd.get(), max_size, name);
 }
 
 Fd LinuxSystem::make_dir(int dir_fd, const std::string& name, unsigned mode) {

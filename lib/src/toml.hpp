@@ -1,4 +1,5 @@
-// toml++, included the one way gpubind uses it.
+// toml++, included the one way gpubind uses it: declarations only
+// (TOML_HEADER_ONLY 0); its implementation is compiled once, in toml_impl.cpp.
 //
 // toml++ 3.3 (Debian 12) marks impossible branches with __builtin_unreachable(),
 // and some are reachable (found by tests/fuzz/fuzz_config): toml_guard.hpp
@@ -9,6 +10,9 @@
 
 #include <cstdlib>
 
+#ifndef TOML_HEADER_ONLY
+#define TOML_HEADER_ONLY 0
+#endif
 #include <toml++/impl/preprocessor.h>
 
 #undef TOML_UNREACHABLE

@@ -126,24 +126,13 @@ class Detached {
 class Cgroup2E2e : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
-        node_dir_ = new TempDir("gpubind-e2e-node");
         sim::Spec spec;
         spec.gpus = 4;
-        manifest_ = new sim::Manifest(sim::simulate(node_dir_->path(), spec));
-        config_ = node_dir_->path().parent_path() /
-                  (node_dir_->path().filename().string() + "-config.toml");
-        const std::string root = node_dir_->path().string();
-        std::ofstream(config_) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
-                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
-                               << root << "/hook.log\"\nlevel = \"debug\"\n";
+        node_ = std::make_unique<SimNode>(spec);
     }
-    static void TearDownTestSuite() {
-        fs::remove(config_);
-        delete manifest_;
-        delete node_dir_;
-    }
+    static void TearDownTestSuite() { node_.reset(); }
 
-    static const sim::Manifest& m() { return *manifest_; }
+    static const sim::Manifest& m() { return node_->manifest(); }
 
     std::string id() {
         return "gpubind-cg2-" + std::to_string(::getpid()) + "-" + std::to_string(count_++);
@@ -153,9 +142,9 @@ class Cgroup2E2e : public ::testing::Test {
     // node bound at /hostdev/<name> so that it can try the ones it was not given.
     Bundle bundle(bool with_hook) {
         Bundle b(dir_.path() / ("b" + std::to_string(count_++)));
-        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_);
+        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), node_->config());
         for (const auto& n : m().nodes)
-            b.bind(node_dir_->path() / n.path.substr(1),
+            b.bind(node_->root() / n.path.substr(1),
                    "/hostdev/" + fs::path(n.path).filename().string());
         b.env("NVIDIA_VISIBLE_DEVICES=0,2").command("exec /bin/busybox sleep 600");
         b.write_spec();
@@ -203,9 +192,7 @@ class Cgroup2E2e : public ::testing::Test {
         return left;
     }
 
-    static inline TempDir* node_dir_ = nullptr;
-    static inline sim::Manifest* manifest_ = nullptr;
-    static inline fs::path config_;
+    static inline std::unique_ptr<SimNode> node_;
     TempDir dir_{"gpubind-e2e-cg2"};
     int count_ = 0;
 };
@@ -220,7 +207,7 @@ TEST_F(Cgroup2E2e, HookGrantsThePlannedNodesByExtendingRuncsProgram) {
     fs::path cgroup_dir = fs::path("/sys/fs/cgroup") / cid;
     {
         Detached c(b, cid);
-        ASSERT_TRUE(c.created()) << c.error() << read_text(node_dir_->path() / "hook.log");
+        ASSERT_TRUE(c.created()) << c.error() << read_text(node_->log());
         // runc put it in a cgroup v2 cgroup of its own, nowhere in a v1 devices cgroup.
         const std::string cg = c.proc_cgroup();
         EXPECT_THAT(cg, HasSubstr("0::/" + cid + "\n"));

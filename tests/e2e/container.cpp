@@ -242,13 +242,9 @@ Bundle& Bundle::command(const std::string& shell_script) {
 
 void Bundle::write_spec() const { std::ofstream(dir_ / "config.json") << spec_.dump(2); }
 
-#ifndef GPUBIND_E2E_RUNTIME
-#define GPUBIND_E2E_RUNTIME "runc"
-#endif
-
 std::string runtime_binary() {
-    const std::string name = GPUBIND_E2E_RUNTIME;
-    return env_or(name == "crun" ? "GPUBIND_CRUN" : "GPUBIND_RUNC", GPUBIND_E2E_RUNTIME);
+    const std::string name = suite_runtime();
+    return env_or(name == "crun" ? "GPUBIND_CRUN" : "GPUBIND_RUNC", suite_runtime());
 }
 
 RunResult Bundle::run() { return run_with(runtime_binary()); }
@@ -257,7 +253,7 @@ RunResult Bundle::run_with(const std::string& runtime) {
     static std::atomic<int> counter{0};
     // crun does not pass its hooks' stderr on (runc puts it in its own error):
     // its annotation sends it to a file, added here to what the run printed.
-    const bool crun = std::string(GPUBIND_E2E_RUNTIME) == "crun" && runtime == runtime_binary();
+    const bool crun = std::string(suite_runtime()) == "crun" && runtime == runtime_binary();
     const fs::path hooks_stderr = dir_ / "hooks.stderr";
     if (crun) {
         fs::remove(hooks_stderr);
@@ -276,6 +272,163 @@ RunResult Bundle::run_with(const std::string& runtime) {
         result.err += hooks.str();
     }
     return result;
+}
+
+SimNode::SimNode(const sim::Spec& spec, const std::string& prefix)
+    : dir_(prefix), manifest_(sim::simulate(dir_.path(), spec)),
+      config_(dir_.path().parent_path() / (dir_.path().filename().string() + "-config.toml")) {
+    write_config();
+}
+
+SimNode::~SimNode() {
+    std::error_code ec;
+    fs::remove(config_, ec);
+}
+
+void SimNode::write_config(const std::string& extra) const {
+    const std::string r = root().string();
+    std::ofstream(config_) << "[node]\ndriver-root = \"" << r << "\"\ndev-root = \"" << r
+                           << "\"\nproc-root = \"" << r << "/proc\"\n[log]\nfile = \""
+                           << log().string() << "\"\nlevel = \"debug\"\n"
+                           << extra;
+}
+
+std::vector<std::pair<fs::path, std::string>> SimNode::host_gpus() const {
+    std::vector<std::pair<fs::path, std::string>> out;
+    for (const auto& g : manifest_.gpus) {
+        const std::string name = "nvidia" + std::to_string(g.minor);
+        out.emplace_back(root() / "dev" / name, "/hostdev/" + name);
+    }
+    return out;
+}
+
+namespace {
+
+std::vector<const sim::ManifestFile*> compute_libraries(const sim::Manifest& m) {
+    std::vector<const sim::ManifestFile*> out;
+    for (const auto& f : m.files)
+        if (f.kind == "library" && !f.compat32 &&
+            (f.capability == "utility" || f.capability == "compute"))
+            out.push_back(&f);
+    return out;
+}
+
+unsigned node_major(const sim::Manifest& m, const std::string& path) {
+    for (const auto& n : m.nodes)
+        if (n.path == path) return n.major;
+    return 0;
+}
+
+std::string library_file(const GpuChecks& checks, const sim::ManifestFile& f) {
+    return checks.lib_dir + "/" + fs::path(f.real_path).filename().string();
+}
+
+}  // namespace
+
+std::string gpu_script(const sim::Manifest& m, const GpuChecks& checks) {
+    std::string s = "echo '== dev'; probe stat";
+    if (checks.all_nodes) {
+        for (const auto& n : m.nodes) s += " " + n.path;
+    } else {
+        for (const auto& g : m.gpus) s += " /dev/nvidia" + std::to_string(g.minor);
+        s += " /dev/nvidiactl";
+    }
+    if (!checks.lib_dir.empty()) {
+        s += "; echo '== libs'; probe stat";
+        for (const auto* f : compute_libraries(m))
+            s += " " + library_file(checks, *f) + " " + checks.lib_dir + "/" + f->name;
+        s += "; echo '== mounts'; cat /proc/self/mountinfo";
+        s += "; echo '== cuda'; probe cuda; probe nvml";
+    } else {
+        s += "; echo '== cuda'; probe nvml";
+    }
+    if (checks.smi) s += "; echo '== smi'; nvidia-smi -L";
+    if (checks.cgroup) {
+        s += "; echo '== open'; probe open";
+        for (const auto& g : m.gpus) s += " /hostdev/nvidia" + std::to_string(g.minor);
+    }
+    s += "; echo '== proc'; ls /proc/driver/nvidia/gpus";
+    return s + "; true";
+}
+
+std::map<std::string, std::vector<std::string>> gpu_problems(const sim::Manifest& m,
+                                                             const std::string& out,
+                                                             const std::vector<unsigned>& selected,
+                                                             const GpuChecks& checks) {
+    std::map<std::string, std::vector<std::string>> problems;
+    auto s = sections(out);
+    auto expect = [&](const std::string& check, const std::string& section, const std::string& line) {
+        if (!contains(s[section], line))
+            problems[check].push_back("missing line in " + section + ": " + line);
+    };
+    auto given = [&](unsigned index) {
+        return std::count(selected.begin(), selected.end(), index) > 0;
+    };
+    // Device nodes: exactly the selected GPUs and the control nodes, host numbers.
+    for (const auto& g : m.gpus) {
+        const std::string path = "/dev/nvidia" + std::to_string(g.minor);
+        expect("devices", "dev", given(g.index) ? path + " c 195:" + std::to_string(g.minor) : path + " ENOENT");
+    }
+    expect("devices", "dev", "/dev/nvidiactl c 195:255");
+    if (checks.all_nodes) {
+        expect("devices", "dev",
+               "/dev/nvidia-uvm c " + std::to_string(node_major(m, "/dev/nvidia-uvm")) + ":0");
+        expect("devices", "dev",
+               "/dev/nvidia-uvm-tools c " + std::to_string(node_major(m, "/dev/nvidia-uvm-tools")) + ":1");
+    }
+    // Libraries of the driver version in the image's library directory, read-only.
+    if (!checks.lib_dir.empty()) {
+        for (const auto* f : compute_libraries(m)) {
+            const std::string file = library_file(checks, *f);
+            expect("libraries", "libs", file + " f");
+            int mounts = 0;
+            bool read_only = false;
+            for (const auto& line : s["mounts"])
+                if (line.find(" " + file + " ") != std::string::npos) {
+                    ++mounts;
+                    read_only = read_only || line.find(" ro,") != std::string::npos;
+                }
+            if (!read_only) problems["libraries"].push_back(file + " is not a read-only mount");
+            if (checks.mounted_once && mounts != 1)
+                problems["libraries"].push_back(file + " is mounted " + std::to_string(mounts) + " times");
+        }
+        // Loaded by soname through the container's loader, and answering.
+        const auto dot = m.cuda_version.find('.');
+        const int cuda = std::stoi(m.cuda_version) * 1000 + std::stoi(m.cuda_version.substr(dot + 1)) * 10;
+        expect("loader", "cuda", "cuda init=0 version=" + std::to_string(cuda) +
+                                     "(0) count=" + std::to_string(selected.size()) + "(0)");
+    }
+    expect("loader", "cuda", "nvml init=0 count=" + std::to_string(selected.size()) + "(0)");
+    // nvidia-smi -L lists exactly the selected GPUs, by the manifest's UUIDs.
+    if (checks.smi) {
+        std::set<std::string> want, got;
+        for (unsigned i : selected) want.insert(m.gpus.at(i).uuid);
+        for (const auto& line : s["smi"])
+            if (auto p = line.find("(UUID: "); p != std::string::npos)
+                got.insert(line.substr(p + 7, line.find(')', p) - p - 7));
+        if (got != want)
+            problems["nvidia-smi"].push_back("nvidia-smi -L shows " + std::to_string(got.size()) +
+                                             " GPUs, not exactly the selected ones");
+    }
+    // The device cgroup: given nodes open (ENXIO: no driver behind them), others refused.
+    if (checks.cgroup)
+        for (const auto& g : m.gpus)
+            expect("cgroup", "open",
+                   "/hostdev/nvidia" + std::to_string(g.minor) + (given(g.index) ? " ENXIO" : " EPERM"));
+    // /proc/driver/nvidia/gpus: only the selected GPUs.
+    std::set<std::string> want_bus, got_bus(s["proc"].begin(), s["proc"].end());
+    for (unsigned i : selected) want_bus.insert(m.gpus.at(i).pci_bus_id);
+    if (got_bus != want_bus)
+        problems["proc"].push_back("/proc/driver/nvidia/gpus does not list exactly the selected GPUs");
+    return problems;
+}
+
+std::string expect_gpus(const sim::Manifest& m, const std::string& out,
+                        const std::vector<unsigned>& selected, const GpuChecks& checks) {
+    std::string text;
+    for (const auto& [check, list] : gpu_problems(m, out, selected, checks))
+        for (const auto& p : list) text += check + ": " + p + "\n";
+    return text;
 }
 
 std::string snapshot_tree(const fs::path& root) {

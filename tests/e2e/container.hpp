@@ -10,6 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpubind/sim.hpp"
+#include "temp_dir.hpp"
+
 namespace gpubind::test {
 
 struct RunResult {
@@ -59,13 +62,68 @@ private:
 
 // $name if set and not empty, else `fallback`.
 std::string env_or(const char* name, const char* fallback);
-// The OCI runtime a suite runs containers with: GPUBIND_E2E_RUNTIME, a compile
-// definition ("runc" unless the suite's target says otherwise, e.g. "crun"),
-// overridden by $GPUBIND_RUNC (runc suites) or $GPUBIND_CRUN (crun suites).
+// The OCI runtime a suite is written for: "runc" or "crun" (gpubind_e2e_test's
+// RUNTIME in tests/CMakeLists.txt; defined in suite_runtime.cpp).
+const char* suite_runtime() noexcept;
+// The binary that runs it: suite_runtime(), overridden by $GPUBIND_RUNC (runc
+// suites) or $GPUBIND_CRUN (crun suites).
 std::string runtime_binary();
 // Sections of a container's output: a "== name" line starts one.
 std::map<std::string, std::vector<std::string>> sections(const std::string& out);
 bool contains(const std::vector<std::string>& lines, const std::string& line);
+
+// A simulated node for a suite: written under a temporary directory when made,
+// removed with gpubind's config beside it when it goes. The config names the
+// node's roots and logs at debug level to log(), then whatever write_config's
+// `extra` adds.
+class SimNode {
+public:
+    explicit SimNode(const sim::Spec& spec, const std::string& prefix = "gpubind-e2e-node");
+    ~SimNode();
+    SimNode(const SimNode&) = delete;
+    SimNode& operator=(const SimNode&) = delete;
+
+    const sim::Manifest& manifest() const { return manifest_; }
+    const std::filesystem::path& root() const { return dir_.path(); }
+    const std::filesystem::path& config() const { return config_; }
+    std::filesystem::path log() const { return root() / "gpubind.log"; }
+    // (Re)writes the config; `extra` is appended (TOML: more tables).
+    void write_config(const std::string& extra = {}) const;
+    // Rewrites the node in place (another driver version, MIG layout, ...).
+    void simulate(const sim::Spec& spec) { manifest_ = sim::simulate(root(), spec); }
+    // Each GPU's node on the host, and where gpu_script() expects it bound
+    // (/hostdev/nvidia<minor>) to try the ones a container was not given.
+    std::vector<std::pair<std::filesystem::path, std::string>> host_gpus() const;
+
+private:
+    TempDir dir_;
+    sim::Manifest manifest_;
+    std::filesystem::path config_;
+};
+
+// What gpu_script() prints and expect_gpus() checks of a container given GPUs
+// with the utility and compute capabilities.
+struct GpuChecks {
+    // Where the image's loader finds libraries; empty: the libraries and the
+    // loader are not checked.
+    std::string lib_dir = "/usr/lib/x86_64-linux-gnu";
+    bool all_nodes = true;     // every node of the manifest (false: the GPUs and nvidiactl)
+    bool cgroup = true;        // host_gpus() are bound at /hostdev: only the given ones open
+    bool smi = true;           // nvidia-smi -L lists exactly the given GPUs
+    bool mounted_once = false; // each library is mounted exactly once
+};
+
+// A shell script for the container printing what expect_gpus() reads.
+std::string gpu_script(const sim::Manifest& m, const GpuChecks& checks = {});
+// Problems by check ("devices", "libraries", "loader", "nvidia-smi", "cgroup",
+// "proc") of a container given exactly `selected` (GPU indices) whose output
+// of gpu_script() is `out`; empty when all is well.
+std::map<std::string, std::vector<std::string>> gpu_problems(
+    const sim::Manifest& m, const std::string& out, const std::vector<unsigned>& selected,
+    const GpuChecks& checks = {});
+// The same as lines of text ("check: problem"); empty when all is well.
+std::string expect_gpus(const sim::Manifest& m, const std::string& out,
+                        const std::vector<unsigned>& selected, const GpuChecks& checks = {});
 
 // A snapshot of a tree (paths, types, sizes, modes, link targets, mtimes),
 // to prove a run changed nothing there.

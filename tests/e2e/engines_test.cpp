@@ -170,102 +170,54 @@ class Containerd {
 class EnginesTest : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
-        node_dir_ = new TempDir("gpubind-e2e-node");
         sim::Spec spec;
         spec.gpus = 4;
-        manifest_ = new sim::Manifest(sim::simulate(node_dir_->path(), spec));
-        const fs::path n = node();
+        node_ = std::make_unique<SimNode>(spec);
         // The real runtime behind gpubind-runtime: runc, through a recorder
         // that keeps the config.json runc is handed at `create`.
         write_text(recorder(),
                    "#!/bin/sh\n"
                    "for a in \"$@\"; do\n"
                    "  if [ \"$a\" = create ]; then cp config.json " +
-                       (n / "runc-got.json").string() +
+                       runc_got().string() +
                        "; break; fi\n"
                        "done\n"
                        "exec " +
                        env_or("GPUBIND_RUNC", "runc") + " \"$@\"\n");
         fs::permissions(recorder(), fs::perms::owner_all);
-        write_text(config(), "[node]\ndriver-root = \"" + n.string() + "\"\ndev-root = \"" +
-                                 n.string() + "\"\nproc-root = \"" + (n / "proc").string() +
-                                 "\"\n[log]\nfile = \"" + (n / "gpubind.log").string() +
-                                 "\"\nlevel = \"debug\"\n[runtime]\nruntimes = [\"" +
-                                 recorder().string() + "\"]\n");
+        node_->write_config("[runtime]\nruntimes = [\"" + recorder().string() + "\"]\n");
         // How an engine's runtime finds gpubind's config: its environment,
         // which containerd hands on through its shims.
         ::setenv("GPUBIND_CONFIG", config().c_str(), 1);
     }
     static void TearDownTestSuite() {
         ::unsetenv("GPUBIND_CONFIG");
-        delete manifest_;
-        delete node_dir_;
+        node_.reset();
     }
 
-    static const sim::Manifest& m() { return *manifest_; }
-    static fs::path node() { return node_dir_->path(); }
-    static fs::path config() { return node() / "gpubind-config.toml"; }
-    static fs::path recorder() { return node() / "record-runc"; }
-    static fs::path runc_got() { return node() / "runc-got.json"; }
+    static const sim::Manifest& m() { return node_->manifest(); }
+    static const fs::path& config() { return node_->config(); }
+    static fs::path recorder() { return node_->root() / "record-runc"; }
+    static fs::path runc_got() { return node_->root() / "runc-got.json"; }
+    static std::vector<std::pair<fs::path, std::string>> host_gpus() { return node_->host_gpus(); }
 
     Bundle bundle() { return Bundle(dir_.path() / ("b" + std::to_string(count_++))); }
 
-    // What a container prints for the checks below.
-    static std::string inspect_script() {
-        std::string s = "echo '== dev'; probe stat";
-        for (const auto& g : m().gpus) s += " /dev/nvidia" + std::to_string(g.minor);
-        s += " /dev/nvidiactl; echo '== smi'; nvidia-smi -L";
-        s += "; echo '== nvml'; probe nvml";
-        s += "; echo '== open'; probe open";
-        for (const auto& g : m().gpus) s += " /hostdev/nvidia" + std::to_string(g.minor);
-        s += "; echo '== proc'; ls /proc/driver/nvidia/gpus";
-        return s + "; true";
-    }
-    // Every GPU node of the host, to be mounted at /hostdev/nvidiaN: the device
-    // cgroup must refuse those the container was not given.
-    static std::vector<std::pair<fs::path, std::string>> host_gpus() {
-        std::vector<std::pair<fs::path, std::string>> out;
-        for (const auto& g : m().gpus)
-            out.emplace_back(node() / ("dev/nvidia" + std::to_string(g.minor)),
-                             "/hostdev/nvidia" + std::to_string(g.minor));
-        return out;
-    }
-
-    // What a container given exactly `selected` (indices) must show; empty when all is well.
+    // What the engines' containers are checked for: the GPUs' nodes and
+    // nvidiactl, NVML, nvidia-smi, the device cgroup, /proc/driver/nvidia.
+    static inline const GpuChecks kChecks{.lib_dir = "", .all_nodes = false};
+    static std::string inspect_script() { return gpu_script(m(), kChecks); }
     static std::string check_given(const std::string& out, const std::vector<unsigned>& selected) {
-        std::string problems;
-        auto s = sections(out);
-        auto expect = [&](const std::string& section, const std::string& line) {
-            if (!contains(s[section], line))
-                problems += "missing in " + section + ": " + line + "\n";
-        };
-        for (const auto& g : m().gpus) {
-            const bool want = std::count(selected.begin(), selected.end(), g.index);
-            const std::string path = "/dev/nvidia" + std::to_string(g.minor);
-            expect("dev", want ? path + " c 195:" + std::to_string(g.minor) : path + " ENOENT");
-            // Given nodes open (ENXIO: no driver behind them), the others are refused.
-            expect("open",
-                   "/hostdev/nvidia" + std::to_string(g.minor) + (want ? " ENXIO" : " EPERM"));
-        }
-        expect("dev", "/dev/nvidiactl c 195:255");
-        // nvidia-smi -L lists exactly the selected GPUs, by the manifest's UUIDs.
-        std::set<std::string> want_uuids, got_uuids;
-        for (unsigned i : selected) want_uuids.insert(m().gpus[i].uuid);
-        for (const auto& line : s["smi"])
-            if (auto p = line.find("(UUID: "); p != std::string::npos)
-                got_uuids.insert(line.substr(p + 7, line.find(')', p) - p - 7));
-        if (got_uuids != want_uuids)
-            problems += "nvidia-smi -L shows " + std::to_string(got_uuids.size()) +
-                        " GPUs, not exactly the selected ones\n";
-        expect("nvml", "nvml init=0 count=" + std::to_string(selected.size()) + "(0)");
-        std::set<std::string> want_bus, got_bus(s["proc"].begin(), s["proc"].end());
-        for (unsigned i : selected) want_bus.insert(m().gpus[i].pci_bus_id);
-        if (got_bus != want_bus) problems += "/proc/driver/nvidia/gpus is not the selection\n";
-        return problems;
+        return expect_gpus(m(), out, selected, kChecks);
+    }
+    // Each check fails for a container that did not get the GPUs.
+    static void expect_every_check_fails(const std::string& out) {
+        const auto problems = gpu_problems(m(), out, {0, 2}, kChecks);
+        for (const char* check : {"devices", "cgroup", "loader", "nvidia-smi", "proc"})
+            EXPECT_TRUE(problems.count(check)) << check << " passed without gpubind:\n" << out;
     }
 
-    static inline TempDir* node_dir_ = nullptr;
-    static inline sim::Manifest* manifest_ = nullptr;
+    static inline std::unique_ptr<SimNode> node_;
     TempDir dir_{"gpubind-e2e-eng"};
     int count_ = 0;
 };
@@ -301,10 +253,7 @@ TEST_F(EnginesTest, ContainerdRunsAGpuContainerThroughGpubindRuntime) {
     r = containerd.run(env_or("GPUBIND_RUNC", "runc"), plain.rootfs(), "gpu", options,
                        inspect_script());
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string problems = check_given(r.out, {0, 2});
-    for (const char* what : {"missing in dev", "missing in open", "nvidia-smi -L shows 0",
-                             "missing in nvml", "/proc/driver/nvidia/gpus"})
-        EXPECT_THAT(problems, HasSubstr(what));
+    expect_every_check_fails(r.out);
 }
 
 // A container that asks for no GPU: runc gets through gpubind-runtime the
@@ -417,10 +366,7 @@ TEST_F(EnginesTest, PodmanHooksDirGivesAContainerItsGpus) {
     Bundle plain = bundle();
     r = podman_run(dir_ / "podman", dir_ / "no-hooks", plain.rootfs(), options, inspect_script());
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string problems = check_given(r.out, {0, 2});
-    for (const char* what : {"missing in dev", "missing in open", "nvidia-smi -L shows 0",
-                             "missing in nvml", "/proc/driver/nvidia/gpus"})
-        EXPECT_THAT(problems, HasSubstr(what));
+    expect_every_check_fails(r.out);
 }
 
 }  // namespace

@@ -5,12 +5,15 @@
  *   probe open PATH...      open(O_RDWR) of each: "PATH ok" or "PATH <ERRNO NAME>"
  *   probe stat PATH...      "PATH c MAJOR:MINOR", "PATH f", "PATH d", "PATH l" or "PATH ENOENT"
  *   probe env NAME...       "NAME=VALUE" or "NAME unset"
+ *   probe loaded SONAME...  "SONAME => PATH": the file the kernel mapped for it
+ *                           (from /proc/self/maps), or "SONAME dlopen-failed ..."
  *
  * Libraries are loaded by soname, so the container's loader cache decides. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,6 +30,32 @@ static int load(const char* soname, void** lib) {
         return 1;
     }
     return 0;
+}
+
+/* The path of the mapping holding the loaded object's dynamic section. */
+static void probe_loaded(const char* soname) {
+    void* lib;
+    struct link_map* map = NULL;
+    if (load(soname, &lib)) return;
+    if (dlinfo(lib, RTLD_DI_LINKMAP, &map) != 0 || !map) {
+        printf("%s dlinfo-failed\n", soname);
+        return;
+    }
+    unsigned long want = (unsigned long)map->l_ld;
+    FILE* maps = fopen("/proc/self/maps", "r");
+    char line[4096];
+    while (maps && fgets(line, sizeof line, maps)) {
+        unsigned long lo, hi;
+        char* path = strchr(line, '/');
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && want >= lo && want < hi && path) {
+            path[strcspn(path, "\n")] = 0;
+            printf("%s => %s\n", soname, path);
+            fclose(maps);
+            return;
+        }
+    }
+    if (maps) fclose(maps);
+    printf("%s not-mapped\n", soname);
 }
 
 static int probe_cuda(void) {
@@ -93,6 +122,7 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) {
         if (!strcmp(cmd, "open")) probe_open(argv[i]);
         else if (!strcmp(cmd, "stat")) probe_stat(argv[i]);
+        else if (!strcmp(cmd, "loaded")) probe_loaded(argv[i]);
         else if (!strcmp(cmd, "env")) {
             const char* v = getenv(argv[i]);
             if (v) printf("%s=%s\n", argv[i], v);

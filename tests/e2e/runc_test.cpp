@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -421,8 +422,9 @@ protected:
 
     static constexpr const char* kDir = "/dev/nvidia-caps-imex-channels";
     static const sim::ManifestNode& channel(unsigned n) {
+        const std::string path = fmt::format("{}/channel{}", kDir, n);
         for (const auto& node : manifest_->nodes)
-            if (node.path == std::string(kDir) + "/channel" + std::to_string(n)) return node;
+            if (node.path == path) return node;
         throw std::runtime_error("the manifest has no IMEX channel " + std::to_string(n));
     }
 

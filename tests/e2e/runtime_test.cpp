@@ -120,25 +120,16 @@ void reapply_v1(const fs::path& dir, const std::vector<std::pair<bool, std::stri
 class RuntimeTest : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
-        node_dir_ = new TempDir("gpubind-e2e-node");
         sim::Spec spec;
         spec.gpus = 4;
-        manifest_ = new sim::Manifest(sim::simulate(node_dir_->path(), spec));
-        config_ = node_dir_->path().parent_path() /
-                  (node_dir_->path().filename().string() + "-config.toml");
-        const std::string root = node_dir_->path().string();
-        std::ofstream(config_) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
-                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
-                               << root << "/gpubind.log\"\nlevel = \"debug\"\n"
-                               << "[runtime]\nruntimes = [\"" << runc() << "\"]\n";
+        node_ = std::make_unique<SimNode>(spec);
+        node_->write_config("[runtime]\nruntimes = [\"" + runc() + "\"]\n");
         // gpubind-runtime finds its config as engines let it: in its environment.
-        ::setenv("GPUBIND_CONFIG", config_.c_str(), 1);
+        ::setenv("GPUBIND_CONFIG", node_->config().c_str(), 1);
     }
     static void TearDownTestSuite() {
         ::unsetenv("GPUBIND_CONFIG");
-        fs::remove(config_);
-        delete manifest_;
-        delete node_dir_;
+        node_.reset();
     }
 
     Bundle bundle() { return Bundle(dir_.path() / ("b" + std::to_string(count_++))); }
@@ -146,90 +137,18 @@ class RuntimeTest : public ::testing::Test {
         return "gpubind-rt-" + std::to_string(::getpid()) + "-" + std::to_string(count_++);
     }
 
-    static const sim::Manifest& m() { return *manifest_; }
-    static fs::path node() { return node_dir_->path(); }
+    static const sim::Manifest& m() { return node_->manifest(); }
+    static const fs::path& config() { return node_->config(); }
 
-    static std::vector<std::string> gpu_paths() {
-        std::vector<std::string> out;
-        for (const auto& g : m().gpus) out.push_back("/dev/nvidia" + std::to_string(g.minor));
-        return out;
-    }
     // Every GPU node of the host at /hostdev: the device cgroup must refuse
     // the ones the container was not given.
     static void bind_all_gpus(Bundle& b) {
-        for (const auto& g : m().gpus)
-            b.bind(node() / ("dev/nvidia" + std::to_string(g.minor)),
-                   "/hostdev/nvidia" + std::to_string(g.minor));
+        for (const auto& [host, dest] : node_->host_gpus()) b.bind(host, dest);
     }
-    static std::string open_script() {
-        std::string s = "probe open";
-        for (const auto& g : m().gpus) s += " /hostdev/nvidia" + std::to_string(g.minor);
-        return s;
-    }
-    static std::vector<const sim::ManifestFile*> compute_libraries() {
-        std::vector<const sim::ManifestFile*> out;
-        for (const auto& f : m().files)
-            if (f.kind == "library" && !f.compat32 &&
-                (f.capability == "utility" || f.capability == "compute"))
-                out.push_back(&f);
-        return out;
-    }
+    // Each library is mounted once: by the runtime from the spec, not again by a hook.
+    static inline const GpuChecks kChecks{.mounted_once = true};
 
-    static std::string inspect_script() {
-        std::string s = "echo '== dev'; probe stat";
-        for (const auto& n : m().nodes) s += " " + n.path;
-        s += "; echo '== libs'; probe stat";
-        for (const auto* f : compute_libraries())
-            s += std::string(" ") + kLibDir + "/" + fs::path(f->real_path).filename().string() +
-                 " " + kLibDir + "/" + f->name;
-        s += "; echo '== mounts'; cat /proc/self/mountinfo";
-        s += "; echo '== cuda'; probe cuda; probe nvml";
-        s += "; echo '== open'; " + open_script();
-        s += "; echo '== proc'; ls /proc/driver/nvidia/gpus";
-        return s + "; true";
-    }
-
-    // What a container given exactly `selected` (indices) must show; empty when all is well.
-    static std::string check_given(const std::string& out, const std::vector<unsigned>& selected) {
-        std::string problems;
-        auto s = sections(out);
-        auto expect = [&](const std::string& section, const std::string& line) {
-            if (!contains(s[section], line))
-                problems += "missing in " + section + ": " + line + "\n";
-        };
-        for (const auto& g : m().gpus) {
-            const bool want = std::count(selected.begin(), selected.end(), g.index);
-            const std::string path = "/dev/nvidia" + std::to_string(g.minor);
-            expect("dev", want ? path + " c 195:" + std::to_string(g.minor) : path + " ENOENT");
-            // The device cgroup: given nodes open (ENXIO: no driver behind them), others refused.
-            expect("open",
-                   "/hostdev/nvidia" + std::to_string(g.minor) + (want ? " ENXIO" : " EPERM"));
-        }
-        expect("dev", "/dev/nvidiactl c 195:255");
-        for (const auto* f : compute_libraries()) {
-            const std::string file =
-                std::string(kLibDir) + "/" + fs::path(f->real_path).filename().string();
-            expect("libs", file + " f");
-            // Mounted once, read-only.
-            int mounts = 0;
-            for (const auto& line : s["mounts"])
-                if (line.find(" " + file + " ") != std::string::npos) {
-                    ++mounts;
-                    if (line.find(" ro,") == std::string::npos) problems += file + " is not ro\n";
-                }
-            if (mounts != 1) problems += file + " mounted " + std::to_string(mounts) + " times\n";
-        }
-        expect("cuda", "nvml init=0 count=" + std::to_string(selected.size()) + "(0)");
-        std::set<std::string> want_bus, got_bus(s["proc"].begin(), s["proc"].end());
-        for (unsigned i : selected) want_bus.insert(m().gpus[i].pci_bus_id);
-        if (got_bus != want_bus) problems += "/proc/driver/nvidia/gpus is not the selection\n";
-        return problems;
-    }
-
-    static constexpr const char* kLibDir = "/usr/lib/x86_64-linux-gnu";
-    static inline TempDir* node_dir_ = nullptr;
-    static inline sim::Manifest* manifest_ = nullptr;
-    static inline fs::path config_;
+    static inline std::unique_ptr<SimNode> node_;
     TempDir dir_{"gpubind-e2e-rt"};
     int count_ = 0;
 };
@@ -237,10 +156,10 @@ class RuntimeTest : public ::testing::Test {
 TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
     Bundle b = bundle();
     bind_all_gpus(b);
-    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script());
+    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(gpu_script(m(), kChecks));
     auto r = b.run_with(runtime());
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(check_given(r.out, {0, 2}), "") << r.out;
+    EXPECT_EQ(expect_gpus(m(), r.out, {0, 2}, kChecks), "") << r.out;
 
     // The nodes and the grants are in the spec runc ran, with the host's numbers.
     const json spec = json::parse(read_text(b.dir() / "config.json"));
@@ -270,13 +189,12 @@ TEST_F(RuntimeTest, ChecksFailThroughPlainRunc) {
     // The same container through runc alone: the checks above must fail.
     Bundle b = bundle();
     bind_all_gpus(b);
-    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script());
+    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(gpu_script(m(), kChecks));
     auto r = b.run();
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string problems = check_given(r.out, {0, 2});
-    for (const char* what : {"missing in dev", "missing in open", "missing in libs",
-                             "missing in cuda", "/proc/driver/nvidia/gpus"})
-        EXPECT_THAT(problems, HasSubstr(what));
+    const auto problems = gpu_problems(m(), r.out, {0, 2}, kChecks);
+    for (const char* check : {"devices", "cgroup", "libraries", "loader", "nvidia-smi", "proc"})
+        EXPECT_TRUE(problems.count(check)) << check << " passed through plain runc:\n" << r.out;
 }
 
 // cgroup v1: the container's devices.list is what runc makes of the edited
@@ -324,7 +242,7 @@ TEST_F(RuntimeTest, CgroupV1AccessComesFromTheSpecAlone) {
     Bundle hooked = bundle();
     bind_all_gpus(hooked);
     hooked.env("NVIDIA_VISIBLE_DEVICES=1").command("exec /bin/busybox sleep 600");
-    hooked.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_);
+    hooked.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config());
     hooked.write_spec();
     Detached old(runc(), hooked, id());
     ASSERT_TRUE(old.created()) << old.error();
@@ -424,11 +342,11 @@ TEST_F(RuntimeTest, OtherCommandsAreTheRealRuntimes) {
 TEST_F(RuntimeTest, HookRegisteredAsWellInjectsNothingTwice) {
     Bundle b = bundle();
     bind_all_gpus(b);
-    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_, "prestart");
-    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(inspect_script());
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config(), "prestart");
+    b.env("NVIDIA_VISIBLE_DEVICES=0,2").command(gpu_script(m(), kChecks));
     auto r = b.run_with(runtime());
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(check_given(r.out, {0, 2}), "") << r.out;  // each library mounted once
+    EXPECT_EQ(expect_gpus(m(), r.out, {0, 2}, kChecks), "") << r.out;  // each library mounted once
     int proc_views = 0;
     for (const auto& line : sections(r.out)["mounts"])
         proc_views += line.find(" /proc/driver") != std::string::npos;

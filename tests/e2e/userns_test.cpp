@@ -56,28 +56,17 @@ void chown_tree(const fs::path& root, unsigned id) {
 class UsernsTest : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
-        node_dir_ = new TempDir("gpubind-e2e-userns-node");
-        // The container's root (host 100000) reaches the GPU nodes runc binds
-        // at /hostdev through it.
-        fs::permissions(node_dir_->path(), fs::perms(0755));
         sim::Spec spec;
         spec.gpus = 3;
-        manifest_ = new sim::Manifest(sim::simulate(node_dir_->path(), spec));
-        config_ = node_dir_->path().parent_path() /
-                  (node_dir_->path().filename().string() + "-config.toml");
-        const std::string root = node_dir_->path().string();
-        std::ofstream(config_) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
-                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
-                               << root << "/hook.log\"\nlevel = \"debug\"\n";
+        node_ = std::make_unique<SimNode>(spec, "gpubind-e2e-userns-node");
+        // The container's root (host 100000) reaches the GPU nodes runc binds
+        // at /hostdev through it.
+        fs::permissions(node_->root(), fs::perms(0755));
     }
-    static void TearDownTestSuite() {
-        fs::remove(config_);
-        delete manifest_;
-        delete node_dir_;
-    }
+    static void TearDownTestSuite() { node_.reset(); }
     void SetUp() override { fs::permissions(dir_.path(), fs::perms(0711)); }
 
-    static const sim::Manifest& m() { return *manifest_; }
+    static const sim::Manifest& m() { return node_->manifest(); }
 
     // A bundle whose container has a user namespace: 0..65535 -> 100000..
     Bundle bundle(bool with_hook = true) {
@@ -88,9 +77,9 @@ class UsernsTest : public ::testing::Test {
         linux_["uidMappings"] = map;
         linux_["gidMappings"] = map;
         chown_tree(b.rootfs(), kHostRoot);
-        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_);
+        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), node_->config());
         for (const auto& g : m().gpus)
-            b.bind(node_dir_->path() / ("dev/nvidia" + std::to_string(g.minor)),
+            b.bind(node_->root() / ("dev/nvidia" + std::to_string(g.minor)),
                    "/hostdev/nvidia" + std::to_string(g.minor));
         return b;
     }
@@ -149,9 +138,7 @@ class UsernsTest : public ::testing::Test {
         return out;
     }
 
-    static inline TempDir* node_dir_ = nullptr;
-    static inline sim::Manifest* manifest_ = nullptr;
-    static inline fs::path config_;
+    static inline std::unique_ptr<SimNode> node_;
     TempDir dir_{"gpubind-e2e-userns"};
     int count_ = 0;
 };
@@ -243,14 +230,14 @@ class RootlessTest : public UsernsTest {
         std::ofstream(log_).flush();
         EXPECT_EQ(::chown(log_.c_str(), kUser, kUser), 0);
         const fs::path config = b.dir() / "config.toml";
-        const std::string root = node_dir_->path().string();
+        const std::string root = node_->root().string();
         std::ofstream(config) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
                               << log_.string() << "\"\nlevel = \"debug\"\n[policy]\n"
                               << policy;
         if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
         for (const auto& g : m().gpus)
-            b.bind(node_dir_->path() / ("dev/nvidia" + std::to_string(g.minor)),
+            b.bind(node_->root() / ("dev/nvidia" + std::to_string(g.minor)),
                    "/hostdev/nvidia" + std::to_string(g.minor));
         return b;
     }

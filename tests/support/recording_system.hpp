@@ -27,6 +27,22 @@
 
 namespace gpubind::test {
 
+// A pid that is neither init nor this process (execute() refuses both).
+inline pid_t fake_pid() {
+    return ::getpid() == 4242 ? 4243 : 4242;
+}
+
+// The container the recording tests act on: rootfs /rootfs. The cache is
+// refreshed by the ldconfig method (the tests follow its run); the writer's
+// own tests (exec_test.cpp, LoaderCache) ask for LdcacheMethod::Gpubind.
+inline Target recording_target() {
+    Target t;
+    t.pid = fake_pid();
+    t.rootfs = "/rootfs";
+    t.ldcache = LdcacheMethod::Ldconfig;
+    return t;
+}
+
 class RecordingSystem : public System {
 public:
     using Type = FileInfo::Type;
@@ -221,6 +237,27 @@ public:
         call("read_link_at " + p, true);
         return links.at(strip(p));
     }
+    std::vector<std::string> list_dir(int dir) override {
+        std::string l = label(dir);
+        call("list_dir " + l, true);
+        const std::string key = strip(l) == "/" ? "/" : strip(l) + "/";
+        std::vector<std::string> out;
+        for (const auto& [k, v] : model(l))
+            if (k.size() > key.size() && k.starts_with(key) &&
+                k.find('/', key.size()) == std::string::npos)
+                out.push_back(k.substr(key.size()));
+        return out;
+    }
+    std::string read_file_at(int dir, const std::string& name, std::size_t max_size) override {
+        std::string p = child(dir, name);
+        call("read_file_at " + p, true);
+        FileInfo info = lookup(p);
+        if (info.type == Type::Missing) throw Error(ENOENT, "open", p);
+        if (info.type != Type::Regular) throw Error(ELOOP, "open", p, "not a regular file");
+        std::string data = contents.count(p) ? contents.at(p) : std::string();
+        if (data.size() > max_size) throw Error(EFBIG, "read", p);
+        return data;
+    }
     Fd make_dir(int dir, const std::string& name, unsigned) override {
         std::string p = child(dir, name);
         call("make_dir " + p, true);
@@ -236,7 +273,7 @@ public:
                        unsigned) override {
         std::string p = child(dir, name);
         call("write_file_at " + p, true);
-        create(p, {Type::Regular, 0, 0});
+        create(p, {Type::Regular, 0, 0, data.size()});
         contents[p] = data;
     }
     RegularFile read_regular_at(int dir, const std::string& name, std::size_t max_size) override {
@@ -311,6 +348,7 @@ public:
         if (mounted.count(p)) throw Error(EBUSY, "remove", p);
         m.erase(it);
         links.erase(key);
+        contents.erase(p);
     }
     void set_fs_ids(unsigned uid, unsigned gid) override {
         std::string ids = std::to_string(uid) + ":" + std::to_string(gid);
@@ -332,6 +370,12 @@ public:
         std::string p = child(dir, name);
         call("detach " + p, true);
         if (!mounted.erase(p)) throw Error(EINVAL, "unmount", p);
+    }
+    Fd clone_tree(int fd) override {
+        std::string l = label(fd);
+        call("clone_tree " + l, std::nullopt);
+        if (!l.starts_with("tree:")) throw Error(EINVAL, "clone mount", l);
+        return make(l);
     }
     Fd make_tmpfs() override {
         call("make_tmpfs", true);

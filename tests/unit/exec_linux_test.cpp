@@ -417,13 +417,19 @@ TEST_F(ExecLinux, LibraryDirectorySymlinkedToSlashStaysInTheRoot) {
     expect_contained(c, before);
 }
 
-TEST_F(ExecLinux, MountTargetThatIsADanglingLinkToAHostPathIsRefused) {
-    fs::create_symlink(tripwire_ / "fake-smi", rootfs_ / "usr/bin/fake-smi");
-    expect_refused(make_plan(), "/usr/bin/fake-smi: exists and is a symbolic link");
-    fs::remove(rootfs_ / "usr/bin/fake-smi");
-    // Or to an existing host file.
-    fs::create_symlink(tripwire_ / "file", rootfs_ / "usr/bin/fake-smi");
-    expect_refused(make_plan(), "/usr/bin/fake-smi: exists and is a symbolic link");
+// A link at a driver file's name is replaced by the mount point, never followed.
+TEST_F(ExecLinux, MountTargetThatIsALinkToAHostPathIsReplacedNotFollowed) {
+    for (const char* target : {"fake-smi", "file"}) {  // dangling, or an existing host file
+        fs::create_symlink(tripwire_ / target, rootfs_ / "usr/bin/fake-smi");
+        {
+            FakeContainer c;
+            const std::string before = c.mountinfo();
+            execute(make_plan(), target_for(c));
+            EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(rootfs_ / "usr/bin/fake-smi")));
+            expect_contained(c, before);
+        }
+        fs::remove(rootfs_ / "usr/bin/fake-smi");
+    }
 }
 
 TEST_F(ExecLinux, DevSymlinkedToTheHostIsRefused) {

@@ -29,18 +29,12 @@ constexpr unsigned kLibFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
 const std::string kAllow = "cgroup:/sys/fs/cgroup/devices/ctr/devices.allow";
 const std::string kDeny = "cgroup:/sys/fs/cgroup/devices/ctr/devices.deny";
 
-pid_t fake_pid() {
-    return ::getpid() == 4242 ? 4243 : 4242;
-}
+using test::fake_pid;
 
 // The tests before "--- the loader cache written by gpubind ---" follow the
 // cache refresh through the ldconfig method; the writer has its own below.
 Target target() {
-    Target t;
-    t.pid = fake_pid();
-    t.rootfs = "/rootfs";
-    t.ldcache = LdcacheMethod::Ldconfig;
-    return t;
+    return test::recording_target();
 }
 
 Plan sample_plan() {
@@ -503,10 +497,9 @@ TEST(Execute, MountTargetsOfTheWrongTypeAreErrorsNamingThemNeverFollowed) {
     expect_refused(
         [](RecordingSystem& s, Plan&) {
             s.root["/usr/lib/x86_64-linux-gnu"] = {Type::Directory};
-            s.root["/usr/lib/x86_64-linux-gnu/libcuda.so.1"] = {Type::Symlink};
-            s.links["/usr/lib/x86_64-linux-gnu/libcuda.so.1"] = "/etc/shadow";
+            s.root["/usr/lib/x86_64-linux-gnu/libcuda.so.1"] = {Type::Directory};
         },
-        "/usr/lib/x86_64-linux-gnu/libcuda.so.1: exists and is a symbolic link");
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1: exists and is a directory");
     expect_refused([](RecordingSystem& s, Plan&) { s.root["/usr/bin/nvidia-smi"] = {Type::Fifo}; },
                    "/usr/bin/nvidia-smi: exists and is a FIFO");
     expect_refused(
@@ -529,13 +522,15 @@ TEST(Execute, MountTargetsOfTheWrongTypeAreErrorsNamingThemNeverFollowed) {
             s.links["/dev"] = "/host-dev";
         },
         "/dev: is a symbolic link that leads nowhere inside the container");
+    // A directory where the driver's link goes.
     expect_refused(
         [](RecordingSystem& s, Plan&) {
             s.root["/usr/lib/x86_64-linux-gnu"] = {Type::Directory};
-            s.root["/usr/lib/x86_64-linux-gnu/libcuda.so"] = {Type::Symlink};
-            s.links["/usr/lib/x86_64-linux-gnu/libcuda.so"] = "libcuda.so.stub";
+            s.root["/usr/lib/x86_64-linux-gnu/libcuda.so"] = {Type::Directory};
         },
-        "points to libcuda.so.stub, not libcuda.so.1");
+        "symlink /usr/lib/x86_64-linux-gnu/libcuda.so: create symlink "
+        "/usr/lib/x86_64-linux-gnu/libcuda.so: is a directory where the driver's link goes; "
+        "refusing to replace it");
 }
 
 TEST(Execute, ExistingMountPointsOfTheRightTypeAreUsedAndKept) {
@@ -740,18 +735,34 @@ TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
     setup_world(kept, plan);
     kept.root["/etc"] = {Type::Directory, 0, 0};
     kept.root["/etc/ld.so.conf.d"] = {Type::Directory, 0, 0};
-    kept.root["/etc/ld.so.conf.d/000-cuda-compat.conf"] = {Type::Regular, 0, 0};
+    kept.root["/etc/ld.so.conf.d/000-cuda-compat.conf"] = {Type::Regular, 0, 0, 23};
+    kept.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/usr/local/cuda/compat\n";
     execute(plan, target(), kept);
     for (const auto& line : kept.calls) EXPECT_FALSE(starts(line, "write_file_at root:")) << line;
 
-    for (Type odd : {Type::Symlink, Type::Directory, Type::Fifo}) {
+    // Another content (an earlier decision), or a link there: rewritten, the link not followed.
+    for (Type earlier : {Type::Regular, Type::Symlink}) {
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        sys.root["/etc"] = {Type::Directory, 0, 0};
+        sys.root["/etc/ld.so.conf.d"] = {Type::Directory, 0, 0};
+        sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"] = {earlier, 0, 0, 5};
+        sys.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/old\n";
+        if (earlier == Type::Symlink) sys.links["/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/etc/passwd";
+        execute(plan, target(), sys);
+        EXPECT_EQ(sys.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"],
+                  "/usr/local/cuda/compat\n");
+        EXPECT_EQ(sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"].type, Type::Regular);
+        for (const auto& line : sys.calls)
+            EXPECT_NE(line, "read_file_at root:/etc/passwd") << line;
+    }
+
+    for (Type odd : {Type::Directory, Type::Fifo}) {
         RecordingSystem sys;
         setup_world(sys, plan);
         sys.root["/etc"] = {Type::Directory, 0, 0};
         sys.root["/etc/ld.so.conf.d"] = {Type::Directory, 0, 0};
         sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"] = {odd, 0, 0};
-        if (odd == Type::Symlink)
-            sys.links["/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/etc/passwd";
         const auto root_before = sys.root;
         try {
             execute(plan, target(), sys);
@@ -1177,6 +1188,8 @@ TEST(LoaderCache, WrittenInsteadOfRunningLdconfig) {
     RecordingSystem sys;
     setup_world(sys, plan);
     give_cache(sys, image_cache(), {0, 0}, 0640);
+    sys.root["/usr/lib/x86_64-linux-gnu"] = {Type::Directory, 0, 0};
+    sys.root["/usr/lib/x86_64-linux-gnu/libz.so.1"] = {Type::Regular, 0, 0};
     execute(plan, writer_target(), sys);
     const auto& c = sys.calls;
     for (const auto& line : c) {

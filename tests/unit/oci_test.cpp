@@ -145,7 +145,7 @@ TEST(OciSpec, ReadsTheFieldsTheHookUses) {
     EXPECT_EQ(spec.uid_mappings[0].size, 65536u);
     EXPECT_EQ(spec.gid_mappings[0].host_id, 200000u);
     EXPECT_EQ(spec.cgroups_path, "/kubepods/pod1/c1");
-    EXPECT_EQ(spec.doc["ociVersion"], "1.0.2");  // the document is kept whole
+    EXPECT_EQ((*spec.doc)["ociVersion"], "1.0.2");  // the document is kept whole
 }
 
 TEST(OciSpec, NoProcessOrCapabilitiesIsUnprivilegedWithNoEnv) {

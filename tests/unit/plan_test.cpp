@@ -490,6 +490,45 @@ TEST_F(PlanTest, CudaCompatOnlyWhenTheImagesLibcudaIsNewer) {
     EXPECT_THAT(describe(p), HasSubstr("file    /etc/ld.so.conf.d/000-cuda-compat.conf: "));
 }
 
+// What gpubind owns beyond this plan's names: every library and binary of the
+// node, whatever was asked, so that a restart with less finds what an earlier
+// start left; and the compat entry of a decision no longer taken.
+TEST_F(PlanTest, OwnedNamesCoverEveryDriverFileOfTheNode) {
+    auto p = plan(request(DeviceIdsKind::List, kCapUtility), gpus({0}), multiarch);
+    ASSERT_EQ(p.owned.size(), 3u);
+    EXPECT_EQ(p.owned[0].dir, "/usr/lib/x86_64-linux-gnu");
+    EXPECT_THAT(p.owned[0].stems,
+                UnorderedElementsAre("libcuda.so.", "libnvidia-ml.so.", "libnvcuvid.so.",
+                                     "libGLX_nvidia.so.", "libnvidia-fbc.so.", "libnvidia-ngx.so."));
+    EXPECT_THAT(p.owned[0].links,
+                UnorderedElementsAre("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1",
+                                     "libnvidia-ml.so", "libnvcuvid.so.1", "libGLX_nvidia.so.0",
+                                     "libnvidia-fbc.so.1", "libnvidia-ngx.so.1"));
+    EXPECT_THAT(p.owned[0].files, IsEmpty());
+    EXPECT_EQ(p.owned[1].dir, "/usr/lib/i386-linux-gnu");
+    EXPECT_THAT(p.owned[1].stems, UnorderedElementsAre("libcuda.so.", "libGLX_nvidia.so."));
+    EXPECT_EQ(p.owned[2].dir, "/usr/bin");
+    EXPECT_THAT(p.owned[2].files, UnorderedElementsAre("nvidia-smi", "nvidia-cuda-mps-control"));
+    // Not a GPU container: nothing is owned.
+    EXPECT_THAT(plan(Request{}, {}, multiarch).owned, IsEmpty());
+}
+
+TEST_F(PlanTest, CompatEntryOfAnEarlierDecisionIsStaleWhenNotWrittenNow) {
+    Image image = multiarch;
+    image.cuda_compat_version = "999.1";
+    auto with = plan(request(DeviceIdsKind::List), gpus({0}), image);
+    ASSERT_EQ(with.files.size(), 1u);
+    EXPECT_THAT(with.stale_files, IsEmpty());
+    for (const char* version : {"", "535.1"}) {
+        image.cuda_compat_version = version;
+        auto without = plan(request(DeviceIdsKind::List), gpus({0}), image);
+        EXPECT_THAT(without.files, IsEmpty());
+        ASSERT_EQ(without.stale_files.size(), 1u);
+        EXPECT_EQ(without.stale_files[0].path, with.files[0].path);
+        EXPECT_EQ(without.stale_files[0].content, with.files[0].content);
+    }
+}
+
 TEST(Versions, CompareNumericallyComponentByComponent) {
     EXPECT_TRUE(is_version("550.54.15"));
     EXPECT_TRUE(is_version("12"));

@@ -59,6 +59,7 @@ struct FileInfo {
     Type type = Type::Missing;
     unsigned major = 0;  // of st_rdev, for devices
     unsigned minor = 0;
+    std::uint64_t size = 0;  // st_size
     bool operator==(const FileInfo&) const = default;
 };
 std::string_view to_string(FileInfo::Type type);
@@ -154,6 +155,12 @@ public:
     // fstatat(AT_SYMLINK_NOFOLLOW); Type::Missing when there is nothing.
     virtual FileInfo stat_at(int dir_fd, const std::string& name) = 0;
     virtual std::string read_link_at(int dir_fd, const std::string& name) = 0;
+    // The names in a directory (not "." or ".."), in no particular order.
+    virtual std::vector<std::string> list_dir(int dir_fd) = 0;
+    // A regular file's contents, at most `max_size` bytes (O_NOFOLLOW|O_NONBLOCK;
+    // anything but a regular file, or a larger one, is an Error).
+    virtual std::string read_file_at(int dir_fd, const std::string& name,
+                                     std::size_t max_size) = 0;
     // mkdirat, then the new directory opened O_PATH|O_NOFOLLOW.
     virtual Fd make_dir(int dir_fd, const std::string& name, unsigned mode) = 0;
     // An empty file: openat(O_CREAT|O_EXCL|O_NOFOLLOW).
@@ -189,6 +196,9 @@ public:
     virtual void attach(int mount_fd, int target_fd) = 0;
     // umount2(MNT_DETACH | UMOUNT_NOFOLLOW) of the mount on dir_fd/name.
     virtual void detach(int dir_fd, const std::string& name) = 0;
+    // open_tree(OPEN_TREE_CLONE | AT_EMPTY_PATH): another detached copy of a
+    // mount (one open_tree gave), to bind the same host file at a second place.
+    virtual Fd clone_tree(int tree_fd) = 0;
     // fsopen("tmpfs") / fsconfig / fsmount: a detached, empty tmpfs (nosuid, nodev, noexec).
     virtual Fd make_tmpfs() = 0;
 
@@ -238,6 +248,8 @@ public:
     Fd open_dir_in_root(int root_fd, const std::filesystem::path& path) override;
     FileInfo stat_at(int dir_fd, const std::string& name) override;
     std::string read_link_at(int dir_fd, const std::string& name) override;
+    std::vector<std::string> list_dir(int dir_fd) override;
+    std::string read_file_at(int dir_fd, const std::string& name, std::size_t max_size) override;
     Fd make_dir(int dir_fd, const std::string& name, unsigned mode) override;
     void make_file(int dir_fd, const std::string& name, unsigned mode) override;
     void write_file_at(int dir_fd, const std::string& name, const std::string& data,
@@ -254,6 +266,7 @@ public:
     void set_mount_flags(int mount_fd, unsigned flags) override;
     void attach(int mount_fd, int target_fd) override;
     void detach(int dir_fd, const std::string& name) override;
+    Fd clone_tree(int tree_fd) override;
     Fd make_tmpfs() override;
     void run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
              std::chrono::milliseconds timeout) override;

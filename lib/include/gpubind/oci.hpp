@@ -6,12 +6,13 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace gpubind::oci {
 
@@ -47,7 +48,7 @@ struct IdMapping {
 };
 
 struct Spec {
-    nlohmann::json doc;                    // the whole document, untouched
+    std::shared_ptr<const nlohmann::json> doc;  // the whole document, untouched
     std::filesystem::path bundle;
     std::filesystem::path rootfs;          // absolute: a relative root.path is relative to the bundle
     bool rootfs_readonly = false;

@@ -73,11 +73,27 @@ struct ProcView {
     std::vector<std::filesystem::path> capability_files;  // MIG access files (host paths under the proc root)
 };
 
+// The driver's names gpubind owns in one container directory, whether or
+// not this plan injects them (the rule is in docs/ARCHITECTURE.md): what an
+// earlier start for another driver version, other capabilities or another
+// image left at them is brought up to date by the executor (stale_entries()).
+struct OwnedDir {
+    std::filesystem::path dir;       // container directory (libraries, binaries)
+    std::vector<std::string> stems;  // each node library's file name less the driver version: "libcuda.so."
+    std::vector<std::string> links;  // their sonames and development links: "libcuda.so.1", "libcuda.so"
+    std::vector<std::string> files;  // binaries' names: "nvidia-smi"
+};
+
 struct Plan {
     std::vector<PlannedDevice> devices;
     std::vector<PlannedMount> mounts;
     std::vector<PlannedSymlink> symlinks;
     std::vector<PlannedFile> files;
+    // Files an earlier start may have written that this plan does not (the
+    // CUDA compat loader entry of a decision since reversed): removed where
+    // they hold exactly `content`, left alone otherwise.
+    std::vector<PlannedFile> stale_files;
+    std::vector<OwnedDir> owned;
     std::optional<ProcView> proc;
     std::vector<std::filesystem::path> library_dirs;  // container dirs the loader cache must cover
     bool refresh_ldcache = false;
@@ -126,8 +142,13 @@ ProcFiles read_proc_files(const Node& node);
 //    directory first in library_dirs (the refresh lists the directories named
 //    on its command line first, and the loader takes the first entry), and its
 //    soname links (image.cuda_compat_sonames) first in ldcache_libraries.
+//    Otherwise, for any GPU container, that file with that content in
+//    stale_files.
 //  - ldcache_scan: refresh_ldcache, the image has no /etc/ld.so.cache and its
 //    /etc/ld.so.conf names something (image.ld_so_conf).
+//  - owned: for image.lib_dir (and image.lib32_dir when the image has one),
+//    the stems, sonames and development links of every library of the node,
+//    whatever its capabilities; for image.bin_dir, every binary's name.
 // Throws Error(ECANCELED, "plan", ...) when the request asks for MIG
 // config/monitor and the node has no such capability device; Error(EINVAL,
 // "select IMEX channel", ...) for an IMEX channel the node lacks.

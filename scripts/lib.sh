@@ -1,0 +1,42 @@
+# Shared by the scripts: stage timing and the ctest wrapper. Source it.
+
+# stage NAME: ends the running stage (printing "== name (1m02s)") and starts
+# NAME ("== NAME"); `stage ""` ends the last one. stage_summary prints them all.
+stage_name=""
+stage_start=$SECONDS
+stage_lines=()
+fmt_seconds() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+stage() {
+    local now=$SECONDS
+    if [ -n "$stage_name" ]; then
+        local took
+        took=$(fmt_seconds $((now - stage_start)))
+        echo "== $stage_name ($took)"
+        stage_lines+=("$(printf '   %-44s %s' "$stage_name" "$took")")
+    fi
+    stage_name=$1
+    stage_start=$now
+    if [ -n "$stage_name" ]; then echo "== $stage_name"; fi
+    return 0
+}
+stage_summary() {
+    stage ""
+    echo "== stages"
+    printf '%s\n' "${stage_lines[@]}"
+    printf '   %-44s %s\n' total "$(fmt_seconds "$SECONDS")"
+}
+
+# run_ctest DIR ARGS...: ctest with every test required to run (a skipped or
+# not-run test fails).
+run_ctest() {
+    local dir=$1 log rc=0
+    shift
+    log=$(mktemp)
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error -j"$(nproc)" "$@" 2>&1 | tee "$log" || rc=$?
+    if grep -q '\*\*\*Skipped\|Not Run' "$log"; then
+        echo "a test was skipped: every test must run here" >&2
+        rc=1
+    fi
+    rm -f "$log"
+    return $rc
+}
