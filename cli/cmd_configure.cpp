@@ -84,6 +84,7 @@ void register_configure(CLI::App& app, Action& action) {
             target.rootfs = rootfs;
             target.cgroups = config.policy.cgroups && !o->no_cgroups;
             target.on_refused = config.policy.on_refused;
+            target.ldcache = config.policy.ldcache;
             target.ldconfig = config.ldconfig;
             execute(d.plan, target);
             return 0;

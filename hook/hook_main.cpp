@@ -88,9 +88,6 @@ int run(const std::string& stage, bool inherited) {
 
     const harden::Deadline deadline(kHookBudget);
     const Config config = load_trusted_config();
-    if (config.policy.ldcache != LdcacheMethod::Ldconfig)
-        throw_invalid("load config", config.source.string(),
-                      "[policy] ldcache = \"gpubind\" is not available in this build");
     const oci::State state = oci::parse_state(
         harden::read_stream(STDIN_FILENO, oci::kMaxStateSize, "stdin", deadline), "stdin");
     set_up_logging(config, state.id);
@@ -115,6 +112,7 @@ int run(const std::string& stage, bool inherited) {
     target.rootfs = spec.rootfs;
     target.cgroups = config.policy.cgroups;
     target.on_refused = config.policy.on_refused;
+    target.ldcache = config.policy.ldcache;
     target.ldconfig = config.ldconfig;
     // A rootless runtime runs its hooks as the user: no privilege over the
     // host, all of them in the container's own user namespace.

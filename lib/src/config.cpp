@@ -163,9 +163,9 @@ private:
 
     LdcacheMethod ldcache_method(const toml::node& node, const std::string& key) const {
         std::string value = string(node, key);
-        if (value == "ldconfig") return LdcacheMethod::Ldconfig;
         if (value == "gpubind") return LdcacheMethod::Gpubind;
-        fail(key, "expected \"ldconfig\" or \"gpubind\", not \"" + value + "\"");
+        if (value == "ldconfig") return LdcacheMethod::Ldconfig;
+        fail(key, "expected \"gpubind\" or \"ldconfig\", not \"" + value + "\"");
     }
 
     std::string log_level(const toml::node& node, const std::string& key) const {

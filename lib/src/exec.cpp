@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "gpubind/error.hpp"
+#include "gpubind/ldcache.hpp"
 #include "gpubind/log.hpp"
 #include "gpubind/owned.hpp"
 
@@ -105,6 +106,7 @@ struct Undo {
         RestoreFile,   // a file gpubind removed comes back, holding `old`
         RenameBack,    // `other` renamed back to `name`
         ExchangeBack,  // `name` and `other` swapped back
+        RestoreCache,  // the loader cache gpubind replaced comes back as it was
     };
     Kind kind;
     SharedFd fd;       // the parent directory, the devices.deny file, or the cgroup v2 directory
@@ -116,9 +118,14 @@ struct Undo {
     SharedFd runtime_prog{};
     SharedFd our_prog{};
     unsigned attach_flags = 0;
+    // RestoreCache: the loader cache we replaced goes back as it was.
+    std::shared_ptr<const RegularFile> original{};
 };
 
 // The kernel or the sandbox refuses a device cgroup step (not a bug of ours).
+constexpr const char* kCache = "ld.so.cache";
+constexpr const char* kCacheTemp = "ld.so.cache~";
+
 bool refused_by_kernel(int err) {
     return err == EPERM || err == EACCES || err == EROFS || err == ENOSYS;
 }
@@ -157,7 +164,8 @@ public:
             for (const auto& owned : plan_.owned)
                 in_context("driver names in " + owned.dir.string(),
                            [&] { bring_up_to_date(owned); });
-            if (plan_.refresh_ldcache) in_context("ldconfig", [&] { run_ldconfig(); });
+            if (plan_.refresh_ldcache)
+                in_context(use_ldconfig() ? "ldconfig" : "loader cache", [&] { refresh_ldcache(); });
             leave();
         } catch (...) {
             std::exception_ptr first = std::current_exception();
@@ -234,7 +242,8 @@ private:
                 cap_trees_.push_back(std::move(tree));
             }
         }
-        if (plan_.refresh_ldcache) ldconfig_ = sys_.open_executable(target_.ldconfig);
+        if (plan_.refresh_ldcache && use_ldconfig())
+            ldconfig_ = sys_.open_executable(target_.ldconfig);
         cwd_ = sys_.open_cwd();
     }
 
@@ -836,6 +845,7 @@ private:
     // regular files, else the container is refused before anything is done
     // (an image's block device named ld.so.cache~, a FIFO for ld.so.conf).
     void check_cache_files() {
+        check_etc();
         static const std::pair<const char*, const char*> kFiles[] = {
             {"/etc", "ld.so.cache"},
             {"/etc", "ld.so.cache~"},
@@ -852,6 +862,103 @@ private:
                             (path(dir_path) / name).string(),
                             "is " + describe(info) + ", not a regular file; refusing");
         }
+    }
+
+    // --- the loader cache ---
+
+    bool use_ldconfig() const {
+        return target_.ldcache == LdcacheMethod::Ldconfig || plan_.ldcache_scan;
+    }
+
+    // /etc/ld.so.cache and what ldconfig writes it through are regular files
+    // or missing, /etc a directory (or missing: the writer creates it,
+    // ldconfig fails without it): anything else is refused here, before any
+    // open, whichever method writes the cache. Null: no /etc for ldconfig.
+    // /etc is a directory or missing.
+    Type check_etc() {
+        const FileInfo etc = sys_.stat_at(root_->get(), "etc");
+        if (etc.type != Type::Directory && etc.type != Type::Missing)
+            throw Error(ENOTDIR, "check", "/etc",
+                        "is " + describe(etc) + ", not a directory (refusing to write the cache there)");
+        return etc.type;
+    }
+
+    SharedFd cache_dir() {
+        if (check_etc() == Type::Missing && use_ldconfig()) return nullptr;
+        SharedFd dir = resolve_dir("/etc");
+        for (const char* name : {kCache, kCacheTemp}) {
+            const FileInfo info = sys_.stat_at(dir->get(), name);
+            if (info.type != Type::Regular && info.type != Type::Missing)
+                throw Error(EINVAL, "check", std::string("/etc/") + name,
+                            "is " + describe(info) +
+                                ", not a regular file (refusing to write the cache over it)");
+        }
+        return dir;
+    }
+
+    void refresh_ldcache() {
+        SharedFd etc = cache_dir();
+        if (use_ldconfig()) {
+            run_ldconfig();
+            return;
+        }
+        check_own_mount(*etc, "/etc/ld.so.cache");
+        // The image's cache, if any: read by descriptor, never following a link.
+        std::optional<RegularFile> original;
+        std::optional<ldcache::Cache> image;
+        if (sys_.stat_at(etc->get(), kCache).type == Type::Regular) {
+            original = sys_.read_regular_at(etc->get(), kCache, ldcache::kMaxCacheSize);
+            try {
+                image = ldcache::parse(original->data, "/etc/ld.so.cache");
+            } catch (const Error& e) {
+                logger().warn("{}; writing a cache of the injected libraries alone", e.what());
+            }
+        }
+        // ldconfig rescans the refreshed directories: an image entry there
+        // whose file is gone (an earlier start's driver file, removed above)
+        // goes too. Each name is checked with fstatat, never followed.
+        if (image) {
+            std::map<std::string, SharedFd> lib_dirs;
+            for (const auto& d : plan_.library_dirs) {
+                Fd fd = sys_.open_dir_in_root(root_->get(), d);
+                lib_dirs.emplace(d.string(), fd ? std::make_shared<Fd>(std::move(fd)) : nullptr);
+            }
+            std::erase_if(image->entries, [&](const ldcache::Entry& e) {
+                const path p(e.path);
+                auto it = lib_dirs.find(p.parent_path().string());
+                if (it == lib_dirs.end()) return false;
+                return !it->second ||
+                       sys_.stat_at(it->second->get(), p.filename().string()).type == Type::Missing;
+            });
+        }
+        std::vector<std::string> dirs;
+        for (const auto& d : plan_.library_dirs) dirs.push_back(d.string());
+        const std::string bytes = ldcache::serialize(
+            ldcache::merge(image ? &*image : nullptr, plan_.ldcache_libraries, dirs));
+        // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
+        if (sys_.stat_at(etc->get(), kCacheTemp).type == Type::Regular)
+            as_owner([&] { sys_.remove(etc->get(), kCacheTemp, false); });
+        // The new file is created as the container's root; it keeps the
+        // original's owner (set by the host's root where that is someone else)
+        // and permissions, or gets 0644 as ldconfig gives it.
+        const Owner creator = chown_ ? owner_ : Owner{};
+        const unsigned mode = original ? (original->mode & 0777) : 0644;
+        std::optional<Owner> chown_to;
+        if (original && (Owner{original->uid, original->gid} != creator) && !target_.join_user_ns)
+            chown_to = Owner{original->uid, original->gid};
+        logger().debug("loader cache: {} entries, {} bytes ({} injected)",
+                       image ? image->entries.size() : 0, bytes.size(),
+                       plan_.ldcache_libraries.size());
+        if (chown_to)
+            sys_.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, chown_to);
+        else
+            as_owner([&] {
+                sys_.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, std::nullopt);
+            });
+        Undo undo{original ? Undo::Kind::RestoreCache : Undo::Kind::RemoveFile, etc, kCache,
+                  "/etc/ld.so.cache"};
+        if (original) undo.original = std::make_shared<const RegularFile>(std::move(*original));
+        undo_.push_back(std::move(undo));
     }
 
     // ldconfig, confined (System::run), writes the cache into its own scratch
@@ -978,6 +1085,12 @@ private:
                     case Undo::Kind::RestoreFile:
                         sys_.write_file_at(it->fd->get(), it->name, it->old, 0644);
                         break;
+                    case Undo::Kind::RestoreCache: {
+                        const RegularFile& f = *it->original;
+                        sys_.replace_file_at(it->fd->get(), kCacheTemp, it->name, f.data, f.mode,
+                                             Owner{f.uid, f.gid});
+                        break;
+                    }
                     case Undo::Kind::RestoreProgram:
                         sys_.replace_device_program(it->fd->get(), it->runtime_prog->get(),
                                                     it->our_prog->get(), it->attach_flags,

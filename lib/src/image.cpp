@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string_view>
 #include <system_error>
@@ -47,20 +48,30 @@ bool exists_in_root(int root_fd, const char* path, bool directory) {
 constexpr std::string_view kCompatPrefix = "libcuda.so.";
 constexpr std::size_t kMaxCompatEntries = 4096;  // an image's directory, read in full otherwise
 
-// The highest libcuda.so.<version> in the image's /usr/local/cuda/compat:
-// /usr/local/cuda resolved inside the root (CUDA images make it a symlink),
-// "compat" opened O_NOFOLLOW|O_DIRECTORY (a symlink or a file there: none),
-// its entries typed with fstatat(AT_SYMLINK_NOFOLLOW), never opened.
-std::string cuda_compat_version(int root_fd) {
+// Whether `name` looks like a soname ldconfig enters: lib<x>.so.<number>.
+bool soname_like(std::string_view name) {
+    const std::size_t so = name.rfind(".so.");
+    if (!name.starts_with("lib") || so == std::string_view::npos || so <= 3) return false;
+    const std::string_view number = name.substr(so + 4);
+    return !number.empty() && number.size() <= 9 &&
+           number.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+// The image's /usr/local/cuda/compat: the highest libcuda.so.<version> in it
+// and the entries named like sonames. /usr/local/cuda resolved inside the root
+// (CUDA images make it a symlink), "compat" opened O_NOFOLLOW|O_DIRECTORY (a
+// symlink or a file there: none), its entries typed with
+// fstatat(AT_SYMLINK_NOFOLLOW), never opened.
+void cuda_compat(int root_fd, Image& image) {
     const std::string compat = kCudaCompatDir;
     Fd cuda;
     try {
         cuda = try_open_in_root(root_fd, "/usr/local/cuda", O_PATH | O_DIRECTORY);
     } catch (const Error& e) {
         logger().debug("image: no CUDA compat libraries: {}", e.what());
-        return {};
+        return;
     }
-    if (!cuda) return {};
+    if (!cuda) return;
     int dir_fd = ::openat(cuda.get(), "compat", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir_fd < 0) {
         const int err = errno;
@@ -68,12 +79,12 @@ std::string cuda_compat_version(int root_fd) {
             logger().debug("image: {} is not a directory one can list without following a link "
                            "({}): no CUDA compat libraries",
                            compat, std::generic_category().message(err));
-        return {};
+        return;
     }
     DIR* dir = ::fdopendir(dir_fd);
     if (!dir) {
         ::close(dir_fd);
-        return {};
+        return;
     }
     std::string best;
     std::size_t seen = 0;
@@ -84,19 +95,46 @@ std::string cuda_compat_version(int root_fd) {
             break;
         }
         std::string_view name = e->d_name;
-        if (!name.starts_with(kCompatPrefix)) continue;
-        std::string_view version = name.substr(kCompatPrefix.size());
-        if (!is_version(version)) continue;
+        const bool soname = soname_like(name);
+        std::string_view version;
+        if (name.starts_with(kCompatPrefix)) {
+            version = name.substr(kCompatPrefix.size());
+            if (!is_version(version)) version = {};
+        }
+        if (version.empty() && !soname) continue;
         struct stat st {};
         if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
         if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
             logger().debug("image: {}/{} is neither a file nor a symlink; ignored", compat, name);
             continue;
         }
-        if (best.empty() || compare_versions(version, best) > 0) best = version;
+        if (!version.empty() && (best.empty() || compare_versions(version, best) > 0))
+            best = version;
+        if (soname) image.cuda_compat_sonames.emplace_back(name);
     }
     ::closedir(dir);
-    return best;
+    image.cuda_compat_version = best;
+    std::sort(image.cuda_compat_sonames.begin(), image.cuda_compat_sonames.end());
+}
+
+// Whether the image's /etc/ld.so.conf names anything (a line other than
+// blanks and comments); one that cannot be read as a regular file counts as
+// none (nothing of it is ever handed to ldconfig by this answer).
+bool names_directories(int root_fd) {
+    constexpr std::size_t kMaxConf = 1 << 20;
+    std::string text;
+    try {
+        text = read_file_in_root(root_fd, "/etc/ld.so.conf", kMaxConf);
+    } catch (const Error& e) {
+        if (e.code().value() != ENOENT)
+            logger().debug("image: /etc/ld.so.conf not read: {}", e.what());
+        return false;
+    }
+    for (std::string_view line : split(text, '\n')) {
+        line = line.substr(0, line.find('#'));
+        if (line.find_first_not_of(" \t\r\f\v") != std::string_view::npos) return true;
+    }
+    return false;
 }
 
 }  // namespace
@@ -128,7 +166,9 @@ Image inspect_image(const std::filesystem::path& rootfs) {
         image.lib_dir = kMultiarchLib;
         image.lib32_dir = kMultiarchLib32;
     }
-    image.cuda_compat_version = cuda_compat_version(root.get());
+    cuda_compat(root.get(), image);
+    image.has_ldcache = exists_in_root(root.get(), "/etc/ld.so.cache", false);
+    image.ld_so_conf = !image.has_ldcache && names_directories(root.get());
     return image;
 }
 

@@ -7,49 +7,17 @@
 
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
+#include "ldcache_format.hpp"
 
 namespace gpubind::ldcache {
 
 namespace {
 
-// Layout facts from glibc's sysdeps/generic/dl-cache.h and ldconfig.h.
-constexpr std::string_view kOldMagic = "ld.so-1.7.0";
-constexpr std::size_t kOldHeaderSize = 16;  // magic[11], pad, uint32 nlibs
-constexpr std::size_t kOldNlibsAt = 12;
-constexpr std::size_t kOldEntrySize = 12;  // int32 flags, uint32 key, value
-
-constexpr std::string_view kNewMagic = "glibc-ld.so.cache1.1";
-constexpr std::size_t kNewHeaderSize = 48;
-constexpr std::size_t kNewNlibsAt = 20;
-constexpr std::size_t kNewLenStringsAt = 24;
-constexpr std::size_t kNewFlagsAt = 28;  // uint8: endianness
-constexpr std::size_t kNewExtensionAt = 32;
-constexpr std::size_t kNewEntrySize = 24;  // + uint32 osversion, uint64 hwcap
-constexpr std::size_t kNewAlign = 8;       // alignof(cache_file_new) on 64-bit
-
-constexpr std::uint8_t kEndianMask = 3;
-constexpr std::uint8_t kEndianCurrent = std::endian::native == std::endian::little ? 2 : 3;
-
-constexpr std::uint32_t kExtensionMagic = 0xeaa42174;  // (uint32_t) -358342284
-constexpr std::size_t kExtensionHeaderSize = 8;        // magic, count
-constexpr std::size_t kSectionSize = 16;               // tag, flags, offset, size
-constexpr std::uint32_t kTagGenerator = 0;
-constexpr std::uint32_t kTagGlibcHwcaps = 1;
-
-constexpr std::uint64_t kHwcapExtension = 1ULL << 62;
-constexpr std::uint64_t kIsaLevelMask = (1U << 10) - 1;
-
-constexpr std::int32_t kTypeMask = 0x00ff;
-constexpr std::int32_t kRequiredMask = 0xff00;
+using namespace format;
 
 // True if [off, off + len) lies within a buffer of `size` bytes (no overflow).
 constexpr bool fits(std::size_t size, std::size_t off, std::size_t len) noexcept {
     return off <= size && len <= size - off;
-}
-
-// True if the hwcap field holds a glibc-hwcaps index (dl_cache_hwcap_extension).
-constexpr bool is_hwcaps_index(std::uint64_t hwcap) noexcept {
-    return ((hwcap >> 32) & ~kIsaLevelMask) == (kHwcapExtension >> 32);
 }
 
 class Parser {

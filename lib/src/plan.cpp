@@ -101,15 +101,27 @@ class Builder {
         plan.symlinks.push_back({std::move(path), std::move(target)});
     }
 
+    // The loader cache's entry for `soname` at dir/soname, once.
+    void cache_entry(const std::string& soname, const fs::path& dir, bool compat32) {
+        const ldcache::Arch arch = compat32 ? ldcache::Arch::I386 : ldcache::Arch::X86_64;
+        const std::string path = (dir / soname).string();
+        for (const auto& l : plan.ldcache_libraries)
+            if (l.path == path && l.arch == arch) return;
+        plan.ldcache_libraries.push_back({soname, path, arch});
+    }
+
     void library(const DriverFile& f, const fs::path& dir, Capabilities caps) {
         const std::string file = (f.real_path.empty() ? f.host_path : f.real_path).filename();
         mount(f, dir / file, kReadOnlyFlags,
               fmt::format("{}{} library", capability_names(caps), f.compat32 ? " 32-bit" : ""));
         symlink(dir / f.name, file);
+        cache_entry(f.name, dir, f.compat32);
         for (std::string_view link : kDevLinks)
             if (f.name.size() == link.size() + 2 && f.name.starts_with(link) &&
-                f.name.ends_with(".1"))
+                f.name.ends_with(".1")) {
                 symlink(dir / link, f.name);
+                cache_entry(std::string(link), dir, f.compat32);
+            }
         if (std::find(plan.library_dirs.begin(), plan.library_dirs.end(), dir) ==
             plan.library_dirs.end())
             plan.library_dirs.push_back(dir);
@@ -275,7 +287,19 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
         dirs.erase(std::remove(dirs.begin(), dirs.end(), fs::path(kCudaCompatDir)), dirs.end());
         dirs.insert(dirs.begin(), kCudaCompatDir);
         b.plan.refresh_ldcache = true;
+        auto& libs = b.plan.ldcache_libraries;
+        std::vector<ldcache::Library> compat;
+        for (const auto& name : image.cuda_compat_sonames)
+            compat.push_back({name, (fs::path(kCudaCompatDir) / name).string(),
+                              ldcache::Arch::X86_64});
+        libs.insert(libs.begin(), compat.begin(), compat.end());
     }
+    // Without a cache, directories the image's ld.so.conf names are known
+    // only to a scan. gpubind's writer describes x86 libraries only.
+    b.plan.ldcache_scan = b.plan.refresh_ldcache && !image.has_ldcache && image.ld_so_conf;
+#if !defined(__x86_64__)
+    b.plan.ldcache_scan = b.plan.refresh_ldcache;
+#endif
 
     if (b.plan.files.empty())
         b.plan.stale_files.push_back({kCudaCompatConf, std::string(kCudaCompatDir) + "\n",

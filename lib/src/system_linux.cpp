@@ -398,6 +398,47 @@ void LinuxSystem::write_file_at(int dir_fd, const std::string& name, const std::
     write_all(fd.get(), data, name);
 }
 
+RegularFile LinuxSystem::read_regular_at(int dir_fd, const std::string& name,
+                                         std::size_t max_size) {
+    // O_NONBLOCK: a FIFO swapped in after the caller's check does not block the
+    // open; fstat then refuses it before any read.
+    Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd) {
+        if (errno == ELOOP) throw Error(ELOOP, "read", name, "is a symbolic link (not followed)");
+        throw_errno("open", name);
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", name);
+    RegularFile file;
+    file.uid = st.st_uid;
+    file.gid = st.st_gid;
+    file.mode = st.st_mode & 07777;
+    file.data = read_fd(fd.get(), max_size, name);  // regular and size-capped
+    return file;
+}
+
+void LinuxSystem::replace_file_at(int dir_fd, const std::string& temp, const std::string& name,
+                                  const std::string& data, unsigned mode,
+                                  const std::optional<Owner>& chown_to) {
+    Fd fd(::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   static_cast<mode_t>(mode & 0777)));
+    if (!fd) throw_errno("create file", temp);
+    try {
+        write_all(fd.get(), data, temp);
+        if (chown_to && ::fchown(fd.get(), static_cast<uid_t>(chown_to->uid),
+                                 static_cast<gid_t>(chown_to->gid)) != 0)
+            throw_errno("change the owner of", temp);
+        // After fchown, which clears set-id bits; the umask does not apply.
+        if (::fchmod(fd.get(), static_cast<mode_t>(mode & 07777)) != 0)
+            throw_errno("change the mode of", temp);
+        if (::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0)
+            throw_errno("rename " + temp + " to", name);
+    } catch (...) {
+        ::unlinkat(dir_fd, temp.c_str(), 0);
+        throw;
+    }
+}
+
 void LinuxSystem::make_symlink(const std::string& target, int dir_fd, const std::string& name) {
     if (::symlinkat(target.c_str(), dir_fd, name.c_str()) != 0) throw_errno("create symlink", name);
 }

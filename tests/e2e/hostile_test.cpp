@@ -546,6 +546,41 @@ TEST_F(HostileTest, CorruptLoaderCacheIsReplacedByTheRefresh) {
     }
 }
 
+// Issue 12, item 1: a block device planted at /etc/ld.so.cache~ (here a loop
+// device standing for a host disk) is refused at once, whichever method
+// refreshes the cache; the disk keeps every byte. With the hook's ldconfig
+// run over it (the code before), its first bytes became the cache.
+TEST_F(HostileTest, BlockDeviceAtTheCacheTempFileIsNeverWritten) {
+    const fs::path disk = dir_.path() / "disk.img";
+    std::string content(1 << 20, '\0');
+    for (std::size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>('a' + i % 23);
+    std::ofstream(disk, std::ios::binary) << content;
+    auto loop = run_command({"losetup", "-f", "--show", disk.string()});
+    ASSERT_EQ(loop.exit_code, 0) << loop.err;
+    const std::string dev = loop.out.substr(0, loop.out.find('\n'));
+    struct Detach {
+        std::string dev;
+        ~Detach() { run_command({"losetup", "-d", dev}); }
+    } detach{dev};
+    struct stat st {};
+    ASSERT_EQ(::stat(dev.c_str(), &st), 0);
+    const fs::path ldconfig_config = dir_.path() / "ldconfig.toml";
+    std::ofstream(ldconfig_config) << read_text(config_) << "[policy]\nldcache = \"ldconfig\"\n";
+    for (const fs::path& config : {config_, ldconfig_config}) {
+        SCOPED_TRACE(config.filename().string());
+        Bundle b = bundle(Layout::Multiarch, false);
+        b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+        const fs::path temp = b.rootfs() / "etc/ld.so.cache~";
+        ASSERT_EQ(::mknod(temp.c_str(), S_IFBLK | 0600, st.st_rdev), 0);
+        auto r = run_case(b);
+        expect_refused(r, {"/etc/ld.so.cache~", "block device"});
+        EXPECT_EQ(read_text(disk), content) << "the disk behind " << dev << " was written";
+        struct stat now {};
+        ASSERT_EQ(::lstat(temp.c_str(), &now), 0);
+        EXPECT_TRUE(S_ISBLK(now.st_mode));  // not renamed to ld.so.cache either
+    }
+}
+
 // --- hostile programs and variables in the image ---
 
 // A /sbin/ldconfig (and friends) that, if run, writes a marker into the

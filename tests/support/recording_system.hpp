@@ -32,11 +32,14 @@ inline pid_t fake_pid() {
     return ::getpid() == 4242 ? 4243 : 4242;
 }
 
-// The container the recording tests act on: rootfs /rootfs.
+// The container the recording tests act on: rootfs /rootfs. The cache is
+// refreshed by the ldconfig method (the tests follow its run); the writer's
+// own tests (exec_test.cpp, LoaderCache) ask for LdcacheMethod::Gpubind.
 inline Target recording_target() {
     Target t;
     t.pid = fake_pid();
     t.rootfs = "/rootfs";
+    t.ldcache = LdcacheMethod::Ldconfig;
     return t;
 }
 
@@ -67,6 +70,11 @@ public:
     std::string fs_ids = "0:0";                 // set by set_fs_ids
     std::map<std::string, std::string> owners;  // "root:/x" -> fs_ids when created, if not 0:0
     std::string run_as_owner;                   // "uid:gid" of the last run_as
+    struct Attr {
+        Owner owner;
+        unsigned mode = 0644;
+    };
+    std::map<std::string, Attr> attrs;  // "root:/etc/ld.so.cache" -> owner, mode (regular files)
     std::string mountinfo =
         "36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n";
     std::string devices_list = "c 1:3 rwm\n";
@@ -271,6 +279,53 @@ public:
         call("write_file_at " + p, true);
         create(p, {Type::Regular, 0, 0, data.size()});
         contents[p] = data;
+    }
+    RegularFile read_regular_at(int dir, const std::string& name, std::size_t max_size) override {
+        std::string p = child(dir, name);
+        call("read_regular_at " + p, true);
+        const FileInfo info = lookup(p);
+        if (info.type == Type::Missing) throw Error(ENOENT, "open", p);
+        if (info.type == Type::Symlink) throw Error(ELOOP, "read", p);
+        if (info.type != Type::Regular) throw Error(EINVAL, "read", p, "not a regular file");
+        RegularFile f;
+        f.data = contents[p];
+        if (f.data.size() > max_size) throw Error(EFBIG, "read", p);
+        auto attr = attrs.find(p);
+        if (attr != attrs.end()) {
+            f.uid = attr->second.owner.uid;
+            f.gid = attr->second.owner.gid;
+            f.mode = attr->second.mode;
+        }
+        return f;
+    }
+    void replace_file_at(int dir, const std::string& temp, const std::string& name,
+                         const std::string& data, unsigned mode,
+                         const std::optional<Owner>& chown_to) override {
+        std::string t = child(dir, temp), p = child(dir, name);
+        std::string line = "replace_file_at " + p + " via " + temp + " mode " + std::to_string(mode);
+        if (chown_to)
+            line += " owner " + std::to_string(chown_to->uid) + ":" + std::to_string(chown_to->gid);
+        call(line, true);
+        create(t, {Type::Regular, 0, 0});  // O_EXCL
+        const auto& m = model(p);
+        auto it = m.find(strip(p));
+        if (it != m.end() && it->second.type == Type::Directory) {
+            root.erase(strip(t));
+            throw Error(EISDIR, "rename", p);
+        }
+        root.erase(strip(t));
+        root[strip(p)] = {Type::Regular, 0, 0};
+        contents[p] = data;
+        Attr attr;
+        attr.mode = mode;
+        if (chown_to) {
+            attr.owner = *chown_to;
+        } else {
+            const auto colon = fs_ids.find(':');
+            attr.owner = {static_cast<unsigned>(std::stoul(fs_ids.substr(0, colon))),
+                          static_cast<unsigned>(std::stoul(fs_ids.substr(colon + 1)))};
+        }
+        attrs[p] = attr;
     }
     void make_symlink(const std::string& target, int dir, const std::string& name) override {
         std::string p = child(dir, name);

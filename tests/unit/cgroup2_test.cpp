@@ -309,6 +309,7 @@ TEST_F(Cgroup2Test, AFailureAfterTheSwapPutsTheRuntimesProgramBack) {
     Plan plan = grant_plan();
     plan.refresh_ldcache = true;  // ldconfig fails in an empty root: after the swap
     Target t = target();
+    t.ldcache = LdcacheMethod::Ldconfig;
     t.ldconfig = "/bin/false";
     {
         PrivateCgroup2View v2;

@@ -62,6 +62,22 @@ TEST(Config, OnRefusedFailsByDefaultAndTakesFailOrWarn) {
               "load config test.toml: policy.on-refused: expected a string");
 }
 
+TEST(Config, LdcacheIsGpubindsWriterByDefaultOrLdconfig) {
+    EXPECT_EQ(default_config().policy.ldcache, LdcacheMethod::Gpubind);
+    EXPECT_EQ(load_config(GPUBIND_SOURCE_DIR "/config/config.toml").policy.ldcache,
+              LdcacheMethod::Gpubind);
+    EXPECT_EQ(parse_config("[policy]\nldcache = \"ldconfig\"\n", "t.toml").policy.ldcache,
+              LdcacheMethod::Ldconfig);
+    EXPECT_EQ(parse_config("[policy]\nldcache = \"gpubind\"\n", "t.toml").policy.ldcache,
+              LdcacheMethod::Gpubind);
+    EXPECT_EQ(error_of("[policy]\nldcache = \"none\"\n"),
+              "load config test.toml: policy.ldcache: expected \"gpubind\" or \"ldconfig\", not "
+              "\"none\"");
+    // [node] ldcache stays the host's cache path.
+    EXPECT_EQ(parse_config("[node]\nldcache = \"/x/ld.so.cache\"\n", "t.toml").ldcache,
+              "/x/ld.so.cache");
+}
+
 TEST(Config, CatalogMapsFilesToCapabilities) {
     Config c = default_config();
     const auto* cuda = find(c.catalog.libraries, "libcuda.so");

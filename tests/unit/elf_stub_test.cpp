@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "command.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/error.hpp"
 #include "temp_dir.hpp"
@@ -22,22 +23,8 @@ namespace {
 
 using elf::Machine;
 
-struct Output {
-    int status = -1;
-    std::string text;
-};
-
-// Runs a shell command and returns its exit status and standard output.
-Output run(const std::string& command) {
-    Output out;
-    FILE* p = ::popen(command.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.text.append(buf, n);
-    const int st = ::pclose(p);
-    out.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
-}
+using test::Output;
+using test::run;
 
 void write_file(const std::filesystem::path& path, const std::string& bytes) {
     std::filesystem::create_directories(path.parent_path());

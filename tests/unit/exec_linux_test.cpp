@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,7 @@
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
 #include "gpubind/file.hpp"
+#include "gpubind/ldcache.hpp"
 #include "gpubind/strings.hpp"
 #include "files.hpp"
 #include "temp_dir.hpp"
@@ -249,11 +251,14 @@ protected:
         return plan;
     }
 
+    // The ldconfig method: some tests fail late through it (an empty root,
+    // /bin/false); the writer has its own test (LoaderCacheWrittenByGpubind).
     Target target_for(const FakeContainer& c, bool cgroups = false) const {
         Target t;
         t.pid = c.pid();
         t.rootfs = rootfs_;
         t.cgroups = cgroups;
+        t.ldcache = LdcacheMethod::Ldconfig;
         return t;
     }
 
@@ -511,14 +516,21 @@ TEST_F(ExecLinux, CgroupV1RulesAreAddedAndRolledBack) {
     EXPECT_FALSE(fs::exists(rootfs_ / "dev/nvidia7"));
 }
 
-TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
-    const std::string soname = "libgpubindexec.so.1";
-    write(host_ / "lib" / soname, elf::make_shared_object(elf::Machine::X86_64, soname));
+// A plan mounting one library (a stub with `soname`, written on the host) in kLibDir.
+Plan one_library(const fs::path& host, const std::string& soname) {
+    write(host / "lib" / soname, elf::make_shared_object(elf::Machine::X86_64, soname));
     Plan plan;
     plan.mounts.push_back(
-        {host_ / "lib" / soname, fs::path(kLibDir) / soname, false, kLibFlags, "library"});
+        {host / "lib" / soname, fs::path(kLibDir) / soname, false, kLibFlags, "library"});
     plan.library_dirs = {kLibDir};
     plan.refresh_ldcache = true;
+    plan.ldcache_libraries = {{soname, std::string(kLibDir) + "/" + soname, ldcache::Arch::X86_64}};
+    return plan;
+}
+
+TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
+    const std::string soname = "libgpubindexec.so.1";
+    const Plan plan = one_library(host_, soname);
     FakeContainer c;
     const std::string before = c.mountinfo();
     execute(plan, target_for(c));
@@ -530,6 +542,56 @@ TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
         run_command("/sbin/ldconfig -p -C " + (rootfs_ / "etc/ld.so.cache").string());
     EXPECT_THAT(listing, HasSubstr(soname + " (libc6,x86-64) => " + kLibDir + "/" + soname));
     expect_contained(c, before);
+}
+
+// The default: no process; the image's cache kept and the library added, the
+// original's owner and mode kept; a FIFO at ld.so.cache~ refused at once.
+TEST_F(ExecLinux, LoaderCacheWrittenByGpubind) {
+    const std::string soname = "libgpubindexec.so.1";
+    const Plan plan = one_library(host_, soname);
+    // The image's own cache, made by the system's ldconfig, owned by 12:34, mode 0640.
+    const std::string own = "libimageown.so.3";
+    fs::create_directories(rootfs_ / "opt/own");
+    write(rootfs_ / "opt/own" / own, elf::make_shared_object(elf::Machine::X86_64, own));
+    write(rootfs_ / "etc/ld.so.conf", "/opt/own\n");
+    run_command("/sbin/ldconfig -X -r " + rootfs_.string());
+    const fs::path cache = rootfs_ / "etc/ld.so.cache";
+    ASSERT_TRUE(fs::exists(cache));
+    ASSERT_EQ(::chown(cache.c_str(), 12, 34), 0);
+    ASSERT_EQ(::chmod(cache.c_str(), 0640), 0);
+    FakeContainer c;
+    const std::string before = c.mountinfo();
+    Target t = target_for(c);
+    t.ldcache = LdcacheMethod::Gpubind;
+    t.ldconfig = "/nonexistent/ldconfig";  // never opened
+    execute(plan, t);
+    const std::string listing = run_command("/sbin/ldconfig -p -C " + cache.string());
+    EXPECT_THAT(listing, HasSubstr(soname + " (libc6,x86-64) => " + kLibDir + "/" + soname));
+    EXPECT_THAT(listing, HasSubstr(own + " (libc6,x86-64) => /opt/own/" + own));
+    struct stat st {};
+    ASSERT_EQ(::lstat(cache.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(st.st_uid, 12u);
+    EXPECT_EQ(st.st_gid, 34u);
+    EXPECT_EQ(st.st_mode & 07777, 0640u);
+    EXPECT_FALSE(fs::exists(rootfs_ / "etc/ld.so.cache~"));
+    expect_contained(c, before);
+
+    // A FIFO at ld.so.cache~: refused with one line, quickly, the cache untouched.
+    const std::string written = slurp(cache);
+    ASSERT_EQ(::mkfifo((rootfs_ / "etc/ld.so.cache~").c_str(), 0644), 0);
+    FakeContainer again;
+    const auto t0 = std::chrono::steady_clock::now();
+    Target t2 = target_for(again);
+    t2.ldcache = LdcacheMethod::Gpubind;
+    try {
+        execute(plan, t2);
+        ADD_FAILURE() << "a FIFO at ld.so.cache~ was accepted";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("/etc/ld.so.cache~: is a FIFO"));
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    EXPECT_EQ(slurp(cache), written);
 }
 
 // --- LinuxSystem::run on its own ---

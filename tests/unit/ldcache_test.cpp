@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "command.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/ldcache.hpp"
@@ -35,21 +36,8 @@ namespace fs = std::filesystem;
 
 // ---- processes and files ----------------------------------------------------
 
-struct Output {
-    int status = -1;
-    std::string text;  // standard output, byte for byte
-};
-
-Output run(const std::string& command) {
-    Output out;
-    FILE* p = ::popen(command.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.text.append(buf, n);
-    const int st = ::pclose(p);
-    out.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
-}
+using test::Output;
+using test::run;
 
 std::string quote(const std::string& s) {
     return "'" + s + "'";

@@ -249,6 +249,15 @@ TEST_F(PlanTest, LibrariesOfTheAskedCapabilitiesWithTheirLinks) {
                     std::pair{lib + "libnvidia-ml.so", std::string("libnvidia-ml.so.1")}));
     EXPECT_THAT(p.library_dirs, ElementsAre(multiarch.lib_dir));
     EXPECT_TRUE(p.refresh_ldcache);
+    // The cache entries ldconfig would make of the soname and development links.
+    std::vector<std::string> entries;
+    for (const auto& l : p.ldcache_libraries)
+        entries.push_back(l.soname + " " + l.path + (l.arch == ldcache::Arch::I386 ? " i386" : ""));
+    EXPECT_THAT(entries, UnorderedElementsAre("libcuda.so.1 " + lib + "libcuda.so.1",
+                                              "libcuda.so " + lib + "libcuda.so",
+                                              "libnvidia-ml.so.1 " + lib + "libnvidia-ml.so.1",
+                                              "libnvidia-ml.so " + lib + "libnvidia-ml.so"));
+    EXPECT_FALSE(p.ldcache_scan);
 }
 
 TEST_F(PlanTest, LibrariesFollowTheImageLayout) {
@@ -442,6 +451,7 @@ TEST_F(PlanTest, CudaCompatOnlyWhenTheImagesLibcudaIsNewer) {
                       bool enabled = true) {
         Image image = multiarch;
         image.cuda_compat_version = version;
+        image.cuda_compat_sonames = {"libcuda.so.1", "libnvidia-nvvm.so.4"};
         Config config;
         config.policy.cuda_compat = enabled;
         return make_plan(request(DeviceIdsKind::List, caps), node, gpus({0}), image, config,
@@ -458,6 +468,10 @@ TEST_F(PlanTest, CudaCompatOnlyWhenTheImagesLibcudaIsNewer) {
         EXPECT_EQ(p.library_dirs,
                   (std::vector<fs::path>{"/usr/local/cuda/compat", "/usr/lib/x86_64-linux-gnu"}));
         EXPECT_TRUE(p.refresh_ldcache);
+        // The image's compat soname links come first in the cache.
+        ASSERT_GE(p.ldcache_libraries.size(), 2u);
+        EXPECT_EQ(p.ldcache_libraries[0].path, "/usr/local/cuda/compat/libcuda.so.1");
+        EXPECT_EQ(p.ldcache_libraries[1].path, "/usr/local/cuda/compat/libnvidia-nvvm.so.4");
     }
     for (const std::string not_newer : {"", "550.54.15", "550.54.15.0", "550.54.14", "550.9.99",
                                         "1", "535.183.01", "550..54", "x"}) {
@@ -615,6 +629,40 @@ TEST(InspectImage, OddShapesAreNotDebian) {
     EXPECT_THROW(inspect_image(missing), Error);
 }
 
+// What decides the cache refresh's method: a cache, or an ld.so.conf naming something.
+TEST(InspectImage, LoaderCacheAndConfiguration) {
+    test::TempDir root;
+    Image image = inspect_image(root.path());
+    EXPECT_FALSE(image.has_ldcache);
+    EXPECT_FALSE(image.ld_so_conf);
+    write(root / "etc/ld.so.conf", "# nothing\n\n   \t\n");
+    EXPECT_FALSE(inspect_image(root.path()).ld_so_conf);
+    write(root / "etc/ld.so.conf", "# dirs\ninclude /etc/ld.so.conf.d/*.conf\n");
+    EXPECT_TRUE(inspect_image(root.path()).ld_so_conf);
+    write(root / "etc/ld.so.cache", "whatever\n");
+    image = inspect_image(root.path());
+    EXPECT_TRUE(image.has_ldcache);
+    EXPECT_FALSE(image.ld_so_conf);  // asked only without a cache
+    // A FIFO as ld.so.conf is never opened: it names nothing.
+    test::TempDir fifo;
+    fs::create_directories(fifo / "etc");
+    ASSERT_EQ(::mkfifo((fifo / "etc/ld.so.conf").c_str(), 0644), 0);
+    EXPECT_FALSE(inspect_image(fifo.path()).ld_so_conf);
+}
+
+TEST_F(PlanTest, ScanOnlyForAnImageWithoutCacheWhoseConfNamesDirectories) {
+    auto with = [&](bool cache, bool conf) {
+        Image image = multiarch;
+        image.has_ldcache = cache;
+        image.ld_so_conf = conf;
+        return plan(request(DeviceIdsKind::All, kCapCompute), gpus({0}), image).ldcache_scan;
+    };
+    EXPECT_TRUE(with(false, true));
+    EXPECT_FALSE(with(false, false));
+    EXPECT_FALSE(with(true, false));
+    EXPECT_FALSE(with(true, true));
+}
+
 TEST(InspectImage, CudaCompatLibrariesAreListedNeverFollowed) {
     test::TempDir root;
     EXPECT_EQ(inspect_image(root.path()).cuda_compat_version, "");
@@ -637,6 +685,10 @@ TEST(InspectImage, CudaCompatLibrariesAreListedNeverFollowed) {
     // Numeric comparison: 560.100 is newer than 560.28.03; a dangling link counts by its name.
     fs::create_symlink("/nowhere/libcuda.so", compat / "libcuda.so.560.100");
     EXPECT_EQ(inspect_image(root.path()).cuda_compat_version, "560.100");
+    // Entries named like sonames are what the loader cache gets (not the FIFO or the directory).
+    write(compat / "libnvidia-ptxjitcompiler.so.1", "ELF\n");
+    EXPECT_EQ(inspect_image(root.path()).cuda_compat_sonames,
+              (std::vector<std::string>{"libcuda.so.1", "libnvidia-ptxjitcompiler.so.1"}));
 
     // The compat directory as a symlink, or a file: none.
     test::TempDir linked;

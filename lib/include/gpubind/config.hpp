@@ -40,9 +40,10 @@ struct Catalog {
 // it and log a warning.
 enum class OnRefused { Fail, Warn };
 
-// How a container's loader cache is refreshed ([policy] ldcache): by the
-// host's ldconfig in the sandbox, or by gpubind's own cache writer.
-enum class LdcacheMethod { Ldconfig, Gpubind };
+// How a container's loader cache is refreshed ([policy] ldcache): gpubind
+// writes /etc/ld.so.cache itself ("gpubind"), or runs the host's ldconfig
+// sandboxed ("ldconfig").
+enum class LdcacheMethod { Gpubind, Ldconfig };
 
 struct Policy {
     bool accept_envvar_unprivileged = true;   // may a container without CAP_SYS_ADMIN ask by variable
@@ -52,7 +53,7 @@ struct Policy {
     bool cgroups = true;                      // write device cgroup rules for injected nodes
     OnRefused on_refused = OnRefused::Fail;   // [policy] on-refused
     bool cuda_compat = true;                  // prefer the image's newer CUDA compat libcuda
-    LdcacheMethod ldcache = LdcacheMethod::Ldconfig;  // [policy] ldcache
+    LdcacheMethod ldcache = LdcacheMethod::Gpubind;  // [policy] ldcache
     // Users besides root who may own the node's IPCs and their directories
     // (a persistenced run with --user): [policy] ipc-owners, numeric uids.
     std::vector<unsigned> ipc_owners;

@@ -37,7 +37,11 @@ struct Target {
     // host's files in its mount namespace (before its pivot_root they are
     // there), and stay in both afterwards (no way back out; the hook exits).
     bool join_user_ns = false;
-    std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, run when plan.refresh_ldcache
+    // How plan.refresh_ldcache is done: gpubind writes /etc/ld.so.cache itself,
+    // or runs the host's ldconfig (sandboxed). The plan's ldcache_scan (an image
+    // without a cache whose ld.so.conf names directories) always takes ldconfig.
+    LdcacheMethod ldcache = LdcacheMethod::Gpubind;
+    std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, for the ldconfig method
     std::chrono::milliseconds ldconfig_timeout{30000};
 };
 
@@ -59,6 +63,14 @@ struct FileInfo {
     bool operator==(const FileInfo&) const = default;
 };
 std::string_view to_string(FileInfo::Type type);
+
+// A regular file read by System::read_regular_at, with what fstat said.
+struct RegularFile {
+    std::string data;
+    unsigned uid = 0;
+    unsigned gid = 0;
+    unsigned mode = 0;  // permission bits (07777)
+};
 
 // Host ids: those a container's user namespace maps its root to.
 struct Owner {
@@ -157,6 +169,18 @@ public:
     virtual void write_file_at(int dir_fd, const std::string& name, const std::string& data,
                                unsigned mode) = 0;
     virtual void make_symlink(const std::string& target, int dir_fd, const std::string& name) = 0;
+    // Reads dir_fd/name: openat(O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_NOCTTY), then
+    // fstat: anything but a regular file (a symlink: ELOOP) is an Error, never
+    // read; one larger than `max_size` is Error(EFBIG).
+    virtual RegularFile read_regular_at(int dir_fd, const std::string& name,
+                                        std::size_t max_size) = 0;
+    // Replaces dir_fd/name atomically: `data` into a new file dir_fd/temp
+    // (O_CREAT|O_EXCL|O_NOFOLLOW, so nothing already there is opened), owned
+    // by `chown_to` when set (else by the file system ids), given `mode`, then
+    // renameat(temp, name). On failure before the rename the temp file is removed.
+    virtual void replace_file_at(int dir_fd, const std::string& temp, const std::string& name,
+                                 const std::string& data, unsigned mode,
+                                 const std::optional<Owner>& chown_to) = 0;
     // O_PATH|O_NOFOLLOW of an existing entry: the exact inode to mount onto.
     virtual Fd open_at(int dir_fd, const std::string& name) = 0;
     // unlinkat (AT_REMOVEDIR for directories).
@@ -251,6 +275,11 @@ public:
     void write_file_at(int dir_fd, const std::string& name, const std::string& data,
                        unsigned mode) override;
     void make_symlink(const std::string& target, int dir_fd, const std::string& name) override;
+    RegularFile read_regular_at(int dir_fd, const std::string& name,
+                                std::size_t max_size) override;
+    void replace_file_at(int dir_fd, const std::string& temp, const std::string& name,
+                         const std::string& data, unsigned mode,
+                         const std::optional<Owner>& chown_to) override;
     Fd open_at(int dir_fd, const std::string& name) override;
     void remove(int dir_fd, const std::string& name, bool directory) override;
     void set_fs_ids(unsigned uid, unsigned gid) override;
@@ -292,7 +321,14 @@ private:
 //     nothing to do). A refusal by the kernel (EPERM, EACCES, EROFS, ENOSYS)
 //     fails, or with Target::on_refused Warn is logged and skipped. Then the proc view
 //     tmpfs (files written through its descriptor, then made read-only and
-//     attached), ldconfig when plan.refresh_ldcache;
+//     attached), and when plan.refresh_ldcache the loader cache: /etc/ld.so.cache
+//     and /etc/ld.so.cache~ must each be a regular file or missing, /etc a
+//     directory (a FIFO, device, socket or symlink there is an Error at once,
+//     nothing opened); then either gpubind's writer (the image's cache read,
+//     at most ldcache::kMaxCacheSize, merged with plan.ldcache_libraries in the
+//     order of plan.library_dirs, written to ld.so.cache~ and renamed over it
+//     with the original's owner and mode, or as the container's root with 0644)
+//     or ldconfig (Target::ldcache, or plan.ldcache_scan);
 //  5. returns to this process's mount namespace and working directory.
 // A container with a user namespace gets what is created in its root (parent
 // directories, mount points, links) created as the host ids its root maps to

@@ -96,4 +96,57 @@ std::string format_like_ldconfig(const Cache& cache, std::string_view path);
 // Null if there is none.
 const Entry* lookup(const Cache& cache, std::string_view soname, Arch arch);
 
+// ---- writing (ldcache_write.cpp) --------------------------------------------
+
+// A library gpubind adds to a container's cache: an injected driver library,
+// or one of the image's CUDA forward-compat libraries.
+struct Library {
+    std::string soname;          // the key, e.g. "libcuda.so.1"
+    std::string path;            // the file in the container, e.g. "/usr/lib64/libcuda.so.1"
+    Arch arch = Arch::X86_64;    // X86_64 (flags "libc6,x86-64") or I386 ("libc6")
+};
+
+// What a refresh by `ldconfig -r ROOT <dirs>` would make of the image's cache,
+// without scanning the image:
+//  - each added library becomes an entry (flags FLAG_ELF_LIBC6, with
+//    FLAG_X8664_LIB64 for X86_64; hwcap 0), in the given order among entries
+//    of the same soname and architecture (the CUDA compat one before the driver's);
+//  - an image entry with the soname and architecture of an added library is
+//    dropped (the host's driver wins; an added CUDA compat library is listed
+//    before the driver's one); an image entry of an architecture the writer
+//    cannot describe again (a glibc-hwcaps index whose name is lost) or order
+//    (a soname with a run of more than 9 digits: glibc's comparison of it
+//    overflows, so the loader's binary search cannot rely on it) is dropped;
+//    every other image entry is kept with its flags, hwcap and osversion;
+//  - `dirs` is the directory order of the refresh (ldconfig's command line):
+//    among entries glibc's order cannot tell apart (same soname, flags and
+//    hwcaps), those whose directory (the file's, or the one holding its
+//    glibc-hwcaps subdirectory) comes earlier in `dirs` come first, then the
+//    rest in the image's order; added libraries come before image entries of
+//    the same directory;
+//  - the entries are in glibc's order (cache.c's compare): soname descending
+//    by _dl_cache_libcmp (the loader binary-searches it), then flags
+//    descending, glibc-hwcaps entries first and by subdirectory name, then the
+//    most legacy hwcap bits, hwcap and osversion descending.
+// The result is a Cache of Layout::New; glibc-hwcaps names of a compat-layout
+// image (stored at the wrong base by glibc 2.33-2.36) are taken from the
+// entry's path (<dir>/glibc-hwcaps/<name>/<file>), as ldconfig would rebuild them.
+Cache merge(const Cache* image, const std::vector<Library>& added,
+            const std::vector<std::string>& dirs);
+// The new-format file glibc's loader and `ldconfig -p` read: header, entries
+// in the order given, string table (strings deduplicated), extension
+// directory with the generator text (when set) and the glibc-hwcaps array
+// (names sorted by strcmp, as ldconfig numbers them). `cache` must be in
+// glibc's order (merge's result is); an entry whose hwcaps subdirectory is set
+// gets a glibc-hwcaps index (its ISA level bits kept). A string with a NUL,
+// or a file beyond 4 GiB, is Error(EINVAL); so is, for merge, an added library
+// of another architecture or with an unorderable soname.
+std::string serialize(const Cache& cache);
+// glibc's _dl_cache_libcmp: byte by byte (as signed char), but runs of digits
+// compare by their value (int arithmetic as glibc's); <0, 0, >0.
+int libcmp(std::string_view a, std::string_view b) noexcept;
+// glibc's compare() of two cache entries (cache.c): <0 when `a` comes first in
+// the file, >0 when `b` does, 0 when glibc keeps them in insertion order.
+int compare_entries(const Entry& a, const Entry& b) noexcept;
+
 }  // namespace gpubind::ldcache

@@ -13,6 +13,7 @@
 
 #include "gpubind/config.hpp"
 #include "gpubind/devices.hpp"
+#include "gpubind/ldcache.hpp"
 #include "gpubind/node.hpp"
 #include "gpubind/request.hpp"
 
@@ -96,6 +97,14 @@ struct Plan {
     std::optional<ProcView> proc;
     std::vector<std::filesystem::path> library_dirs;  // container dirs the loader cache must cover
     bool refresh_ldcache = false;
+    // What the refresh adds to the image's cache, as ldconfig would find it in
+    // library_dirs (their order): the CUDA compat libraries by their soname
+    // links, then each mounted library by its soname (the file or the link
+    // beside it) and the development links libcuda.so, libnvidia-ml.so.
+    std::vector<ldcache::Library> ldcache_libraries;
+    // The image has no loader cache but an /etc/ld.so.conf naming something:
+    // only a scan of those directories (ldconfig) refreshes it faithfully.
+    bool ldcache_scan = false;
 
     bool empty() const { return devices.empty() && mounts.empty() && files.empty() && !proc; }
 };
@@ -131,9 +140,12 @@ ProcFiles read_proc_files(const Node& node);
 //    and image.cuda_compat_version newer than the node's driver version: the
 //    file kCudaCompatConf holding "/usr/local/cuda/compat\n", and that
 //    directory first in library_dirs (the refresh lists the directories named
-//    on its command line first, and the loader takes the first entry).
+//    on its command line first, and the loader takes the first entry), and its
+//    soname links (image.cuda_compat_sonames) first in ldcache_libraries.
 //    Otherwise, for any GPU container, that file with that content in
 //    stale_files.
+//  - ldcache_scan: refresh_ldcache, the image has no /etc/ld.so.cache and its
+//    /etc/ld.so.conf names something (image.ld_so_conf).
 //  - owned: for image.lib_dir (and image.lib32_dir when the image has one),
 //    the stems, sonames and development links of every library of the node,
 //    whatever its capabilities; for image.bin_dir, every binary's name.

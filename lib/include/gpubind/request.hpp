@@ -74,6 +74,14 @@ struct Image {
     // dots), empty when there is none. A compat directory that is a symlink or
     // not a directory counts as none.
     std::string cuda_compat_version;
+    // Its entries named like a soname (lib<name>.so.<number>, regular files or
+    // symlinks), sorted: what ldconfig would enter for that directory.
+    std::vector<std::string> cuda_compat_sonames;
+    // The image's loader setup, for the cache refresh: /etc/ld.so.cache is
+    // there (a regular file; not parsed here), /etc/ld.so.conf is a regular
+    // file with a line other than blanks and comments.
+    bool has_ldcache = false;
+    bool ld_so_conf = false;
 };
 inline constexpr const char* kCudaCompatDir = "/usr/local/cuda/compat";
 
