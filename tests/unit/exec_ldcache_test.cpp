@@ -1,0 +1,220 @@
+// The loader cache written by gpubind in execute(), against RecordingSystem.
+#include "exec_world.hpp"
+
+namespace gpubind {
+namespace {
+
+using namespace exec_test;
+
+// --- the loader cache written by gpubind ---
+
+Target writer_target() {
+    Target t = target();
+    t.ldcache = LdcacheMethod::Gpubind;
+    return t;
+}
+
+Plan writer_plan() {
+    Plan plan = sample_plan();
+    plan.ldcache_libraries = {
+        {"libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", ldcache::Arch::X86_64},
+        {"libcuda.so", "/usr/lib/x86_64-linux-gnu/libcuda.so", ldcache::Arch::X86_64}};
+    return plan;
+}
+
+// The image's cache: one library of its own and an old libcuda.so.1 of its own.
+std::string image_cache() {
+    ldcache::Cache c;
+    for (const char* path : {"/usr/lib/x86_64-linux-gnu/libz.so.1", "/opt/old/libcuda.so.1"}) {
+        ldcache::Entry& e = c.entries.emplace_back();
+        e.flags = 0x0303;
+        e.path = path;
+        e.soname = e.path.substr(e.path.rfind('/') + 1);
+    }
+    return ldcache::serialize(ldcache::merge(&c, {}, {}));
+}
+
+// The image has /etc and the cache `bytes` there, of `owner` and `mode`.
+void give_cache(RecordingSystem& sys, const std::string& bytes, Owner owner = {},
+                unsigned mode = 0644) {
+    sys.root["/etc"] = {Type::Directory, 0, 0};
+    sys.root["/etc/ld.so.cache"] = {Type::Regular, 0, 0};
+    sys.contents["root:/etc/ld.so.cache"] = bytes;
+    sys.attrs["root:/etc/ld.so.cache"] = {owner, mode};
+}
+
+std::vector<std::string> listed(const std::string& bytes) {
+    std::vector<std::string> out;
+    for (const auto& e : ldcache::parse(bytes, "written").entries)
+        out.push_back(e.soname + " " + ldcache::describe_flags(e) + " " + e.path);
+    return out;
+}
+
+// No process: the image's cache is read by descriptor, merged, written to
+// ld.so.cache~ and renamed over it, keeping the original's owner and mode.
+TEST(LoaderCache, WrittenInsteadOfRunningLdconfig) {
+    const Plan plan = writer_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    give_cache(sys, image_cache(), {0, 0}, 0640);
+    sys.root["/usr/lib/x86_64-linux-gnu"] = {Type::Directory, 0, 0};
+    sys.root["/usr/lib/x86_64-linux-gnu/libz.so.1"] = {Type::Regular, 0, 0};
+    execute(plan, writer_target(), sys);
+    const auto& c = sys.calls;
+    for (const auto& line : c) {
+        EXPECT_FALSE(starts(line, "run")) << line;
+        EXPECT_FALSE(starts(line, "open_executable")) << line;
+    }
+    const std::size_t read = index_of(c, "read_regular_at root:/etc/ld.so.cache");
+    EXPECT_LT(index_of(c, "stat_at root:/etc/ld.so.cache~"), read);
+    ASSERT_GE(c.size(), 3u);
+    EXPECT_EQ(c[c.size() - 3], "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 416");
+    EXPECT_EQ(listed(sys.contents["root:/etc/ld.so.cache"]),
+              (std::vector<std::string>{
+                  "libz.so.1 libc6,x86-64 /usr/lib/x86_64-linux-gnu/libz.so.1",
+                  "libcuda.so.1 libc6,x86-64 /usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                  "libcuda.so libc6,x86-64 /usr/lib/x86_64-linux-gnu/libcuda.so",
+              }));
+    EXPECT_EQ(sys.attrs["root:/etc/ld.so.cache"].mode, 0640u);
+    EXPECT_FALSE(sys.root.count("/etc/ld.so.cache~"));
+}
+
+// Under a user namespace the new cache is created as the container's root
+// (the ids switched around that call alone); an original of other ids keeps
+// them, set by the host's root.
+TEST(LoaderCache, OwnerUnderAUserNamespace) {
+    const Plan plan = writer_plan();
+    for (const bool original : {false, true}) {
+        SCOPED_TRACE(original);
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        sys.uid_map = "         0     100000      65536\n";
+        sys.gid_map = "         0     200000      65536\n";
+        if (original) {
+            give_cache(sys, image_cache(), {5, 6}, 0644);
+        }
+        execute(plan, writer_target(), sys);
+        const auto& c = sys.calls;
+        const auto& attr = sys.attrs["root:/etc/ld.so.cache"];
+        if (original) {
+            EXPECT_EQ(attr.owner, (Owner{5, 6}));
+            EXPECT_EQ(c[c.size() - 3],
+                      "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420 owner 5:6");
+            EXPECT_LT(index_of(c, "read_regular_at root:/etc/ld.so.cache"), c.size() - 3);
+        } else {
+            EXPECT_EQ(attr.owner, (Owner{100000, 200000}));
+            EXPECT_EQ(c[c.size() - 5], "set_fs_ids 100000:200000");
+            EXPECT_EQ(c[c.size() - 4],
+                      "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420");
+            EXPECT_EQ(c[c.size() - 3], "set_fs_ids 0:0");
+            EXPECT_EQ(sys.owners["root:/etc"], "100000:200000");  // created: the image had none
+        }
+        EXPECT_EQ(sys.fs_ids, "0:0");
+    }
+}
+
+// A failure at any later call puts the image's cache back as it was, or
+// removes the one gpubind created.
+TEST(LoaderCache, RollbackRestoresOrRemovesTheCache) {
+    const Plan plan = writer_plan();
+    for (const bool original : {false, true}) {
+        SCOPED_TRACE(original);
+        auto world = [&](RecordingSystem& sys) {
+            setup_world(sys, plan);
+            sys.root["/etc"] = {Type::Directory, 0, 0};
+            if (original) give_cache(sys, image_cache());
+        };
+        RecordingSystem ok;
+        world(ok);
+        execute(plan, writer_target(), ok);
+        const std::size_t write = index_of(
+            ok.calls, "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420");
+        for (std::size_t k = write; k < ok.calls.size(); ++k) {
+            SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+            RecordingSystem sys;
+            world(sys);
+            const auto before = sys.root;
+            sys.fail_if = [k](std::size_t i, const std::string& line) {
+                return i == k && !starts(line, "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420 owner");
+            };
+            EXPECT_THROW(execute(plan, writer_target(), sys), Error);
+            EXPECT_EQ(sys.root, before);
+            if (original) {
+                EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], image_cache());
+            }
+        }
+    }
+}
+
+// A FIFO, device, socket or symlink where the cache, ld.so.cache~ or /etc
+// belongs is refused at once with one line, never opened or read; ldconfig
+// is not run over it either.
+TEST(LoaderCache, NonRegularFilesAreRefusedBeforeAnyOpen) {
+    struct Case {
+        const char* path;
+        FileInfo info;
+        const char* says;
+    };
+    for (const Case& k : {Case{"/etc/ld.so.cache~", {Type::Fifo, 0, 0}, "/etc/ld.so.cache~: is a FIFO"},
+                          Case{"/etc/ld.so.cache~", {Type::BlockDevice, 7, 0}, "/etc/ld.so.cache~: is a block device"},
+                          Case{"/etc/ld.so.cache", {Type::CharDevice, 1, 3}, "/etc/ld.so.cache: is a character device"},
+                          Case{"/etc/ld.so.cache", {Type::Symlink, 0, 0}, "/etc/ld.so.cache: is a symbolic link"},
+                          Case{"/etc/ld.so.cache", {Type::Socket, 0, 0}, "/etc/ld.so.cache: is a socket"},
+                          Case{"/etc", {Type::Symlink, 0, 0}, "/etc: is a symbolic link"},
+                          Case{"/etc", {Type::Fifo, 0, 0}, "/etc: is a FIFO"}}) {
+        for (const LdcacheMethod method : {LdcacheMethod::Gpubind, LdcacheMethod::Ldconfig}) {
+            SCOPED_TRACE(std::string(k.path) + (method == LdcacheMethod::Gpubind ? " gpubind" : " ldconfig"));
+            const Plan plan = writer_plan();
+            RecordingSystem sys;
+            setup_world(sys, plan);
+            if (std::string(k.path) != "/etc") sys.root["/etc"] = {Type::Directory, 0, 0};
+            sys.root[k.path] = k.info;
+            const auto before = sys.root;
+            Target t = writer_target();
+            t.ldcache = method;
+            const std::string what = test::error_of([&] { execute(plan, t, sys); }).what();
+            EXPECT_THAT(what, HasSubstr(k.says));
+            EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+            for (const auto& line : sys.calls) {
+                EXPECT_FALSE(starts(line, "read_regular_at")) << line;
+                EXPECT_FALSE(starts(line, "replace_file_at")) << line;
+                EXPECT_FALSE(starts(line, "run")) << line;
+            }
+            EXPECT_EQ(sys.root, before);
+        }
+    }
+}
+
+// What the writer cannot serve goes to ldconfig: an image without a cache
+// whose ld.so.conf names directories (plan.ldcache_scan).
+TEST(LoaderCache, ScanOfTheImagesDirectoriesFallsBackToLdconfig) {
+    Plan plan = writer_plan();
+    plan.ldcache_scan = true;
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    execute(plan, writer_target(), sys);
+    EXPECT_EQ(sys.ldconfig_args, (std::vector<std::string>{"-r", "/rootfs", "-X", "-C", "/dev/ld.so.cache",
+                                                           "/usr/lib/x86_64-linux-gnu"}));
+    for (const auto& line : sys.calls) EXPECT_FALSE(starts(line, "replace_file_at")) << line;
+}
+
+// A corrupt image cache is not kept (the loader ignores it too); an oversized
+// one is refused.
+TEST(LoaderCache, CorruptCacheReplacedOversizedRefused) {
+    const Plan plan = writer_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    give_cache(sys, "glibc-ld.so.cache1.1 truncated");
+    execute(plan, writer_target(), sys);
+    EXPECT_EQ(listed(sys.contents["root:/etc/ld.so.cache"]).size(), 2u);
+
+    RecordingSystem big;
+    setup_world(big, plan);
+    give_cache(big, std::string(ldcache::kMaxCacheSize + 1, 'x'));
+    EXPECT_THAT(test::error_of([&] { execute(plan, writer_target(), big); }).what(),
+                HasSubstr("/etc/ld.so.cache"));
+    EXPECT_FALSE(big.root.count("/etc/ld.so.cache~"));
+}
+
+}  // namespace
+}  // namespace gpubind
