@@ -179,28 +179,18 @@ class HostileTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         ::signal(SIGPIPE, SIG_IGN);  // the hook may stop reading a 100 MB state
-        node_dir_ = new TempDir("gpubind-hostile-node");
         sim::Spec spec;
         spec.gpus = 2;
         spec.graphics = false;
-        manifest_ = new sim::Manifest(sim::simulate(node_dir_->path(), spec));
-        config_ = node_dir_->path().parent_path() /
-                  (node_dir_->path().filename().string() + "-config.toml");
-        const std::string root = node_dir_->path().string();
-        std::ofstream(config_) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \""
-                               << root << "\"\nproc-root = \"" << root << "/proc\"\n";
+        node_ = std::make_unique<SimNode>(spec, "gpubind-hostile-node");
     }
-    static void TearDownTestSuite() {
-        fs::remove(config_);
-        delete manifest_;
-        delete node_dir_;
-    }
+    static void TearDownTestSuite() { node_.reset(); }
 
     void SetUp() override { trip_ = std::make_unique<Tripwire>(dir_.path() / "tripwire"); }
 
     Bundle bundle(Layout layout = Layout::Multiarch, bool with_hook = true) {
         Bundle b(dir_.path() / ("b" + std::to_string(count_++)), layout);
-        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config_);
+        if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), node_->config());
         b.env("NVIDIA_VISIBLE_DEVICES=0");
         return b;
     }
@@ -252,8 +242,8 @@ protected:
         else EXPECT_FALSE(hook_message(r.err).empty()) << "not refused by gpubind: " << r.err;
     }
 
-    static const sim::Manifest& m() { return *manifest_; }
-    static fs::path node() { return node_dir_->path(); }
+    static const sim::Manifest& m() { return node_->manifest(); }
+    static const fs::path& node() { return node_->root(); }
     static std::string lib_file(const std::string& soname) {
         for (const auto& f : m().files)
             if (f.kind == "library" && f.name == soname && !f.compat32)
@@ -261,9 +251,7 @@ protected:
         return soname;
     }
 
-    static inline TempDir* node_dir_ = nullptr;
-    static inline sim::Manifest* manifest_ = nullptr;
-    static inline fs::path config_;
+    static inline std::unique_ptr<SimNode> node_;
     TempDir dir_{"gpubind-hostile"};
     std::unique_ptr<Tripwire> trip_;
     int count_ = 0;
@@ -565,8 +553,8 @@ TEST_F(HostileTest, BlockDeviceAtTheCacheTempFileIsNeverWritten) {
     struct stat st {};
     ASSERT_EQ(::stat(dev.c_str(), &st), 0);
     const fs::path ldconfig_config = dir_.path() / "ldconfig.toml";
-    std::ofstream(ldconfig_config) << read_text(config_) << "[policy]\nldcache = \"ldconfig\"\n";
-    for (const fs::path& config : {config_, ldconfig_config}) {
+    std::ofstream(ldconfig_config) << read_text(node_->config()) << "[policy]\nldcache = \"ldconfig\"\n";
+    for (const fs::path& config : {node_->config(), ldconfig_config}) {
         SCOPED_TRACE(config.filename().string());
         Bundle b = bundle(Layout::Multiarch, false);
         b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
@@ -636,7 +624,7 @@ TEST_F(HostileTest, LdPreloadInTheHooksOwnEnvironmentIsCleared) {
         {{"path", env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH)},
          {"args", {"gpubind-hook", "prestart"}},
          {"env",
-          {"GPUBIND_CONFIG=" + config_.string(),
+          {"GPUBIND_CONFIG=" + node_->config().string(),
            "LD_PRELOAD=" + env_or("GPUBIND_TEST_PRELOAD", GPUBIND_TEST_PRELOAD),
            "GPUBIND_TEST_MARKER=" + marker.string()}}}};
     auto r = run_case(b);
@@ -671,13 +659,13 @@ protected:
 };
 
 TEST_F(HostileStateTest, Garbage) {
-    auto h = run_hook(config_, [](pid_t) { return std::string("\x01\xff garbage {{{", 14); });
+    auto h = run_hook(node_->config(), [](pid_t) { return std::string("\x01\xff garbage {{{", 14); });
     expect_one_line(h, {"parse state stdin", "not valid JSON"});
 }
 
 TEST_F(HostileStateTest, Truncated) {
     const fs::path bundle = gpu_->dir();
-    auto h = run_hook(config_, [&](pid_t) {
+    auto h = run_hook(node_->config(), [&](pid_t) {
         std::string s = state_json(12345, bundle);
         return s.substr(0, s.size() / 2);
     });
@@ -685,28 +673,28 @@ TEST_F(HostileStateTest, Truncated) {
 }
 
 TEST_F(HostileStateTest, HundredMegabytes) {
-    auto h = run_hook(config_, [](pid_t) { return std::string(100u << 20, ' '); });
+    auto h = run_hook(node_->config(), [](pid_t) { return std::string(100u << 20, ' '); });
     expect_one_line(h, {"stdin", "larger than"});
 }
 
 TEST_F(HostileStateTest, StdinNeverClosedEndsAtTheHooksDeadline) {
     const fs::path bundle = gpu_->dir();
     auto h = run_hook(
-        config_, [&](pid_t) { return state_json(12345, bundle).substr(0, 20); },
+        node_->config(), [&](pid_t) { return state_json(12345, bundle).substr(0, 20); },
         /*close_stdin=*/false, /*limit_s=*/70);
     expect_one_line(h, {"stdin", "no end of input"}, 60);
 }
 
 TEST_F(HostileStateTest, PidOne) {
     const fs::path bundle = gpu_->dir();
-    auto h = run_hook(config_, [&](pid_t) { return state_json(1, bundle); });
+    auto h = run_hook(node_->config(), [&](pid_t) { return state_json(1, bundle); });
     expect_one_line(h, {"pid 1"});
 }
 
 TEST_F(HostileStateTest, TheHooksOwnPid) {
     const fs::path bundle = gpu_->dir();
     pid_t hook_pid = 0;
-    auto h = run_hook(config_, [&](pid_t pid) {
+    auto h = run_hook(node_->config(), [&](pid_t pid) {
         hook_pid = pid;
         return state_json(pid, bundle);
     });
@@ -718,7 +706,7 @@ TEST_F(HostileStateTest, AHostProcessOutsideAnyContainer) {
     pid_t sleeper = 0;
     char* argv[] = {const_cast<char*>("sleep"), const_cast<char*>("60"), nullptr};
     ASSERT_EQ(::posix_spawnp(&sleeper, "sleep", nullptr, nullptr, argv, nullptr), 0);
-    auto h = run_hook(config_, [&](pid_t) { return state_json(sleeper, bundle); });
+    auto h = run_hook(node_->config(), [&](pid_t) { return state_json(sleeper, bundle); });
     ::kill(sleeper, SIGKILL);
     ::waitpid(sleeper, nullptr, 0);
     expect_one_line(h, {"pid " + std::to_string(sleeper), "mount namespace"});
@@ -728,7 +716,7 @@ TEST_F(HostileStateTest, OutOfRangePids) {
     const fs::path bundle = gpu_->dir();
     for (const char* pid : {"0", "-1", "4294967297", "1e3", "\"12\""}) {
         SCOPED_TRACE(pid);
-        auto h = run_hook(config_, [&](pid_t) {
+        auto h = run_hook(node_->config(), [&](pid_t) {
             std::string s = state_json(12345, bundle);
             s.replace(s.find("12345"), 5, pid);
             return s;
@@ -766,7 +754,7 @@ TEST_F(HostileStateTest, EnvironmentValuesRefusedByTheHook) {
         pid_t sleeper = 0;
         char* argv[] = {const_cast<char*>("sleep"), const_cast<char*>("60"), nullptr};
         ASSERT_EQ(::posix_spawnp(&sleeper, "sleep", nullptr, nullptr, argv, nullptr), 0);
-        auto h = run_hook(config_, [&](pid_t) { return state_json(sleeper, b.dir()); });
+        auto h = run_hook(node_->config(), [&](pid_t) { return state_json(sleeper, b.dir()); });
         ::kill(sleeper, SIGKILL);
         ::waitpid(sleeper, nullptr, 0);
         expect_one_line(h, {c.says}, 5);
