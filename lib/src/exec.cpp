@@ -1020,22 +1020,34 @@ private:
 
     // What gpubind creates or mounts at `p` (in the directory `dir`) is on
     // the container root's own mount (the runtime's /dev and /proc for
-    // paths there), never on a volume a host directory may be behind.
+    // paths there), never on a volume a host directory may be behind, and
+    // never on a shared mount (what is mounted there would reach its peers,
+    // the host's mount table among them).
     void check_own_mount(const Fd& dir, const path& p) {
         const std::uint64_t id = sys_.mount_id(dir.get());
-        if (id == root_mount_) return;
-        const auto first = p.begin() == p.end() ? path() : *std::next(p.begin());
-        if (first == "dev" || first == "proc") {
-            auto& known = first == "dev" ? dev_mount_ : proc_mount_;
-            if (!known) {
-                Fd top = sys_.open_dir_in_root(root_->get(), path("/") / first);
-                known = top ? sys_.mount_id(top.get()) : root_mount_;
+        if (id != root_mount_) {
+            const auto first = p.begin() == p.end() ? path() : *std::next(p.begin());
+            bool runtime_mount = false;
+            if (first == "dev" || first == "proc") {
+                auto& known = first == "dev" ? dev_mount_ : proc_mount_;
+                if (!known) {
+                    Fd top = sys_.open_dir_in_root(root_->get(), path("/") / first);
+                    known = top ? sys_.mount_id(top.get()) : root_mount_;
+                }
+                runtime_mount = id == *known;
             }
-            if (id == *known) return;
+            if (!runtime_mount)
+                throw Error(EXDEV, "refuse", p.string(),
+                            "is on another mount than the container's root (a volume); gpubind "
+                            "creates and mounts only on the rootfs's own mount");
         }
-        throw Error(EXDEV, "refuse", p.string(),
-                    "is on another mount than the container's root (a volume); gpubind "
-                    "creates and mounts only on the rootfs's own mount");
+        auto [known, added] = shared_mounts_.try_emplace(id, false);
+        if (added) known->second = sys_.mount_shared(id);
+        if (known->second)
+            throw Error(EXDEV, "refuse", p.string(),
+                        "is on a shared mount (rootfsPropagation or a shared /dev): what gpubind "
+                        "mounts there would propagate to its peers, the host's mount table "
+                        "among them");
     }
 
     // --- rollback ---
@@ -1140,6 +1152,7 @@ private:
     SharedFd root_;
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
+    std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
     std::map<std::string, SharedFd> dirs_;
     std::vector<Undo> undo_;
 };

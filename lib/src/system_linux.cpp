@@ -515,6 +515,39 @@ std::uint64_t LinuxSystem::mount_id(int fd) {
     return stx.stx_mnt_id;
 }
 
+bool mount_is_shared(std::string_view mountinfo, std::uint64_t id) {
+    const std::string want = std::to_string(id) + " ";
+    while (!mountinfo.empty()) {
+        const auto end = mountinfo.find('\n');
+        std::string_view line = mountinfo.substr(0, end);
+        mountinfo = end == std::string_view::npos ? std::string_view{} : mountinfo.substr(end + 1);
+        if (!line.starts_with(want)) continue;
+        // "ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER"
+        const auto dash = line.find(" - ");
+        std::string_view fields = line.substr(0, dash);
+        for (int skip = 0; skip < 6; ++skip) {
+            const auto space = fields.find(' ');
+            fields = space == std::string_view::npos ? std::string_view{} : fields.substr(space + 1);
+        }
+        while (!fields.empty()) {
+            const auto space = fields.find(' ');
+            if (fields.substr(0, space).starts_with("shared:")) return true;
+            fields = space == std::string_view::npos ? std::string_view{} : fields.substr(space + 1);
+        }
+        return false;
+    }
+    return false;
+}
+
+bool LinuxSystem::mount_shared(std::uint64_t id) {
+    // thread-self resolves to the reader: this thread's mount namespace.
+    const char* what = "/proc/thread-self/mountinfo";
+    Fd fd(proc_ ? ::openat(proc_.get(), "thread-self/mountinfo", O_RDONLY | O_CLOEXEC)
+                : ::open(what, O_RDONLY | O_CLOEXEC));
+    if (!fd) throw_errno("open", what);
+    return mount_is_shared(read_fd(fd.get(), kMaxHostFile, what), id);
+}
+
 LinuxSystem::LinuxSystem() : proc_(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) {}
 
 std::string LinuxSystem::run(int exe_fd, const std::string& what,

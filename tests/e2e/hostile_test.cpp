@@ -1161,24 +1161,35 @@ TEST_F(HostileTest, Issue12TargetsInASharedVolumeAreRefused) {
         }
     } unmount{volume};
     const fs::path config = issue12_config(dir_.path(), "volume", node());
-    Bundle b(dir_.path() / "volume-bundle", Layout::Multiarch);
-    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
-    b.env("NVIDIA_VISIBLE_DEVICES=0");
-    for (const auto& e : fs::directory_iterator(b.rootfs() / "usr/bin"))
-        fs::copy(e.path(), volume / "bin" / e.path().filename());
-    fs::remove_all(b.rootfs() / "usr/bin");
-    fs::create_symlink("/data/bin", b.rootfs() / "usr/bin");
-    fs::create_directories(b.rootfs() / "data");
-    b.spec()["mounts"].push_back({{"destination", "/data"},
-                                  {"type", "bind"},
-                                  {"source", volume.string()},
-                                  {"options", {"rbind", "rshared"}}});
-    b.spec()["linux"]["rootfsPropagation"] = "rshared";
-    const std::string volume_before = snapshot_tree(volume);
-    auto r = run_case(b);  // the tripwire holds the host's mount table
-    EXPECT_EQ(snapshot_tree(volume), volume_before) << "left in the host's volume";
-    EXPECT_THAT(host_mounts(), Not(HasSubstr((volume / "bin/nvidia-smi").string())));
-    expect_refused(r, {"/usr/bin/", "another mount"});
+    // With the runtime's default propagation the volume's targets are refused;
+    // with rootfsPropagation "rshared" every target is on a shared mount.
+    for (const bool shared_root : {false, true}) {
+        SCOPED_TRACE(shared_root ? "rootfsPropagation rshared" : "default propagation");
+        Bundle b(dir_.path() / (shared_root ? "volume-bundle-shared" : "volume-bundle"),
+                 Layout::Multiarch);
+        b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
+        b.env("NVIDIA_VISIBLE_DEVICES=0");
+        fs::remove_all(volume / "bin");
+        fs::create_directories(volume / "bin");
+        for (const auto& e : fs::directory_iterator(b.rootfs() / "usr/bin"))
+            fs::copy(e.path(), volume / "bin" / e.path().filename());
+        fs::remove_all(b.rootfs() / "usr/bin");
+        fs::create_symlink("/data/bin", b.rootfs() / "usr/bin");
+        fs::create_directories(b.rootfs() / "data");
+        b.spec()["mounts"].push_back({{"destination", "/data"},
+                                      {"type", "bind"},
+                                      {"source", volume.string()},
+                                      {"options", {"rbind", "rshared"}}});
+        if (shared_root) b.spec()["linux"]["rootfsPropagation"] = "rshared";
+        const std::string volume_before = snapshot_tree(volume);
+        auto r = run_case(b);  // the tripwire holds the host's mount table
+        EXPECT_EQ(snapshot_tree(volume), volume_before) << "left in the host's volume";
+        EXPECT_THAT(host_mounts(), Not(HasSubstr((volume / "bin/nvidia-smi").string())));
+        if (shared_root)
+            expect_refused(r, {"shared mount"});
+        else
+            expect_refused(r, {"/usr/bin/", "another mount"});
+    }
 }
 
 // 5. Registered at createContainer without "env": runc gives the hook the

@@ -63,6 +63,7 @@ public:
     std::vector<std::string> ldconfig_args;       // of the last run
     std::string ldconfig_output = "glibc-ld.so.cache1.1";  // the cache a run returns
     std::map<std::string, std::uint64_t> mount_ids;  // label prefix ("root:/data") -> mount id
+    std::set<std::uint64_t> shared_mounts;            // mount ids whose propagation is shared
     std::string proc_cgroup = "5:devices:/ctr\n0::/\n";
     // The container's /proc/<pid>/uid_map and gid_map: no user namespace of its own.
     std::string uid_map = "         0          0 4294967295\n";
@@ -448,6 +449,9 @@ public:
             }
         return id;
     }
+
+    // Not recorded: whether a mount id is in shared_mounts.
+    bool mount_shared(std::uint64_t id) override { return shared_mounts.count(id) > 0; }
 
     // --- Helpers for tests ---
 

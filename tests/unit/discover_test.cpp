@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "command.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
@@ -30,14 +31,8 @@ struct Output {
 Output cli(const std::string& args) {
     const char* exe = std::getenv("GPUBIND_CLI");
     std::string cmd = std::string(exe ? exe : GPUBIND_CLI_PATH) + " " + args + " 2>&1";
-    Output o{0, {}};
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
-    int status = ::pclose(p);
-    o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return o;
+    auto o = test::run(cmd);
+    return {o.status, std::move(o.text)};
 }
 
 json cli_json(const std::string& args) {

@@ -27,6 +27,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "command.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
@@ -180,16 +181,7 @@ std::set<std::string> lines_of(const std::string& text) {
     return out;
 }
 
-std::string run_command(const std::string& cmd) {
-    std::string out;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ::pclose(p);
-    return out;
-}
+std::string run_command(const std::string& cmd) { return test::run(cmd).text; }
 
 constexpr unsigned kLibFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
 constexpr const char* kLib = "libgpubind-exec-test.so.1";

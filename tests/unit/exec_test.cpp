@@ -670,6 +670,44 @@ TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
     EXPECT_NO_THROW(execute(plan, target(), dev_only));
 }
 
+// A shared mount (rootfsPropagation "rshared", a shared /dev) would carry
+// what gpubind mounts to its peers, the host's mount table among them:
+// refused before anything is made there, whichever mount it is.
+TEST(Execute, TargetsOnASharedMountAreRefused) {
+    const Plan plan = sample_plan();
+    for (std::uint64_t shared : {std::uint64_t{1}, std::uint64_t{5}}) {  // the root's, /dev's
+        SCOPED_TRACE(shared);
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        sys.mount_ids["root:/dev"] = 5;
+        sys.shared_mounts = {shared};
+        const auto before = sys.root;
+        try {
+            execute(plan, target(), sys);
+            ADD_FAILURE() << "not refused";
+        } catch (const Error& e) {
+            EXPECT_THAT(e.what(), HasSubstr("shared mount"));
+            EXPECT_THAT(e.what(), HasSubstr(shared == 5 ? "/dev/nvidia" : "/usr/"));
+        }
+        EXPECT_EQ(sys.root, before);
+        EXPECT_TRUE(sys.mounted.empty());
+    }
+}
+
+TEST(MountIsShared, ReadsTheOptionalFieldsOfItsOwnLine) {
+    const std::string mountinfo =
+        "22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+        "23 22 0:22 / /dev rw,nosuid master:2 - tmpfs tmpfs rw\n"
+        "24 22 0:23 / /data rw shared:7 master:3 - ext4 /dev/vdb rw\n"
+        "25 22 0:24 /x /shared:9 rw - tmpfs shared:9 rw\n";
+    EXPECT_TRUE(mount_is_shared(mountinfo, 22));
+    EXPECT_FALSE(mount_is_shared(mountinfo, 23));  // a slave only
+    EXPECT_TRUE(mount_is_shared(mountinfo, 24));   // shared and a slave
+    EXPECT_FALSE(mount_is_shared(mountinfo, 25));  // "shared:" only in the path and source
+    EXPECT_FALSE(mount_is_shared(mountinfo, 2));   // not listed ("22" does not match)
+    EXPECT_FALSE(mount_is_shared("", 22));
+}
+
 // --- plan.files (CUDA compat's loader entry) ---
 
 Plan compat_plan() {

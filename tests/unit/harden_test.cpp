@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "command.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
@@ -48,16 +49,7 @@ using ::testing::Not;
 using test::slurp;
 using test::write;
 
-std::string run_command(const std::string& cmd) {
-    std::string out;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ::pclose(p);
-    return out;
-}
+std::string run_command(const std::string& cmd) { return test::run(cmd).text; }
 
 std::set<std::string> lines_of(const std::string& text) {
     std::set<std::string> out;

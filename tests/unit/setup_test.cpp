@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "command.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/setup.hpp"
 #include "temp_dir.hpp"
@@ -64,15 +65,8 @@ struct Result {
 };
 
 Result sh(const std::string& cmd) {
-    Result r;
-    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    const int status = ::pclose(p);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    auto o = test::run(cmd + " 2>&1");
+    return {o.status, std::move(o.text)};
 }
 
 std::vector<std::string> run(const fs::path& prefix, Engine e, bool remove = false,

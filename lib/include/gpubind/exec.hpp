@@ -83,6 +83,10 @@ struct Owner {
 // nullopt when it is not mapped. A malformed line is an Error naming `what`.
 std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::string& what);
 
+// Whether mount `id` of a /proc/<pid>/mountinfo text is shared (a "shared:N"
+// optional field); false when the id is not listed.
+bool mount_is_shared(std::string_view mountinfo, std::uint64_t id);
+
 // The system calls the executor makes. Every directory argument is a
 // descriptor; names are single path components. Failures throw Error.
 class System {
@@ -208,6 +212,9 @@ public:
     virtual void exchange_at(int dir_fd, const std::string& a, const std::string& b) = 0;
     // The id of the mount the descriptor's file is on (statx STATX_MNT_ID).
     virtual std::uint64_t mount_id(int fd) = 0;
+    // Whether that mount, in this thread's mount namespace, is shared (its
+    // mount events propagate to peers: mountinfo's "shared:N").
+    virtual bool mount_shared(std::uint64_t mount_id) = 0;
     // --- ldconfig ---
     // Runs the executable with `args` (argv[1..]), which start with "-r ROOT"
     // (ROOT a path in the current mount namespace): the program runs confined
@@ -291,6 +298,7 @@ public:
     void rename_at(int dir_fd, const std::string& from, const std::string& to) override;
     void exchange_at(int dir_fd, const std::string& a, const std::string& b) override;
     std::uint64_t mount_id(int fd) override;
+    bool mount_shared(std::uint64_t mount_id) override;
     std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                     std::chrono::milliseconds timeout) override;
     std::string run_as(const Owner& owner, int exe_fd, const std::string& what,
