@@ -438,27 +438,23 @@ private:
     // The directory `p` inside the root, created (one component at a time,
     // relative to its parent's descriptor) where missing.
     SharedFd resolve_dir(const path& p) {
-        if (p == "/") return root_;
-        auto it = dirs_.find(p.string());
-        if (it != dirs_.end()) return it->second;
-        Fd fd = sys_.open_dir_in_root(root_->get(), p);
-        if (!fd) {
-            SharedFd parent = resolve_dir(p.parent_path());
-            std::string name = p.filename().string();
-            FileInfo info = sys_.stat_at(parent->get(), name);
-            if (info.type == Type::Symlink)
-                throw Error(ENOENT, "create directory", p.string(),
-                            "is a symbolic link that leads nowhere inside the container; "
-                            "not following it");
-            if (info.type != Type::Missing)
-                throw Error(ENOTDIR, "create directory", p.string(),
-                            "exists and is " + describe(info));
-            check_own_mount(*parent, p);
-            as_owner([&] {
-                fd = sys_.make_dir(parent->get(), name, 0755);
-                undo_.push_back({Undo::Kind::RemoveDir, parent, name, p.string()});
-            });
-        }
+        if (SharedFd found = find_dir(p)) return found;
+        Fd fd;
+        SharedFd parent = resolve_dir(p.parent_path());
+        std::string name = p.filename().string();
+        FileInfo info = sys_.stat_at(parent->get(), name);
+        if (info.type == Type::Symlink)
+            throw Error(ENOENT, "create directory", p.string(),
+                        "is a symbolic link that leads nowhere inside the container; "
+                        "not following it");
+        if (info.type != Type::Missing)
+            throw Error(ENOTDIR, "create directory", p.string(),
+                        "exists and is " + describe(info));
+        check_own_mount(*parent, p);
+        as_owner([&] {
+            fd = sys_.make_dir(parent->get(), name, 0755);
+            undo_.push_back({Undo::Kind::RemoveDir, parent, name, p.string()});
+        });
         auto shared = std::make_shared<Fd>(std::move(fd));
         dirs_.emplace(p.string(), shared);
         return shared;
@@ -918,17 +914,12 @@ private:
         // whose file is gone (an earlier start's driver file, removed above)
         // goes too. Each name is checked with fstatat, never followed.
         if (image) {
-            std::map<std::string, SharedFd> lib_dirs;
-            for (const auto& d : plan_.library_dirs) {
-                Fd fd = sys_.open_dir_in_root(root_->get(), d);
-                lib_dirs.emplace(d.string(), fd ? std::make_shared<Fd>(std::move(fd)) : nullptr);
-            }
+            const std::set<path> refreshed(plan_.library_dirs.begin(), plan_.library_dirs.end());
             std::erase_if(image->entries, [&](const ldcache::Entry& e) {
                 const path p(e.path);
-                auto it = lib_dirs.find(p.parent_path().string());
-                if (it == lib_dirs.end()) return false;
-                return !it->second ||
-                       sys_.stat_at(it->second->get(), p.filename().string()).type == Type::Missing;
+                if (!refreshed.count(p.parent_path())) return false;
+                const SharedFd dir = find_dir(p.parent_path());
+                return !dir || sys_.stat_at(dir->get(), p.filename().string()).type == Type::Missing;
             });
         }
         std::vector<std::string> dirs;

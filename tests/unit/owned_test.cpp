@@ -11,6 +11,7 @@
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
 #include "gpubind/owned.hpp"
+#include "exec_world.hpp"
 #include "recording_system.hpp"
 
 namespace gpubind {
@@ -173,11 +174,7 @@ class ExecuteRestart : public ::testing::Test {
     const std::string lib = kLib;
 };
 
-std::size_t index_of(const std::vector<std::string>& calls, const std::string& line) {
-    auto it = std::find(calls.begin(), calls.end(), line);
-    EXPECT_NE(it, calls.end()) << "no call '" << line << "'";
-    return static_cast<std::size_t>(it - calls.begin());
-}
+using exec_test::index_of;
 
 TEST_F(ExecuteRestart, EarlierStartIsBroughtUpToDateBeforeTheCacheRefreshNothingFollowed) {
     execute(plan, test::recording_target(), sys);
