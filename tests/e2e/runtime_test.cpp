@@ -350,7 +350,8 @@ TEST_F(RuntimeTest, HookRegisteredAsWellInjectsNothingTwice) {
     // The view is one tmpfs at /proc/driver/nvidia (or /proc/driver on a
     // host without the module); mountinfo lines are counted by mount id.
     std::set<std::string> proc_views;
-    for (const auto& line : sections(r.out)["mounts"]) {
+    auto s = sections(r.out);  // named: a temporary's element would dangle in the loop
+    for (const auto& line : s["mounts"]) {
         std::istringstream fields(line);
         std::string id, parent, dev, root, point, word;
         fields >> id >> parent >> dev >> root >> point;
