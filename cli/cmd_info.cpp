@@ -1,10 +1,12 @@
 // gpubind info: the driver and its GPUs, as text, CSV or JSON.
 #include <cstdio>
+#include <ctime>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "gpubind/description.hpp"
 #include "gpubind/node.hpp"
 
 namespace gpubind::cli {
@@ -15,7 +17,38 @@ struct InfoOptions {
     NodeOptions node;
     bool csv = false;
     bool json = false;
+    bool refresh = false;
 };
+
+const char* nvml_status(NvmlStatus s) {
+    switch (s) {
+        case NvmlStatus::NotAsked: return "not-asked";
+        case NvmlStatus::Answered: return "answered";
+        case NvmlStatus::Failed: return "failed";
+    }
+    return "";
+}
+
+std::string age(std::int64_t at) {
+    const std::int64_t s = static_cast<std::int64_t>(std::time(nullptr)) - at;
+    return s < 120 ? fmt::format("{} s ago", s) : fmt::format("{} min ago", s / 60);
+}
+
+// Where the facts come from and how old they are.
+void print_source(const NodeKnowledge& k) {
+    fmt::print("Description:      {} ({}, computed {})\n", k.path.string(),
+               k.stored ? (k.recomputed ? "rewritten now" : "read") : "in memory only",
+               age(k.computed_at));
+    if (!k.recomputed) fmt::print("                  fingerprint of the driver state matches\n");
+    else if (!k.why.empty()) fmt::print("                  recomputed: {}\n", k.why);
+    if (k.nvml.status == NvmlStatus::Answered)
+        fmt::print("NVML:             answered {} (took {} ms)\n", age(k.nvml.asked_at),
+                   k.nvml.took_ms);
+    else if (k.nvml.status == NvmlStatus::Failed)
+        fmt::print("NVML:             failed {} (after {} ms): {}\n", age(k.nvml.asked_at),
+                   k.nvml.took_ms, k.nvml.error);
+    else fmt::print("NVML:             not asked\n");
+}
 
 std::string or_unknown(const std::string& s) { return s.empty() ? "unknown" : s; }
 
@@ -83,7 +116,8 @@ nlohmann::json to_json(const DeviceNode& n) {
             {"major", n.major}, {"minor", n.minor}};
 }
 
-void print_json(const Node& node) {
+void print_json(const NodeKnowledge& k) {
+    const Node& node = k.node;
     nlohmann::json gpus = nlohmann::json::array();
     for (const auto& gpu : node.gpus) {
         nlohmann::json migs = nlohmann::json::array();
@@ -115,7 +149,18 @@ void print_json(const Node& node) {
                           {"cuda_version", node.cuda_version},
                           {"gpus", gpus},
                           {"imex_channels", imex},
-                          {"warnings", node.warnings}};
+                          {"warnings", node.warnings},
+                          {"description",
+                           {{"path", k.path.string()},
+                            {"stored", k.stored},
+                            {"recomputed", k.recomputed},
+                            {"why", k.why},
+                            {"computed_at", k.computed_at}}},
+                          {"nvml",
+                           {{"status", nvml_status(k.nvml.status)},
+                            {"asked_at", k.nvml.asked_at},
+                            {"took_ms", k.nvml.took_ms},
+                            {"error", k.nvml.error}}}};
     fmt::print("{}\n", out.dump(2));
 }
 
@@ -127,12 +172,24 @@ void register_info(CLI::App& app, Action& action) {
     add_node_options(*cmd, opts->node);
     auto* csv = cmd->add_flag("--csv", opts->csv, "Comma-separated output");
     cmd->add_flag("--json", opts->json, "JSON output (schema gpubind.info/v1)")->excludes(csv);
+    cmd->add_flag("--refresh", opts->refresh,
+                  "Discover the node and ask NVML now, and rewrite the node description");
     cmd->callback([opts, &action] {
         action = [opts] {
-            Node node = discover(node_config(opts->node));
-            if (opts->json) print_json(node);
-            else if (opts->csv) print_csv(node);
-            else print_text(node);
+            LoadOptions load;
+            load.need_nvml = true;
+            load.refresh = opts->refresh;
+            // --root and --ldcache describe another node than the configured one:
+            // its description is not stored.
+            load.write = opts->node.root.empty() && opts->node.ldcache.empty();
+            const NodeKnowledge k = load_node(node_config(opts->node), load);
+            if (opts->json) print_json(k);
+            else if (opts->csv) print_csv(k.node);
+            else {
+                print_text(k.node);
+                fmt::print("\n");
+                print_source(k);
+            }
             return 0;
         };
     });

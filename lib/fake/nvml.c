@@ -1,10 +1,14 @@
 /* The fake libnvidia-ml.so.1 of a simulated node: the NVML calls gpubind and
  * the fake nvidia-smi make, answered from the node's procfs and device nodes
  * (fake_scan.h) and the facts shared with the simulator (fake_node.h). */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fake_scan.h"
 #include "nvml_abi.h"
@@ -21,6 +25,38 @@ static unsigned g_init_count;
 static struct nvmlDevice_st g_gpu_handles[FAKE_MAX_GPUS];
 static struct nvmlDevice_st g_mig_handles[FAKE_MAX_MIGS];
 
+/* For tests of a slow driver: when the node's root has a file
+ * gpubind-fake-nvml/inits, each first initialisation appends a line to it,
+ * then sleeps as many milliseconds as gpubind-fake-nvml/delay-ms says (as a driver
+ * without the persistence daemon takes seconds to initialise). */
+static void slow_start(const char* root) {
+    char path[4096 + 64], text[32];
+    int fd;
+    ssize_t n;
+    long ms;
+    struct timespec ts;
+    if (root[0] == '\0' || strlen(root) >= 4096) return;
+    snprintf(path, sizeof path, "%s/gpubind-fake-nvml/inits", root);
+    fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    n = write(fd, "init\n", 5);
+    (void)n;
+    close(fd);
+    snprintf(path, sizeof path, "%s/gpubind-fake-nvml/delay-ms", root);
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return;
+    text[n] = '\0';
+    ms = strtol(text, NULL, 10);
+    if (ms <= 0 || ms > 600000) return;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 static nvmlReturn_t start(void) {
     unsigned i;
     if (g_init_count > 0) {
@@ -28,6 +64,7 @@ static nvmlReturn_t start(void) {
         return NVML_SUCCESS;
     }
     fake_node_root(&g_init_count, g_node.root, sizeof g_node.root);
+    slow_start(g_node.root);
     switch (fake_node_scan(&g_node)) {
         case FAKE_SCAN_OK: break;
         case FAKE_SCAN_NO_PERMISSION: return NVML_ERROR_NO_PERMISSION;

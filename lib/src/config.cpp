@@ -117,6 +117,7 @@ private:
                 config_.ldcache = string(node, full).empty() ? std::filesystem::path()
                                                              : absolute(node, full);
             else if (k == "ldconfig") config_.ldconfig = absolute(node, full);
+            else if (k == "state-dir") config_.state_dir = absolute(node, full);
             else fail(full, "unknown key");
         }
     }

@@ -438,21 +438,30 @@ void discover_other_files(Node& node, const Config& config) {
     node.files = std::move(merged);
 }
 
-void apply_nvml(Node& node, const DiscoverOptions& options) {
+}  // namespace
+
+const DeviceNode* Node::control_node(std::string_view name) const {
+    for (const auto& n : control)
+        if (n.path.filename() == name) return &n;
+    return nullptr;
+}
+
+std::string apply_nvml(Node& node, std::chrono::milliseconds timeout) {
     auto lib = std::find_if(node.files.begin(), node.files.end(), [](const DriverFile& f) {
         return f.kind == FileKind::Library && !f.compat32 && f.name == "libnvidia-ml.so.1";
     });
     if (lib == node.files.end()) {
-        node.warnings.push_back("no libnvidia-ml.so.1: CUDA version, brand and compute "
-                                "capability are unknown");
-        return;
+        const std::string why = "no libnvidia-ml.so.1: CUDA version, brand and compute "
+                                "capability are unknown";
+        node.warnings.push_back(why);
+        return why;
     }
     NvmlFacts facts;
     try {
-        facts = query_nvml(lib->host_path, options.nvml_timeout);
+        facts = query_nvml(lib->host_path, timeout);
     } catch (const Error& e) {
         node.warnings.push_back(std::string("NVML: ") + e.what());
-        return;
+        return e.what();
     }
     node.cuda_version = facts.cuda_version;
     for (auto& gpu : node.gpus) {
@@ -465,14 +474,7 @@ void apply_nvml(Node& node, const DiscoverOptions& options) {
             if (m != it->second.mig_uuids.end()) mig.uuid = m->second;
         }
     }
-}
-
-}  // namespace
-
-const DeviceNode* Node::control_node(std::string_view name) const {
-    for (const auto& n : control)
-        if (n.path.filename() == name) return &n;
-    return nullptr;
+    return {};
 }
 
 Node discover(const Config& config, const DiscoverOptions& options) {
@@ -485,7 +487,7 @@ Node discover(const Config& config, const DiscoverOptions& options) {
     discover_imex_channels(node, majors);
     discover_libraries(node, config);
     discover_other_files(node, config);
-    if (options.nvml && !node.gpus.empty()) apply_nvml(node, options);
+    if (options.nvml && !node.gpus.empty()) apply_nvml(node, options.nvml_timeout);
     for (const auto& w : node.warnings) logger().debug("discover: {}", w);
     return node;
 }

@@ -1,5 +1,6 @@
 #include "gpubind/inject.hpp"
 
+#include "gpubind/description.hpp"
 #include "gpubind/devices.hpp"
 #include "gpubind/log.hpp"
 
@@ -43,11 +44,16 @@ Decision decide(Request request, const std::filesystem::path& rootfs, const Conf
     d.reason = describe_request(d.request);
     if (!d.request.gpu_container()) return d;
 
-    d.node = std::make_unique<Node>(discover(config));
+    LoadOptions options;
+    options.need_nvml = needs_nvml_facts(d.request);
+    NodeKnowledge known = load_node(config, options);
+    d.node_recomputed = known.recomputed;
+    d.nvml_asked = known.nvml_asked;
+    d.node = std::make_unique<Node>(std::move(known.node));
     const Selection selection = select_devices(*d.node, d.request.devices);
     check_requirements(d.request, *d.node, selection);
     const Image image = inspect_image(rootfs);
-    d.plan = make_plan(d.request, *d.node, selection, image, config, read_proc_files(*d.node));
+    d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
     logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),
                    d.plan.mounts.size(), d.plan.symlinks.size());
     return d;

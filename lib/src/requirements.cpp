@@ -189,6 +189,16 @@ std::optional<std::string> first_failure(const Alternative& alt, const Node& nod
 
 }  // namespace
 
+bool needs_nvml_facts(const Request& request) {
+    for (const auto& id : request.devices.ids)
+        if (to_lower(id).rfind("mig-", 0) == 0) return true;
+    for (const auto& r : request.requirements)
+        for (const auto& alt : parse_expression(r))
+            for (const auto& c : alt)
+                if (c.key != Key::Driver) return true;
+    return false;
+}
+
 void check_requirements(const Request& request, const Node& node, const Selection& selection) {
     if (request.requirements.empty()) return;
     // Parse everything first: a malformed expression is an error even where

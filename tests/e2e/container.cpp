@@ -276,19 +276,24 @@ RunResult Bundle::run_with(const std::string& runtime) {
 
 SimNode::SimNode(const sim::Spec& spec, const std::string& prefix)
     : dir_(prefix), manifest_(sim::simulate(dir_.path(), spec)),
-      config_(dir_.path().parent_path() / (dir_.path().filename().string() + "-config.toml")) {
+      config_(dir_.path().parent_path() / (dir_.path().filename().string() + "-config.toml")),
+      state_dir_(dir_.path().parent_path() / (dir_.path().filename().string() + "-state")) {
+    fs::create_directory(state_dir_);
+    fs::permissions(state_dir_, fs::perms(0755));
     write_config();
 }
 
 SimNode::~SimNode() {
     std::error_code ec;
     fs::remove(config_, ec);
+    fs::remove_all(state_dir_, ec);
 }
 
 void SimNode::write_config(const std::string& extra) const {
     const std::string r = root().string();
     std::ofstream(config_) << "[node]\ndriver-root = \"" << r << "\"\ndev-root = \"" << r
-                           << "\"\nproc-root = \"" << r << "/proc\"\n[log]\nfile = \""
+                           << "\"\nproc-root = \"" << r << "/proc\"\nstate-dir = \""
+                           << state_dir_.string() << "\"\n[log]\nfile = \""
                            << log().string() << "\"\nlevel = \"debug\"\n"
                            << extra;
 }

@@ -87,6 +87,9 @@ public:
     const std::filesystem::path& root() const { return dir_.path(); }
     const std::filesystem::path& config() const { return config_; }
     std::filesystem::path log() const { return root() / "gpubind.log"; }
+    // The config's [node] state-dir: beside the node, so that rewriting the
+    // node leaves the description for the fingerprint to judge.
+    const std::filesystem::path& state_dir() const { return state_dir_; }
     // (Re)writes the config; `extra` is appended (TOML: more tables).
     void write_config(const std::string& extra = {}) const;
     // Rewrites the node in place (another driver version, MIG layout, ...).
@@ -99,6 +102,7 @@ private:
     TempDir dir_;
     sim::Manifest manifest_;
     std::filesystem::path config_;
+    std::filesystem::path state_dir_;
 };
 
 // What gpu_script() prints and expect_gpus() checks of a container given GPUs

@@ -68,6 +68,8 @@ struct Config {
     Roots roots;
     std::filesystem::path ldcache;       // empty: <driver root>/etc/ld.so.cache
     std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, run for the container
+    // Where the node description lives ([node] state-dir; description.hpp).
+    std::filesystem::path state_dir = "/run/gpubind";
     Catalog catalog;
     Policy policy;
     LogConfig log;

@@ -20,12 +20,15 @@ struct Decision {
     std::unique_ptr<Node> node;   // null when this is not a GPU container
     Plan plan;                    // empty when this is not a GPU container
     std::string reason;           // why gpubind does what it does, for logs and `gpubind plan`
+    bool node_recomputed = false; // the node description was (re)computed for this decision
+    bool nvml_asked = false;      // NVML was asked for this decision
 
     bool gpu_container() const { return request.gpu_container(); }
 };
 
 // Reads the container's request from its spec and, for a GPU container,
-// discovers the node, selects the devices, checks the requirements, inspects
+// loads the node (load_node: the node description, NVML asked only when the
+// request needs one of its facts), selects the devices, checks the requirements, inspects
 // the image and makes the plan. Throws Error on a bad or refused request.
 Decision decide(const oci::Spec& spec, const Config& config);
 // The same for a request made by hand (gpubind configure) and a rootfs.

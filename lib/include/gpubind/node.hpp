@@ -97,4 +97,10 @@ struct DiscoverOptions {
 // major and minor n; any other entry there is a warning and left out.
 Node discover(const Config& config, const DiscoverOptions& options = {});
 
+// Asks NVML (the node's libnvidia-ml.so.1, in a child with `timeout`) for the
+// CUDA version, each GPU's brand and compute capability and the MIG devices'
+// UUIDs, and fills them in. Returns "" when NVML answered, else why not (also
+// added to node.warnings); never throws for NVML's failures.
+std::string apply_nvml(Node& node, std::chrono::milliseconds timeout);
+
 }  // namespace gpubind

@@ -62,6 +62,11 @@ std::vector<std::string> parse_imex_channels(std::string_view value, std::string
 // hold). Throws Error(ECANCELED, "check requirement", <variable>, <why>).
 void check_requirements(const Request& request, const Node& node, const Selection& selection);
 
+// Whether deciding for `request` needs a fact only NVML has: a requirement on
+// cuda, arch or brand, or a device named by MIG UUID. A malformed requirement
+// throws as check_requirements does.
+bool needs_nvml_facts(const Request& request);
+
 // How the image lays out its libraries, read from the rootfs by descriptor.
 // The defaults are the lib64 layout.
 struct Image {

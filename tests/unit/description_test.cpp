@@ -1,0 +1,380 @@
+// The node description (description.hpp): computed once per driver state,
+// never trusted when the driver state changed or the file is not what
+// gpubind wrote. Expectations come from the simulated node's manifest.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpubind/description.hpp"
+#include "gpubind/sim.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class Description : public ::testing::Test {
+  protected:
+    Description() : dir_("gpubind-description"), config_(default_config()) {
+        simulate();
+        config_.roots = {node(), node(), node() / "proc"};
+        config_.state_dir = dir_ / "state";
+    }
+
+    fs::path node() const { return dir_ / "node"; }
+    fs::path file() const { return description_path(config_); }
+
+    void simulate(const std::string& version = "550.54.15", std::vector<sim::MigSpec> mig = {}) {
+        sim::Spec spec;
+        spec.gpus = 2;
+        spec.driver_version = version;
+        spec.mig = std::move(mig);
+        manifest_ = sim::simulate(node(), spec);
+    }
+
+    NodeKnowledge load(bool need_nvml = false) {
+        LoadOptions options;
+        options.need_nvml = need_nvml;
+        options.nvml_timeout = std::chrono::milliseconds(1500);
+        return load_node(config_, options);
+    }
+
+    std::string read() const {
+        std::ifstream in(file(), std::ios::binary);
+        std::stringstream s;
+        s << in.rdbuf();
+        return s.str();
+    }
+    void write(const fs::path& path, const std::string& text) const {
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+    }
+
+    // The slow NVML's switches (lib/fake/nvml.c): initialisations are counted.
+    void count_nvml(int delay_ms = 0) const {
+        fs::create_directories(node() / "gpubind-fake-nvml");
+        write(node() / "gpubind-fake-nvml/inits", "");
+        if (delay_ms) write(node() / "gpubind-fake-nvml/delay-ms", std::to_string(delay_ms));
+    }
+    std::size_t nvml_inits() const {
+        std::ifstream in(node() / "gpubind-fake-nvml/inits");
+        std::size_t n = 0;
+        for (std::string line; std::getline(in, line);) ++n;
+        return n;
+    }
+
+    // Each GPU's UUID as the manifest has it, and as the knowledge does.
+    std::vector<std::string> manifest_uuids() const {
+        std::vector<std::string> out;
+        for (const auto& g : manifest_.gpus) out.push_back(g.uuid);
+        return out;
+    }
+    static std::vector<std::string> uuids(const NodeKnowledge& k) {
+        std::vector<std::string> out;
+        for (const auto& g : k.node.gpus) out.push_back(g.uuid);
+        return out;
+    }
+
+    test::TempDir dir_;
+    Config config_;
+    sim::Manifest manifest_;
+};
+
+TEST_F(Description, ComputedOnceThenRead) {
+    auto first = load();
+    EXPECT_TRUE(first.recomputed);
+    EXPECT_TRUE(first.stored);
+    EXPECT_EQ(first.node.driver_version, manifest_.spec.driver_version);
+    EXPECT_EQ(uuids(first), manifest_uuids());
+
+    auto second = load();
+    EXPECT_FALSE(second.recomputed) << second.why;
+    EXPECT_EQ(second.node.driver_version, manifest_.spec.driver_version);
+    EXPECT_EQ(uuids(second), manifest_uuids());
+    ASSERT_EQ(second.node.files.size(), first.node.files.size());
+    for (std::size_t i = 0; i < first.node.files.size(); ++i) {
+        EXPECT_EQ(second.node.files[i].host_path, first.node.files[i].host_path);
+        EXPECT_EQ(second.node.files[i].caps, first.node.files[i].caps);
+    }
+    EXPECT_EQ(second.node.control.size(), first.node.control.size());
+    EXPECT_EQ(second.proc.version, first.proc.version);
+    EXPECT_EQ(second.proc.information, first.proc.information);
+}
+
+TEST_F(Description, TheFileIsRootsAndReadableByAll) {
+    load();
+    struct stat st {};
+    ASSERT_EQ(::lstat(file().c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(st.st_mode & 07777, 0644u);
+    EXPECT_EQ(st.st_uid, 0u);
+    ASSERT_EQ(::lstat(config_.state_dir.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0755u);
+    // Nothing else left in the directory (no temporary file).
+    std::size_t entries = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(config_.state_dir)) ++entries;
+    EXPECT_EQ(entries, 1u);
+}
+
+TEST_F(Description, DriverUpgradeIsSeen) {
+    load();
+    simulate("560.35.03");
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("driver state changed"));
+    EXPECT_EQ(k.node.driver_version, "560.35.03");
+    EXPECT_EQ(uuids(k), manifest_uuids());
+    for (const auto& f : k.node.files) {
+        if (f.kind == FileKind::Library) {
+            EXPECT_THAT(f.real_path.string(), HasSubstr("560.35.03")) << f.name;
+        }
+    }
+    EXPECT_FALSE(load().recomputed);
+}
+
+TEST_F(Description, MigLayoutChangeIsSeen) {
+    simulate("550.54.15", {{0, 1, 0}});
+    load(true);
+    simulate("550.54.15", {{0, 2, 0}, {1, 3, 1}});
+    auto k = load(true);
+    EXPECT_TRUE(k.recomputed);
+    ASSERT_EQ(manifest_.migs.size(), 2u);
+    for (const auto& m : manifest_.migs) {
+        const auto& gpu = k.node.gpus.at(m.gpu);
+        ASSERT_EQ(gpu.mig.size(), 1u);
+        EXPECT_EQ(gpu.mig[0].gi, m.gi);
+        EXPECT_EQ(gpu.mig[0].ci, m.ci);
+        EXPECT_EQ(gpu.mig[0].uuid, m.uuid);
+        EXPECT_EQ(gpu.mig[0].ci_cap.minor, m.ci_cap_minor);
+    }
+}
+
+TEST_F(Description, ConfigChangeIsSeen) {
+    load();
+    config_.catalog.libraries.clear();
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("config changed"));
+    for (const auto& f : k.node.files) EXPECT_NE(f.kind, FileKind::Library) << f.name;
+}
+
+TEST_F(Description, LdcacheRewriteIsSeen) {
+    load();
+    const fs::path cache = node() / "etc/ld.so.cache";
+    fs::copy_file(cache, node() / "etc/ld.so.cache.new");
+    fs::rename(node() / "etc/ld.so.cache.new", cache);
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("ldcache"));
+}
+
+TEST_F(Description, AnIpcAppearingIsSeen) {
+    fs::remove(node() / "run/nvidia-persistenced/socket");
+    auto before = load();
+    for (const auto& f : before.node.files)
+        EXPECT_NE(f.host_path, node() / "run/nvidia-persistenced/socket");
+    // The daemon starts after the first container: its socket appears.
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr {};
+    addr.sun_family = AF_UNIX;
+    const std::string path = (node() / "run/nvidia-persistenced/socket").string();
+    ASSERT_LT(path.size(), sizeof addr.sun_path);
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ::close(fd);
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("nvidia-persistenced/socket"));
+    bool found = false;
+    for (const auto& f : k.node.files) found |= f.host_path == node() / "run/nvidia-persistenced/socket";
+    EXPECT_TRUE(found);
+}
+
+// A description whose bytes changed: the node as it is, never what the file says.
+TEST_F(Description, TamperedIsNotTrusted) {
+    load();
+    std::string text = read();
+    const std::string uuid = manifest_.gpus[0].uuid;
+    auto at = text.find(uuid);
+    ASSERT_NE(at, std::string::npos);
+    text[at + uuid.size() - 1] = text[at + uuid.size() - 1] == '0' ? '1' : '0';
+    write(file(), text);
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("digest"));
+    EXPECT_EQ(uuids(k), manifest_uuids());
+    EXPECT_FALSE(load().recomputed);  // rewritten
+}
+
+TEST_F(Description, TruncatedIsNotTrusted) {
+    load();
+    const std::string text = read();
+    write(file(), text.substr(0, text.size() / 2));
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("truncated"));
+    EXPECT_EQ(uuids(k), manifest_uuids());
+    write(file(), "");
+    EXPECT_TRUE(load().recomputed);
+}
+
+TEST_F(Description, CorruptJsonWithAMatchingDigestIsNotTrusted) {
+    load();
+    const std::string text = read();
+    // A well-formed file of the right shape whose body is not a description.
+    const std::string body = "{\"schema\":\"gpubind.node/1\"}";
+    std::uint64_t h = 14695981039346656037ull;
+    for (unsigned char c : body) {
+        h ^= c;
+        h *= 1099511628211ull;
+    }
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(h));
+    write(file(), std::string("{\"digest\":\"") + digest + "\",\"body\":" + body + "}\n");
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("corrupt"));
+    EXPECT_EQ(uuids(k), manifest_uuids());
+}
+
+TEST_F(Description, SymlinkedIsNotTrustedNorFollowed) {
+    load();
+    const fs::path elsewhere = dir_ / "elsewhere.json";
+    fs::copy_file(file(), elsewhere);
+    const std::string before = read();
+    fs::remove(file());
+    fs::create_symlink(elsewhere, file());
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("symbolic link"));
+    // The link was replaced, its target left as it was.
+    EXPECT_FALSE(fs::is_symlink(fs::symlink_status(file())));
+    std::ifstream in(elsewhere, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    EXPECT_EQ(s.str(), before);
+}
+
+TEST_F(Description, ForeignOwnedOrWritableIsNotTrusted) {
+    load();
+    ASSERT_EQ(::chown(file().c_str(), 1000, 1000), 0);
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("not owned by root"));
+    EXPECT_FALSE(load().recomputed);
+    ASSERT_EQ(::chmod(file().c_str(), 0664), 0);
+    k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("writable"));
+}
+
+TEST_F(Description, NotRegularOrOversizedIsNotTrusted) {
+    load();
+    fs::remove(file());
+    ASSERT_EQ(::mkfifo(file().c_str(), 0644), 0);
+    auto k = load();  // never waits on the FIFO
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("not a regular file"));
+    EXPECT_FALSE(load().recomputed);  // replaced by a file
+
+    std::string text = read();
+    text.insert(text.size() - 2, std::string(kMaxDescriptionSize, ' '));
+    write(file(), text);
+    k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("larger than"));
+}
+
+TEST_F(Description, AnUntrustedDirectoryIsNeitherReadNorWritten) {
+    fs::create_directories(config_.state_dir);
+    ASSERT_EQ(::chmod(config_.state_dir.c_str(), 0777), 0);
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_FALSE(k.stored);
+    EXPECT_FALSE(fs::exists(file()));
+    EXPECT_EQ(uuids(k), manifest_uuids());
+    // A file put there by someone who may write the directory is not read.
+    ASSERT_EQ(::chmod(config_.state_dir.c_str(), 0755), 0);
+    load();
+    ASSERT_EQ(::chmod(config_.state_dir.c_str(), 0777), 0);
+    k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("writable by others"));
+}
+
+TEST_F(Description, NvmlIsAskedOncePerDriverState) {
+    count_nvml();
+    auto plain = load(false);
+    EXPECT_EQ(plain.nvml.status, NvmlStatus::NotAsked);
+    EXPECT_EQ(nvml_inits(), 0u);
+    auto asked = load(true);
+    EXPECT_TRUE(asked.nvml_asked);
+    EXPECT_EQ(asked.nvml.status, NvmlStatus::Answered);
+    EXPECT_EQ(asked.node.cuda_version, manifest_.cuda_version);
+    EXPECT_EQ(asked.node.gpus[0].brand, manifest_.gpus[0].brand);
+    EXPECT_EQ(asked.node.gpus[0].compute_capability, manifest_.gpus[0].compute_capability);
+    for (int i = 0; i < 5; ++i) {
+        auto k = load(true);
+        EXPECT_FALSE(k.nvml_asked);
+        EXPECT_EQ(k.node.cuda_version, manifest_.cuda_version);
+    }
+    EXPECT_EQ(nvml_inits(), 1u);
+    // A new driver state asks again, once.
+    simulate("560.35.03");
+    count_nvml();
+    load(true);
+    load(true);
+    EXPECT_EQ(nvml_inits(), 1u);
+}
+
+TEST_F(Description, AHungNvmlCostsOneWaitPerDriverState) {
+    count_nvml(60000);
+    const auto start = std::chrono::steady_clock::now();
+    auto k = load(true);
+    EXPECT_EQ(k.nvml.status, NvmlStatus::Failed);
+    EXPECT_THAT(k.nvml.error, HasSubstr("no answer within 1500 ms"));
+    EXPECT_EQ(k.node.cuda_version, "");
+    const auto first = std::chrono::steady_clock::now() - start;
+    EXPECT_GE(first, std::chrono::milliseconds(1500));
+    for (int i = 0; i < 3; ++i) {
+        auto again = load(true);
+        EXPECT_FALSE(again.nvml_asked);
+        EXPECT_EQ(again.nvml.status, NvmlStatus::Failed);
+    }
+    EXPECT_EQ(nvml_inits(), 1u);
+    // Asked on purpose (gpubind info --refresh): once more.
+    LoadOptions refresh;
+    refresh.refresh = true;
+    refresh.need_nvml = true;
+    refresh.nvml_timeout = std::chrono::milliseconds(300);
+    auto r = load_node(config_, refresh);
+    EXPECT_TRUE(r.recomputed);
+    EXPECT_TRUE(r.nvml_asked);
+    EXPECT_EQ(nvml_inits(), 2u);
+}
+
+TEST_F(Description, AReaderThatCannotWriteComputesInMemory) {
+    LoadOptions options;
+    options.write = false;
+    auto k = load_node(config_, options);
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_FALSE(k.stored);
+    EXPECT_FALSE(fs::exists(file()));
+    EXPECT_EQ(uuids(k), manifest_uuids());
+}
+
+}  // namespace
+}  // namespace gpubind
