@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "gpubind/description.hpp"
 #include "gpubind/devices.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/node.hpp"
@@ -148,11 +149,13 @@ void register_list(CLI::App& app, Action& action) {
             auto caps = parse_capabilities(o->capabilities, &unknown);
             if (!caps) throw_invalid("parse capabilities", "--capabilities",
                                      "unknown capability \"" + unknown + "\"");
-            DiscoverOptions discover_options;
+            LoadOptions load;
             // NVML is needed only to resolve MIG UUIDs.
-            discover_options.nvml = o->device.find("MIG-") != std::string::npos ||
-                                    o->device.find("mig-") != std::string::npos;
-            Node node = discover(node_config(o->node), discover_options);
+            load.need_nvml = o->device.find("MIG-") != std::string::npos ||
+                             o->device.find("mig-") != std::string::npos;
+            // --root and --ldcache describe another node than the configured one.
+            load.write = o->node.root.empty() && o->node.ldcache.empty();
+            const Node node = load_node(node_config(o->node), load).node;
             Listing listing = make_listing(node, *o, *caps);
             if (o->json) print_json(listing);
             else print_text(listing);

@@ -87,6 +87,11 @@ int run(const std::string& stage, bool inherited) {
                       "unknown stage (prestart, createRuntime, poststop, finish)");
 
     const harden::Deadline deadline(kHookBudget);
+    using Clock = std::chrono::steady_clock;
+    const auto started = Clock::now();
+    auto us = [](Clock::time_point from, Clock::time_point to) {
+        return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
+    };
     const Config config = load_trusted_config();
     const oci::State state = oci::parse_state(
         harden::read_stream(STDIN_FILENO, oci::kMaxStateSize, "stdin", deadline), "stdin");
@@ -99,7 +104,9 @@ int run(const std::string& stage, bool inherited) {
         logger().debug("edited by gpubind-runtime: its finish hook completes the container");
         return kExitOk;
     }
+    const auto read = Clock::now();
     const Decision decision = decide(spec, config);
+    const auto decided = Clock::now();
     if (!decision.gpu_container()) {
         logger().debug("{}: nothing to do", decision.reason);
         return kExitOk;
@@ -121,7 +128,10 @@ int run(const std::string& stage, bool inherited) {
     deadline.check("configure the container");
     target.ldconfig_timeout = std::min(target.ldconfig_timeout, deadline.left());
     execute(plan, target);
+    const auto done = Clock::now();
     logger().info("container configured");
+    logger().debug("timing: config, state and spec {} us, decision {} us, execution {} us",
+                   us(started, read), us(read, decided), us(decided, done));
     return kExitOk;
 }
 

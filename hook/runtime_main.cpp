@@ -262,7 +262,8 @@ void edit_bundle(const Args& args, const Config& config) {
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) throw_errno("stat", file.string());
     const auto mode = static_cast<unsigned>(st.st_mode & 07777);
-    write_file_atomic(file, edited.dump(), mode);
+    // Read by the runtime at once, useless after a crash: no fsync.
+    write_file_atomic(file, edited.dump(), mode, false);
     if (::chmod(file.c_str(), mode) != 0) throw_errno("chmod", file.string());  // past the umask
     logger().info("{}: {}: {} devices, {} mounts in the spec", args.id, decision.reason,
                   decision.plan.devices.size(), decision.plan.mounts.size());

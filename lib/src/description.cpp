@@ -75,9 +75,8 @@ std::string identity(const fs::path& path) {
 }
 
 // Appends "<rel>/<name>:<inode>;" for each entry of `dir` (sorted), into its
-// subdirectories down to kMaxDepth. `keep`: which top-level names count.
-void listing(std::string& out, const fs::path& dir, const std::string& rel, int depth,
-             bool (*keep)(std::string_view) = nullptr) {
+// subdirectories down to kMaxDepth.
+void listing(std::string& out, const fs::path& dir, const std::string& rel, int depth) {
     DIR* d = ::opendir(dir.c_str());
     if (!d) {
         out += rel + (errno == ENOENT ? ":missing;" : ":error;");
@@ -87,7 +86,6 @@ void listing(std::string& out, const fs::path& dir, const std::string& rel, int 
     while (const dirent* e = ::readdir(d)) {
         std::string_view name = e->d_name;
         if (name == "." || name == "..") continue;
-        if (keep && !keep(name)) continue;
         entries.push_back({std::string(name), {e->d_ino, e->d_type}});
     }
     ::closedir(d);
@@ -99,21 +97,24 @@ void listing(std::string& out, const fs::path& dir, const std::string& rel, int 
     }
 }
 
-bool nvidia_name(std::string_view name) { return name.rfind("nvidia", 0) == 0; }
-
-// The device nodes at the top of the dev root's /dev that are NVIDIA's: their
-// identities (type, numbers, mode: what discovery reads with stat).
+// The dev root's NVIDIA entries (nvidia*): names and inodes, and for the
+// nodes their identity (type, numbers, mode, owner: what discovery reads with
+// stat).
 std::string dev_nodes(const fs::path& dev) {
-    std::string out;
-    listing(out, dev, "", kMaxDepth, nvidia_name);  // names and inodes, top level only
     DIR* d = ::opendir(dev.c_str());
-    if (!d) return out;
-    std::vector<std::string> names;
+    if (!d) return errno == ENOENT ? "missing" : "error";
+    std::vector<std::pair<std::string, std::pair<ino_t, unsigned char>>> entries;
     while (const dirent* e = ::readdir(d))
-        if (nvidia_name(e->d_name) && e->d_type != DT_DIR) names.emplace_back(e->d_name);
+        if (std::string_view(e->d_name).rfind("nvidia", 0) == 0)
+            entries.push_back({e->d_name, {e->d_ino, e->d_type}});
     ::closedir(d);
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) out += n + "=" + identity(dev / n) + ";";
+    std::sort(entries.begin(), entries.end());
+    std::string out;
+    for (const auto& [name, info] : entries) {
+        out += fmt::format("{}:{}", name, info.first);
+        if (info.second != DT_DIR) out += "=" + identity(dev / name);
+        out += ";";
+    }
     return out;
 }
 
@@ -541,6 +542,7 @@ Fingerprint node_fingerprint(const Config& config) {
 }
 
 NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
+    const auto started = std::chrono::steady_clock::now();
     Fingerprint now = node_fingerprint(config);
     std::string why = "refresh asked";
     std::optional<NodeKnowledge> stored;
@@ -557,8 +559,11 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
     bool dirty = false;
     if (stored && why.empty()) {
         k = std::move(*stored);
-        logger().debug("node description {}: computed {} s ago", k.path.string(),
-                       now_seconds() - k.computed_at);
+        logger().debug("node description {}: computed {} s ago, checked and read in {} us",
+                       k.path.string(), now_seconds() - k.computed_at,
+                       std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::steady_clock::now() - started)
+                           .count());
     } else {
         logger().debug("node description: discovering the node: {}", why);
         k.path = description_path(config);

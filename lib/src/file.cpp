@@ -56,7 +56,8 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_size) {
     return read_fd(fd.get(), max_size, path.string());
 }
 
-void write_file_atomic(const std::filesystem::path& path, std::string_view data, unsigned mode) {
+void write_file_atomic(const std::filesystem::path& path, std::string_view data, unsigned mode,
+                       bool durable) {
     std::filesystem::path tmp = path;
     tmp += ".tmp-" + std::to_string(::getpid());
     {
@@ -72,7 +73,7 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view data,
             }
             done += static_cast<std::size_t>(n);
         }
-        if (::fsync(fd.get()) != 0) {
+        if (durable && ::fsync(fd.get()) != 0) {
             int err = errno;
             ::unlink(tmp.c_str());
             throw Error(err, "fsync", tmp.string());

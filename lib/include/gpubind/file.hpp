@@ -23,8 +23,10 @@ std::string read_fd(int fd, std::size_t max_size, const std::string& what);
 // Reads a stream (pipe, stdin) until EOF, failing once more than max_size arrives.
 std::string read_stream(int fd, std::size_t max_size, const std::string& what);
 
-// Writes `data` to `path` atomically (temporary file in the same directory, fsync, rename).
+// Writes `data` to `path` atomically (temporary file in the same directory,
+// fsync unless `durable` is false — a file read at once and useless after a
+// crash —, rename).
 void write_file_atomic(const std::filesystem::path& path, std::string_view data,
-                       unsigned mode = 0644);
+                       unsigned mode = 0644, bool durable = true);
 
 }  // namespace gpubind

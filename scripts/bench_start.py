@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Container starts on a simulated node, paired in one run (scripts/bench).
+
+    bench_start.py BUILD_DIR WORK_DIR [--runs N]
+
+Writes a 4-GPU simulated node, a config naming it (cgroups on, the node
+description in WORK_DIR/state), a busybox+glibc rootfs with its own loader
+cache, and three bundles of the same container (`/bin/true`): bare, with
+gpubind-hook registered at prestart (NVIDIA_VISIBLE_DEVICES=all,
+compute,utility) and the same through gpubind-runtime. Each round runs the
+three once, in turn, with `runc run`: median and spread (10th-90th
+percentile) over the rounds, what gpubind adds and the ratio. Then: the first
+start after a driver-state change (the node's ld.so.cache rewritten before
+each), and starts on a node whose NVML sleeps 2 s in nvmlInit_v2, with and
+without NVIDIA_REQUIRE_CUDA. Run as root.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+build, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 60
+cli = f"{build}/cli/gpubind"
+hook = f"{build}/hook/gpubind-hook"
+shim = f"{build}/hook/gpubind-runtime"
+node = f"{work}/node"
+state = f"{work}/state"
+config = f"{work}/config.toml"
+runc = shutil.which("runc")
+
+subprocess.run([cli, "simulate", node, "--gpus", "4"], check=True, stdout=subprocess.DEVNULL)
+os.makedirs(state, mode=0o755, exist_ok=True)
+with open(config, "w") as f:
+    f.write(f'[node]\ndriver-root = "{node}"\ndev-root = "{node}"\nproc-root = "{node}/proc"\n'
+            f'state-dir = "{state}"\n[policy]\ncgroups = true\n[log]\nlevel = "warn"\n')
+os.chmod(config, 0o644)
+
+rootfs = f"{work}/rootfs"
+for d in ("bin", "proc", "sys", "dev", "tmp", "etc", "usr/bin", "usr/lib/x86_64-linux-gnu",
+          "lib/x86_64-linux-gnu", "lib64"):
+    os.makedirs(f"{rootfs}/{d}", exist_ok=True)
+shutil.copy("/bin/busybox", f"{rootfs}/bin/busybox")
+for tool in ("sh", "true"):
+    if not os.path.lexists(f"{rootfs}/bin/{tool}"):
+        os.symlink("busybox", f"{rootfs}/bin/{tool}")
+for lib in ("libc.so.6", "libm.so.6"):
+    shutil.copy(os.path.realpath(f"/lib/x86_64-linux-gnu/{lib}"), f"{rootfs}/lib/x86_64-linux-gnu/{lib}")
+shutil.copy(os.path.realpath("/lib64/ld-linux-x86-64.so.2"), f"{rootfs}/lib64/ld-linux-x86-64.so.2")
+with open(f"{rootfs}/etc/debian_version", "w") as f:
+    f.write("12.0\n")
+with open(f"{rootfs}/etc/ld.so.conf", "w") as f:
+    f.write("/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n")
+subprocess.run(["ldconfig", "-r", rootfs], check=True)
+
+
+def spec(env=(), hooked=False):
+    s = {
+        "ociVersion": "1.0.2",
+        "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["/bin/true"],
+                    "env": ["PATH=/usr/bin:/bin"] + list(env), "cwd": "/",
+                    "noNewPrivileges": True},
+        "root": {"path": rootfs, "readonly": False},
+        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+                   {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+                    "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}],
+        "linux": {"resources": {"devices": [{"allow": False, "access": "rwm"}]},
+                  "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "network")]},
+    }
+    if hooked:
+        s["hooks"] = {"prestart": [{"path": hook, "args": ["gpubind-hook", "prestart"],
+                                    "env": [f"GPUBIND_CONFIG={config}"]}]}
+    return s
+
+
+gpu_env = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+bundles = {"bare": spec(), "hook": spec(gpu_env, True), "shim": spec(gpu_env),
+           "hook+cuda": spec(gpu_env + ["NVIDIA_REQUIRE_CUDA=cuda>=12.0"], True)}
+for name, s in bundles.items():
+    os.makedirs(f"{work}/{name}", exist_ok=True)
+    with open(f"{work}/{name}/config.json", "w") as f:
+        json.dump(s, f)
+env = dict(os.environ, GPUBIND_CONFIG=config)
+counter = 0
+
+
+def start(name):
+    """One `runc run` (through gpubind-runtime for the shim), in ms."""
+    global counter
+    counter += 1
+    bundle = f"{work}/{name}"
+    if name == "shim":  # the shim edits config.json in place: each start gets the original
+        with open(f"{bundle}/config.json", "w") as f:
+            json.dump(bundles[name], f)
+    binary = shim if name == "shim" else runc
+    cid = f"gpubind-bench-{os.getpid()}-{counter}"
+    t = time.perf_counter()
+    r = subprocess.run([binary, "--root", f"{work}/runc", "run", "--bundle", bundle, cid],
+                       stdin=subprocess.DEVNULL, capture_output=True, env=env)
+    ms = (time.perf_counter() - t) * 1e3
+    if r.returncode != 0:
+        sys.exit(f"{name}: exit {r.returncode}: {r.stderr.decode().strip()}")
+    return ms
+
+
+def stats(xs):
+    xs = sorted(xs)
+    if len(xs) < 2:
+        return xs[0], xs[0], xs[0]
+    q = statistics.quantiles(xs, n=10)
+    return statistics.median(xs), q[0], q[-1]
+
+
+def line(label, xs, base=None):
+    m, lo, hi = stats(xs)
+    text = f"{label:<44} median {m:7.2f} ms  (p10 {lo:6.2f}, p90 {hi:6.2f}, n={len(xs)})"
+    if base is not None:
+        text += f"  +{m - base:5.2f} ms  ratio {m / base:.3f}"
+    print(text)
+    return m
+
+
+def change_driver_state():
+    cache = f"{node}/etc/ld.so.cache"
+    shutil.copy(cache, cache + ".new")
+    os.rename(cache + ".new", cache)
+
+
+for name in ("bare", "hook", "shim", "hook+cuda"):  # warm up; the description is made
+    for _ in range(5):
+        start(name)
+times = {"bare": [], "hook": [], "shim": []}
+for _ in range(runs):
+    for name in times:
+        times[name].append(start(name))
+print(f"== container start, 4-GPU simulated node, compute,utility, cgroups on ({runc})")
+base = line("runc run (bare)", times["bare"])
+line("runc run + gpubind-hook", times["hook"], base)
+line("gpubind-runtime run", times["shim"], base)
+
+first = []
+for _ in range(max(10, runs // 4)):
+    change_driver_state()
+    first.append(start("hook"))
+line("first start after a driver-state change", first, base)
+
+os.makedirs(f"{node}/gpubind-fake-nvml", exist_ok=True)
+open(f"{node}/gpubind-fake-nvml/inits", "w").close()
+with open(f"{node}/gpubind-fake-nvml/delay-ms", "w") as f:
+    f.write("2000")
+change_driver_state()
+print("== NVML sleeping 2 s in nvmlInit_v2")
+line("first NVIDIA_REQUIRE_CUDA start (asks NVML)", [start("hook+cuda")], base)
+line("NVIDIA_REQUIRE_CUDA starts after it", [start("hook+cuda") for _ in range(20)], base)
+line("starts without a requirement", [start("hook") for _ in range(20)], base)
+with open(f"{node}/gpubind-fake-nvml/inits") as f:
+    print(f"NVML initialisations in all: {len(f.readlines())}")
