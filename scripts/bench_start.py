@@ -116,7 +116,7 @@ def stats(xs):
 
 def line(label, xs, base=None):
     m, lo, hi = stats(xs)
-    text = f"{label:<44} median {m:7.2f} ms  (p10 {lo:6.2f}, p90 {hi:6.2f}, n={len(xs)})"
+    text = f"{label:<44} median {m:7.2f} ms  (p10 {lo:6.2f}, p90 {hi:6.2f}, min {min(xs):6.2f}, n={len(xs)})"
     if base is not None:
         text += f"  +{m - base:5.2f} ms  ratio {m / base:.3f}"
     print(text)
