@@ -544,9 +544,11 @@ Fingerprint node_fingerprint(const Config& config) {
 NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
     const auto started = std::chrono::steady_clock::now();
     Fingerprint now = node_fingerprint(config);
+    const auto fingerprinted = std::chrono::steady_clock::now();
     std::string why = "refresh asked";
     std::optional<NodeKnowledge> stored;
     if (!options.refresh) stored = read_description(config, why);
+    const auto read = std::chrono::steady_clock::now();
     if (stored) {
         std::set<std::string> watched;
         for (const auto& [key, value] : stored->fingerprint)
@@ -559,11 +561,15 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
     bool dirty = false;
     if (stored && why.empty()) {
         k = std::move(*stored);
-        logger().debug("node description {}: computed {} s ago, checked and read in {} us",
-                       k.path.string(), now_seconds() - k.computed_at,
-                       std::chrono::duration_cast<std::chrono::microseconds>(
-                           std::chrono::steady_clock::now() - started)
-                           .count());
+        auto us = [](auto d) {
+            return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+        };
+        logger().debug(
+            "node description {}: computed {} s ago, checked and read in {} us (fingerprint "
+            "{} us, reading and parsing {} us)",
+            k.path.string(), now_seconds() - k.computed_at,
+            us(std::chrono::steady_clock::now() - started), us(fingerprinted - started),
+            us(read - fingerprinted));
     } else {
         logger().debug("node description: discovering the node: {}", why);
         k.path = description_path(config);

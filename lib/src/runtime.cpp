@@ -25,6 +25,15 @@ json& member(json& parent, const char* key, const json& empty, const std::string
     return m;
 }
 
+std::vector<std::string> mount_options(unsigned flags) {
+    std::vector<std::string> out = {"rbind"};
+    if (flags & kMountReadOnly) out.emplace_back("ro");
+    if (flags & kMountNoSuid) out.emplace_back("nosuid");
+    if (flags & kMountNoDev) out.emplace_back("nodev");
+    if (flags & kMountNoExec) out.emplace_back("noexec");
+    return out;
+}
+
 void add_devices(json& linux, const Plan& plan) {
     json& devices = member(linux, "devices", json::array(), "linux.devices");
     json& resources = member(linux, "resources", json::object(), "linux.resources");
@@ -61,9 +70,7 @@ void add_devices(json& linux, const Plan& plan) {
     }
 }
 
-// The finish hook mounts the driver files: a mount the spec already has at
-// one of their destinations would be hidden by it (or hide it); refused.
-void check_mounts(json& spec, const Plan& plan) {
+void add_mounts(json& spec, const Plan& plan) {
     json& mounts = member(spec, "mounts", json::array(), "mounts");
     std::set<std::string> taken;
     for (const auto& m : mounts)
@@ -71,11 +78,16 @@ void check_mounts(json& spec, const Plan& plan) {
             taken.insert(std::filesystem::path(m["destination"].get<std::string>())
                              .lexically_normal()
                              .string());
-    for (const auto& m : plan.mounts)
+    for (const auto& m : plan.mounts) {
         if (taken.count(m.target.lexically_normal().string()))
             throw Error(EEXIST, "edit spec", "mounts " + m.target.string(),
                         "the spec already mounts something there; refusing to mount " +
                             m.source.string() + " (" + m.why + ") over it");
+        mounts.push_back({{"destination", m.target.string()},
+                          {"type", "bind"},
+                          {"source", m.source.string()},
+                          {"options", mount_options(m.flags)}});
+    }
 }
 
 }  // namespace
@@ -94,7 +106,7 @@ json edit_spec(const json& spec, const Plan& plan, const FinishHook& hook) {
         throw_invalid("edit spec", "config.json", "already edited by gpubind-runtime");
     json out = spec;
     add_devices(member(out, "linux", json::object(), "linux"), plan);
-    check_mounts(out, plan);
+    add_mounts(out, plan);
     json& hooks = member(out, "hooks", json::object(), "hooks");
     member(hooks, "createRuntime", json::array(), "hooks.createRuntime")
         .push_back({{"path", hook.path.string()},
@@ -107,6 +119,7 @@ json edit_spec(const json& spec, const Plan& plan, const FinishHook& hook) {
 
 Plan finish_plan(Plan plan) {
     plan.devices.clear();
+    plan.mounts.clear();
     return plan;
 }
 

@@ -93,6 +93,7 @@ TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
     };
     drop_tail(stripped["linux"]["devices"], 3);               // the bound devices
     drop_tail(stripped["linux"]["resources"]["devices"], 3);  // one rule per major:minor
+    drop_tail(stripped["mounts"], 2);
     drop_tail(stripped["hooks"]["createRuntime"], 1);
     stripped["annotations"].erase("gpubind.injected");
     EXPECT_EQ(stripped, in);
@@ -125,8 +126,13 @@ TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
       {"allow": true, "type": "c", "major": 510, "minor": 0, "access": "rw"}])");
     EXPECT_EQ(rules, want_rules);
 
-    // The bind mounts are the finish hook's: the spec's own are left as they were.
-    EXPECT_EQ(out["mounts"], in["mounts"]);
+    // Bind mounts with the plan's flags, after the spec's own.
+    EXPECT_EQ(out["mounts"][1], json::parse(R"({"destination": "/usr/lib64/libcuda.so.535.1",
+        "type": "bind", "source": "/drv/usr/lib/libcuda.so.535.1",
+        "options": ["rbind", "ro", "nosuid", "nodev"]})"));
+    EXPECT_EQ(out["mounts"][2], json::parse(R"({"destination": "/run/nvidia-persistenced/socket",
+        "type": "bind", "source": "/drv/run/nvidia-persistenced/socket",
+        "options": ["rbind", "nosuid", "nodev", "noexec"]})"));
 
     // The finish hook, after the spec's own createRuntime hooks; the prestart ones untouched.
     EXPECT_EQ(out["hooks"]["createRuntime"][1],
@@ -143,7 +149,7 @@ TEST(RuntimeEditSpec, CreatesMissingSections) {
     const json out = runtime::edit_spec(in, sample_plan(), sample_hook());
     EXPECT_EQ(out["linux"]["devices"].size(), 3u);
     EXPECT_EQ(out["linux"]["resources"]["devices"].size(), 3u);
-    EXPECT_EQ(out["mounts"], json::array());
+    EXPECT_EQ(out["mounts"].size(), 2u);
     EXPECT_EQ(out["hooks"]["createRuntime"].size(), 1u);
     EXPECT_FALSE(out["hooks"].contains("prestart"));
     EXPECT_EQ(out["root"], in["root"]);
@@ -215,8 +221,7 @@ TEST(RuntimeFinishPlan, KeepsOnlyWhatTheRuntimeCannotDo) {
     const Plan plan = sample_plan();
     const Plan finish = runtime::finish_plan(plan);
     EXPECT_TRUE(finish.devices.empty());
-    ASSERT_EQ(finish.mounts.size(), plan.mounts.size());
-    EXPECT_EQ(finish.mounts[0].target, plan.mounts[0].target);
+    EXPECT_TRUE(finish.mounts.empty());
     ASSERT_EQ(finish.symlinks.size(), 1u);
     EXPECT_EQ(finish.symlinks[0].path, plan.symlinks[0].path);
     EXPECT_TRUE(finish.proc.has_value());

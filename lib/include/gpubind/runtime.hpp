@@ -1,11 +1,9 @@
 // gpubind-runtime's part in the library: turning a plan into an edit of the
 // container's OCI spec, so that the real runtime (runc, crun) creates the
-// device nodes and grants them in the device cgroup itself (they survive a
-// `systemctl daemon-reload`). The rest (the driver files' bind mounts, soname
-// links, the /proc/driver/nvidia view, the loader cache) is left to
-// gpubind-hook, registered by the edit in its "finish" mode: runc 1.1 takes
-// about 0.4 ms per bind mount of the spec, the hook's open_tree/move_mount a
-// tenth of that (docs/benchmarks.md).
+// device nodes, grants them in the device cgroup and does the bind mounts
+// itself. What only a hook can do (soname links, the /proc/driver/nvidia
+// view, the loader-cache refresh) is left to gpubind-hook, registered by the
+// edit in its "finish" mode.
 #pragma once
 
 #include <filesystem>
@@ -42,15 +40,16 @@ bool marked(const nlohmann::json& spec);
 //    numbers is kept, with other numbers it is an Error naming it);
 //  - linux.resources.devices: {allow true, type "c", major, minor, access "rw"}
 //    for each planned device (bound or not), one per major:minor;
-//  - mounts: left as they are (an empty array when missing); one at the
-//    destination of a planned mount is an Error (EEXIST) naming it;
+//  - mounts: {destination, type "bind", source, options: "rbind", then "ro",
+//    "nosuid", "nodev", "noexec" as the plan's flags say}, appended; a mount
+//    already at the same destination is an Error naming it;
 //  - hooks.createRuntime: `hook` with args [gpubind-hook, "finish"], appended;
 //  - annotations[kMarkAnnotation] = kMarkValue.
 // A spec that already carries the mark, or a non-object, is an Error (EINVAL).
 nlohmann::json edit_spec(const nlohmann::json& spec, const Plan& plan, const FinishHook& hook);
 
 // What the finish hook still does once the runtime did its part: the plan
-// without devices (mounts, symlinks, the proc view, the loader cache).
+// without devices and mounts (symlinks, the proc view, the loader cache).
 Plan finish_plan(Plan plan);
 
 }  // namespace gpubind::runtime
