@@ -1,6 +1,8 @@
 #include "nvml.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <sys/auxv.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -143,12 +145,16 @@ private:
     void* lib_ = nullptr;
 };
 
-// Set by the linker in a dynamically linked program only: a static one (the
-// hook) cannot dlopen a driver library reliably and runs gpubind-nvml instead.
-extern "C" [[gnu::weak]] int _DYNAMIC;
-
+// A program without an interpreter (PT_INTERP) is static (-static or
+// -static-pie): it cannot dlopen a driver library reliably and runs
+// gpubind-nvml instead.
 bool linked_statically() noexcept {
-    return &_DYNAMIC == nullptr;
+    const auto* phdr = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
+    const auto count = ::getauxval(AT_PHNUM);
+    if (!phdr) return false;
+    for (unsigned long i = 0; i < count; ++i)
+        if (phdr[i].p_type == PT_INTERP) return false;
+    return true;
 }
 
 // gpubind-nvml next to this program (a build tree) or in
