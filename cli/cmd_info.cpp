@@ -37,7 +37,9 @@ std::string age(std::int64_t at) {
 // Where the facts come from and how old they are.
 void print_source(const NodeKnowledge& k) {
     fmt::print("Description:      {} ({}, computed {})\n", k.path.string(),
-               k.stored ? (k.recomputed ? "rewritten now" : "read") : "in memory only",
+               !k.stored                          ? "in memory only"
+               : k.recomputed || k.nvml_asked ? "written now"
+                                              : "read",
                age(k.computed_at));
     if (!k.recomputed) fmt::print("                  fingerprint of the driver state matches\n");
     else if (!k.why.empty()) fmt::print("                  recomputed: {}\n", k.why);
