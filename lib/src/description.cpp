@@ -45,11 +45,17 @@ std::uint64_t fnv1a(std::string_view data, std::uint64_t h = 1469598103934665603
     return h;
 }
 
-std::string hex(std::uint64_t v) { return fmt::format("{:016x}", v); }
+std::string hex(std::uint64_t v) {
+    return fmt::format("{:016x}", v);
+}
 
-fs::path under(const fs::path& root, const fs::path& path) { return root / path.relative_path(); }
+fs::path under(const fs::path& root, const fs::path& path) {
+    return root / path.relative_path();
+}
 
-std::int64_t now_seconds() { return static_cast<std::int64_t>(std::time(nullptr)); }
+std::int64_t now_seconds() {
+    return static_cast<std::int64_t>(std::time(nullptr));
+}
 
 // ---- the fingerprint -------------------------------------------------------------------------
 
@@ -162,8 +168,10 @@ std::set<std::string> watched_keys(const Config& config, const Node& node) {
 // Adds the identity of each watched key's path.
 void add_watched(Fingerprint& fp, const std::set<std::string>& keys) {
     for (const auto& key : keys) {
-        if (key.rfind(kWatch, 0) == 0) fp[key] = identity(key.substr(kWatch.size()));
-        else if (key.rfind(kOwner, 0) == 0) fp[key] = owner_identity(key.substr(kOwner.size()));
+        if (key.rfind(kWatch, 0) == 0)
+            fp[key] = identity(key.substr(kWatch.size()));
+        else if (key.rfind(kOwner, 0) == 0)
+            fp[key] = owner_identity(key.substr(kOwner.size()));
     }
 }
 
@@ -182,8 +190,10 @@ std::string difference(const Fingerprint& stored, const Fingerprint& now) {
 // ---- the node as JSON ------------------------------------------------------------------------
 
 json to_json(const DeviceNode& n) {
-    return {{"path", n.path.string()}, {"host_path", n.host_path.string()},
-            {"major", n.major},        {"minor", n.minor},
+    return {{"path", n.path.string()},
+            {"host_path", n.host_path.string()},
+            {"major", n.major},
+            {"minor", n.minor},
             {"mode", static_cast<unsigned>(n.mode)}};
 }
 
@@ -219,15 +229,27 @@ json node_json(const Node& node) {
     for (const auto& g : node.gpus) {
         json migs = json::array();
         for (const auto& m : g.mig)
-            migs.push_back({{"gpu_index", m.gpu_index}, {"index", m.index}, {"gi", m.gi},
-                            {"ci", m.ci}, {"uuid", m.uuid}, {"gi_access", m.gi_access.string()},
-                            {"ci_access", m.ci_access.string()}, {"gi_cap", to_json(m.gi_cap)},
+            migs.push_back({{"gpu_index", m.gpu_index},
+                            {"index", m.index},
+                            {"gi", m.gi},
+                            {"ci", m.ci},
+                            {"uuid", m.uuid},
+                            {"gi_access", m.gi_access.string()},
+                            {"ci_access", m.ci_access.string()},
+                            {"gi_cap", to_json(m.gi_cap)},
                             {"ci_cap", to_json(m.ci_cap)}});
-        gpus.push_back({{"index", g.index}, {"minor", g.minor}, {"model", g.model},
-                        {"uuid", g.uuid}, {"pci_bus_id", g.pci_bus_id}, {"vbios", g.vbios},
-                        {"bus_type", g.bus_type}, {"excluded", g.excluded},
-                        {"proc_dir", g.proc_dir.string()}, {"node", to_json(g.node)},
-                        {"mig", migs}, {"brand", g.brand},
+        gpus.push_back({{"index", g.index},
+                        {"minor", g.minor},
+                        {"model", g.model},
+                        {"uuid", g.uuid},
+                        {"pci_bus_id", g.pci_bus_id},
+                        {"vbios", g.vbios},
+                        {"bus_type", g.bus_type},
+                        {"excluded", g.excluded},
+                        {"proc_dir", g.proc_dir.string()},
+                        {"node", to_json(g.node)},
+                        {"mig", migs},
+                        {"brand", g.brand},
                         {"compute_capability", g.compute_capability}});
     }
     json files = json::array();
@@ -235,8 +257,11 @@ json node_json(const Node& node) {
         const char* kind = "library";
         for (const auto& [k, name] : kKinds)
             if (k == f.kind) kind = name;
-        files.push_back({{"kind", kind}, {"name", f.name}, {"host_path", f.host_path.string()},
-                         {"real_path", f.real_path.string()}, {"caps", f.caps},
+        files.push_back({{"kind", kind},
+                         {"name", f.name},
+                         {"host_path", f.host_path.string()},
+                         {"real_path", f.real_path.string()},
+                         {"caps", f.caps},
                          {"compat32", f.compat32}});
     }
     return {{"roots",
@@ -313,9 +338,9 @@ Node node_from_json(const json& j) {
     return node;
 }
 
-constexpr std::pair<NvmlStatus, const char*> kNvmlStatuses[] = {
-    {NvmlStatus::NotAsked, "not-asked"}, {NvmlStatus::Answered, "answered"},
-    {NvmlStatus::Failed, "failed"}};
+constexpr std::pair<NvmlStatus, const char*> kNvmlStatuses[] = {{NvmlStatus::NotAsked, "not-asked"},
+                                                                {NvmlStatus::Answered, "answered"},
+                                                                {NvmlStatus::Failed, "failed"}};
 
 // ---- the file --------------------------------------------------------------------------------
 
@@ -342,8 +367,7 @@ std::string serialize(const NodeKnowledge& k) {
                    {"params", k.proc.params},
                    {"information", k.proc.information}}}};
     const std::string text = body.dump();
-    return std::string(kHead) + hex(fnv1a(text)) + std::string(kMiddle) + text +
-           std::string(kTail);
+    return std::string(kHead) + hex(fnv1a(text)) + std::string(kMiddle) + text + std::string(kTail);
 }
 
 // Why the directory may not hold a trusted description ("" when it may).
@@ -372,7 +396,7 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
     Fd fd(::openat(dirfd.get(), kNodeDescriptionName,
                    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
-        why = errno == ENOENT   ? "no description yet"
+        why = errno == ENOENT  ? "no description yet"
               : errno == ELOOP ? path.string() + " is a symbolic link"
                                : path.string() + ": " + std::strerror(errno);
         return std::nullopt;
@@ -457,7 +481,8 @@ void write_description(const Config& config, const NodeKnowledge& k) {
     Fd dirfd = open_or_throw(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (std::string bad = untrusted_dir(dirfd.get()); !bad.empty())
         throw Error(EACCES, "write node description", dir.string(), bad);
-    const std::string tmp = std::string(kNodeDescriptionName) + ".tmp-" + std::to_string(::getpid());
+    const std::string tmp =
+        std::string(kNodeDescriptionName) + ".tmp-" + std::to_string(::getpid());
     const std::string what = (dir / tmp).string();
     ::unlinkat(dirfd.get(), tmp.c_str(), 0);
     Fd fd = openat_or_throw(dirfd.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW,
@@ -501,18 +526,18 @@ std::filesystem::path description_path(const Config& config) {
 
 std::string config_digest(const Config& c) {
     // Every field, in order; a field added to Config belongs here too.
-    std::string t = fmt::format(
-        "roots={}|{}|{}\nldcache={}\nldconfig={}\nstate={}\nruntimes={}\nlog={}|{}\n",
-        c.roots.driver.string(), c.roots.dev.string(), c.roots.proc.string(),
-        c.ldcache_path().string(), c.ldconfig.string(), c.state_dir.string(),
-        fmt::join(c.runtimes, "|"), c.log.file, c.log.level);
+    std::string t =
+        fmt::format("roots={}|{}|{}\nldcache={}\nldconfig={}\nstate={}\nruntimes={}\nlog={}|{}\n",
+                    c.roots.driver.string(), c.roots.dev.string(), c.roots.proc.string(),
+                    c.ldcache_path().string(), c.ldconfig.string(), c.state_dir.string(),
+                    fmt::join(c.runtimes, "|"), c.log.file, c.log.level);
     const Policy& p = c.policy;
     t += fmt::format("policy={},{},{},{},{},{},{},{},{}\n", p.accept_envvar_unprivileged,
                      p.accept_volume_mounts, p.disable_require, p.supported, p.cgroups,
                      static_cast<int>(p.on_refused), p.cuda_compat, static_cast<int>(p.ldcache),
                      fmt::join(p.ipc_owners, "|"));
-    for (const auto* list : {&c.catalog.libraries, &c.catalog.binaries, &c.catalog.ipcs,
-                             &c.catalog.firmware}) {
+    for (const auto* list :
+         {&c.catalog.libraries, &c.catalog.binaries, &c.catalog.ipcs, &c.catalog.firmware}) {
         t += "catalog:";
         for (const auto& e : *list) t += fmt::format("{}={};", e.name, e.caps);
         t += "\n";

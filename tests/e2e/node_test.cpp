@@ -60,9 +60,10 @@ class NodeTest : public ::testing::Test {
         b->hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), node_.config());
         b->env("NVIDIA_VISIBLE_DEVICES=" + devices);
         b->env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
-        b->command("echo '== loaded'; probe loaded libcuda.so.1 libnvidia-ml.so.1; "
-                   "echo '== smi'; nvidia-smi -L; echo '== dev'; ls /dev /dev/nvidia-caps; "
-                   "echo '== proc'; ls /proc/driver/nvidia/gpus; true");
+        b->command(
+            "echo '== loaded'; probe loaded libcuda.so.1 libnvidia-ml.so.1; "
+            "echo '== smi'; nvidia-smi -L; echo '== dev'; ls /dev /dev/nvidia-caps; "
+            "echo '== proc'; ls /proc/driver/nvidia/gpus; true");
         return b;
     }
 
@@ -185,9 +186,9 @@ TEST_F(NodeTest, AMigChangeIsSeenByTheNextStart) {
 TEST_F(NodeTest, AConfigChangeIsSeenByTheNextStart) {
     auto r = bundle()->run();
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_TRUE(contains(sections(r.out)["loaded"],
-                         std::string("libcuda.so.1 => ") + kMultiarch + "/libcuda.so." +
-                             node_.manifest().spec.driver_version))
+    EXPECT_TRUE(contains(sections(r.out)["loaded"], std::string("libcuda.so.1 => ") + kMultiarch +
+                                                        "/libcuda.so." +
+                                                        node_.manifest().spec.driver_version))
         << r.out;
     node_.write_config("[catalog.compute]\nlibraries = []\n");
     r = bundle()->run();
@@ -210,9 +211,15 @@ TEST_F(NodeTest, TheHookStartsNoProcess) {
         if (cuda) b->env("NVIDIA_REQUIRE_CUDA=cuda>=12.0");
         const fs::path trace = dir_.path() / ("trace" + std::to_string(cuda));
         auto& hooks = b->spec()["hooks"]["prestart"];
-        hooks[0]["args"] = {"strace", "-f", "-qq", "-o", trace.string(), "-e",
+        hooks[0]["args"] = {"strace",
+                            "-f",
+                            "-qq",
+                            "-o",
+                            trace.string(),
+                            "-e",
                             "trace=fork,vfork,clone,clone3,execve",
-                            env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), "prestart"};
+                            env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH),
+                            "prestart"};
         hooks[0]["path"] = "/usr/bin/strace";
         auto r = b->run();
         ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -221,8 +228,10 @@ TEST_F(NodeTest, TheHookStartsNoProcess) {
         std::string all;
         for (std::string line; std::getline(in, line);) {
             all += line + "\n";
-            if (line.find("execve(") != std::string::npos) ++execs;
-            else if (line.find("clone") != std::string::npos || line.find("fork") != std::string::npos)
+            if (line.find("execve(") != std::string::npos)
+                ++execs;
+            else if (line.find("clone") != std::string::npos ||
+                     line.find("fork") != std::string::npos)
                 ++processes;
         }
         EXPECT_EQ(execs, 1u) << all;  // the hook itself

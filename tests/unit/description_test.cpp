@@ -188,7 +188,7 @@ TEST_F(Description, AnIpcAppearingIsSeen) {
     // The daemon starts after the first container: its socket appears.
     const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
     ASSERT_GE(fd, 0);
-    sockaddr_un addr {};
+    sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     const std::string path = (node() / "run/nvidia-persistenced/socket").string();
     ASSERT_LT(path.size(), sizeof addr.sun_path);
@@ -199,7 +199,8 @@ TEST_F(Description, AnIpcAppearingIsSeen) {
     EXPECT_TRUE(k.recomputed);
     EXPECT_THAT(k.why, HasSubstr("nvidia-persistenced/socket"));
     bool found = false;
-    for (const auto& f : k.node.files) found |= f.host_path == node() / "run/nvidia-persistenced/socket";
+    for (const auto& f : k.node.files)
+        found |= f.host_path == node() / "run/nvidia-persistenced/socket";
     EXPECT_TRUE(found);
 }
 

@@ -32,9 +32,9 @@ enum class NvmlStatus { NotAsked, Answered, Failed };
 
 struct NvmlRecord {
     NvmlStatus status = NvmlStatus::NotAsked;
-    std::int64_t asked_at = 0;   // unix time (seconds) NVML was asked
-    std::int64_t took_ms = 0;    // how long the answer (or the failure) took
-    std::string error;           // why it failed
+    std::int64_t asked_at = 0;  // unix time (seconds) NVML was asked
+    std::int64_t took_ms = 0;   // how long the answer (or the failure) took
+    std::string error;          // why it failed
 };
 
 // The driver state, cheap to take: part name -> value ("version": the
@@ -44,7 +44,7 @@ using Fingerprint = std::map<std::string, std::string>;
 
 struct NodeKnowledge {
     Node node;
-    ProcFiles proc;                // the /proc/driver/nvidia files the proc view copies
+    ProcFiles proc;  // the /proc/driver/nvidia files the proc view copies
     NvmlRecord nvml;
     std::int64_t computed_at = 0;  // unix time (seconds) discovery ran
     bool recomputed = false;       // this call ran discovery (no trusted description)
@@ -56,9 +56,9 @@ struct NodeKnowledge {
 };
 
 struct LoadOptions {
-    bool need_nvml = false;        // ask NVML if this driver state never was
-    bool refresh = false;          // recompute whatever the file says (gpubind info --refresh)
-    bool write = true;             // store what was computed (when the directory allows)
+    bool need_nvml = false;  // ask NVML if this driver state never was
+    bool refresh = false;    // recompute whatever the file says (gpubind info --refresh)
+    bool write = true;       // store what was computed (when the directory allows)
     std::chrono::milliseconds nvml_timeout{5000};
 };
 
