@@ -48,7 +48,8 @@ int run_doctor(const DoctorOptions& o) {
     opts.engines.prefix = o.prefix;
     if (o.pid > 0 || !o.bundle.empty())
         opts.container = doctor::ContainerOptions{
-            o.pid, o.bundle.empty() ? o.bundle : std::filesystem::absolute(o.bundle), o.state_roots};
+            o.pid, o.bundle.empty() ? o.bundle : std::filesystem::absolute(o.bundle),
+            o.state_roots};
     opts.deadline = std::chrono::milliseconds(static_cast<long>(o.timeout * 1000));
     const doctor::Report report = doctor::run(config, opts);
     if (o.json) {
@@ -68,7 +69,8 @@ void register_doctor(CLI::App& app, Action& action) {
     auto* cmd = app.add_subcommand(
         "doctor", "Say what is wrong with this GPU node or a GPU container, and how to fix it");
     add_node_options(*cmd, o->node);
-    cmd->add_flag("--json", o->json, "JSON output (schema gpubind.doctor/v1, docs/doctor.schema.json)");
+    cmd->add_flag("--json", o->json,
+                  "JSON output (schema gpubind.doctor/v1, docs/doctor.schema.json)");
     cmd->add_option("--pid", o->pid, "A container's init process: check that container")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--bundle", o->bundle,
@@ -76,8 +78,9 @@ void register_doctor(CLI::App& app, Action& action) {
     cmd->add_option("--state-root", o->state_roots,
                     "runc state directory to look for --pid in (repeatable; default /run/runc "
                     "and containerd's and docker's)");
-    cmd->add_option("--prefix", o->prefix,
-                    "Root the engines' files, /run/systemd and /sys/fs/cgroup are under (default /)");
+    cmd->add_option(
+        "--prefix", o->prefix,
+        "Root the engines' files, /run/systemd and /sys/fs/cgroup are under (default /)");
     cmd->add_option("--timeout", o->timeout, "Seconds each group of checks may take (default 10)")
         ->check(CLI::Range(0.1, 600.0));
     cmd->callback([o, &action] { action = [o] { return run_doctor(*o); }; });

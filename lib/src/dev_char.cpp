@@ -21,7 +21,8 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, bool dry_run) 
     std::vector<std::pair<std::string, struct stat>> nodes;
     auto add = [&](const std::string& rel) {
         struct stat st {};
-        if (::lstat((dev / rel).c_str(), &st) == 0 && S_ISCHR(st.st_mode)) nodes.emplace_back(rel, st);
+        if (::lstat((dev / rel).c_str(), &st) == 0 && S_ISCHR(st.st_mode))
+            nodes.emplace_back(rel, st);
     };
     for (const auto& name : detail::list_dir(dev))
         if (name.rfind("nvidia", 0) == 0) add(name);
@@ -45,7 +46,8 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, bool dry_run) 
         }
         struct stat lst {};
         if (exists && ::lstat(link.c_str(), &lst) == 0 && !S_ISLNK(lst.st_mode))
-            throw Error(EEXIST, "link", link.string(), "exists and is not a symbolic link; left alone");
+            throw Error(EEXIST, "link", link.string(),
+                        "exists and is not a symbolic link; left alone");
         const std::string verb = exists ? "replace" : "create";
         if (dry_run) {
             report.push_back("would " + verb + " " + link.string() + " -> " + target);

@@ -25,9 +25,12 @@ namespace fs = std::filesystem;
 
 std::string_view to_string(Verdict v) {
     switch (v) {
-        case Verdict::Ok: return "ok";
-        case Verdict::Warning: return "warning";
-        case Verdict::Problem: return "problem";
+        case Verdict::Ok:
+            return "ok";
+        case Verdict::Warning:
+            return "warning";
+        case Verdict::Problem:
+            return "problem";
     }
     return "problem";
 }
@@ -115,16 +118,21 @@ FileFact stat_path(const fs::path& path) {
 
 std::string describe(const FileFact& f) {
     switch (f.type) {
-        case FileFact::Type::Missing: return "missing";
+        case FileFact::Type::Missing:
+            return "missing";
         case FileFact::Type::Regular:
             return fmt::format("regular file, mode {:04o}{}", f.mode,
                                f.executable ? "" : ", not executable");
-        case FileFact::Type::Directory: return "directory";
-        case FileFact::Type::Symlink: return "symbolic link to " + f.link;
+        case FileFact::Type::Directory:
+            return "directory";
+        case FileFact::Type::Symlink:
+            return "symbolic link to " + f.link;
         case FileFact::Type::CharDevice:
             return fmt::format("character device {}:{}", f.major, f.minor);
-        case FileFact::Type::Socket: return "socket";
-        case FileFact::Type::Other: return "neither a file, a directory nor a character device";
+        case FileFact::Type::Socket:
+            return "socket";
+        case FileFact::Type::Other:
+            return "neither a file, a directory nor a character device";
     }
     return "?";
 }
@@ -154,7 +162,11 @@ std::vector<Check> decode(const std::string& text) {
 }
 
 Check failed(const std::string& group, const std::string& why) {
-    return {group, group, Verdict::Problem, "the " + group + " checks could not run: " + why, {},
+    return {group,
+            group,
+            Verdict::Problem,
+            "the " + group + " checks could not run: " + why,
+            {},
             "run `gpubind doctor` again; if it persists, look at what it names"};
 }
 
@@ -246,7 +258,8 @@ Report run(const Config& config, const Options& options) {
             options.deadline));
         return report;
     }
-    add(run_bounded("node", [&] { return check_node(gather_node(config)); }, options.deadline));
+    add(run_bounded(
+        "node", [&] { return check_node(gather_node(config)); }, options.deadline));
     add(run_bounded(
         "engines", [&] { return check_engines(gather_engines(options.engines)); },
         options.deadline));

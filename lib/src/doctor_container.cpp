@@ -138,8 +138,8 @@ ContainerFacts gather_container(const ContainerOptions& options, const Config& c
     c.pid = options.pid;
     c.bundle = options.bundle.string();
     if (c.bundle.empty()) {
-        c.bundle = find_bundle(options.pid, options.state_roots.empty() ? default_state_roots()
-                                                                         : options.state_roots);
+        c.bundle = find_bundle(
+            options.pid, options.state_roots.empty() ? default_state_roots() : options.state_roots);
         if (c.bundle.empty()) {
             c.find_error = fmt::format(
                 "no runtime state names process {} (looked in runc's state directories)",
@@ -218,8 +218,10 @@ std::vector<Check> check_container(const ContainerFacts& c) {
         req.verdict = Verdict::Problem;
         req.summary = "gpubind refuses or cannot plan this container";
         req.evidence.push_back(c.plan_error);
-        req.fix = "correct what it names (the request, the node or the config); `gpubind plan "
-                  "--bundle " + c.bundle + "` shows the decision";
+        req.fix =
+            "correct what it names (the request, the node or the config); `gpubind plan "
+            "--bundle " +
+            c.bundle + "` shows the decision";
         return {std::move(req)};
     }
     req.summary = c.request;
@@ -227,7 +229,8 @@ std::vector<Check> check_container(const ContainerFacts& c) {
     if (!c.gpu) return out;
 
     Check plan = make("container-plan");
-    plan.summary = fmt::format("{} devices and {} mounts planned", c.devices.size(), c.mounts.size());
+    plan.summary =
+        fmt::format("{} devices and {} mounts planned", c.devices.size(), c.mounts.size());
     for (const auto& d : c.devices)
         plan.evidence.push_back(fmt::format("{} {}:{} ({})", d.path, d.major, d.minor, d.why));
     out.push_back(std::move(plan));
@@ -249,15 +252,16 @@ std::vector<Check> check_container(const ContainerFacts& c) {
             d.now->minor == d.minor)
             continue;
         ++bad_nodes;
-        devs.evidence.push_back(fmt::format("{}: {}, planned {}:{}", d.path, describe(*d.now),
-                                            d.major, d.minor));
+        devs.evidence.push_back(
+            fmt::format("{}: {}, planned {}:{}", d.path, describe(*d.now), d.major, d.minor));
     }
     if (bad_nodes) {
         devs.verdict = Verdict::Problem;
         devs.summary = fmt::format("{} of its {} device nodes are missing or wrong", bad_nodes,
                                    c.devices.size());
-        devs.fix = "restart the container (its devices are made at each start); if they are "
-                   "still missing, read gpubind-hook's log";
+        devs.fix =
+            "restart the container (its devices are made at each start); if they are "
+            "still missing, read gpubind-hook's log";
     } else {
         devs.summary = fmt::format("all {} planned device nodes are there", c.devices.size());
     }
@@ -272,8 +276,8 @@ std::vector<Check> check_container(const ContainerFacts& c) {
         }
     if (missing) {
         mounts.verdict = Verdict::Problem;
-        mounts.summary = fmt::format("{} of its {} driver mounts are missing", missing,
-                                     c.mounts.size());
+        mounts.summary =
+            fmt::format("{} of its {} driver mounts are missing", missing, c.mounts.size());
         mounts.fix = "restart the container; if they are still missing, read gpubind-hook's log";
     } else {
         mounts.summary = fmt::format("all {} driver mounts are there", c.mounts.size());
@@ -303,14 +307,15 @@ std::vector<Check> check_container(const ContainerFacts& c) {
     cg.verdict = Verdict::Problem;
     const bool nodes_there = bad_nodes == 0;
     cg.summary = fmt::format(
-        "device access lost: its device cgroup no longer allows {} ({}){}",
-        fmt::join(denied, ", "), c.cgroup_kind == "v1" ? "the rules were denied" : "the runtime's own program is back",
+        "device access lost: its device cgroup no longer allows {} ({}){}", fmt::join(denied, ", "),
+        c.cgroup_kind == "v1" ? "the rules were denied" : "the runtime's own program is back",
         nodes_there ? ", while the nodes are still there: what `systemctl daemon-reload` does to "
                       "a container given GPUs by the bare hook (NVML: \"Unknown Error\")"
                     : "");
-    cg.fix = "restart the container to get them back; to keep them across reloads, start GPU "
-             "containers through gpubind-runtime (`gpubind setup --engine docker|containerd|crio`) "
-             "or CDI, and run `gpubind setup --dev-char-links`";
+    cg.fix =
+        "restart the container to get them back; to keep them across reloads, start GPU "
+        "containers through gpubind-runtime (`gpubind setup --engine docker|containerd|crio`) "
+        "or CDI, and run `gpubind setup --dev-char-links`";
     out.push_back(std::move(cg));
     return out;
 }

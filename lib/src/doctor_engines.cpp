@@ -38,7 +38,8 @@ std::optional<bool> is_static(const fs::path& path) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd) return std::nullopt;
     Elf64_Ehdr eh{};
-    if (::pread(fd.get(), &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh)) return std::nullopt;
+    if (::pread(fd.get(), &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh))
+        return std::nullopt;
     if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
         eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum > 256)
         return std::nullopt;
@@ -139,9 +140,9 @@ void gather_containerd(EngineFacts& e, const fs::path& prefix) {
         auto drop_text = read_if_there(drop_in);
         bool imported = false;
         auto systemd_in = [&](const toml::table& t) {
-            const auto* runtimes = t.at_path(std::string("plugins.\"") + std::string(kCri) +
-                                             "\".containerd.runtimes")
-                                       .as_table();
+            const auto* runtimes =
+                t.at_path(std::string("plugins.\"") + std::string(kCri) + "\".containerd.runtimes")
+                    .as_table();
             if (!runtimes) return;
             for (const auto& [name, rt] : *runtimes)
                 if (auto v = rt.at_path("options.SystemdCgroup").value<bool>(); v && *v)
@@ -206,7 +207,8 @@ void gather_crio(EngineFacts& e, const fs::path& prefix) {
             const toml::table t = parse_toml_file(file, *text);
             if (auto m = t.at_path("crio.runtime.cgroup_manager").value<std::string>())
                 e.systemd_cgroup_driver = *m == "systemd";
-            if (auto p = t.at_path("crio.runtime.runtimes.gpubind.runtime_path").value<std::string>()) {
+            if (auto p =
+                    t.at_path("crio.runtime.runtimes.gpubind.runtime_path").value<std::string>()) {
                 Registration r = registration("runtime", file, *p);
                 r.is_default = t.at_path("crio.runtime.default_runtime").value<std::string>() ==
                                std::string(setup::kRuntimeName);
@@ -246,20 +248,23 @@ EnginesFacts gather_engines(const EngineOptions& options) {
         const char* binary;
         const char* config_dir;
     };
-    for (const Known k : {Known{"docker", "dockerd", "etc/docker"},
-                          Known{"containerd", "containerd", "etc/containerd"},
-                          Known{"crio", "crio", "etc/crio"},
-                          Known{"podman", "podman", "etc/containers"},
-                          Known{"runc", "runc", "etc/runc"}}) {
+    for (const Known k :
+         {Known{"docker", "dockerd", "etc/docker"},
+          Known{"containerd", "containerd", "etc/containerd"}, Known{"crio", "crio", "etc/crio"},
+          Known{"podman", "podman", "etc/containers"}, Known{"runc", "runc", "etc/runc"}}) {
         EngineFacts e;
         e.name = k.name;
         e.installed = installed(prefix, k.binary, k.config_dir, e.installed_evidence);
         if (!e.installed) continue;
         const std::string n = k.name;
-        if (n == "docker") gather_docker(e, prefix, f.cgroup2);
-        else if (n == "containerd") gather_containerd(e, prefix);
-        else if (n == "crio") gather_crio(e, prefix);
-        else if (n == "podman") gather_podman(e, prefix);
+        if (n == "docker")
+            gather_docker(e, prefix, f.cgroup2);
+        else if (n == "containerd")
+            gather_containerd(e, prefix);
+        else if (n == "crio")
+            gather_crio(e, prefix);
+        else if (n == "podman")
+            gather_podman(e, prefix);
         f.engines.push_back(std::move(e));
     }
     return f;
@@ -298,20 +303,21 @@ std::vector<Check> check_engines(const EnginesFacts& f) {
         std::string fix;
         for (const auto& r : e.registrations) {
             modes.push_back(r.mode + (r.is_default ? " (default)" : ""));
-            c.evidence.push_back(fmt::format("{}: {} {} ({})", r.file, r.mode, r.path,
-                                             describe(r.binary)));
+            c.evidence.push_back(
+                fmt::format("{}: {} {} ({})", r.file, r.mode, r.path, describe(r.binary)));
             if (r.binary.type != FileFact::Type::Regular || !r.binary.executable) {
                 c.verdict = Verdict::Problem;
-                c.summary = fmt::format("the registration in {} names {}, which is {}: every GPU "
-                                        "container fails to start",
-                                        r.file, r.path, describe(r.binary));
-                fix = "install gpubind (" + r.path + "), or `" + setup_cmd +
-                      " --" + (r.mode == "hook" ? "hook" : "runtime") +
-                      "-path PATH` to name where it is";
+                c.summary = fmt::format(
+                    "the registration in {} names {}, which is {}: every GPU "
+                    "container fails to start",
+                    r.file, r.path, describe(r.binary));
+                fix = "install gpubind (" + r.path + "), or `" + setup_cmd + " --" +
+                      (r.mode == "hook" ? "hook" : "runtime") + "-path PATH` to name where it is";
             } else if (r.is_static == false && c.verdict == Verdict::Ok) {
                 c.verdict = Verdict::Warning;
-                c.summary = r.path + " is dynamically linked: the engine runs it as root, and "
-                                     "the environment can load code into it";
+                c.summary = r.path +
+                            " is dynamically linked: the engine runs it as root, and "
+                            "the environment can load code into it";
                 fix = "install the packaged, static " + fs::path(r.path).filename().string();
             }
         }
@@ -330,7 +336,8 @@ std::vector<Check> check_engines(const EnginesFacts& f) {
                       : "start GPU containers with --runtime /usr/bin/gpubind-runtime (or by CDI), "
                         "then remove the hook file";
         }
-        if (c.verdict == Verdict::Ok) c.summary = "gpubind is registered: " + fmt::format("{}", fmt::join(modes, ", "));
+        if (c.verdict == Verdict::Ok)
+            c.summary = "gpubind is registered: " + fmt::format("{}", fmt::join(modes, ", "));
         c.fix = fix;
         out.push_back(std::move(c));
     }

@@ -95,7 +95,8 @@ NodeFacts gather_node(const Config& config) {
             if (gi.rfind("gi", 0) != 0) continue;
             add_mig_caps(f, caps / gpu / "mig" / gi / "access");
             for (const auto& ci : detail::list_dir(caps / gpu / "mig" / gi))
-                if (ci.rfind("ci", 0) == 0) add_mig_caps(f, caps / gpu / "mig" / gi / ci / "access");
+                if (ci.rfind("ci", 0) == 0)
+                    add_mig_caps(f, caps / gpu / "mig" / gi / ci / "access");
         }
     }
     for (const char* which : {"config", "monitor"})
@@ -191,27 +192,48 @@ std::string nodes_fix(const NodeFacts& f,
                             exists ? "rm " + host + " && " : "", host, major, minor);
     }
     if (modify_device_files_off(f))
-        return "the driver does not create its device files here (ModifyDeviceFiles: 0): " +
-               cmds + " (or nvidia-modprobe with the node's options, at boot)";
+        return "the driver does not create its device files here (ModifyDeviceFiles: 0): " + cmds +
+               " (or nvidia-modprobe with the node's options, at boot)";
     return cmds + " (or run nvidia-modprobe / nvidia-smi once as root, which creates them)";
+}
+
+using BadNodes = std::vector<std::tuple<std::string, unsigned, unsigned>>;
+
+// Adds the node at `path` to `bad` (and its problem to c's evidence) unless
+// it is major:minor.
+void expect_node(const NodeFacts& f, Check& c, BadNodes& bad, const std::string& path,
+                 unsigned major, unsigned minor, const std::string& note = {}) {
+    if (auto p = node_problem(f, path, major, minor); !p.empty()) {
+        c.evidence.push_back(p + note);
+        bad.emplace_back(path, major, minor);
+    }
+}
+
+// c with a verdict other than ok: what, why, how to fix.
+Check said(Check c, Verdict v, std::string summary, std::vector<std::string> evidence,
+           std::string fix) {
+    c.verdict = v;
+    c.summary = std::move(summary);
+    c.evidence = std::move(evidence);
+    c.fix = std::move(fix);
+    return c;
 }
 
 std::vector<std::string> params_evidence(const NodeFacts& f) {
     auto it = f.params.find("ModifyDeviceFiles");
     if (it == f.params.end()) return {};
-    return {(f.roots.proc / "driver/nvidia/params").string() + ": ModifyDeviceFiles: " + it->second};
+    return {(f.roots.proc / "driver/nvidia/params").string() +
+            ": ModifyDeviceFiles: " + it->second};
 }
 
 Check check_module(const NodeFacts& f) {
     Check c = make("kernel-module");
     const std::string file = (f.roots.proc / "driver/nvidia/version").string();
-    if (!f.version_error.empty()) {
-        c.verdict = Verdict::Problem;
-        c.summary = "the NVIDIA kernel module is not loaded (or its version cannot be read)";
-        c.evidence = {f.version_error};
-        c.fix = "load it (modprobe nvidia), or reboot after installing the driver";
-        return c;
-    }
+    if (!f.version_error.empty())
+        return said(c, Verdict::Problem,
+                    "the NVIDIA kernel module is not loaded (or its version cannot be read)",
+                    {f.version_error},
+                    "load it (modprobe nvidia), or reboot after installing the driver");
     c.summary = "loaded, version " + f.module_version;
     c.evidence = {file + ": " + f.module_version};
     return c;
@@ -219,18 +241,14 @@ Check check_module(const NodeFacts& f) {
 
 Check check_driver_libraries(const NodeFacts& f) {
     Check c = make("driver-libraries");
-    if (!f.ldcache_error.empty()) {
-        c.verdict = Verdict::Problem;
-        c.summary = "the host's loader cache cannot be read";
-        c.evidence = {f.ldcache_error};
-        c.fix = "run ldconfig on the host (as root) to rebuild " + f.ldcache_path;
-        return c;
-    }
+    if (!f.ldcache_error.empty())
+        return said(c, Verdict::Problem, "the host's loader cache cannot be read",
+                    {f.ldcache_error},
+                    "run ldconfig on the host (as root) to rebuild " + f.ldcache_path);
     std::vector<std::string> mismatched, missing;
     for (const char* soname : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
-        auto lib = std::find_if(f.libraries.begin(), f.libraries.end(), [&](const auto& l) {
-            return l.soname == soname && !l.compat32;
-        });
+        auto lib = std::find_if(f.libraries.begin(), f.libraries.end(),
+                                [&](const auto& l) { return l.soname == soname && !l.compat32; });
         if (lib == f.libraries.end() || !lib->real) {
             missing.push_back(soname);
             c.evidence.push_back(fmt::format("{}: {}", soname,
@@ -251,8 +269,10 @@ Check check_driver_libraries(const NodeFacts& f) {
             "driver/library version mismatch: the kernel module is {}, the libraries are not "
             "(NVML: \"Driver/library version mismatch\")",
             f.module_version);
-        c.fix = "reboot (or unload and reload the nvidia modules) so the module matches the "
-                "installed libraries, or install the libraries of version " + f.module_version;
+        c.fix =
+            "reboot (or unload and reload the nvidia modules) so the module matches the "
+            "installed libraries, or install the libraries of version " +
+            f.module_version;
     } else if (!missing.empty()) {
         c.verdict = Verdict::Problem;
         c.summary = "the driver's user-space libraries are missing from the loader cache";
@@ -266,7 +286,7 @@ Check check_driver_libraries(const NodeFacts& f) {
 
 Check check_gpu_nodes(const NodeFacts& f) {
     Check c = make("gpu-device-nodes");
-    std::vector<std::tuple<std::string, unsigned, unsigned>> bad;
+    BadNodes bad;
     unsigned gpus = 0;
     for (const auto& g : f.gpus) {
         if (g.excluded) {
@@ -278,17 +298,9 @@ Check check_gpu_nodes(const NodeFacts& f) {
             continue;
         }
         ++gpus;
-        if (auto p = node_problem(f, gpu_node(*g.minor), kNvidiaMajor, *g.minor); !p.empty()) {
-            c.evidence.push_back(p);
-            bad.emplace_back(gpu_node(*g.minor), kNvidiaMajor, *g.minor);
-        }
+        expect_node(f, c, bad, gpu_node(*g.minor), kNvidiaMajor, *g.minor);
     }
-    if (gpus > 0) {
-        if (auto p = node_problem(f, "/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor); !p.empty()) {
-            c.evidence.push_back(p);
-            bad.emplace_back("/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor);
-        }
-    }
+    if (gpus > 0) expect_node(f, c, bad, "/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor);
     if (!bad.empty()) {
         c.verdict = Verdict::Problem;
         c.summary = fmt::format("{} of the GPU and control nodes are missing or wrong", bad.size());
@@ -300,8 +312,8 @@ Check check_gpu_nodes(const NodeFacts& f) {
         c.evidence.push_back((f.roots.proc / "driver/nvidia/gpus").string() + " is empty");
         c.fix = "check that the GPUs are bound to the nvidia driver (lspci -k, dmesg)";
     } else {
-        c.summary = fmt::format("{} GPU nodes and nvidiactl have the driver's numbers ({}:N)",
-                                gpus, kNvidiaMajor);
+        c.summary = fmt::format("{} GPU nodes and nvidiactl have the driver's numbers ({}:N)", gpus,
+                                kNvidiaMajor);
     }
     return c;
 }
@@ -309,20 +321,14 @@ Check check_gpu_nodes(const NodeFacts& f) {
 Check check_uvm_nodes(const NodeFacts& f) {
     Check c = make("uvm-device-nodes");
     auto major = f.majors.find("nvidia-uvm");
-    if (major == f.majors.end()) {
-        c.verdict = Verdict::Warning;
-        c.summary = "nvidia-uvm is not loaded: CUDA in containers will fail";
-        c.evidence = {(f.roots.proc / "devices").string() + " has no nvidia-uvm"};
-        c.fix = "modprobe nvidia-uvm (nvidia-modprobe -u -c=0 also creates its nodes)";
-        return c;
-    }
-    std::vector<std::tuple<std::string, unsigned, unsigned>> bad;
-    for (auto [name, minor] : {std::pair{"/dev/nvidia-uvm", 0u}, std::pair{"/dev/nvidia-uvm-tools", 1u}}) {
-        if (auto p = node_problem(f, name, major->second, minor); !p.empty()) {
-            c.evidence.push_back(p);
-            bad.emplace_back(name, major->second, minor);
-        }
-    }
+    if (major == f.majors.end())
+        return said(c, Verdict::Warning, "nvidia-uvm is not loaded: CUDA in containers will fail",
+                    {(f.roots.proc / "devices").string() + " has no nvidia-uvm"},
+                    "modprobe nvidia-uvm (nvidia-modprobe -u -c=0 also creates its nodes)");
+    BadNodes bad;
+    for (auto [name, minor] :
+         {std::pair{"/dev/nvidia-uvm", 0u}, std::pair{"/dev/nvidia-uvm-tools", 1u}})
+        expect_node(f, c, bad, name, major->second, minor);
     c.evidence.push_back(fmt::format("{}: nvidia-uvm is major {}",
                                      (f.roots.proc / "devices").string(), major->second));
     if (bad.empty()) {
@@ -343,34 +349,30 @@ Check check_mig(const NodeFacts& f) {
         return c;
     }
     auto major = f.majors.find("nvidia-caps");
-    if (major == f.majors.end()) {
-        c.verdict = Verdict::Problem;
-        c.summary = "the driver exposes MIG capabilities but nvidia-caps has no major";
-        c.evidence = {(f.roots.proc / "devices").string() + " has no nvidia-caps"};
-        c.fix = "reload the nvidia module (nvidia-caps is part of it), or reboot";
-        return c;
-    }
-    std::vector<std::tuple<std::string, unsigned, unsigned>> bad;
+    if (major == f.majors.end())
+        return said(c, Verdict::Problem,
+                    "the driver exposes MIG capabilities but nvidia-caps has no major",
+                    {(f.roots.proc / "devices").string() + " has no nvidia-caps"},
+                    "reload the nvidia module (nvidia-caps is part of it), or reboot");
+    BadNodes bad;
     for (const auto& [access, minor] : f.mig_caps) {
         if (!minor) {
             c.evidence.push_back(access + ": no DeviceFileMinor");
             continue;
         }
-        if (auto p = node_problem(f, cap_node(*minor), major->second, *minor); !p.empty()) {
-            c.evidence.push_back(p + " (" + access + ")");
-            bad.emplace_back(cap_node(*minor), major->second, *minor);
-        }
+        expect_node(f, c, bad, cap_node(*minor), major->second, *minor, " (" + access + ")");
     }
     if (bad.empty()) {
-        c.summary = fmt::format("{} MIG capability nodes have the driver's numbers",
-                                f.mig_caps.size());
+        c.summary =
+            fmt::format("{} MIG capability nodes have the driver's numbers", f.mig_caps.size());
         return c;
     }
     for (auto& e : params_evidence(f)) c.evidence.push_back(e);
     c.verdict = Verdict::Problem;
-    c.summary = fmt::format("{} MIG capability nodes are missing or wrong: MIG devices cannot be "
-                            "given to containers",
-                            bad.size());
+    c.summary = fmt::format(
+        "{} MIG capability nodes are missing or wrong: MIG devices cannot be "
+        "given to containers",
+        bad.size());
     c.fix = "nvidia-modprobe -f " + (f.roots.proc / "driver/nvidia/capabilities").string() +
             "/... for each, or: " + nodes_fix(f, bad);
     return c;
@@ -384,15 +386,13 @@ Check check_imex(const NodeFacts& f) {
                                             : "no IMEX channel nodes created";
         return c;
     }
-    if (major == f.majors.end()) {
-        c.verdict = Verdict::Problem;
-        c.summary = "IMEX channel nodes exist but the driver has no IMEX channels";
-        c.evidence = {(f.roots.proc / "devices").string() + " has no nvidia-caps-imex-channels"};
-        c.fix = "remove " + under(f.roots.dev, kImexDir).string() +
-                " (left by another driver), or load a driver with IMEX support";
-        return c;
-    }
-    std::vector<std::tuple<std::string, unsigned, unsigned>> bad;
+    if (major == f.majors.end())
+        return said(c, Verdict::Problem,
+                    "IMEX channel nodes exist but the driver has no IMEX channels",
+                    {(f.roots.proc / "devices").string() + " has no nvidia-caps-imex-channels"},
+                    "remove " + under(f.roots.dev, kImexDir).string() +
+                        " (left by another driver), or load a driver with IMEX support");
+    BadNodes bad;
     for (const auto& name : f.imex_names) {
         const std::string path = std::string(kImexDir) + "/" + name;
         auto n = name.rfind("channel", 0) == 0 ? parse_unsigned(name.substr(7)) : std::nullopt;
@@ -400,14 +400,11 @@ Check check_imex(const NodeFacts& f) {
             c.evidence.push_back(under(f.roots.dev, path).string() + " is not a channel name");
             continue;
         }
-        if (auto p = node_problem(f, path, major->second, static_cast<unsigned>(*n)); !p.empty()) {
-            c.evidence.push_back(p);
-            bad.emplace_back(path, major->second, static_cast<unsigned>(*n));
-        }
+        expect_node(f, c, bad, path, major->second, static_cast<unsigned>(*n));
     }
     if (bad.empty()) {
-        c.summary = fmt::format("{} IMEX channel nodes, major {}", f.imex_names.size(),
-                                major->second);
+        c.summary =
+            fmt::format("{} IMEX channel nodes, major {}", f.imex_names.size(), major->second);
         if (!c.evidence.empty()) c.verdict = Verdict::Warning;
         return c;
     }
@@ -435,7 +432,7 @@ Check check_capability(const NodeFacts& f, Capabilities cap) {
         if (!f.module_version.empty() && version_of(*lib.real) != f.module_version) continue;
         ++found;
     }
-    const char* need = cap == kCapUtility ? "libnvidia-ml.so.1"
+    const char* need = cap == kCapUtility   ? "libnvidia-ml.so.1"
                        : cap == kCapCompute ? "libcuda.so.1"
                                             : nullptr;
     if (need) {
@@ -468,8 +465,9 @@ Check check_persistenced(const NodeFacts& f) {
         return c;
     }
     c.verdict = Verdict::Warning;
-    c.summary = "nvidia-persistenced is not running: every NVML and CUDA start in a container "
-                "initializes the GPUs again (seconds each)";
+    c.summary =
+        "nvidia-persistenced is not running: every NVML and CUDA start in a container "
+        "initializes the GPUs again (seconds each)";
     c.fix = "systemctl enable --now nvidia-persistenced";
     return c;
 }
@@ -486,8 +484,9 @@ Check check_ldconfig(const NodeFacts& f) {
     c.verdict = needed ? Verdict::Problem : Verdict::Warning;
     c.summary = needed ? "the configured ldconfig cannot run: every GPU container fails"
                        : "the configured ldconfig cannot run: images without a loader cache fail";
-    c.fix = "set [node] ldconfig in the config to the host's ldconfig (e.g. \"@/sbin/ldconfig\", "
-            "or \"@/sbin/ldconfig.real\" on Ubuntu)";
+    c.fix =
+        "set [node] ldconfig in the config to the host's ldconfig (e.g. \"@/sbin/ldconfig\", "
+        "or \"@/sbin/ldconfig.real\" on Ubuntu)";
     return c;
 }
 
@@ -532,7 +531,8 @@ std::vector<Check> check_node(const NodeFacts& f) {
     out.push_back(check_uvm_nodes(f));
     out.push_back(check_mig(f));
     out.push_back(check_imex(f));
-    for (Capabilities cap : {kCapUtility, kCapCompute, kCapVideo, kCapGraphics, kCapDisplay, kCapNgx})
+    for (Capabilities cap :
+         {kCapUtility, kCapCompute, kCapVideo, kCapGraphics, kCapDisplay, kCapNgx})
         out.push_back(check_capability(f, cap));
     out.push_back(check_persistenced(f));
     out.push_back(check_ldconfig(f));

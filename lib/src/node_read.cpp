@@ -73,8 +73,10 @@ std::map<std::string, unsigned, std::less<>> read_majors(const fs::path& path) {
     const std::string text = read_file(path, kMaxProcFile);
     for (auto line : split(text, '\n')) {
         line = trim(line);
-        if (line == "Character devices:") chars = true;
-        else if (line == "Block devices:") chars = false;
+        if (line == "Character devices:")
+            chars = true;
+        else if (line == "Block devices:")
+            chars = false;
         else if (chars) {
             auto space = line.find(' ');
             if (space == std::string_view::npos) continue;

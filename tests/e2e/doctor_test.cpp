@@ -131,6 +131,14 @@ class DoctorE2e : public ::testing::Test {
         EXPECT_EQ(d.report.at("problems"), 1) << d.text;
     }
 
+    // Checks that `c` started; its init's pid and its device cgroup.
+    static void started(const Detached& c, int& pid, cgroup::DeviceCgroup& cg) {
+        ASSERT_TRUE(c.created()) << c.error() << read_text(node_->log());
+        pid = c.pid();
+        ASSERT_GT(pid, 0);
+        cg = cgroup::locate(c.proc_cgroup(), read_text("/proc/self/mountinfo"), "test");
+    }
+
     static inline std::unique_ptr<SimNode> node_;
     TempDir dir_{"gpubind-e2e-doctor"};
     int count_ = 0;
@@ -139,10 +147,9 @@ class DoctorE2e : public ::testing::Test {
 TEST_F(DoctorE2e, V1RulesDeniedAsByDaemonReload) {
     Bundle b = bundle();
     Detached c(b, id());
-    ASSERT_TRUE(c.created()) << c.error() << read_text(node_->log());
-    const int pid = c.pid();
-    ASSERT_GT(pid, 0);
-    const auto cg = cgroup::locate(c.proc_cgroup(), read_text("/proc/self/mountinfo"), "test");
+    int pid = -1;
+    cgroup::DeviceCgroup cg;
+    ASSERT_NO_FATAL_FAILURE(started(c, pid, cg));
     if (cg.kind != cgroup::DeviceCgroup::Kind::V1) GTEST_SKIP() << "not a cgroup v1 host";
 
     auto [args, enxio] = open_check("ENXIO");
@@ -173,10 +180,9 @@ TEST_F(DoctorE2e, V2RuntimesProgramPutBack) {
     ASSERT_EQ(v2.error(), "");
     Bundle b = bundle();
     Detached c(b, id());
-    ASSERT_TRUE(c.created()) << c.error() << read_text(node_->log());
-    const int pid = c.pid();
-    ASSERT_GT(pid, 0);
-    const auto cg = cgroup::locate(c.proc_cgroup(), read_text("/proc/self/mountinfo"), "test");
+    int pid = -1;
+    cgroup::DeviceCgroup cg;
+    ASSERT_NO_FATAL_FAILURE(started(c, pid, cg));
     ASSERT_EQ(cg.kind, cgroup::DeviceCgroup::Kind::V2);
     expect_healthy(doctor({"--pid", std::to_string(pid), "--bundle", b.dir().string()}));
 
@@ -193,15 +199,17 @@ TEST_F(DoctorE2e, V2RuntimesProgramPutBack) {
     ASSERT_GT(insns.size(), prologue);
     const std::vector<bpf::Insn> runtimes(insns.begin() + static_cast<long>(prologue), insns.end());
     for (const auto& n : given())
-        ASSERT_EQ(bpf::run_device_program(runtimes, {bpf::kDevChar, bpf::kAccRead | bpf::kAccWrite,
-                                                     n.major, n.minor}),
+        ASSERT_EQ(bpf::run_device_program(
+                      runtimes, {bpf::kDevChar, bpf::kAccRead | bpf::kAccWrite, n.major, n.minor}),
                   0u)
             << "not the runtime's program: it allows " << n.path;
-    ASSERT_NE(bpf::run_device_program(runtimes, {bpf::kDevChar, bpf::kAccRead | bpf::kAccWrite, 1, 3}),
-              0u)
+    ASSERT_NE(
+        bpf::run_device_program(runtimes, {bpf::kDevChar, bpf::kAccRead | bpf::kAccWrite, 1, 3}),
+        0u)
         << "not the runtime's program: it denies /dev/null";
     Fd back = sys.load_device_program(runtimes, "runc_devices");
-    sys.replace_device_program(dir.get(), back.get(), ours.get(), progs.attach_flags, cg.dir.string());
+    sys.replace_device_program(dir.get(), back.get(), ours.get(), progs.attach_flags,
+                               cg.dir.string());
 
     auto [args, eperm] = open_check("EPERM");
     auto r = c.exec(args);

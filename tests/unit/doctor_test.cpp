@@ -56,7 +56,9 @@ class Doctor : public ::testing::Test {
         setup::dev_char_links(dir_.path(), false);
     }
 
-    std::vector<Check> node_checks() const { return doctor::check_node(doctor::gather_node(config_)); }
+    std::vector<Check> node_checks() const {
+        return doctor::check_node(doctor::gather_node(config_));
+    }
 
     // The check so named; fails the test when there is none.
     static Check named(const std::vector<Check>& checks, const std::string& name) {
@@ -132,9 +134,10 @@ TEST_F(Doctor, MissingUvmNode) {
     const auto checks = node_checks();
     const Check c = named(checks, "uvm-device-nodes");
     EXPECT_EQ(c.verdict, Verdict::Problem);
-    EXPECT_THAT(joined(c), HasSubstr(host(uvm.path).string() + ": missing, the driver's is "
-                                     "character device " + std::to_string(uvm.major) + ":" +
-                                     std::to_string(uvm.minor)));
+    EXPECT_THAT(joined(c), HasSubstr(host(uvm.path).string() +
+                                     ": missing, the driver's is "
+                                     "character device " +
+                                     std::to_string(uvm.major) + ":" + std::to_string(uvm.minor)));
     EXPECT_THAT(c.fix, HasSubstr("mknod -m 666 " + host(uvm.path).string() + " c " +
                                  std::to_string(uvm.major) + " " + std::to_string(uvm.minor)));
     // Its /dev/char link now leads nowhere: that is said too, nothing else.
@@ -149,10 +152,10 @@ TEST_F(Doctor, WrongMajor) {
     const auto checks = node_checks();
     const Check c = named(checks, "gpu-device-nodes");
     EXPECT_EQ(c.verdict, Verdict::Problem);
-    EXPECT_THAT(joined(c), HasSubstr(host(gpu.path).string() + ": character device " +
-                                     std::to_string(wrong) + ":" + std::to_string(gpu.minor) +
-                                     ", the driver's is character device " +
-                                     std::to_string(gpu.major) + ":" + std::to_string(gpu.minor)));
+    EXPECT_THAT(joined(c),
+                HasSubstr(host(gpu.path).string() + ": character device " + std::to_string(wrong) +
+                          ":" + std::to_string(gpu.minor) + ", the driver's is character device " +
+                          std::to_string(gpu.major) + ":" + std::to_string(gpu.minor)));
     EXPECT_THAT(c.fix, HasSubstr("rm " + host(gpu.path).string() + " && mknod -m 666 " +
                                  host(gpu.path).string() + " c " + std::to_string(gpu.major)));
 }
@@ -194,9 +197,9 @@ TEST_F(Doctor, ModifyDeviceFilesOffWithoutNodes) {
     EXPECT_THAT(c.fix, HasSubstr("ModifyDeviceFiles: 0"));
     for (const char* n : {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}) {
         const auto& want = node(n);
-        EXPECT_THAT(c.fix, HasSubstr("mknod -m 666 " + host(n).string() + " c " +
-                                     std::to_string(want.major) + " " +
-                                     std::to_string(want.minor)));
+        EXPECT_THAT(c.fix,
+                    HasSubstr("mknod -m 666 " + host(n).string() + " c " +
+                              std::to_string(want.major) + " " + std::to_string(want.minor)));
     }
 }
 
@@ -229,9 +232,9 @@ TEST_F(Doctor, MissingDevCharLinksAndTheirFix) {
     Check c = named(node_checks(), "dev-char-links");
     EXPECT_EQ(c.verdict, Verdict::Warning);
     const auto& ctl = node("/dev/nvidiactl");
-    EXPECT_THAT(joined(c), HasSubstr((dir_.path() / "dev/char").string() + "/" +
-                                     std::to_string(ctl.major) + ":" + std::to_string(ctl.minor) +
-                                     ": missing (for /dev/nvidiactl)"));
+    EXPECT_THAT(joined(c),
+                HasSubstr((dir_.path() / "dev/char").string() + "/" + std::to_string(ctl.major) +
+                          ":" + std::to_string(ctl.minor) + ": missing (for /dev/nvidiactl)"));
     EXPECT_THAT(c.fix, HasSubstr("gpubind setup --dev-char-links --root " + dir_.path().string()));
     // The fix, twice: the second run changes nothing.
     auto first = setup::dev_char_links(dir_.path(), false);
@@ -445,12 +448,13 @@ void validate(const nlohmann::json& schema, const nlohmann::json& v, const std::
 }
 
 TEST_F(Doctor, JsonOutputFollowsItsSchema) {
-    const auto schema = nlohmann::json::parse(read(fs::path(GPUBIND_SOURCE_DIR) / "docs/doctor.schema.json"));
+    const auto schema =
+        nlohmann::json::parse(read(fs::path(GPUBIND_SOURCE_DIR) / "docs/doctor.schema.json"));
     // A node with a problem, a warning and oks.
     fs::remove(host("/dev/nvidia-uvm"));
     fs::remove(host("/run/nvidia-persistenced/socket"));
-    auto out = run(std::string(GPUBIND_CLI_PATH) + " doctor --json --root " +
-                   dir_.path().string() + " --prefix " + dir_.path().string());
+    auto out = run(std::string(GPUBIND_CLI_PATH) + " doctor --json --root " + dir_.path().string() +
+                   " --prefix " + dir_.path().string());
     EXPECT_EQ(out.status, doctor::kExitProblem);
     const auto j = nlohmann::json::parse(out.text);
     std::vector<std::string> errors;

@@ -28,8 +28,8 @@ std::string_view to_string(Verdict v);
 
 // One check's answer.
 struct Check {
-    std::string group;                  // "node", "gpubind", "engines", "container"
-    std::string name;                   // stable, e.g. "driver-libraries"
+    std::string group;  // "node", "gpubind", "engines", "container"
+    std::string name;   // stable, e.g. "driver-libraries"
     Verdict verdict = Verdict::Ok;
     std::string summary;                // one line: what was found
     std::vector<std::string> evidence;  // paths, numbers, versions
@@ -64,8 +64,8 @@ struct FileFact {
     unsigned major = 0, minor = 0;  // devices
     unsigned mode = 0;              // permission bits
     unsigned uid = 0;
-    std::string link;               // a symlink's target
-    bool executable = false;        // a regular file with an x bit
+    std::string link;         // a symlink's target
+    bool executable = false;  // a regular file with an x bit
     bool exists() const { return type != Type::Missing; }
 };
 // lstat of `path` (not following a final link).
@@ -74,18 +74,18 @@ std::string describe(const FileFact& f);  // "character device 195:0", "missing"
 
 // --- node ---
 struct LibraryFact {
-    std::string soname;             // "libcuda.so.1"
+    std::string soname;  // "libcuda.so.1"
     Capabilities caps = 0;
     bool compat32 = false;
-    std::string path;               // the cache's path (node-relative)
+    std::string path;                 // the cache's path (node-relative)
     std::optional<std::string> real;  // resolved inside the driver root; nullopt: dangling
 };
 struct NodeFacts {
     Roots roots;
-    std::string version_error;      // why the module's version could not be read ("" when read)
-    std::string module_version;     // "550.54.15"
-    std::map<std::string, unsigned, std::less<>> majors;      // proc/devices
-    std::map<std::string, std::string, std::less<>> params;   // driver/nvidia/params
+    std::string version_error;   // why the module's version could not be read ("" when read)
+    std::string module_version;  // "550.54.15"
+    std::map<std::string, unsigned, std::less<>> majors;     // proc/devices
+    std::map<std::string, std::string, std::less<>> params;  // driver/nvidia/params
     struct ProcGpu {
         std::string bus_id;
         std::optional<unsigned> minor;  // "Device Minor"
@@ -100,12 +100,12 @@ struct NodeFacts {
     std::vector<std::string> imex_names;  // entries of dev/nvidia-caps-imex-channels
     std::string ldcache_path;
     std::string ldcache_error;
-    std::vector<LibraryFact> libraries;   // catalog libraries found in the cache
+    std::vector<LibraryFact> libraries;  // catalog libraries found in the cache
     std::vector<CatalogEntry> catalog_libraries;
-    std::string persistenced_socket;      // host path
+    std::string persistenced_socket;  // host path
     FileFact persistenced;
-    std::string ldconfig;                 // the configured one ([node] ldconfig, '@' taken off)
-    FileFact ldconfig_fact;               // stat through links
+    std::string ldconfig;    // the configured one ([node] ldconfig, '@' taken off)
+    FileFact ldconfig_fact;  // stat through links
     LdcacheMethod ldcache_method = LdcacheMethod::Gpubind;
     // dev/char/<major>:<minor> of each device in `dev`: lstat, and where it leads.
     std::map<std::string, FileFact> dev_char;
@@ -121,24 +121,24 @@ struct EngineOptions {
     std::filesystem::path prefix = "/";  // engines' files, /run/systemd, /sys/fs/cgroup under it
 };
 struct Registration {
-    std::string mode;        // "hook", "runtime" (the shim), "cdi"
-    std::string file;        // where it is registered
-    std::string path;        // the binary it names
-    FileFact binary;         // stat through links
+    std::string mode;               // "hook", "runtime" (the shim), "cdi"
+    std::string file;               // where it is registered
+    std::string path;               // the binary it names
+    FileFact binary;                // stat through links
     std::optional<bool> is_static;  // nullopt: not an ELF file we could read
-    bool is_default = false; // the engine's default runtime
+    bool is_default = false;        // the engine's default runtime
 };
 struct EngineFacts {
-    std::string name;        // "docker", "containerd", "crio", "podman", "runc"
+    std::string name;  // "docker", "containerd", "crio", "podman", "runc"
     bool installed = false;
     std::string installed_evidence;
-    std::string error;       // a registration file that does not parse
+    std::string error;  // a registration file that does not parse
     bool systemd_cgroup_driver = false;
     std::vector<Registration> registrations;
 };
 struct EnginesFacts {
-    bool systemd = false;    // run/systemd/system exists
-    bool cgroup2 = false;    // sys/fs/cgroup is cgroup v2 (cgroup.controllers at its top)
+    bool systemd = false;  // run/systemd/system exists
+    bool cgroup2 = false;  // sys/fs/cgroup is cgroup v2 (cgroup.controllers at its top)
     std::vector<EngineFacts> engines;
 };
 EnginesFacts gather_engines(const EngineOptions& options);
@@ -155,22 +155,22 @@ std::vector<Check> check_gpubind(const GpubindFacts& facts);
 
 // --- a container ---
 struct ContainerOptions {
-    pid_t pid = 0;                         // 0: none
-    std::filesystem::path bundle;          // empty: found from the pid in the runtimes' state
+    pid_t pid = 0;                 // 0: none
+    std::filesystem::path bundle;  // empty: found from the pid in the runtimes' state
     std::vector<std::filesystem::path> state_roots;  // runc-style state roots (id/state.json)
 };
 struct ContainerFacts {
     pid_t pid = 0;
     std::string bundle;
-    std::string find_error;      // the bundle or the process could not be found
-    std::string request;         // what it asked for, in words
+    std::string find_error;  // the bundle or the process could not be found
+    std::string request;     // what it asked for, in words
     bool gpu = false;
-    std::string plan_error;      // decide() refused or failed
+    std::string plan_error;  // decide() refused or failed
     struct Device {
         std::string path, why;
         unsigned major = 0, minor = 0;
-        std::optional<FileFact> now;   // in the container's /dev (nullopt: not looked at)
-        std::optional<bool> allowed;   // by its device cgroup (nullopt: unknown)
+        std::optional<FileFact> now;  // in the container's /dev (nullopt: not looked at)
+        std::optional<bool> allowed;  // by its device cgroup (nullopt: unknown)
     };
     std::vector<Device> devices;
     struct Mount {
@@ -178,7 +178,7 @@ struct ContainerFacts {
         bool present = false;
     };
     std::vector<Mount> mounts;
-    std::string cgroup_kind;     // "v1", "v2"
+    std::string cgroup_kind;  // "v1", "v2"
     std::string cgroup_dir;
     std::string cgroup_error;
     std::vector<std::string> cgroup_evidence;  // programs looked at, devices.list lines
@@ -200,7 +200,8 @@ struct Options {
     // or is the defaults when config_error is set.
     GpubindFacts gpubind;
     EngineOptions engines;
-    std::optional<ContainerOptions> container;  // --pid / --bundle: the container instead of the node
+    std::optional<ContainerOptions>
+        container;  // --pid / --bundle: the container instead of the node
     std::chrono::milliseconds deadline{10000};  // per group
 };
 Report run(const Config& config, const Options& options);
