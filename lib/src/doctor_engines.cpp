@@ -4,6 +4,7 @@
 // bare hook.
 #include <elf.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -139,37 +140,37 @@ void gather_containerd(EngineFacts& e, const fs::path& prefix) {
         auto main_text = read_if_there(main);
         auto drop_text = read_if_there(drop_in);
         bool imported = false;
+        // plugins."io.containerd.grpc.v1.cri".containerd (its name has dots: no at_path).
+        auto cri = [](const toml::table& t) { return t["plugins"][kCri]["containerd"]; };
         auto systemd_in = [&](const toml::table& t) {
-            const auto* runtimes =
-                t.at_path(std::string("plugins.\"") + std::string(kCri) + "\".containerd.runtimes")
-                    .as_table();
+            const auto* runtimes = cri(t)["runtimes"].as_table();
             if (!runtimes) return;
             for (const auto& [name, rt] : *runtimes)
                 if (auto v = rt.at_path("options.SystemdCgroup").value<bool>(); v && *v)
                     e.systemd_cgroup_driver = true;
         };
+        const std::string import = "/" + std::string(setup::kContainerdDropIn);
         if (main_text) {
             const toml::table t = parse_toml_file(main, *main_text);
             if (const auto* imports = t.get_as<toml::array>("imports"))
                 for (const auto& i : *imports)
-                    if (i.value<std::string>() == "/" + std::string(setup::kContainerdDropIn))
-                        imported = true;
+                    if (auto glob = i.value<std::string>())
+                        imported = imported || *glob == import ||
+                                   ::fnmatch(glob->c_str(), import.c_str(), FNM_PATHNAME) == 0;
             systemd_in(t);
         }
         if (!drop_text) return;
         const toml::table t = parse_toml_file(drop_in, *drop_text);
         systemd_in(t);
-        const auto binary = t.at_path(std::string("plugins.\"") + std::string(kCri) +
-                                      "\".containerd.runtimes.gpubind.options.BinaryName")
-                                .value<std::string>();
+        const auto binary =
+            cri(t)["runtimes"][setup::kRuntimeName]["options"]["BinaryName"].value<std::string>();
         if (!binary) return;
         if (!imported)
             e.error = drop_in.string() + " is not imported by " + main.string() +
                       ": containerd does not read it";
         Registration r = registration("runtime", drop_in, *binary);
-        r.is_default = t.at_path(std::string("plugins.\"") + std::string(kCri) +
-                                 "\".containerd.default_runtime_name")
-                           .value<std::string>() == std::string(setup::kRuntimeName);
+        r.is_default =
+            cri(t)["default_runtime_name"].value<std::string>() == std::string(setup::kRuntimeName);
         e.registrations.push_back(std::move(r));
     } catch (const Error& x) {
         e.error = x.what();
@@ -280,7 +281,8 @@ std::vector<Check> check_engines(const EnginesFacts& f) {
         const std::string setup_cmd = "gpubind setup --engine " + e.name;
         if (!e.error.empty()) {
             c.verdict = Verdict::Problem;
-            c.summary = "its configuration cannot be read";
+            c.summary =
+                "its configuration cannot be read, or gpubind's part of it does not take effect";
             c.evidence.push_back(e.error);
             c.fix = "correct the file; `" + setup_cmd + "` writes gpubind's part again";
             out.push_back(std::move(c));

@@ -336,6 +336,54 @@ TEST_F(DoctorEngines, BareHookOnASystemdCgroup2Host) {
     EXPECT_EQ(checks()[1].verdict, Verdict::Ok);
 }
 
+TEST_F(DoctorEngines, ContainerdShimAsSetupWritesIt) {
+    touch_binary("usr/bin/containerd");
+    setup::Options o;
+    o.runtime_path = GPUBIND_RUNTIME_PATH;
+    o.set_default = true;
+    const std::string import = "/" + std::string(setup::kContainerdDropIn);
+    write(dir_ / setup::kContainerdDropIn, setup::containerd_drop_in(std::nullopt, o, "config"));
+    auto c = checks();
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].name, "engine-containerd");
+    // Not imported by config.toml: containerd never reads it.
+    EXPECT_EQ(c[0].verdict, Verdict::Problem);
+    EXPECT_THAT(joined(c[0]), HasSubstr("is not imported by"));
+    write(dir_ / setup::kContainerdConfig, setup::containerd_add_import(std::nullopt, import, "c"));
+    c = checks();
+    EXPECT_EQ(c[0].verdict, Verdict::Ok) << joined(c[0]);
+    EXPECT_EQ(c[0].summary, "gpubind is registered: runtime (default)");
+    EXPECT_THAT(joined(c[0]), HasSubstr(std::string(GPUBIND_RUNTIME_PATH) + " (regular file"));
+    // Pointing at a runtime that is gone.
+    o.runtime_path = (dir_ / "gone/gpubind-runtime").string();
+    write(dir_ / setup::kContainerdDropIn, setup::containerd_drop_in(std::nullopt, o, "config"));
+    c = checks();
+    EXPECT_EQ(c[0].verdict, Verdict::Problem);
+    EXPECT_THAT(c[0].summary, HasSubstr(o.runtime_path + ", which is missing"));
+    EXPECT_THAT(c[0].fix, HasSubstr("--runtime-path"));
+}
+
+TEST_F(DoctorEngines, CrioShimOnASystemdHostIsFine) {
+    touch_binary("usr/bin/crio");
+    fs::create_directories(dir_ / "run/systemd/system");
+    write(dir_ / "sys/fs/cgroup/cgroup.controllers", "cpu io memory pids\n");
+    setup::Options o;
+    o.runtime_path = GPUBIND_RUNTIME_PATH;
+    write(dir_ / setup::kCrioDropIn, setup::crio_drop_in(o));
+    auto c = checks();
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].name, "engine-crio");
+    EXPECT_EQ(c[0].verdict, Verdict::Ok) << joined(c[0]);
+    EXPECT_EQ(c[0].summary, "gpubind is registered: runtime");
+    // The hook beside it (CRI-O reads hooks.d too) is the hazard.
+    o.hook_path = GPUBIND_HOOK_PATH;
+    write(dir_ / setup::kHooksFile, setup::hooks_json(o));
+    c = checks();
+    EXPECT_EQ(c[0].verdict, Verdict::Warning);
+    EXPECT_THAT(c[0].summary, HasSubstr("bare hook"));
+    EXPECT_THAT(c[0].fix, HasSubstr("gpubind setup --engine crio"));
+}
+
 TEST_F(DoctorEngines, ABrokenConfigurationIsNamed) {
     touch_binary("usr/bin/dockerd");
     write(dir_ / setup::kDockerConfig, "{\"runtimes\": ");
