@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -397,7 +396,8 @@ std::string read_result(int scratch_fd, const std::string& name, const std::stri
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) throw_errno("stat", name);
     if (!S_ISREG(st.st_mode))
-        throw Error(EINVAL, "read the program's " + name, what, "not a regular file");
+        throw Error(ErrorKind::Invalid, EINVAL, "read the program's " + name, what,
+                    "not a regular file");
     return read_fd(fd.get(), kMaxResult, name);
 }
 
@@ -415,7 +415,7 @@ Fd seal_executable(const std::filesystem::path& path) {
     if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0)
         throw Error(EACCES, "execute", path.string(), "not an executable file");
     if (static_cast<std::size_t>(st.st_size) > kMaxProgram)
-        throw Error(EFBIG, "execute", path.string(), "larger than 64 MiB");
+        throw Error(ErrorKind::Invalid, EFBIG, "execute", path.string(), "larger than 64 MiB");
     const std::string bytes = read_fd(src.get(), kMaxProgram, path.string());
 
     Fd mem(::memfd_create(path.filename().c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -558,25 +558,22 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
     bool exited = false, out_open = true;
     while (!exited) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) {
+        struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_r.get(), POLLIN, 0}};
+        bool ready = false;
+        try {
+            ready = poll_until({pfd, out_open ? 2u : 1u}, deadline, what);
+        } catch (...) {
+            ::kill(pid, SIGKILL);
+            reap();
+            throw;
+        }
+        if (!ready) {
             const std::string where = blocked_opening(pid);
             ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
             reap();
             throw Error(ETIMEDOUT, "run", what,
                         "killed after " + std::to_string(options.timeout.count()) + " ms" +
                             where);
-        }
-        struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_r.get(), POLLIN, 0}};
-        int n = ::poll(pfd, out_open ? 2 : 1,
-                       static_cast<int>(std::min<long long>(left.count(), INT_MAX)));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int err = errno;
-            ::kill(pid, SIGKILL);
-            reap();
-            throw Error(err, "poll", what);
         }
         if (out_open && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
             char buf[1024];

@@ -17,17 +17,18 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
+#include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
 #include "gpubind/file.hpp"
 #include "gpubind/safe_path.hpp"
 #include "gpubind/sandbox.hpp"
+#include "gpubind/system.hpp"
 
 #include "mount_api.hpp"
 
@@ -114,6 +115,62 @@ void write_all(int fd, const std::string& data, const std::string& what) {
 }
 
 }  // namespace
+
+std::string_view to_string(FileInfo::Type type) {
+    switch (type) {
+        case FileInfo::Type::Missing:
+            return "missing";
+        case FileInfo::Type::Regular:
+            return "a regular file";
+        case FileInfo::Type::Directory:
+            return "a directory";
+        case FileInfo::Type::Symlink:
+            return "a symbolic link";
+        case FileInfo::Type::CharDevice:
+            return "a character device";
+        case FileInfo::Type::BlockDevice:
+            return "a block device";
+        case FileInfo::Type::Fifo:
+            return "a FIFO";
+        case FileInfo::Type::Socket:
+            return "a socket";
+    }
+    return "unknown";
+}
+
+std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::string& what) {
+    constexpr std::string_view kBlank = " \t";
+    std::size_t line_no = 0;
+    while (!id_map.empty()) {
+        const std::size_t nl = id_map.find('\n');
+        std::string_view line = id_map.substr(0, nl);
+        id_map.remove_prefix(nl == std::string_view::npos ? id_map.size() : nl + 1);
+        ++line_no;
+        auto bad = [&](const char* detail) {
+            throw_invalid("read id map", what, "line " + std::to_string(line_no) + ": " + detail);
+        };
+        std::vector<unsigned long long> v;
+        while (true) {
+            const std::size_t start = line.find_first_not_of(kBlank);
+            if (start == std::string_view::npos) break;
+            line.remove_prefix(start);
+            const std::string_view word = line.substr(0, line.find_first_of(kBlank));
+            unsigned long long n = 0;
+            const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), n);
+            if (ec != std::errc() || ptr != word.data() + word.size() || n > 0xffffffffull)
+                bad("not a 32-bit unsigned number");
+            v.push_back(n);
+            line.remove_prefix(word.size());
+        }
+        if (v.empty()) continue;
+        if (v.size() != 3) bad("not three numbers (inside, outside, count)");
+        if (id >= v[0] && id - v[0] < v[2]) {
+            if (v[1] + (id - v[0]) > 0xffffffffull) bad("maps outside the 32-bit id range");
+            return static_cast<unsigned>(v[1] + (id - v[0]));
+        }
+    }
+    return std::nullopt;  // not mapped (an empty map maps nothing)
+}
 
 Fd LinuxSystem::open_process(pid_t pid) {
     int fd = sys_int(::syscall(SYS_pidfd_open, pid, 0));
@@ -247,10 +304,12 @@ std::vector<bpf::Insn> LinuxSystem::program_instructions(int prog_fd) {
     info_of_prog(info);
     const std::string what = "program " + std::to_string(info.id);
     if (info.type != BPF_PROG_TYPE_CGROUP_DEVICE)
-        throw Error(EINVAL, "read device program", what, "not a cgroup device program");
+        throw Error(ErrorKind::Invalid, EINVAL, "read device program", what,
+                    "not a cgroup device program");
     // The kernel shows the instructions only to a caller with CAP_BPF (or CAP_SYS_ADMIN).
     if (info.xlated_prog_len == 0)
-        throw Error(EPERM, "read device program", what, "the kernel does not show its instructions");
+        throw Error(EPERM, "read device program", what,
+                    "the kernel does not show its instructions");
     std::vector<bpf::Insn> insns(info.xlated_prog_len / sizeof(bpf::Insn));
     const std::uint32_t len = info.xlated_prog_len;
     std::memset(&info, 0, sizeof info);

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
+#include "gpubind/system.hpp"
 
 namespace gpubind::test {
 
@@ -260,7 +260,7 @@ public:
         if (info.type == Type::Missing) throw Error(ENOENT, "open", p);
         if (info.type != Type::Regular) throw Error(ELOOP, "open", p, "not a regular file");
         std::string data = contents.count(p) ? contents.at(p) : std::string();
-        if (data.size() > max_size) throw Error(EFBIG, "read", p);
+        if (data.size() > max_size) throw Error(ErrorKind::Invalid, EFBIG, "read", p);
         return data;
     }
     Fd make_dir(int dir, const std::string& name, unsigned) override {
@@ -287,10 +287,10 @@ public:
         const FileInfo info = lookup(p);
         if (info.type == Type::Missing) throw Error(ENOENT, "open", p);
         if (info.type == Type::Symlink) throw Error(ELOOP, "read", p);
-        if (info.type != Type::Regular) throw Error(EINVAL, "read", p, "not a regular file");
+        if (info.type != Type::Regular) throw_invalid("read", p, "not a regular file");
         RegularFile f;
         f.data = contents[p];
-        if (f.data.size() > max_size) throw Error(EFBIG, "read", p);
+        if (f.data.size() > max_size) throw Error(ErrorKind::Invalid, EFBIG, "read", p);
         auto attr = attrs.find(p);
         if (attr != attrs.end()) {
             f.uid = attr->second.owner.uid;

@@ -1,6 +1,7 @@
 // Device access: the container's device cgroup located and parsed, v1 rules,
 // v2 device programs extended and swapped, against RecordingSystem.
 #include "exec_world.hpp"
+#include "gpubind/cgroup.hpp"
 
 namespace gpubind {
 namespace {

@@ -229,6 +229,32 @@ TEST(Execute, RootlessJoinsTheUserNamespaceFirstAndStays) {
     }
 }
 
+// The hook and `gpubind configure` build their target from the config alike.
+TEST(MakeTarget, TakesThePolicyAndLdconfigFromTheConfig) {
+    Config config = default_config();
+    const Target defaults = make_target(config, 42, "/run/ctr/rootfs");
+    EXPECT_EQ(defaults.pid, 42);
+    EXPECT_EQ(defaults.rootfs, "/run/ctr/rootfs");
+    EXPECT_EQ(defaults.cgroups, config.policy.cgroups);
+    EXPECT_EQ(defaults.on_refused, config.policy.on_refused);
+    EXPECT_EQ(defaults.ldcache, config.policy.ldcache);
+    EXPECT_EQ(defaults.ldconfig, config.ldconfig);
+    EXPECT_FALSE(defaults.join_user_ns);
+
+    config.policy.cgroups = !config.policy.cgroups;
+    config.policy.on_refused =
+        config.policy.on_refused == OnRefused::Fail ? OnRefused::Warn : OnRefused::Fail;
+    config.policy.ldcache = config.policy.ldcache == LdcacheMethod::Gpubind
+                                ? LdcacheMethod::Ldconfig
+                                : LdcacheMethod::Gpubind;
+    config.ldconfig = "/opt/glibc/sbin/ldconfig";
+    const Target t = make_target(config, 7, "/r");
+    EXPECT_EQ(t.cgroups, config.policy.cgroups);
+    EXPECT_EQ(t.on_refused, config.policy.on_refused);
+    EXPECT_EQ(t.ldcache, config.policy.ldcache);
+    EXPECT_EQ(t.ldconfig, "/opt/glibc/sbin/ldconfig");
+}
+
 TEST(MapId, ReadsTheKernelsIdMaps) {
     // The formats the kernel prints: columns padded to 10.
     EXPECT_EQ(map_id("         0          0 4294967295\n", 0, "m"), 0u);
@@ -290,6 +316,30 @@ TEST(Execute, FailureAtAnyStepUndoesEverythingInReverseAndRethrowsIt) {
         EXPECT_TRUE(sys.mounted.empty());
         EXPECT_TRUE(sys.allowed.empty());
         EXPECT_FALSE(sys.in_container);
+    }
+}
+
+// The kernel's EINVAL (a mount, a setns, an open refused) is a system
+// failure, exit code 1, whichever step it comes from: never "bad input" (3).
+TEST(Execute, AKernelEinvalAtAnyStepIsASystemFailureNotBadInput) {
+    const Plan plan = sample_plan();
+    RecordingSystem ok;
+    setup_world(ok, plan);
+    execute(plan, target(), ok);
+    for (std::size_t k = 0; k < ok.calls.size(); ++k) {
+        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        sys.fail_errno = EINVAL;
+        sys.fail_at(k);
+        try {
+            execute(plan, target(), sys);
+            ADD_FAILURE() << "no error";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), EINVAL);
+            EXPECT_EQ(e.kind(), ErrorKind::System);
+            EXPECT_EQ(exit_code_for(e), kExitFailure) << e.what();
+        }
     }
 }
 
@@ -613,6 +663,8 @@ TEST(Execute, NonRegularLoaderCacheFilesRefuseBeforeAnythingIsDone) {
         } catch (const Error& e) {
             EXPECT_THAT(e.what(), HasSubstr(dir + "/" + name));
             EXPECT_THAT(e.what(), HasSubstr("not a regular file"));
+            // The image's bad file is bad input, through the step's context too.
+            EXPECT_EQ(exit_code_for(e), kExitInvalid);
         }
         EXPECT_EQ(sys.root, before);
         for (const auto& line : sys.calls) {
