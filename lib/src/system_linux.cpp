@@ -394,6 +394,17 @@ FileInfo LinuxSystem::stat_at(int dir_fd, const std::string& name) {
     return info_of(st);
 }
 
+FileInfo LinuxSystem::stat_in_root(int root_fd, const std::filesystem::path& path) {
+    Fd fd;
+    try {
+        fd = try_open_in_root(root_fd, path, O_PATH);
+    } catch (const Error& e) {
+        if (e.code().value() == ENOTDIR) return {};
+        throw;
+    }
+    return fd ? stat_fd(fd.get()) : FileInfo{};
+}
+
 std::string LinuxSystem::read_link_at(int dir_fd, const std::string& name) {
     char buf[PATH_MAX];
     ssize_t n = ::readlinkat(dir_fd, name.c_str(), buf, sizeof buf);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gpubind/error.hpp"
+#include "gpubind/exec.hpp"
 #include "gpubind/system.hpp"
 
 namespace gpubind::test {
@@ -236,6 +237,20 @@ public:
         std::string p = child(dir, name);
         call("stat_at " + p, true);
         return lookup(p);
+    }
+    FileInfo stat_in_root(int, const std::filesystem::path& p) override {
+        call("stat_in_root " + p.string(), true);
+        std::string cur;
+        FileInfo info{Type::Directory, 0, 0};
+        for (const auto& c : p.relative_path()) {
+            if (info.type != Type::Directory) return {};
+            cur += "/" + c.string();
+            auto it = root.find(cur);
+            // Symlinks in the model lead nowhere (dangling), as open_in_root would find.
+            if (it == root.end() || it->second.type == Type::Symlink) return {};
+            info = it->second;
+        }
+        return info;
     }
     std::string read_link_at(int dir, const std::string& name) override {
         std::string p = child(dir, name);

@@ -134,6 +134,10 @@ public:
     virtual Fd open_dir_in_root(int root_fd, const std::filesystem::path& path) = 0;
     // fstatat(AT_SYMLINK_NOFOLLOW); Type::Missing when there is nothing.
     virtual FileInfo stat_at(int dir_fd, const std::string& name) = 0;
+    // What `path` is inside the root, links followed there (resolved like
+    // open_dir_in_root, never out of it); Type::Missing when nothing is there
+    // or a component is not a directory.
+    virtual FileInfo stat_in_root(int root_fd, const std::filesystem::path& path) = 0;
     virtual std::string read_link_at(int dir_fd, const std::string& name) = 0;
     // The names in a directory (not "." or ".."), in no particular order.
     virtual std::vector<std::string> list_dir(int dir_fd) = 0;
@@ -251,6 +255,7 @@ public:
     Fd open_root(const std::filesystem::path& rootfs) override;
     Fd open_dir_in_root(int root_fd, const std::filesystem::path& path) override;
     FileInfo stat_at(int dir_fd, const std::string& name) override;
+    FileInfo stat_in_root(int root_fd, const std::filesystem::path& path) override;
     std::string read_link_at(int dir_fd, const std::string& name) override;
     std::vector<std::string> list_dir(int dir_fd) override;
     std::string read_file_at(int dir_fd, const std::string& name, std::size_t max_size) override;
