@@ -489,7 +489,7 @@ private:
         const std::string name = f.path.filename().string();
         FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Regular) {
-            std::string old = sys_.read_file_at(dir->get(), name, kMaxPlannedFile);
+            std::string old = sys_.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
             if (old == f.content) {
                 logger().debug("file {} is already there ({}); left as it is", f.path.string(),
                                f.why);
@@ -563,7 +563,7 @@ private:
         if (!dir) return;
         const std::string name = f.path.filename().string();
         if (sys_.stat_at(dir->get(), name).type != Type::Regular) return;
-        std::string old = sys_.read_file_at(dir->get(), name, kMaxPlannedFile);
+        std::string old = sys_.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
         if (old != f.content) return;
         logger().info("{}: removed ({})", f.path.string(), f.why);
         sys_.remove(dir->get(), name, false);
@@ -691,23 +691,27 @@ private:
     // The files ldconfig reads or writes under fixed names: missing or
     // regular files, else the container is refused before anything is done
     // (an image's block device named ld.so.cache~, a FIFO for ld.so.conf).
+    // Each directory is opened once and each name looked at once per start:
+    // what the cache refresh later needs (/etc's type, the cache's) is kept.
     void check_cache_files() {
-        check_etc();
-        static const std::pair<const char*, const char*> kFiles[] = {
-            {"/etc", "ld.so.cache"},
-            {"/etc", "ld.so.cache~"},
-            {"/etc", "ld.so.conf"},
-            {"/var/cache/ldconfig", "aux-cache"},
-            {"/var/cache/ldconfig", "aux-cache~"},
+        etc_type_ = check_etc();
+        static const std::pair<const char*, std::vector<const char*>> kFiles[] = {
+            {"/etc", {kCache, kCacheTemp, "ld.so.conf"}},
+            {"/var/cache/ldconfig", {"aux-cache", "aux-cache~"}},
         };
-        for (const auto& [dir_path, name] : kFiles) {
-            Fd dir = sys_.open_dir_in_root(root_->get(), dir_path);
+        for (const auto& [dir_path, names] : kFiles) {
+            if (dir_path == std::string_view("/etc") && etc_type_ == Type::Missing) continue;
+            const SharedFd dir = find_dir(dir_path);
             if (!dir) continue;
-            const FileInfo info = sys_.stat_at(dir.get(), name);
-            if (info.type != Type::Missing && info.type != Type::Regular)
-                throw Error(ErrorKind::Invalid, EINVAL, "refresh the loader cache",
-                            (path(dir_path) / name).string(),
-                            "is " + describe(info) + ", not a regular file; refusing");
+            for (const char* name : names) {
+                const FileInfo info = sys_.stat_at(dir->get(), name);
+                if (info.type != Type::Missing && info.type != Type::Regular)
+                    throw Error(ErrorKind::Invalid, EINVAL, "refresh the loader cache",
+                                (path(dir_path) / name).string(),
+                                "is " + describe(info) + ", not a regular file; refusing");
+                if (std::string_view(name) == kCache) cache_type_ = info.type;
+                if (std::string_view(name) == kCacheTemp) cache_temp_type_ = info.type;
+            }
         }
     }
 
@@ -730,17 +734,10 @@ private:
         return etc.type;
     }
 
+    // /etc, as check_cache_files() found it; null: no /etc for ldconfig.
     SharedFd cache_dir() {
-        if (check_etc() == Type::Missing && use_ldconfig()) return nullptr;
-        SharedFd dir = resolve_dir("/etc");
-        for (const char* name : {kCache, kCacheTemp}) {
-            const FileInfo info = sys_.stat_at(dir->get(), name);
-            if (info.type != Type::Regular && info.type != Type::Missing)
-                throw Error(ErrorKind::Invalid, EINVAL, "check", std::string("/etc/") + name,
-                            "is " + describe(info) +
-                                ", not a regular file (refusing to write the cache over it)");
-        }
-        return dir;
+        if (etc_type_ == Type::Missing && use_ldconfig()) return nullptr;
+        return resolve_dir("/etc");
     }
 
     void refresh_ldcache() {
@@ -753,7 +750,7 @@ private:
         // The image's cache, if any: read by descriptor, never following a link.
         std::optional<RegularFile> original;
         std::optional<ldcache::Cache> image;
-        if (sys_.stat_at(etc->get(), kCache).type == Type::Regular) {
+        if (cache_type_ == Type::Regular) {
             original = sys_.read_regular_at(etc->get(), kCache, ldcache::kMaxCacheSize);
             try {
                 image = ldcache::parse(original->data, "/etc/ld.so.cache");
@@ -778,7 +775,7 @@ private:
         const std::string bytes = ldcache::serialize(
             ldcache::merge(image ? &*image : nullptr, plan_.ldcache_libraries, dirs));
         // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
-        if (sys_.stat_at(etc->get(), kCacheTemp).type == Type::Regular)
+        if (cache_temp_type_ == Type::Regular)
             as_owner([&] { sys_.remove(etc->get(), kCacheTemp, false); });
         // The new file is created as the container's root; it keeps the
         // original's owner (set by the host's root where that is someone else)
@@ -833,17 +830,13 @@ private:
     void install_cache(const std::string& cache) {
         SharedFd etc = resolve_dir("/etc");
         check_own_mount(*etc, "/etc/ld.so.cache");
-        const std::string name = "ld.so.cache";
-        const FileInfo info = sys_.stat_at(etc->get(), name);
-        if (info.type != Type::Missing && info.type != Type::Regular)
-            throw Error(ErrorKind::Invalid, EINVAL, "refresh the loader cache", "/etc/ld.so.cache",
-                        "is " + describe(info) + ", not a regular file; refusing");
+        const std::string name = kCache;  // missing or regular (check_cache_files)
         const std::string temp = "ld.so.cache.gpubind-" + std::to_string(::getpid());
         as_owner([&] {
             sys_.write_file_at(etc->get(), temp, cache, 0644);
             undo_.push_back({Undo::Kind::RemoveFile, etc, temp, "/etc/" + temp});
         });
-        if (info.type == Type::Missing) {
+        if (cache_type_ == Type::Missing) {
             sys_.rename_at(etc->get(), temp, name);
             Undo back{Undo::Kind::RenameBack, etc, temp, "/etc/ld.so.cache"};
             back.other = name;
@@ -976,6 +969,8 @@ private:
 
     bool in_container_ = false;
     SharedFd root_;
+    // What check_cache_files() found: /etc, /etc/ld.so.cache, /etc/ld.so.cache~.
+    Type etc_type_ = Type::Missing, cache_type_ = Type::Missing, cache_temp_type_ = Type::Missing;
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
     std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once

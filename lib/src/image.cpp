@@ -121,7 +121,7 @@ bool names_directories(System& sys, int etc_fd) {
     constexpr std::size_t kMaxConf = 1 << 20;
     std::string text;
     try {
-        text = sys.read_file_at(etc_fd, "ld.so.conf", kMaxConf);
+        text = sys.read_regular_at(etc_fd, "ld.so.conf", kMaxConf).data;
     } catch (const Error& e) {
         if (e.code().value() != ENOENT)
             logger().debug("image: /etc/ld.so.conf not read: {}", e.what());

@@ -435,12 +435,6 @@ std::vector<std::string> LinuxSystem::list_dir(int dir_fd) {
     return names;
 }
 
-std::string LinuxSystem::read_file_at(int dir_fd, const std::string& name, std::size_t max_size) {
-    Fd fd = openat_or_throw(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
-                            name);
-    return read_fd(fd.get(), max_size, name);
-}
-
 Fd LinuxSystem::make_dir(int dir_fd, const std::string& name, unsigned mode) {
     if (::mkdirat(dir_fd, name.c_str(), static_cast<mode_t>(mode)) != 0)
         throw_errno("create directory", name);

@@ -268,16 +268,6 @@ public:
                 out.push_back(k.substr(key.size()));
         return out;
     }
-    std::string read_file_at(int dir, const std::string& name, std::size_t max_size) override {
-        std::string p = child(dir, name);
-        call("read_file_at " + p, true);
-        FileInfo info = lookup(p);
-        if (info.type == Type::Missing) throw Error(ENOENT, "open", p);
-        if (info.type != Type::Regular) throw Error(ELOOP, "open", p, "not a regular file");
-        std::string data = contents.count(p) ? contents.at(p) : std::string();
-        if (data.size() > max_size) throw Error(ErrorKind::Invalid, EFBIG, "read", p);
-        return data;
-    }
     Fd make_dir(int dir, const std::string& name, unsigned) override {
         std::string p = child(dir, name);
         call("make_dir " + p, true);

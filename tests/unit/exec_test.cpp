@@ -840,7 +840,7 @@ TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
                   "/usr/local/cuda/compat\n");
         EXPECT_EQ(sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"].type, Type::Regular);
         for (const auto& line : sys.calls)
-            EXPECT_NE(line, "read_file_at root:/etc/passwd") << line;
+            EXPECT_NE(line, "read_regular_at root:/etc/passwd") << line;
     }
 
     for (Type odd : {Type::Directory, Type::Fifo}) {

@@ -153,7 +153,7 @@ TEST(InspectImage, EveryAccessIsARecordedCallFromTheOneRoot) {
                            line.starts_with("stat_in_root ") ||
                            line.starts_with("stat_at root:") || line.starts_with("open_at root:") ||
                            line.starts_with("list_dir root:") ||
-                           line == "read_file_at root:/etc/ld.so.conf";
+                           line == "read_regular_at root:/etc/ld.so.conf";
         EXPECT_TRUE(known) << line;
     }
     EXPECT_EQ(roots, 1u);

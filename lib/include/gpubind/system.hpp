@@ -141,10 +141,6 @@ public:
     virtual std::string read_link_at(int dir_fd, const std::string& name) = 0;
     // The names in a directory (not "." or ".."), in no particular order.
     virtual std::vector<std::string> list_dir(int dir_fd) = 0;
-    // A regular file's contents, at most `max_size` bytes (O_NOFOLLOW|O_NONBLOCK;
-    // anything but a regular file, or a larger one, is an Error).
-    virtual std::string read_file_at(int dir_fd, const std::string& name,
-                                     std::size_t max_size) = 0;
     // mkdirat, then the new directory opened O_PATH|O_NOFOLLOW.
     virtual Fd make_dir(int dir_fd, const std::string& name, unsigned mode) = 0;
     // An empty file: openat(O_CREAT|O_EXCL|O_NOFOLLOW).
@@ -258,7 +254,6 @@ public:
     FileInfo stat_in_root(int root_fd, const std::filesystem::path& path) override;
     std::string read_link_at(int dir_fd, const std::string& name) override;
     std::vector<std::string> list_dir(int dir_fd) override;
-    std::string read_file_at(int dir_fd, const std::string& name, std::size_t max_size) override;
     Fd make_dir(int dir_fd, const std::string& name, unsigned mode) override;
     void make_file(int dir_fd, const std::string& name, unsigned mode) override;
     void write_file_at(int dir_fd, const std::string& name, const std::string& data,
