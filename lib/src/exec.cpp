@@ -877,7 +877,10 @@ private:
                             "creates and mounts only on the rootfs's own mount");
         }
         auto [known, added] = shared_mounts_.try_emplace(id, false);
-        if (added) known->second = sys_.mount_shared(id);
+        if (added) {
+            if (!mountinfo_) mountinfo_ = sys_.read_mountinfo();  // once per start
+            known->second = mount_is_shared(*mountinfo_, id);
+        }
         if (known->second)
             throw Error(EXDEV, "refuse", p.string(),
                         "is on a shared mount (rootfsPropagation or a shared /dev): what gpubind "
@@ -974,6 +977,7 @@ private:
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
     std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
+    std::optional<std::string> mountinfo_;         // the container namespace's, read once
     std::map<std::string, SharedFd> dirs_;
     std::vector<Undo> undo_;
 };

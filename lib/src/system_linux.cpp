@@ -603,13 +603,13 @@ bool mount_is_shared(std::string_view mountinfo, std::uint64_t id) {
     return false;
 }
 
-bool LinuxSystem::mount_shared(std::uint64_t id) {
+std::string LinuxSystem::read_mountinfo() {
     // thread-self resolves to the reader: this thread's mount namespace.
     const char* what = "/proc/thread-self/mountinfo";
     Fd fd(proc_ ? ::openat(proc_.get(), "thread-self/mountinfo", O_RDONLY | O_CLOEXEC)
                 : ::open(what, O_RDONLY | O_CLOEXEC));
     if (!fd) throw_errno("open", what);
-    return mount_is_shared(read_fd(fd.get(), kMaxHostFile, what), id);
+    return read_fd(fd.get(), kMaxHostFile, what);
 }
 
 LinuxSystem::LinuxSystem() : proc_(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) {}

@@ -455,8 +455,17 @@ public:
         return id;
     }
 
-    // Not recorded: whether a mount id is in shared_mounts.
-    bool mount_shared(std::uint64_t id) override { return shared_mounts.count(id) > 0; }
+    // Not recorded (counted): a mountinfo whose lines of shared_mounts' ids say "shared:N".
+    std::size_t mountinfo_reads = 0;
+    std::string read_mountinfo() override {
+        ++mountinfo_reads;
+        std::string text;
+        for (std::uint64_t id : shared_mounts)
+            text += std::to_string(id) + " 1 0:" + std::to_string(id) + " / /m" +
+                    std::to_string(id) + " rw shared:" + std::to_string(id) +
+                    " - tmpfs tmpfs rw\n";
+        return text;
+    }
 
     // --- Helpers for tests ---
 

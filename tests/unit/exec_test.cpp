@@ -746,6 +746,18 @@ TEST(Execute, TargetsOnASharedMountAreRefused) {
     }
 }
 
+// The container's mountinfo is read once per start, however many mounts
+// (the root's, the runtime's /dev and /proc) are asked about.
+TEST(Execute, MountinfoIsReadOncePerStart) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    sys.mount_ids["root:/dev"] = 5;
+    sys.mount_ids["root:/proc"] = 6;
+    execute(plan, target(), sys);
+    EXPECT_EQ(sys.mountinfo_reads, 1u);
+}
+
 TEST(MountIsShared, ReadsTheOptionalFieldsOfItsOwnLine) {
     const std::string mountinfo =
         "22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"

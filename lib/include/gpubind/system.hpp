@@ -189,9 +189,9 @@ public:
     virtual void exchange_at(int dir_fd, const std::string& a, const std::string& b) = 0;
     // The id of the mount the descriptor's file is on (statx STATX_MNT_ID).
     virtual std::uint64_t mount_id(int fd) = 0;
-    // Whether that mount, in this thread's mount namespace, is shared (its
-    // mount events propagate to peers: mountinfo's "shared:N").
-    virtual bool mount_shared(std::uint64_t mount_id) = 0;
+    // This thread's mount namespace's mountinfo (/proc/thread-self/mountinfo),
+    // for mount_is_shared: read once per start by the executor.
+    virtual std::string read_mountinfo() = 0;
     // --- ldconfig ---
     // Runs the executable with `args` (argv[1..]), which start with "-r ROOT"
     // (ROOT a path in the current mount namespace): the program runs confined
@@ -275,7 +275,7 @@ public:
     void rename_at(int dir_fd, const std::string& from, const std::string& to) override;
     void exchange_at(int dir_fd, const std::string& a, const std::string& b) override;
     std::uint64_t mount_id(int fd) override;
-    bool mount_shared(std::uint64_t mount_id) override;
+    std::string read_mountinfo() override;
     std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                     std::chrono::milliseconds timeout) override;
     std::string run_as(const Owner& owner, int exe_fd, const std::string& what,
