@@ -497,8 +497,7 @@ private:
             }
             // gpubind's file, written by an earlier start: rewritten to this decision.
             logger().info("{}: rewritten ({})", f.path.string(), f.why);
-            sys_.remove(dir->get(), name, false);
-            undo_.push_back({Undo::Kind::RestoreFile, dir, name, f.path.string(), std::move(old)});
+            remove_file(dir, f.path, std::move(old));
             info.type = Type::Missing;
         } else if (info.type == Type::Symlink) {
             replace_link(dir, f.path, "a file");
@@ -566,8 +565,15 @@ private:
         std::string old = sys_.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
         if (old != f.content) return;
         logger().info("{}: removed ({})", f.path.string(), f.why);
+        remove_file(dir, f.path, std::move(old));
+    }
+
+    // Removes the regular file at `p` (in `dir`), never following it, and
+    // records how to put it back: holding `old`.
+    void remove_file(const SharedFd& dir, const path& p, std::string old) {
+        const std::string name = p.filename().string();
         sys_.remove(dir->get(), name, false);
-        undo_.push_back({Undo::Kind::RestoreFile, dir, name, f.path.string(), std::move(old)});
+        undo_.push_back({Undo::Kind::RestoreFile, dir, name, p.string(), std::move(old)});
     }
 
     // The driver's names in one directory: what an earlier start or the image

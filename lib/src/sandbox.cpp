@@ -348,21 +348,11 @@ std::string blocked_opening(pid_t pid) {
 // A detached tmpfs for the program's output, its root directory the
 // sandbox's ids' alone; nosuid, nodev, noexec.
 Fd make_scratch(const Options& o, const std::string& what) {
-    Fd fs(sys_int(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
-    if (!fs) throw_errno("fsopen tmpfs", what);
-    const std::string size = std::to_string(o.limits.file_size * 2 + 65536);
-    const std::string uid = std::to_string(o.uid), gid = std::to_string(o.gid);
-    const std::pair<const char*, const char*> params[] = {
-        {"mode", "0700"}, {"uid", uid.c_str()}, {"gid", gid.c_str()}, {"size", size.c_str()}};
-    for (const auto& [key, value] : params)
-        if (::syscall(SYS_fsconfig, fs.get(), mount_api::kFsconfigSetString, key, value, 0) != 0)
-            throw_errno(std::string("fsconfig tmpfs ") + key, what);
-    if (::syscall(SYS_fsconfig, fs.get(), mount_api::kFsconfigCmdCreate, nullptr, nullptr, 0) != 0)
-        throw_errno("fsconfig tmpfs create", what);
-    Fd mnt(sys_int(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
-                             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)));
-    if (!mnt) throw_errno("fsmount tmpfs", what);
-    return mnt;
+    return mount_api::make_tmpfs({{"mode", "0700"},
+                                  {"uid", std::to_string(o.uid)},
+                                  {"gid", std::to_string(o.gid)},
+                                  {"size", std::to_string(o.limits.file_size * 2 + 65536)}},
+                                 what);
 }
 
 // Whether this process's user namespace denies setgroups (so will the child's).
@@ -616,3 +606,22 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
 }
 
 }  // namespace gpubind::sandbox
+
+namespace gpubind::mount_api {
+
+Fd make_tmpfs(std::initializer_list<std::pair<const char*, std::string>> options,
+              const std::string& what) {
+    Fd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
+    if (!fs) throw_errno("fsopen tmpfs", what);
+    for (const auto& [key, value] : options)
+        if (::syscall(SYS_fsconfig, fs.get(), kFsconfigSetString, key, value.c_str(), 0) != 0)
+            throw_errno(std::string("fsconfig tmpfs ") + key, what);
+    if (::syscall(SYS_fsconfig, fs.get(), kFsconfigCmdCreate, nullptr, nullptr, 0) != 0)
+        throw_errno("fsconfig tmpfs create", what);
+    Fd mnt(static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
+                                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)));
+    if (!mnt) throw_errno("fsmount tmpfs", what);
+    return mnt;
+}
+
+}  // namespace gpubind::mount_api

@@ -36,8 +36,6 @@ namespace gpubind {
 
 namespace {
 
-using mount_api::kFsconfigCmdCreate;
-using mount_api::kFsconfigSetString;
 using mount_api::MountAttr;
 
 constexpr std::size_t kMaxHostFile = 16u << 20;  // mountinfo on a busy node can be large
@@ -549,16 +547,7 @@ void LinuxSystem::detach(int dir_fd, const std::string& name) {
 }
 
 Fd LinuxSystem::make_tmpfs() {
-    Fd fs(sys_int(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
-    if (!fs) throw_errno("fsopen", "tmpfs");
-    if (::syscall(SYS_fsconfig, fs.get(), kFsconfigSetString, "mode", "0555", 0) != 0)
-        throw_errno("fsconfig", "tmpfs mode");
-    if (::syscall(SYS_fsconfig, fs.get(), kFsconfigCmdCreate, nullptr, nullptr, 0) != 0)
-        throw_errno("fsconfig", "tmpfs create");
-    int mnt = sys_int(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
-                                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
-    if (mnt < 0) throw_errno("fsmount", "tmpfs");
-    return Fd(mnt);
+    return mount_api::make_tmpfs({{"mode", "0555"}}, "tmpfs");
 }
 
 void LinuxSystem::rename_at(int dir_fd, const std::string& from, const std::string& to) {
