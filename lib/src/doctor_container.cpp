@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpubind/cgroup.hpp"
 #include "gpubind/doctor.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"

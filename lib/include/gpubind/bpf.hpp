@@ -1,6 +1,6 @@
 // cgroup v2 device programs (BPF_PROG_TYPE_CGROUP_DEVICE): the instructions
 // that extend a runtime's program with gpubind's rules. Pure functions; the
-// system calls that load and attach them are System's (exec.hpp).
+// system calls that load and attach them are System's (system.hpp).
 #pragma once
 
 #include <cstdint>
