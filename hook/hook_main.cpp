@@ -114,13 +114,7 @@ int run(const std::string& stage, bool inherited) {
     const Plan plan = finish ? runtime::finish_plan(decision.plan) : decision.plan;
     logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
                   plan.mounts.size(), plan.symlinks.size());
-    Target target;
-    target.pid = state.pid;
-    target.rootfs = spec.rootfs;
-    target.cgroups = config.policy.cgroups;
-    target.on_refused = config.policy.on_refused;
-    target.ldcache = config.policy.ldcache;
-    target.ldconfig = config.ldconfig;
+    Target target = make_target(config, state.pid, spec.rootfs);
     // A rootless runtime runs its hooks as the user: no privilege over the
     // host, all of them in the container's own user namespace.
     target.join_user_ns = ::geteuid() != 0 && !spec.uid_mappings.empty();
