@@ -35,5 +35,6 @@ void register_simulate(CLI::App& app, Action& action);
 void register_plan(CLI::App& app, Action& action);
 void register_configure(CLI::App& app, Action& action);
 void register_setup(CLI::App& app, Action& action);
+void register_cdi(CLI::App& app, Action& action);
 
 }  // namespace gpubind::cli

@@ -4,7 +4,9 @@
 // left alone; poststop does nothing. One line on stderr says why it failed.
 // A spec gpubind-runtime edited (runtime::marked) already has the devices and
 // mounts: the hook that edit registers ("finish" stage) does only the rest,
-// any other registration nothing.
+// any other registration nothing. The "cdi" stage is the createContainer
+// hook of gpubind's CDI spec (cdi.hpp): the GPUs are those the engine put in
+// the spec's linux.devices.
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "gpubind/cdi.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
@@ -67,6 +70,17 @@ void set_up_logging(const Config& config, const std::string& container) {
 // Whether this process's environment holds anything but the config's name
 // (a registration's "env"): runc runs createContainer and startContainer
 // hooks registered without "env" with the container's own environment.
+// This process's id in the host's pid namespace (/proc is the host's until
+// the runtime's pivot_root).
+pid_t self_pid() {
+    char buf[32] = {};
+    const ssize_t n = ::readlink("/proc/self", buf, sizeof buf - 1);
+    if (n <= 0) throw_errno("read link", "/proc/self");
+    auto pid = parse_unsigned(std::string_view(buf, static_cast<std::size_t>(n)));
+    if (!pid) throw_invalid("read link", "/proc/self", std::string("'") + buf + "' is not a pid");
+    return static_cast<pid_t>(*pid);
+}
+
 bool environment_inherited() {
     const std::string own = std::string(kConfigEnv) + "=";
     for (char** e = environ; e && *e; ++e)
@@ -74,17 +88,59 @@ bool environment_inherited() {
     return false;
 }
 
+// Carries out `plan` in the container: by its pid at prestart and
+// createRuntime; from inside its namespaces at createContainer (runc and crun
+// run those hooks there, before pivot_root, with the state's pid as the
+// container's pid namespace sees it): this process's own id on the host.
+void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
+               const Config& config, bool inside, const harden::Deadline& deadline) {
+    Target target;
+    target.pid = inside ? self_pid() : state.pid;
+    target.rootfs = spec.rootfs;
+    target.cgroups = config.policy.cgroups;
+    target.on_refused = config.policy.on_refused;
+    target.ldcache = config.policy.ldcache;
+    target.ldconfig = config.ldconfig;
+    // A rootless runtime runs its hooks as the user: no privilege over the
+    // host, all of them in the container's own user namespace.
+    target.join_user_ns = !inside && ::geteuid() != 0 && !spec.uid_mappings.empty();
+    if (target.join_user_ns) logger().debug("rootless: joining the container's user namespace");
+    deadline.check("configure the container");
+    target.ldconfig_timeout = std::min(target.ldconfig_timeout, deadline.left());
+    execute(plan, target);
+    logger().info("container configured");
+}
+
+// The "cdi" stage (the createContainer hook of gpubind's CDI spec): the
+// engine applied the spec's devices and mounts; the links, the loader cache
+// and the /proc/driver/nvidia view of the GPUs the spec gave are done here.
+int run_cdi(const Config& config, const oci::State& state, const oci::Spec& spec,
+            const harden::Deadline& deadline) {
+    const Node node = discover(config);  // the node, learned once per start
+    cdi::refresh_quietly(node, config);
+    const cdi::HookDecision decision = cdi::hook_plan(node, spec, config);
+    if (!decision.gpu_container) {
+        logger().info("{}: nothing to do", decision.reason);
+        return kExitOk;
+    }
+    logger().info("{}: {} links", decision.reason, decision.plan.symlinks.size());
+    configure(decision.plan, state, spec, config, true, deadline);
+    return kExitOk;
+}
+
 int run(const std::string& stage, bool inherited) {
     if (stage == "poststop") return kExitOk;
     const bool finish = stage == runtime::kFinishStage;
-    if ((stage == "createContainer" || stage == "startContainer") && inherited)
+    const bool cdi_stage = stage == cdi::kHookStage;
+    if ((stage == "createContainer" || stage == "startContainer" || cdi_stage) && inherited)
         throw_invalid("run hook", stage,
                       "registered without \"env\", the hook would get the container's "
                       "environment; refusing (register it at prestart or createRuntime, or "
                       "give it env [\"GPUBIND_CONFIG=/absolute/path\"])");
-    if (stage != "prestart" && stage != "createRuntime" && stage != "createContainer" && !finish)
+    if (stage != "prestart" && stage != "createRuntime" && stage != "createContainer" && !finish &&
+        !cdi_stage)
         throw_invalid("run hook", stage,
-                      "unknown stage (prestart, createRuntime, poststop, finish)");
+                      "unknown stage (prestart, createRuntime, poststop, finish, cdi)");
 
     const harden::Deadline deadline(kHookBudget);
     const Config config = load_trusted_config();
@@ -94,12 +150,14 @@ int run(const std::string& stage, bool inherited) {
 
     deadline.check("read the spec");
     const oci::Spec spec = oci::load_spec(state.bundle);
+    if (cdi_stage) return run_cdi(config, state, spec, deadline);
     if (runtime::marked(*spec.doc) != finish) {
         if (finish) throw_invalid("run hook", stage, "the spec was not edited by gpubind-runtime");
         logger().debug("edited by gpubind-runtime: its finish hook completes the container");
         return kExitOk;
     }
     const Decision decision = decide(spec, config);
+    if (decision.node) cdi::refresh_quietly(*decision.node, config);
     if (!decision.gpu_container()) {
         logger().debug("{}: nothing to do", decision.reason);
         return kExitOk;
@@ -107,21 +165,7 @@ int run(const std::string& stage, bool inherited) {
     const Plan plan = finish ? runtime::finish_plan(decision.plan) : decision.plan;
     logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
                   plan.mounts.size(), plan.symlinks.size());
-    Target target;
-    target.pid = state.pid;
-    target.rootfs = spec.rootfs;
-    target.cgroups = config.policy.cgroups;
-    target.on_refused = config.policy.on_refused;
-    target.ldcache = config.policy.ldcache;
-    target.ldconfig = config.ldconfig;
-    // A rootless runtime runs its hooks as the user: no privilege over the
-    // host, all of them in the container's own user namespace.
-    target.join_user_ns = ::geteuid() != 0 && !spec.uid_mappings.empty();
-    if (target.join_user_ns) logger().debug("rootless: joining the container's user namespace");
-    deadline.check("configure the container");
-    target.ldconfig_timeout = std::min(target.ldconfig_timeout, deadline.left());
-    execute(plan, target);
-    logger().info("container configured");
+    configure(plan, state, spec, config, false, deadline);
     return kExitOk;
 }
 

@@ -1,0 +1,374 @@
+// The node as CDI specs (rules in cdi.hpp).
+#include "gpubind/cdi.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "gpubind/cdi_name.hpp"
+#include "gpubind/error.hpp"
+#include "gpubind/fd.hpp"
+#include "gpubind/file.hpp"
+#include "gpubind/log.hpp"
+#include "gpubind/plan.hpp"
+#include "gpubind/runtime.hpp"
+#include "gpubind/yaml.hpp"
+
+namespace gpubind::cdi {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Where a host path under the driver root appears in a container.
+std::optional<fs::path> container_path(const Node& node, const fs::path& host) {
+    const fs::path rel =
+        host.lexically_normal().lexically_relative(node.roots.driver.lexically_normal());
+    if (rel.empty() || *rel.begin() == "..") return std::nullopt;
+    return fs::path("/") / rel;
+}
+
+// The directory most of the node's libraries (64-bit or 32-bit) are in, as
+// a container sees it.
+std::optional<fs::path> library_dir(const Node& node, bool compat32) {
+    std::map<fs::path, unsigned> count;
+    for (const auto& f : node.files)
+        if (f.kind == FileKind::Library && f.compat32 == compat32)
+            if (auto dir = container_path(node, f.host_path.parent_path())) ++count[*dir];
+    std::optional<fs::path> best;
+    unsigned most = 0;
+    for (const auto& [dir, n] : count)
+        if (n > most) {
+            best = dir;
+            most = n;
+        }
+    return best;
+}
+
+json node_json(const DeviceNode& n) {
+    json j = {{"path", n.path.string()},
+              {"type", "c"},
+              {"major", n.major},
+              {"minor", n.minor},
+              {"fileMode", static_cast<unsigned>(n.mode & 0777)},
+              {"permissions", "rw"}};
+    if (n.host_path.lexically_normal() != n.path.lexically_normal())
+        j["hostPath"] = n.host_path.string();
+    return j;
+}
+
+json device_json(const std::string& name, const std::vector<const DeviceNode*>& nodes) {
+    json list = json::array();
+    for (const DeviceNode* n : nodes) list.push_back(node_json(*n));
+    return {{"name", name}, {"containerEdits", {{"deviceNodes", list}}}};
+}
+
+// A device under a name the CDI rules accept; another name is left out (logged).
+void add_device(json& devices, const std::string& name,
+                const std::vector<const DeviceNode*>& nodes) {
+    if (auto why = device_name_error(name)) {
+        logger().warn("CDI spec: leaving out device \"{}\": {}", name, *why);
+        return;
+    }
+    devices.push_back(device_json(name, nodes));
+}
+
+json with_version(json spec) {
+    spec["cdiVersion"] = minimum_version(spec);
+    return spec;
+}
+
+std::string vendor_of(std::string_view kind) {
+    return std::string(kind.substr(0, kind.find('/')));
+}
+
+// Every containerEdits of a spec: the top level's, then each device's.
+std::vector<const json*> all_edits(const json& spec) {
+    std::vector<const json*> out;
+    if (auto e = spec.find("containerEdits"); e != spec.end() && e->is_object()) out.push_back(&*e);
+    if (auto d = spec.find("devices"); d != spec.end() && d->is_array())
+        for (const auto& dev : *d)
+            if (dev.is_object())
+                if (auto e = dev.find("containerEdits"); e != dev.end() && e->is_object())
+                    out.push_back(&*e);
+    return out;
+}
+
+bool non_empty(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it != obj.end() && !it->is_null() && !(it->is_structured() && it->empty()) &&
+           !(it->is_string() && it->get_ref<const std::string&>().empty());
+}
+
+}  // namespace
+
+const std::vector<std::string>& versions() {
+    static const std::vector<std::string> list = {"0.3.0", "0.4.0", "0.5.0", "0.6.0",
+                                                  "0.7.0", "0.8.0", "1.0.0", "1.1.0"};
+    return list;
+}
+
+int version_index(std::string_view version) {
+    if (version.starts_with('v')) version.remove_prefix(1);
+    const auto& list = versions();
+    for (std::size_t i = 0; i < list.size(); ++i)
+        if (list[i] == version) return static_cast<int>(i);
+    return -1;
+}
+
+std::string minimum_version(const json& spec) {
+    const auto edits = all_edits(spec);
+    auto any_edit = [&](auto&& pred) {
+        return std::any_of(edits.begin(), edits.end(), [&](const json* e) { return pred(*e); });
+    };
+    auto any_in = [&](const char* list, auto&& pred) {
+        return any_edit([&](const json& e) {
+            auto it = e.find(list);
+            if (it == e.end() || !it->is_array()) return false;
+            return std::any_of(it->begin(), it->end(),
+                               [&](const json& item) { return item.is_object() && pred(item); });
+        });
+    };
+    const json devices = spec.is_object() && spec.contains("devices") && spec["devices"].is_array()
+                             ? spec["devices"]
+                             : json::array();
+    if (any_edit([](const json& e) {
+            if (non_empty(e, "netDevices")) return true;
+            auto rdt = e.find("intelRdt");
+            return rdt != e.end() && rdt->is_object() &&
+                   (rdt->contains("schemata") ||
+                    (rdt->contains("enableMonitoring") && rdt->at("enableMonitoring") == true));
+        }))
+        return "1.1.0";
+    if (any_edit([](const json& e) {
+            return (e.contains("intelRdt") && !e["intelRdt"].is_null()) ||
+                   non_empty(e, "additionalGids");
+        }))
+        return "0.7.0";
+    const std::string kind = spec.value("kind", "");
+    const auto slash = kind.find('/');
+    if (non_empty(spec, "annotations") ||
+        std::any_of(devices.begin(), devices.end(),
+                    [](const json& d) { return d.is_object() && non_empty(d, "annotations"); }) ||
+        (slash != std::string::npos && kind.find('.', slash) != std::string::npos))
+        return "0.6.0";
+    if (std::any_of(devices.begin(), devices.end(),
+                    [](const json& d) {
+                        if (!d.is_object() || !d.contains("name") || !d["name"].is_string())
+                            return false;
+                        const auto& n = d["name"].get_ref<const std::string&>();
+                        return !n.empty() && n[0] >= '0' && n[0] <= '9';
+                    }) ||
+        any_in("deviceNodes", [](const json& n) { return non_empty(n, "hostPath"); }))
+        return "0.5.0";
+    if (any_in("mounts", [](const json& m) { return non_empty(m, "type"); })) return "0.4.0";
+    return "0.3.0";
+}
+
+Image image_for(const Node& node, Image image) {
+    if (auto dir = library_dir(node, false)) image.lib_dir = *dir;
+    if (auto dir = library_dir(node, true)) image.lib32_dir = *dir;
+    image.bin_dir = "/usr/bin";
+    return image;
+}
+
+json gpu_spec(const Node& node, const Config& config) {
+    Request request;
+    request.source = RequestSource::Explicit;
+    request.devices = {DeviceIdsKind::All, {}};
+    request.caps = config.cdi.caps;
+    const Plan plan =
+        make_plan(request, node, select_devices(node, request.devices), image_for(node), config, {});
+
+    // The nodes of single devices; every other planned node is common.
+    std::set<fs::path> own;
+    for (const auto& gpu : node.gpus) {
+        own.insert(gpu.node.path);
+        for (const auto& m : gpu.mig) {
+            own.insert(m.gi_cap.path);
+            own.insert(m.ci_cap.path);
+        }
+    }
+    json edits = json::object();
+    edits["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=void"});
+    json nodes = json::array();
+    for (const auto& d : plan.devices)
+        if (!own.count(d.node.path)) nodes.push_back(node_json(d.node));
+    edits["deviceNodes"] = nodes;
+    json mounts = json::array();
+    for (const auto& m : plan.mounts)
+        mounts.push_back({{"hostPath", m.source.string()},
+                          {"containerPath", m.target.string()},
+                          {"options", runtime::mount_options(m.flags)}});
+    edits["mounts"] = mounts;
+    std::string config_path;
+    if (!config.source.empty()) config_path = fs::absolute(config.source).lexically_normal().string();
+    edits["hooks"] = json::array({{{"hookName", "createContainer"},
+                                   {"path", config.cdi.hook.string()},
+                                   {"args", {"gpubind-hook", std::string(kHookStage)}},
+                                   {"env", {std::string(kConfigEnv) + "=" + config_path}}}});
+
+    json devices = json::array();
+    for (const auto& gpu : node.gpus) {
+        add_device(devices, std::to_string(gpu.index), {&gpu.node});
+        if (!gpu.uuid.empty()) add_device(devices, gpu.uuid, {&gpu.node});
+    }
+    for (const auto& gpu : node.gpus)
+        for (const auto& m : gpu.mig) {
+            const std::vector<const DeviceNode*> mig_nodes = {&gpu.node, &m.gi_cap, &m.ci_cap};
+            add_device(devices, fmt::format("{}:{}", gpu.index, m.index), mig_nodes);
+            if (!m.uuid.empty()) add_device(devices, m.uuid, mig_nodes);
+        }
+    if (!node.gpus.empty()) {
+        std::vector<const DeviceNode*> all;
+        for (const auto& gpu : node.gpus) all.push_back(&gpu.node);
+        add_device(devices, "all", all);
+    }
+    return with_version({{"kind", config.cdi.kind}, {"devices", devices}, {"containerEdits", edits}});
+}
+
+std::optional<json> imex_spec(const Node& node, const Config& config) {
+    if (node.imex_channels.empty()) return std::nullopt;
+    json devices = json::array();
+    for (const auto& channel : node.imex_channels)
+        add_device(devices, std::to_string(channel.minor), {&channel});
+    return with_version(
+        {{"kind", vendor_of(config.cdi.kind) + "/" + std::string(kImexClass)}, {"devices", devices}});
+}
+
+std::vector<std::string> device_names(const json& spec) {
+    std::vector<std::string> out;
+    const std::string kind = spec.value("kind", "");
+    if (!spec.contains("devices") || !spec["devices"].is_array()) return out;
+    for (const auto& d : spec["devices"])
+        if (d.is_object() && d.contains("name") && d["name"].is_string())
+            out.push_back(kind + "=" + d["name"].get<std::string>());
+    return out;
+}
+
+std::string serialize(const json& spec, Format format) {
+    return format == Format::Yaml ? yaml::dump(spec) : spec.dump(2) + "\n";
+}
+
+std::string file_name(std::string_view kind, Format format) {
+    std::string name(kind);
+    std::replace(name.begin(), name.end(), '/', '-');
+    return name + (format == Format::Yaml ? ".yaml" : ".json");
+}
+
+bool write_if_changed(const fs::path& path, std::string_view content) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st {};
+    if (fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+        static_cast<std::size_t>(st.st_size) == content.size() &&
+        read_fd(fd.get(), content.size(), path.string()) == content)
+        return false;
+    write_file_atomic(path, content, 0644);
+    return true;
+}
+
+std::vector<fs::path> refresh(const Node& node, const Config& config) {
+    std::vector<fs::path> changed;
+    const fs::path& dir = config.cdi.dir;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw Error(ec.value(), "create directory", dir.string());
+    const fs::path gpu = dir / file_name(config.cdi.kind);
+    if (write_if_changed(gpu, serialize(gpu_spec(node, config), Format::Json)))
+        changed.push_back(gpu);
+    const fs::path imex =
+        dir / file_name(vendor_of(config.cdi.kind) + "/" + std::string(kImexClass));
+    if (auto spec = imex_spec(node, config)) {
+        if (write_if_changed(imex, serialize(*spec, Format::Json))) changed.push_back(imex);
+    } else if (::unlink(imex.c_str()) == 0) {
+        changed.push_back(imex);
+    } else if (errno != ENOENT) {
+        throw_errno("remove", imex.string());
+    }
+    return changed;
+}
+
+void refresh_quietly(const Node& node, const Config& config) {
+    try {
+        for (const auto& f : refresh(node, config))
+            logger().info("CDI spec {} rewritten: the node changed", f.string());
+    } catch (const std::exception& e) {
+        logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
+    }
+}
+
+SpecSelection selection_in_spec(const Node& node, const json& spec) {
+    std::set<std::tuple<std::string, unsigned, unsigned>> present;
+    const json* linux = spec.is_object() && spec.contains("linux") ? &spec["linux"] : nullptr;
+    if (linux && linux->is_object() && linux->contains("devices") && (*linux)["devices"].is_array())
+        for (const auto& d : (*linux)["devices"]) {
+            if (!d.is_object() || d.value("type", "") != "c") continue;
+            const auto path = d.find("path");
+            const auto major = d.find("major");
+            const auto minor = d.find("minor");
+            if (path == d.end() || !path->is_string() || major == d.end() ||
+                !major->is_number_unsigned() || minor == d.end() || !minor->is_number_unsigned())
+                continue;
+            present.insert({fs::path(path->get<std::string>()).lexically_normal().string(),
+                            major->get<unsigned>(), minor->get<unsigned>()});
+        }
+    auto has = [&](const DeviceNode& n) {
+        return present.count({n.path.lexically_normal().string(), n.major, n.minor}) > 0;
+    };
+    SpecSelection out;
+    for (const auto& gpu : node.gpus) {
+        if (!has(gpu.node)) continue;
+        bool mig = false;
+        for (const auto& m : gpu.mig)
+            if (has(m.gi_cap) && has(m.ci_cap)) {
+                out.selection.migs.push_back(&m);
+                out.names.push_back(fmt::format("MIG {}:{}", gpu.index, m.index));
+                mig = true;
+            }
+        if (!mig) {
+            out.selection.gpus.push_back(&gpu);
+            out.names.push_back(fmt::format("GPU {}", gpu.index));
+        }
+    }
+    for (const auto& channel : node.imex_channels)
+        if (has(channel)) {
+            out.imex_channels.push_back(std::to_string(channel.minor));
+            out.names.push_back(fmt::format("IMEX channel {}", channel.minor));
+        }
+    return out;
+}
+
+HookDecision hook_plan(const Node& node, const oci::Spec& spec, const Config& config) {
+    HookDecision out;
+    const SpecSelection found = selection_in_spec(node, *spec.doc);
+    if (found.selection.empty() && found.imex_channels.empty()) {
+        out.reason = "CDI: the spec holds none of the node's GPU or IMEX channel nodes";
+        return out;
+    }
+    Request request;
+    request.source = RequestSource::Explicit;
+    request.caps = config.cdi.caps;
+    request.imex_channels = found.imex_channels;
+    request.devices = {found.selection.empty() ? DeviceIdsKind::None : DeviceIdsKind::List,
+                       found.names};
+    const Image image = image_for(node, inspect_image(spec.rootfs));
+    out.plan = runtime::finish_plan(
+        make_plan(request, node, found.selection, image, config, read_proc_files(node)));
+    std::string names;
+    for (const auto& n : found.names) names += (names.empty() ? "" : ", ") + n;
+    out.reason = fmt::format("CDI devices in the spec: {}; capabilities {}", names,
+                             capability_names(config.cdi.caps));
+    out.gpu_container = true;
+    return out;
+}
+
+}  // namespace gpubind::cdi
