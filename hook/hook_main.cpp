@@ -4,7 +4,7 @@
 // left alone; poststop does nothing. One line on stderr says why it failed.
 // A spec gpubind-runtime edited (runtime::marked) already has the devices and
 // mounts: the hook that edit registers ("finish" stage) does only the rest,
-// any other registration nothing. The "cdi" stage is the createContainer
+// any other registration nothing. The "cdi" stage is the createRuntime
 // hook of gpubind's CDI spec (cdi.hpp): the GPUs are those the engine put in
 // the spec's linux.devices.
 #include <unistd.h>
@@ -70,17 +70,6 @@ void set_up_logging(const Config& config, const std::string& container) {
 // Whether this process's environment holds anything but the config's name
 // (a registration's "env"): runc runs createContainer and startContainer
 // hooks registered without "env" with the container's own environment.
-// This process's id in the host's pid namespace (/proc is the host's until
-// the runtime's pivot_root).
-pid_t self_pid() {
-    char buf[32] = {};
-    const ssize_t n = ::readlink("/proc/self", buf, sizeof buf - 1);
-    if (n <= 0) throw_errno("read link", "/proc/self");
-    auto pid = parse_unsigned(std::string_view(buf, static_cast<std::size_t>(n)));
-    if (!pid) throw_invalid("read link", "/proc/self", std::string("'") + buf + "' is not a pid");
-    return static_cast<pid_t>(*pid);
-}
-
 bool environment_inherited() {
     const std::string own = std::string(kConfigEnv) + "=";
     for (char** e = environ; e && *e; ++e)
@@ -88,14 +77,11 @@ bool environment_inherited() {
     return false;
 }
 
-// Carries out `plan` in the container: by its pid at prestart and
-// createRuntime; from inside its namespaces at createContainer (runc and crun
-// run those hooks there, before pivot_root, with the state's pid as the
-// container's pid namespace sees it): this process's own id on the host.
+// Carries out `plan` in the container (the state's pid).
 void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
-               const Config& config, bool inside, const harden::Deadline& deadline) {
+               const Config& config, const harden::Deadline& deadline) {
     Target target;
-    target.pid = inside ? self_pid() : state.pid;
+    target.pid = state.pid;
     target.rootfs = spec.rootfs;
     target.cgroups = config.policy.cgroups;
     target.on_refused = config.policy.on_refused;
@@ -103,7 +89,7 @@ void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
     target.ldconfig = config.ldconfig;
     // A rootless runtime runs its hooks as the user: no privilege over the
     // host, all of them in the container's own user namespace.
-    target.join_user_ns = !inside && ::geteuid() != 0 && !spec.uid_mappings.empty();
+    target.join_user_ns = ::geteuid() != 0 && !spec.uid_mappings.empty();
     if (target.join_user_ns) logger().debug("rootless: joining the container's user namespace");
     deadline.check("configure the container");
     target.ldconfig_timeout = std::min(target.ldconfig_timeout, deadline.left());
@@ -111,7 +97,7 @@ void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
     logger().info("container configured");
 }
 
-// The "cdi" stage (the createContainer hook of gpubind's CDI spec): the
+// The "cdi" stage (the createRuntime hook of gpubind's CDI spec): the
 // engine applied the spec's devices and mounts; the links, the loader cache
 // and the /proc/driver/nvidia view of the GPUs the spec gave are done here.
 int run_cdi(const Config& config, const oci::State& state, const oci::Spec& spec,
@@ -124,7 +110,7 @@ int run_cdi(const Config& config, const oci::State& state, const oci::Spec& spec
         return kExitOk;
     }
     logger().info("{}: {} links", decision.reason, decision.plan.symlinks.size());
-    configure(decision.plan, state, spec, config, true, deadline);
+    configure(decision.plan, state, spec, config, deadline);
     return kExitOk;
 }
 
@@ -165,7 +151,7 @@ int run(const std::string& stage, bool inherited) {
     const Plan plan = finish ? runtime::finish_plan(decision.plan) : decision.plan;
     logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
                   plan.mounts.size(), plan.symlinks.size());
-    configure(plan, state, spec, config, false, deadline);
+    configure(plan, state, spec, config, deadline);
     return kExitOk;
 }
 

@@ -212,7 +212,7 @@ json gpu_spec(const Node& node, const Config& config) {
     edits["mounts"] = mounts;
     std::string config_path;
     if (!config.source.empty()) config_path = fs::absolute(config.source).lexically_normal().string();
-    edits["hooks"] = json::array({{{"hookName", "createContainer"},
+    edits["hooks"] = json::array({{{"hookName", "createRuntime"},
                                    {"path", config.cdi.hook.string()},
                                    {"args", {"gpubind-hook", std::string(kHookStage)}},
                                    {"env", {std::string(kConfigEnv) + "=" + config_path}}}});

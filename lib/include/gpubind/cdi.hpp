@@ -7,7 +7,9 @@
 // device needs: NVIDIA_VISIBLE_DEVICES=void (a legacy hook injects nothing
 // more), the control nodes, the driver files of config.cdi.caps as bind mounts
 // (the plan's targets and options, make_plan for all GPUs with image_for()),
-// and a createContainer hook running gpubind-hook's "cdi" stage; each device
+// and a createRuntime hook running gpubind-hook's "cdi" stage (it joins the
+// container by the state's pid, which at createContainer runc and crun give
+// as the container's own pid namespace sees it); each device
 // holds its own nodes: by index ("0") and UUID ("GPU-..."), MIG devices by
 // "<gpu>:<mig>" and UUID (the parent's node and both capability nodes), and
 // "all" (every GPU). IMEX channels are a spec of their own,
