@@ -105,7 +105,7 @@ public:
     }
 
     void number(const json& v, const std::string& where, std::uint64_t max) const {
-        if (!v.is_number_unsigned() || v.get<std::uint64_t>() > max)
+        if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<std::uint64_t>() > max)
             fail(where, fmt::format("is not a number from 0 to {}", max));
     }
 
@@ -233,8 +233,11 @@ json& member(json& parent, const char* key, const json& empty, const std::string
     return m;
 }
 
+// A path compared with others: lexically normal, without a trailing '/'.
 std::string normal(const std::string& p) {
-    return fs::path(p).lexically_normal().string();
+    std::string out = fs::path(p).lexically_normal().string();
+    while (out.size() > 1 && out.back() == '/') out.pop_back();
+    return out;
 }
 
 // A device node with its type and numbers, read from the host node (never

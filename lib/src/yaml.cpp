@@ -179,8 +179,10 @@ private:
             std::string d(digits);
             char* end = nullptr;
             const long long n = std::strtoll(d.c_str(), &end, base);
-            if (end && *end == '\0' && d.find_first_of("+- ") == std::string::npos)
-                return negative ? -n : n;
+            if (end && *end == '\0' && d.find_first_of("+- ") == std::string::npos) {
+                if (negative) return -n;
+                return static_cast<unsigned long long>(n);
+            }
         }
         if (s.find_first_not_of("0123456789.eE+-") == std::string::npos &&
             s.find_first_of("0123456789") != std::string::npos) {
