@@ -257,6 +257,13 @@ void edit_bundle(const Args& args, const Config& config) {
     if (!annotations.is_object() || !annotations.contains(cdi::kAppliedAnnotation)) {
         const cdi::Requests requests = cdi::read_requests(spec, config.policy);
         if (!requests.devices.empty()) {
+            // The node's own specs brought up to date first: after a driver
+            // upgrade or a MIG change they would name what is gone.
+            try {
+                cdi::refresh_quietly(discover(config), config);
+            } catch (const std::exception& e) {
+                logger().warn("CDI specs not refreshed: {}", e.what());
+            }
             edited = cdi::apply(edited, requests.devices, cdi::load_specs(config.cdi.spec_dirs));
             changed = true;
             logger().info("{}: {}: {} CDI devices applied", args.id, requests.source,

@@ -29,6 +29,19 @@ void write_text(const fs::path& p, const std::string& text) {
     std::ofstream(p, std::ios::binary) << text;
 }
 
+void write_runc_recorder(const fs::path& path, const fs::path& copy) {
+    write_text(path,
+               "#!/bin/sh\n"
+               "for a in \"$@\"; do\n"
+               "  if [ \"$a\" = create ]; then cp config.json " +
+                   copy.string() +
+                   "; break; fi\n"
+                   "done\n"
+                   "exec " +
+                   env_or("GPUBIND_RUNC", "runc") + " \"$@\"\n");
+    fs::permissions(path, fs::perms::owner_all);
+}
+
 Containerd::Containerd(const fs::path& dir) : dir_(dir) {
     write_text(dir_ / "config.toml",
                "version = 2\n"
@@ -160,6 +173,14 @@ RunResult podman_run(const fs::path& state, const fs::path& hooks_dir, const fs:
     args.insert(args.end(), options.begin(), options.end());
     args.insert(args.end(), {"--rootfs", rootfs.string(), "/bin/sh", "-c", script});
     return run_command(args);
+}
+
+std::vector<std::string> ctr_mounts(const std::vector<std::pair<fs::path, std::string>>& binds) {
+    std::vector<std::string> out;
+    for (const auto& [src, dst] : binds)
+        out.insert(out.end(),
+                   {"--mount", "type=bind,src=" + src.string() + ",dst=" + dst + ",options=rbind"});
+    return out;
 }
 
 }  // namespace gpubind::test

@@ -44,6 +44,14 @@ class Containerd {
     std::string error_;
 };
 
+// ctr run's --mount options binding each (host path, container path).
+std::vector<std::string> ctr_mounts(
+    const std::vector<std::pair<std::filesystem::path, std::string>>& binds);
+
+// A runc stand-in at `path` that copies the config.json it is given at
+// `create` to `copy`, then runs the real runc ($GPUBIND_RUNC or runc).
+void write_runc_recorder(const std::filesystem::path& path, const std::filesystem::path& copy);
+
 // podman run --rm --rootfs with private storage, run state and events, runc
 // as the runtime and `hooks_dir` as the hooks directory (see engines.cpp).
 RunResult podman_run(const std::filesystem::path& state, const std::filesystem::path& hooks_dir,

@@ -52,16 +52,7 @@ class EnginesTest : public ::testing::Test {
         node_ = std::make_unique<SimNode>(spec);
         // The real runtime behind gpubind-runtime: runc, through a recorder
         // that keeps the config.json runc is handed at `create`.
-        write_text(recorder(),
-                   "#!/bin/sh\n"
-                   "for a in \"$@\"; do\n"
-                   "  if [ \"$a\" = create ]; then cp config.json " +
-                       runc_got().string() +
-                       "; break; fi\n"
-                       "done\n"
-                       "exec " +
-                       env_or("GPUBIND_RUNC", "runc") + " \"$@\"\n");
-        fs::permissions(recorder(), fs::perms::owner_all);
+        write_runc_recorder(recorder(), runc_got());
         node_->write_config("[runtime]\nruntimes = [\"" + recorder().string() + "\"]\n");
         // How an engine's runtime finds gpubind's config: its environment,
         // which containerd hands on through its shims.
@@ -100,14 +91,6 @@ class EnginesTest : public ::testing::Test {
 };
 
 // --- containerd: ctr run with gpubind-runtime as the runc binary ---
-
-std::vector<std::string> ctr_mounts(const std::vector<std::pair<fs::path, std::string>>& binds) {
-    std::vector<std::string> out;
-    for (const auto& [src, dst] : binds)
-        out.insert(out.end(),
-                   {"--mount", "type=bind,src=" + src.string() + ",dst=" + dst + ",options=rbind"});
-    return out;
-}
 
 TEST_F(EnginesTest, ContainerdRunsAGpuContainerThroughGpubindRuntime) {
     Containerd containerd(dir_ / "containerd");
