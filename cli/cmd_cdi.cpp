@@ -2,6 +2,7 @@
 //   generate  the GPU spec (or the IMEX channels' with --imex) as JSON or YAML,
 //             to stdout or atomically to --output (rewritten only when it changes)
 //   refresh   the node's specs under [cdi] dir, rewritten only when they change
+//   remove    those specs removed (package removal)
 //   list      the qualified device names the node's specs (or --spec files) offer
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -65,6 +66,11 @@ int refresh(const CdiOptions& o) {
     return 0;
 }
 
+int remove(const CdiOptions& o) {
+    for (const auto& f : cdi::remove(cdi_config(o))) fmt::print("{}\n", f.string());
+    return 0;
+}
+
 int list(const CdiOptions& o) {
     std::vector<std::string> names;
     if (o.specs.empty()) {
@@ -108,6 +114,11 @@ void register_cdi(CLI::App& app, Action& action) {
     ref->add_option("--dir", o->dir, "Directory to write to (default [cdi] dir)");
     ref->add_option("--hook-path", o->hook, "gpubind-hook's path in the spec (default [cdi] hook)");
     ref->callback([o, &action] { action = [o] { return refresh(*o); }; });
+
+    auto* rm = cdi_cmd->add_subcommand("remove", "Remove the node's specs from [cdi] dir; print those");
+    add_node_options(*rm, o->node);
+    rm->add_option("--dir", o->dir, "Directory to remove them from (default [cdi] dir)");
+    rm->callback([o, &action] { action = [o] { return remove(*o); }; });
 
     auto* ls = cdi_cmd->add_subcommand("list", "Print the CDI device names the node's specs offer");
     add_node_options(*ls, o->node);

@@ -1,6 +1,7 @@
 // CDI requests and specs for gpubind-runtime: reading what a container asks
-// for by CDI name, reading the node's CDI specs (every vendor's) as hostile
-// input, and applying the named devices to an OCI spec (rules in cdi.hpp).
+// for by CDI name, the cdiVersion rule, reading the node's CDI specs (every
+// vendor's) as hostile input, and applying the named devices to an OCI spec
+// (rules in cdi.hpp). Needs no node: the fuzzer builds it alone.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -50,6 +51,24 @@ void add_names(std::vector<std::string>& out, std::string_view list, const std::
                                       what, std::string(field)));
         add_unique(out, q->text());
     }
+}
+
+// Every containerEdits of a spec: the top level's, then each device's.
+std::vector<const json*> all_edits(const json& spec) {
+    std::vector<const json*> out;
+    if (auto e = spec.find("containerEdits"); e != spec.end() && e->is_object()) out.push_back(&*e);
+    if (auto d = spec.find("devices"); d != spec.end() && d->is_array())
+        for (const auto& dev : *d)
+            if (dev.is_object())
+                if (auto e = dev.find("containerEdits"); e != dev.end() && e->is_object())
+                    out.push_back(&*e);
+    return out;
+}
+
+bool non_empty(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it != obj.end() && !it->is_null() && !(it->is_structured() && it->empty()) &&
+           !(it->is_string() && it->get_ref<const std::string&>().empty());
 }
 
 // --- validation ---
@@ -329,6 +348,69 @@ std::size_t depth(const std::string& destination) {
 }
 
 }  // namespace
+
+const std::vector<std::string>& versions() {
+    static const std::vector<std::string> list = {"0.3.0", "0.4.0", "0.5.0", "0.6.0",
+                                                  "0.7.0", "0.8.0", "1.0.0", "1.1.0"};
+    return list;
+}
+
+int version_index(std::string_view version) {
+    if (version.starts_with('v')) version.remove_prefix(1);
+    const auto& list = versions();
+    for (std::size_t i = 0; i < list.size(); ++i)
+        if (list[i] == version) return static_cast<int>(i);
+    return -1;
+}
+
+std::string minimum_version(const json& spec) {
+    const auto edits = all_edits(spec);
+    auto any_edit = [&](auto&& pred) {
+        return std::any_of(edits.begin(), edits.end(), [&](const json* e) { return pred(*e); });
+    };
+    auto any_in = [&](const char* list, auto&& pred) {
+        return any_edit([&](const json& e) {
+            auto it = e.find(list);
+            if (it == e.end() || !it->is_array()) return false;
+            return std::any_of(it->begin(), it->end(),
+                               [&](const json& item) { return item.is_object() && pred(item); });
+        });
+    };
+    const json devices = spec.is_object() && spec.contains("devices") && spec["devices"].is_array()
+                             ? spec["devices"]
+                             : json::array();
+    if (any_edit([](const json& e) {
+            if (non_empty(e, "netDevices")) return true;
+            auto rdt = e.find("intelRdt");
+            return rdt != e.end() && rdt->is_object() &&
+                   (rdt->contains("schemata") ||
+                    (rdt->contains("enableMonitoring") && rdt->at("enableMonitoring") == true));
+        }))
+        return "1.1.0";
+    if (any_edit([](const json& e) {
+            return (e.contains("intelRdt") && !e["intelRdt"].is_null()) ||
+                   non_empty(e, "additionalGids");
+        }))
+        return "0.7.0";
+    const std::string kind = spec.value("kind", "");
+    const auto slash = kind.find('/');
+    if (non_empty(spec, "annotations") ||
+        std::any_of(devices.begin(), devices.end(),
+                    [](const json& d) { return d.is_object() && non_empty(d, "annotations"); }) ||
+        (slash != std::string::npos && kind.find('.', slash) != std::string::npos))
+        return "0.6.0";
+    if (std::any_of(devices.begin(), devices.end(),
+                    [](const json& d) {
+                        if (!d.is_object() || !d.contains("name") || !d["name"].is_string())
+                            return false;
+                        const auto& n = d["name"].get_ref<const std::string&>();
+                        return !n.empty() && n[0] >= '0' && n[0] <= '9';
+                    }) ||
+        any_in("deviceNodes", [](const json& n) { return non_empty(n, "hostPath"); }))
+        return "0.5.0";
+    if (any_in("mounts", [](const json& m) { return non_empty(m, "type"); })) return "0.4.0";
+    return "0.3.0";
+}
 
 Requests read_requests(const oci::Spec& spec, const Policy& policy) {
     Requests out;

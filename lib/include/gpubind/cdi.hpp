@@ -75,6 +75,9 @@ bool write_if_changed(const std::filesystem::path& path, std::string_view conten
 // the GPU spec, and the IMEX spec or its removal when the node has no channel.
 // Returns the files it changed; idempotent.
 std::vector<std::filesystem::path> refresh(const Node& node, const Config& config);
+// Removes the node's specs refresh() writes (package removal); returns those
+// it removed.
+std::vector<std::filesystem::path> remove(const Config& config);
 // refresh() on a container start: a failure is a warning in the log, never
 // the container's failure.
 void refresh_quietly(const Node& node, const Config& config);
