@@ -164,16 +164,6 @@ std::optional<json> imex_spec(const Node& node, const Config& config) {
         {{"kind", vendor_of(config.cdi.kind) + "/" + std::string(kImexClass)}, {"devices", devices}});
 }
 
-std::vector<std::string> device_names(const json& spec) {
-    std::vector<std::string> out;
-    const std::string kind = spec.value("kind", "");
-    if (!spec.contains("devices") || !spec["devices"].is_array()) return out;
-    for (const auto& d : spec["devices"])
-        if (d.is_object() && d.contains("name") && d["name"].is_string())
-            out.push_back(kind + "=" + d["name"].get<std::string>());
-    return out;
-}
-
 std::string serialize(const json& spec, Format format) {
     return format == Format::Yaml ? yaml::dump(spec) : spec.dump(2) + "\n";
 }

@@ -412,6 +412,16 @@ std::string minimum_version(const json& spec) {
     return "0.3.0";
 }
 
+std::vector<std::string> device_names(const json& spec) {
+    std::vector<std::string> out;
+    const std::string kind = spec.value("kind", "");
+    if (!spec.contains("devices") || !spec["devices"].is_array()) return out;
+    for (const auto& d : spec["devices"])
+        if (d.is_object() && d.contains("name") && d["name"].is_string())
+            out.push_back(kind + "=" + d["name"].get<std::string>());
+    return out;
+}
+
 Requests read_requests(const oci::Spec& spec, const Policy& policy) {
     Requests out;
     const std::string where = (spec.bundle / "config.json").string();

@@ -562,3 +562,40 @@ TEST(SetupCli, ReportsEachFileAndMapsBadFilesToExitCode3) {
 }
 
 }  // namespace
+
+namespace {
+
+// --cdi: each engine's own CDI settings, in the files gpubind owns (docker:
+// its daemon.json). containerd 1.6 (Debian 12) parses the drop-in and ignores
+// the keys 1.7 reads.
+TEST(SetupCdi, EachEngineGetsItsCdiSettings) {
+    TempDir dir;
+    for (Engine e : {Engine::Docker, Engine::Containerd, Engine::Crio}) {
+        Request r;
+        r.engine = e;
+        r.prefix = dir.path();
+        r.options.cdi = true;
+        apply_setup(plan_setup(r), false);
+    }
+    const auto docker = nlohmann::json::parse(slurp(dir / kDockerConfig));
+    EXPECT_EQ(docker["features"]["cdi"], true);
+    const toml::table ctd = toml::parse(slurp(dir / kContainerdDropIn));
+    const auto cri = ctd["plugins"]["io.containerd.grpc.v1.cri"];
+    EXPECT_EQ(cri["enable_cdi"].value_or(false), true);
+    EXPECT_EQ(cri["cdi_spec_dirs"][0].value_or(std::string()), "/etc/cdi");
+    EXPECT_EQ(cri["cdi_spec_dirs"][1].value_or(std::string()), "/var/run/cdi");
+    const toml::table crio = toml::parse(slurp(dir / kCrioDropIn));
+    EXPECT_EQ(crio["crio"]["runtime"]["cdi_spec_dirs"][1].value_or(std::string()), "/var/run/cdi");
+    ASSERT_EQ(sh("containerd --version").rc, 0);
+    const toml::table merged = containerd_dump(containerd_config_for_dump(dir));
+    EXPECT_EQ(merged["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpubind"]
+                    ["options"]["BinaryName"]
+                        .value_or(std::string()),
+              "/usr/bin/gpubind-runtime");
+    // Without --cdi nothing of it.
+    TempDir plain;
+    run(plain.path(), Engine::Containerd);
+    EXPECT_EQ(slurp(plain / kContainerdDropIn).find("cdi"), std::string::npos);
+}
+
+}  // namespace
