@@ -232,6 +232,13 @@ void refresh_quietly(const Node& node, const Config& config) {
     try {
         for (const auto& f : refresh(node, config))
             logger().info("CDI spec {} rewritten: the node changed", f.string());
+    } catch (const std::system_error& e) {
+        // A rootless start cannot write there, and need not say so every time.
+        const int err = e.code().value();
+        if (err == EACCES || err == EPERM || err == EROFS)
+            logger().debug("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
+        else
+            logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
     } catch (const std::exception& e) {
         logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
     }

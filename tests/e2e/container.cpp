@@ -276,13 +276,18 @@ RunResult Bundle::run_with(const std::string& runtime) {
 
 SimNode::SimNode(const sim::Spec& spec, const std::string& prefix)
     : dir_(prefix), manifest_(sim::simulate(dir_.path(), spec)),
-      config_(dir_.path().parent_path() / (dir_.path().filename().string() + "-config.toml")) {
+      config_(dir_.path().parent_path() / (dir_.path().filename().string() + "-config.toml")),
+      cdi_dir_(dir_.path().parent_path() / (dir_.path().filename().string() + "-cdi")) {
+    // Made now: a container start writes the node's CDI spec there, never
+    // into the host's /var/run/cdi, and no tripwire armed later sees it appear.
+    fs::create_directories(cdi_dir_);
     write_config();
 }
 
 SimNode::~SimNode() {
     std::error_code ec;
     fs::remove(config_, ec);
+    fs::remove_all(cdi_dir_, ec);
 }
 
 void SimNode::write_config(const std::string& extra) const {
@@ -290,6 +295,9 @@ void SimNode::write_config(const std::string& extra) const {
     std::ofstream(config_) << "[node]\ndriver-root = \"" << r << "\"\ndev-root = \"" << r
                            << "\"\nproc-root = \"" << r << "/proc\"\n[log]\nfile = \""
                            << log().string() << "\"\nlevel = \"debug\"\n"
+                           << (extra.find("[cdi]") == std::string::npos
+                                   ? "[cdi]\ndir = \"" + cdi_dir_.string() + "\"\n"
+                                   : std::string())
                            << extra;
 }
 

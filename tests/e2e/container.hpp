@@ -87,7 +87,10 @@ public:
     const std::filesystem::path& root() const { return dir_.path(); }
     const std::filesystem::path& config() const { return config_; }
     std::filesystem::path log() const { return root() / "gpubind.log"; }
-    // (Re)writes the config; `extra` is appended (TOML: more tables).
+    // Where container starts write the node's CDI specs ([cdi] dir).
+    const std::filesystem::path& cdi_dir() const { return cdi_dir_; }
+    // (Re)writes the config; `extra` is appended (TOML: more tables). Unless
+    // it has a [cdi] table, the config's [cdi] dir is cdi_dir().
     void write_config(const std::string& extra = {}) const;
     // Rewrites the node in place (another driver version, MIG layout, ...).
     void simulate(const sim::Spec& spec) { manifest_ = sim::simulate(root(), spec); }
@@ -99,6 +102,7 @@ private:
     TempDir dir_;
     sim::Manifest manifest_;
     std::filesystem::path config_;
+    std::filesystem::path cdi_dir_;
 };
 
 // What gpu_script() prints and expect_gpus() checks of a container given GPUs
