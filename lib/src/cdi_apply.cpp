@@ -133,31 +133,25 @@ public:
         for (auto it = v.begin(); it != v.end(); ++it) string(*it, where + "." + it.key());
     }
 
+    // check(item, where) for each item of the list e[key], when there is one.
+    template <typename F>
+    void each(const json& e, const char* key, const std::string& where, F&& check) const {
+        if (!e.contains(key)) return;
+        const json& list = e[key];
+        if (!list.is_array()) fail(where + "." + key, "is not a list");
+        for (std::size_t i = 0; i < list.size(); ++i)
+            check(list[i], fmt::format("{}.{}[{}]", where, key, i));
+    }
+
     void edits(const json& e, const std::string& where) const {
         keys(e, where, {"env", "deviceNodes", "hooks", "mounts", "additionalGids"},
              {"intelRdt", "netDevices"});
         if (e.contains("env")) env(e["env"], where + ".env");
-        if (e.contains("deviceNodes")) {
-            const json& list = e["deviceNodes"];
-            if (!list.is_array()) fail(where + ".deviceNodes", "is not a list");
-            for (std::size_t i = 0; i < list.size(); ++i) device_node(list[i], fmt::format("{}.deviceNodes[{}]", where, i));
-        }
-        if (e.contains("mounts")) {
-            const json& list = e["mounts"];
-            if (!list.is_array()) fail(where + ".mounts", "is not a list");
-            for (std::size_t i = 0; i < list.size(); ++i) mount(list[i], fmt::format("{}.mounts[{}]", where, i));
-        }
-        if (e.contains("hooks")) {
-            const json& list = e["hooks"];
-            if (!list.is_array()) fail(where + ".hooks", "is not a list");
-            for (std::size_t i = 0; i < list.size(); ++i) hook(list[i], fmt::format("{}.hooks[{}]", where, i));
-        }
-        if (e.contains("additionalGids")) {
-            const json& list = e["additionalGids"];
-            if (!list.is_array()) fail(where + ".additionalGids", "is not a list");
-            for (std::size_t i = 0; i < list.size(); ++i)
-                number(list[i], fmt::format("{}.additionalGids[{}]", where, i), 0xffffffffu);
-        }
+        each(e, "deviceNodes", where, [&](const json& v, const std::string& w) { device_node(v, w); });
+        each(e, "mounts", where, [&](const json& v, const std::string& w) { mount(v, w); });
+        each(e, "hooks", where, [&](const json& v, const std::string& w) { hook(v, w); });
+        each(e, "additionalGids", where,
+             [&](const json& v, const std::string& w) { number(v, w, 0xffffffffu); });
     }
 
     void device_node(const json& d, const std::string& where) const {

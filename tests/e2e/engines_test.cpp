@@ -20,6 +20,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "binaries.hpp"
 #include "container.hpp"
 #include "engines.hpp"
 #include "gpubind/sim.hpp"
@@ -34,15 +35,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string runtime() {
-    return env_or("GPUBIND_RUNTIME", GPUBIND_RUNTIME_PATH);
-}
-std::string hook() {
-    return env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH);
-}
-std::string cli() {
-    return env_or("GPUBIND_CLI", GPUBIND_CLI_PATH);
-}
 
 class EnginesTest : public ::testing::Test {
   protected:
@@ -124,10 +116,16 @@ TEST_F(EnginesTest, ContainerdNonGpuContainerIsByteForByteUnaffected) {
     const std::string script =
         "ls /dev /proc/driver 2>&1; cat /proc/self/status | "
         "grep -i -e cap -e seccomp; env | sort; true";
-    for (const char* env :
-         {"UNRELATED=1", "NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES="}) {
-        SCOPED_TRACE(env);
-        const std::vector<std::string> options = {"--env", env};
+    // Variables, and annotations that name no CDI device (CDI's own prefix
+    // with nothing in it, or a CDI name under another prefix).
+    const std::vector<std::vector<std::string>> cases = {
+        {"--env", "UNRELATED=1"},
+        {"--env", "NVIDIA_VISIBLE_DEVICES=void"},
+        {"--env", "NVIDIA_VISIBLE_DEVICES="},
+        {"--annotation", "io.example/cdi=nvidia.com/gpu=0"},
+        {"--annotation", "cdi.k8s.io/empty="}};
+    for (const auto& options : cases) {
+        SCOPED_TRACE(options[1]);
         Bundle b = bundle();
         fs::remove(runc_got());
         auto direct = containerd.run(recorder().string(), b.rootfs(), "plain", options, script);
