@@ -79,13 +79,8 @@ void register_configure(CLI::App& app, Action& action) {
             Decision d = decide(make_request(*o), rootfs, config);
             if (o->no_devbind)
                 for (auto& dev : d.plan.devices) dev.bind = false;
-            Target target;
-            target.pid = o->pid;
-            target.rootfs = rootfs;
-            target.cgroups = config.policy.cgroups && !o->no_cgroups;
-            target.on_refused = config.policy.on_refused;
-            target.ldcache = config.policy.ldcache;
-            target.ldconfig = config.ldconfig;
+            Target target = make_target(config, o->pid, rootfs);
+            if (o->no_cgroups) target.cgroups = false;
             execute(d.plan, target);
             return 0;
         };

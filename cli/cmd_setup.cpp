@@ -17,6 +17,8 @@ struct SetupOptions {
     std::vector<std::string> engines;
     setup::Request request;
     bool dry_run = false;
+    bool dev_char_links = false;
+    std::filesystem::path dev_root = "/";
 };
 
 int run_setup(const SetupOptions& o) {
@@ -37,6 +39,9 @@ int run_setup(const SetupOptions& o) {
     for (const auto& plan : plans)
         for (const auto& line : setup::apply_setup(plan, o.dry_run))
             std::printf("%s\n", line.c_str());
+    if (o.dev_char_links)
+        for (const auto& line : setup::dev_char_links(o.dev_root, o.dry_run))
+            std::printf("%s\n", line.c_str());
     if (std::fflush(stdout) != 0) throw_errno("write", "standard output");
     return kExitOk;
 }
@@ -48,9 +53,8 @@ void register_setup(CLI::App& app, Action& action) {
     auto* cmd = app.add_subcommand(
         "setup",
         "Register gpubind with container engines (docker, containerd, crio, podman, runc)");
-    cmd->add_option("-e,--engine", o->engines, "Engine to set up (repeatable)")
-        ->required()
-        ->check(CLI::IsMember({"docker", "containerd", "crio", "cri-o", "podman", "runc"}));
+    auto* engine = cmd->add_option("-e,--engine", o->engines, "Engine to set up (repeatable)");
+    engine->check(CLI::IsMember({"docker", "containerd", "crio", "cri-o", "podman", "runc"}));
     cmd->add_flag("--remove", o->request.remove,
                   "Take gpubind out again: restore the backups, else remove what gpubind added");
     cmd->add_flag("--set-default", o->request.options.set_default,
@@ -69,7 +73,16 @@ void register_setup(CLI::App& app, Action& action) {
     cmd->add_option("--bundle", o->request.bundle,
                     "runc: the bundle whose config.json gets the hook (without it the snippet "
                     "is printed)");
-    cmd->callback([o, &action] { action = [o] { return run_setup(*o); }; });
+    auto* links = cmd->add_flag(
+        "--dev-char-links", o->dev_char_links,
+        "Create the /dev/char/MAJOR:MINOR links of the NVIDIA device nodes (systemd needs them to "
+        "keep device rules across `systemctl daemon-reload`)");
+    cmd->add_option("--root", o->dev_root, "With --dev-char-links: the dev root (default /)");
+    cmd->callback([o, engine, links, &action] {
+        if (engine->count() == 0 && links->count() == 0)
+            throw CLI::RequiredError("--engine or --dev-char-links");
+        action = [o] { return run_setup(*o); };
+    });
 }
 
 }  // namespace gpubind::cli

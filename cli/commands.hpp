@@ -27,6 +27,8 @@ using Action = std::function<int()>;
 void add_node_options(CLI::App& cmd, NodeOptions& opts);
 // The config the options describe: the config file, then --root and --ldcache over it.
 Config node_config(const NodeOptions& opts);
+// `config` with --root and --ldcache over it.
+Config with_node_options(Config config, const NodeOptions& opts);
 
 void register_info(CLI::App& app, Action& action);
 void register_list(CLI::App& app, Action& action);
@@ -36,5 +38,6 @@ void register_plan(CLI::App& app, Action& action);
 void register_configure(CLI::App& app, Action& action);
 void register_setup(CLI::App& app, Action& action);
 void register_cdi(CLI::App& app, Action& action);
+void register_doctor(CLI::App& app, Action& action);
 
 }  // namespace gpubind::cli

@@ -10,7 +10,10 @@ void add_node_options(CLI::App& cmd, NodeOptions& opts) {
 }
 
 Config node_config(const NodeOptions& opts) {
-    Config config = load_effective_config(opts.config);
+    return with_node_options(load_effective_config(opts.config), opts);
+}
+
+Config with_node_options(Config config, const NodeOptions& opts) {
     if (!opts.root.empty()) {
         auto root = std::filesystem::absolute(opts.root);
         config.roots = {root, root, root / "proc"};

@@ -80,13 +80,7 @@ bool environment_inherited() {
 // Carries out `plan` in the container (the state's pid).
 void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
                const Config& config, const harden::Deadline& deadline) {
-    Target target;
-    target.pid = state.pid;
-    target.rootfs = spec.rootfs;
-    target.cgroups = config.policy.cgroups;
-    target.on_refused = config.policy.on_refused;
-    target.ldcache = config.policy.ldcache;
-    target.ldconfig = config.ldconfig;
+    Target target = make_target(config, state.pid, spec.rootfs);
     // A rootless runtime runs its hooks as the user: no privilege over the
     // host, all of them in the container's own user namespace.
     target.join_user_ns = ::geteuid() != 0 && !spec.uid_mappings.empty();

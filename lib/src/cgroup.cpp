@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
+#include "gpubind/cgroup.hpp"
 #include "gpubind/strings.hpp"
 
 namespace gpubind::cgroup {

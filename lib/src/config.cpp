@@ -362,7 +362,7 @@ Config load_trusted_config() {
     const bool named = env && *env;
     if (named) path = env;
     if (!path.is_absolute())
-        throw Error(EINVAL, "load config", path.string(),
+        throw Error(ErrorKind::Invalid, EINVAL, "load config", path.string(),
                     std::string(kConfigEnv) + " is not an absolute path; refusing");
     Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
@@ -372,7 +372,8 @@ Config load_trusted_config() {
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) throw_errno("stat", path.string());
     if (!S_ISREG(st.st_mode))
-        throw Error(EINVAL, "load config", path.string(), "not a regular file; refusing");
+        throw Error(ErrorKind::Invalid, EINVAL, "load config", path.string(),
+                    "not a regular file; refusing");
     if (st.st_uid != 0 && st.st_uid != ::geteuid())
         throw Error(EACCES, "load config", path.string(),
                     "owned by uid " + std::to_string(st.st_uid) + ", not root; refusing");

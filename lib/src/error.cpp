@@ -19,7 +19,11 @@ std::string compose(int err, const std::string& op, const std::string& path,
 }  // namespace
 
 Error::Error(int err, std::string op, std::string path, std::string detail)
+    : Error(ErrorKind::System, err, std::move(op), std::move(path), std::move(detail)) {}
+
+Error::Error(ErrorKind kind, int err, std::string op, std::string path, std::string detail)
     : std::system_error(err, std::system_category()),
+      kind_(kind),
       op_(std::move(op)),
       path_(std::move(path)),
       message_(compose(err, op_, path_, detail)) {}
@@ -30,24 +34,29 @@ void throw_errno(std::string op, std::string path) {
 }
 
 void throw_invalid(std::string op, std::string path, std::string detail) {
-    throw Error(EINVAL, std::move(op), std::move(path), std::move(detail));
+    throw Error(ErrorKind::Invalid, EINVAL, std::move(op), std::move(path), std::move(detail));
 }
 
-int exit_code_for(const std::system_error& e) noexcept {
-    switch (e.code().value()) {
-        case EINVAL:
-        case E2BIG:
-        case EFBIG:
-        case ENOEXEC:
+void throw_refused(std::string op, std::string path, std::string detail) {
+    throw Error(ErrorKind::Refused, ECANCELED, std::move(op), std::move(path),
+                std::move(detail));
+}
+
+int exit_code_for(ErrorKind kind) noexcept {
+    switch (kind) {
+        case ErrorKind::Invalid:
             return kExitInvalid;
-        case EACCES:
-        case EPERM:
-            return kExitFailure;
-        case ECANCELED:
+        case ErrorKind::Refused:
             return kExitRefused;
-        default:
-            return kExitFailure;
+        case ErrorKind::System:
+            break;
     }
+    return kExitFailure;
+}
+
+int exit_code_for(const std::exception& e) noexcept {
+    const auto* error = dynamic_cast<const Error*>(&e);
+    return error ? exit_code_for(error->kind()) : kExitFailure;
 }
 
 }  // namespace gpubind

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <exception>
+#include <functional>
 #include <iterator>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -21,29 +21,9 @@
 #include "gpubind/log.hpp"
 #include "gpubind/owned.hpp"
 
-namespace gpubind {
+#include "device_access.hpp"
 
-std::string_view to_string(FileInfo::Type type) {
-    switch (type) {
-        case FileInfo::Type::Missing:
-            return "missing";
-        case FileInfo::Type::Regular:
-            return "a regular file";
-        case FileInfo::Type::Directory:
-            return "a directory";
-        case FileInfo::Type::Symlink:
-            return "a symbolic link";
-        case FileInfo::Type::CharDevice:
-            return "a character device";
-        case FileInfo::Type::BlockDevice:
-            return "a block device";
-        case FileInfo::Type::Fifo:
-            return "a FIFO";
-        case FileInfo::Type::Socket:
-            return "a socket";
-    }
-    return "unknown";
-}
+namespace gpubind {
 
 namespace {
 
@@ -100,8 +80,7 @@ struct Undo {
         RemoveFile,
         RemoveDir,
         Detach,
-        DenyRule,
-        RestoreProgram,
+        Call,          // `call` (device access: a rule denied, a program swapped back)
         RestoreLink,   // a link gpubind removed comes back, pointing to `old`
         RestoreFile,   // a file gpubind removed comes back, holding `old`
         RenameBack,    // `other` renamed back to `name`
@@ -109,70 +88,67 @@ struct Undo {
         RestoreCache,  // the loader cache gpubind replaced comes back as it was
     };
     Kind kind;
-    SharedFd fd;       // the parent directory, the devices.deny file, or the cgroup v2 directory
-    std::string name;  // the entry in the directory, or the rule
-    std::string what;  // for the log: the container path or the cgroup file
-    std::string old{};    // RestoreLink: the link's target; RestoreFile: the contents
-    std::string other{};  // RenameBack, ExchangeBack: the entry `name` was renamed to / swapped with
-    // RestoreProgram: the runtime's program goes back in place of ours.
-    SharedFd runtime_prog{};
-    SharedFd our_prog{};
-    unsigned attach_flags = 0;
+    SharedFd fd;        // the parent directory
+    std::string name;   // the entry in the directory
+    std::string what;   // for the log: the container path or the cgroup file
+    std::string old{};  // RestoreLink: the link's target; RestoreFile: the contents
+    std::string
+        other{};  // RenameBack, ExchangeBack: the entry `name` was renamed to / swapped with
+    std::function<void()> call{};  // Call
     // RestoreCache: the loader cache we replaced goes back as it was.
     std::shared_ptr<const RegularFile> original{};
 };
 
-// The kernel or the sandbox refuses a device cgroup step (not a bug of ours).
 constexpr const char* kCache = "ld.so.cache";
 constexpr const char* kCacheTemp = "ld.so.cache~";
 
-bool refused_by_kernel(int err) {
-    return err == EPERM || err == EACCES || err == EROFS || err == ENOSYS;
-}
-
 class Executor {
 public:
-    Executor(const Plan& plan, const Target& target, System& sys)
-        : plan_(plan), target_(target), sys_(sys) {}
+  Executor(const Plan& plan, const Target& target, System& sys)
+      : plan_(plan), target_(target), sys_(sys), devices_(sys, plan.devices, target.on_refused) {}
 
-    void run() {
-        try {
-            prepare_host();
-            if (!in_container_) enter();
-            root_ = std::make_shared<Fd>(sys_.open_root(target_.rootfs));
-            root_mount_ = sys_.mount_id(root_->get());
-            if (plan_.refresh_ldcache) in_context("loader cache", [&] { check_cache_files(); });
-            for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
-                const auto& d = plan_.devices[i];
-                in_context("device " + d.node.path.string() + " (" + d.why + ")",
-                           [&] { bind_device(i); });
-            }
-            for (std::size_t i = 0; i < plan_.mounts.size(); ++i) {
-                const auto& m = plan_.mounts[i];
-                in_context("mount " + m.target.string() + " (" + m.why + ")",
-                           [&] { bind_mount(i); });
-            }
-            for (const auto& link : plan_.symlinks)
-                in_context("symlink " + link.path.string(), [&] { make_link(link); });
-            for (const auto& f : plan_.files)
-                in_context("file " + f.path.string(), [&] { write_planned_file(f); });
-            in_context("device cgroup", [&] { allow_devices(); });
-            if (plan_.proc)
-                in_context("proc view " + plan_.proc->target.string(), [&] { mount_proc_view(); });
-            for (const auto& f : plan_.stale_files)
-                in_context("file " + f.path.string(), [&] { remove_stale_file(f); });
-            for (const auto& owned : plan_.owned)
-                in_context("driver names in " + owned.dir.string(),
-                           [&] { bring_up_to_date(owned); });
-            if (plan_.refresh_ldcache)
-                in_context(use_ldconfig() ? "ldconfig" : "loader cache", [&] { refresh_ldcache(); });
-            leave();
-        } catch (...) {
-            std::exception_ptr first = std::current_exception();
-            rollback();
-            std::rethrow_exception(first);
-        }
-    }
+  void run() {
+      try {
+          prepare_host();
+          if (!in_container_) enter();
+          root_ = std::make_shared<Fd>(sys_.open_root(target_.rootfs));
+          root_mount_ = sys_.mount_id(root_->get());
+          if (plan_.refresh_ldcache) in_context("loader cache", [&] { check_cache_files(); });
+          for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
+              const auto& d = plan_.devices[i];
+              in_context("device " + d.node.path.string() + " (" + d.why + ")",
+                         [&] { bind_device(i); });
+          }
+          for (std::size_t i = 0; i < plan_.mounts.size(); ++i) {
+              const auto& m = plan_.mounts[i];
+              in_context("mount " + m.target.string() + " (" + m.why + ")", [&] { bind_mount(i); });
+          }
+          for (const auto& link : plan_.symlinks)
+              in_context("symlink " + link.path.string(), [&] { make_link(link); });
+          for (const auto& f : plan_.files)
+              in_context("file " + f.path.string(), [&] { write_planned_file(f); });
+          in_context("device cgroup", [&] {
+              devices_.allow([&](const std::string& what, std::function<void()> undo) {
+                  Undo u{Undo::Kind::Call, nullptr, {}, what};
+                  u.call = std::move(undo);
+                  undo_.push_back(std::move(u));
+              });
+          });
+          if (plan_.proc)
+              in_context("proc view " + plan_.proc->target.string(), [&] { mount_proc_view(); });
+          for (const auto& f : plan_.stale_files)
+              in_context("file " + f.path.string(), [&] { remove_stale_file(f); });
+          for (const auto& owned : plan_.owned)
+              in_context("driver names in " + owned.dir.string(), [&] { bring_up_to_date(owned); });
+          if (plan_.refresh_ldcache)
+              in_context(use_ldconfig() ? "ldconfig" : "loader cache", [&] { refresh_ldcache(); });
+          leave();
+      } catch (...) {
+          std::exception_ptr first = std::current_exception();
+          rollback();
+          std::rethrow_exception(first);
+      }
+  }
 
 private:
     // Runs one item's steps; an Error says which item it was about.
@@ -181,7 +157,7 @@ private:
         try {
             step();
         } catch (const Error& e) {
-            throw Error(e.code().value(), what, {}, e.what());
+            throw Error(e.kind(), e.code().value(), what, {}, e.what());
         }
     }
 
@@ -204,7 +180,7 @@ private:
         if (sys_.same_file(container_ns_.get(), own_ns_.get()))
             throw Error(EPERM, "execute", who,
                         "the container shares this process's mount namespace; refusing");
-        if (target_.cgroups && !plan_.devices.empty()) prepare_cgroup(who);
+        if (target_.cgroups && !plan_.devices.empty()) devices_.prepare(pidfd_.get(), pid, who);
         // Rootless: the host's files are opened where this process may clone
         // mounts, the container's namespace before its pivot_root.
         if (target_.join_user_ns) enter();
@@ -218,7 +194,7 @@ private:
             FileInfo info = sys_.stat_fd(tree.get());
             if (info.type != Type::CharDevice || info.major != dev.node.major ||
                 info.minor != dev.node.minor)
-                throw Error(EINVAL, "bind device", dev.node.host_path.string(),
+                throw Error(ErrorKind::Invalid, EINVAL, "bind device", dev.node.host_path.string(),
                             "is " + describe(info) + ", not the character device " +
                                 std::to_string(dev.node.major) + ":" +
                                 std::to_string(dev.node.minor));
@@ -326,85 +302,6 @@ private:
         }
         sys_.set_fs_ids(0, 0);
         fs_ids_switched_ = false;
-    }
-
-    void prepare_cgroup(const std::string& who) {
-        std::string text = sys_.read_proc(pidfd_.get(), target_.pid, "cgroup");
-        std::string mountinfo = sys_.read_host_file("/proc/self/mountinfo");
-        const cgroup::DeviceCgroup where = cgroup::locate(text, mountinfo, who);
-        try {
-            if (where.kind == cgroup::DeviceCgroup::Kind::V1)
-                prepare_v1(where.dir);
-            else
-                prepare_v2(where.dir);
-        } catch (const Error& e) {
-            const int err = e.code().value();
-            if (!refused_by_kernel(err)) throw;
-            if (target_.on_refused == OnRefused::Fail)
-                throw Error(err, "set device cgroup", where.dir.string(),
-                            std::string(e.what()) +
-                                " ([policy] on-refused = \"warn\" starts containers without "
-                                "device rules where the kernel refuses them)");
-            logger().warn("set device cgroup {}: {}; going on without device rules",
-                          where.dir.string(), e.what());
-            rules_.clear();
-            swaps_.clear();
-        }
-    }
-
-    // The planned devices, once each: char devices, read and write.
-    std::vector<bpf::DeviceRule> device_rules() const {
-        std::vector<bpf::DeviceRule> out;
-        std::set<std::pair<unsigned, unsigned>> seen;
-        for (const auto& dev : plan_.devices)
-            if (seen.insert({dev.node.major, dev.node.minor}).second)
-                out.push_back({bpf::kDevChar, dev.node.major, dev.node.minor,
-                               bpf::kAccRead | bpf::kAccWrite});
-        return out;
-    }
-
-    // cgroup v2: every device program attached to the container's cgroup is
-    // read, extended with our rules and loaded now; the swap comes in allow_devices().
-    void prepare_v2(const path& dir) {
-        program_cgroup_ = std::make_shared<Fd>(sys_.open_cgroup_dir(dir));
-        program_cgroup_what_ = dir.string();
-        const DevicePrograms attached = sys_.query_device_programs(program_cgroup_->get());
-        if (attached.ids.empty()) {
-            logger().debug("{}: no device program attached, every device is allowed already",
-                           dir.string());
-            return;
-        }
-        attach_flags_ = attached.attach_flags;
-        attached_ids_ = attached.ids;
-        const std::vector<bpf::DeviceRule> rules = device_rules();
-        for (std::uint32_t id : attached.ids) {
-            const std::string what = "program " + std::to_string(id) + " on " + dir.string();
-            auto old_prog = std::make_shared<Fd>(sys_.open_program(id));
-            std::vector<bpf::Insn> insns = sys_.program_instructions(old_prog->get());
-            bpf::check_reloadable(insns, what);
-            auto new_prog = std::make_shared<Fd>(sys_.load_device_program(
-                bpf::extend_device_program(rules, insns), bpf::kProgramName));
-            logger().debug("{}: {} instructions, extended with {} device rules", what, insns.size(),
-                           rules.size());
-            swaps_.push_back({old_prog, new_prog});
-        }
-    }
-
-    void prepare_v1(const path& dir) {
-        std::string list = sys_.read_host_file(dir / "devices.list");
-        std::set<std::pair<unsigned, unsigned>> seen;
-        for (const auto& dev : plan_.devices) {
-            auto key = std::make_pair(dev.node.major, dev.node.minor);
-            if (!seen.insert(key).second) continue;
-            if (cgroup::allows(list, key.first, key.second)) continue;  // nothing to add or undo
-            rules_.push_back("c " + std::to_string(key.first) + ":" + std::to_string(key.second) +
-                             " rw");
-        }
-        if (rules_.empty()) return;
-        allow_what_ = (dir / "devices.allow").string();
-        deny_what_ = (dir / "devices.deny").string();
-        allow_ = sys_.open_cgroup_file(dir, "devices.allow");
-        deny_ = std::make_shared<Fd>(sys_.open_cgroup_file(dir, "devices.deny"));
     }
 
     static std::string describe(const FileInfo& info) {
@@ -592,7 +489,7 @@ private:
         const std::string name = f.path.filename().string();
         FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Regular) {
-            std::string old = sys_.read_file_at(dir->get(), name, kMaxPlannedFile);
+            std::string old = sys_.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
             if (old == f.content) {
                 logger().debug("file {} is already there ({}); left as it is", f.path.string(),
                                f.why);
@@ -600,8 +497,7 @@ private:
             }
             // gpubind's file, written by an earlier start: rewritten to this decision.
             logger().info("{}: rewritten ({})", f.path.string(), f.why);
-            sys_.remove(dir->get(), name, false);
-            undo_.push_back({Undo::Kind::RestoreFile, dir, name, f.path.string(), std::move(old)});
+            remove_file(dir, f.path, std::move(old));
             info.type = Type::Missing;
         } else if (info.type == Type::Symlink) {
             replace_link(dir, f.path, "a file");
@@ -666,11 +562,18 @@ private:
         if (!dir) return;
         const std::string name = f.path.filename().string();
         if (sys_.stat_at(dir->get(), name).type != Type::Regular) return;
-        std::string old = sys_.read_file_at(dir->get(), name, kMaxPlannedFile);
+        std::string old = sys_.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
         if (old != f.content) return;
         logger().info("{}: removed ({})", f.path.string(), f.why);
+        remove_file(dir, f.path, std::move(old));
+    }
+
+    // Removes the regular file at `p` (in `dir`), never following it, and
+    // records how to put it back: holding `old`.
+    void remove_file(const SharedFd& dir, const path& p, std::string old) {
+        const std::string name = p.filename().string();
         sys_.remove(dir->get(), name, false);
-        undo_.push_back({Undo::Kind::RestoreFile, dir, name, f.path.string(), std::move(old)});
+        undo_.push_back({Undo::Kind::RestoreFile, dir, name, p.string(), std::move(old)});
     }
 
     // The driver's names in one directory: what an earlier start or the image
@@ -713,52 +616,6 @@ private:
                 undo_.push_back({Undo::Kind::RestoreLink, dir, e.name, p.string(), it->link});
             else
                 undo_.push_back({Undo::Kind::RestoreFile, dir, e.name, p.string(), {}});
-        }
-    }
-
-    void allow_devices() {
-        for (const auto& rule : rules_) {
-            if (!kernel_allows([&] { sys_.write_rule(allow_.get(), rule, allow_what_); })) continue;
-            undo_.push_back({Undo::Kind::DenyRule, deny_, rule, deny_what_});
-        }
-        // A single (not multi-attach) program cannot be swapped with
-        // BPF_F_REPLACE: the attach replaces whatever is there. Checked again
-        // right before it, so that a program the runtime attached meanwhile
-        // (a newer one, `runc update`) is not replaced by our extension of an
-        // older one. (The kernel offers no compare-and-swap here: narrowed,
-        // not closed.)
-        if (!swaps_.empty() && (attach_flags_ & kBpfAllowMulti) == 0 &&
-            sys_.query_device_programs(program_cgroup_->get()).ids != attached_ids_)
-            throw Error(EAGAIN, "set device cgroup", program_cgroup_what_,
-                        "the runtime's device program changed while gpubind extended it; "
-                        "refusing");
-        for (const auto& swap : swaps_) {
-            if (!kernel_allows([&] {
-                    sys_.replace_device_program(program_cgroup_->get(), swap.ours->get(),
-                                                swap.runtime->get(), attach_flags_,
-                                                program_cgroup_what_);
-                }))
-                continue;
-            Undo undo{Undo::Kind::RestoreProgram, program_cgroup_, {}, program_cgroup_what_};
-            undo.runtime_prog = swap.runtime;
-            undo.our_prog = swap.ours;
-            undo.attach_flags = attach_flags_;
-            undo_.push_back(std::move(undo));
-        }
-    }
-
-    // Runs a device cgroup step; a refusal by the kernel is an error, or with
-    // on-refused = warn a warning and false.
-    template <class F>
-    bool kernel_allows(F&& step) {
-        try {
-            step();
-            return true;
-        } catch (const Error& e) {
-            if (!refused_by_kernel(e.code().value()) || target_.on_refused == OnRefused::Fail)
-                throw;
-            logger().warn("{}; going on without this device rule", e.what());
-            return false;
         }
     }
 
@@ -840,23 +697,27 @@ private:
     // The files ldconfig reads or writes under fixed names: missing or
     // regular files, else the container is refused before anything is done
     // (an image's block device named ld.so.cache~, a FIFO for ld.so.conf).
+    // Each directory is opened once and each name looked at once per start:
+    // what the cache refresh later needs (/etc's type, the cache's) is kept.
     void check_cache_files() {
-        check_etc();
-        static const std::pair<const char*, const char*> kFiles[] = {
-            {"/etc", "ld.so.cache"},
-            {"/etc", "ld.so.cache~"},
-            {"/etc", "ld.so.conf"},
-            {"/var/cache/ldconfig", "aux-cache"},
-            {"/var/cache/ldconfig", "aux-cache~"},
+        etc_type_ = check_etc();
+        static const std::pair<const char*, std::vector<const char*>> kFiles[] = {
+            {"/etc", {kCache, kCacheTemp, "ld.so.conf"}},
+            {"/var/cache/ldconfig", {"aux-cache", "aux-cache~"}},
         };
-        for (const auto& [dir_path, name] : kFiles) {
-            Fd dir = sys_.open_dir_in_root(root_->get(), dir_path);
+        for (const auto& [dir_path, names] : kFiles) {
+            if (dir_path == std::string_view("/etc") && etc_type_ == Type::Missing) continue;
+            const SharedFd dir = find_dir(dir_path);
             if (!dir) continue;
-            const FileInfo info = sys_.stat_at(dir.get(), name);
-            if (info.type != Type::Missing && info.type != Type::Regular)
-                throw Error(EINVAL, "refresh the loader cache",
-                            (path(dir_path) / name).string(),
-                            "is " + describe(info) + ", not a regular file; refusing");
+            for (const char* name : names) {
+                const FileInfo info = sys_.stat_at(dir->get(), name);
+                if (info.type != Type::Missing && info.type != Type::Regular)
+                    throw Error(ErrorKind::Invalid, EINVAL, "refresh the loader cache",
+                                (path(dir_path) / name).string(),
+                                "is " + describe(info) + ", not a regular file; refusing");
+                if (std::string_view(name) == kCache) cache_type_ = info.type;
+                if (std::string_view(name) == kCacheTemp) cache_temp_type_ = info.type;
+            }
         }
     }
 
@@ -879,17 +740,10 @@ private:
         return etc.type;
     }
 
+    // /etc, as check_cache_files() found it; null: no /etc for ldconfig.
     SharedFd cache_dir() {
-        if (check_etc() == Type::Missing && use_ldconfig()) return nullptr;
-        SharedFd dir = resolve_dir("/etc");
-        for (const char* name : {kCache, kCacheTemp}) {
-            const FileInfo info = sys_.stat_at(dir->get(), name);
-            if (info.type != Type::Regular && info.type != Type::Missing)
-                throw Error(EINVAL, "check", std::string("/etc/") + name,
-                            "is " + describe(info) +
-                                ", not a regular file (refusing to write the cache over it)");
-        }
-        return dir;
+        if (etc_type_ == Type::Missing && use_ldconfig()) return nullptr;
+        return resolve_dir("/etc");
     }
 
     void refresh_ldcache() {
@@ -902,7 +756,7 @@ private:
         // The image's cache, if any: read by descriptor, never following a link.
         std::optional<RegularFile> original;
         std::optional<ldcache::Cache> image;
-        if (sys_.stat_at(etc->get(), kCache).type == Type::Regular) {
+        if (cache_type_ == Type::Regular) {
             original = sys_.read_regular_at(etc->get(), kCache, ldcache::kMaxCacheSize);
             try {
                 image = ldcache::parse(original->data, "/etc/ld.so.cache");
@@ -927,7 +781,7 @@ private:
         const std::string bytes = ldcache::serialize(
             ldcache::merge(image ? &*image : nullptr, plan_.ldcache_libraries, dirs));
         // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
-        if (sys_.stat_at(etc->get(), kCacheTemp).type == Type::Regular)
+        if (cache_temp_type_ == Type::Regular)
             as_owner([&] { sys_.remove(etc->get(), kCacheTemp, false); });
         // The new file is created as the container's root; it keeps the
         // original's owner (set by the host's root where that is someone else)
@@ -982,17 +836,13 @@ private:
     void install_cache(const std::string& cache) {
         SharedFd etc = resolve_dir("/etc");
         check_own_mount(*etc, "/etc/ld.so.cache");
-        const std::string name = "ld.so.cache";
-        const FileInfo info = sys_.stat_at(etc->get(), name);
-        if (info.type != Type::Missing && info.type != Type::Regular)
-            throw Error(EINVAL, "refresh the loader cache", "/etc/ld.so.cache",
-                        "is " + describe(info) + ", not a regular file; refusing");
+        const std::string name = kCache;  // missing or regular (check_cache_files)
         const std::string temp = "ld.so.cache.gpubind-" + std::to_string(::getpid());
         as_owner([&] {
             sys_.write_file_at(etc->get(), temp, cache, 0644);
             undo_.push_back({Undo::Kind::RemoveFile, etc, temp, "/etc/" + temp});
         });
-        if (info.type == Type::Missing) {
+        if (cache_type_ == Type::Missing) {
             sys_.rename_at(etc->get(), temp, name);
             Undo back{Undo::Kind::RenameBack, etc, temp, "/etc/ld.so.cache"};
             back.other = name;
@@ -1033,7 +883,10 @@ private:
                             "creates and mounts only on the rootfs's own mount");
         }
         auto [known, added] = shared_mounts_.try_emplace(id, false);
-        if (added) known->second = sys_.mount_shared(id);
+        if (added) {
+            if (!mountinfo_) mountinfo_ = sys_.read_mountinfo();  // once per start
+            known->second = mount_is_shared(*mountinfo_, id);
+        }
         if (known->second)
             throw Error(EXDEV, "refuse", p.string(),
                         "is on a shared mount (rootfsPropagation or a shared /dev): what gpubind "
@@ -1073,8 +926,8 @@ private:
                     case Undo::Kind::RemoveDir:
                         sys_.remove(it->fd->get(), it->name, true);
                         break;
-                    case Undo::Kind::DenyRule:
-                        sys_.write_rule(it->fd->get(), it->name, it->what);
+                    case Undo::Kind::Call:
+                        it->call();
                         break;
                     case Undo::Kind::RenameBack:
                         sys_.rename_at(it->fd->get(), it->other, it->name);
@@ -1094,11 +947,6 @@ private:
                                              Owner{f.uid, f.gid});
                         break;
                     }
-                    case Undo::Kind::RestoreProgram:
-                        sys_.replace_device_program(it->fd->get(), it->runtime_prog->get(),
-                                                    it->our_prog->get(), it->attach_flags,
-                                                    it->what);
-                        break;
                 }
             } catch (const std::exception& e) {
                 logger().error("rollback: {}: {}", it->what, e.what());
@@ -1126,62 +974,31 @@ private:
     bool chown_ = false;  // they are not 0:0: what we create is created as them
     bool fs_ids_switched_ = false;
     std::vector<Fd> device_trees_, mount_trees_, cap_trees_;
-    std::vector<std::string> rules_;
-    struct Swap {
-        SharedFd runtime, ours;  // the runtime's program and its extended copy
-    };
-    std::vector<Swap> swaps_;
-    SharedFd program_cgroup_;
-    std::string program_cgroup_what_;
-    unsigned attach_flags_ = 0;
-    std::vector<std::uint32_t> attached_ids_;  // what prepare_v2 extended
-    Fd allow_;
-    SharedFd deny_;
-    std::string allow_what_, deny_what_;
+    DeviceAccess devices_;
 
     bool in_container_ = false;
     SharedFd root_;
+    // What check_cache_files() found: /etc, /etc/ld.so.cache, /etc/ld.so.cache~.
+    Type etc_type_ = Type::Missing, cache_type_ = Type::Missing, cache_temp_type_ = Type::Missing;
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
     std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
+    std::optional<std::string> mountinfo_;         // the container namespace's, read once
     std::map<std::string, SharedFd> dirs_;
     std::vector<Undo> undo_;
 };
 
 }  // namespace
 
-std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::string& what) {
-    constexpr std::string_view kBlank = " \t";
-    std::size_t line_no = 0;
-    while (!id_map.empty()) {
-        const std::size_t nl = id_map.find('\n');
-        std::string_view line = id_map.substr(0, nl);
-        id_map.remove_prefix(nl == std::string_view::npos ? id_map.size() : nl + 1);
-        ++line_no;
-        auto bad = [&](const char* detail) {
-            throw_invalid("read id map", what, "line " + std::to_string(line_no) + ": " + detail);
-        };
-        std::vector<unsigned long long> v;
-        while (true) {
-            const std::size_t start = line.find_first_not_of(kBlank);
-            if (start == std::string_view::npos) break;
-            line.remove_prefix(start);
-            const std::string_view word = line.substr(0, line.find_first_of(kBlank));
-            unsigned long long n = 0;
-            const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), n);
-            if (ec != std::errc() || ptr != word.data() + word.size() || n > 0xffffffffull)
-                bad("not a 32-bit unsigned number");
-            v.push_back(n);
-            line.remove_prefix(word.size());
-        }
-        if (v.empty()) continue;
-        if (v.size() != 3) bad("not three numbers (inside, outside, count)");
-        if (id >= v[0] && id - v[0] < v[2]) {
-            if (v[1] + (id - v[0]) > 0xffffffffull) bad("maps outside the 32-bit id range");
-            return static_cast<unsigned>(v[1] + (id - v[0]));
-        }
-    }
-    return std::nullopt;  // not mapped (an empty map maps nothing)
+Target make_target(const Config& config, pid_t pid, std::filesystem::path rootfs) {
+    Target target;
+    target.pid = pid;
+    target.rootfs = std::move(rootfs);
+    target.cgroups = config.policy.cgroups;
+    target.on_refused = config.policy.on_refused;
+    target.ldcache = config.policy.ldcache;
+    target.ldconfig = config.ldconfig;
+    return target;
 }
 
 void execute(const Plan& plan, const Target& target, System& sys) {

@@ -34,7 +34,7 @@ std::string read_stream(int fd, std::size_t max_size, const std::string& what) {
         }
         if (n == 0) return out;
         if (out.size() + static_cast<std::size_t>(n) > max_size)
-            throw Error(EFBIG, "read", what,
+            throw Error(ErrorKind::Invalid, EFBIG, "read", what,
                         "larger than the limit of " + std::to_string(max_size) + " bytes");
         out.append(buf, static_cast<std::size_t>(n));
     }
@@ -45,7 +45,7 @@ std::string read_fd(int fd, std::size_t max_size, const std::string& what) {
     if (::fstat(fd, &st) != 0) throw_errno("stat", what);
     if (!S_ISREG(st.st_mode)) throw_invalid("read", what, "not a regular file");
     if (static_cast<std::size_t>(st.st_size) > max_size)
-        throw Error(EFBIG, "read", what,
+        throw Error(ErrorKind::Invalid, EFBIG, "read", what,
                     "larger than the limit of " + std::to_string(max_size) + " bytes");
     // procfs files report size 0: read_stream copes with any length up to the cap.
     return read_stream(fd, max_size, what);

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "gpubind/error.hpp"
+#include "gpubind/fd.hpp"
 
 namespace gpubind::harden {
 
@@ -50,18 +50,11 @@ std::string read_stream(int fd, std::size_t max_size, const std::string& what,
     std::string out;
     char buf[8192];
     for (;;) {
-        const auto left = deadline.left();
-        if (left.count() <= 0)
+        pollfd p{fd, POLLIN, 0};
+        if (!poll_until({&p, 1}, deadline.end(), what))
             throw Error(
                 ETIMEDOUT, "read", what,
                 "no end of input within " + std::to_string(deadline.budget().count()) + " ms");
-        pollfd p{fd, POLLIN, 0};
-        const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), INT_MAX)));
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            throw_errno("poll", what);
-        }
-        if (r == 0) continue;  // the deadline check above says so
         const ssize_t n = ::read(fd, buf, sizeof buf);
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN) continue;
@@ -69,7 +62,8 @@ std::string read_stream(int fd, std::size_t max_size, const std::string& what,
         }
         if (n == 0) return out;
         if (out.size() + static_cast<std::size_t>(n) > max_size)
-            throw Error(EFBIG, "read", what, "larger than " + std::to_string(max_size) + " bytes");
+            throw Error(ErrorKind::Invalid, EFBIG, "read", what,
+                        "larger than " + std::to_string(max_size) + " bytes");
         out.append(buf, static_cast<std::size_t>(n));
     }
 }

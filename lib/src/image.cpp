@@ -1,20 +1,14 @@
-// The image's library layout, read from its rootfs by descriptor: every
-// lookup resolves inside the root, so an image's symlinks never lead out.
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+// The image's library layout, read from its rootfs by descriptor through the
+// system layer: every lookup resolves inside the root, so an image's symlinks
+// never lead out.
+#include "gpubind/image.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <string_view>
-#include <system_error>
 
 #include "gpubind/error.hpp"
-#include "gpubind/file.hpp"
 #include "gpubind/log.hpp"
-#include "gpubind/request.hpp"
-#include "gpubind/safe_path.hpp"
 #include "gpubind/strings.hpp"
 
 namespace gpubind {
@@ -29,20 +23,17 @@ constexpr const char* kMultiarchLib = "/usr/lib/x86_64-linux-gnu";
 constexpr const char* kMultiarchLib32 = "/usr/lib/i386-linux-gnu";
 #endif
 
-// Whether `path` exists in the image (a directory when `directory`). A path
-// whose parent is not a directory does not exist either.
-bool exists_in_root(int root_fd, const char* path, bool directory) {
-    Fd fd;
+using Type = FileInfo::Type;
+
+// A directory of the image, resolved inside the root; empty when it is
+// missing or a component is not a directory.
+Fd open_dir(System& sys, int root_fd, const std::filesystem::path& path) {
     try {
-        fd = try_open_in_root(root_fd, path, O_PATH);
+        return sys.open_dir_in_root(root_fd, path);
     } catch (const Error& e) {
-        if (e.code().value() == ENOTDIR) return false;
+        if (e.code().value() == ENOTDIR) return Fd();
         throw;
     }
-    if (!fd) return false;
-    if (!directory) return true;
-    struct stat st {};
-    return ::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 constexpr std::string_view kCompatPrefix = "libcuda.so.";
@@ -59,72 +50,78 @@ bool soname_like(std::string_view name) {
 
 // The image's /usr/local/cuda/compat: the highest libcuda.so.<version> in it
 // and the entries named like sonames. /usr/local/cuda resolved inside the root
-// (CUDA images make it a symlink), "compat" opened O_NOFOLLOW|O_DIRECTORY (a
-// symlink or a file there: none), its entries typed with
-// fstatat(AT_SYMLINK_NOFOLLOW), never opened.
-void cuda_compat(int root_fd, Image& image) {
+// (CUDA images make it a symlink), "compat" a directory (not followed: a
+// symlink or a file there: none), listed by descriptor, its entries typed
+// without following them (System::stat_at), never opened.
+void cuda_compat(System& sys, int root_fd, Image& image) {
     const std::string compat = kCudaCompatDir;
     Fd cuda;
     try {
-        cuda = try_open_in_root(root_fd, "/usr/local/cuda", O_PATH | O_DIRECTORY);
+        cuda = sys.open_dir_in_root(root_fd, "/usr/local/cuda");
     } catch (const Error& e) {
         logger().debug("image: no CUDA compat libraries: {}", e.what());
         return;
     }
     if (!cuda) return;
-    int dir_fd = ::openat(cuda.get(), "compat", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dir_fd < 0) {
-        const int err = errno;
-        if (err != ENOENT)
-            logger().debug("image: {} is not a directory one can list without following a link "
-                           "({}): no CUDA compat libraries",
-                           compat, std::generic_category().message(err));
-        return;
-    }
-    DIR* dir = ::fdopendir(dir_fd);
-    if (!dir) {
-        ::close(dir_fd);
-        return;
-    }
-    std::string best;
-    std::size_t seen = 0;
-    while (const dirent* e = ::readdir(dir)) {
-        if (++seen > kMaxCompatEntries) {
+    std::vector<std::string> names;
+    try {
+        const FileInfo info = sys.stat_at(cuda.get(), "compat");
+        if (info.type == Type::Missing) return;
+        if (info.type != Type::Directory) {
+            logger().debug("image: {} is {}, not a directory: no CUDA compat libraries", compat,
+                           to_string(info.type));
+            return;
+        }
+        const Fd dir = sys.open_at(cuda.get(), "compat");
+        names = sys.list_dir(dir.get());
+        if (names.size() > kMaxCompatEntries) {
             logger().debug("image: {} has more than {} entries; read no further", compat,
                            kMaxCompatEntries);
-            break;
+            names.resize(kMaxCompatEntries);
         }
-        std::string_view name = e->d_name;
-        const bool soname = soname_like(name);
-        std::string_view version;
-        if (name.starts_with(kCompatPrefix)) {
-            version = name.substr(kCompatPrefix.size());
-            if (!is_version(version)) version = {};
+        std::string best;
+        for (const std::string& name : names) {
+            const bool soname = soname_like(name);
+            std::string_view version;
+            if (std::string_view(name).starts_with(kCompatPrefix)) {
+                version = std::string_view(name).substr(kCompatPrefix.size());
+                if (!is_version(version)) version = {};
+            }
+            if (version.empty() && !soname) continue;
+            Type type = Type::Missing;
+            try {
+                type = sys.stat_at(dir.get(), name).type;
+            } catch (const Error& e) {
+                logger().debug("image: {}/{}: {}; ignored", compat, name, e.what());
+                continue;
+            }
+            if (type != Type::Regular && type != Type::Symlink) {
+                logger().debug("image: {}/{} is neither a file nor a symlink; ignored", compat,
+                               name);
+                continue;
+            }
+            if (!version.empty() && (best.empty() || compare_versions(version, best) > 0))
+                best = version;
+            if (soname) image.cuda_compat_sonames.push_back(name);
         }
-        if (version.empty() && !soname) continue;
-        struct stat st {};
-        if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
-            logger().debug("image: {}/{} is neither a file nor a symlink; ignored", compat, name);
-            continue;
-        }
-        if (!version.empty() && (best.empty() || compare_versions(version, best) > 0))
-            best = version;
-        if (soname) image.cuda_compat_sonames.emplace_back(name);
+        image.cuda_compat_version = best;
+    } catch (const Error& e) {
+        logger().debug("image: {} not read ({}): no CUDA compat libraries", compat, e.what());
+        image.cuda_compat_version.clear();
+        image.cuda_compat_sonames.clear();
+        return;
     }
-    ::closedir(dir);
-    image.cuda_compat_version = best;
     std::sort(image.cuda_compat_sonames.begin(), image.cuda_compat_sonames.end());
 }
 
 // Whether the image's /etc/ld.so.conf names anything (a line other than
 // blanks and comments); one that cannot be read as a regular file counts as
 // none (nothing of it is ever handed to ldconfig by this answer).
-bool names_directories(int root_fd) {
+bool names_directories(System& sys, int etc_fd) {
     constexpr std::size_t kMaxConf = 1 << 20;
     std::string text;
     try {
-        text = read_file_in_root(root_fd, "/etc/ld.so.conf", kMaxConf);
+        text = sys.read_regular_at(etc_fd, "ld.so.conf", kMaxConf).data;
     } catch (const Error& e) {
         if (e.code().value() != ENOENT)
             logger().debug("image: /etc/ld.so.conf not read: {}", e.what());
@@ -158,18 +155,29 @@ int compare_versions(std::string_view a, std::string_view b) {
     return 0;
 }
 
-Image inspect_image(const std::filesystem::path& rootfs) {
-    Fd root = open_or_throw(rootfs, O_PATH | O_DIRECTORY);
+Image inspect_image(System& sys, int root_fd) {
     Image image;  // lib64 layout unless the image is Debian-like
-    if (exists_in_root(root.get(), "/etc/debian_version", false) ||
-        exists_in_root(root.get(), kMultiarchLib, true)) {
+    // Links are followed inside the root: an image may link these anywhere in itself.
+    auto exists = [&](const char* path) {
+        return sys.stat_in_root(root_fd, path).type != Type::Missing;
+    };
+    if (exists("/etc/debian_version") || open_dir(sys, root_fd, kMultiarchLib)) {
         image.lib_dir = kMultiarchLib;
         image.lib32_dir = kMultiarchLib32;
     }
-    cuda_compat(root.get(), image);
-    image.has_ldcache = exists_in_root(root.get(), "/etc/ld.so.cache", false);
-    image.ld_so_conf = !image.has_ldcache && names_directories(root.get());
+    cuda_compat(sys, root_fd, image);
+    image.has_ldcache = exists("/etc/ld.so.cache");
+    if (!image.has_ldcache) {
+        const Fd etc = open_dir(sys, root_fd, "/etc");
+        image.ld_so_conf = etc && names_directories(sys, etc.get());
+    }
     return image;
+}
+
+Image inspect_image(const std::filesystem::path& rootfs) {
+    LinuxSystem sys;
+    const Fd root = sys.open_root(rootfs);
+    return inspect_image(sys, root.get());
 }
 
 }  // namespace gpubind

@@ -6,6 +6,11 @@
 #include <fcntl.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "gpubind/fd.hpp"
 
 #ifndef OPEN_TREE_CLONE
 #define OPEN_TREE_CLONE 1
@@ -48,5 +53,11 @@ struct MountAttr {
     std::uint64_t propagation;
     std::uint64_t userns_fd;
 };
+
+// fsopen("tmpfs"), fsconfig with `options` ("mode", "uid", "size", ...),
+// fsmount: a detached tmpfs, nosuid, nodev, noexec. Errors name `what`.
+// (sandbox.cpp)
+Fd make_tmpfs(std::initializer_list<std::pair<const char*, std::string>> options,
+              const std::string& what);
 
 }  // namespace gpubind::mount_api

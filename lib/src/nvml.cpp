@@ -232,29 +232,28 @@ NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::millisec
     std::string report;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     bool timed_out = false;
-    for (;;) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) {
-            timed_out = true;
-            break;
+    try {
+        for (;;) {
+            pollfd p{read_end.get(), POLLIN, 0};
+            if (!poll_until({&p, 1}, deadline, what)) {
+                timed_out = true;
+                break;
+            }
+            char buf[4096];
+            ssize_t n = ::read(read_end.get(), buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            report.append(buf, static_cast<std::size_t>(n));
+            if (report.size() > kMaxReport) {
+                timed_out = true;  // a runaway child is treated like a hung one
+                break;
+            }
         }
-        pollfd p{read_end.get(), POLLIN, 0};
-        int r = ::poll(&p, 1, static_cast<int>(left.count()));
-        if (r < 0 && errno == EINTR) continue;
-        if (r == 0) {
-            timed_out = true;
-            break;
+    } catch (...) {
+        ::kill(pid, SIGKILL);
+        while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
         }
-        char buf[4096];
-        ssize_t n = ::read(read_end.get(), buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        report.append(buf, static_cast<std::size_t>(n));
-        if (report.size() > kMaxReport) {
-            timed_out = true;  // a runaway child is treated like a hung one
-            break;
-        }
+        throw;
     }
     if (timed_out) ::kill(pid, SIGKILL);
     int status = 0;

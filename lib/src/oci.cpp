@@ -31,7 +31,7 @@ struct Reader {
 
     json parse(std::string_view text, std::size_t max_size) const {
         if (text.size() > max_size)
-            throw Error(EFBIG, op, what,
+            throw Error(ErrorKind::Invalid, EFBIG, op, what,
                         fmt::format("larger than the limit of {} bytes", max_size));
         try {
             return json::parse(text);

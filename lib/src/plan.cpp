@@ -161,28 +161,21 @@ void owned_names(Plan& plan, const Node& node, const Image& image) {
             plan.owned.push_back(std::move(*d));
 }
 
-}  // namespace
-
-ProcFiles read_proc_files(const Node& node) {
-    const fs::path dir = node.roots.proc / "driver/nvidia";
-    ProcFiles files;
-    files.version = read_file(dir / "version", kMaxProcFile);
-    files.params = read_optional(dir / "params");
-    for (const auto& gpu : node.gpus) {
-        fs::path gpu_dir = gpu.proc_dir.empty() ? dir / "gpus" / gpu.pci_bus_id : gpu.proc_dir;
-        files.information[proc_dir_name(gpu)] = read_optional(gpu_dir / "information");
+// MIG capability files the proc view binds, in the order first asked, once each.
+class CapabilityFiles {
+  public:
+    void add(const fs::path& p) {
+        if (!p.empty() && std::find(files_.begin(), files_.end(), p) == files_.end())
+            files_.push_back(p);
     }
-    return files;
-}
+    std::vector<fs::path> take() { return std::move(files_); }
 
-Plan make_plan(const Request& request, const Node& node, const Selection& selection,
-               const Image& image, const Config& config, const ProcFiles& proc_files) {
-    Builder b;
-    if (!request.gpu_container()) return std::move(b.plan);
-    const Capabilities caps = request.caps;
-    const bool no_gpu = request.devices.kind == DeviceIdsKind::None;
+  private:
+    std::vector<fs::path> files_;
+};
 
-    // Control nodes.
+// Control nodes.
+void add_control_nodes(Builder& b, const Node& node, Capabilities caps) {
     auto control = [&](const char* name, const char* why) {
         if (const DeviceNode* n = node.control_node(name)) b.device(*n, why);
     };
@@ -192,52 +185,54 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
         control("nvidia-uvm-tools", "compute (unified memory tools)");
     }
     if (caps & kCapDisplay) control("nvidia-modeset", "display");
+}
 
-    // GPUs, whole or as the parents of MIG devices, in node order.
+// GPUs, whole or as the parents of MIG devices, in node order.
+std::vector<const Gpu*> add_gpus(Builder& b, const Node& node, const Selection& selection) {
     std::vector<const Gpu*> gpus;
-    if (!no_gpu) {
-        for (const auto& gpu : node.gpus) {
-            bool whole = std::find(selection.gpus.begin(), selection.gpus.end(), &gpu) !=
-                         selection.gpus.end();
-            bool parent =
-                std::any_of(selection.migs.begin(), selection.migs.end(),
-                            [&](const MigDevice* m) { return m->gpu_index == gpu.index; });
-            if (!whole && !parent) continue;
-            gpus.push_back(&gpu);
-            b.device(gpu.node, whole ? gpu_name(gpu) : gpu_name(gpu) + ", parent of MIG devices");
-        }
+    for (const auto& gpu : node.gpus) {
+        bool whole =
+            std::find(selection.gpus.begin(), selection.gpus.end(), &gpu) != selection.gpus.end();
+        bool parent = std::any_of(selection.migs.begin(), selection.migs.end(),
+                                  [&](const MigDevice* m) { return m->gpu_index == gpu.index; });
+        if (!whole && !parent) continue;
+        gpus.push_back(&gpu);
+        b.device(gpu.node, whole ? gpu_name(gpu) : gpu_name(gpu) + ", parent of MIG devices");
     }
-    std::vector<fs::path> capability_files;
-    auto add_capability_file = [&](const fs::path& p) {
-        if (!p.empty() && std::find(capability_files.begin(), capability_files.end(), p) ==
-                              capability_files.end())
-            capability_files.push_back(p);
-    };
+    return gpus;
+}
+
+// The selected MIG devices: their GPU and compute instance capabilities.
+void add_mig_devices(Builder& b, const Selection& selection, CapabilityFiles& capability_files) {
     for (const MigDevice* m : selection.migs) {
-        if (no_gpu) break;
         std::string name = fmt::format("MIG {}:{}{}", m->gpu_index, m->index,
                                        m->uuid.empty() ? "" : " (" + m->uuid + ")");
         b.device(m->gi_cap, name + " GPU instance");
         b.device(m->ci_cap, name + " compute instance");
-        add_capability_file(m->gi_access);
-        add_capability_file(m->ci_access);
+        capability_files.add(m->gi_access);
+        capability_files.add(m->ci_access);
     }
-    // The node lists the MIG config capability, then the monitor one.
+}
+
+// NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES: the node lists the
+// MIG config capability, then the monitor one.
+void add_mig_control(Builder& b, const Node& node, const Request& request,
+                     CapabilityFiles& capability_files) {
     auto mig_control = [&](const DeviceIds& ids, std::size_t index, const char* what,
                            const char* variable) {
         if (ids.kind == DeviceIdsKind::Void || ids.kind == DeviceIdsKind::None) return;
         if (index >= node.mig_control.size())
-            throw Error(ECANCELED, "plan", variable,
-                        fmt::format("the node has no MIG {} capability device", what));
+            throw_refused("plan", variable,
+                          fmt::format("the node has no MIG {} capability device", what));
         b.device(node.mig_control[index], fmt::format("MIG {} ({})", what, variable));
-        add_capability_file(node.roots.proc / "driver/nvidia/capabilities/mig" / what);
+        capability_files.add(node.roots.proc / "driver/nvidia/capabilities/mig" / what);
     };
     mig_control(request.mig_config, 0, "config", "NVIDIA_MIG_CONFIG_DEVICES");
     mig_control(request.mig_monitor, 1, "monitor", "NVIDIA_MIG_MONITOR_DEVICES");
-    for (const DeviceNode* channel : select_imex_channels(node, request.imex_channels))
-        b.device(*channel, fmt::format("IMEX channel {}", channel->minor));
+}
 
-    // Driver files of the asked capabilities.
+// Driver files of the asked capabilities.
+void add_driver_files(Builder& b, const Node& node, const Image& image, Capabilities caps) {
     for (const auto& f : node.files) {
         const Capabilities brings = f.caps & caps & ~Capabilities{kCapCompat32};
         if (!brings) continue;
@@ -273,21 +268,25 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
                 break;
         }
     }
+}
 
-    // CUDA forward compatibility: the image's newer libcuda comes first.
+// CUDA forward compatibility: the image's newer libcuda comes first. Where it
+// does not apply, the loader entry an earlier start wrote goes.
+void add_cuda_compat(Plan& plan, const Node& node, const Image& image, const Config& config,
+                     Capabilities caps) {
     if ((caps & kCapCompute) && config.policy.cuda_compat && !image.cuda_compat_version.empty() &&
         is_version(image.cuda_compat_version) && is_version(node.driver_version) &&
         compare_versions(image.cuda_compat_version, node.driver_version) > 0) {
-        b.plan.files.push_back(
+        plan.files.push_back(
             {kCudaCompatConf, std::string(kCudaCompatDir) + "\n",
              fmt::format("CUDA forward compatibility: the image's libcuda.so.{} is newer than "
                          "the driver {}",
                          image.cuda_compat_version, node.driver_version)});
-        auto& dirs = b.plan.library_dirs;
+        auto& dirs = plan.library_dirs;
         dirs.erase(std::remove(dirs.begin(), dirs.end(), fs::path(kCudaCompatDir)), dirs.end());
         dirs.insert(dirs.begin(), kCudaCompatDir);
-        b.plan.refresh_ldcache = true;
-        auto& libs = b.plan.ldcache_libraries;
+        plan.refresh_ldcache = true;
+        auto& libs = plan.ldcache_libraries;
         std::vector<ldcache::Library> compat;
         for (const auto& name : image.cuda_compat_sonames)
             compat.push_back({name, (fs::path(kCudaCompatDir) / name).string(),
@@ -296,16 +295,18 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
     }
     // Without a cache, directories the image's ld.so.conf names are known
     // only to a scan. gpubind's writer describes x86 libraries only.
-    b.plan.ldcache_scan = b.plan.refresh_ldcache && !image.has_ldcache && image.ld_so_conf;
+    plan.ldcache_scan = plan.refresh_ldcache && !image.has_ldcache && image.ld_so_conf;
 #if !defined(__x86_64__)
-    b.plan.ldcache_scan = b.plan.refresh_ldcache;
+    plan.ldcache_scan = plan.refresh_ldcache;
 #endif
+    if (plan.files.empty())
+        plan.stale_files.push_back({kCudaCompatConf, std::string(kCudaCompatDir) + "\n",
+                                    "CUDA forward compatibility no longer applies"});
+}
 
-    if (b.plan.files.empty())
-        b.plan.stale_files.push_back({kCudaCompatConf, std::string(kCudaCompatDir) + "\n",
-                                      "CUDA forward compatibility no longer applies"});
-    owned_names(b.plan, node, image);
-
+// The /proc/driver/nvidia view: the node's files, the selected GPUs' directories.
+ProcView proc_view(const ProcFiles& proc_files, const std::vector<const Gpu*>& gpus,
+                   std::vector<fs::path> capability_files) {
     ProcView proc;
     proc.version = proc_files.version;
     proc.params = params_without_device_files(proc_files.params);
@@ -315,7 +316,45 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
         proc.gpus.push_back({name, info == proc_files.information.end() ? "" : info->second});
     }
     proc.capability_files = std::move(capability_files);
-    b.plan.proc = std::move(proc);
+    return proc;
+}
+
+}  // namespace
+
+ProcFiles read_proc_files(const Node& node) {
+    const fs::path dir = node.roots.proc / "driver/nvidia";
+    ProcFiles files;
+    files.version = read_file(dir / "version", kMaxProcFile);
+    files.params = read_optional(dir / "params");
+    for (const auto& gpu : node.gpus) {
+        fs::path gpu_dir = gpu.proc_dir.empty() ? dir / "gpus" / gpu.pci_bus_id : gpu.proc_dir;
+        files.information[proc_dir_name(gpu)] = read_optional(gpu_dir / "information");
+    }
+    return files;
+}
+
+Plan make_plan(const Request& request, const Node& node, const Selection& selection,
+               const Image& image, const Config& config, const ProcFiles& proc_files) {
+    Builder b;
+    if (!request.gpu_container()) return std::move(b.plan);
+    const Capabilities caps = request.caps;
+    const bool no_gpu = request.devices.kind == DeviceIdsKind::None;
+
+    add_control_nodes(b, node, caps);
+    std::vector<const Gpu*> gpus;
+    CapabilityFiles capability_files;
+    if (!no_gpu) {
+        gpus = add_gpus(b, node, selection);
+        add_mig_devices(b, selection, capability_files);
+    }
+    add_mig_control(b, node, request, capability_files);
+    for (const DeviceNode* channel : select_imex_channels(node, request.imex_channels))
+        b.device(*channel, fmt::format("IMEX channel {}", channel->minor));
+
+    add_driver_files(b, node, image, caps);
+    add_cuda_compat(b.plan, node, image, config, caps);
+    owned_names(b.plan, node, image);
+    b.plan.proc = proc_view(proc_files, gpus, capability_files.take());
     return std::move(b.plan);
 }
 

@@ -126,10 +126,10 @@ DeviceIds read_mig(const oci::Spec& spec, const char* variable, const std::strin
     DeviceIds ids = parse_device_ids(*value);
     if (ids.kind == DeviceIdsKind::None) ids = {};
     if (ids.kind != DeviceIdsKind::Void && !spec.privileged())
-        throw Error(ECANCELED, "refuse request", container,
-                    fmt::format("{} is only for privileged containers (CAP_SYS_ADMIN in the "
-                                "bounding set), and this one is not",
-                                variable));
+        throw_refused("refuse request", container,
+                      fmt::format("{} is only for privileged containers (CAP_SYS_ADMIN in the "
+                                  "bounding set), and this one is not",
+                                  variable));
     return ids;
 }
 
@@ -250,11 +250,11 @@ Request read_request(const oci::Spec& spec, const Policy& policy) {
             return Request{};
         }
         if (!spec.privileged() && !policy.accept_envvar_unprivileged)
-            throw Error(ECANCELED, "refuse request", container,
-                        fmt::format("{} asks for GPUs by environment variable, but the container "
-                                    "is not privileged (no CAP_SYS_ADMIN) and policy "
-                                    "accept_envvar_unprivileged is off",
-                                    asked_by));
+            throw_refused("refuse request", container,
+                          fmt::format("{} asks for GPUs by environment variable, but the container "
+                                      "is not privileged (no CAP_SYS_ADMIN) and policy "
+                                      "accept_envvar_unprivileged is off",
+                                      asked_by));
         req.imex_channels = read_imex_channels(spec, where);
     }
 

@@ -218,10 +218,10 @@ void check_requirements(const Request& request, const Node& node, const Selectio
                 reasons.push_back(std::move(*why));
             }
             if (reasons.empty()) continue;
-            throw Error(ECANCELED, "check requirement", request.requirements[i].variable,
-                        reasons.size() == 1
-                            ? reasons[0]
-                            : fmt::format("no alternative holds: {}", fmt::join(reasons, "; ")));
+            throw_refused("check requirement", request.requirements[i].variable,
+                          reasons.size() == 1
+                              ? reasons[0]
+                              : fmt::format("no alternative holds: {}", fmt::join(reasons, "; ")));
         }
     }
 }

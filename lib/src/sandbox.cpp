@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -349,21 +348,11 @@ std::string blocked_opening(pid_t pid) {
 // A detached tmpfs for the program's output, its root directory the
 // sandbox's ids' alone; nosuid, nodev, noexec.
 Fd make_scratch(const Options& o, const std::string& what) {
-    Fd fs(sys_int(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
-    if (!fs) throw_errno("fsopen tmpfs", what);
-    const std::string size = std::to_string(o.limits.file_size * 2 + 65536);
-    const std::string uid = std::to_string(o.uid), gid = std::to_string(o.gid);
-    const std::pair<const char*, const char*> params[] = {
-        {"mode", "0700"}, {"uid", uid.c_str()}, {"gid", gid.c_str()}, {"size", size.c_str()}};
-    for (const auto& [key, value] : params)
-        if (::syscall(SYS_fsconfig, fs.get(), mount_api::kFsconfigSetString, key, value, 0) != 0)
-            throw_errno(std::string("fsconfig tmpfs ") + key, what);
-    if (::syscall(SYS_fsconfig, fs.get(), mount_api::kFsconfigCmdCreate, nullptr, nullptr, 0) != 0)
-        throw_errno("fsconfig tmpfs create", what);
-    Fd mnt(sys_int(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
-                             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)));
-    if (!mnt) throw_errno("fsmount tmpfs", what);
-    return mnt;
+    return mount_api::make_tmpfs({{"mode", "0700"},
+                                  {"uid", std::to_string(o.uid)},
+                                  {"gid", std::to_string(o.gid)},
+                                  {"size", std::to_string(o.limits.file_size * 2 + 65536)}},
+                                 what);
 }
 
 // Whether this process's user namespace denies setgroups (so will the child's).
@@ -397,7 +386,8 @@ std::string read_result(int scratch_fd, const std::string& name, const std::stri
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) throw_errno("stat", name);
     if (!S_ISREG(st.st_mode))
-        throw Error(EINVAL, "read the program's " + name, what, "not a regular file");
+        throw Error(ErrorKind::Invalid, EINVAL, "read the program's " + name, what,
+                    "not a regular file");
     return read_fd(fd.get(), kMaxResult, name);
 }
 
@@ -415,7 +405,7 @@ Fd seal_executable(const std::filesystem::path& path) {
     if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0)
         throw Error(EACCES, "execute", path.string(), "not an executable file");
     if (static_cast<std::size_t>(st.st_size) > kMaxProgram)
-        throw Error(EFBIG, "execute", path.string(), "larger than 64 MiB");
+        throw Error(ErrorKind::Invalid, EFBIG, "execute", path.string(), "larger than 64 MiB");
     const std::string bytes = read_fd(src.get(), kMaxProgram, path.string());
 
     Fd mem(::memfd_create(path.filename().c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -558,25 +548,22 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
     bool exited = false, out_open = true;
     while (!exited) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) {
+        struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_r.get(), POLLIN, 0}};
+        bool ready = false;
+        try {
+            ready = poll_until({pfd, out_open ? 2u : 1u}, deadline, what);
+        } catch (...) {
+            ::kill(pid, SIGKILL);
+            reap();
+            throw;
+        }
+        if (!ready) {
             const std::string where = blocked_opening(pid);
             ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
             reap();
             throw Error(ETIMEDOUT, "run", what,
                         "killed after " + std::to_string(options.timeout.count()) + " ms" +
                             where);
-        }
-        struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_r.get(), POLLIN, 0}};
-        int n = ::poll(pfd, out_open ? 2 : 1,
-                       static_cast<int>(std::min<long long>(left.count(), INT_MAX)));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int err = errno;
-            ::kill(pid, SIGKILL);
-            reap();
-            throw Error(err, "poll", what);
         }
         if (out_open && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
             char buf[1024];
@@ -619,3 +606,22 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
 }
 
 }  // namespace gpubind::sandbox
+
+namespace gpubind::mount_api {
+
+Fd make_tmpfs(std::initializer_list<std::pair<const char*, std::string>> options,
+              const std::string& what) {
+    Fd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
+    if (!fs) throw_errno("fsopen tmpfs", what);
+    for (const auto& [key, value] : options)
+        if (::syscall(SYS_fsconfig, fs.get(), kFsconfigSetString, key, value.c_str(), 0) != 0)
+            throw_errno(std::string("fsconfig tmpfs ") + key, what);
+    if (::syscall(SYS_fsconfig, fs.get(), kFsconfigCmdCreate, nullptr, nullptr, 0) != 0)
+        throw_errno("fsconfig tmpfs create", what);
+    Fd mnt(static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
+                                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)));
+    if (!mnt) throw_errno("fsmount tmpfs", what);
+    return mnt;
+}
+
+}  // namespace gpubind::mount_api

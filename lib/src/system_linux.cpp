@@ -17,17 +17,18 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
+#include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
 #include "gpubind/file.hpp"
 #include "gpubind/safe_path.hpp"
 #include "gpubind/sandbox.hpp"
+#include "gpubind/system.hpp"
 
 #include "mount_api.hpp"
 
@@ -35,8 +36,6 @@ namespace gpubind {
 
 namespace {
 
-using mount_api::kFsconfigCmdCreate;
-using mount_api::kFsconfigSetString;
 using mount_api::MountAttr;
 
 constexpr std::size_t kMaxHostFile = 16u << 20;  // mountinfo on a busy node can be large
@@ -114,6 +113,62 @@ void write_all(int fd, const std::string& data, const std::string& what) {
 }
 
 }  // namespace
+
+std::string_view to_string(FileInfo::Type type) {
+    switch (type) {
+        case FileInfo::Type::Missing:
+            return "missing";
+        case FileInfo::Type::Regular:
+            return "a regular file";
+        case FileInfo::Type::Directory:
+            return "a directory";
+        case FileInfo::Type::Symlink:
+            return "a symbolic link";
+        case FileInfo::Type::CharDevice:
+            return "a character device";
+        case FileInfo::Type::BlockDevice:
+            return "a block device";
+        case FileInfo::Type::Fifo:
+            return "a FIFO";
+        case FileInfo::Type::Socket:
+            return "a socket";
+    }
+    return "unknown";
+}
+
+std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::string& what) {
+    constexpr std::string_view kBlank = " \t";
+    std::size_t line_no = 0;
+    while (!id_map.empty()) {
+        const std::size_t nl = id_map.find('\n');
+        std::string_view line = id_map.substr(0, nl);
+        id_map.remove_prefix(nl == std::string_view::npos ? id_map.size() : nl + 1);
+        ++line_no;
+        auto bad = [&](const char* detail) {
+            throw_invalid("read id map", what, "line " + std::to_string(line_no) + ": " + detail);
+        };
+        std::vector<unsigned long long> v;
+        while (true) {
+            const std::size_t start = line.find_first_not_of(kBlank);
+            if (start == std::string_view::npos) break;
+            line.remove_prefix(start);
+            const std::string_view word = line.substr(0, line.find_first_of(kBlank));
+            unsigned long long n = 0;
+            const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), n);
+            if (ec != std::errc() || ptr != word.data() + word.size() || n > 0xffffffffull)
+                bad("not a 32-bit unsigned number");
+            v.push_back(n);
+            line.remove_prefix(word.size());
+        }
+        if (v.empty()) continue;
+        if (v.size() != 3) bad("not three numbers (inside, outside, count)");
+        if (id >= v[0] && id - v[0] < v[2]) {
+            if (v[1] + (id - v[0]) > 0xffffffffull) bad("maps outside the 32-bit id range");
+            return static_cast<unsigned>(v[1] + (id - v[0]));
+        }
+    }
+    return std::nullopt;  // not mapped (an empty map maps nothing)
+}
 
 Fd LinuxSystem::open_process(pid_t pid) {
     int fd = sys_int(::syscall(SYS_pidfd_open, pid, 0));
@@ -247,10 +302,12 @@ std::vector<bpf::Insn> LinuxSystem::program_instructions(int prog_fd) {
     info_of_prog(info);
     const std::string what = "program " + std::to_string(info.id);
     if (info.type != BPF_PROG_TYPE_CGROUP_DEVICE)
-        throw Error(EINVAL, "read device program", what, "not a cgroup device program");
+        throw Error(ErrorKind::Invalid, EINVAL, "read device program", what,
+                    "not a cgroup device program");
     // The kernel shows the instructions only to a caller with CAP_BPF (or CAP_SYS_ADMIN).
     if (info.xlated_prog_len == 0)
-        throw Error(EPERM, "read device program", what, "the kernel does not show its instructions");
+        throw Error(EPERM, "read device program", what,
+                    "the kernel does not show its instructions");
     std::vector<bpf::Insn> insns(info.xlated_prog_len / sizeof(bpf::Insn));
     const std::uint32_t len = info.xlated_prog_len;
     std::memset(&info, 0, sizeof info);
@@ -335,6 +392,17 @@ FileInfo LinuxSystem::stat_at(int dir_fd, const std::string& name) {
     return info_of(st);
 }
 
+FileInfo LinuxSystem::stat_in_root(int root_fd, const std::filesystem::path& path) {
+    Fd fd;
+    try {
+        fd = try_open_in_root(root_fd, path, O_PATH);
+    } catch (const Error& e) {
+        if (e.code().value() == ENOTDIR) return {};
+        throw;
+    }
+    return fd ? stat_fd(fd.get()) : FileInfo{};
+}
+
 std::string LinuxSystem::read_link_at(int dir_fd, const std::string& name) {
     char buf[PATH_MAX];
     ssize_t n = ::readlinkat(dir_fd, name.c_str(), buf, sizeof buf);
@@ -363,12 +431,6 @@ std::vector<std::string> LinuxSystem::list_dir(int dir_fd) {
     ::closedir(dir);
     if (err != 0) throw Error(err, "read directory", "descriptor " + std::to_string(dir_fd));
     return names;
-}
-
-std::string LinuxSystem::read_file_at(int dir_fd, const std::string& name, std::size_t max_size) {
-    Fd fd = openat_or_throw(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
-                            name);
-    return read_fd(fd.get(), max_size, name);
 }
 
 Fd LinuxSystem::make_dir(int dir_fd, const std::string& name, unsigned mode) {
@@ -485,16 +547,7 @@ void LinuxSystem::detach(int dir_fd, const std::string& name) {
 }
 
 Fd LinuxSystem::make_tmpfs() {
-    Fd fs(sys_int(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
-    if (!fs) throw_errno("fsopen", "tmpfs");
-    if (::syscall(SYS_fsconfig, fs.get(), kFsconfigSetString, "mode", "0555", 0) != 0)
-        throw_errno("fsconfig", "tmpfs mode");
-    if (::syscall(SYS_fsconfig, fs.get(), kFsconfigCmdCreate, nullptr, nullptr, 0) != 0)
-        throw_errno("fsconfig", "tmpfs create");
-    int mnt = sys_int(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
-                                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC));
-    if (mnt < 0) throw_errno("fsmount", "tmpfs");
-    return Fd(mnt);
+    return mount_api::make_tmpfs({{"mode", "0555"}}, "tmpfs");
 }
 
 void LinuxSystem::rename_at(int dir_fd, const std::string& from, const std::string& to) {
@@ -539,13 +592,13 @@ bool mount_is_shared(std::string_view mountinfo, std::uint64_t id) {
     return false;
 }
 
-bool LinuxSystem::mount_shared(std::uint64_t id) {
+std::string LinuxSystem::read_mountinfo() {
     // thread-self resolves to the reader: this thread's mount namespace.
     const char* what = "/proc/thread-self/mountinfo";
     Fd fd(proc_ ? ::openat(proc_.get(), "thread-self/mountinfo", O_RDONLY | O_CLOEXEC)
                 : ::open(what, O_RDONLY | O_CLOEXEC));
     if (!fd) throw_errno("open", what);
-    return mount_is_shared(read_fd(fd.get(), kMaxHostFile, what), id);
+    return read_fd(fd.get(), kMaxHostFile, what);
 }
 
 LinuxSystem::LinuxSystem() : proc_(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) {}

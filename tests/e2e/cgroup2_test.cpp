@@ -31,10 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string runc() {
-    return env_or("GPUBIND_RUNC", "runc");
-}
-
 std::string read_text(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -85,43 +81,6 @@ std::vector<std::string> attached_names(const fs::path& dir) {
     for (auto id : sys.query_device_programs(fd.get()).ids) out.push_back(program_name(id));
     return out;
 }
-
-// A container created and started by runc, sleeping; deleted when it goes.
-class Detached {
-  public:
-    Detached(const Bundle& b, const std::string& id) : state_(b.state_root().string()), id_(id) {
-        const std::string log = (b.dir() / (id + ".out")).string();
-        auto r = run_command({"sh", "-c", "exec \"$0\" \"$@\" >" + log + " 2>&1", runc(), "--root",
-                              state_, "create", "--bundle", b.dir().string(), id});
-        created_ = r.exit_code == 0;
-        error_ = read_text(log);
-        if (created_) {
-            r = run_command({runc(), "--root", state_, "start", id_});
-            if (r.exit_code != 0) error_ += r.err;
-        }
-    }
-    ~Detached() { remove(); }
-    Detached(const Detached&) = delete;
-    Detached& operator=(const Detached&) = delete;
-
-    void remove() { run_command({runc(), "--root", state_, "delete", "--force", id_}); }
-    bool created() const { return created_; }
-    const std::string& error() const { return error_; }
-    RunResult exec(std::vector<std::string> args) const {
-        args.insert(args.begin(), {runc(), "--root", state_, "exec", id_});
-        return run_command(args);
-    }
-    std::string proc_cgroup() const {
-        auto r = run_command({runc(), "--root", state_, "state", id_});
-        auto pid = nlohmann::json::parse(r.out).at("pid").get<int>();
-        return read_text("/proc/" + std::to_string(pid) + "/cgroup");
-    }
-
-  private:
-    std::string state_, id_;
-    bool created_ = false;
-    std::string error_;
-};
 
 class Cgroup2E2e : public ::testing::Test {
   protected:

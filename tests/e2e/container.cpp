@@ -242,6 +242,41 @@ Bundle& Bundle::command(const std::string& shell_script) {
 
 void Bundle::write_spec() const { std::ofstream(dir_ / "config.json") << spec_.dump(2); }
 
+Detached::Detached(const Bundle& b, const std::string& id)
+    : state_(b.state_root().string()), id_(id) {
+    const fs::path log = b.dir() / (id + ".out");
+    auto r = run_command({"sh", "-c", "exec \"$0\" \"$@\" >" + log.string() + " 2>&1",
+                          runtime_binary(), "--root", state_, "create", "--bundle",
+                          b.dir().string(), id});
+    created_ = r.exit_code == 0;
+    std::ifstream in(log, std::ios::binary);
+    error_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (created_) {
+        r = run_command({runtime_binary(), "--root", state_, "start", id_});
+        if (r.exit_code != 0) error_ += r.err;
+    }
+}
+
+void Detached::remove() {
+    run_command({runtime_binary(), "--root", state_, "delete", "--force", id_});
+}
+
+RunResult Detached::exec(std::vector<std::string> args) const {
+    args.insert(args.begin(), {runtime_binary(), "--root", state_, "exec", id_});
+    return run_command(args);
+}
+
+int Detached::pid() const {
+    auto r = run_command({runtime_binary(), "--root", state_, "state", id_});
+    if (r.exit_code != 0) return -1;
+    return nlohmann::json::parse(r.out).value("pid", -1);
+}
+
+std::string Detached::proc_cgroup() const {
+    std::ifstream in("/proc/" + std::to_string(pid()) + "/cgroup", std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 std::string runtime_binary() {
     const std::string name = suite_runtime();
     return env_or(name == "crun" ? "GPUBIND_CRUN" : "GPUBIND_RUNC", suite_runtime());

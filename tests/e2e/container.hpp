@@ -60,6 +60,31 @@ private:
     nlohmann::json spec_;
 };
 
+// A container created and started by the suite's runtime (runtime_binary())
+// from a bundle, left running (its command should sleep); deleted, by force,
+// when it goes.
+class Detached {
+public:
+    Detached(const Bundle& b, const std::string& id);
+    ~Detached() { remove(); }
+    Detached(const Detached&) = delete;
+    Detached& operator=(const Detached&) = delete;
+
+    void remove();
+    bool created() const { return created_; }
+    // What the runtime said when create or start failed.
+    const std::string& error() const { return error_; }
+    RunResult exec(std::vector<std::string> args) const;
+    // The container's init process (the runtime's state), -1 when unknown.
+    int pid() const;
+    std::string proc_cgroup() const;  // its /proc/<pid>/cgroup
+
+private:
+    std::string state_, id_;
+    bool created_ = false;
+    std::string error_;
+};
+
 // $name if set and not empty, else `fallback`.
 std::string env_or(const char* name, const char* fallback);
 // The OCI runtime a suite is written for: "runc" or "crun" (gpubind_e2e_test's

@@ -24,6 +24,7 @@
 
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
+#include "gpubind/system.hpp"
 
 namespace gpubind::test {
 
@@ -237,6 +238,20 @@ public:
         call("stat_at " + p, true);
         return lookup(p);
     }
+    FileInfo stat_in_root(int, const std::filesystem::path& p) override {
+        call("stat_in_root " + p.string(), true);
+        std::string cur;
+        FileInfo info{Type::Directory, 0, 0};
+        for (const auto& c : p.relative_path()) {
+            if (info.type != Type::Directory) return {};
+            cur += "/" + c.string();
+            auto it = root.find(cur);
+            // Symlinks in the model lead nowhere (dangling), as open_in_root would find.
+            if (it == root.end() || it->second.type == Type::Symlink) return {};
+            info = it->second;
+        }
+        return info;
+    }
     std::string read_link_at(int dir, const std::string& name) override {
         std::string p = child(dir, name);
         call("read_link_at " + p, true);
@@ -252,16 +267,6 @@ public:
                 k.find('/', key.size()) == std::string::npos)
                 out.push_back(k.substr(key.size()));
         return out;
-    }
-    std::string read_file_at(int dir, const std::string& name, std::size_t max_size) override {
-        std::string p = child(dir, name);
-        call("read_file_at " + p, true);
-        FileInfo info = lookup(p);
-        if (info.type == Type::Missing) throw Error(ENOENT, "open", p);
-        if (info.type != Type::Regular) throw Error(ELOOP, "open", p, "not a regular file");
-        std::string data = contents.count(p) ? contents.at(p) : std::string();
-        if (data.size() > max_size) throw Error(EFBIG, "read", p);
-        return data;
     }
     Fd make_dir(int dir, const std::string& name, unsigned) override {
         std::string p = child(dir, name);
@@ -287,10 +292,10 @@ public:
         const FileInfo info = lookup(p);
         if (info.type == Type::Missing) throw Error(ENOENT, "open", p);
         if (info.type == Type::Symlink) throw Error(ELOOP, "read", p);
-        if (info.type != Type::Regular) throw Error(EINVAL, "read", p, "not a regular file");
+        if (info.type != Type::Regular) throw_invalid("read", p, "not a regular file");
         RegularFile f;
         f.data = contents[p];
-        if (f.data.size() > max_size) throw Error(EFBIG, "read", p);
+        if (f.data.size() > max_size) throw Error(ErrorKind::Invalid, EFBIG, "read", p);
         auto attr = attrs.find(p);
         if (attr != attrs.end()) {
             f.uid = attr->second.owner.uid;
@@ -450,8 +455,17 @@ public:
         return id;
     }
 
-    // Not recorded: whether a mount id is in shared_mounts.
-    bool mount_shared(std::uint64_t id) override { return shared_mounts.count(id) > 0; }
+    // Not recorded (counted): a mountinfo whose lines of shared_mounts' ids say "shared:N".
+    std::size_t mountinfo_reads = 0;
+    std::string read_mountinfo() override {
+        ++mountinfo_reads;
+        std::string text;
+        for (std::uint64_t id : shared_mounts)
+            text += std::to_string(id) + " 1 0:" + std::to_string(id) + " / /m" +
+                    std::to_string(id) + " rw shared:" + std::to_string(id) +
+                    " - tmpfs tmpfs rw\n";
+        return text;
+    }
 
     // --- Helpers for tests ---
 

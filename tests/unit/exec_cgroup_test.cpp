@@ -1,6 +1,8 @@
 // Device access: the container's device cgroup located and parsed, v1 rules,
 // v2 device programs extended and swapped, against RecordingSystem.
+#include "device_access.hpp"
 #include "exec_world.hpp"
+#include "gpubind/cgroup.hpp"
 
 namespace gpubind {
 namespace {
@@ -216,6 +218,38 @@ TEST(ExecuteV2, FailureAtAnyStepPutsTheRuntimesProgramBack) {
         EXPECT_EQ(sys.root, root_before);
         EXPECT_TRUE(sys.mounted.empty());
         EXPECT_FALSE(sys.in_container);
+    }
+}
+
+// DeviceAccess alone: each step it takes is reported with what undoes it;
+// running those undos in reverse leaves the cgroup as it was.
+TEST(DeviceAccess, ReportsEachStepWithItsUndo) {
+    const Plan plan = sample_plan();
+    for (const bool v2 : {false, true}) {
+        SCOPED_TRACE(v2 ? "v2" : "v1");
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        if (v2) setup_v2(sys);
+        const std::vector<std::uint32_t> programs = sys.device_programs.ids;
+        DeviceAccess access(sys, plan.devices, OnRefused::Fail);
+        const Fd pidfd = sys.open_process(fake_pid());
+        access.prepare(pidfd.get(), fake_pid(), "pid");
+        std::vector<std::pair<std::string, std::function<void()>>> steps;
+        access.allow([&](const std::string& what, std::function<void()> undo) {
+            steps.emplace_back(what, std::move(undo));
+        });
+        if (v2) {
+            ASSERT_EQ(steps.size(), 1u);
+            EXPECT_EQ(steps[0].first, kV2Dir);
+            EXPECT_NE(sys.device_programs.ids, programs);
+        } else {
+            ASSERT_EQ(steps.size(), 2u);  // nvidiactl's and nvidia0's rules
+            for (const auto& step : steps) EXPECT_EQ(step.first, kDeny.substr(7));
+            EXPECT_EQ(sys.allowed.size(), 2u);
+        }
+        for (auto it = steps.rbegin(); it != steps.rend(); ++it) it->second();
+        EXPECT_TRUE(sys.allowed.empty());
+        EXPECT_EQ(sys.device_programs.ids, programs);
     }
 }
 

@@ -50,6 +50,35 @@ std::vector<std::string> listed(const std::string& bytes) {
     return out;
 }
 
+// /etc and its cache files are looked at once per start, whichever method
+// refreshes the cache: /etc's type once, /etc opened once, each name once.
+TEST(LoaderCache, EtcAndItsFilesAreCheckedOncePerStart) {
+    for (const LdcacheMethod method : {LdcacheMethod::Gpubind, LdcacheMethod::Ldconfig}) {
+        SCOPED_TRACE(method == LdcacheMethod::Gpubind ? "gpubind" : "ldconfig");
+        Plan plan = writer_plan();
+        // A directory mount makes the executor open what it resolved anew
+        // (the mount may hide it): none here, so /etc is opened once.
+        std::erase_if(plan.mounts, [](const PlannedMount& m) { return m.directory; });
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        give_cache(sys, image_cache());
+        sys.root["/etc/ld.so.conf"] = {Type::Regular, 0, 0};
+        Target t = target();
+        t.ldcache = method;
+        execute(plan, t, sys);
+        auto count = [&](const std::string& line) {
+            return std::count(sys.calls.begin(), sys.calls.end(), line);
+        };
+        EXPECT_EQ(count("stat_at root:/etc"), 1);
+        EXPECT_EQ(count("open_dir_in_root /etc"), 1);
+        EXPECT_EQ(count("stat_at root:/etc/ld.so.cache"), 1);
+        EXPECT_EQ(count("stat_at root:/etc/ld.so.cache~"), 1);
+        EXPECT_EQ(count("stat_at root:/etc/ld.so.conf"), 1);
+        // And the cache is refreshed all the same.
+        EXPECT_NE(sys.contents["root:/etc/ld.so.cache"], image_cache());
+    }
+}
+
 // No process: the image's cache is read by descriptor, merged, written to
 // ld.so.cache~ and renamed over it, keeping the original's owner and mode.
 TEST(LoaderCache, WrittenInsteadOfRunningLdconfig) {

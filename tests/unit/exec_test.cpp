@@ -229,6 +229,32 @@ TEST(Execute, RootlessJoinsTheUserNamespaceFirstAndStays) {
     }
 }
 
+// The hook and `gpubind configure` build their target from the config alike.
+TEST(MakeTarget, TakesThePolicyAndLdconfigFromTheConfig) {
+    Config config = default_config();
+    const Target defaults = make_target(config, 42, "/run/ctr/rootfs");
+    EXPECT_EQ(defaults.pid, 42);
+    EXPECT_EQ(defaults.rootfs, "/run/ctr/rootfs");
+    EXPECT_EQ(defaults.cgroups, config.policy.cgroups);
+    EXPECT_EQ(defaults.on_refused, config.policy.on_refused);
+    EXPECT_EQ(defaults.ldcache, config.policy.ldcache);
+    EXPECT_EQ(defaults.ldconfig, config.ldconfig);
+    EXPECT_FALSE(defaults.join_user_ns);
+
+    config.policy.cgroups = !config.policy.cgroups;
+    config.policy.on_refused =
+        config.policy.on_refused == OnRefused::Fail ? OnRefused::Warn : OnRefused::Fail;
+    config.policy.ldcache = config.policy.ldcache == LdcacheMethod::Gpubind
+                                ? LdcacheMethod::Ldconfig
+                                : LdcacheMethod::Gpubind;
+    config.ldconfig = "/opt/glibc/sbin/ldconfig";
+    const Target t = make_target(config, 7, "/r");
+    EXPECT_EQ(t.cgroups, config.policy.cgroups);
+    EXPECT_EQ(t.on_refused, config.policy.on_refused);
+    EXPECT_EQ(t.ldcache, config.policy.ldcache);
+    EXPECT_EQ(t.ldconfig, "/opt/glibc/sbin/ldconfig");
+}
+
 TEST(MapId, ReadsTheKernelsIdMaps) {
     // The formats the kernel prints: columns padded to 10.
     EXPECT_EQ(map_id("         0          0 4294967295\n", 0, "m"), 0u);
@@ -260,37 +286,45 @@ TEST(Execute, FailureAtAnyStepUndoesEverythingInReverseAndRethrowsIt) {
     const std::size_t n = ok.calls.size();
     ASSERT_GT(n, 40u);
 
-    for (std::size_t k = 0; k < n; ++k) {
-        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
-        RecordingSystem sys;
-        setup_world(sys, plan);
-        const auto root_before = sys.root;
-        sys.fail_at(k);
-        try {
-            execute(plan, target(), sys);
-            ADD_FAILURE() << "no error";
-        } catch (const Error& e) {
-            EXPECT_EQ(e.code().value(), EIO);
-            EXPECT_THAT(e.what(), HasSubstr("injected " + ok.calls[k]));
+    // EINVAL too: the kernel's EINVAL (a mount, a setns, an open refused) is
+    // a system failure, exit code 1, whichever step it comes from, never
+    // "bad input" (3).
+    for (const int err : {EIO, EINVAL})
+        for (std::size_t k = 0; k < n; ++k) {
+            SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k] + " with errno " +
+                         std::to_string(err));
+            RecordingSystem sys;
+            setup_world(sys, plan);
+            const auto root_before = sys.root;
+            sys.fail_errno = err;
+            sys.fail_at(k);
+            try {
+                execute(plan, target(), sys);
+                ADD_FAILURE() << "no error";
+            } catch (const Error& e) {
+                EXPECT_EQ(e.code().value(), err);
+                EXPECT_THAT(e.what(), HasSubstr("injected " + ok.calls[k]));
+                EXPECT_EQ(e.kind(), ErrorKind::System);
+                EXPECT_EQ(exit_code_for(e), kExitFailure) << e.what();
+            }
+            ASSERT_GT(sys.calls.size(), k);
+            for (std::size_t i = 0; i <= k; ++i) ASSERT_EQ(sys.calls[i], ok.calls[i]);
+
+            std::vector<std::string> expected;
+            for (std::size_t i = k; i-- > 0;)
+                if (std::string u = undo_of(sys.calls[i]); !u.empty()) expected.push_back(u);
+            std::vector<std::string> undone;
+            for (std::size_t i = k + 1; i < sys.calls.size(); ++i)
+                if (is_undo(sys.calls[i])) undone.push_back(sys.calls[i]);
+            EXPECT_EQ(undone, expected);
+
+            // The container is as it was, and we are back in our own namespace.
+            EXPECT_EQ(sys.root, root_before);
+            EXPECT_TRUE(sys.links.empty());
+            EXPECT_TRUE(sys.mounted.empty());
+            EXPECT_TRUE(sys.allowed.empty());
+            EXPECT_FALSE(sys.in_container);
         }
-        ASSERT_GT(sys.calls.size(), k);
-        for (std::size_t i = 0; i <= k; ++i) ASSERT_EQ(sys.calls[i], ok.calls[i]);
-
-        std::vector<std::string> expected;
-        for (std::size_t i = k; i-- > 0;)
-            if (std::string u = undo_of(sys.calls[i]); !u.empty()) expected.push_back(u);
-        std::vector<std::string> undone;
-        for (std::size_t i = k + 1; i < sys.calls.size(); ++i)
-            if (is_undo(sys.calls[i])) undone.push_back(sys.calls[i]);
-        EXPECT_EQ(undone, expected);
-
-        // The container is as it was, and we are back in our own namespace.
-        EXPECT_EQ(sys.root, root_before);
-        EXPECT_TRUE(sys.links.empty());
-        EXPECT_TRUE(sys.mounted.empty());
-        EXPECT_TRUE(sys.allowed.empty());
-        EXPECT_FALSE(sys.in_container);
-    }
 }
 
 TEST(Execute, RollbackGoesOnPastAFailedUndoAndTheFirstErrorWins) {
@@ -613,6 +647,8 @@ TEST(Execute, NonRegularLoaderCacheFilesRefuseBeforeAnythingIsDone) {
         } catch (const Error& e) {
             EXPECT_THAT(e.what(), HasSubstr(dir + "/" + name));
             EXPECT_THAT(e.what(), HasSubstr("not a regular file"));
+            // The image's bad file is bad input, through the step's context too.
+            EXPECT_EQ(exit_code_for(e), kExitInvalid);
         }
         EXPECT_EQ(sys.root, before);
         for (const auto& line : sys.calls) {
@@ -692,6 +728,18 @@ TEST(Execute, TargetsOnASharedMountAreRefused) {
         EXPECT_EQ(sys.root, before);
         EXPECT_TRUE(sys.mounted.empty());
     }
+}
+
+// The container's mountinfo is read once per start, however many mounts
+// (the root's, the runtime's /dev and /proc) are asked about.
+TEST(Execute, MountinfoIsReadOncePerStart) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    sys.mount_ids["root:/dev"] = 5;
+    sys.mount_ids["root:/proc"] = 6;
+    execute(plan, target(), sys);
+    EXPECT_EQ(sys.mountinfo_reads, 1u);
 }
 
 TEST(MountIsShared, ReadsTheOptionalFieldsOfItsOwnLine) {
@@ -788,7 +836,7 @@ TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
                   "/usr/local/cuda/compat\n");
         EXPECT_EQ(sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"].type, Type::Regular);
         for (const auto& line : sys.calls)
-            EXPECT_NE(line, "read_file_at root:/etc/passwd") << line;
+            EXPECT_NE(line, "read_regular_at root:/etc/passwd") << line;
     }
 
     for (Type odd : {Type::Directory, Type::Fifo}) {

@@ -273,6 +273,8 @@ TEST_P(Differential, LoaderResolvesEverySonameAsAfterLdconfig) {
         for (const std::string& so : *set) {
             SCOPED_TRACE(so + (is32 ? " (32-bit)" : ""));
             const std::string want = resolve(by_ldconfig, so, is32);
+            // Found at all (a failure alike in both copies must not pass).
+            EXPECT_NE(want.find(so + " => /"), std::string::npos) << want;
             EXPECT_EQ(resolve(by_gpubind, so, is32), want);
         }
     // The injected driver wins (or the image's newer CUDA compat libcuda).

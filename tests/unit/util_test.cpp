@@ -1,7 +1,12 @@
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
+#include <stdexcept>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -31,6 +36,116 @@ TEST(Error, InvalidInputCarriesDetailAndMapsToInvalidExit) {
         EXPECT_STREQ(e.what(), "parse ld.so.cache /x: truncated header");
         EXPECT_EQ(exit_code_for(e), kExitInvalid);
     }
+}
+
+// --- poll_until: the one wait with a deadline (stdin, the NVML child, the sandbox) ---
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct Pipe {
+    Fd read, write;
+    Pipe() {
+        int fds[2];
+        EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+        read = Fd(fds[0]);
+        write = Fd(fds[1]);
+    }
+};
+
+TEST(PollUntil, ReadyDescriptorReturnsAtOnceWithItsEvents) {
+    Pipe p;
+    ASSERT_EQ(::write(p.write.get(), "x", 1), 1);
+    pollfd fds[2] = {{p.write.get(), 0, 0}, {p.read.get(), POLLIN, 0}};
+    const auto start = Clock::now();
+    EXPECT_TRUE(poll_until(fds, Clock::now() + milliseconds(5000), "pipe"));
+    EXPECT_LT(Clock::now() - start, milliseconds(1000));
+    EXPECT_EQ(fds[0].revents, 0);
+    EXPECT_NE(fds[1].revents & POLLIN, 0);
+}
+
+TEST(PollUntil, NothingReadyWaitsForTheDeadlineThenSaysSo) {
+    Pipe p;
+    pollfd fd{p.read.get(), POLLIN, 0};
+    const auto start = Clock::now();
+    EXPECT_FALSE(poll_until({&fd, 1}, start + milliseconds(60), "pipe"));
+    const auto waited = Clock::now() - start;
+    EXPECT_GE(waited, milliseconds(59));
+    EXPECT_LT(waited, milliseconds(2000));
+}
+
+TEST(PollUntil, APassedDeadlineIsNotReadyEvenWhenDataIsThere) {
+    Pipe p;
+    ASSERT_EQ(::write(p.write.get(), "x", 1), 1);
+    pollfd fd{p.read.get(), POLLIN, 0};
+    EXPECT_FALSE(poll_until({&fd, 1}, Clock::now() - milliseconds(1), "pipe"));
+}
+
+TEST(PollUntil, ClosedWriterIsReady) {
+    Pipe p;
+    p.write.reset();
+    pollfd fd{p.read.get(), POLLIN, 0};
+    EXPECT_TRUE(poll_until({&fd, 1}, Clock::now() + milliseconds(5000), "pipe"));
+    EXPECT_NE(fd.revents & POLLHUP, 0);
+}
+
+extern "C" void count_alarm(int) {}
+
+// A signal interrupts poll (EINTR): the wait goes on with what is left, neither
+// an error nor a timeout before the deadline.
+TEST(PollUntil, InterruptedBySignalsKeepsWaitingUntilTheDeadline) {
+    struct sigaction sa {};
+    sa.sa_handler = count_alarm;  // no SA_RESTART: poll returns EINTR
+    struct sigaction old {};
+    ASSERT_EQ(::sigaction(SIGALRM, &sa, &old), 0);
+    itimerval every{{0, 10000}, {0, 10000}};  // every 10 ms
+    ASSERT_EQ(::setitimer(ITIMER_REAL, &every, nullptr), 0);
+    Pipe p;
+    pollfd fd{p.read.get(), POLLIN, 0};
+    const auto start = Clock::now();
+    bool ready = true;
+    EXPECT_NO_THROW(ready = poll_until({&fd, 1}, start + milliseconds(100), "pipe"));
+    const auto waited = Clock::now() - start;
+    itimerval off{};
+    ::setitimer(ITIMER_REAL, &off, nullptr);
+    ::sigaction(SIGALRM, &old, nullptr);
+    EXPECT_FALSE(ready);
+    EXPECT_GE(waited, milliseconds(99));
+}
+
+TEST(PollUntil, APollFailureIsAnErrorNamingWhat) {
+    // More descriptors than RLIMIT_NOFILE allows: poll fails with EINVAL.
+    std::vector<pollfd> many(1u << 21, pollfd{-1, POLLIN, 0});
+    try {
+        poll_until(many, Clock::now() + milliseconds(1000), "the child");
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), EINVAL);
+        EXPECT_EQ(e.op(), "poll");
+        EXPECT_EQ(e.path(), "the child");
+        EXPECT_EQ(e.kind(), ErrorKind::System);
+    }
+}
+
+// The exit code follows the kind the thrower gave, never errno.
+TEST(Error, KindNotErrnoDecidesTheExitCode) {
+    const Error kernel_einval(EINVAL, "mount", "/x");
+    EXPECT_EQ(kernel_einval.kind(), ErrorKind::System);
+    EXPECT_EQ(exit_code_for(kernel_einval), kExitFailure);
+    EXPECT_EQ(exit_code_for(Error(EFBIG, "write", "/x")), kExitFailure);
+    EXPECT_EQ(exit_code_for(Error(ECANCELED, "wait", "/x")), kExitFailure);
+    EXPECT_EQ(exit_code_for(Error(ErrorKind::Invalid, EFBIG, "read", "/x", "too large")),
+              kExitInvalid);
+    try {
+        throw_refused("check requirement", "NVIDIA_REQUIRE_CUDA", "cuda>=99 is not met");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Refused);
+        EXPECT_EQ(e.code().value(), ECANCELED);
+        EXPECT_STREQ(e.what(), "check requirement NVIDIA_REQUIRE_CUDA: cuda>=99 is not met");
+        EXPECT_EQ(exit_code_for(e), kExitRefused);
+    }
+    EXPECT_EQ(exit_code_for(std::runtime_error("other")), kExitFailure);
 }
 
 TEST(Fd, ClosesOnDestructionAndMoves) {

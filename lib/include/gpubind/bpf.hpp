@@ -1,6 +1,6 @@
 // cgroup v2 device programs (BPF_PROG_TYPE_CGROUP_DEVICE): the instructions
 // that extend a runtime's program with gpubind's rules. Pure functions; the
-// system calls that load and attach them are System's (exec.hpp).
+// system calls that load and attach them are System's (system.hpp).
 #pragma once
 
 #include <cstdint>
@@ -60,5 +60,20 @@ std::vector<Insn> extend_device_program(const std::vector<DeviceRule>& rules,
 // maps, packet access or instructions the kernel adds for itself). Empty is
 // refused too.
 void check_reloadable(const std::vector<Insn>& insns, const std::string& what);
+
+// One device access, as the kernel gives it to a device program.
+struct DeviceRequest {
+    unsigned type;    // kDevChar or kDevBlock
+    unsigned access;  // kAcc* bits
+    unsigned major, minor;
+};
+
+// Runs a device program (as the kernel dumps it) on one request, the way the
+// kernel would: the value of r0 at exit (non-zero: allowed). A small
+// interpreter of what such programs use (ALU, jumps, loads from the context
+// and the stack, stores to the stack, 64-bit immediates); anything else (an
+// unknown instruction, memory outside the context or the stack, a runaway
+// program) throws Error(ENOTSUP, "run device program", ...).
+std::uint64_t run_device_program(const std::vector<Insn>& prog, DeviceRequest req);
 
 }  // namespace gpubind::bpf

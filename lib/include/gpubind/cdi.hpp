@@ -25,6 +25,7 @@
 
 #include "gpubind/config.hpp"
 #include "gpubind/devices.hpp"
+#include "gpubind/image.hpp"
 #include "gpubind/node.hpp"
 #include "gpubind/oci.hpp"
 #include "gpubind/plan.hpp"

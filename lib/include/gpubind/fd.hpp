@@ -1,6 +1,11 @@
-// A move-only owner of a file descriptor.
+// A move-only owner of a file descriptor; waiting on descriptors with a deadline.
 #pragma once
 
+#include <poll.h>
+
+#include <chrono>
+#include <span>
+#include <string>
 #include <utility>
 
 namespace gpubind {
@@ -26,5 +31,12 @@ public:
 private:
     int fd_ = -1;
 };
+
+// poll(2) on `fds` until one of them is ready or `deadline` passes, EINTR
+// retried with the time then left. True: ready (their revents set); false:
+// the deadline passed first (also when it had passed already). Any other
+// failure of poll is an Error ("poll", `what`).
+bool poll_until(std::span<pollfd> fds, std::chrono::steady_clock::time_point deadline,
+                const std::string& what);
 
 }  // namespace gpubind

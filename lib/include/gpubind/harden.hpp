@@ -31,6 +31,7 @@ class Deadline {
     // the budget is spent.
     void check(const std::string& next) const;
     std::chrono::milliseconds budget() const { return budget_; }
+    std::chrono::steady_clock::time_point end() const { return end_; }
 
   private:
     std::chrono::milliseconds budget_;

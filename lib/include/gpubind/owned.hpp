@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "gpubind/exec.hpp"
 #include "gpubind/plan.hpp"
+#include "gpubind/system.hpp"
 
 namespace gpubind {
 

@@ -15,18 +15,10 @@
 #include "gpubind/devices.hpp"
 #include "gpubind/ldcache.hpp"
 #include "gpubind/node.hpp"
+#include "gpubind/mount_flags.hpp"
 #include "gpubind/request.hpp"
 
 namespace gpubind {
-
-// Mount flags the executor applies (a subset of MOUNT_ATTR_*, named here so
-// the plan stays independent of kernel headers).
-enum MountFlag : unsigned {
-    kMountReadOnly = 1u << 0,
-    kMountNoSuid = 1u << 1,
-    kMountNoDev = 1u << 2,
-    kMountNoExec = 1u << 3,
-};
 
 struct PlannedMount {
     std::filesystem::path source;   // host path, absolute

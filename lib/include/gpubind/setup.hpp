@@ -114,4 +114,14 @@ std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dr
 // The runc hooks fragment for config.json, for `--engine runc` without a bundle.
 std::string runc_hooks_snippet(const Options& o);
 
+// The /dev/char/<major>:<minor> links systemd resolves device rules through
+// (a unit's DeviceAllow; a rule for a node without one is dropped at
+// `systemctl daemon-reload`), for every NVIDIA character device under
+// <dev_root>/dev (nvidia*, nvidia-caps/*, nvidia-caps-imex-channels/*):
+// relative links ("../nvidia0") as udev makes them. Idempotent: a right link
+// is left, a wrong one replaced atomically, nothing else touched. Returns the
+// report, one line per link ("created", "replaced", "unchanged"; with
+// dry_run "would ...").
+std::vector<std::string> dev_char_links(const std::filesystem::path& dev_root, bool dry_run);
+
 }  // namespace gpubind::setup
