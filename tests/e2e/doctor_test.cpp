@@ -15,6 +15,7 @@
 #include "container.hpp"
 #include "gpubind/bpf.hpp"
 #include "gpubind/doctor.hpp"
+#include "gpubind/cgroup.hpp"
 #include "gpubind/exec.hpp"
 #include "temp_dir.hpp"
 
