@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/description.hpp"
+#include "gpubind/inject.hpp"
 #include "gpubind/node.hpp"
 
 namespace gpubind::cli {
@@ -184,7 +184,7 @@ void register_info(CLI::App& app, Action& action) {
             // --root and --ldcache describe another node than the configured one:
             // its description is not stored.
             load.write = opts->node.root.empty() && opts->node.ldcache.empty();
-            const NodeKnowledge k = load_node(node_config(opts->node), load);
+            const NodeKnowledge k = know_node(node_config(opts->node), load);
             if (opts->json) print_json(k);
             else if (opts->csv) print_csv(k.node);
             else {

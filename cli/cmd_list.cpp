@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/description.hpp"
+#include "gpubind/inject.hpp"
 #include "gpubind/devices.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/node.hpp"
@@ -155,7 +155,7 @@ void register_list(CLI::App& app, Action& action) {
                              o->device.find("mig-") != std::string::npos;
             // --root and --ldcache describe another node than the configured one.
             load.write = o->node.root.empty() && o->node.ldcache.empty();
-            const Node node = load_node(node_config(o->node), load).node;
+            const Node node = know_node(node_config(o->node), load).node;
             Listing listing = make_listing(node, *o, *caps);
             if (o->json) print_json(listing);
             else print_text(listing);

@@ -59,6 +59,8 @@ void register_setup(CLI::App& app, Action& action) {
                   "Take gpubind out again: restore the backups, else remove what gpubind added");
     cmd->add_flag("--set-default", o->request.options.set_default,
                   "Make gpubind the default runtime (docker, containerd, crio)");
+    cmd->add_flag("--cdi", o->request.options.cdi,
+                  "Also turn on the engine's own CDI support (containerd 1.7+, docker 25+, CRI-O)");
     cmd->add_flag("-n,--dry-run", o->dry_run, "Print what would change; write nothing");
     cmd->add_option("--prefix", o->request.prefix, "Root the engines' files are under (default /)");
     cmd->add_option("--runtime-path", o->request.options.runtime_path,

@@ -37,6 +37,7 @@ void register_simulate(CLI::App& app, Action& action);
 void register_plan(CLI::App& app, Action& action);
 void register_configure(CLI::App& app, Action& action);
 void register_setup(CLI::App& app, Action& action);
+void register_cdi(CLI::App& app, Action& action);
 void register_doctor(CLI::App& app, Action& action);
 
 }  // namespace gpubind::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     cli::register_plan(app, action);
     cli::register_configure(app, action);
     cli::register_setup(app, action);
+    cli::register_cdi(app, action);
     cli::register_doctor(app, action);
 
     try {

@@ -4,7 +4,9 @@
 // left alone; poststop does nothing. One line on stderr says why it failed.
 // A spec gpubind-runtime edited (runtime::marked) already has the devices and
 // mounts: the hook that edit registers ("finish" stage) does only the rest,
-// any other registration nothing.
+// any other registration nothing. The "cdi" stage is the createRuntime
+// hook of gpubind's CDI spec (cdi.hpp): the GPUs are those the engine put in
+// the spec's linux.devices.
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "gpubind/cdi.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
@@ -74,46 +77,20 @@ bool environment_inherited() {
     return false;
 }
 
-int run(const std::string& stage, bool inherited) {
-    if (stage == "poststop") return kExitOk;
-    const bool finish = stage == runtime::kFinishStage;
-    if ((stage == "createContainer" || stage == "startContainer") && inherited)
-        throw_invalid("run hook", stage,
-                      "registered without \"env\", the hook would get the container's "
-                      "environment; refusing (register it at prestart or createRuntime, or "
-                      "give it env [\"GPUBIND_CONFIG=/absolute/path\"])");
-    if (stage != "prestart" && stage != "createRuntime" && stage != "createContainer" && !finish)
-        throw_invalid("run hook", stage,
-                      "unknown stage (prestart, createRuntime, poststop, finish)");
+using Clock = std::chrono::steady_clock;
 
-    const harden::Deadline deadline(kHookBudget);
-    using Clock = std::chrono::steady_clock;
-    const auto started = Clock::now();
-    auto us = [](Clock::time_point from, Clock::time_point to) {
-        return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
-    };
-    const Config config = load_trusted_config();
-    const oci::State state = oci::parse_state(
-        harden::read_stream(STDIN_FILENO, oci::kMaxStateSize, "stdin", deadline), "stdin");
-    set_up_logging(config, state.id);
+long long micros(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
+}
 
-    deadline.check("read the spec");
-    const oci::Spec spec = oci::load_spec(state.bundle);
-    if (runtime::marked(*spec.doc) != finish) {
-        if (finish) throw_invalid("run hook", stage, "the spec was not edited by gpubind-runtime");
-        logger().debug("edited by gpubind-runtime: its finish hook completes the container");
-        return kExitOk;
-    }
-    const auto read = Clock::now();
-    const Decision decision = decide(spec, config);
-    const auto decided = Clock::now();
-    if (!decision.gpu_container()) {
-        logger().debug("{}: nothing to do", decision.reason);
-        return kExitOk;
-    }
-    const Plan plan = finish ? runtime::finish_plan(decision.plan) : decision.plan;
-    logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
-                  plan.mounts.size(), plan.symlinks.size());
+// When the hook started, read its input and decided (debug timing).
+struct Times {
+    Clock::time_point started = Clock::now(), read{}, decided{};
+};
+
+// Carries out `plan` in the container (the state's pid).
+void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
+               const Config& config, const harden::Deadline& deadline, const Times& times) {
     Target target = make_target(config, state.pid, spec.rootfs);
     // A rootless runtime runs its hooks as the user: no privilege over the
     // host, all of them in the container's own user namespace.
@@ -125,7 +102,67 @@ int run(const std::string& stage, bool inherited) {
     const auto done = Clock::now();
     logger().info("container configured");
     logger().debug("timing: config, state and spec {} us, decision {} us, execution {} us",
-                   us(started, read), us(read, decided), us(decided, done));
+                   micros(times.started, times.read), micros(times.read, times.decided),
+                   micros(times.decided, done));
+}
+
+// The "cdi" stage (the createRuntime hook of gpubind's CDI spec): the
+// engine applied the spec's devices and mounts; the links, the loader cache
+// and the /proc/driver/nvidia view of the GPUs the spec gave are done here.
+int run_cdi(const Config& config, const oci::State& state, const oci::Spec& spec,
+            const harden::Deadline& deadline, Times times) {
+    const Node node = know_node(config, {}).node;
+    const cdi::HookDecision decision = cdi::hook_plan(node, spec, config);
+    times.decided = Clock::now();
+    if (!decision.gpu_container) {
+        logger().info("{}: nothing to do", decision.reason);
+        return kExitOk;
+    }
+    logger().info("{}: {} links", decision.reason, decision.plan.symlinks.size());
+    configure(decision.plan, state, spec, config, deadline, times);
+    return kExitOk;
+}
+
+int run(const std::string& stage, bool inherited) {
+    if (stage == "poststop") return kExitOk;
+    const bool finish = stage == runtime::kFinishStage;
+    const bool cdi_stage = stage == cdi::kHookStage;
+    if ((stage == "createContainer" || stage == "startContainer" || cdi_stage) && inherited)
+        throw_invalid("run hook", stage,
+                      "registered without \"env\", the hook would get the container's "
+                      "environment; refusing (register it at prestart or createRuntime, or "
+                      "give it env [\"GPUBIND_CONFIG=/absolute/path\"])");
+    if (stage != "prestart" && stage != "createRuntime" && stage != "createContainer" && !finish &&
+        !cdi_stage)
+        throw_invalid("run hook", stage,
+                      "unknown stage (prestart, createRuntime, poststop, finish, cdi)");
+
+    const harden::Deadline deadline(kHookBudget);
+    Times times;
+    const Config config = load_trusted_config();
+    const oci::State state = oci::parse_state(
+        harden::read_stream(STDIN_FILENO, oci::kMaxStateSize, "stdin", deadline), "stdin");
+    set_up_logging(config, state.id);
+
+    deadline.check("read the spec");
+    const oci::Spec spec = oci::load_spec(state.bundle);
+    times.read = Clock::now();
+    if (cdi_stage) return run_cdi(config, state, spec, deadline, times);
+    if (runtime::marked(*spec.doc) != finish) {
+        if (finish) throw_invalid("run hook", stage, "the spec was not edited by gpubind-runtime");
+        logger().debug("edited by gpubind-runtime: its finish hook completes the container");
+        return kExitOk;
+    }
+    const Decision decision = decide(spec, config);
+    times.decided = Clock::now();
+    if (!decision.gpu_container()) {
+        logger().debug("{}: nothing to do", decision.reason);
+        return kExitOk;
+    }
+    const Plan plan = finish ? runtime::finish_plan(decision.plan) : decision.plan;
+    logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
+                  plan.mounts.size(), plan.symlinks.size());
+    configure(plan, state, spec, config, deadline, times);
     return kExitOk;
 }
 

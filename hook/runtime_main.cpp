@@ -3,7 +3,9 @@
 // and `run` of a GPU container does it first edit the bundle's config.json
 // (runtime::edit_spec): the runtime then creates the device nodes, grants them
 // in the device cgroup and bind-mounts the driver files itself, and
-// gpubind-hook, registered by the edit, does the rest. A failure is reported
+// gpubind-hook, registered by the edit, does the rest. CDI devices named in
+// the spec (annotations cdi.k8s.io/..., NVIDIA_VISIBLE_DEVICES=vendor/class=name,
+// volume mounts) are applied from the node's CDI specs first. A failure is reported
 // (stderr, the configured log, the engine's --log) and nothing is executed, so
 // no container is created half-configured.
 #include <sys/stat.h>
@@ -27,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "log_format.hpp"
+#include "gpubind/cdi.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
@@ -239,25 +242,51 @@ fs::path find_runtime(const Config& config) {
 }
 
 // create/run of a GPU container: the spec edited and written back in place.
+// CDI devices the container names (annotations, NVIDIA_VISIBLE_DEVICES, volume
+// mounts) are applied from the node's CDI specs first, then gpubind's own
+// request is read from the result.
 void edit_bundle(const Args& args, const Config& config) {
-    const oci::Spec spec = oci::load_spec(args.bundle);
+    oci::Spec spec = oci::load_spec(args.bundle);
     if (runtime::marked(*spec.doc)) {
         logger().debug("{}: already edited by gpubind-runtime", args.id);
         return;
     }
-    const Decision decision = decide(spec, config);
-    if (!decision.gpu_container()) {
-        logger().debug("{}: {}: nothing to do", args.id, decision.reason);
-        return;
+    nlohmann::json edited = *spec.doc;
+    bool changed = false;
+    const auto& annotations = spec.doc->value("annotations", nlohmann::json::object());
+    if (!annotations.is_object() || !annotations.contains(cdi::kAppliedAnnotation)) {
+        const cdi::Requests requests = cdi::read_requests(spec, config.policy);
+        if (!requests.devices.empty()) {
+            // The node's own specs brought up to date first: after a driver
+            // upgrade or a MIG change they would name what is gone.
+            try {
+                cdi::refresh_quietly(know_node(config, {}).node, config);
+            } catch (const std::exception& e) {
+                logger().warn("CDI specs not refreshed: {}", e.what());
+            }
+            edited = cdi::apply(edited, requests.devices, cdi::load_specs(config.cdi.spec_dirs));
+            changed = true;
+            logger().info("{}: {}: {} CDI devices applied", args.id, requests.source,
+                          requests.devices.size());
+            spec = oci::parse_spec(edited.dump(), args.bundle);
+        }
     }
-    runtime::FinishHook hook;
-    hook.path = self_exe().parent_path() / "gpubind-hook";
-    if (::access(hook.path.c_str(), X_OK) != 0) throw_errno("find hook", hook.path.string());
-    hook.env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-    if (!config.source.empty())
-        hook.env.push_back(std::string(kConfigEnv) + "=" + fs::absolute(config.source).string());
-
-    const nlohmann::json edited = runtime::edit_spec(*spec.doc, decision.plan, hook);
+    const Decision decision = decide(spec, config);
+    if (decision.gpu_container()) {
+        runtime::FinishHook hook;
+        hook.path = self_exe().parent_path() / "gpubind-hook";
+        if (::access(hook.path.c_str(), X_OK) != 0) throw_errno("find hook", hook.path.string());
+        hook.env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        if (!config.source.empty())
+            hook.env.push_back(std::string(kConfigEnv) + "=" + fs::absolute(config.source).string());
+        edited = runtime::edit_spec(edited, decision.plan, hook);
+        changed = true;
+        logger().info("{}: {}: {} devices, {} mounts in the spec", args.id, decision.reason,
+                      decision.plan.devices.size(), decision.plan.mounts.size());
+    } else {
+        logger().debug("{}: {}: nothing to do", args.id, decision.reason);
+    }
+    if (!changed) return;
     const fs::path file = args.bundle / "config.json";
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) throw_errno("stat", file.string());
@@ -265,8 +294,6 @@ void edit_bundle(const Args& args, const Config& config) {
     // Read by the runtime at once, useless after a crash: no fsync.
     write_file_atomic(file, edited.dump(), mode, false);
     if (::chmod(file.c_str(), mode) != 0) throw_errno("chmod", file.string());  // past the umask
-    logger().info("{}: {}: {} devices, {} mounts in the spec", args.id, decision.reason,
-                  decision.plan.devices.size(), decision.plan.mounts.size());
 }
 
 [[noreturn]] void exec_runtime(const fs::path& runtime, int argc, char** argv) {

@@ -12,6 +12,7 @@
 
 
 #include "default_config.hpp"
+#include "gpubind/cdi_name.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
 #include "gpubind/log.hpp"
@@ -36,6 +37,7 @@ public:
             else if (k == "log") table(node, k, [&](auto& t) { read_log(t, k); });
             else if (k == "runtime") table(node, k, [&](auto& t) { read_runtime(t, k); });
             else if (k == "catalog") table(node, k, [&](auto& t) { read_catalog(t, k); });
+            else if (k == "cdi") table(node, k, [&](auto& t) { read_cdi(t, k); });
             else if (k == "nvidia-container-cli")
                 table(node, k, [&](auto& t) { read_nvidia_cli(t, k); });
             else if (k == "nvidia-container-runtime")
@@ -181,6 +183,31 @@ private:
             std::string k(key.str()), full = prefix + "." + k;
             if (k == "runtimes") config_.runtimes = runtimes(node, full);
             else fail(full, "unknown key");
+        }
+    }
+
+    void read_cdi(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "dir") {
+                config_.cdi.dir = absolute(node, full);
+            } else if (k == "kind") {
+                config_.cdi.kind = string(node, full);
+                if (auto why = cdi::kind_error(config_.cdi.kind))
+                    fail(full, "\"" + config_.cdi.kind + "\" is not a CDI kind: " + *why);
+            } else if (k == "capabilities") {
+                config_.cdi.caps = capabilities(node, full);
+            } else if (k == "hook") {
+                config_.cdi.hook = absolute(node, full);
+            } else if (k == "spec-dirs") {
+                config_.cdi.spec_dirs.clear();
+                for (const auto& d : strings(node, full)) {
+                    if (d.empty() || d.front() != '/') fail(full, "expected absolute paths");
+                    config_.cdi.spec_dirs.emplace_back(d);
+                }
+            } else {
+                fail(full, "unknown key");
+            }
         }
     }
 

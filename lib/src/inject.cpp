@@ -1,5 +1,6 @@
 #include "gpubind/inject.hpp"
 
+#include "gpubind/cdi.hpp"
 #include "gpubind/description.hpp"
 #include "gpubind/devices.hpp"
 #include "gpubind/log.hpp"
@@ -38,6 +39,12 @@ std::string describe_request(const Request& request) {
     return {};
 }
 
+NodeKnowledge know_node(const Config& config, const LoadOptions& options) {
+    NodeKnowledge known = load_node(config, options);
+    if (known.recomputed && known.stored) cdi::refresh_quietly(known.node, config);
+    return known;
+}
+
 Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config) {
     Decision d;
     d.request = std::move(request);
@@ -46,7 +53,7 @@ Decision decide(Request request, const std::filesystem::path& rootfs, const Conf
 
     LoadOptions options;
     options.need_nvml = needs_nvml_facts(d.request);
-    NodeKnowledge known = load_node(config, options);
+    NodeKnowledge known = know_node(config, options);
     d.node_recomputed = known.recomputed;
     d.nvml_asked = known.nvml_asked;
     d.node = std::make_unique<Node>(std::move(known.node));

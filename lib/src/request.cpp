@@ -2,13 +2,14 @@
 // mounts, their meaning); the rules, in order:
 //
 //  1. Device mounts: mounts of /dev/null at /var/run/nvidia-container-devices/<id>
-//     (<id> may be "all"; imex/<n> names an IMEX channel). Honoured only under
-//     policy.accept_volume_mounts; when present they replace the variables.
+//     (<id> may be "all"; imex/<n> names an IMEX channel; cdi/... is CDI's).
+//     Honoured only under policy.accept_volume_mounts; when present they replace the variables.
 //     Refused by policy, they are ignored (logged) and the variables apply.
 //  2. NVIDIA_VISIBLE_DEVICES: unset means no GPUs, except for a legacy CUDA
 //     image (CUDA_VERSION set, NVIDIA_REQUIRE_CUDA unset) which gets all of
 //     them; "void" or empty means no GPUs; "none" the driver without a GPU;
-//     "all" or a comma list of ids otherwise. Not a GPU container: nothing
+//     "all" or a comma list of ids otherwise; CDI names ("nvidia.com/gpu=1")
+//     are not a request here (cdi::read_requests). Not a GPU container: nothing
 //     else is read. An unprivileged container (no CAP_SYS_ADMIN in its
 //     bounding set) asking by variable is refused unless
 //     policy.accept_envvar_unprivileged.
@@ -32,6 +33,7 @@
 
 #include <fmt/format.h>
 
+#include "gpubind/cdi_name.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/log.hpp"
 #include "gpubind/strings.hpp"
@@ -79,6 +81,7 @@ MountRequest read_device_mounts(const oci::Spec& spec, const std::string& where)
         for (const auto& part : rel)
             if (!part.empty()) parts.push_back(part.string());
         if (parts.empty() || parts[0] == "." || parts[0] == "..") continue;  // not under it
+        if (parts[0] == "cdi") continue;  // CDI names: cdi::read_requests
 
         auto bad = [&](const char* why) {
             throw_invalid("read request", where,
@@ -100,6 +103,13 @@ MountRequest read_device_mounts(const oci::Spec& spec, const std::string& where)
         }
     }
     return out;
+}
+
+// Whether a NVIDIA_VISIBLE_DEVICES value names CDI devices ("nvidia.com/gpu=0").
+bool names_cdi_devices(std::string_view value) {
+    for (auto field : split(value, ','))
+        if (cdi::looks_qualified(trim(field))) return true;
+    return false;
 }
 
 // NVIDIA_IMEX_CHANNELS: "all", or channel numbers; void, none or empty: none.
@@ -220,7 +230,14 @@ Request read_request(const oci::Spec& spec, const Policy& policy) {
                 "reading NVIDIA_VISIBLE_DEVICES instead",
                 container, kDeviceMountDir);
         std::string asked_by;
-        if (auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES")) {
+        auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES");
+        if (visible && names_cdi_devices(*visible)) {
+            logger().debug("{}: NVIDIA_VISIBLE_DEVICES names CDI devices: the engine or "
+                           "gpubind-runtime applies them",
+                           container);
+            return Request{};
+        }
+        if (visible) {
             req.devices = parse_device_ids(*visible);
             if (req.devices.kind == DeviceIdsKind::Void) return Request{};
             req.source = RequestSource::Env;

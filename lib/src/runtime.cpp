@@ -25,15 +25,6 @@ json& member(json& parent, const char* key, const json& empty, const std::string
     return m;
 }
 
-std::vector<std::string> mount_options(unsigned flags) {
-    std::vector<std::string> out = {"rbind"};
-    if (flags & kMountReadOnly) out.emplace_back("ro");
-    if (flags & kMountNoSuid) out.emplace_back("nosuid");
-    if (flags & kMountNoDev) out.emplace_back("nodev");
-    if (flags & kMountNoExec) out.emplace_back("noexec");
-    return out;
-}
-
 void add_devices(json& linux, const Plan& plan) {
     json& devices = member(linux, "devices", json::array(), "linux.devices");
     json& resources = member(linux, "resources", json::object(), "linux.resources");
@@ -91,6 +82,15 @@ void add_mounts(json& spec, const Plan& plan) {
 }
 
 }  // namespace
+
+std::vector<std::string> mount_options(unsigned flags) {
+    std::vector<std::string> out = {"rbind"};
+    if (flags & kMountReadOnly) out.emplace_back("ro");
+    if (flags & kMountNoSuid) out.emplace_back("nosuid");
+    if (flags & kMountNoDev) out.emplace_back("nodev");
+    if (flags & kMountNoExec) out.emplace_back("noexec");
+    return out;
+}
 
 bool marked(const json& spec) {
     if (!spec.is_object()) return false;

@@ -112,6 +112,12 @@ std::string format_array(const std::vector<std::string>& items) {
     return out + "]";
 }
 
+toml::array string_array(const std::vector<std::string>& items) {
+    toml::array out;
+    for (const auto& item : items) out.push_back(item);
+    return out;
+}
+
 // The subtable t[key], created when absent.
 toml::table& subtable(toml::table& t, std::string_view key, const std::string& what) {
     auto [it, inserted] = t.insert(key, toml::table{});
@@ -240,6 +246,7 @@ std::string docker_add(const Text& old, const Options& o, const std::string& wha
         member(member(j, "runtimes", Json::object(), what), kName, Json::object(), what);
     runtime["path"] = o.runtime_path;
     if (!runtime.contains("runtimeArgs")) runtime["runtimeArgs"] = Json::array();
+    if (o.cdi) member(j, "features", Json::object(), what)["cdi"] = true;
     if (o.set_default)
         j["default-runtime"] = kName;
     else if (j.contains("default-runtime") && j["default-runtime"] == kName)
@@ -286,6 +293,11 @@ std::string containerd_drop_in(const Text& main_config, const Options& o, const 
     runtime.insert_or_assign("runtime_type", "io.containerd.runc.v2");
     subtable(runtime, "options", what).insert_or_assign("BinaryName", o.runtime_path);
     if (o.set_default) containerd.insert_or_assign("default_runtime_name", kName);
+    if (o.cdi) {
+        toml::table& cri = subtable(subtable(out, "plugins", what), kCriPlugin, what);
+        cri.insert_or_assign("enable_cdi", true);
+        cri.insert_or_assign("cdi_spec_dirs", string_array(o.cdi_spec_dirs));
+    }
     return "# The gpubind runtime for containerd, written by `gpubind setup --engine containerd`.\n"
            "# containerd 1.x replaces a whole plugin section with an imported one, so the cri\n"
            "# plugin settings of config.toml (or containerd's built-in runc) are repeated here:\n"
@@ -361,6 +373,7 @@ std::string crio_drop_in(const Options& o) {
     toml::table& gpubind = subtable(subtable(runtime, "runtimes", what), kName, what);
     gpubind.insert("runtime_path", o.runtime_path);
     gpubind.insert("runtime_type", "oci");
+    if (o.cdi) runtime.insert("cdi_spec_dirs", string_array(o.cdi_spec_dirs));
     return "# The gpubind runtime for CRI-O, written by `gpubind setup --engine crio`.\n\n" +
            format_toml(out);
 }

@@ -312,9 +312,13 @@ RunResult Bundle::run_with(const std::string& runtime) {
 SimNode::SimNode(const sim::Spec& spec, const std::string& prefix)
     : dir_(prefix), manifest_(sim::simulate(dir_.path(), spec)),
       config_(dir_.path().parent_path() / (dir_.path().filename().string() + "-config.toml")),
-      state_dir_(dir_.path().parent_path() / (dir_.path().filename().string() + "-state")) {
+      state_dir_(dir_.path().parent_path() / (dir_.path().filename().string() + "-state")),
+      cdi_dir_(dir_.path().parent_path() / (dir_.path().filename().string() + "-cdi")) {
     fs::create_directory(state_dir_);
     fs::permissions(state_dir_, fs::perms(0755));
+    // Made now: a container start writes the node's CDI spec there, never
+    // into the host's /var/run/cdi, and no tripwire armed later sees it appear.
+    fs::create_directories(cdi_dir_);
     write_config();
 }
 
@@ -322,6 +326,7 @@ SimNode::~SimNode() {
     std::error_code ec;
     fs::remove(config_, ec);
     fs::remove_all(state_dir_, ec);
+    fs::remove_all(cdi_dir_, ec);
 }
 
 void SimNode::write_config(const std::string& extra) const {
@@ -330,6 +335,9 @@ void SimNode::write_config(const std::string& extra) const {
                            << "\"\nproc-root = \"" << r << "/proc\"\nstate-dir = \""
                            << state_dir_.string() << "\"\n[log]\nfile = \""
                            << log().string() << "\"\nlevel = \"debug\"\n"
+                           << (extra.find("[cdi]") == std::string::npos
+                                   ? "[cdi]\ndir = \"" + cdi_dir_.string() + "\"\n"
+                                   : std::string())
                            << extra;
 }
 

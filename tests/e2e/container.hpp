@@ -115,7 +115,10 @@ public:
     // The config's [node] state-dir: beside the node, so that rewriting the
     // node leaves the description for the fingerprint to judge.
     const std::filesystem::path& state_dir() const { return state_dir_; }
-    // (Re)writes the config; `extra` is appended (TOML: more tables).
+    // Where container starts write the node's CDI specs ([cdi] dir).
+    const std::filesystem::path& cdi_dir() const { return cdi_dir_; }
+    // (Re)writes the config; `extra` is appended (TOML: more tables). Unless
+    // it has a [cdi] table, the config's [cdi] dir is cdi_dir().
     void write_config(const std::string& extra = {}) const;
     // Rewrites the node in place (another driver version, MIG layout, ...).
     void simulate(const sim::Spec& spec) { manifest_ = sim::simulate(root(), spec); }
@@ -128,6 +131,7 @@ private:
     sim::Manifest manifest_;
     std::filesystem::path config_;
     std::filesystem::path state_dir_;
+    std::filesystem::path cdi_dir_;
 };
 
 // What gpu_script() prints and expect_gpus() checks of a container given GPUs

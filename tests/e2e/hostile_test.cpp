@@ -973,7 +973,8 @@ fs::path issue12_config(const fs::path& dir, const std::string& name, const fs::
     const std::string root = node_root.string();
     std::ofstream(p) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
                      << "\"\nproc-root = \"" << root << "/proc\"\n"
-                     << node << "\n[policy]\nldcache = \"ldconfig\"\n"
+                     << node << "\n[cdi]\ndir = \"" << (dir / (name + "-cdi")).string()
+                     << "\"\n[policy]\nldcache = \"ldconfig\"\n"
                      << rest;
     ::chmod(p.c_str(), 0644);
     return p;

@@ -280,7 +280,8 @@ TEST(MigE2e, MigDeviceReachesTheContainerWithExactlyItsNodes) {
     const fs::path config = work / "config.toml";
     std::ofstream(config) << "[node]\ndriver-root = \"" << node.path().string()
                           << "\"\ndev-root = \"" << node.path().string() << "\"\nproc-root = \""
-                          << node.path().string() << "/proc\"\n";
+                          << node.path().string() << "/proc\"\n[cdi]\ndir = \""
+                          << (work / "cdi").string() << "\"\n";
     // MIG index 1 of GPU 0: the one with GPU instance 2 (devices are ordered by gi, ci).
     const sim::ManifestMig& want = m.migs[1];
     ASSERT_EQ(want.gi, 2u);

@@ -21,6 +21,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "binaries.hpp"
 #include "container.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
@@ -32,9 +33,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string runtime() {
-    return env_or("GPUBIND_RUNTIME", GPUBIND_RUNTIME_PATH);
-}
 std::string runc() {
     return env_or("GPUBIND_RUNC", "runc");
 }

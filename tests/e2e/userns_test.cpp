@@ -233,7 +233,8 @@ class RootlessTest : public UsernsTest {
         const std::string root = node_->root().string();
         std::ofstream(config) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
                               << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
-                              << log_.string() << "\"\nlevel = \"debug\"\n[policy]\n"
+                              << log_.string() << "\"\nlevel = \"debug\"\n[cdi]\ndir = \""
+                              << (b.dir() / "cdi").string() << "\"\n[policy]\n"
                               << policy;
         if (with_hook) b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
         for (const auto& g : m().gpus)

@@ -26,6 +26,7 @@
 #include "command.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/setup.hpp"
+#include "gpubind/yaml.hpp"
 #include "temp_dir.hpp"
 #include "toml.hpp"  // lib/src: toml++ as the library includes it
 
@@ -559,6 +560,105 @@ TEST(SetupCli, ReportsEachFileAndMapsBadFilesToExitCode3) {
     EXPECT_THAT(r.out, HasSubstr("\"prestart\""));
     r = sh(cmd + " --engine lxc");
     EXPECT_EQ(r.rc, 2);
+}
+
+}  // namespace
+
+namespace {
+
+// --cdi: each engine's own CDI settings, in the files gpubind owns (docker:
+// its daemon.json). containerd 1.6 (Debian 12) parses the drop-in and ignores
+// the keys 1.7 reads.
+TEST(SetupCdi, EachEngineGetsItsCdiSettings) {
+    TempDir dir;
+    for (Engine e : {Engine::Docker, Engine::Containerd, Engine::Crio}) {
+        Request r;
+        r.engine = e;
+        r.prefix = dir.path();
+        r.options.cdi = true;
+        apply_setup(plan_setup(r), false);
+    }
+    const auto docker = nlohmann::json::parse(slurp(dir / kDockerConfig));
+    EXPECT_EQ(docker["features"]["cdi"], true);
+    const toml::table ctd = toml::parse(slurp(dir / kContainerdDropIn));
+    const auto cri = ctd["plugins"]["io.containerd.grpc.v1.cri"];
+    EXPECT_EQ(cri["enable_cdi"].value_or(false), true);
+    EXPECT_EQ(cri["cdi_spec_dirs"][0].value_or(std::string()), "/etc/cdi");
+    EXPECT_EQ(cri["cdi_spec_dirs"][1].value_or(std::string()), "/var/run/cdi");
+    const toml::table crio = toml::parse(slurp(dir / kCrioDropIn));
+    EXPECT_EQ(crio["crio"]["runtime"]["cdi_spec_dirs"][1].value_or(std::string()), "/var/run/cdi");
+    ASSERT_EQ(sh("containerd --version").rc, 0);
+    const toml::table merged = containerd_dump(containerd_config_for_dump(dir));
+    EXPECT_EQ(merged["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpubind"]
+                    ["options"]["BinaryName"]
+                        .value_or(std::string()),
+              "/usr/bin/gpubind-runtime");
+    // Without --cdi nothing of it.
+    TempDir plain;
+    run(plain.path(), Engine::Containerd);
+    EXPECT_EQ(slurp(plain / kContainerdDropIn).find("cdi"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// docs/kubernetes.md's code blocks: the TOML ones are what setup --cdi writes
+// (and containerd's own parser loads the containerd one), the YAML ones parse,
+// the RuntimeClass names the runtime setup registers, and the device plugin's
+// strategy is one it has.
+TEST(DocsKubernetes, EveryConfigurationIsWhatSetupWritesOrParses) {
+    const std::string doc = slurp(fs::path(GPUBIND_SOURCE_DIR) / "docs/kubernetes.md");
+    std::vector<std::pair<std::string, std::string>> blocks;  // language, text
+    for (std::size_t at = doc.find("```"); at != std::string::npos;) {
+        const auto nl = doc.find('\n', at);
+        const auto end = doc.find("```", nl);
+        ASSERT_NE(end, std::string::npos);
+        blocks.emplace_back(doc.substr(at + 3, nl - at - 3), doc.substr(nl + 1, end - nl - 1));
+        at = doc.find("```", end + 3);
+    }
+    Options o;
+    o.cdi = true;
+    auto without_comments = [](const std::string& text) {
+        std::string out;
+        std::istringstream in(text);
+        for (std::string line; std::getline(in, line);)
+            if (!line.starts_with("#") && !(out.empty() && line.empty())) out += line + "\n";
+        return out;
+    };
+    int toml_blocks = 0, yaml_blocks = 0;
+    for (const auto& [lang, text] : blocks) {
+        if (lang == "toml") {
+            ++toml_blocks;
+            const std::string containerd = without_comments(containerd_drop_in(std::nullopt, o, "doc"));
+            const std::string crio = without_comments(crio_drop_in(o));
+            EXPECT_TRUE(text == containerd || text == crio) << text;
+            if (text == containerd) {
+                TempDir dir;
+                put(dir / "config.toml", text);
+                const toml::table merged = containerd_dump(dir / "config.toml");
+                EXPECT_EQ(merged["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+                                ["gpubind"]["options"]["BinaryName"]
+                                    .value_or(std::string()),
+                          "/usr/bin/gpubind-runtime");
+            }
+        } else if (lang == "yaml") {
+            ++yaml_blocks;
+            const nlohmann::json y = gpubind::yaml::parse(text, "docs/kubernetes.md");
+            if (y.is_object() && y.value("kind", "") == "RuntimeClass") {
+                EXPECT_EQ(y["handler"], std::string(kRuntimeName));
+            }
+            if (!y.is_object() || !y.contains("env")) continue;
+            for (const auto& e : y["env"]) {
+                if (e["name"] != "DEVICE_LIST_STRATEGY") continue;
+                EXPECT_THAT((std::vector<std::string>{"envvar", "volume-mounts", "cdi-annotations",
+                                                      "cdi-cri"}),
+                            ::testing::Contains(e["value"].get<std::string>()));
+            }
+        }
+    }
+    EXPECT_EQ(toml_blocks, 2);
+    EXPECT_EQ(yaml_blocks, 2);
 }
 
 }  // namespace

@@ -64,6 +64,18 @@ struct LogConfig {
     std::string level = "info";    // trace, debug, info, warn, error, off
 };
 
+// The Container Device Interface side ([cdi]): where gpubind writes the
+// node's specs, under which kind, with which driver files, and where
+// gpubind-runtime reads specs (every vendor's) for CDI requests.
+struct CdiConfig {
+    std::filesystem::path dir = "/var/run/cdi";        // gpubind's specs are written here
+    std::string kind = "nvidia.com/gpu";               // vendor/class of the GPU devices
+    Capabilities caps = kCapUtility | kCapCompute;     // driver files in the spec
+    std::filesystem::path hook = "/usr/bin/gpubind-hook";  // the createContainer hook
+    // Read by gpubind-runtime, lowest priority first (CDI's order).
+    std::vector<std::filesystem::path> spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+};
+
 struct Config {
     Roots roots;
     std::filesystem::path ldcache;       // empty: <driver root>/etc/ld.so.cache
@@ -74,6 +86,7 @@ struct Config {
     Policy policy;
     LogConfig log;
     std::vector<std::string> runtimes = {"runc", "crun"};   // for gpubind-runtime
+    CdiConfig cdi;
     std::filesystem::path source;        // the file it was read from, empty for defaults
 
     std::filesystem::path ldcache_path() const {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gpubind/config.hpp"
+#include "gpubind/description.hpp"
 #include "gpubind/node.hpp"
 #include "gpubind/oci.hpp"
 #include "gpubind/plan.hpp"
@@ -33,6 +34,12 @@ struct Decision {
 Decision decide(const oci::Spec& spec, const Config& config);
 // The same for a request made by hand (gpubind configure) and a rootfs.
 Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config);
+
+// The node as load_node() knows it; when that knowledge was recomputed and
+// stored (the driver state changed), the node's CDI specs are refreshed too,
+// so every path that learns of a change keeps them current (a failure there
+// is a warning). Every caller that needs the node goes through here.
+NodeKnowledge know_node(const Config& config, const LoadOptions& options);
 
 // What a request source means, in words ("NVIDIA_VISIBLE_DEVICES=0,2").
 std::string describe_request(const Request& request);

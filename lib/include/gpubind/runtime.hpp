@@ -31,6 +31,10 @@ struct FinishHook {
     std::vector<std::string> env;  // "KEY=VALUE"
 };
 
+// A planned mount's OCI options: "rbind", then "ro", "nosuid", "nodev",
+// "noexec" as its flags say (the CDI spec's mounts use them too).
+std::vector<std::string> mount_options(unsigned flags);
+
 // Whether the spec carries the mark.
 bool marked(const nlohmann::json& spec);
 

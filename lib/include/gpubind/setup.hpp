@@ -31,6 +31,13 @@ struct Options {
     std::string config_path = "/etc/gpubind/config.toml";
     bool set_default = false;  // make gpubind the default runtime; without it a default
                                // naming gpubind is taken out (the files follow the command line)
+    // The engine's own CDI support turned on (--cdi), reading these directories:
+    // containerd 1.7+ (enable_cdi, cdi_spec_dirs in the cri plugin; 1.6 ignores
+    // them, gpubind-runtime applies CDI requests there), docker 25+
+    // (features.cdi), CRI-O 1.23+ (crio.runtime cdi_spec_dirs). podman 4.x
+    // reads /etc/cdi and /var/run/cdi by itself.
+    bool cdi = false;
+    std::vector<std::string> cdi_spec_dirs = {"/etc/cdi", "/var/run/cdi"};
 };
 
 // A file's content; nullopt: the file does not exist (or is to be deleted).

@@ -1,0 +1,129 @@
+// gpubind cdi: the node as Container Device Interface specs.
+//   generate  the GPU spec (or the IMEX channels' with --imex) as JSON or YAML,
+//             to stdout or atomically to --output (rewritten only when it changes)
+//   refresh   the node's specs under [cdi] dir, rewritten only when they change
+//   remove    those specs removed (package removal)
+//   list      the qualified device names the node's specs (or --spec files) offer
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "gpubind/cdi.hpp"
+#include "gpubind/error.hpp"
+#include "gpubind/file.hpp"
+#include "gpubind/description.hpp"
+
+namespace gpubind::cli {
+
+namespace {
+
+struct CdiOptions {
+    NodeOptions node;
+    std::string format = "json";
+    std::filesystem::path output;
+    std::filesystem::path hook;
+    std::filesystem::path dir;
+    bool imex = false;
+    std::vector<std::filesystem::path> specs;
+};
+
+// The config with the command line's overrides.
+Config cdi_config(const CdiOptions& o) {
+    Config config = node_config(o.node);
+    if (!o.hook.empty()) config.cdi.hook = std::filesystem::absolute(o.hook);
+    if (!o.dir.empty()) config.cdi.dir = std::filesystem::absolute(o.dir);
+    return config;
+}
+
+int generate(const CdiOptions& o) {
+    if (o.format != "json" && o.format != "yaml")
+        throw_invalid("parse arguments", "--format", "'" + o.format + "' is not json or yaml");
+    const Config config = cdi_config(o);
+    const Node node = load_node(config, {}).node;
+    nlohmann::json spec;
+    if (o.imex) {
+        auto imex = cdi::imex_spec(node, config);
+        if (!imex) throw Error(ENOENT, "generate CDI spec", "--imex", "the node has no IMEX channel");
+        spec = *imex;
+    } else {
+        spec = cdi::gpu_spec(node, config);
+    }
+    const std::string text =
+        cdi::serialize(spec, o.format == "yaml" ? cdi::Format::Yaml : cdi::Format::Json);
+    if (o.output.empty()) {
+        fmt::print("{}", text);
+        return 0;
+    }
+    const bool wrote = cdi::write_if_changed(o.output, text);
+    fmt::print(stderr, "{} {}\n", o.output.string(), wrote ? "written" : "unchanged");
+    return 0;
+}
+
+int refresh(const CdiOptions& o) {
+    const Config config = cdi_config(o);
+    const auto changed = cdi::refresh(load_node(config, {}).node, config);
+    for (const auto& f : changed) fmt::print("{}\n", f.string());
+    return 0;
+}
+
+int remove(const CdiOptions& o) {
+    for (const auto& f : cdi::remove(cdi_config(o))) fmt::print("{}\n", f.string());
+    return 0;
+}
+
+int list(const CdiOptions& o) {
+    std::vector<std::string> names;
+    if (o.specs.empty()) {
+        const Config config = cdi_config(o);
+        const Node node = load_node(config, {}).node;
+        names = cdi::device_names(cdi::gpu_spec(node, config));
+        if (auto imex = cdi::imex_spec(node, config))
+            for (auto& n : cdi::device_names(*imex)) names.push_back(std::move(n));
+    } else {
+        for (const auto& file : o.specs) {
+            const auto spec = cdi::parse_spec(read_file(file, cdi::kMaxSpecFileSize),
+                                              file.extension() == ".yaml", file.string());
+            for (auto& n : cdi::device_names(spec)) names.push_back(std::move(n));
+        }
+    }
+    std::string text;
+    for (const auto& n : names) text += n + "\n";
+    fmt::print("{}", text);
+    return 0;
+}
+
+}  // namespace
+
+void register_cdi(CLI::App& app, Action& action) {
+    auto o = std::make_shared<CdiOptions>();
+    auto* cdi_cmd = app.add_subcommand("cdi", "Describe the node's GPUs as CDI specs");
+    cdi_cmd->require_subcommand(1);
+
+    auto* gen = cdi_cmd->add_subcommand("generate", "Print or write the node's CDI spec");
+    add_node_options(*gen, o->node);
+    gen->add_option("--format", o->format, "json (default) or yaml");
+    gen->add_option("-o,--output", o->output,
+                    "Write the spec to FILE atomically, only when it changed (default stdout)");
+    gen->add_option("--hook-path", o->hook, "gpubind-hook's path in the spec (default [cdi] hook)");
+    gen->add_flag("--imex", o->imex, "The IMEX channels' spec (<vendor>/imex-channel)");
+    gen->callback([o, &action] { action = [o] { return generate(*o); }; });
+
+    auto* ref = cdi_cmd->add_subcommand(
+        "refresh", "Rewrite the node's specs under [cdi] dir where they changed; print those");
+    add_node_options(*ref, o->node);
+    ref->add_option("--dir", o->dir, "Directory to write to (default [cdi] dir)");
+    ref->add_option("--hook-path", o->hook, "gpubind-hook's path in the spec (default [cdi] hook)");
+    ref->callback([o, &action] { action = [o] { return refresh(*o); }; });
+
+    auto* rm = cdi_cmd->add_subcommand("remove", "Remove the node's specs from [cdi] dir; print those");
+    add_node_options(*rm, o->node);
+    rm->add_option("--dir", o->dir, "Directory to remove them from (default [cdi] dir)");
+    rm->callback([o, &action] { action = [o] { return remove(*o); }; });
+
+    auto* ls = cdi_cmd->add_subcommand("list", "Print the CDI device names the node's specs offer");
+    add_node_options(*ls, o->node);
+    ls->add_option("--spec", o->specs, "Spec files to read instead of the node (JSON or .yaml)");
+    ls->callback([o, &action] { action = [o] { return list(*o); }; });
+}
+
+}  // namespace gpubind::cli

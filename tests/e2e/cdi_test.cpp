@@ -1,0 +1,243 @@
+// CDI end to end (issue 10): podman from Debian applying the spec
+// `gpubind cdi generate` wrote into /etc/cdi (JSON and YAML), and containerd
+// 1.6 (no CDI of its own) with gpubind-runtime as its runc binary applying a
+// cdi.k8s.io annotation (a container naming no CDI device is left byte for
+// byte alone: EnginesTest.ContainerdNonGpuContainerIsByteForByteUnaffected); the node's spec rewritten at the first start after
+// a driver upgrade. Expectations come from the simulated node's manifest;
+// each check also runs where it must fail.
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "binaries.hpp"
+#include "container.hpp"
+#include "engines.hpp"
+#include "gpubind/sim.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind::test {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+
+// A spec file in /etc/cdi, where podman 4.3 reads them (it has no setting
+// for other directories), removed when it goes (and /etc/cdi if made here).
+class EtcCdiSpec {
+  public:
+    EtcCdiSpec(const fs::path& config, const std::string& format)
+        : made_dir_(!fs::exists("/etc/cdi")),
+          file_(fs::path("/etc/cdi") / ("gpubind-e2e." + format)) {
+        fs::create_directories("/etc/cdi");
+        result_ = run_command({cli(), "cdi", "generate", "--config", config.string(), "--format",
+                               format, "--output", file_.string()});
+    }
+    ~EtcCdiSpec() {
+        std::error_code ec;
+        fs::remove(file_, ec);
+        if (made_dir_) fs::remove("/etc/cdi", ec);
+    }
+    EtcCdiSpec(const EtcCdiSpec&) = delete;
+    EtcCdiSpec& operator=(const EtcCdiSpec&) = delete;
+
+    const RunResult& result() const { return result_; }
+    const fs::path& file() const { return file_; }
+
+  private:
+    bool made_dir_;
+    fs::path file_;
+    RunResult result_;
+};
+
+class CdiTest : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        node_ = std::make_unique<SimNode>(sim_spec());
+        // Beside the node, which simulate() replaces as a whole.
+        state_ = std::make_unique<TempDir>("gpubind-e2e-cdi-state");
+        write_runc_recorder(recorder(), runc_got());
+        node_->write_config("[runtime]\nruntimes = [\"" + recorder().string() +
+                            "\"]\n[cdi]\nhook = \"" + hook() + "\"\ndir = \"" + run_cdi().string() +
+                            "\"\nspec-dirs = [\"" + etc_cdi().string() +
+                            "\", \"" + run_cdi().string() + "\"]\n");
+        ::setenv("GPUBIND_CONFIG", config().c_str(), 1);
+    }
+    static void TearDownTestSuite() {
+        ::unsetenv("GPUBIND_CONFIG");
+        node_.reset();
+        state_.reset();
+    }
+    static sim::Spec sim_spec(const std::string& driver = "550.54.15") {
+        sim::Spec spec;
+        spec.gpus = 3;
+        spec.mig = {{2, 1, 0}, {2, 2, 0}};
+        spec.driver_version = driver;
+        return spec;
+    }
+
+    static const sim::Manifest& m() { return node_->manifest(); }
+    static const fs::path& config() { return node_->config(); }
+    static fs::path etc_cdi() { return state_->path() / "etc-cdi"; }
+    static fs::path run_cdi() { return state_->path() / "run-cdi"; }
+    static fs::path recorder() { return state_->path() / "record-runc"; }
+    static fs::path runc_got() { return state_->path() / "runc-got.json"; }
+
+    // Libraries and the loader, the GPUs' nodes and the control nodes, NVML,
+    // nvidia-smi, the device cgroup and /proc/driver/nvidia.
+    static inline const GpuChecks kChecks{.lib_dir = "/usr/lib/x86_64-linux-gnu", .all_nodes = true};
+
+    RunResult podman(const std::vector<std::string>& devices, const std::string& script) {
+        std::vector<std::string> options;
+        for (const auto& [src, dst] : node_->host_gpus())
+            options.insert(options.end(), {"-v", src.string() + ":" + dst});
+        for (const auto& d : devices) options.insert(options.end(), {"--device", d});
+        fs::create_directories(dir_ / "no-hooks");
+        Bundle b(dir_ / ("b" + std::to_string(count_++)));
+        return podman_run(dir_ / "podman", dir_ / "no-hooks", b.rootfs(), options, script);
+    }
+
+    static inline std::unique_ptr<SimNode> node_;
+    static inline std::unique_ptr<TempDir> state_;
+    TempDir dir_{"gpubind-e2e-cdi"};
+    int count_ = 0;
+};
+
+// --- podman applies the spec itself ---
+
+TEST_F(CdiTest, PodmanDeviceByIndexSeesExactlyThatGpu) {
+    EtcCdiSpec spec(config(), "json");
+    ASSERT_EQ(spec.result().exit_code, 0) << spec.result().err;
+    auto r = podman({"nvidia.com/gpu=1"}, gpu_script(m(), kChecks));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(expect_gpus(m(), r.out, {1}, kChecks), "") << r.out;
+    // The legacy variable the spec sets keeps a registered hook from injecting again.
+    r = podman({"nvidia.com/gpu=1"}, "echo \"$NVIDIA_VISIBLE_DEVICES\"");
+    EXPECT_EQ(r.out, "void\n");
+}
+
+TEST_F(CdiTest, PodmanAllSeesEveryGpu) {
+    EtcCdiSpec spec(config(), "json");
+    ASSERT_EQ(spec.result().exit_code, 0) << spec.result().err;
+    auto r = podman({"nvidia.com/gpu=all"}, gpu_script(m(), kChecks));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(expect_gpus(m(), r.out, {0, 1, 2}, kChecks), "") << r.out;
+}
+
+TEST_F(CdiTest, PodmanYamlSpecByUuid) {
+    EtcCdiSpec spec(config(), "yaml");
+    ASSERT_EQ(spec.result().exit_code, 0) << spec.result().err;
+    auto r = podman({"nvidia.com/gpu=" + m().gpus[0].uuid}, gpu_script(m(), kChecks));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(expect_gpus(m(), r.out, {0}, kChecks), "") << r.out;
+}
+
+TEST_F(CdiTest, PodmanMigDeviceSeesExactlyItsNodes) {
+    EtcCdiSpec spec(config(), "json");
+    ASSERT_EQ(spec.result().exit_code, 0) << spec.result().err;
+    const sim::ManifestMig& mig = m().migs[1];  // GPU 2's second MIG device: "2:1"
+    std::string script = "probe stat /dev/nvidia0 /dev/nvidia1 /dev/nvidia2";
+    for (const auto& x : m().migs)
+        for (unsigned minor : {x.gi_cap_minor, x.ci_cap_minor})
+            script += " /dev/nvidia-caps/nvidia-cap" + std::to_string(minor);
+    script += "; ls /proc/driver/nvidia/gpus";
+    for (const std::string& name : {std::string("2:1"), mig.uuid}) {
+        SCOPED_TRACE(name);
+        auto r = podman({"nvidia.com/gpu=" + name}, script);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_THAT(r.out, HasSubstr("/dev/nvidia2 c 195:2"));
+        EXPECT_THAT(r.out, HasSubstr("/dev/nvidia0 ENOENT"));
+        EXPECT_THAT(r.out, HasSubstr("/dev/nvidia1 ENOENT"));
+        for (const auto& x : m().migs)
+            for (unsigned minor : {x.gi_cap_minor, x.ci_cap_minor}) {
+                const std::string path = "/dev/nvidia-caps/nvidia-cap" + std::to_string(minor);
+                EXPECT_THAT(r.out, HasSubstr(&x == &mig ? path + " c " : path + " ENOENT")) << r.out;
+            }
+        EXPECT_THAT(r.out, HasSubstr(m().gpus[2].pci_bus_id));
+        EXPECT_THAT(r.out, ::testing::Not(HasSubstr(m().gpus[0].pci_bus_id)));
+    }
+}
+
+TEST_F(CdiTest, PodmanWithoutTheSpecRefusesTheDevice) {
+    auto r = podman({"nvidia.com/gpu=1"}, "true");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr("nvidia.com/gpu=1"));
+}
+
+// --- containerd 1.6: gpubind-runtime applies the annotation ---
+
+TEST_F(CdiTest, ContainerdAnnotationThroughGpubindRuntime) {
+    ASSERT_EQ(run_command({cli(), "cdi", "refresh", "--config", config().string()}).exit_code, 0);
+    Containerd containerd(dir_ / "containerd");
+    ASSERT_TRUE(containerd.ready()) << containerd.error();
+    std::vector<std::string> options = ctr_mounts(node_->host_gpus());
+    options.insert(options.end(),
+                   {"--annotation", "cdi.k8s.io/gpubind-e2e=nvidia.com/gpu=0,nvidia.com/gpu=2"});
+    Bundle b(dir_ / "ctr-gpu");
+    auto r = containerd.run(runtime(), b.rootfs(), "cdi", options, gpu_script(m(), kChecks));
+    ASSERT_EQ(r.exit_code, 0) << r.err << read_text(containerd.log());
+    EXPECT_EQ(expect_gpus(m(), r.out, {0, 2}, kChecks), "") << r.out;
+    const json got = json::parse(read_text(runc_got()));
+    EXPECT_EQ(got["annotations"]["gpubind.cdi"], "applied");
+
+    // Through plain runc the annotation does nothing: every check fails.
+    Bundle plain(dir_ / "ctr-plain");
+    r = containerd.run(env_or("GPUBIND_RUNC", "runc"), plain.rootfs(), "cdi", options,
+                       gpu_script(m(), kChecks));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto problems = gpu_problems(m(), r.out, {0, 2}, kChecks);
+    for (const char* check : {"devices", "libraries", "loader", "nvidia-smi", "cgroup", "proc"})
+        EXPECT_TRUE(problems.count(check)) << check << " passed without gpubind:\n" << r.out;
+}
+
+// A hostile spec in a CDI directory: the container is refused with one line
+// naming the file, and runc never runs.
+TEST_F(CdiTest, ContainerdRefusesAHostileSpecNamingIt) {
+    const fs::path etc = etc_cdi();
+    fs::create_directories(etc);
+    json hostile = {{"cdiVersion", "0.5.0"},
+                    {"kind", "example.com/evil"},
+                    {"devices", {{{"name", "x"},
+                                  {"containerEdits",
+                                   {{"mounts", {{{"hostPath", "etc"}, {"containerPath", "/host-etc"}}}}}}}}}};
+    write_text(etc / "evil.json", hostile.dump());
+    Containerd containerd(dir_ / "containerd");
+    ASSERT_TRUE(containerd.ready()) << containerd.error();
+    Bundle b(dir_ / "evil");
+    fs::remove(runc_got());
+    auto r = containerd.run(runtime(), b.rootfs(), "evil",
+                            {"--annotation", "cdi.k8s.io/x=example.com/evil=x"}, "true");
+    fs::remove(etc / "evil.json");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr((etc / "evil.json").string()));
+    EXPECT_THAT(r.err, HasSubstr("'etc' is not an absolute path"));
+    EXPECT_FALSE(fs::exists(runc_got())) << "runc ran";
+}
+
+// After the driver is upgraded in place, the first start through gpubind
+// rewrites the node's spec, and the container gets the new libraries.
+TEST_F(CdiTest, SpecFollowsADriverUpgradeAtTheNextStart) {
+    ASSERT_EQ(run_command({cli(), "cdi", "refresh", "--config", config().string()}).exit_code, 0);
+    const fs::path file = run_cdi() / "nvidia.com-gpu.json";
+    ASSERT_THAT(read_text(file), HasSubstr("550.54.15"));
+    node_->simulate(sim_spec("555.42.06"));
+    EXPECT_THAT(read_text(file), HasSubstr("550.54.15"));  // stale until a start
+    Containerd containerd(dir_ / "containerd");
+    ASSERT_TRUE(containerd.ready()) << containerd.error();
+    std::vector<std::string> options = ctr_mounts(node_->host_gpus());
+    options.insert(options.end(), {"--annotation", "cdi.k8s.io/x=nvidia.com/gpu=1"});
+    Bundle b(dir_ / "upgraded");
+    auto r = containerd.run(runtime(), b.rootfs(), "up", options, gpu_script(m(), kChecks));
+    const std::string after = read_text(file);
+    const std::string problems = expect_gpus(m(), r.out, {1}, kChecks);
+    node_->simulate(sim_spec());  // the suite's node as it was
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(after, HasSubstr("555.42.06"));
+    EXPECT_THAT(after, ::testing::Not(HasSubstr("550.54.15")));
+    EXPECT_EQ(problems, "") << r.out;
+}
+
+}  // namespace
+}  // namespace gpubind::test

@@ -1,0 +1,208 @@
+// The node's CDI specs against the simulated node's manifest (never against
+// gpubind's own output): every device name and its nodes, the common edits,
+// the driver files, the version; applying each name gives exactly its nodes;
+// refresh rewrites only on change and follows a driver upgrade.
+#include "gpubind/cdi.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpubind/node.hpp"
+#include "gpubind/sim.hpp"
+#include "gpubind/yaml.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class CdiNodeTest : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        dir_ = std::make_unique<test::TempDir>("gpubind-cdi-node");
+        sim::Spec spec;
+        spec.gpus = 3;
+        spec.mig = {{1, 1, 0}, {1, 2, 0}};
+        spec.imex_channels = 2;
+        manifest_ = sim::simulate(root(), spec);
+    }
+    static void TearDownTestSuite() { dir_.reset(); }
+
+    static fs::path root() { return dir_->path() / "node"; }
+    static Config config() {
+        Config c = default_config();
+        c.roots = {root(), root(), root() / "proc"};
+        c.cdi.dir = dir_->path() / "cdi";
+        c.cdi.hook = "/opt/gpubind/bin/gpubind-hook";
+        c.source = "/etc/gpubind/test.toml";
+        return c;
+    }
+    static const sim::ManifestNode& manifest_node(const std::string& path) {
+        for (const auto& n : manifest_.nodes)
+            if (n.path == path) return n;
+        throw std::runtime_error("no manifest node " + path);
+    }
+    // The (path, hostPath, major, minor) of a spec's deviceNodes list.
+    static std::set<std::string> nodes_of(const json& edits) {
+        std::set<std::string> out;
+        for (const auto& n : edits.value("deviceNodes", json::array()))
+            out.insert(n["path"].get<std::string>() + " " + n["hostPath"].get<std::string>() + " " +
+                       std::to_string(n["major"].get<unsigned>()) + ":" +
+                       std::to_string(n["minor"].get<unsigned>()));
+        return out;
+    }
+    static std::string expected(const std::string& path) {
+        const auto& n = manifest_node(path);
+        return n.path + " " + (root() / n.path.substr(1)).string() + " " + std::to_string(n.major) +
+               ":" + std::to_string(n.minor);
+    }
+
+    static inline std::unique_ptr<test::TempDir> dir_;
+    static inline sim::Manifest manifest_;
+};
+
+TEST_F(CdiNodeTest, EveryDeviceNameHasExactlyItsNodes) {
+    const Node node = discover(config());
+    const json spec = cdi::gpu_spec(node, config());
+    EXPECT_EQ(spec["kind"], "nvidia.com/gpu");
+    std::map<std::string, std::set<std::string>> devices;
+    for (const auto& d : spec["devices"]) devices[d["name"]] = nodes_of(d["containerEdits"]);
+
+    std::map<std::string, std::set<std::string>> want;
+    std::set<std::string> all;
+    for (const auto& g : manifest_.gpus) {
+        const std::string dev = "/dev/nvidia" + std::to_string(g.minor);
+        want[std::to_string(g.index)] = {expected(dev)};
+        want[g.uuid] = {expected(dev)};
+        all.insert(expected(dev));
+    }
+    std::map<unsigned, unsigned> per_gpu;
+    for (const auto& m : manifest_.migs) {
+        const std::set<std::string> nodes = {
+            expected("/dev/nvidia" + std::to_string(m.gpu)),
+            expected("/dev/nvidia-caps/nvidia-cap" + std::to_string(m.gi_cap_minor)),
+            expected("/dev/nvidia-caps/nvidia-cap" + std::to_string(m.ci_cap_minor))};
+        want[std::to_string(m.gpu) + ":" + std::to_string(per_gpu[m.gpu]++)] = nodes;
+        want[m.uuid] = nodes;
+    }
+    want["all"] = all;
+    EXPECT_EQ(devices, want);
+    EXPECT_EQ(devices.size(), 3u * 2 + 2 * 2 + 1);
+}
+
+TEST_F(CdiNodeTest, CommonEditsHoldTheControlNodesDriverFilesAndTheHook) {
+    const Node node = discover(config());
+    const json spec = cdi::gpu_spec(node, config());
+    const json& edits = spec["containerEdits"];
+    EXPECT_EQ(edits["env"], json({"NVIDIA_VISIBLE_DEVICES=void"}));
+    EXPECT_EQ(nodes_of(edits), (std::set<std::string>{expected("/dev/nvidiactl"),
+                                                      expected("/dev/nvidia-uvm"),
+                                                      expected("/dev/nvidia-uvm-tools")}));
+    // The utility and compute files of the manifest: libraries (64-bit) at their
+    // own file's path, binaries, sockets and firmware at theirs, read-only.
+    std::map<std::string, std::string> want;
+    for (const auto& f : manifest_.files) {
+        if ((f.capability != "utility" && f.capability != "compute") || f.compat32) continue;
+        if (f.kind == "ipc" && f.name == "nvidia-mps") continue;  // not in the default catalog
+        const std::string& file = f.kind == "library" ? f.real_path : f.path;
+        want[file] = (root() / file.substr(1)).string();
+    }
+    std::map<std::string, std::string> got;
+    for (const auto& m : edits["mounts"]) {
+        got[m["containerPath"]] = m["hostPath"];
+        const auto options = m["options"].get<std::vector<std::string>>();
+        EXPECT_TRUE(std::count(options.begin(), options.end(), "rbind")) << m;
+        EXPECT_TRUE(std::count(options.begin(), options.end(), "nosuid")) << m;
+        EXPECT_TRUE(std::count(options.begin(), options.end(), "nodev")) << m;
+        EXPECT_EQ(std::count(options.begin(), options.end(), "ro"), 1) << m;
+    }
+    EXPECT_EQ(got, want);
+    ASSERT_EQ(edits["hooks"].size(), 1u);
+    EXPECT_EQ(edits["hooks"][0],
+              json({{"hookName", "createRuntime"},
+                    {"path", "/opt/gpubind/bin/gpubind-hook"},
+                    {"args", {"gpubind-hook", "cdi"}},
+                    {"env", {"GPUBIND_CONFIG=/etc/gpubind/test.toml"}}}));
+    // Devices named by index and hostPath need 0.5.0, and nothing more.
+    EXPECT_EQ(spec["cdiVersion"], "0.5.0");
+    EXPECT_NO_THROW(cdi::validate(spec, "generated"));
+    EXPECT_NO_THROW(cdi::validate(yaml::parse(yaml::dump(spec), "generated.yaml"), "generated.yaml"));
+}
+
+TEST_F(CdiNodeTest, ImexChannelsAreAKindOfTheirOwn) {
+    const Node node = discover(config());
+    const auto spec = cdi::imex_spec(node, config());
+    ASSERT_TRUE(spec);
+    EXPECT_EQ((*spec)["kind"], "nvidia.com/imex-channel");
+    std::map<std::string, std::set<std::string>> devices;
+    for (const auto& d : (*spec)["devices"]) devices[d["name"]] = nodes_of(d["containerEdits"]);
+    std::map<std::string, std::set<std::string>> want;
+    for (unsigned c = 0; c < manifest_.spec.imex_channels; ++c)
+        want[std::to_string(c)] = {
+            expected("/dev/nvidia-caps-imex-channels/channel" + std::to_string(c))};
+    EXPECT_EQ(devices, want);
+    EXPECT_NO_THROW(cdi::validate(*spec, "imex"));
+}
+
+// Applying a name gives the container exactly that device's nodes and the
+// common ones, and the hook finds exactly that device in the result.
+TEST_F(CdiNodeTest, EachNameAppliedSelectsExactlyItsDevice) {
+    const Node node = discover(config());
+    cdi::Registry reg;
+    reg.specs.push_back({"/var/run/cdi/nvidia.com-gpu.json", 1, cdi::gpu_spec(node, config())});
+    for (const auto& g : manifest_.gpus)
+        for (const std::string& name : {std::to_string(g.index), g.uuid}) {
+            const json oci = cdi::apply(json::object(), {"nvidia.com/gpu=" + name}, reg);
+            const auto found = cdi::selection_in_spec(node, oci);
+            EXPECT_EQ(found.names, std::vector<std::string>{"GPU " + std::to_string(g.index)})
+                << name;
+        }
+    const json mig = cdi::apply(json::object(), {"nvidia.com/gpu=" + manifest_.migs[1].uuid}, reg);
+    EXPECT_EQ(cdi::selection_in_spec(node, mig).names, std::vector<std::string>{"MIG 1:1"});
+    const json all = cdi::apply(json::object(), {"nvidia.com/gpu=all"}, reg);
+    EXPECT_EQ(cdi::selection_in_spec(node, all).names,
+              (std::vector<std::string>{"GPU 0", "GPU 1", "GPU 2"}));
+}
+
+TEST_F(CdiNodeTest, RefreshWritesOnlyOnChangeAndFollowsAnUpgrade) {
+    test::TempDir other("gpubind-cdi-upgrade");
+    sim::Spec spec;
+    spec.gpus = 2;
+    sim::simulate(other.path(), spec);
+    Config c = config();
+    c.roots = {other.path(), other.path(), other.path() / "proc"};
+    c.cdi.dir = other.path() / "run-cdi";
+    const fs::path file = c.cdi.dir / "nvidia.com-gpu.json";
+    EXPECT_EQ(cdi::refresh(discover(c), c), std::vector<fs::path>{file});
+    struct stat before {};
+    ASSERT_EQ(::stat(file.c_str(), &before), 0);
+    EXPECT_TRUE(cdi::refresh(discover(c), c).empty());
+    struct stat after {};
+    ASSERT_EQ(::stat(file.c_str(), &after), 0);
+    EXPECT_EQ(before.st_ino, after.st_ino);
+    EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+
+    spec.driver_version = "555.42.06";
+    const sim::Manifest upgraded = sim::simulate(other.path(), spec);
+    EXPECT_EQ(cdi::refresh(discover(c), c), std::vector<fs::path>{file});
+    std::ifstream in(file);
+    const json written = json::parse(in);
+    std::set<std::string> sources;
+    for (const auto& m : written["containerEdits"]["mounts"]) sources.insert(m["hostPath"]);
+    for (const auto& f : upgraded.files) {
+        if (f.kind != "library" || f.capability != "compute" || f.compat32) continue;
+        EXPECT_TRUE(sources.count((other.path() / f.real_path.substr(1)).string())) << f.real_path;
+    }
+    for (const auto& s : sources) EXPECT_EQ(s.find("550.54.15"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace gpubind
