@@ -12,6 +12,7 @@
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
 #include "gpubind/description.hpp"
+#include "gpubind/inject.hpp"
 
 namespace gpubind::cli {
 
@@ -35,11 +36,19 @@ Config cdi_config(const CdiOptions& o) {
     return config;
 }
 
+// The node as the description knows it, with NVML's facts: the spec names
+// MIG devices by UUID too, which only NVML knows (asked once per driver state).
+Node cdi_node(const Config& config) {
+    LoadOptions load;
+    load.need_nvml = true;
+    return know_node(config, load).node;
+}
+
 int generate(const CdiOptions& o) {
     if (o.format != "json" && o.format != "yaml")
         throw_invalid("parse arguments", "--format", "'" + o.format + "' is not json or yaml");
     const Config config = cdi_config(o);
-    const Node node = load_node(config, {}).node;
+    const Node node = cdi_node(config);
     nlohmann::json spec;
     if (o.imex) {
         auto imex = cdi::imex_spec(node, config);
@@ -61,7 +70,7 @@ int generate(const CdiOptions& o) {
 
 int refresh(const CdiOptions& o) {
     const Config config = cdi_config(o);
-    const auto changed = cdi::refresh(load_node(config, {}).node, config);
+    const auto changed = cdi::refresh(cdi_node(config), config);
     for (const auto& f : changed) fmt::print("{}\n", f.string());
     return 0;
 }
@@ -75,7 +84,7 @@ int list(const CdiOptions& o) {
     std::vector<std::string> names;
     if (o.specs.empty()) {
         const Config config = cdi_config(o);
-        const Node node = load_node(config, {}).node;
+        const Node node = cdi_node(config);
         names = cdi::device_names(cdi::gpu_spec(node, config));
         if (auto imex = cdi::imex_spec(node, config))
             for (auto& n : cdi::device_names(*imex)) names.push_back(std::move(n));

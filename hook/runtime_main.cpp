@@ -260,7 +260,10 @@ void edit_bundle(const Args& args, const Config& config) {
             // The node's own specs brought up to date first: after a driver
             // upgrade or a MIG change they would name what is gone.
             try {
-                cdi::refresh_quietly(know_node(config, {}).node, config);
+                LoadOptions load;  // MIG devices are named by UUIDs only NVML knows
+                for (const auto& name : requests.devices)
+                    load.need_nvml |= name.find("=MIG-") != std::string::npos;
+                cdi::refresh_quietly(know_node(config, load).node, config);
             } catch (const std::exception& e) {
                 logger().warn("CDI specs not refreshed: {}", e.what());
             }

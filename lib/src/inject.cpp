@@ -41,7 +41,8 @@ std::string describe_request(const Request& request) {
 
 NodeKnowledge know_node(const Config& config, const LoadOptions& options) {
     NodeKnowledge known = load_node(config, options);
-    if (known.recomputed && known.stored) cdi::refresh_quietly(known.node, config);
+    if (known.stored && (known.recomputed || known.nvml_asked))
+        cdi::refresh_quietly(known.node, config);
     return known;
 }
 

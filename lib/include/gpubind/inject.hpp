@@ -35,10 +35,13 @@ Decision decide(const oci::Spec& spec, const Config& config);
 // The same for a request made by hand (gpubind configure) and a rootfs.
 Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config);
 
-// The node as load_node() knows it; when that knowledge was recomputed and
-// stored (the driver state changed), the node's CDI specs are refreshed too,
-// so every path that learns of a change keeps them current (a failure there
-// is a warning). Every caller that needs the node goes through here.
+// The node as load_node() knows it. When what is stored changed (the driver
+// state changed, or NVML was asked for the first time in this state), the
+// node's CDI specs are refreshed too, so every path that learns something
+// keeps them current (a failure there is a warning). Every caller that needs
+// the node goes through here. On a MIG node a spec written without NVML's
+// answer has no MIG UUID names until NVML is asked (gpubind cdi refresh, a
+// request that needs NVML's facts): a start never waits for NVML for the spec.
 NodeKnowledge know_node(const Config& config, const LoadOptions& options);
 
 // What a request source means, in words ("NVIDIA_VISIBLE_DEVICES=0,2").
