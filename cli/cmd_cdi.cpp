@@ -38,9 +38,11 @@ Config cdi_config(const CdiOptions& o) {
 
 // The node as the description knows it, with NVML's facts: the spec names
 // MIG devices by UUID too, which only NVML knows (asked once per driver state).
-Node cdi_node(const Config& config) {
+Node cdi_node(const Config& config, const CdiOptions& o) {
     LoadOptions load;
     load.need_nvml = true;
+    // Another root is not this node: its knowledge is not stored for it.
+    load.write = o.node.root.empty() && o.node.ldcache.empty();
     return know_node(config, load).node;
 }
 
@@ -48,7 +50,7 @@ int generate(const CdiOptions& o) {
     if (o.format != "json" && o.format != "yaml")
         throw_invalid("parse arguments", "--format", "'" + o.format + "' is not json or yaml");
     const Config config = cdi_config(o);
-    const Node node = cdi_node(config);
+    const Node node = cdi_node(config, o);
     nlohmann::json spec;
     if (o.imex) {
         auto imex = cdi::imex_spec(node, config);
@@ -70,7 +72,7 @@ int generate(const CdiOptions& o) {
 
 int refresh(const CdiOptions& o) {
     const Config config = cdi_config(o);
-    const auto changed = cdi::refresh(cdi_node(config), config);
+    const auto changed = cdi::refresh(cdi_node(config, o), config);
     for (const auto& f : changed) fmt::print("{}\n", f.string());
     return 0;
 }
@@ -84,7 +86,7 @@ int list(const CdiOptions& o) {
     std::vector<std::string> names;
     if (o.specs.empty()) {
         const Config config = cdi_config(o);
-        const Node node = cdi_node(config);
+        const Node node = cdi_node(config, o);
         names = cdi::device_names(cdi::gpu_spec(node, config));
         if (auto imex = cdi::imex_spec(node, config))
             for (auto& n : cdi::device_names(*imex)) names.push_back(std::move(n));

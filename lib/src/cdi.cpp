@@ -211,20 +211,23 @@ std::vector<fs::path> remove(const Config& config) {
     return out;
 }
 
+std::vector<SpecFile> wanted_specs(const Node& node, const Config& config) {
+    const auto [gpu, imex] = spec_files(config);
+    std::vector<SpecFile> out = {{gpu, serialize(gpu_spec(node, config), Format::Json)},
+                                 {imex, std::nullopt}};
+    if (auto spec = imex_spec(node, config)) out[1].content = serialize(*spec, Format::Json);
+    return out;
+}
+
 std::vector<fs::path> refresh(const Node& node, const Config& config) {
     std::vector<fs::path> changed;
     const fs::path& dir = config.cdi.dir;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error(ec.value(), "create directory", dir.string());
-    const auto [gpu, imex] = spec_files(config);
-    if (write_if_changed(gpu, serialize(gpu_spec(node, config), Format::Json)))
-        changed.push_back(gpu);
-    if (auto spec = imex_spec(node, config)) {
-        if (write_if_changed(imex, serialize(*spec, Format::Json))) changed.push_back(imex);
-    } else if (remove_file(imex)) {
-        changed.push_back(imex);
-    }
+    for (const SpecFile& f : wanted_specs(node, config))
+        if (f.content ? write_if_changed(f.path, *f.content) : remove_file(f.path))
+            changed.push_back(f.path);
     return changed;
 }
 

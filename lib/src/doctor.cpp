@@ -206,17 +206,14 @@ std::vector<Check> run_bounded(const std::string& group,
     const auto end = std::chrono::steady_clock::now() + deadline;
     bool timed_out = false;
     for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            end - std::chrono::steady_clock::now());
-        if (left.count() <= 0) {
-            timed_out = true;
-            break;
-        }
         pollfd p{read_end.get(), POLLIN, 0};
-        const int r = ::poll(&p, 1, static_cast<int>(left.count()));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) break;
-        if (r == 0) {
+        bool ready = false;
+        try {
+            ready = poll_until({&p, 1}, end, "doctor's " + group + " checks");
+        } catch (const Error&) {
+            break;  // decoded below as no answer
+        }
+        if (!ready) {
             timed_out = true;
             break;
         }
@@ -260,6 +257,8 @@ Report run(const Config& config, const Options& options) {
     }
     add(run_bounded(
         "node", [&] { return check_node(gather_node(config)); }, options.deadline));
+    add(run_bounded(
+        "gpubind", [&] { return check_state(gather_state(config)); }, options.deadline));
     add(run_bounded(
         "engines", [&] { return check_engines(gather_engines(options.engines)); },
         options.deadline));

@@ -16,6 +16,7 @@
 
 #include "command.hpp"
 #include "gpubind/doctor.hpp"
+#include "gpubind/inject.hpp"
 #include "gpubind/setup.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
@@ -27,6 +28,7 @@ namespace fs = std::filesystem;
 using doctor::Check;
 using doctor::Verdict;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 void write(const fs::path& p, const std::string& text) {
     fs::create_directories(p.parent_path());
@@ -76,6 +78,27 @@ class Doctor : public ::testing::Test {
         }
     }
 
+    // A config file for the CLI naming the node, and the state and CDI
+    // directories in the test's own directories (never the host's).
+    std::string config_file() const {
+        const fs::path p = dir_.path() / "config.toml";
+        const std::string r = dir_.path().string();
+        const std::string k = kept_.path().string();
+        write(p, "[node]\ndriver-root = \"" + r + "\"\ndev-root = \"" + r +
+                     "\"\nproc-root = \"" + r + "/proc\"\nstate-dir = \"" + k +
+                     "/state\"\n[cdi]\ndir = \"" + k + "/cdi\"\n");
+        return p.string();
+    }
+    void own_state_dirs() {
+        config_.state_dir = kept_.path() / "state";
+        config_.cdi.dir = kept_.path() / "cdi";
+        fs::create_directories(config_.state_dir);
+        fs::permissions(config_.state_dir, fs::perms(0755));
+    }
+    std::vector<Check> state_checks() const {
+        return doctor::check_state(doctor::gather_state(config_));
+    }
+
     const sim::ManifestFile& file(const std::string& name) const {
         for (const auto& f : m_.files)
             if (f.name == name && !f.compat32) return f;
@@ -100,6 +123,7 @@ class Doctor : public ::testing::Test {
     }
 
     TempDir dir_{"gpubind-doctor"};
+    TempDir kept_{"gpubind-doctor-kept"};  // outside the node: simulate() rewrites that
     sim::Manifest m_;
     Config config_;
 };
@@ -269,9 +293,44 @@ TEST_F(Doctor, BadConfigNamesItsLine) {
     EXPECT_TRUE(found);
 }
 
+// The node description and the CDI spec: missing is a warning and "not in
+// use"; once written, current; after a driver upgrade, stale (the spec a
+// problem: engines apply it themselves) until the node is learned again.
+TEST_F(Doctor, DescriptionAndCdiSpecFollowTheDriverState) {
+    own_state_dirs();
+    auto checks = state_checks();
+    EXPECT_EQ(named(checks, "node-description").verdict, Verdict::Warning);
+    EXPECT_THAT(named(checks, "node-description").fix, HasSubstr("gpubind info --refresh"));
+    EXPECT_EQ(named(checks, "cdi-spec").verdict, Verdict::Ok);
+    EXPECT_THAT(named(checks, "cdi-spec").summary, HasSubstr("not in use"));
+
+    ASSERT_TRUE(know_node(config_, {}).stored);  // what a start does
+    const fs::path spec = config_.cdi.dir / "nvidia.com-gpu.json";
+    ASSERT_TRUE(fs::exists(spec));
+    checks = state_checks();
+    only_this(checks, {});
+    EXPECT_THAT(joined(named(checks, "cdi-spec")), HasSubstr(spec.string() + ": current"));
+
+    sim::Spec upgraded = m_.spec;
+    upgraded.driver_version = "560.35.03";
+    m_ = sim::simulate(dir_.path(), upgraded);
+    checks = state_checks();
+    EXPECT_EQ(named(checks, "node-description").verdict, Verdict::Warning);
+    const Check cdi = named(checks, "cdi-spec");
+    EXPECT_EQ(cdi.verdict, Verdict::Problem) << joined(cdi);
+    EXPECT_THAT(cdi.summary, HasSubstr(spec.string()));
+    EXPECT_THAT(cdi.fix, HasSubstr("gpubind cdi refresh"));
+    // Doctor changed nothing: the spec still names the old driver's files.
+    EXPECT_THAT(read(spec), Not(HasSubstr("560.35.03")));
+
+    ASSERT_TRUE(know_node(config_, {}).recomputed);  // the next start
+    EXPECT_THAT(read(spec), HasSubstr("560.35.03"));
+    only_this(state_checks(), {});
+}
+
 TEST_F(Doctor, HealthyNodeExitsZeroAndABrokenOneFive) {
-    const std::string cmd = std::string(GPUBIND_CLI_PATH) + " doctor --root " +
-                            dir_.path().string() + " --prefix " + dir_.path().string();
+    const std::string cmd = std::string(GPUBIND_CLI_PATH) + " doctor --config " + config_file() +
+                            " --prefix " + dir_.path().string();
     auto ok = run(cmd);
     EXPECT_EQ(ok.status, 0) << ok.text;
     EXPECT_THAT(ok.text, HasSubstr("0 problems"));
@@ -501,7 +560,7 @@ TEST_F(Doctor, JsonOutputFollowsItsSchema) {
     // A node with a problem, a warning and oks.
     fs::remove(host("/dev/nvidia-uvm"));
     fs::remove(host("/run/nvidia-persistenced/socket"));
-    auto out = run(std::string(GPUBIND_CLI_PATH) + " doctor --json --root " + dir_.path().string() +
+    auto out = run(std::string(GPUBIND_CLI_PATH) + " doctor --json --config " + config_file() +
                    " --prefix " + dir_.path().string());
     EXPECT_EQ(out.status, doctor::kExitProblem);
     const auto j = nlohmann::json::parse(out.text);

@@ -76,6 +76,12 @@ bool write_if_changed(const std::filesystem::path& path, std::string_view conten
 // the GPU spec, and the IMEX spec or its removal when the node has no channel.
 // Returns the files it changed; idempotent.
 std::vector<std::filesystem::path> refresh(const Node& node, const Config& config);
+// The files refresh() keeps and what each holds for `node` (nullopt: absent).
+struct SpecFile {
+    std::filesystem::path path;
+    std::optional<std::string> content;
+};
+std::vector<SpecFile> wanted_specs(const Node& node, const Config& config);
 // Removes the node's specs refresh() writes (package removal); returns those
 // it removed.
 std::vector<std::filesystem::path> remove(const Config& config);

@@ -150,8 +150,22 @@ struct GpubindFacts {
     std::string config_error;  // why it does not load ("" when it does)
 };
 std::vector<Check> check_gpubind(const GpubindFacts& facts);
-// Checks the lead adds at merge (node description and CDI spec current) go in
-// this list: each one small function over what it gathers.
+// What gpubind keeps for the driver state: the node description and the
+// node's CDI specs, each current or not (read only: nothing is rewritten).
+struct StateFacts {
+    std::string description_path;
+    std::string description_stale;  // why it is not trusted now ("" when it is)
+    std::string node_error;         // the node could not be learned at all
+    struct Spec {
+        std::string path;
+        FileFact file;
+        std::string state;  // "current", "stale", "missing", "left over"
+        bool wanted = false;  // refresh() would write it (false: would remove it)
+    };
+    std::vector<Spec> cdi;
+};
+StateFacts gather_state(const Config& config);
+std::vector<Check> check_state(const StateFacts& facts);
 
 // --- a container ---
 struct ContainerOptions {
