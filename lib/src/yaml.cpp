@@ -26,8 +26,53 @@ bool plain_key(const std::string& key) {
     return true;
 }
 
+// Whether code point `c` may stand as it is in a quoted scalar: YAML's
+// printable set (libyaml refuses the rest raw: C0 and C1 controls, DEL, the
+// BOM, FFFE/F) less YAML 1.1's line breaks (NEL, U+2028, U+2029), which a
+// reader folds.
+bool printable(char32_t c) {
+    return (c >= 0x20 && c <= 0x7E) || (c >= 0xA0 && c <= 0xD7FF && c != 0x2028 && c != 0x2029) ||
+           (c >= 0xE000 && c <= 0xFFFD && c != 0xFEFF) || (c >= 0x10000 && c <= 0x10FFFF);
+}
+
+// A double-quoted scalar: printable characters as they are (UTF-8), '"' and
+// '\\' escaped, every other character as \xHH, \uHHHH or \UHHHHHHHH. The
+// text is valid UTF-8 (a JSON string); a stray byte is escaped as \xHH.
+std::string double_quoted(std::string_view s) {
+    std::string out = "\"";
+    for (std::size_t i = 0; i < s.size();) {
+        const auto lead = static_cast<unsigned char>(s[i]);
+        std::size_t len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+        char32_t c = len == 1 ? lead : len == 2 ? lead & 0x1Fu : len == 3 ? lead & 0x0Fu : lead & 0x07u;
+        for (std::size_t k = 1; k < len; ++k) {
+            const auto b = i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u;
+            if ((b & 0xC0u) != 0x80u) len = 0;  // not a continuation byte
+            c = (c << 6) | (b & 0x3Fu);
+        }
+        if (len == 0) {  // not UTF-8
+            out += fmt::format("\\x{:02X}", lead);
+            ++i;
+            continue;
+        }
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += static_cast<char>(c);
+        } else if (printable(c)) {
+            out.append(s.substr(i, len));
+        } else if (c <= 0xFF) {
+            out += fmt::format("\\x{:02X}", static_cast<unsigned>(c));
+        } else if (c <= 0xFFFF) {
+            out += fmt::format("\\u{:04X}", static_cast<unsigned>(c));
+        } else {
+            out += fmt::format("\\U{:08X}", static_cast<unsigned>(c));
+        }
+        i += len;
+    }
+    return out + '"';
+}
+
 std::string key_text(const std::string& key) {
-    return plain_key(key) ? key : json(key).dump();
+    return plain_key(key) ? key : double_quoted(key);
 }
 
 bool scalar(const json& v) {
@@ -37,7 +82,8 @@ bool scalar(const json& v) {
 std::string scalar_text(const json& v) {
     if (v.is_array()) return "[]";
     if (v.is_object()) return "{}";
-    return v.dump();  // strings quoted with JSON's escapes; numbers, booleans, null as is
+    if (v.is_string()) return double_quoted(v.get_ref<const std::string&>());
+    return v.dump();  // numbers, booleans, null as JSON writes them
 }
 
 void emit(const json& v, std::size_t indent, std::string& out);

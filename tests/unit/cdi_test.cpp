@@ -115,6 +115,21 @@ TEST(CdiYaml, DumpReadsBackAsTheSameDocument) {
     EXPECT_EQ(yaml::parse(text, "t.yaml"), s) << text;
 }
 
+// Characters YAML does not let stand raw (DEL, C0 and C1 controls, the BOM,
+// U+FFFE) and its line breaks (NEL, U+2028) are escaped, in values and keys, and read back as they were (the
+// fuzzer's first finding: a DEL written raw, which libyaml refused).
+TEST(CdiYaml, UnprintableCharactersAreEscapedAndReadBack) {
+    json s = base_spec();
+    const std::string odd = std::string("d\x7f\x01\x1b") + "\xc2\x80\xc2\x9f\xef\xbb\xbf\xef\xbf\xbe" +
+                            "\xc2\x85\xe2\x80\xa8\xf0\x9f\x98\x80\\\"";
+    s["containerEdits"] = {{"env", {"V=" + odd}}};
+    s["annotations"] = {{odd, odd}};
+    const std::string text = yaml::dump(s);
+    EXPECT_EQ(text.find('\x7f'), std::string::npos) << text;
+    EXPECT_EQ(text.find("\xc2\x80"), std::string::npos) << text;
+    EXPECT_EQ(yaml::parse(text, "t.yaml"), s) << text;
+}
+
 TEST(CdiYaml, ReadsTheUsualShapesOfAHandWrittenSpec) {
     const std::string text =
         "---\n"
