@@ -39,10 +39,8 @@ Config cdi_config(const CdiOptions& o) {
 // The node as the description knows it, with NVML's facts: the spec names
 // MIG devices by UUID too, which only NVML knows (asked once per driver state).
 Node cdi_node(const Config& config, const CdiOptions& o) {
-    LoadOptions load;
+    LoadOptions load = load_options(o.node);
     load.need_nvml = true;
-    // Another root is not this node: its knowledge is not stored for it.
-    load.write = o.node.root.empty() && o.node.ldcache.empty();
     return know_node(config, load).node;
 }
 

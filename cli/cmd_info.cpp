@@ -178,12 +178,9 @@ void register_info(CLI::App& app, Action& action) {
                   "Discover the node and ask NVML now, and rewrite the node description");
     cmd->callback([opts, &action] {
         action = [opts] {
-            LoadOptions load;
+            LoadOptions load = load_options(opts->node);
             load.need_nvml = true;
             load.refresh = opts->refresh;
-            // --root and --ldcache describe another node than the configured one:
-            // its description is not stored.
-            load.write = opts->node.root.empty() && opts->node.ldcache.empty();
             const NodeKnowledge k = know_node(node_config(opts->node), load);
             if (opts->json) print_json(k);
             else if (opts->csv) print_csv(k.node);

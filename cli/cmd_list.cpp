@@ -149,12 +149,10 @@ void register_list(CLI::App& app, Action& action) {
             auto caps = parse_capabilities(o->capabilities, &unknown);
             if (!caps) throw_invalid("parse capabilities", "--capabilities",
                                      "unknown capability \"" + unknown + "\"");
-            LoadOptions load;
+            LoadOptions load = load_options(o->node);
             // NVML is needed only to resolve MIG UUIDs.
             load.need_nvml = o->device.find("MIG-") != std::string::npos ||
                              o->device.find("mig-") != std::string::npos;
-            // --root and --ldcache describe another node than the configured one.
-            load.write = o->node.root.empty() && o->node.ldcache.empty();
             const Node node = know_node(node_config(o->node), load).node;
             Listing listing = make_listing(node, *o, *caps);
             if (o->json) print_json(listing);

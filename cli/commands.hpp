@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "gpubind/config.hpp"
+#include "gpubind/description.hpp"
 
 namespace gpubind::cli {
 
@@ -29,6 +30,10 @@ void add_node_options(CLI::App& cmd, NodeOptions& opts);
 Config node_config(const NodeOptions& opts);
 // `config` with --root and --ldcache over it.
 Config with_node_options(Config config, const NodeOptions& opts);
+// How a command loads the node description: --root and --ldcache describe
+// another node than the configured one, whose knowledge is never stored
+// (nor its CDI specs refreshed).
+LoadOptions load_options(const NodeOptions& opts);
 
 void register_info(CLI::App& app, Action& action);
 void register_list(CLI::App& app, Action& action);

@@ -13,6 +13,12 @@ Config node_config(const NodeOptions& opts) {
     return with_node_options(load_effective_config(opts.config), opts);
 }
 
+LoadOptions load_options(const NodeOptions& opts) {
+    LoadOptions load;
+    load.write = opts.root.empty() && opts.ldcache.empty();
+    return load;
+}
+
 Config with_node_options(Config config, const NodeOptions& opts) {
     if (!opts.root.empty()) {
         auto root = std::filesystem::absolute(opts.root);
