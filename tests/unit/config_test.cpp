@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "config_builtin.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
@@ -37,6 +38,23 @@ TEST(Config, DefaultsAreTheShippedFile) {
     EXPECT_FALSE(builtin.policy.accept_volume_mounts);
     EXPECT_EQ(builtin.policy.supported, kCapAll);
     EXPECT_EQ(builtin.ldcache_path(), "/etc/ld.so.cache");
+}
+
+TEST(Config, GeneratedDefaultsAreWhatTheShippedFileSays) {
+    // The built-in config is generated at build time from config/config.toml;
+    // reading that file now, the way the generator does (over Config{}), gives
+    // the same config, every field: the two cannot drift apart.
+    const Config parsed = detail::parse_builtin_config(
+        read_file(GPUBIND_SOURCE_DIR "/config/config.toml", 1u << 20), "config.toml");
+    const Config builtin = default_config();
+    // Written out as the generator writes them, a difference reads as a diff.
+    EXPECT_EQ(detail::builtin_config_source(builtin), detail::builtin_config_source(parsed));
+    // Config's defaulted operator== compares every member, present and future.
+    EXPECT_TRUE(builtin == parsed);
+    EXPECT_TRUE(builtin.source.empty());
+    // Not vacuous: the file does set what the C++ members alone do not.
+    EXPECT_FALSE(parsed == Config{});
+    EXPECT_FALSE(builtin.catalog.libraries.empty());
 }
 
 TEST(Config, CudaCompatIsOnByDefaultAndCanBeTurnedOff) {

@@ -16,6 +16,8 @@ struct Roots {
     std::filesystem::path driver = "/";    // holds etc/ld.so.cache, usr/lib*, usr/bin, lib/firmware, run/
     std::filesystem::path dev = "/";       // holds dev/nvidia*
     std::filesystem::path proc = "/proc";  // holds driver/nvidia, devices
+
+    bool operator==(const Roots&) const = default;
 };
 
 // One line of the catalog: a file name (libraries: the name before the
@@ -25,6 +27,8 @@ struct Roots {
 struct CatalogEntry {
     std::string name;
     Capabilities caps = 0;
+
+    bool operator==(const CatalogEntry&) const = default;
 };
 
 struct Catalog {
@@ -32,6 +36,8 @@ struct Catalog {
     std::vector<CatalogEntry> binaries;
     std::vector<CatalogEntry> ipcs;
     std::vector<CatalogEntry> firmware;
+
+    bool operator==(const Catalog&) const = default;
 };
 
 // What to do when the kernel or the sandbox refuses a step gpubind could do
@@ -57,11 +63,15 @@ struct Policy {
     // Users besides root who may own the node's IPCs and their directories
     // (a persistenced run with --user): [policy] ipc-owners, numeric uids.
     std::vector<unsigned> ipc_owners;
+
+    bool operator==(const Policy&) const = default;
 };
 
 struct LogConfig {
     std::string file;              // empty: stderr only
     std::string level = "info";    // trace, debug, info, warn, error, off
+
+    bool operator==(const LogConfig&) const = default;
 };
 
 // The Container Device Interface side ([cdi]): where gpubind writes the
@@ -74,6 +84,8 @@ struct CdiConfig {
     std::filesystem::path hook = "/usr/bin/gpubind-hook";  // the createContainer hook
     // Read by gpubind-runtime, lowest priority first (CDI's order).
     std::vector<std::filesystem::path> spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+
+    bool operator==(const CdiConfig&) const = default;
 };
 
 struct Config {
@@ -92,13 +104,17 @@ struct Config {
     std::filesystem::path ldcache_path() const {
         return ldcache.empty() ? roots.driver / "etc/ld.so.cache" : ldcache;
     }
+
+    // Every field (the built-in defaults are checked against config/config.toml this way).
+    bool operator==(const Config&) const = default;
 };
 
 // Where the config lives unless --config or GPUBIND_CONFIG says otherwise.
 inline constexpr std::string_view kDefaultConfigPath = "/etc/gpubind/config.toml";
 inline constexpr std::string_view kConfigEnv = "GPUBIND_CONFIG";
 
-// The built-in configuration (the same as config/config.toml).
+// The built-in configuration: config/config.toml, turned into plain
+// initialisers at build time (no parsing at run time).
 Config default_config();
 // Parses TOML text over the defaults. An unknown key or a bad value throws
 // Error(EINVAL, "load config", what, "<key>: <why>").

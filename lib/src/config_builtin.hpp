@@ -1,0 +1,31 @@
+// The built-in config. config/config.toml is its one source: at build time
+// gpubind_config_gen (lib/gen/config_gen.cpp) reads that file with the same
+// reader as any config file and writes default_config.cpp (build tree), which
+// defines make_builtin_config() with plain initialisers, so that no process
+// parses the defaults at run time.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "gpubind/config.hpp"
+
+namespace gpubind::detail {
+
+// Parses TOML text over `base`: parse_config() with the defaults as base, the
+// generator with Config{}. Errors as parse_config's.
+Config parse_config_over(Config base, std::string_view toml, const std::string& what);
+
+// What config/config.toml says, read the way the generator reads it.
+inline Config parse_builtin_config(std::string_view toml, const std::string& what) {
+    return parse_config_over(Config{}, toml, what);
+}
+
+// The generated built-in config (default_config.cpp in the build tree).
+Config make_builtin_config();
+
+// The C++ source of a make_builtin_config() that returns `config`, field by
+// field: what gpubind_config_gen writes.
+std::string builtin_config_source(const Config& config);
+
+}  // namespace gpubind::detail

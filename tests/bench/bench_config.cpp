@@ -1,0 +1,44 @@
+// What a start of gpubind-hook, gpubind-runtime or the CLI pays for its
+// config: the built-in defaults, and a small user file read over them.
+#include <string_view>
+
+#include <benchmark/benchmark.h>
+
+#include "config_builtin.hpp"
+#include "gpubind/config.hpp"
+
+namespace {
+
+using namespace gpubind;
+
+// About 200 bytes, the size of a typical /etc/gpubind/config.toml.
+constexpr std::string_view kSmallUserConfig = R"([node]
+driver-root = "/run/nvidia/driver"
+[policy]
+accept-envvar-unprivileged = false
+supported-capabilities = "utility,compute,video"
+[log]
+file = "/var/log/gpubind.log"
+level = "warn"
+[runtime]
+runtimes = ["runc"]
+)";
+
+// What a process pays on its first default_config() (later calls copy it):
+// the generated initialisers, no parsing.
+void BM_DefaultConfig(benchmark::State& state) {
+    for (auto _ : state) benchmark::DoNotOptimize(detail::make_builtin_config());
+}
+BENCHMARK(BM_DefaultConfig);
+
+// A user's file read over the defaults (made once per process, outside the loop).
+void BM_ParseSmallUserConfig(benchmark::State& state) {
+    for (auto _ : state) benchmark::DoNotOptimize(parse_config(kSmallUserConfig, "config.toml"));
+    state.SetBytesProcessed(
+        static_cast<std::int64_t>(state.iterations() * kSmallUserConfig.size()));
+}
+BENCHMARK(BM_ParseSmallUserConfig);
+
+}  // namespace
+
+BENCHMARK_MAIN();
