@@ -12,16 +12,17 @@ namespace {
 using namespace gpubind;
 
 // About 200 bytes, the size of a typical /etc/gpubind/config.toml.
-constexpr std::string_view kSmallUserConfig = R"([node]
-driver-root = "/run/nvidia/driver"
+constexpr std::string_view kSmallUserConfig = R"(# gpubind on this node
 [policy]
 accept-envvar-unprivileged = false
 supported-capabilities = "utility,compute,video"
-[log]
-file = "/var/log/gpubind.log"
-level = "warn"
+cgroups = true
+
 [runtime]
 runtimes = ["runc"]
+
+[node]
+driver-root = "/run/nvidia/driver"
 )";
 
 // What a process pays on its first default_config() (later calls copy it):
