@@ -234,14 +234,12 @@ std::set<std::string> watched_keys(const Config& config, const Node& node) {
     return keys;
 }
 
-// Adds the identity of each watched key's path.
-void add_watched(Fingerprint& fp, const std::set<std::string>& keys) {
-    for (const auto& key : keys) {
-        if (key.rfind(kWatch, 0) == 0)
-            fp[key] = identity(AT_FDCWD, key.c_str() + kWatch.size());
-        else if (key.rfind(kOwner, 0) == 0)
-            fp[key] = owner_identity(key.c_str() + kOwner.size());
-    }
+// Adds the identity of a watched key's path (a key of another part: nothing).
+void add_watched(Fingerprint& fp, const std::string& key) {
+    if (key.rfind(kWatch, 0) == 0)
+        fp[key] = identity(AT_FDCWD, key.c_str() + kWatch.size());
+    else if (key.rfind(kOwner, 0) == 0)
+        fp[key] = owner_identity(key.c_str() + kOwner.size());
 }
 
 // The first part where two fingerprints differ, "" when they are equal.
@@ -419,11 +417,13 @@ class Reader {
     void item(fs::path& p) { p.assign(take(count())); }
     template <class T>
     void item(std::vector<T>& v) {
-        // Each element takes at least a byte: the count cannot outgrow the file.
+        // Each element takes at least a byte: the count cannot outgrow the
+        // file. Grown as elements are read, so memory follows the bytes read.
         const std::size_t n = count();
         if (n > in_.size() - at_) corrupt("count beyond the end");
-        v.resize(n);
-        for (auto& e : v) item(e);
+        v.clear();
+        v.reserve(std::min<std::size_t>(n, 256));
+        for (std::size_t i = 0; i < n; ++i) item(v.emplace_back());
     }
     template <class K, class V, class C>
     void item(std::map<K, V, C>& m) {
@@ -666,10 +666,7 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
     if (!options.refresh) stored = read_description(config, why);
     const auto read = std::chrono::steady_clock::now();
     if (stored) {
-        std::set<std::string> watched;
-        for (const auto& [key, value] : stored->fingerprint)
-            if (key.rfind(kWatch, 0) == 0 || key.rfind(kOwner, 0) == 0) watched.insert(key);
-        add_watched(now, watched);
+        for (const auto& [key, value] : stored->fingerprint) add_watched(now, key);
         why = difference(stored->fingerprint, now);
         if (!why.empty()) why = "the driver state changed (" + why + ")";
     }
@@ -698,7 +695,7 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
         k.proc = read_proc_files(k.node);
         // Taken before discovery: a change meanwhile makes the next check recompute.
         k.fingerprint = std::move(now);
-        add_watched(k.fingerprint, watched_keys(config, k.node));
+        for (const auto& key : watched_keys(config, k.node)) add_watched(k.fingerprint, key);
         dirty = true;
     }
     if (options.need_nvml && k.nvml.status == NvmlStatus::NotAsked) {
