@@ -306,6 +306,13 @@ void fields(Io& io, T& r) {
     io(r.status, r.asked_at, r.took_ms, r.error);
 }
 
+// What the file holds of the knowledge (not what this call did).
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, NodeKnowledge>
+void fields(Io& io, T& k) {
+    io(k.computed_at, k.fingerprint, k.nvml, k.node, k.proc);
+}
+
 // The enums' largest values: a byte beyond them is corruption.
 constexpr auto kLastFileKind = FileKind::Firmware;
 constexpr auto kLastNvmlStatus = NvmlStatus::Failed;
@@ -457,7 +464,7 @@ constexpr std::size_t kDigestSize = 8;
 
 std::string serialize(const NodeKnowledge& k) {
     Writer w;
-    w(k.computed_at, k.fingerprint, k.nvml, k.node, k.proc);
+    w(k);
     return seal_description(w.out());
 }
 
@@ -538,7 +545,7 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
         Reader r(body, what);
         NodeKnowledge k;
         k.path = path;
-        r(k.computed_at, k.fingerprint, k.nvml, k.node, k.proc);
+        r(k);
         r.finish();
         k.stored = true;
         return k;
