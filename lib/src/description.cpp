@@ -9,14 +9,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
+#include <concepts>
 #include <ctime>
+#include <map>
 #include <set>
+#include <type_traits>
+#include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include "gpubind/error.hpp"
 #include "gpubind/fd.hpp"
@@ -26,23 +29,62 @@
 namespace gpubind {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace {
 
-constexpr const char* kSchema = "gpubind.node/1";
+constexpr std::string_view kSchema = "gpubind.node/2";
 constexpr std::size_t kMaxProcFile = 64u << 10;
 // A listing deeper than this (capabilities/gpu<N>/mig/gi<G>/ci<C>) is not the driver's.
 constexpr int kMaxDepth = 5;
 
-// 64-bit FNV-1a: a digest of content, not an authentication (the file's owner
-// and mode are that).
-std::uint64_t fnv1a(std::string_view data, std::uint64_t h = 14695981039346656037ull) {
-    for (unsigned char c : data) {
-        h ^= c;
-        h *= 1099511628211ull;
+// A 64-bit digest of content, not an authentication (the file's owner and
+// mode are that): eight bytes at a time, each word mixed in as MurmurHash3's
+// 64-bit body does, each piece's length first (so "ab","c" and "a","bc"
+// differ), finished with its finaliser.
+class Digest {
+  public:
+    Digest& add(std::string_view data) {
+        word(data.size());
+        while (data.size() >= 8) {
+            std::uint64_t w = 0;
+            std::memcpy(&w, data.data(), 8);
+            word(w);
+            data.remove_prefix(8);
+        }
+        if (!data.empty()) {
+            std::uint64_t w = 0;
+            std::memcpy(&w, data.data(), data.size());
+            word(w);
+        }
+        return *this;
     }
-    return h;
+    Digest& add(std::uint64_t v) {
+        word(v);
+        return *this;
+    }
+    std::uint64_t value() const {
+        std::uint64_t h = h_;
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+        h *= 0xc4ceb9fe1a85ec53ull;
+        h ^= h >> 33;
+        return h;
+    }
+
+  private:
+    void word(std::uint64_t k) {
+        k *= 0x87c37b91114253d5ull;
+        k = std::rotl(k, 31);
+        k *= 0x4cf5ad432745937full;
+        h_ ^= k;
+        h_ = std::rotl(h_, 27) * 5 + 0x52dce729;
+    }
+    std::uint64_t h_ = 0x9e3779b97f4a7c15ull;
+};
+
+std::uint64_t digest(std::string_view data) {
+    return Digest().add(data).value();
 }
 
 std::string hex(std::uint64_t v) {
@@ -59,12 +101,18 @@ std::int64_t now_seconds() {
 
 // ---- the fingerprint -------------------------------------------------------------------------
 
-// A small file's content, or what kept it from being read.
-std::string content_of(const fs::path& path) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+// What kept a directory from opening, as the fingerprint holds it.
+const char* failure(int err) {
+    return err == ENOENT ? "missing" : "error";
+}
+
+// A small file's content (at most kMaxProcFile bytes), or what kept it from
+// being read.
+std::string content_of(int at, const char* name) {
+    Fd fd(::openat(at, name, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) return fmt::format("unreadable: {}", std::strerror(errno));
     try {
-        return read_stream(fd.get(), kMaxProcFile, path.string());
+        return read_stream(fd.get(), kMaxProcFile, name);
     } catch (const Error& e) {
         return std::string("unreadable: ") + e.what();
     }
@@ -72,63 +120,84 @@ std::string content_of(const fs::path& path) {
 
 // lstat identity: what changes when the entry is replaced, written, renamed
 // into or out of (a directory), or its owner or mode change (ctime).
-std::string identity(const fs::path& path) {
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? "missing" : "error";
+std::string identity(const struct stat& st) {
     return fmt::format("{}:{}:{:o}:{}:{}:{}.{}:{}.{}:{}:{}", major(st.st_dev), minor(st.st_dev),
                        st.st_mode, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
                        st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_uid, st.st_rdev);
 }
 
-// Appends "<rel>/<name>:<inode>;" for each entry of `dir` (sorted), into its
-// subdirectories down to kMaxDepth.
-void listing(std::string& out, const fs::path& dir, const std::string& rel, int depth) {
-    DIR* d = ::opendir(dir.c_str());
-    if (!d) {
-        out += rel + (errno == ENOENT ? ":missing;" : ":error;");
+std::string identity(int at, const char* path) {
+    struct stat st {};
+    if (::fstatat(at, path, &st, AT_SYMLINK_NOFOLLOW) != 0) return failure(errno);
+    return identity(st);
+}
+
+// The entries of the open directory `fd` (not "." and ".."), those whose
+// name starts with `prefix`, sorted by name: name, inode, type. Read with
+// getdents64 straight into a buffer (no directory stream: it costs three
+// syscalls more per directory). False when the directory cannot be read.
+using Entries = std::vector<std::pair<std::string, std::pair<ino_t, unsigned char>>>;
+bool read_entries(int fd, Entries& out, std::string_view prefix = {}) {
+    alignas(dirent64) char buf[16384];
+    for (;;) {
+        const ssize_t n = ::getdents64(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return false;
+        if (n == 0) break;
+        for (std::size_t at = 0; at < static_cast<std::size_t>(n);) {
+            const auto* e = reinterpret_cast<const dirent64*>(buf + at);
+            at += e->d_reclen;
+            const std::string_view name = e->d_name;
+            if (name == "." || name == ".." || name.substr(0, prefix.size()) != prefix) continue;
+            out.push_back({std::string(name), {e->d_ino, e->d_type}});
+        }
+    }
+    std::sort(out.begin(), out.end());
+    return true;
+}
+
+// Appends "<rel>/<name>:<inode>;" for each entry of the directory `name`
+// (relative to `at`), sorted, and of its subdirectories down to kMaxDepth.
+void listing(std::string& out, int at, const char* name, const std::string& rel, int depth) {
+    Fd fd(::openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) {
+        (out += rel) += errno == ENOENT ? ":missing;" : ":error;";
         return;
     }
-    std::vector<std::pair<std::string, std::pair<ino_t, unsigned char>>> entries;
-    while (const dirent* e = ::readdir(d)) {
-        std::string_view name = e->d_name;
-        if (name == "." || name == "..") continue;
-        entries.push_back({std::string(name), {e->d_ino, e->d_type}});
+    Entries entries;
+    if (!read_entries(fd.get(), entries)) {
+        (out += rel) += ":error;";
+        return;
     }
-    ::closedir(d);
-    std::sort(entries.begin(), entries.end());
-    for (const auto& [name, info] : entries) {
-        out += fmt::format("{}/{}:{};", rel, name, info.first);
+    for (const auto& [entry, info] : entries) {
+        ((((out += rel) += '/') += entry) += ':') += std::to_string(info.first);
+        out += ';';
         if (info.second == DT_DIR && depth < kMaxDepth)
-            listing(out, dir / name, rel + "/" + name, depth + 1);
+            listing(out, fd.get(), entry.c_str(), rel + "/" + entry, depth + 1);
     }
 }
 
 // The dev root's NVIDIA entries (nvidia*): names and inodes, and for the
 // nodes their identity (type, numbers, mode, owner: what discovery reads with
 // stat).
-std::string dev_nodes(const fs::path& dev) {
-    DIR* d = ::opendir(dev.c_str());
-    if (!d) return errno == ENOENT ? "missing" : "error";
-    std::vector<std::pair<std::string, std::pair<ino_t, unsigned char>>> entries;
-    while (const dirent* e = ::readdir(d))
-        if (std::string_view(e->d_name).rfind("nvidia", 0) == 0)
-            entries.push_back({e->d_name, {e->d_ino, e->d_type}});
-    ::closedir(d);
-    std::sort(entries.begin(), entries.end());
+std::string dev_nodes(const Fd& fd) {
+    if (!fd) return failure(errno);
+    Entries entries;
+    if (!read_entries(fd.get(), entries, "nvidia")) return "error";
     std::string out;
-    for (const auto& [name, info] : entries) {
-        out += fmt::format("{}:{}", name, info.first);
-        if (info.second != DT_DIR) out += "=" + identity(dev / name);
-        out += ";";
+    for (const auto& [entry, info] : entries) {
+        ((out += entry) += ':') += std::to_string(info.first);
+        if (info.second != DT_DIR) (out += '=') += identity(fd.get(), entry.c_str());
+        out += ';';
     }
     return out;
 }
 
 // lstat identity that a new entry in a directory leaves alone: the entry
 // itself replaced, its type, owner or mode changed.
-std::string owner_identity(const fs::path& path) {
+std::string owner_identity(const char* path) {
     struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? "missing" : "error";
+    if (::lstat(path, &st) != 0) return failure(errno);
     return fmt::format("{}:{}:{}:{:o}:{}", major(st.st_dev), minor(st.st_dev), st.st_ino,
                        st.st_mode, st.st_uid);
 }
@@ -165,14 +234,12 @@ std::set<std::string> watched_keys(const Config& config, const Node& node) {
     return keys;
 }
 
-// Adds the identity of each watched key's path.
-void add_watched(Fingerprint& fp, const std::set<std::string>& keys) {
-    for (const auto& key : keys) {
-        if (key.rfind(kWatch, 0) == 0)
-            fp[key] = identity(key.substr(kWatch.size()));
-        else if (key.rfind(kOwner, 0) == 0)
-            fp[key] = owner_identity(key.substr(kOwner.size()));
-    }
+// Adds the identity of a watched key's path (a key of another part: nothing).
+void add_watched(Fingerprint& fp, const std::string& key) {
+    if (key.rfind(kWatch, 0) == 0)
+        fp[key] = identity(AT_FDCWD, key.c_str() + kWatch.size());
+    else if (key.rfind(kOwner, 0) == 0)
+        fp[key] = owner_identity(key.c_str() + kOwner.size());
 }
 
 // The first part where two fingerprints differ, "" when they are equal.
@@ -187,187 +254,218 @@ std::string difference(const Fingerprint& stored, const Fingerprint& now) {
     return {};
 }
 
-// ---- the node as JSON ------------------------------------------------------------------------
+// ---- the file's encoding ---------------------------------------------------------------------
+//
+// A compact binary encoding read straight into the structs (no document
+// tree): integers little-endian at their own width, bools one byte,
+// strings and paths a u32 length and the bytes, vectors and maps a u32
+// count and the elements. Each struct's fields are listed once, in
+// fields(), for writing and reading alike, so the two cannot disagree.
 
-json to_json(const DeviceNode& n) {
-    return {{"path", n.path.string()},
-            {"host_path", n.host_path.string()},
-            {"major", n.major},
-            {"minor", n.minor},
-            {"mode", static_cast<unsigned>(n.mode)}};
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, DeviceNode>
+void fields(Io& io, T& n) {
+    io(n.path, n.host_path, n.major, n.minor, n.mode);
 }
 
-DeviceNode node_from(const json& j) {
-    DeviceNode n;
-    n.path = j.at("path").get<std::string>();
-    n.host_path = j.at("host_path").get<std::string>();
-    n.major = j.at("major").get<unsigned>();
-    n.minor = j.at("minor").get<unsigned>();
-    n.mode = static_cast<mode_t>(j.at("mode").get<unsigned>());
-    return n;
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, MigDevice>
+void fields(Io& io, T& m) {
+    io(m.gpu_index, m.index, m.gi, m.ci, m.uuid, m.gi_access, m.ci_access, m.gi_cap, m.ci_cap);
 }
 
-json nodes_json(const std::vector<DeviceNode>& nodes) {
-    json out = json::array();
-    for (const auto& n : nodes) out.push_back(to_json(n));
-    return out;
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, Gpu>
+void fields(Io& io, T& g) {
+    io(g.index, g.minor, g.model, g.uuid, g.pci_bus_id, g.vbios, g.bus_type, g.excluded,
+       g.proc_dir, g.node, g.mig, g.brand, g.compute_capability);
 }
 
-std::vector<DeviceNode> nodes_from(const json& j) {
-    std::vector<DeviceNode> out;
-    for (const auto& n : j) out.push_back(node_from(n));
-    return out;
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, DriverFile>
+void fields(Io& io, T& f) {
+    io(f.kind, f.name, f.host_path, f.real_path, f.caps, f.compat32);
 }
 
-constexpr std::pair<FileKind, const char*> kKinds[] = {{FileKind::Library, "library"},
-                                                       {FileKind::Binary, "binary"},
-                                                       {FileKind::Ipc, "ipc"},
-                                                       {FileKind::Firmware, "firmware"}};
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, Node>
+void fields(Io& io, T& n) {
+    io(n.roots.driver, n.roots.dev, n.roots.proc, n.driver_version, n.cuda_version, n.gpus,
+       n.control, n.mig_control, n.imex_channels, n.files, n.warnings);
+}
 
-json node_json(const Node& node) {
-    json gpus = json::array();
-    for (const auto& g : node.gpus) {
-        json migs = json::array();
-        for (const auto& m : g.mig)
-            migs.push_back({{"gpu_index", m.gpu_index},
-                            {"index", m.index},
-                            {"gi", m.gi},
-                            {"ci", m.ci},
-                            {"uuid", m.uuid},
-                            {"gi_access", m.gi_access.string()},
-                            {"ci_access", m.ci_access.string()},
-                            {"gi_cap", to_json(m.gi_cap)},
-                            {"ci_cap", to_json(m.ci_cap)}});
-        gpus.push_back({{"index", g.index},
-                        {"minor", g.minor},
-                        {"model", g.model},
-                        {"uuid", g.uuid},
-                        {"pci_bus_id", g.pci_bus_id},
-                        {"vbios", g.vbios},
-                        {"bus_type", g.bus_type},
-                        {"excluded", g.excluded},
-                        {"proc_dir", g.proc_dir.string()},
-                        {"node", to_json(g.node)},
-                        {"mig", migs},
-                        {"brand", g.brand},
-                        {"compute_capability", g.compute_capability}});
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, ProcFiles>
+void fields(Io& io, T& p) {
+    io(p.version, p.params, p.information);
+}
+
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, NvmlRecord>
+void fields(Io& io, T& r) {
+    io(r.status, r.asked_at, r.took_ms, r.error);
+}
+
+// What the file holds of the knowledge (not what this call did).
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, NodeKnowledge>
+void fields(Io& io, T& k) {
+    io(k.computed_at, k.fingerprint, k.nvml, k.node, k.proc);
+}
+
+// The enums' largest values: a byte beyond them is corruption.
+constexpr auto kLastFileKind = FileKind::Firmware;
+constexpr auto kLastNvmlStatus = NvmlStatus::Failed;
+
+template <class E>
+constexpr E last_of() {
+    if constexpr (std::is_same_v<E, FileKind>)
+        return kLastFileKind;
+    else
+        return kLastNvmlStatus;
+}
+
+class Writer {
+  public:
+    template <class... T>
+    void operator()(const T&... v) {
+        (item(v), ...);
     }
-    json files = json::array();
-    for (const auto& f : node.files) {
-        const char* kind = "library";
-        for (const auto& [k, name] : kKinds)
-            if (k == f.kind) kind = name;
-        files.push_back({{"kind", kind},
-                         {"name", f.name},
-                         {"host_path", f.host_path.string()},
-                         {"real_path", f.real_path.string()},
-                         {"caps", f.caps},
-                         {"compat32", f.compat32}});
-    }
-    return {{"roots",
-             {{"driver", node.roots.driver.string()},
-              {"dev", node.roots.dev.string()},
-              {"proc", node.roots.proc.string()}}},
-            {"driver_version", node.driver_version},
-            {"cuda_version", node.cuda_version},
-            {"gpus", gpus},
-            {"control", nodes_json(node.control)},
-            {"mig_control", nodes_json(node.mig_control)},
-            {"imex_channels", nodes_json(node.imex_channels)},
-            {"files", files},
-            {"warnings", node.warnings}};
-}
+    std::string& out() { return out_; }
 
-Node node_from_json(const json& j) {
-    Node node;
-    node.roots.driver = j.at("roots").at("driver").get<std::string>();
-    node.roots.dev = j.at("roots").at("dev").get<std::string>();
-    node.roots.proc = j.at("roots").at("proc").get<std::string>();
-    node.driver_version = j.at("driver_version").get<std::string>();
-    node.cuda_version = j.at("cuda_version").get<std::string>();
-    for (const auto& g : j.at("gpus")) {
-        Gpu gpu;
-        gpu.index = g.at("index").get<unsigned>();
-        gpu.minor = g.at("minor").get<unsigned>();
-        gpu.model = g.at("model").get<std::string>();
-        gpu.uuid = g.at("uuid").get<std::string>();
-        gpu.pci_bus_id = g.at("pci_bus_id").get<std::string>();
-        gpu.vbios = g.at("vbios").get<std::string>();
-        gpu.bus_type = g.at("bus_type").get<std::string>();
-        gpu.excluded = g.at("excluded").get<bool>();
-        gpu.proc_dir = g.at("proc_dir").get<std::string>();
-        gpu.node = node_from(g.at("node"));
-        gpu.brand = g.at("brand").get<std::string>();
-        gpu.compute_capability = g.at("compute_capability").get<std::string>();
-        for (const auto& m : g.at("mig")) {
-            MigDevice mig;
-            mig.gpu_index = m.at("gpu_index").get<unsigned>();
-            mig.index = m.at("index").get<unsigned>();
-            mig.gi = m.at("gi").get<unsigned>();
-            mig.ci = m.at("ci").get<unsigned>();
-            mig.uuid = m.at("uuid").get<std::string>();
-            mig.gi_access = m.at("gi_access").get<std::string>();
-            mig.ci_access = m.at("ci_access").get<std::string>();
-            mig.gi_cap = node_from(m.at("gi_cap"));
-            mig.ci_cap = node_from(m.at("ci_cap"));
-            gpu.mig.push_back(std::move(mig));
+  private:
+    void item(bool v) { out_.push_back(v ? '\1' : '\0'); }
+    template <std::integral T>
+    void item(const T& v) {
+        auto u = static_cast<std::make_unsigned_t<T>>(v);
+        for (std::size_t i = 0; i < sizeof(T); ++i)
+            out_.push_back(static_cast<char>(static_cast<unsigned char>(u >> (8 * i))));
+    }
+    template <class E>
+        requires std::is_enum_v<E>
+    void item(const E& v) {
+        item(static_cast<std::uint8_t>(v));
+    }
+    void count(std::size_t n) { item(static_cast<std::uint32_t>(n)); }
+    void item(const std::string& s) {
+        count(s.size());
+        out_ += s;
+    }
+    void item(const fs::path& p) { item(p.native()); }
+    template <class T>
+    void item(const std::vector<T>& v) {
+        count(v.size());
+        for (const auto& e : v) item(e);
+    }
+    template <class K, class V, class C>
+    void item(const std::map<K, V, C>& m) {
+        count(m.size());
+        for (const auto& [k, v] : m) (*this)(k, v);
+    }
+    template <class T>
+    void item(const T& v) {
+        fields(*this, v);
+    }
+
+    std::string out_;
+};
+
+class Reader {
+  public:
+    Reader(std::string_view in, const std::string& what) : in_(in), what_(what) {}
+    template <class... T>
+    void operator()(T&... v) {
+        (item(v), ...);
+    }
+    // Throws unless every byte was read.
+    void finish() const {
+        if (at_ != in_.size()) corrupt("bytes after the end");
+    }
+
+  private:
+    [[noreturn]] void corrupt(const char* why) const {
+        throw_invalid("read node description", what_, std::string("corrupt: ") + why);
+    }
+    std::string_view take(std::size_t n) {
+        if (n > in_.size() - at_) corrupt("ends early");
+        std::string_view s = in_.substr(at_, n);
+        at_ += n;
+        return s;
+    }
+    template <std::integral T>
+    void item(T& v) {
+        const std::string_view b = take(sizeof(T));
+        std::make_unsigned_t<T> u = 0;
+        for (std::size_t i = 0; i < sizeof(T); ++i)
+            u = static_cast<std::make_unsigned_t<T>>(
+                u | static_cast<std::make_unsigned_t<T>>(static_cast<unsigned char>(b[i]))
+                        << (8 * i));
+        v = static_cast<T>(u);
+    }
+    void item(bool& v) {
+        const auto b = static_cast<unsigned char>(take(1)[0]);
+        if (b > 1) corrupt("not a boolean");
+        v = b == 1;
+    }
+    template <class E>
+        requires std::is_enum_v<E>
+    void item(E& v) {
+        std::uint8_t u = 0;
+        item(u);
+        if (u > static_cast<std::uint8_t>(last_of<E>())) corrupt("unknown enumerator");
+        v = static_cast<E>(u);
+    }
+    std::size_t count() {
+        std::uint32_t n = 0;
+        item(n);
+        return n;
+    }
+    void item(std::string& s) { s.assign(take(count())); }
+    void item(fs::path& p) { p.assign(take(count())); }
+    template <class T>
+    void item(std::vector<T>& v) {
+        // Each element takes at least a byte: the count cannot outgrow the
+        // file. Grown as elements are read, so memory follows the bytes read.
+        const std::size_t n = count();
+        if (n > in_.size() - at_) corrupt("count beyond the end");
+        v.clear();
+        v.reserve(std::min<std::size_t>(n, 256));
+        for (std::size_t i = 0; i < n; ++i) item(v.emplace_back());
+    }
+    template <class K, class V, class C>
+    void item(std::map<K, V, C>& m) {
+        const std::size_t n = count();
+        if (n > in_.size() - at_) corrupt("count beyond the end");
+        m.clear();
+        for (std::size_t i = 0; i < n; ++i) {
+            K k;
+            V v;
+            (*this)(k, v);
+            m.emplace_hint(m.end(), std::move(k), std::move(v));
         }
-        node.gpus.push_back(std::move(gpu));
     }
-    node.control = nodes_from(j.at("control"));
-    node.mig_control = nodes_from(j.at("mig_control"));
-    node.imex_channels = nodes_from(j.at("imex_channels"));
-    for (const auto& f : j.at("files")) {
-        DriverFile file;
-        const std::string kind = f.at("kind").get<std::string>();
-        bool known = false;
-        for (const auto& [k, name] : kKinds)
-            if (kind == name) {
-                file.kind = k;
-                known = true;
-            }
-        if (!known) throw json::other_error::create(501, "unknown file kind " + kind, nullptr);
-        file.name = f.at("name").get<std::string>();
-        file.host_path = f.at("host_path").get<std::string>();
-        file.real_path = f.at("real_path").get<std::string>();
-        file.caps = f.at("caps").get<Capabilities>();
-        file.compat32 = f.at("compat32").get<bool>();
-        node.files.push_back(std::move(file));
+    template <class T>
+    void item(T& v) {
+        fields(*this, v);
     }
-    node.warnings = j.at("warnings").get<std::vector<std::string>>();
-    return node;
-}
 
-constexpr std::pair<NvmlStatus, const char*> kNvmlStatuses[] = {{NvmlStatus::NotAsked, "not-asked"},
-                                                                {NvmlStatus::Answered, "answered"},
-                                                                {NvmlStatus::Failed, "failed"}};
+    std::string_view in_;
+    std::size_t at_ = 0;
+    const std::string& what_;
+};
 
 // ---- the file --------------------------------------------------------------------------------
 
-// {"digest":"<16 hex digits>","body":<body>}: the digest is FNV-1a of the
-// body's bytes, so it is checked before the body is parsed.
-constexpr std::string_view kHead = "{\"digest\":\"";
-constexpr std::string_view kMiddle = "\",\"body\":";
-constexpr std::string_view kTail = "}\n";
+// "<schema>\n", the body's digest (8 bytes, little-endian), the body: the
+// digest is checked before the body is decoded.
+constexpr std::string_view kMagic = "gpubind.node/2\n";
+static_assert(kMagic.size() == kSchema.size() + 1 && kMagic.substr(0, kSchema.size()) == kSchema);
+constexpr std::size_t kDigestSize = 8;
 
 std::string serialize(const NodeKnowledge& k) {
-    json nvml = {{"status", "not-asked"},
-                 {"asked_at", k.nvml.asked_at},
-                 {"took_ms", k.nvml.took_ms},
-                 {"error", k.nvml.error}};
-    for (const auto& [s, name] : kNvmlStatuses)
-        if (s == k.nvml.status) nvml["status"] = name;
-    json body = {{"schema", kSchema},
-                 {"computed_at", k.computed_at},
-                 {"fingerprint", k.fingerprint},
-                 {"nvml", nvml},
-                 {"node", node_json(k.node)},
-                 {"proc",
-                  {{"version", k.proc.version},
-                   {"params", k.proc.params},
-                   {"information", k.proc.information}}}};
-    const std::string text = body.dump();
-    return std::string(kHead) + hex(fnv1a(text)) + std::string(kMiddle) + text + std::string(kTail);
+    Writer w;
+    w(k);
+    return seal_description(w.out());
 }
 
 // Why the directory may not hold a trusted description ("" when it may).
@@ -425,56 +523,40 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
         why = e.what();
         return std::nullopt;
     }
-    const std::size_t digest_at = kHead.size(), body_at = digest_at + 16 + kMiddle.size();
-    if (text.size() < body_at + kTail.size() || text.compare(0, kHead.size(), kHead) != 0 ||
-        text.compare(digest_at + 16, kMiddle.size(), kMiddle) != 0 ||
-        text.compare(text.size() - kTail.size(), kTail.size(), kTail) != 0) {
+    if (text.size() < kMagic.size() + kDigestSize) {
         why = path.string() + " is not a description (truncated or corrupt)";
         return std::nullopt;
     }
-    const std::string_view body =
-        std::string_view(text).substr(body_at, text.size() - body_at - kTail.size());
-    if (text.compare(digest_at, 16, hex(fnv1a(body))) != 0) {
-        why = path.string() + " does not match its digest (changed since written)";
+    if (text.compare(0, kMagic.size(), kMagic) != 0) {
+        why = path.string() + " is not a description of this schema (another gpubind's, or corrupt)";
+        return std::nullopt;
+    }
+    std::uint64_t stored_digest = 0;
+    for (std::size_t i = 0; i < kDigestSize; ++i)
+        stored_digest |= std::uint64_t{static_cast<unsigned char>(text[kMagic.size() + i])}
+                         << (8 * i);
+    const std::string_view body = std::string_view(text).substr(kMagic.size() + kDigestSize);
+    if (digest(body) != stored_digest) {
+        why = path.string() + " does not match its digest (truncated or changed since written)";
         return std::nullopt;
     }
     try {
-        const json j = json::parse(body);
-        if (j.at("schema").get<std::string>() != kSchema) {
-            why = path.string() + " has another schema";
-            return std::nullopt;
-        }
+        const std::string what = path.string();
+        Reader r(body, what);
         NodeKnowledge k;
         k.path = path;
-        k.computed_at = j.at("computed_at").get<std::int64_t>();
-        k.fingerprint = j.at("fingerprint").get<Fingerprint>();
-        const json& nvml = j.at("nvml");
-        const std::string status = nvml.at("status").get<std::string>();
-        bool known = false;
-        for (const auto& [s, name] : kNvmlStatuses)
-            if (status == name) {
-                k.nvml.status = s;
-                known = true;
-            }
-        if (!known) throw json::other_error::create(501, "unknown NVML status", nullptr);
-        k.nvml.asked_at = nvml.at("asked_at").get<std::int64_t>();
-        k.nvml.took_ms = nvml.at("took_ms").get<std::int64_t>();
-        k.nvml.error = nvml.at("error").get<std::string>();
-        k.node = node_from_json(j.at("node"));
-        const json& proc = j.at("proc");
-        k.proc.version = proc.at("version").get<std::string>();
-        k.proc.params = proc.at("params").get<std::string>();
-        k.proc.information = proc.at("information").get<std::map<std::string, std::string>>();
+        r(k);
+        r.finish();
         k.stored = true;
         return k;
-    } catch (const json::exception& e) {
-        why = path.string() + " is corrupt: " + e.what();
+    } catch (const Error& e) {
+        why = e.what();
         return std::nullopt;
     }
 }
 
 // Writes the description atomically: a new file (O_EXCL, never through a
-// link) in the state directory, 0644, renamed over node.json. Root only.
+// link) in the state directory, 0644, renamed over the description. Root only.
 void write_description(const Config& config, const NodeKnowledge& k) {
     const fs::path dir = config.state_dir;
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_errno("create directory", dir);
@@ -520,49 +602,65 @@ void ask_nvml(NodeKnowledge& k, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
+std::string seal_description(std::string_view body) {
+    const std::uint64_t d = digest(body);
+    std::string out(kMagic);
+    out.reserve(kMagic.size() + kDigestSize + body.size());
+    for (std::size_t i = 0; i < kDigestSize; ++i)
+        out.push_back(static_cast<char>(static_cast<unsigned char>(d >> (8 * i))));
+    return out += body;
+}
+
 std::filesystem::path description_path(const Config& config) {
     return config.state_dir / kNodeDescriptionName;
 }
 
 std::string config_digest(const Config& c) {
-    // Every field, in order; a field added to Config belongs here too.
-    std::string t =
-        fmt::format("roots={}|{}|{}\nldcache={}\nldconfig={}\nstate={}\nruntimes={}\nlog={}|{}\n",
-                    c.roots.driver.string(), c.roots.dev.string(), c.roots.proc.string(),
-                    c.ldcache_path().string(), c.ldconfig.string(), c.state_dir.string(),
-                    fmt::join(c.runtimes, "|"), c.log.file, c.log.level);
+    // Every field that can change what the node is, in order; a field added to
+    // Config belongs here too. Not [log]: the log's level and file change no
+    // fact of the node, so changing them does not cost a rediscovery. Each
+    // piece goes in with its length (Digest::add), so no separator is needed.
+    Digest d;
+    d.add(c.roots.driver.native()).add(c.roots.dev.native()).add(c.roots.proc.native());
+    d.add(c.ldcache_path().native()).add(c.ldconfig.native()).add(c.state_dir.native());
+    d.add(c.runtimes.size());
+    for (const auto& r : c.runtimes) d.add(r);
     const Policy& p = c.policy;
-    t += fmt::format("policy={},{},{},{},{},{},{},{},{}\n", p.accept_envvar_unprivileged,
-                     p.accept_volume_mounts, p.disable_require, p.supported, p.cgroups,
-                     static_cast<int>(p.on_refused), p.cuda_compat, static_cast<int>(p.ldcache),
-                     fmt::join(p.ipc_owners, "|"));
+    for (const bool b : {p.accept_envvar_unprivileged, p.accept_volume_mounts, p.disable_require,
+                         p.cgroups, p.cuda_compat})
+        d.add(b);
+    d.add(p.supported).add(static_cast<std::uint64_t>(p.on_refused));
+    d.add(static_cast<std::uint64_t>(p.ldcache)).add(p.ipc_owners.size());
+    for (const unsigned uid : p.ipc_owners) d.add(uid);
     for (const auto* list :
          {&c.catalog.libraries, &c.catalog.binaries, &c.catalog.ipcs, &c.catalog.firmware}) {
-        t += "catalog:";
-        for (const auto& e : *list) t += fmt::format("{}={};", e.name, e.caps);
-        t += "\n";
+        d.add(list->size());
+        for (const auto& e : *list) d.add(e.name).add(e.caps);
     }
-    return hex(fnv1a(t));
+    return hex(d.value());
 }
 
 Fingerprint node_fingerprint(const Config& config) {
-    const fs::path nv = config.roots.proc / "driver/nvidia";
-    const fs::path dev = under(config.roots.dev, "/dev");
     Fingerprint fp;
     fp["schema"] = kSchema;
     fp["config"] = config_digest(config);
-    fp["version"] = content_of(nv / "version");
-    fp["params"] = hex(fnv1a(content_of(nv / "params")));
-    fp["devices"] = hex(fnv1a(content_of(config.roots.proc / "devices")));
-    std::string proc;
-    listing(proc, nv / "gpus", "gpus", 1);
-    listing(proc, nv / "capabilities", "capabilities", 1);
-    fp["proc"] = hex(fnv1a(proc));
-    std::string nodes = dev_nodes(dev);
-    listing(nodes, dev / "nvidia-caps", "nvidia-caps", kMaxDepth);
-    listing(nodes, dev / "nvidia-caps-imex-channels", "imex", kMaxDepth);
-    fp["dev"] = hex(fnv1a(nodes));
-    fp["ldcache"] = identity(config.ldcache_path());
+    // Every part read relative to a directory opened once: no path walked twice.
+    const Fd proc(::open(config.roots.proc.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    const Fd nv(::openat(proc.get(), "driver/nvidia", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    fp["version"] = content_of(nv.get(), "version");
+    fp["params"] = hex(digest(content_of(nv.get(), "params")));
+    fp["devices"] = hex(digest(content_of(proc.get(), "devices")));
+    std::string listed;
+    listing(listed, nv.get(), "gpus", "gpus", 1);
+    listing(listed, nv.get(), "capabilities", "capabilities", 1);
+    fp["proc"] = hex(digest(listed));
+    const fs::path dev = under(config.roots.dev, "/dev");
+    const Fd devfd(::open(dev.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    std::string nodes = dev_nodes(devfd);
+    listing(nodes, devfd.get(), "nvidia-caps", "nvidia-caps", kMaxDepth);
+    listing(nodes, devfd.get(), "nvidia-caps-imex-channels", "imex", kMaxDepth);
+    fp["dev"] = hex(digest(nodes));
+    fp["ldcache"] = identity(AT_FDCWD, config.ldcache_path().c_str());
     return fp;
 }
 
@@ -575,10 +673,7 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
     if (!options.refresh) stored = read_description(config, why);
     const auto read = std::chrono::steady_clock::now();
     if (stored) {
-        std::set<std::string> watched;
-        for (const auto& [key, value] : stored->fingerprint)
-            if (key.rfind(kWatch, 0) == 0 || key.rfind(kOwner, 0) == 0) watched.insert(key);
-        add_watched(now, watched);
+        for (const auto& [key, value] : stored->fingerprint) add_watched(now, key);
         why = difference(stored->fingerprint, now);
         if (!why.empty()) why = "the driver state changed (" + why + ")";
     }
@@ -607,7 +702,7 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
         k.proc = read_proc_files(k.node);
         // Taken before discovery: a change meanwhile makes the next check recompute.
         k.fingerprint = std::move(now);
-        add_watched(k.fingerprint, watched_keys(config, k.node));
+        for (const auto& key : watched_keys(config, k.node)) add_watched(k.fingerprint, key);
         dirty = true;
     }
     if (options.need_nvml && k.nvml.status == NvmlStatus::NotAsked) {

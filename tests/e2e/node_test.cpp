@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "container.hpp"
+#include "gpubind/config.hpp"
+#include "gpubind/description.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
 
@@ -93,9 +95,14 @@ class NodeTest : public ::testing::Test {
         return n;
     }
 
-    nlohmann::json description() const {
-        std::ifstream in(node_.state_dir() / "node.json");
-        return nlohmann::json::parse(in)["body"];
+    // What the stored description holds, read through the library (as
+    // `gpubind info` does) without recomputing or rewriting it.
+    NodeKnowledge description() const {
+        LoadOptions options;
+        options.write = false;
+        NodeKnowledge k = load_node(load_config(node_.config()), options);
+        EXPECT_FALSE(k.recomputed) << "the stored description is not current: " << k.why;
+        return k;
     }
 
     TempDir dir_{"gpubind-e2e-desc"};
@@ -113,8 +120,8 @@ TEST_F(NodeTest, TenCudaImageStartsInitialiseNvmlOnce) {
     }
     EXPECT_EQ(nvml_inits(), 1u);
     const auto d = description();
-    EXPECT_EQ(d["nvml"]["status"], "answered");
-    EXPECT_EQ(d["node"]["cuda_version"], node_.manifest().cuda_version);
+    EXPECT_EQ(d.nvml.status, NvmlStatus::Answered);
+    EXPECT_EQ(d.node.cuda_version, node_.manifest().cuda_version);
     // An unmet requirement is refused from the stored facts, without NVML.
     auto b = bundle();
     b->env("NVIDIA_REQUIRE_CUDA=cuda>=99.0");
@@ -135,7 +142,7 @@ TEST_F(NodeTest, AStartWithoutRequirementsNeverWaitsForNvml) {
             << devices;
     }
     EXPECT_EQ(nvml_inits(), 0u);
-    EXPECT_EQ(description()["nvml"]["status"], "not-asked");
+    EXPECT_EQ(description().nvml.status, NvmlStatus::NotAsked);
     // The requirement on the driver version alone is procfs's.
     auto b = bundle();
     b->env("NVIDIA_REQUIRE_DRIVER=driver>=500");
@@ -153,7 +160,7 @@ TEST_F(NodeTest, AHungNvmlCostsOneWaitPerDriverState) {
         EXPECT_THAT(r.err, HasSubstr("is unknown"));
     }
     EXPECT_EQ(nvml_inits(), 1u);
-    EXPECT_EQ(description()["nvml"]["status"], "failed");
+    EXPECT_EQ(description().nvml.status, NvmlStatus::Failed);
 }
 
 TEST_F(NodeTest, ADriverUpgradeIsSeenByTheNextStart) {
@@ -162,7 +169,7 @@ TEST_F(NodeTest, ADriverUpgradeIsSeenByTheNextStart) {
     clear_log();
     ASSERT_EQ(loads_current_driver(bundle()->run()), "");
     EXPECT_THAT(log_text(), HasSubstr("driver state changed"));
-    EXPECT_EQ(description()["node"]["driver_version"], "560.35.03");
+    EXPECT_EQ(description().node.driver_version, "560.35.03");
 }
 
 TEST_F(NodeTest, AMigChangeIsSeenByTheNextStart) {
@@ -249,7 +256,7 @@ TEST_F(NodeTest, TheShimsFinishHookDoesNotRediscover) {
     ASSERT_EQ(loads_current_driver(r), "");
     const std::string log = log_text();
     EXPECT_EQ(count(log, "discovering the node"), 1u) << log;  // the shim, at create
-    EXPECT_EQ(count(log, "node description " + (node_.state_dir() / "node.json").string()), 1u)
+    EXPECT_EQ(count(log, "node description " + (node_.state_dir() / kNodeDescriptionName).string()), 1u)
         << log;  // the finish hook read it
 }
 

@@ -1,12 +1,14 @@
 // The node description: what discovery and NVML learn of the node, kept in
-// one file (<state-dir>/node.json) per driver state, so that a container's
+// one file (<state-dir>/node.desc) per driver state, so that a container's
 // start reads it instead of rediscovering the node and asking NVML.
 //
 // The file is trusted only when it is a regular file (opened with
 // O_NOFOLLOW), owned by root, writable by no one else, at most
 // kMaxDescriptionSize bytes, in a directory of root's no one else may write,
-// its digest matches its content, and the fingerprint it was made for equals
-// the node's fingerprint now. Anything else, and `refresh`, recomputes it
+// it starts with this gpubind's schema, its digest matches its content, its
+// content decodes (a compact binary encoding, bounds-checked: see
+// description.cpp), and the fingerprint it was made for equals the node's
+// fingerprint now. Anything else, and `refresh`, recomputes it
 // (discover()) and rewrites it atomically (a new file renamed over it, 0644);
 // a caller that cannot write the directory keeps what it computed in memory.
 // Why the fingerprint is complete: docs/ARCHITECTURE.md ("The node description").
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "gpubind/config.hpp"
 #include "gpubind/node.hpp"
@@ -24,7 +27,7 @@
 
 namespace gpubind {
 
-inline constexpr const char* kNodeDescriptionName = "node.json";
+inline constexpr const char* kNodeDescriptionName = "node.desc";
 inline constexpr std::size_t kMaxDescriptionSize = 4u << 20;
 
 // What is known of NVML for this driver state.
@@ -73,10 +76,16 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options = {});
 // depends on.
 Fingerprint node_fingerprint(const Config& config);
 
-// The digest of the effective config (every field), as the fingerprint holds it.
+// The digest of the effective config, as the fingerprint holds it: every
+// field but [log] (the log's level and file change no fact of the node).
 std::string config_digest(const Config& config);
 
-// The description file of `config`: <state-dir>/node.json.
+// The description file's framing around an encoded body: "<schema>\n", the
+// body's 64-bit digest, the body. Exposed for tests, which reseal a body they
+// changed; seal_description("").size() is the framing's size.
+std::string seal_description(std::string_view body);
+
+// The description file of `config`: <state-dir>/node.desc.
 std::filesystem::path description_path(const Config& config);
 
 }  // namespace gpubind
