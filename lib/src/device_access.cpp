@@ -17,10 +17,29 @@ bool refused_by_kernel(int err) {
     return err == EPERM || err == EACCES || err == EROFS || err == ENOSYS;
 }
 
+// The usual places first (statmount, microseconds); where they do not hold
+// the process's cgroup, or the kernel cannot say, the host's whole mountinfo.
+// A process in a v1 devices hierarchy that is not at the usual place is
+// asked of mountinfo too: v1 or v2 is decided by where that hierarchy is.
+cgroup::DeviceCgroup DeviceAccess::locate(const std::string& proc_cgroup, const std::string& who) {
+    // ("devices" in a v2 path too only costs the mountinfo read.)
+    const bool v1_devices = proc_cgroup.find("devices") != std::string::npos;
+    const auto usual = sys_.cgroup_mounts(v1_devices);
+    const bool v1_elsewhere = usual && v1_devices && usual->find(",devices\n") == std::string::npos;
+    if (usual && !v1_elsewhere) {
+        try {
+            return cgroup::locate(proc_cgroup, *usual, who);
+        } catch (const Error& e) {
+            logger().debug("{}: not in the usual cgroup mounts ({}); reading mountinfo", who,
+                           e.what());
+        }
+    }
+    return cgroup::locate(proc_cgroup, sys_.read_host_file("/proc/self/mountinfo"), who);
+}
+
 void DeviceAccess::prepare(int pidfd, pid_t pid, const std::string& who) {
     std::string text = sys_.read_proc(pidfd, pid, "cgroup");
-    std::string mountinfo = sys_.read_host_file("/proc/self/mountinfo");
-    const cgroup::DeviceCgroup where = cgroup::locate(text, mountinfo, who);
+    const cgroup::DeviceCgroup where = locate(text, who);
     try {
         if (where.kind == cgroup::DeviceCgroup::Kind::V1)
             prepare_v1(where.dir);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gpubind/bpf.hpp"
+#include "gpubind/cgroup.hpp"
 #include "gpubind/fd.hpp"
 #include "gpubind/plan.hpp"
 #include "gpubind/system.hpp"
@@ -48,6 +49,7 @@ private:
 
     std::vector<bpf::DeviceRule> device_rules() const;
     void prepare_v1(const std::filesystem::path& dir);
+    cgroup::DeviceCgroup locate(const std::string& proc_cgroup, const std::string& who);
     void prepare_v2(const std::filesystem::path& dir);
     // Runs one step; a refusal by the kernel is an error, or with
     // on-refused = warn a warning and false.

@@ -347,7 +347,7 @@ private:
         if (info.type != Type::Missing)
             throw Error(ENOTDIR, "create directory", p.string(),
                         "exists and is " + describe(info));
-        check_own_mount(*parent, p);
+        check_own_mount(parent, p);
         as_owner([&] {
             fd = sys_.make_dir(parent->get(), name, 0755);
             undo_.push_back({Undo::Kind::RemoveDir, parent, name, p.string()});
@@ -373,21 +373,19 @@ private:
         }
         bool ok = false;
         switch (info.type) {
-            case Type::Missing:
-                if (kind == PointKind::Directory) {
-                    as_owner([&] {
-                        sys_.make_dir(dir->get(), name, 0755);
-                        undo_.push_back({Undo::Kind::RemoveDir, dir, name, p.string()});
-                    });
-                } else {
-                    as_owner([&] {
-                        sys_.make_file(dir->get(), name, 0644);
-                        undo_.push_back({Undo::Kind::RemoveFile, dir, name, p.string()});
-                    });
-                }
-                info.type = kind == PointKind::Directory ? Type::Directory : Type::Regular;
-                ok = true;
-                break;
+            case Type::Missing: {
+                // What we create is the mount point: its own descriptor, no
+                // second lookup that something swapped in could answer.
+                Fd created;
+                as_owner([&] {
+                    const bool directory = kind == PointKind::Directory;
+                    created = directory ? sys_.make_dir(dir->get(), name, 0755)
+                                        : sys_.make_file(dir->get(), name, 0644);
+                    undo_.push_back({directory ? Undo::Kind::RemoveDir : Undo::Kind::RemoveFile,
+                                     dir, name, p.string()});
+                });
+                return created;
+            }
             case Type::Regular:
                 ok = kind != PointKind::Directory;
                 break;
@@ -415,7 +413,7 @@ private:
     void bind(Fd& tree, const path& target, PointKind kind, unsigned flags, unsigned major = 0,
               unsigned minor = 0) {
         SharedFd dir = resolve_dir(target.parent_path());
-        check_own_mount(*dir, target);
+        check_own_mount(dir, target);
         Fd point = mount_point(dir, target, kind, major, minor);
         // Flags go on the detached mount: it never appears without them.
         if (flags != 0) sys_.set_mount_flags(tree.get(), flags);
@@ -443,7 +441,7 @@ private:
 
     void make_link(const PlannedSymlink& link) {
         SharedFd dir = resolve_dir(link.path.parent_path());
-        check_own_mount(*dir, link.path);
+        check_own_mount(dir, link.path);
         const std::string name = link.path.filename().string();
         FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Symlink) {
@@ -485,7 +483,7 @@ private:
     void write_planned_file(const PlannedFile& f) {
         check_container_path(f.path, "file " + f.path.string());
         SharedFd dir = resolve_dir(f.path.parent_path());
-        check_own_mount(*dir, f.path);
+        check_own_mount(dir, f.path);
         const std::string name = f.path.filename().string();
         FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Regular) {
@@ -623,23 +621,30 @@ private:
         const ProcView& view = *plan_.proc;
         path target = view.target;
         SharedFd dir = resolve_dir(target.parent_path());
+        check_own_mount(dir, target);
+        // procfs has driver/nvidia only while the driver is loaded and
+        // refuses new directories: on a host without it (a simulated node)
+        // the tmpfs goes over the parent instead, holding the view. Known
+        // beforehand on the runtime's /proc; learnt from the refusal elsewhere.
+        const std::string name = target.filename().string();
+        const bool on_proc = proc_mount_ && dir_mounts_.at(dir.get()).second == *proc_mount_;
+        bool one_level_down = on_proc && sys_.stat_at(dir->get(), name).type == Type::Missing;
         Fd point;
-        bool one_level_down = false;  // the view is the tmpfs's "nvidia" directory
-        try {
-            check_own_mount(*dir, target);
-            point = mount_point(dir, target, PointKind::Directory);
-        } catch (const Error& e) {
-            // procfs has driver/nvidia only while the driver is loaded and
-            // refuses new directories: on a host without it (a simulated node)
-            // the tmpfs goes over the parent instead, holding the view.
-            const int err = e.code().value();
-            if (err != ENOENT && err != EPERM && err != EACCES && err != EROFS) throw;
-            if (sys_.stat_at(dir->get(), target.filename().string()).type != Type::Missing) throw;
+        if (!one_level_down) {
+            try {
+                point = mount_point(dir, target, PointKind::Directory);
+            } catch (const Error& e) {
+                const int err = e.code().value();
+                if (err != ENOENT && err != EPERM && err != EACCES && err != EROFS) throw;
+                if (sys_.stat_at(dir->get(), name).type != Type::Missing) throw;
+                one_level_down = true;
+            }
+        }
+        if (one_level_down) {  // the view is the tmpfs's "nvidia" directory
             target = target.parent_path();
             dir = resolve_dir(target.parent_path());
-            check_own_mount(*dir, target);
+            check_own_mount(dir, target);
             point = mount_point(dir, target, PointKind::Directory);
-            one_level_down = true;
         }
 
         auto shared_fs = std::make_shared<Fd>(sys_.make_tmpfs());
@@ -752,7 +757,7 @@ private:
             run_ldconfig();
             return;
         }
-        check_own_mount(*etc, "/etc/ld.so.cache");
+        check_own_mount(etc, "/etc/ld.so.cache");
         // The image's cache, if any: read by descriptor, never following a link.
         std::optional<RegularFile> original;
         std::optional<ldcache::Cache> image;
@@ -835,7 +840,7 @@ private:
     // in place). Undone like the rest until then.
     void install_cache(const std::string& cache) {
         SharedFd etc = resolve_dir("/etc");
-        check_own_mount(*etc, "/etc/ld.so.cache");
+        check_own_mount(etc, "/etc/ld.so.cache");
         const std::string name = kCache;  // missing or regular (check_cache_files)
         const std::string temp = "ld.so.cache.gpubind-" + std::to_string(::getpid());
         as_owner([&] {
@@ -864,8 +869,12 @@ private:
     // paths there), never on a volume a host directory may be behind, and
     // never on a shared mount (what is mounted there would reach its peers,
     // the host's mount table among them).
-    void check_own_mount(const Fd& dir, const path& p) {
-        const std::uint64_t id = sys_.mount_id(dir.get());
+    void check_own_mount(const SharedFd& dir, const path& p) {
+        // Asked once per directory descriptor: it pins its mount. The entry
+        // holds the descriptor, so its address names it while cached.
+        auto [cached, fresh] = dir_mounts_.try_emplace(dir.get(), dir, 0);
+        if (fresh) cached->second.second = sys_.mount_id(dir->get());
+        const std::uint64_t id = cached->second.second;
         if (id != root_mount_) {
             const auto first = p.begin() == p.end() ? path() : *std::next(p.begin());
             bool runtime_mount = false;
@@ -884,8 +893,12 @@ private:
         }
         auto [known, added] = shared_mounts_.try_emplace(id, false);
         if (added) {
-            if (!mountinfo_) mountinfo_ = sys_.read_mountinfo();  // once per start
-            known->second = mount_is_shared(*mountinfo_, id);
+            if (const auto shared = sys_.mount_shared(dir->get())) {
+                known->second = *shared;
+            } else {
+                if (!mountinfo_) mountinfo_ = sys_.read_mountinfo();  // once per start
+                known->second = mount_is_shared(*mountinfo_, id);
+            }
         }
         if (known->second)
             throw Error(EXDEV, "refuse", p.string(),
@@ -983,6 +996,7 @@ private:
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
     std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
+    std::map<const Fd*, std::pair<SharedFd, std::uint64_t>> dir_mounts_;  // directory -> mount id
     std::optional<std::string> mountinfo_;         // the container namespace's, read once
     std::map<std::string, SharedFd> dirs_;
     std::vector<Undo> undo_;

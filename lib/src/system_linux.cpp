@@ -18,11 +18,15 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
@@ -445,11 +449,11 @@ Fd LinuxSystem::make_dir(int dir_fd, const std::string& name, unsigned mode) {
     return Fd(fd);
 }
 
-void LinuxSystem::make_file(int dir_fd, const std::string& name, unsigned mode) {
-    int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                      static_cast<mode_t>(mode));
-    if (fd < 0) throw_errno("create file", name);
-    ::close(fd);
+Fd LinuxSystem::make_file(int dir_fd, const std::string& name, unsigned mode) {
+    Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   static_cast<mode_t>(mode)));
+    if (!fd) throw_errno("create file", name);
+    return fd;
 }
 
 void LinuxSystem::write_file_at(int dir_fd, const std::string& name, const std::string& data,
@@ -590,6 +594,107 @@ bool mount_is_shared(std::string_view mountinfo, std::uint64_t id) {
         return false;
     }
     return false;
+}
+
+namespace {
+
+// statmount(2) (Linux 6.8), not in Debian 12's headers: the request and the
+// fixed part of the answer as include/uapi/linux/mount.h lays them out.
+constexpr long kSysStatmount = 457;  // x86-64, arm64 and the generic table alike
+constexpr unsigned kStatxMntIdUnique = 0x4000;
+constexpr std::uint64_t kStatmountMntBasic = 0x2;
+constexpr std::uint64_t kStatmountMntRoot = 0x8;
+constexpr std::uint64_t kStatmountMntPoint = 0x10;
+constexpr std::uint64_t kStatmountFsType = 0x20;
+struct MntIdReq {
+    std::uint32_t size = sizeof(MntIdReq);  // MNT_ID_REQ_SIZE_VER0
+    std::uint32_t spare = 0;
+    std::uint64_t mnt_id = 0;
+    std::uint64_t param = 0;
+};
+struct StatmountBasic {
+    std::uint32_t size, mnt_opts;
+    std::uint64_t mask;
+    std::uint32_t sb_dev_major, sb_dev_minor;
+    std::uint64_t sb_magic;
+    std::uint32_t sb_flags, fs_type;
+    std::uint64_t mnt_id, mnt_parent_id;
+    std::uint32_t mnt_id_old, mnt_parent_id_old;
+    std::uint64_t mnt_attr, mnt_propagation, mnt_peer_group, mnt_master, propagate_from;
+    std::uint32_t mnt_root, mnt_point;
+    std::uint64_t spare[50];
+};
+static_assert(sizeof(MntIdReq) == 24);
+static_assert(offsetof(StatmountBasic, mnt_propagation) == 72);
+static_assert(offsetof(StatmountBasic, mnt_root) == 104);
+
+// What statmount says of the mount the descriptor's file is on (looked up
+// in this thread's mount namespace), `want` a STATMOUNT_* mask; nullopt where
+// the kernel cannot answer (before 6.8, ENOSYS, a seccomp filter, ...).
+struct StatmountAnswer {
+    StatmountBasic fixed;
+    char strings[4096];
+    std::string text(std::uint32_t offset) const {
+        if (offset >= sizeof strings) return {};
+        return std::string(strings + offset, ::strnlen(strings + offset, sizeof strings - offset));
+    }
+};
+std::optional<StatmountAnswer> statmount_of(int fd, std::uint64_t want) {
+    struct statx stx {};
+    if (::statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, kStatxMntIdUnique, &stx) != 0)
+        throw_errno("statx", "descriptor " + std::to_string(fd));
+    if ((stx.stx_mask & kStatxMntIdUnique) == 0) return std::nullopt;
+    MntIdReq req;
+    req.mnt_id = stx.stx_mnt_id;
+    req.param = want;
+    StatmountAnswer answer{};
+    if (::syscall(kSysStatmount, &req, &answer, sizeof answer, 0) != 0 ||
+        (answer.fixed.mask & want) != want)
+        return std::nullopt;
+    return answer;
+}
+
+// mountinfo's octal escapes for what would break its fields.
+std::string mountinfo_escape(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\\')
+            out += fmt::format("\\{:03o}", static_cast<unsigned char>(c));
+        else
+            out += c;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::optional<bool> LinuxSystem::mount_shared(int fd) {
+    const auto answer = statmount_of(fd, kStatmountMntBasic);
+    if (!answer) return std::nullopt;  // mountinfo answers
+    return (answer->fixed.mnt_propagation & MS_SHARED) != 0;
+}
+
+std::optional<std::string> LinuxSystem::cgroup_mounts(bool v1_devices) {
+    static constexpr const char* kV1[] = {"/sys/fs/cgroup/devices"};
+    static constexpr const char* kV2[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
+    std::string out;
+    for (const char* candidate : v1_devices ? std::span<const char* const>(kV1)
+                                            : std::span<const char* const>(kV2)) {
+        Fd fd(::open(candidate, O_PATH | O_DIRECTORY | O_CLOEXEC));
+        if (!fd) continue;
+        const auto m = statmount_of(fd.get(), kStatmountMntBasic | kStatmountMntRoot |
+                                                  kStatmountMntPoint | kStatmountFsType);
+        if (!m) return std::nullopt;
+        const std::string type = m->text(m->fixed.fs_type);
+        if (type != "cgroup" && type != "cgroup2") continue;  // the tmpfs holding v1 hierarchies
+        // A v1 hierarchy with the devices controller has devices.list at its root.
+        const bool devices = type == "cgroup" && ::faccessat(fd.get(), "devices.list", F_OK, 0) == 0;
+        out += fmt::format("{} {} 0:0 {} {} rw - {} {} rw{}\n", m->fixed.mnt_id_old,
+                           m->fixed.mnt_parent_id_old, mountinfo_escape(m->text(m->fixed.mnt_root)),
+                           mountinfo_escape(m->text(m->fixed.mnt_point)), type, type,
+                           devices ? ",devices" : "");
+    }
+    return out;
 }
 
 std::string LinuxSystem::read_mountinfo() {

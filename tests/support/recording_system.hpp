@@ -274,10 +274,11 @@ public:
         create(p, {Type::Directory, 0, 0});
         return make(p);
     }
-    void make_file(int dir, const std::string& name, unsigned) override {
+    Fd make_file(int dir, const std::string& name, unsigned) override {
         std::string p = child(dir, name);
         call("make_file " + p, true);
         create(p, {Type::Regular, 0, 0});
+        return make(p);
     }
     void write_file_at(int dir, const std::string& name, const std::string& data,
                        unsigned) override {
@@ -455,6 +456,18 @@ public:
         return id;
     }
 
+    // Not recorded: a kernel with statmount answers from shared_mounts by the
+    // descriptor's mount id; without it (the default) the executor reads mountinfo.
+    bool statmount = false;
+    // Not recorded: the usual cgroup mounts as statmount would describe them
+    // (nullopt: a kernel without it, the host's mountinfo is read).
+    std::optional<std::string> usual_cgroup_mounts;
+    std::optional<std::string> cgroup_mounts(bool) override { return usual_cgroup_mounts; }
+    std::optional<bool> mount_shared(int fd) override {
+        if (!statmount) return std::nullopt;
+        const std::uint64_t id = mount_id(fd);
+        return shared_mounts.count(id) != 0;
+    }
     // Not recorded (counted): a mountinfo whose lines of shared_mounts' ids say "shared:N".
     std::size_t mountinfo_reads = 0;
     std::string read_mountinfo() override {

@@ -319,6 +319,47 @@ TEST(ExecuteV2, ProgramsThatCannotBeReloadedAreAClearError) {
     }
 }
 
+// The usual cgroup mounts (statmount) decide where they hold the container's
+// cgroup: the host's mountinfo is not read. Where the container's v1 devices
+// hierarchy is not among them, or the kernel cannot say, mountinfo decides.
+TEST(Execute, UsualCgroupMountsSpareTheMountinfo) {
+    const Plan plan = sample_plan();
+    auto mountinfo_reads = [](const RecordingSystem& sys) {
+        return std::count(sys.calls.begin(), sys.calls.end(),
+                          "read_host_file /proc/self/mountinfo");
+    };
+    {  // v1 at the usual place: its rules, no mountinfo.
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        sys.usual_cgroup_mounts = sys.mountinfo;  // the same v1 devices line
+        sys.mountinfo = "garbage";
+        execute(plan, target(), sys);
+        EXPECT_EQ(mountinfo_reads(sys), 0);
+        EXPECT_FALSE(sys.allowed.empty());
+    }
+    {  // A pure v2 host: the program is extended, no mountinfo.
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        setup_v2(sys);
+        sys.proc_cgroup = "0::/ctr\n";
+        sys.usual_cgroup_mounts = "90 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        sys.mountinfo = "garbage";
+        execute(plan, target(), sys);
+        EXPECT_EQ(mountinfo_reads(sys), 0);
+        EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1000});
+    }
+    {  // A v1 devices hierarchy elsewhere: only mountinfo knows it (v1, not v2).
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        sys.usual_cgroup_mounts = "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        sys.mountinfo = "36 31 0:33 / /cg/devices rw - cgroup cgroup rw,devices\n";
+        execute(plan, target(), sys);
+        EXPECT_EQ(mountinfo_reads(sys), 1);
+        EXPECT_FALSE(sys.allowed.empty());
+        EXPECT_THAT(sys.calls, Contains(HasSubstr("/cg/devices/ctr/devices.allow")));
+    }
+}
+
 TEST(Execute, CgroupV1RefusalWarnsWhenAskedTo) {
     Plan plan = sample_plan();
     for (const std::string& step : {std::string("open_cgroup_file"), "write_rule " + kAllow}) {

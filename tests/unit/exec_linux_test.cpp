@@ -9,6 +9,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include <gtest/gtest.h>
 
 #include "command.hpp"
+#include "gpubind/cgroup.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
@@ -640,6 +642,76 @@ TEST(LinuxSystemRun, ConfinedToTheRootExitStatusAndTimeout) {
     write(dir / "data", "not a program");
     EXPECT_THROW(sys.open_executable(dir / "data"), Error);
     EXPECT_THROW(sys.open_executable("/etc"), Error);
+}
+
+// statmount(2) and the mountinfo line agree on a mount's propagation, private
+// and then shared; a kernel of 6.8 or later answers without mountinfo.
+TEST(LinuxSystemMounts, StatmountAgreesWithMountinfo) {
+    ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
+    test::TempDir dir("gpubind-statmount");
+    const fs::path point = dir / "m";
+    fs::create_directories(point);
+    utsname u{};
+    ASSERT_EQ(::uname(&u), 0);
+    unsigned major = 0, minor = 0;
+    std::sscanf(u.release, "%u.%u", &major, &minor);
+    const bool kernel_has_statmount = major > 6 || (major == 6 && minor >= 8);
+    // In a child of its own mount namespace (no exception crosses the fork):
+    // exit status bit 0 = statmount answered, 1 = agreed private, 2 = agreed shared.
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        int status = 0;
+        try {
+            if (::unshare(CLONE_NEWNS) != 0 ||
+                ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+                ::mount("tmpfs", point.c_str(), "tmpfs", 0, nullptr) != 0)
+                ::_exit(64);
+            LinuxSystem sys;
+            for (int round = 0; round < 2; ++round) {
+                if (round == 1 && ::mount(nullptr, point.c_str(), nullptr, MS_SHARED, nullptr) != 0)
+                    ::_exit(65);
+                Fd fd(::open(point.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+                const bool by_mountinfo =
+                    mount_is_shared(sys.read_mountinfo(), sys.mount_id(fd.get()));
+                const auto fast = sys.mount_shared(fd.get());
+                if (fast) status |= 1;
+                if (by_mountinfo == (round == 1) && (!fast || *fast == by_mountinfo))
+                    status |= round == 0 ? 2 : 4;
+            }
+        } catch (...) {
+            ::_exit(66);
+        }
+        ::_exit(status);
+    }
+    int ws = 0;
+    ASSERT_EQ(::waitpid(pid, &ws, 0), pid);
+    ASSERT_TRUE(WIFEXITED(ws));
+    const int status = WEXITSTATUS(ws);
+    ASSERT_LT(status, 64) << "the child could not set up its mounts: " << status;
+    EXPECT_TRUE(status & 2) << "private tmpfs: statmount and mountinfo disagree";
+    EXPECT_TRUE(status & 4) << "shared tmpfs: statmount and mountinfo disagree";
+    if (kernel_has_statmount) {
+        EXPECT_TRUE(status & 1) << u.release << ": statmount did not answer";
+    }
+}
+
+// The usual cgroup mounts as statmount describes them locate this process's
+// device cgroup exactly where the host's whole mountinfo does.
+TEST(LinuxSystemMounts, UsualCgroupMountsLocateLikeMountinfo) {
+    LinuxSystem sys;
+    const std::string proc = slurp("/proc/self/cgroup");
+    const auto usual = sys.cgroup_mounts(proc.find("devices") != std::string::npos);
+    utsname u{};
+    ASSERT_EQ(::uname(&u), 0);
+    unsigned major = 0, minor = 0;
+    std::sscanf(u.release, "%u.%u", &major, &minor);
+    if (major > 6 || (major == 6 && minor >= 8)) {
+        ASSERT_TRUE(usual.has_value()) << u.release;
+    }
+    if (!usual) return;
+    const auto by_mountinfo = cgroup::locate(proc, slurp("/proc/self/mountinfo"), "self");
+    EXPECT_EQ(cgroup::locate(proc, *usual, "self"), by_mountinfo) << *usual;
 }
 
 }  // namespace

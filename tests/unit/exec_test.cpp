@@ -26,8 +26,9 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
               index_of(c, "read_proc " + std::to_string(fake_pid()) + " cgroup"));
     EXPECT_LT(enter, index_of(c, "open_root /rootfs"));
 
-    // Every device and mount: checked, created, opened, flagged, attached, in that order,
-    // one after the other.
+    // Every device and mount: checked, created, flagged, attached, in that order,
+    // one after the other. What was created is the mount point itself (its
+    // descriptor from the creation): never looked up again by name.
     struct Item {
         std::string source, target, flags;
         bool created_file;
@@ -44,13 +45,12 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
         std::size_t st = index_of(c, "stat_at root:" + it.target);
         std::size_t mk =
             index_of(c, (it.created_file ? "make_file root:" : "make_dir root:") + it.target);
-        std::size_t op = index_of(c, "open_at root:" + it.target);
         std::size_t fl = index_of(c, "set_mount_flags tree:" + it.source + " " + it.flags);
         std::size_t at = index_of(c, "attach tree:" + it.source + " -> root:" + it.target);
+        EXPECT_EQ(std::count(c.begin(), c.end(), "open_at root:" + it.target), 0);
         EXPECT_LT(previous, st);
         EXPECT_LT(st, mk);
-        EXPECT_LT(mk, op);
-        EXPECT_LT(op, fl);
+        EXPECT_LT(mk, fl);
         EXPECT_LT(fl, at);
         previous = at;
     }
@@ -709,11 +709,14 @@ TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
 // A shared mount (rootfsPropagation "rshared", a shared /dev) would carry
 // what gpubind mounts to its peers, the host's mount table among them:
 // refused before anything is made there, whichever mount it is.
+// Asked of statmount where the kernel has it, of mountinfo where not.
 TEST(Execute, TargetsOnASharedMountAreRefused) {
     const Plan plan = sample_plan();
+    for (bool statmount : {false, true})
     for (std::uint64_t shared : {std::uint64_t{1}, std::uint64_t{5}}) {  // the root's, /dev's
-        SCOPED_TRACE(shared);
+        SCOPED_TRACE(std::to_string(shared) + (statmount ? " statmount" : " mountinfo"));
         RecordingSystem sys;
+        sys.statmount = statmount;
         setup_world(sys, plan);
         sys.mount_ids["root:/dev"] = 5;
         sys.shared_mounts = {shared};
@@ -740,6 +743,15 @@ TEST(Execute, MountinfoIsReadOncePerStart) {
     sys.mount_ids["root:/proc"] = 6;
     execute(plan, target(), sys);
     EXPECT_EQ(sys.mountinfo_reads, 1u);
+    // A kernel with statmount(2) answers for each mount: no mountinfo at all.
+    RecordingSystem fast;
+    fast.statmount = true;
+    setup_world(fast, plan);
+    fast.mount_ids["root:/dev"] = 5;
+    fast.mount_ids["root:/proc"] = 6;
+    execute(plan, target(), fast);
+    EXPECT_EQ(fast.mountinfo_reads, 0u);
+    EXPECT_FALSE(fast.mounted.empty());
 }
 
 TEST(MountIsShared, ReadsTheOptionalFieldsOfItsOwnLine) {
