@@ -231,10 +231,41 @@ std::vector<fs::path> refresh(const Node& node, const Config& config) {
     return changed;
 }
 
+bool written_for(std::string_view spec_text, const Config& config) {
+    const json spec = json::parse(spec_text, nullptr, false);
+    if (spec.is_discarded()) return false;
+    const std::string dev = (config.roots.dev / "dev").lexically_normal().string() + "/";
+    std::size_t nodes = 0;
+    bool all_here = true;
+    auto check = [&](const json& edits) {
+        if (!edits.is_object() || !edits.contains("deviceNodes") || !edits["deviceNodes"].is_array())
+            return;
+        for (const auto& n : edits["deviceNodes"]) {
+            ++nodes;
+            const auto host = n.is_object() ? n.find("hostPath") : n.end();
+            all_here = all_here && host != n.end() && host->is_string() &&
+                       host->get<std::string>().rfind(dev, 0) == 0;
+        }
+    };
+    check(spec.value("containerEdits", json::object()));
+    for (const auto& d : spec.value("devices", json::array()))
+        if (d.is_object()) check(d.value("containerEdits", json::object()));
+    return nodes > 0 && all_here;
+}
+
 void refresh_quietly(const Node& node, const Config& config) {
     try {
-        for (const auto& f : refresh(node, config))
-            logger().info("CDI spec {} rewritten: the node changed", f.string());
+        for (const SpecFile& f : wanted_specs(node, config)) {
+            Fd fd(::open(f.path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+            struct stat st {};
+            if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+            if (!written_for(read_fd(fd.get(), kMaxSpecFileSize, f.path.string()), config)) {
+                logger().debug("CDI spec {} is not this node's: left alone", f.path.string());
+                continue;
+            }
+            if (f.content ? write_if_changed(f.path, *f.content) : remove_file(f.path))
+                logger().info("CDI spec {} rewritten: the node changed", f.path.string());
+        }
     } catch (const std::system_error& e) {
         // A rootless start cannot write there, and need not say so every time.
         const int err = e.code().value();

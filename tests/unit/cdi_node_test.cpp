@@ -16,6 +16,7 @@
 #include "gpubind/node.hpp"
 #include "gpubind/sim.hpp"
 #include "gpubind/yaml.hpp"
+#include "files.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -170,6 +171,48 @@ TEST_F(CdiNodeTest, EachNameAppliedSelectsExactlyItsDevice) {
     const json all = cdi::apply(json::object(), {"nvidia.com/gpu=all"}, reg);
     EXPECT_EQ(cdi::selection_in_spec(node, all).names,
               (std::vector<std::string>{"GPU 0", "GPU 1", "GPU 2"}));
+}
+
+// A start keeps this node's specs current and creates none; a spec another
+// node wrote (another dev root: a simulated node's config sharing the host's
+// CDI directory) is never touched, nor is a file that is not a spec.
+TEST_F(CdiNodeTest, StartsRefreshOnlyThisNodesExistingSpecs) {
+    test::TempDir other("gpubind-cdi-quiet");
+    sim::Spec spec;
+    spec.gpus = 2;
+    sim::simulate(other.path() / "a", spec);
+    spec.gpus = 1;
+    sim::simulate(other.path() / "b", spec);
+    auto config_for = [&](const std::string& name) {
+        Config c = config();
+        c.roots = {other.path() / name, other.path() / name, other.path() / name / "proc"};
+        c.cdi.dir = other.path() / "cdi";
+        return c;
+    };
+    const Config a = config_for("a"), b = config_for("b");
+    const fs::path file = a.cdi.dir / "nvidia.com-gpu.json";
+    // Nothing there: nothing created.
+    cdi::refresh_quietly(discover(a), a);
+    EXPECT_FALSE(fs::exists(file));
+    // Node a's spec (an explicit refresh wrote it): node b's start leaves it as it is.
+    ASSERT_EQ(cdi::refresh(discover(a), a), std::vector<fs::path>{file});
+    const std::string written_by_a = test::slurp(file);
+    EXPECT_TRUE(cdi::written_for(written_by_a, a));
+    EXPECT_FALSE(cdi::written_for(written_by_a, b));
+    cdi::refresh_quietly(discover(b), b);
+    EXPECT_EQ(test::slurp(file), written_by_a);
+    // Node a after an upgrade: its start brings its own spec up to date.
+    spec.gpus = 2;
+    spec.driver_version = "555.42.06";
+    sim::simulate(other.path() / "a", spec);
+    cdi::refresh_quietly(discover(a), a);
+    EXPECT_NE(test::slurp(file), written_by_a);
+    EXPECT_NE(test::slurp(file).find("555.42.06"), std::string::npos);
+    // Not a spec at all: left alone.
+    fs::remove(file);
+    { std::ofstream(file) << "not json"; }
+    cdi::refresh_quietly(discover(a), a);
+    EXPECT_EQ(test::slurp(file), "not json");
 }
 
 TEST_F(CdiNodeTest, RefreshWritesOnlyOnChangeAndFollowsAnUpgrade) {

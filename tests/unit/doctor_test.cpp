@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "gpubind/cdi.hpp"
 #include "gpubind/doctor.hpp"
 #include "gpubind/inject.hpp"
 #include "gpubind/setup.hpp"
@@ -304,8 +305,11 @@ TEST_F(Doctor, DescriptionAndCdiSpecFollowTheDriverState) {
     EXPECT_EQ(named(checks, "cdi-spec").verdict, Verdict::Ok);
     EXPECT_THAT(named(checks, "cdi-spec").summary, HasSubstr("not in use"));
 
-    ASSERT_TRUE(know_node(config_, {}).stored);  // what a start does
+    const NodeKnowledge known = know_node(config_, {});  // what a start does
+    ASSERT_TRUE(known.stored);
     const fs::path spec = config_.cdi.dir / "nvidia.com-gpu.json";
+    EXPECT_FALSE(fs::exists(spec));  // a start creates no CDI spec
+    cdi::refresh(known.node, config_);  // `gpubind cdi refresh`, the boot unit
     ASSERT_TRUE(fs::exists(spec));
     checks = state_checks();
     only_this(checks, {});

@@ -85,9 +85,16 @@ std::vector<SpecFile> wanted_specs(const Node& node, const Config& config);
 // Removes the node's specs refresh() writes (package removal); returns those
 // it removed.
 std::vector<std::filesystem::path> remove(const Config& config);
-// refresh() on a container start: a failure is a warning in the log, never
+// On a container start: the node's specs that are already there, written
+// for this node (their device nodes under its dev root), brought up to date;
+// none is created (`gpubind cdi generate|refresh` and the boot unit do that)
+// and another node's spec is left alone (a config for a simulated node
+// sharing the host's CDI directory). A failure is a warning in the log, never
 // the container's failure.
 void refresh_quietly(const Node& node, const Config& config);
+// Whether the spec text is one refresh() wrote for the node of `config`:
+// JSON whose every device node hostPath lies under its dev root's /dev.
+bool written_for(std::string_view spec_text, const Config& config);
 
 // The GPUs and MIG devices whose nodes a container's spec holds in
 // linux.devices (path, type "c" and numbers as the node's): what the CDI
