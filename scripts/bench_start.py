@@ -4,16 +4,24 @@
     bench_start.py BUILD_DIR WORK_DIR [--runs N]
 
 Writes a 4-GPU simulated node, a config naming it (cgroups on, the node
-description in WORK_DIR/state), a busybox+glibc rootfs with its own loader
+description in WORK_DIR/state), a busybox+glibc image with its own loader
 cache, and three bundles of the same container (`/bin/true`): bare, with
 gpubind-hook registered at prestart (NVIDIA_VISIBLE_DEVICES=all,
 compute,utility) and the same through gpubind-runtime. Each round runs the
-three once, in turn, with `runc run`: median and spread (10th-90th
-percentile) over the rounds, what gpubind adds and the ratio. Then: the first
+three once, in turn, with `runc run`, each start on a fresh copy of the image
+in a tmpfs (made outside the timing, so that no start finds an earlier one's
+files; a tmpfs because this machine's disk takes ~0.2 ms to create one empty
+file, 30 times a tmpfs, which would hide what gpubind itself costs):
+median and spread (10th-90th percentile) over the rounds, what gpubind adds
+and the ratio, and the difference within each round. The same on an overlay
+of the image with an empty upper directory per start, as container engines
+make a root (overlayfs makes every file created in the root cost more, for
+the runtime's mounts and the hook's alike). Then: the first
 start after a driver-state change (the node's ld.so.cache rewritten before
 each), and starts on a node whose NVML sleeps 2 s in nvmlInit_v2, with and
 without NVIDIA_REQUIRE_CUDA. Run as root.
 """
+import atexit
 import json
 import os
 import shutil
@@ -36,10 +44,11 @@ subprocess.run([cli, "simulate", node, "--gpus", "4"], check=True, stdout=subpro
 os.makedirs(state, mode=0o755, exist_ok=True)
 with open(config, "w") as f:
     f.write(f'[node]\ndriver-root = "{node}"\ndev-root = "{node}"\nproc-root = "{node}/proc"\n'
-            f'state-dir = "{state}"\n[policy]\ncgroups = true\n[log]\nlevel = "warn"\n')
+            f'state-dir = "{state}"\n[policy]\ncgroups = true\n[log]\nlevel = "warn"\n'
+            f'[cdi]\ndir = "{work}/cdi"\n')
 os.chmod(config, 0o644)
 
-rootfs = f"{work}/rootfs"
+rootfs = f"{work}/image"
 for d in ("bin", "proc", "sys", "dev", "tmp", "etc", "usr/bin", "usr/lib/x86_64-linux-gnu",
           "lib/x86_64-linux-gnu", "lib64"):
     os.makedirs(f"{rootfs}/{d}", exist_ok=True)
@@ -63,7 +72,7 @@ def spec(env=(), hooked=False):
         "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["/bin/true"],
                     "env": ["PATH=/usr/bin:/bin"] + list(env), "cwd": "/",
                     "noNewPrivileges": True},
-        "root": {"path": rootfs, "readonly": False},
+        "root": {"path": "rootfs", "readonly": False},  # made fresh for each start
         "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
                    {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
                     "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}],
@@ -87,8 +96,17 @@ env = dict(os.environ, GPUBIND_CONFIG=config)
 counter = 0
 
 
-def start(name):
-    """One `runc run` (through gpubind-runtime for the shim), in ms."""
+@atexit.register
+def unmount_roots():
+    for name in bundles:
+        while os.path.ismount(f"{work}/{name}/rootfs"):
+            subprocess.run(["umount", f"{work}/{name}/rootfs"], check=True)
+
+
+def start(name, overlay=False):
+    """One `runc run` (through gpubind-runtime for the shim), in ms, on a
+    fresh root: a copy of the image (a plain directory), or an overlay of it
+    with an empty upper directory as container engines make."""
     global counter
     counter += 1
     bundle = f"{work}/{name}"
@@ -97,10 +115,35 @@ def start(name):
             json.dump(bundles[name], f)
     binary = shim if name == "shim" else runc
     cid = f"gpubind-bench-{os.getpid()}-{counter}"
-    t = time.perf_counter()
-    r = subprocess.run([binary, "--root", f"{work}/runc", "run", "--bundle", bundle, cid],
-                       stdin=subprocess.DEVNULL, capture_output=True, env=env)
-    ms = (time.perf_counter() - t) * 1e3
+    layer = f"{work}/layer"
+    if overlay:
+        for d in ("upper", "work"):
+            os.makedirs(f"{layer}/{d}")
+        os.makedirs(f"{bundle}/rootfs", exist_ok=True)
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                        f"lowerdir={rootfs},upperdir={layer}/upper,workdir={layer}/work",
+                        f"{bundle}/rootfs"], check=True)
+    else:  # a tmpfs of its own, emptied and filled with the image
+        root = f"{bundle}/rootfs"
+        if not os.path.ismount(root):
+            os.makedirs(root, exist_ok=True)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", root], check=True)
+        for entry in os.listdir(root):
+            path = f"{root}/{entry}"
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        subprocess.run(["cp", "-a", f"{rootfs}/.", root], check=True)
+    try:
+        t = time.perf_counter()
+        r = subprocess.run([binary, "--root", f"{work}/runc", "run", "--bundle", bundle, cid],
+                           stdin=subprocess.DEVNULL, capture_output=True, env=env)
+        ms = (time.perf_counter() - t) * 1e3
+    finally:
+        if overlay:
+            subprocess.run(["umount", f"{bundle}/rootfs"], check=True)
+            shutil.rmtree(layer)
     if r.returncode != 0:
         sys.exit(f"{name}: exit {r.returncode}: {r.stderr.decode().strip()}")
     return ms
@@ -140,6 +183,31 @@ print(f"== container start, 4-GPU simulated node, compute,utility, cgroups on ({
 base = line("runc run (bare)", times["bare"])
 line("runc run + gpubind-hook", times["hook"], base)
 line("gpubind-runtime run", times["shim"], base)
+
+
+def paired(label, xs, ys):
+    """The difference within each round (the same moment's load for both)."""
+    m, lo, hi = stats([y - x for x, y in zip(xs, ys)])
+    print(f"{label:<44} median {m:+7.2f} ms  (p10 {lo:+6.2f}, p90 {hi:+6.2f}, n={len(xs)})")
+
+
+print("-- paired within each round (what gpubind adds):")
+paired("gpubind-hook minus bare", times["bare"], times["hook"])
+paired("gpubind-runtime minus bare", times["bare"], times["shim"])
+
+# The same on an overlay root: every file, link and directory created in the
+# rootfs goes through overlayfs (tens of microseconds each on this disk), for
+# the runtime's spec mounts as for the hook's.
+over = {"bare": [], "hook": [], "shim": []}
+for _ in range(max(20, runs // 2)):
+    for name in over:
+        over[name].append(start(name, overlay=True))
+print("== the same on an overlay root (an empty upper directory per start)")
+obase = line("runc run (bare)", over["bare"])
+line("runc run + gpubind-hook", over["hook"], obase)
+line("gpubind-runtime run", over["shim"], obase)
+paired("gpubind-hook minus bare", over["bare"], over["hook"])
+paired("gpubind-runtime minus bare", over["bare"], over["shim"])
 
 first = []
 for _ in range(max(10, runs // 4)):
