@@ -3,8 +3,8 @@
 // gives a GPU container its devices and driver files. A non-GPU container is
 // left alone; poststop does nothing. One line on stderr says why it failed.
 // A spec gpubind-runtime edited (runtime::marked) already has the devices and
-// mounts: the hook that edit registers ("finish" stage) does only the rest,
-// any other registration nothing. The "cdi" stage is the createRuntime
+// the mounts its volumes cover: the hook that edit registers ("finish" stage)
+// does only the rest (runtime::finish_plan), any other registration nothing. The "cdi" stage is the createRuntime
 // hook of gpubind's CDI spec (cdi.hpp): the GPUs are those the engine put in
 // the spec's linux.devices.
 #include <unistd.h>
@@ -159,7 +159,7 @@ int run(const std::string& stage, bool inherited) {
         logger().debug("{}: nothing to do", decision.reason);
         return kExitOk;
     }
-    const Plan plan = finish ? runtime::finish_plan(decision.plan) : decision.plan;
+    const Plan plan = finish ? runtime::finish_plan(decision.plan, *spec.doc) : decision.plan;
     logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
                   plan.mounts.size(), plan.symlinks.size());
     configure(plan, state, spec, config, deadline, times);

@@ -2,8 +2,9 @@
 // to the real runtime (execve: same argv, same environment). Only on `create`
 // and `run` of a GPU container does it first edit the bundle's config.json
 // (runtime::edit_spec): the runtime then creates the device nodes, grants them
-// in the device cgroup and bind-mounts the driver files itself, and
-// gpubind-hook, registered by the edit, does the rest. CDI devices named in
+// in the device cgroup and bind-mounts the driver files that a volume of the
+// spec covers, and gpubind-hook, registered by the edit, does the rest (the
+// other mounts too: it makes one in a sixth of runc's time). CDI devices named in
 // the spec (annotations cdi.k8s.io/..., NVIDIA_VISIBLE_DEVICES=vendor/class=name,
 // volume mounts) are applied from the node's CDI specs first. A failure is reported
 // (stderr, the configured log, the engine's --log) and nothing is executed, so
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -282,10 +284,14 @@ void edit_bundle(const Args& args, const Config& config) {
         hook.env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         if (!config.source.empty())
             hook.env.push_back(std::string(kConfigEnv) + "=" + fs::absolute(config.source).string());
+        const auto by_runtime =
+            std::count_if(decision.plan.mounts.begin(), decision.plan.mounts.end(),
+                          [&](const PlannedMount& m) { return runtime::runtime_mounts(m, edited); });
         edited = runtime::edit_spec(edited, decision.plan, hook);
         changed = true;
-        logger().info("{}: {}: {} devices, {} mounts in the spec", args.id, decision.reason,
-                      decision.plan.devices.size(), decision.plan.mounts.size());
+        logger().info("{}: {}: {} devices and {} of {} mounts in the spec", args.id,
+                      decision.reason, decision.plan.devices.size(), by_runtime,
+                      decision.plan.mounts.size());
     } else {
         logger().debug("{}: {}: nothing to do", args.id, decision.reason);
     }

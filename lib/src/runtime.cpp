@@ -61,19 +61,45 @@ void add_devices(json& linux, const Plan& plan) {
     }
 }
 
-void add_mounts(json& spec, const Plan& plan) {
-    json& mounts = member(spec, "mounts", json::array(), "mounts");
-    std::set<std::string> taken;
-    for (const auto& m : mounts)
+// The destinations of the spec's mounts, normalised.
+std::vector<std::filesystem::path> destinations(const json& spec) {
+    std::vector<std::filesystem::path> out;
+    const auto mounts = spec.is_object() ? spec.find("mounts") : spec.end();
+    if (mounts == spec.end() || !mounts->is_array()) return out;
+    for (const auto& m : *mounts)
         if (m.is_object() && m.contains("destination") && m["destination"].is_string())
-            taken.insert(std::filesystem::path(m["destination"].get<std::string>())
-                             .lexically_normal()
-                             .string());
+            out.push_back(std::filesystem::path(m["destination"].get<std::string>())
+                              .lexically_normal());
+    return out;
+}
+
+// Whether `inner` is `outer` or lies below it, component by component.
+bool within(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+    auto i = inner.begin();
+    for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+        if (o->empty()) continue;  // a trailing separator
+        if (i == inner.end() || *i != *o) return false;
+    }
+    return true;
+}
+
+bool runtime_mounts_at(const PlannedMount& m, const std::vector<std::filesystem::path>& dests) {
+    const std::filesystem::path target = m.target.lexically_normal();
+    for (const auto& d : dests)
+        if (within(target, d) || (m.directory && within(d, target))) return true;
+    return false;
+}
+
+void add_mounts(json& spec, const Plan& plan) {
+    const std::vector<std::filesystem::path> dests = destinations(spec);
+    json& mounts = member(spec, "mounts", json::array(), "mounts");
+    std::set<std::filesystem::path> taken(dests.begin(), dests.end());
     for (const auto& m : plan.mounts) {
-        if (taken.count(m.target.lexically_normal().string()))
+        if (taken.count(m.target.lexically_normal()))
             throw Error(EEXIST, "edit spec", "mounts " + m.target.string(),
                         "the spec already mounts something there; refusing to mount " +
                             m.source.string() + " (" + m.why + ") over it");
+        if (!runtime_mounts_at(m, dests)) continue;  // the finish hook's
         mounts.push_back({{"destination", m.target.string()},
                           {"type", "bind"},
                           {"source", m.source.string()},
@@ -117,9 +143,20 @@ json edit_spec(const json& spec, const Plan& plan, const FinishHook& hook) {
     return out;
 }
 
+bool runtime_mounts(const PlannedMount& m, const json& spec) {
+    return runtime_mounts_at(m, destinations(spec));
+}
+
 Plan finish_plan(Plan plan) {
     plan.devices.clear();
     plan.mounts.clear();
+    return plan;
+}
+
+Plan finish_plan(Plan plan, const json& spec) {
+    const std::vector<std::filesystem::path> dests = destinations(spec);
+    plan.devices.clear();
+    std::erase_if(plan.mounts, [&](const PlannedMount& m) { return runtime_mounts_at(m, dests); });
     return plan;
 }
 

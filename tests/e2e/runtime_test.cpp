@@ -143,7 +143,7 @@ class RuntimeTest : public ::testing::Test {
     static void bind_all_gpus(Bundle& b) {
         for (const auto& [host, dest] : node_->host_gpus()) b.bind(host, dest);
     }
-    // Each library is mounted once: by the runtime from the spec, not again by a hook.
+    // Each library is mounted once: by the runtime from the spec or by the finish hook.
     static inline const GpuChecks kChecks{.mounted_once = true};
 
     static inline std::unique_ptr<SimNode> node_;
@@ -181,6 +181,42 @@ TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
         EXPECT_EQ(devices.count(n.path + " " + nums), unselected.count(n.path) ? 0u : 1u) << n.path;
         EXPECT_EQ(rules.count(nums), unselected.count(n.path) ? 0u : 1u) << n.path;
     }
+}
+
+// The spec's own volumes decide who mounts a driver file: under the engine's
+// /run tmpfs (where a hook may not mount) the runtime mounts the daemons'
+// sockets from the spec; the libraries and binaries, on the rootfs's own
+// mount, the finish hook mounts (a sixth of runc's time each).
+TEST_F(RuntimeTest, VolumesOverTargetsLeaveThoseMountsToTheRuntime) {
+    Bundle b = bundle();
+    bind_all_gpus(b);
+    b.spec()["mounts"].push_back(
+        {{"destination", "/run"}, {"type", "tmpfs"}, {"source", "tmpfs"},
+         {"options", {"nosuid", "nodev", "mode=755"}}});
+    std::set<std::string> sockets;
+    for (const auto& f : m().files)
+        if (f.path.rfind("/run/", 0) == 0) sockets.insert(f.path);
+    ASSERT_FALSE(sockets.empty()) << "the simulated node has no daemon socket";
+    std::string script = gpu_script(m(), kChecks) + "\necho '== sockets'\n";
+    for (const auto& s : sockets) script += "[ -S " + s + " ] && echo " + s + "\n";
+    b.env("NVIDIA_VISIBLE_DEVICES=all").command(script);
+    auto r = b.run_with(runtime());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<unsigned> all;
+    for (const auto& g : m().gpus) all.push_back(g.index);
+    EXPECT_EQ(expect_gpus(m(), r.out, all, kChecks), "") << r.out;
+    const auto out = sections(r.out);
+    for (const auto& s : sockets) EXPECT_TRUE(contains(out.at("sockets"), s)) << s << "\n" << r.out;
+
+    // In the spec runc ran: the sockets under /run, no library or binary.
+    const json spec = json::parse(read_text(b.dir() / "config.json"));
+    std::set<std::string> bound;
+    for (const auto& mnt : spec["mounts"])  // gpubind's: the node's files (not the test's /hostdev)
+        if (mnt.value("type", "") == "bind" &&
+            mnt.value("destination", "").rfind("/hostdev/", 0) != 0)
+            bound.insert(mnt["destination"].get<std::string>());
+    for (const auto& s : sockets) EXPECT_EQ(bound.count(s), 1u) << s;
+    for (const auto& d : bound) EXPECT_EQ(d.rfind("/run/", 0), 0u) << d << " is in the spec";
 }
 
 TEST_F(RuntimeTest, ChecksFailThroughPlainRunc) {

@@ -66,7 +66,8 @@ json full_spec() {
       "x-vendor": {"nested": [1, 2.5, "three", null, {"deep": true}]},
       "process": {"args": ["sh"], "env": ["NVIDIA_VISIBLE_DEVICES=1"], "oomScoreAdj": -17},
       "root": {"path": "rootfs"},
-      "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+      "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+                 {"destination": "/run", "type": "tmpfs", "source": "tmpfs"}],
       "hooks": {"prestart": [{"path": "/other/hook"}],
                 "createRuntime": [{"path": "/usr/bin/other", "timeout": 5}]},
       "annotations": {"io.example/owner": "me"},
@@ -93,7 +94,7 @@ TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
     };
     drop_tail(stripped["linux"]["devices"], 3);               // the bound devices
     drop_tail(stripped["linux"]["resources"]["devices"], 3);  // one rule per major:minor
-    drop_tail(stripped["mounts"], 2);
+    drop_tail(stripped["mounts"], 1);  // the socket, under the spec's /run volume
     drop_tail(stripped["hooks"]["createRuntime"], 1);
     stripped["annotations"].erase("gpubind.injected");
     EXPECT_EQ(stripped, in);
@@ -126,10 +127,9 @@ TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
       {"allow": true, "type": "c", "major": 510, "minor": 0, "access": "rw"}])");
     EXPECT_EQ(rules, want_rules);
 
-    // Bind mounts with the plan's flags, after the spec's own.
-    EXPECT_EQ(out["mounts"][1], json::parse(R"({"destination": "/usr/lib64/libcuda.so.535.1",
-        "type": "bind", "source": "/drv/usr/lib/libcuda.so.535.1",
-        "options": ["rbind", "ro", "nosuid", "nodev"]})"));
+    // Bind mounts with the plan's flags, after the spec's own: only where a
+    // volume of the spec covers the target (the library is the finish hook's).
+    ASSERT_EQ(out["mounts"].size(), 3u);
     EXPECT_EQ(out["mounts"][2], json::parse(R"({"destination": "/run/nvidia-persistenced/socket",
         "type": "bind", "source": "/drv/run/nvidia-persistenced/socket",
         "options": ["rbind", "nosuid", "nodev", "noexec"]})"));
@@ -149,7 +149,7 @@ TEST(RuntimeEditSpec, CreatesMissingSections) {
     const json out = runtime::edit_spec(in, sample_plan(), sample_hook());
     EXPECT_EQ(out["linux"]["devices"].size(), 3u);
     EXPECT_EQ(out["linux"]["resources"]["devices"].size(), 3u);
-    EXPECT_EQ(out["mounts"].size(), 2u);
+    EXPECT_EQ(out["mounts"].size(), 0u);  // no volume: the finish hook makes them all
     EXPECT_EQ(out["hooks"]["createRuntime"].size(), 1u);
     EXPECT_FALSE(out["hooks"].contains("prestart"));
     EXPECT_EQ(out["root"], in["root"]);
@@ -217,11 +217,38 @@ TEST(RuntimeEditSpec, MarkIsOnlyTheExactAnnotation) {
         runtime::marked(json::parse(R"({"annotations": {"gpubind.injected": "runtime"}})")));
 }
 
+// A volume of the spec at, above or (for a planned directory) below a target
+// gives the mount to the runtime; elsewhere the finish hook makes it.
+TEST(RuntimeMounts, WhereASpecMountCoversTheTarget) {
+    auto spec_with = [](std::vector<std::string> dests) {
+        json s = {{"mounts", json::array()}};
+        for (const auto& d : dests) s["mounts"].push_back({{"destination", d}, {"type", "bind"}});
+        return s;
+    };
+    const PlannedMount lib = mount("/drv/libcuda.so.1", "/usr/lib64/libcuda.so.1", 0);
+    EXPECT_FALSE(runtime::runtime_mounts(lib, spec_with({"/proc", "/dev", "/etc/hosts"})));
+    EXPECT_FALSE(runtime::runtime_mounts(lib, spec_with({"/usr/lib6"})));  // a prefix, not a parent
+    EXPECT_FALSE(runtime::runtime_mounts(lib, json::object()));
+    EXPECT_TRUE(runtime::runtime_mounts(lib, spec_with({"/usr/lib64"})));
+    EXPECT_TRUE(runtime::runtime_mounts(lib, spec_with({"/usr/"})));
+    EXPECT_TRUE(runtime::runtime_mounts(lib, spec_with({"/usr/lib64/libcuda.so.1"})));
+    PlannedMount dir = mount("/drv/run/nvidia-mps", "/tmp/nvidia-mps", 0);
+    dir.directory = true;
+    EXPECT_TRUE(runtime::runtime_mounts(dir, spec_with({"/tmp/nvidia-mps/pipe"})));
+    EXPECT_FALSE(runtime::runtime_mounts(lib, spec_with({"/usr/lib64/libcuda.so.1/x"})));
+}
+
 TEST(RuntimeFinishPlan, KeepsOnlyWhatTheRuntimeCannotDo) {
     const Plan plan = sample_plan();
     const Plan finish = runtime::finish_plan(plan);
     EXPECT_TRUE(finish.devices.empty());
     EXPECT_TRUE(finish.mounts.empty());
+    // In a spec gpubind-runtime edited: the mounts it left out.
+    const json edited = runtime::edit_spec(full_spec(), plan, sample_hook());
+    const Plan after_edit = runtime::finish_plan(plan, edited);
+    EXPECT_TRUE(after_edit.devices.empty());
+    ASSERT_EQ(after_edit.mounts.size(), 1u);
+    EXPECT_EQ(after_edit.mounts[0].target, "/usr/lib64/libcuda.so.535.1");
     ASSERT_EQ(finish.symlinks.size(), 1u);
     EXPECT_EQ(finish.symlinks[0].path, plan.symlinks[0].path);
     EXPECT_TRUE(finish.proc.has_value());
