@@ -237,34 +237,48 @@ bool written_for(std::string_view spec_text, const Config& config) {
     const std::string dev = (config.roots.dev / "dev").lexically_normal().string() + "/";
     std::size_t nodes = 0;
     bool all_here = true;
-    auto check = [&](const json& edits) {
-        if (!edits.is_object() || !edits.contains("deviceNodes") || !edits["deviceNodes"].is_array())
-            return;
-        for (const auto& n : edits["deviceNodes"]) {
+    for (const json* edits : all_edits(spec)) {
+        if (!edits->contains("deviceNodes") || !(*edits)["deviceNodes"].is_array()) continue;
+        for (const auto& n : (*edits)["deviceNodes"]) {
             ++nodes;
-            const auto host = n.is_object() ? n.find("hostPath") : n.end();
-            all_here = all_here && host != n.end() && host->is_string() &&
+            // Without hostPath the node is at its path (a dev root of "/").
+            const json* host = nullptr;
+            if (n.is_object())
+                for (const char* key : {"hostPath", "path"})
+                    if (!host && n.contains(key)) host = &n[key];
+            all_here = all_here && host && host->is_string() &&
                        host->get<std::string>().rfind(dev, 0) == 0;
         }
-    };
-    check(spec.value("containerEdits", json::object()));
-    for (const auto& d : spec.value("devices", json::array()))
-        if (d.is_object()) check(d.value("containerEdits", json::object()));
+    }
     return nodes > 0 && all_here;
 }
 
 void refresh_quietly(const Node& node, const Config& config) {
     try {
-        for (const SpecFile& f : wanted_specs(node, config)) {
-            Fd fd(::open(f.path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+        // This node's specs that are there, and what they hold: nothing is
+        // computed for a node that has none.
+        std::map<fs::path, std::string> ours;
+        const auto [gpu, imex] = spec_files(config);
+        for (const fs::path& file : {gpu, imex}) {
+            Fd fd(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
             struct stat st {};
             if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-            if (!written_for(read_fd(fd.get(), kMaxSpecFileSize, f.path.string()), config)) {
-                logger().debug("CDI spec {} is not this node's: left alone", f.path.string());
+            std::string text = read_fd(fd.get(), kMaxSpecFileSize, file.string());
+            if (!written_for(text, config)) {
+                logger().debug("CDI spec {} is not this node's: left alone", file.string());
                 continue;
             }
-            if (f.content ? write_if_changed(f.path, *f.content) : remove_file(f.path))
-                logger().info("CDI spec {} rewritten: the node changed", f.path.string());
+            ours.emplace(file, std::move(text));
+        }
+        if (ours.empty()) return;
+        for (const SpecFile& f : wanted_specs(node, config)) {
+            const auto there = ours.find(f.path);
+            if (there == ours.end() || (f.content && *f.content == there->second)) continue;
+            if (f.content)
+                write_file_atomic(f.path, *f.content, 0644);
+            else
+                remove_file(f.path);
+            logger().info("CDI spec {} rewritten: the node changed", f.path.string());
         }
     } catch (const std::system_error& e) {
         // A rootless start cannot write there, and need not say so every time.

@@ -53,17 +53,6 @@ void add_names(std::vector<std::string>& out, std::string_view list, const std::
     }
 }
 
-// Every containerEdits of a spec: the top level's, then each device's.
-std::vector<const json*> all_edits(const json& spec) {
-    std::vector<const json*> out;
-    if (auto e = spec.find("containerEdits"); e != spec.end() && e->is_object()) out.push_back(&*e);
-    if (auto d = spec.find("devices"); d != spec.end() && d->is_array())
-        for (const auto& dev : *d)
-            if (dev.is_object())
-                if (auto e = dev.find("containerEdits"); e != dev.end() && e->is_object())
-                    out.push_back(&*e);
-    return out;
-}
 
 bool non_empty(const json& obj, const char* key) {
     auto it = obj.find(key);
@@ -342,6 +331,17 @@ std::size_t depth(const std::string& destination) {
 }
 
 }  // namespace
+
+std::vector<const json*> all_edits(const json& spec) {
+    std::vector<const json*> out;
+    if (auto e = spec.find("containerEdits"); e != spec.end() && e->is_object()) out.push_back(&*e);
+    if (auto d = spec.find("devices"); d != spec.end() && d->is_array())
+        for (const auto& dev : *d)
+            if (dev.is_object())
+                if (auto e = dev.find("containerEdits"); e != dev.end() && e->is_object())
+                    out.push_back(&*e);
+    return out;
+}
 
 const std::vector<std::string>& versions() {
     static const std::vector<std::string> list = {"0.3.0", "0.4.0", "0.5.0", "0.6.0",

@@ -46,7 +46,8 @@ NodeKnowledge know_node(const Config& config, const LoadOptions& options) {
     return known;
 }
 
-Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config) {
+Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
+                bool store) {
     Decision d;
     d.request = std::move(request);
     d.reason = describe_request(d.request);
@@ -54,9 +55,8 @@ Decision decide(Request request, const std::filesystem::path& rootfs, const Conf
 
     LoadOptions options;
     options.need_nvml = needs_nvml_facts(d.request);
+    options.write = store;
     NodeKnowledge known = know_node(config, options);
-    d.node_recomputed = known.recomputed;
-    d.nvml_asked = known.nvml_asked;
     d.node = std::make_unique<Node>(std::move(known.node));
     const Selection selection = select_devices(*d.node, d.request.devices);
     check_requirements(d.request, *d.node, selection);
@@ -67,8 +67,8 @@ Decision decide(Request request, const std::filesystem::path& rootfs, const Conf
     return d;
 }
 
-Decision decide(const oci::Spec& spec, const Config& config) {
-    return decide(read_request(spec, config.policy), spec.rootfs, config);
+Decision decide(const oci::Spec& spec, const Config& config, bool store) {
+    return decide(read_request(spec, config.policy), spec.rootfs, config, store);
 }
 
 }  // namespace gpubind

@@ -215,6 +215,18 @@ TEST_F(CdiNodeTest, StartsRefreshOnlyThisNodesExistingSpecs) {
     EXPECT_EQ(test::slurp(file), "not json");
 }
 
+// On a host whose dev root is "/" the spec's device nodes have no hostPath
+// (it would equal their path): they are this node's all the same.
+TEST_F(CdiNodeTest, ASpecForTheHostsOwnDevIsThisNodes) {
+    Config host = config();
+    host.roots = {"/", "/", "/proc"};
+    const std::string spec = R"({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+        "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl", "type": "c"}]},
+        "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}]})";
+    EXPECT_TRUE(cdi::written_for(spec, host));
+    EXPECT_FALSE(cdi::written_for(spec, config()));  // the simulated node's dev root
+}
+
 TEST_F(CdiNodeTest, RefreshWritesOnlyOnChangeAndFollowsAnUpgrade) {
     test::TempDir other("gpubind-cdi-upgrade");
     sim::Spec spec;

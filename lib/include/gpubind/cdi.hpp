@@ -92,8 +92,11 @@ std::vector<std::filesystem::path> remove(const Config& config);
 // sharing the host's CDI directory). A failure is a warning in the log, never
 // the container's failure.
 void refresh_quietly(const Node& node, const Config& config);
+// Every containerEdits of a spec: the top level's, then each device's.
+std::vector<const nlohmann::json*> all_edits(const nlohmann::json& spec);
 // Whether the spec text is one refresh() wrote for the node of `config`:
-// JSON whose every device node hostPath lies under its dev root's /dev.
+// JSON whose every device node's hostPath (its path where it has none, as
+// refresh() writes them for a dev root of "/") lies under its dev root's /dev.
 bool written_for(std::string_view spec_text, const Config& config);
 
 // The GPUs and MIG devices whose nodes a container's spec holds in

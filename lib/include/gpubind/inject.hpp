@@ -21,8 +21,6 @@ struct Decision {
     std::unique_ptr<Node> node;   // null when this is not a GPU container
     Plan plan;                    // empty when this is not a GPU container
     std::string reason;           // why gpubind does what it does, for logs and `gpubind plan`
-    bool node_recomputed = false; // the node description was (re)computed for this decision
-    bool nvml_asked = false;      // NVML was asked for this decision
 
     bool gpu_container() const { return request.gpu_container(); }
 };
@@ -31,9 +29,12 @@ struct Decision {
 // loads the node (load_node: the node description, NVML asked only when the
 // request needs one of its facts), selects the devices, checks the requirements, inspects
 // the image and makes the plan. Throws Error on a bad or refused request.
-Decision decide(const oci::Spec& spec, const Config& config);
+// `store` false: nothing is written (no node description, no CDI spec), as
+// for gpubind doctor, which only reads.
+Decision decide(const oci::Spec& spec, const Config& config, bool store = true);
 // The same for a request made by hand (gpubind configure) and a rootfs.
-Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config);
+Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
+                bool store = true);
 
 // The node as load_node() knows it. When what is stored changed (the driver
 // state changed, or NVML was asked for the first time in this state), the
