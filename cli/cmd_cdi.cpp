@@ -41,7 +41,9 @@ Config cdi_config(const CdiOptions& o) {
 Node cdi_node(const Config& config, const CdiOptions& o) {
     LoadOptions load = load_options(o.node);
     load.need_nvml = true;
-    return know_node(config, load).node;
+    // load_node, not know_node: the specs are written here, by the command
+    // itself (refresh reports what it changed), never behind its back.
+    return load_node(config, load).node;
 }
 
 int generate(const CdiOptions& o) {

@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -284,14 +283,12 @@ void edit_bundle(const Args& args, const Config& config) {
         hook.env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         if (!config.source.empty())
             hook.env.push_back(std::string(kConfigEnv) + "=" + fs::absolute(config.source).string());
-        const auto by_runtime =
-            std::count_if(decision.plan.mounts.begin(), decision.plan.mounts.end(),
-                          [&](const PlannedMount& m) { return runtime::runtime_mounts(m, edited); });
+        const std::size_t mounts_before = edited.value("mounts", nlohmann::json::array()).size();
         edited = runtime::edit_spec(edited, decision.plan, hook);
         changed = true;
         logger().info("{}: {}: {} devices and {} of {} mounts in the spec", args.id,
-                      decision.reason, decision.plan.devices.size(), by_runtime,
-                      decision.plan.mounts.size());
+                      decision.reason, decision.plan.devices.size(),
+                      edited["mounts"].size() - mounts_before, decision.plan.mounts.size());
     } else {
         logger().debug("{}: {}: nothing to do", args.id, decision.reason);
     }

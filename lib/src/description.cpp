@@ -25,6 +25,7 @@
 #include "gpubind/fd.hpp"
 #include "gpubind/file.hpp"
 #include "gpubind/log.hpp"
+#include "node_read.hpp"
 
 namespace gpubind {
 
@@ -32,8 +33,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using detail::kMaxProcFile;
+using detail::under;
+
 constexpr std::string_view kSchema = "gpubind.node/2";
-constexpr std::size_t kMaxProcFile = 64u << 10;
 // A listing deeper than this (capabilities/gpu<N>/mig/gi<G>/ci<C>) is not the driver's.
 constexpr int kMaxDepth = 5;
 
@@ -89,10 +92,6 @@ std::uint64_t digest(std::string_view data) {
 
 std::string hex(std::uint64_t v) {
     return fmt::format("{:016x}", v);
-}
-
-fs::path under(const fs::path& root, const fs::path& path) {
-    return root / path.relative_path();
 }
 
 std::int64_t now_seconds() {
@@ -518,7 +517,8 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
     }
     std::string text;
     try {
-        text = read_fd(fd.get(), kMaxDescriptionSize, path.string());
+        // Its type and size are checked above: read it as it is.
+        text = read_stream(fd.get(), kMaxDescriptionSize, path.string());
     } catch (const Error& e) {
         why = e.what();
         return std::nullopt;

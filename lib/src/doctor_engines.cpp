@@ -363,8 +363,6 @@ std::vector<Check> check_gpubind(const GpubindFacts& f) {
     } else {
         c.summary = "parses: " + file;
     }
-    // Checks the lead adds at merge go here, one small function each: the node
-    // description (/run/gpubind) and the CDI spec current for this driver state.
     return {std::move(c)};
 }
 

@@ -109,7 +109,6 @@ NodeFacts gather_node(const Config& config) {
 
     // Libraries: the catalog's, as the host's ld.so.cache resolves them.
     f.ldcache_path = config.ldcache_path().string();
-    f.catalog_libraries = config.catalog.libraries;
     try {
         const auto cache = ldcache::load(config.ldcache_path());
         for (const auto& entry : config.catalog.libraries) {

@@ -363,8 +363,13 @@ private:
     // one of the right type, or a new empty file or directory.
     Fd mount_point(const SharedFd& dir, const path& p, PointKind kind, unsigned major = 0,
                    unsigned minor = 0) {
+        return mount_point(dir, p, kind, sys_.stat_at(dir->get(), p.filename().string()), major,
+                           minor);
+    }
+    // The same where `info` is what stat_at found there just now.
+    Fd mount_point(const SharedFd& dir, const path& p, PointKind kind, FileInfo info,
+                   unsigned major = 0, unsigned minor = 0) {
         const std::string name = p.filename().string();
-        FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Symlink && kind == PointKind::File) {
             // A link at a driver file's name (the image's, or one of an
             // earlier start): replaced by the mount point, never followed.
@@ -621,18 +626,18 @@ private:
         const ProcView& view = *plan_.proc;
         path target = view.target;
         SharedFd dir = resolve_dir(target.parent_path());
-        check_own_mount(dir, target);
+        const std::uint64_t mount = check_own_mount(dir, target);
         // procfs has driver/nvidia only while the driver is loaded and
         // refuses new directories: on a host without it (a simulated node)
         // the tmpfs goes over the parent instead, holding the view. Known
         // beforehand on the runtime's /proc; learnt from the refusal elsewhere.
         const std::string name = target.filename().string();
-        const bool on_proc = proc_mount_ && dir_mounts_.at(dir.get()).second == *proc_mount_;
-        bool one_level_down = on_proc && sys_.stat_at(dir->get(), name).type == Type::Missing;
+        const FileInfo there = sys_.stat_at(dir->get(), name);
+        bool one_level_down = proc_mount_ && mount == *proc_mount_ && there.type == Type::Missing;
         Fd point;
         if (!one_level_down) {
             try {
-                point = mount_point(dir, target, PointKind::Directory);
+                point = mount_point(dir, target, PointKind::Directory, there);
             } catch (const Error& e) {
                 const int err = e.code().value();
                 if (err != ENOENT && err != EPERM && err != EACCES && err != EROFS) throw;
@@ -869,12 +874,13 @@ private:
     // paths there), never on a volume a host directory may be behind, and
     // never on a shared mount (what is mounted there would reach its peers,
     // the host's mount table among them).
-    void check_own_mount(const SharedFd& dir, const path& p) {
-        // Asked once per directory descriptor: it pins its mount. The entry
-        // holds the descriptor, so its address names it while cached.
-        auto [cached, fresh] = dir_mounts_.try_emplace(dir.get(), dir, 0);
-        if (fresh) cached->second.second = sys_.mount_id(dir->get());
-        const std::uint64_t id = cached->second.second;
+    // Returns the directory's mount id.
+    std::uint64_t check_own_mount(const SharedFd& dir, const path& p) {
+        // Asked once per directory descriptor: it pins its mount (and the
+        // key keeps the descriptor, so no other takes its place meanwhile).
+        auto [cached, fresh] = dir_mounts_.try_emplace(dir, 0);
+        if (fresh) cached->second = sys_.mount_id(dir->get());
+        const std::uint64_t id = cached->second;
         if (id != root_mount_) {
             const auto first = p.begin() == p.end() ? path() : *std::next(p.begin());
             bool runtime_mount = false;
@@ -905,6 +911,7 @@ private:
                         "is on a shared mount (rootfsPropagation or a shared /dev): what gpubind "
                         "mounts there would propagate to its peers, the host's mount table "
                         "among them");
+        return id;
     }
 
     // --- rollback ---
@@ -996,7 +1003,7 @@ private:
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
     std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
-    std::map<const Fd*, std::pair<SharedFd, std::uint64_t>> dir_mounts_;  // directory -> mount id
+    std::map<SharedFd, std::uint64_t> dir_mounts_;  // directory -> its mount id, asked once
     std::optional<std::string> mountinfo_;         // the container namespace's, read once
     std::map<std::string, SharedFd> dirs_;
     std::vector<Undo> undo_;

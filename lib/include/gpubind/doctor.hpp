@@ -101,7 +101,6 @@ struct NodeFacts {
     std::string ldcache_path;
     std::string ldcache_error;
     std::vector<LibraryFact> libraries;  // catalog libraries found in the cache
-    std::vector<CatalogEntry> catalog_libraries;
     std::string persistenced_socket;  // host path
     FileFact persistenced;
     std::string ldconfig;    // the configured one ([node] ldconfig, '@' taken off)
@@ -116,7 +115,6 @@ std::vector<Check> check_node(const NodeFacts& facts);
 
 // --- engines ---
 inline constexpr std::string_view kHookName = "gpubind-hook";
-inline constexpr std::string_view kRuntimeBinaryName = "gpubind-runtime";
 struct EngineOptions {
     std::filesystem::path prefix = "/";  // engines' files, /run/systemd, /sys/fs/cgroup under it
 };
