@@ -109,6 +109,9 @@ void register_simulate(CLI::App& app, Action& action) {
                     "Number of IMEX channel nodes (/dev/nvidia-caps-imex-channels/channel<n>)")
         ->check(CLI::Range(0u, sim::kMaxImexChannels))
         ->default_str(std::to_string(o->spec.imex_channels));
+    cmd->add_option("--prefix", o->spec.prefix,
+                    "Install the driver in a prefix of its own, as GPU sandboxes do (e.g. "
+                    "usr/local/nvidia: lib64/, lib/ and bin/ there, shell wrappers in usr/bin)");
     cmd->add_flag("--json", o->json, "Print the manifest as JSON");
     cmd->callback([o, &action] {
         o->spec.mig = parse_mig(o->mig, o->spec.gpus);

@@ -46,7 +46,16 @@ void fake_node_root(const void* symbol, char* out, unsigned long size) {
         path = resolved;
     }
     cut = last_lib_dir(path, "/usr/lib");
-    if (cut == NULL) cut = last_lib_dir(path, "/lib");
+    if (cut == NULL) {
+        /* A driver in a prefix of its own under /usr/local (<root>/usr/local/
+         * nvidia/lib64): the root is before that /usr/local. */
+        const char* local = NULL;
+        const char* p;
+        cut = last_lib_dir(path, "/lib");
+        for (p = path; cut != NULL && (p = strstr(p, "/usr/local/")) != NULL && p < cut; ++p)
+            local = p;
+        if (local != NULL) cut = local;
+    }
     if (cut == NULL) return;
     len = (size_t)(cut - path);
     if (len >= size) return;

@@ -3,7 +3,9 @@
  *
  *  - The node's root is where the library itself was loaded from: the part of
  *    its path before the last "/usr/lib" (or, failing that, "/lib") directory,
- *    so "/" inside a container and DIR for a simulated node at DIR.
+ *    so "/" inside a container and DIR for a simulated node at DIR; for a
+ *    driver in a prefix under /usr/local (DIR/usr/local/nvidia/lib64), the
+ *    part before that "/usr/local".
  *  - The driver is loaded when <root>/proc/driver/nvidia/version is readable
  *    and <root>/dev/nvidiactl can be opened.
  *  - A GPU is visible when its <root>/proc/driver/nvidia/gpus/<bus id> entry

@@ -34,9 +34,10 @@ namespace fs = std::filesystem;
 namespace {
 
 using detail::kMaxProcFile;
+using detail::program_dirs;
 using detail::under;
 
-constexpr std::string_view kSchema = "gpubind.node/2";
+constexpr std::string_view kSchema = "gpubind.node/3";
 // A listing deeper than this (capabilities/gpu<N>/mig/gi<G>/ci<C>) is not the driver's.
 constexpr int kMaxDepth = 5;
 
@@ -212,8 +213,11 @@ constexpr std::string_view kOwner = "owner:";
 std::set<std::string> watched_keys(const Config& config, const Node& node) {
     std::set<std::string> keys;
     auto watch = [&](const fs::path& p) { keys.insert(std::string(kWatch) + p.string()); };
-    for (const char* dir : {"/usr/bin", "/usr/sbin", "/bin", "/sbin"})
-        watch(under(config.roots.driver, dir));
+    std::vector<fs::path> library_dirs;
+    for (const auto& f : node.files)
+        if (f.kind == FileKind::Library && !f.compat32)
+            library_dirs.push_back("/" / f.host_path.parent_path().lexically_relative(config.roots.driver));
+    for (const auto& dir : program_dirs(library_dirs)) watch(under(config.roots.driver, dir));
     for (const auto& entry : config.catalog.ipcs)
         for (fs::path p = under(config.roots.driver, entry.name);; p = p.parent_path()) {
             keys.insert(std::string(kOwner) + p.string());
@@ -457,7 +461,7 @@ class Reader {
 
 // "<schema>\n", the body's digest (8 bytes, little-endian), the body: the
 // digest is checked before the body is decoded.
-constexpr std::string_view kMagic = "gpubind.node/2\n";
+constexpr std::string_view kMagic = "gpubind.node/3\n";
 static_assert(kMagic.size() == kSchema.size() + 1 && kMagic.substr(0, kSchema.size()) == kSchema);
 constexpr std::size_t kDigestSize = 8;
 

@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
+#include <vector>
 
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
@@ -202,7 +205,9 @@ void discover_imex_channels(Node& node,
               [](const DeviceNode& a, const DeviceNode& b) { return a.minor < b.minor; });
 }
 
-void discover_libraries(Node& node, const Config& config) {
+// Returns the directories (as the cache names them) of the 64-bit libraries found.
+std::vector<fs::path> discover_libraries(Node& node, const Config& config) {
+    std::vector<fs::path> dirs;
     const auto cache = ldcache::load(config.ldcache_path());
     const std::string suffix = ".so." + node.driver_version;
     for (const auto& entry : config.catalog.libraries) {
@@ -232,8 +237,12 @@ void discover_libraries(Node& node, const Config& config) {
             f.caps = entry.caps;
             f.compat32 = arch == ldcache::Arch::I386;
             node.files.push_back(std::move(f));
+            const fs::path dir = fs::path(chosen->path).parent_path();
+            if (arch == ldcache::Arch::X86_64 && std::find(dirs.begin(), dirs.end(), dir) == dirs.end())
+                dirs.push_back(dir);
         }
     }
+    return dirs;
 }
 
 // Why an IPC of the node (a socket, the MPS pipe directory), which containers
@@ -273,21 +282,45 @@ std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners) {
     return {};
 }
 
-bool is_executable_file(const fs::path& p) {
+// A driver program is an executable ELF file. A script is not: GPU sandboxes
+// put shell wrappers in /usr/bin that run the real program from the driver's
+// own prefix, a path a container does not have.
+enum class Program { Missing, Elf, Other };
+Program program_at(const fs::path& p) {
+    Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
     struct stat st {};
-    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111);
+    if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0)
+        return Program::Missing;
+    char magic[4] = {};
+    return ::pread(fd.get(), magic, sizeof magic, 0) == sizeof magic &&
+                   std::memcmp(magic, "\177ELF", sizeof magic) == 0
+               ? Program::Elf
+               : Program::Other;
 }
 
-void discover_other_files(Node& node, const Config& config) {
+void discover_other_files(Node& node, const Config& config, const std::vector<fs::path>& library_dirs) {
+    const auto dirs = program_dirs(library_dirs);
     for (const auto& entry : config.catalog.binaries) {
-        for (const char* dir : {"/usr/bin", "/usr/sbin", "/bin", "/sbin"}) {
-            fs::path p = under(node.roots.driver, fs::path(dir) / entry.name);
-            if (!is_executable_file(p)) continue;
-            auto real = resolve_in(node.roots.driver, fs::path(dir) / entry.name);
+        std::optional<fs::path> skipped;
+        bool found = false;
+        for (const auto& dir : dirs) {
+            const fs::path p = under(node.roots.driver, dir / entry.name);
+            const Program kind = program_at(p);
+            if (kind == Program::Missing) continue;
+            if (kind == Program::Other) {
+                if (!skipped) skipped = p;
+                continue;
+            }
+            const auto real = resolve_in(node.roots.driver, dir / entry.name);
             node.files.push_back({FileKind::Binary, entry.name, p,
                                   real ? under(node.roots.driver, *real) : p, entry.caps, false});
+            found = true;
             break;
         }
+        if (!found && skipped)
+            node.warnings.push_back(skipped->string() +
+                                    " is not an ELF program (a wrapper script?) and no driver program "
+                                    "of that name was found beside the driver's libraries; not given");
     }
     for (const auto& entry : config.catalog.ipcs) {
         fs::path p = under(node.roots.driver, entry.name);
@@ -332,6 +365,24 @@ void discover_other_files(Node& node, const Config& config) {
 }
 
 }  // namespace
+
+namespace detail {
+
+std::vector<fs::path> program_dirs(const std::vector<fs::path>& library_dirs) {
+    std::vector<fs::path> dirs = {"/usr/bin", "/usr/sbin", "/bin", "/sbin"};
+    for (const auto& lib : library_dirs) {
+        for (fs::path d = lib; d.has_relative_path(); d = d.parent_path()) {
+            const std::string name = d.filename().string();
+            if (name != "lib" && name != "lib64") continue;
+            fs::path bin = d.parent_path() / "bin";
+            if (std::find(dirs.begin(), dirs.end(), bin) == dirs.end()) dirs.push_back(bin);
+            break;
+        }
+    }
+    return dirs;
+}
+
+}  // namespace detail
 
 const DeviceNode* Node::control_node(std::string_view name) const {
     for (const auto& n : control)
@@ -378,8 +429,8 @@ Node discover(const Config& config, const DiscoverOptions& options) {
     discover_gpus(node, majors);
     discover_control_nodes(node, majors);
     discover_imex_channels(node, majors);
-    discover_libraries(node, config);
-    discover_other_files(node, config);
+    const auto library_dirs = discover_libraries(node, config);
+    discover_other_files(node, config, library_dirs);
     if (options.nvml && !node.gpus.empty()) apply_nvml(node, options.nvml_timeout);
     for (const auto& w : node.warnings) logger().debug("discover: {}", w);
     return node;

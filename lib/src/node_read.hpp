@@ -31,5 +31,11 @@ std::map<std::string, unsigned, std::less<>> read_majors(const std::filesystem::
 // absolute path, or nullopt if something along the way does not exist.
 std::optional<std::filesystem::path> resolve_in(const std::filesystem::path& root,
                                                 const std::filesystem::path& path);
+// Where the driver's programs are looked for, in order, inside the driver
+// root: the usual directories, then the bin/ beside each directory of the
+// driver's 64-bit libraries (`library_dirs`, inside the root too; a driver
+// installed in a prefix of its own, /usr/local/nvidia/{lib64,bin}).
+// Discovery searches them; the description's fingerprint watches them.
+std::vector<std::filesystem::path> program_dirs(const std::vector<std::filesystem::path>& library_dirs);
 
 }  // namespace gpubind::detail

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <set>
@@ -222,6 +223,19 @@ void check_spec(const Spec& spec) {
         throw_invalid("simulate", what,
                       fmt::format("model \"{}\" must be 1 to 95 printable characters without "
                                   "surrounding blanks", m));
+    const auto& prefix = spec.prefix;
+    bool prefix_ok = prefix.size() < 128;
+    if (!prefix.empty())
+        for (const auto& part : split(prefix, '/'))
+            prefix_ok = prefix_ok && !part.empty() && part != "." && part != ".." &&
+                        std::all_of(part.begin(), part.end(), [](char c) {
+                            return std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+                                   c == '_' || c == '-';
+                        });
+    if (!prefix_ok)
+        throw_invalid("simulate", what,
+                      fmt::format("prefix \"{}\" is not a relative path of names made of letters, "
+                                  "digits, '.', '_' and '-'", prefix));
     std::set<std::tuple<unsigned, unsigned, unsigned>> seen;
     for (const auto& mig : spec.mig) {
         std::string id = fmt::format("{}:{}:{}", mig.gpu, mig.gi, mig.ci);
@@ -259,6 +273,12 @@ public:
 
 private:
     fs::path at(std::string_view rel) const { return dir_ / fs::path(rel); }
+    // The library directory, relative to the node.
+    std::string lib_dir(bool compat32) const {
+        const std::string& prefix = manifest_.spec.prefix;
+        if (prefix.empty()) return std::string(compat32 ? kLib32 : kLib64);
+        return prefix + (compat32 ? "/lib" : "/lib64");
+    }
 
     void mkdirs(const fs::path& path) const {
         std::error_code ec;
@@ -487,7 +507,7 @@ void Writer::libraries() {
     const std::string& version = spec.driver_version;
     for (bool compat32 : {false, true}) {
         if (compat32 && !spec.compat32) continue;
-        std::string_view libdir = compat32 ? kLib32 : kLib64;
+        const std::string libdir = lib_dir(compat32);
         for (const auto& lib : kLibraries) {
             if (compat32 && !lib.compat32) continue;
             if (!spec.graphics && graphics_only(lib.capability)) continue;
@@ -520,12 +540,16 @@ void Writer::libraries() {
 }
 
 void Writer::binaries() {
+    const std::string& prefix = manifest_.spec.prefix;
     for (const auto& bin : kBinaries) {
         std::string_view data = bin.smi ? blob(gpubind_blob_smi_start, gpubind_blob_smi_end)
                                         : blob(gpubind_blob_tool_start, gpubind_blob_tool_end);
-        std::string rel = "usr/bin/" + std::string(bin.name);
+        const std::string name(bin.name);
+        std::string rel = (prefix.empty() ? "usr" : prefix) + "/bin/" + name;
         write(at(rel), data, 0755);
-        record("binary", std::string(bin.name), "/" + rel, "/" + rel, bin.capability, false);
+        if (!prefix.empty())  // the sandbox's wrapper: a path only the host has
+            write(at("usr/bin/" + name), fmt::format("#!/bin/sh\nexec /{} \"$@\"\n", rel), 0755);
+        record("binary", name, "/" + rel, "/" + rel, bin.capability, false);
     }
 }
 
@@ -554,9 +578,9 @@ void Writer::firmware() {
 // (-r), leaving the links as written (-X), with an empty environment.
 void Writer::ldconfig() const {
     const Spec& spec = manifest_.spec;
-    std::string conf = fmt::format("/{}\n", kLib64);
-    if (spec.graphics) conf += fmt::format("/{}/vdpau\n", kLib64);
-    if (spec.compat32) conf += fmt::format("/{}\n", kLib32);
+    std::string conf = fmt::format("/{}\n", lib_dir(false));
+    if (spec.graphics) conf += fmt::format("/{}/vdpau\n", lib_dir(false));
+    if (spec.compat32) conf += fmt::format("/{}\n", lib_dir(true));
     write(at("etc/ld.so.conf"), conf, 0644);
 
     std::string program = "/sbin/ldconfig";
@@ -677,7 +701,8 @@ void to_json(nlohmann::json& j, const Manifest& m) {
                  {"ipcs", m.spec.ipcs},
                  {"firmware", m.spec.firmware},
                  {"graphics", m.spec.graphics},
-                 {"imex_channels", m.spec.imex_channels}};
+                 {"imex_channels", m.spec.imex_channels},
+                 {"prefix", m.spec.prefix}};
     j["cuda_version"] = m.cuda_version;
     j["gpus"] = nlohmann::json::array();
     for (const auto& g : m.gpus)

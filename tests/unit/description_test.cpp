@@ -234,6 +234,28 @@ TEST_F(Description, AnIpcAppearingIsSeen) {
     EXPECT_TRUE(found);
 }
 
+// A driver in a prefix of its own: a program installed there beside the
+// libraries (not in /usr/bin) is seen by the next start.
+TEST_F(Description, AProgramInTheDriversOwnPrefixIsSeen) {
+    sim::Spec spec;
+    spec.gpus = 1;
+    spec.prefix = "usr/local/nvidia";
+    manifest_ = sim::simulate(node(), spec);
+    const fs::path smi = node() / "usr/local/nvidia/bin/nvidia-smi";
+    const fs::path kept = node() / "nvidia-smi.kept";
+    fs::rename(smi, kept);
+    auto before = load();
+    EXPECT_TRUE(before.recomputed);
+    for (const auto& f : before.node.files) EXPECT_NE(f.name, "nvidia-smi");
+    fs::rename(kept, smi);
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("usr/local/nvidia/bin"));
+    bool found = false;
+    for (const auto& f : k.node.files) found |= f.name == "nvidia-smi" && f.host_path == smi;
+    EXPECT_TRUE(found);
+}
+
 // A description whose bytes changed: the node as it is, never what the file says.
 TEST_F(Description, TamperedIsNotTrusted) {
     load();

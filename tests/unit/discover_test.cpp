@@ -198,8 +198,9 @@ TEST_P(Shape, MigDevicesBringTheirCapabilityNodes) {
 
 sim::Spec spec(unsigned gpus, bool compat32, bool graphics, bool ipcs_firmware,
                std::vector<sim::MigSpec> mig = {}, std::string version = "550.54.15",
-               unsigned imex_channels = 0) {
+               unsigned imex_channels = 0, std::string prefix = {}) {
     sim::Spec s;
+    s.prefix = std::move(prefix);
     s.imex_channels = imex_channels;
     s.gpus = gpus;
     s.compat32 = compat32;
@@ -216,7 +217,31 @@ INSTANTIATE_TEST_SUITE_P(
                       spec(8, false, false, false, {}, "535.183.01"),
                       spec(2, true, true, true, {{0, 1, 0}, {0, 2, 0}, {1, 3, 1}}),
                       spec(4, false, true, false, {{3, 7, 0}}, "580.65.06"),
-                      spec(2, false, false, true, {{1, 2, 0}}, "570.86.15", 4)));
+                      spec(2, false, false, true, {{1, 2, 0}}, "570.86.15", 4),
+                      // A GPU sandbox's layout: the driver in its own prefix and
+                      // shell wrappers in /usr/bin; the programs are the prefix's.
+                      spec(2, true, true, true, {}, "580.159.04", 0, "usr/local/nvidia")));
+
+// A wrapper script with no driver program behind it is not given (a
+// container would get a script naming a path it lacks), and the node says so.
+TEST(Discover, AWrapperScriptIsNotADriverProgram) {
+    test::TempDir dir("gpubind-wrapper");
+    sim::Spec s;
+    s.gpus = 1;
+    s.prefix = "usr/local/nvidia";
+    sim::simulate(dir.path(), s);
+    fs::remove(dir.path() / "usr/local/nvidia/bin/nvidia-smi");
+    const std::string root = "--root " + dir.path().string();
+    const json list = cli_json("list --json -b " + root);
+    std::set<std::string> names;
+    for (const auto& b : list["binaries"]) names.insert(b["name"].get<std::string>());
+    EXPECT_FALSE(names.count("nvidia-smi")) << list.dump();
+    EXPECT_TRUE(names.count("nvidia-debugdump")) << list.dump();
+    const json info = cli_json("info --json " + root);
+    EXPECT_THAT(info["warnings"].dump(),
+                ::testing::HasSubstr((dir.path() / "usr/bin/nvidia-smi").string() +
+                                     " is not an ELF program"));
+}
 
 // IMEX channels: listed with the devices, narrowed by --imex-channels; an
 // odd node is left out with a warning; an unknown channel is an error naming it.

@@ -28,6 +28,8 @@
 //   for nvidia-debugdump, nvidia-persistenced, nvidia-cuda-mps-control/-server.
 //   run/nvidia-persistenced/socket, run/nvidia-fabricmanager/socket (unix
 //   sockets), tmp/nvidia-mps/, lib/firmware/nvidia/<version>/gsp_{ga10x,tu10x}.bin.
+//   With Spec::prefix the libraries and programs are in the prefix instead
+//   (see Spec).
 //   etc/ld.so.conf naming the library directories (vdpau/ included) and
 //   etc/ld.so.cache built from it by the system's ldconfig (-r DIR).
 //   gpubind-simulated-node.json: the manifest.
@@ -57,7 +59,8 @@ struct MigSpec {
 // driver version that is not numbers separated by dots, a model that is empty,
 // longer than 95 characters or has control characters, and MIG devices on a
 // GPU that does not exist or is beyond GPU 31, with gi > 14 or ci > 7, or
-// listed twice, and more than kMaxImexChannels IMEX channels.
+// listed twice, more than kMaxImexChannels IMEX channels, and a prefix that is
+// not a relative path of [A-Za-z0-9._-] names without "." or "..".
 struct Spec {
     unsigned gpus = 8;
     std::string driver_version = "550.54.15";
@@ -68,6 +71,11 @@ struct Spec {
     bool firmware = true;           // lib/firmware/nvidia/<ver>/gsp*.bin
     bool graphics = true;           // graphics, display, video and ngx libraries
     unsigned imex_channels = 0;     // IMEX channel nodes 0 .. imex_channels-1
+    // "": a distribution's layout (above). Else the driver in a prefix of its
+    // own, as GPU sandboxes ship it ("usr/local/nvidia"): <prefix>/lib64 and
+    // <prefix>/lib (32-bit) in etc/ld.so.conf, the programs in <prefix>/bin,
+    // and usr/bin holding shell scripts that run them from there.
+    std::string prefix;
 };
 inline constexpr unsigned kMaxImexChannels = 2048;  // the driver's default channel count
 
