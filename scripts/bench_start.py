@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Container starts on a simulated node, paired in one run (scripts/bench).
 
-    bench_start.py BUILD_DIR WORK_DIR [--runs N]
+    bench_start.py BUILD_DIR WORK_DIR [--runs N] [--real]
 
 Writes a 4-GPU simulated node, a config naming it (cgroups on, the node
 description in WORK_DIR/state), a busybox+glibc image with its own loader
@@ -20,6 +20,10 @@ the runtime's mounts and the hook's alike). Then: the first
 start after a driver-state change (the node's ld.so.cache rewritten before
 each), and starts on a node whose NVML sleeps 2 s in nvmlInit_v2, with and
 without NVIDIA_REQUIRE_CUDA. Run as root.
+
+With --real, on a node with the NVIDIA driver: the node itself (all its
+GPUs) instead of a simulated one; a driver-state change is the description
+removed, and the slow-NVML section is the real NVML's first answer.
 """
 import atexit
 import json
@@ -32,6 +36,7 @@ import time
 
 build, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 60
+real = "--real" in sys.argv
 cli = f"{build}/cli/gpubind"
 hook = f"{build}/hook/gpubind-hook"
 shim = f"{build}/hook/gpubind-runtime"
@@ -40,10 +45,13 @@ state = f"{work}/state"
 config = f"{work}/config.toml"
 runc = shutil.which("runc")
 
-subprocess.run([cli, "simulate", node, "--gpus", "4"], check=True, stdout=subprocess.DEVNULL)
+roots = ""
+if not real:
+    subprocess.run([cli, "simulate", node, "--gpus", "4"], check=True, stdout=subprocess.DEVNULL)
+    roots = f'driver-root = "{node}"\ndev-root = "{node}"\nproc-root = "{node}/proc"\n'
 os.makedirs(state, mode=0o755, exist_ok=True)
 with open(config, "w") as f:
-    f.write(f'[node]\ndriver-root = "{node}"\ndev-root = "{node}"\nproc-root = "{node}/proc"\n'
+    f.write(f'[node]\n{roots}'
             f'state-dir = "{state}"\n[policy]\ncgroups = true\n[log]\nlevel = "warn"\n'
             f'[cdi]\ndir = "{work}/cdi"\n')
 os.chmod(config, 0o644)
@@ -52,7 +60,8 @@ rootfs = f"{work}/image"
 for d in ("bin", "proc", "sys", "dev", "tmp", "etc", "usr/bin", "usr/lib/x86_64-linux-gnu",
           "lib/x86_64-linux-gnu", "lib64"):
     os.makedirs(f"{rootfs}/{d}", exist_ok=True)
-shutil.copy("/bin/busybox", f"{rootfs}/bin/busybox")
+busybox = os.environ.get("BUSYBOX") or shutil.which("busybox") or "/bin/busybox"
+shutil.copy(busybox, f"{rootfs}/bin/busybox")
 for tool in ("sh", "true"):
     if not os.path.lexists(f"{rootfs}/bin/{tool}"):
         os.symlink("busybox", f"{rootfs}/bin/{tool}")
@@ -167,6 +176,10 @@ def line(label, xs, base=None):
 
 
 def change_driver_state():
+    if real:  # the node's driver is not ours to change: its description goes
+        if os.path.exists(f"{state}/node.desc"):
+            os.unlink(f"{state}/node.desc")
+        return
     cache = f"{node}/etc/ld.so.cache"
     shutil.copy(cache, cache + ".new")
     os.rename(cache + ".new", cache)
@@ -179,7 +192,8 @@ times = {"bare": [], "hook": [], "shim": []}
 for _ in range(runs):
     for name in times:
         times[name].append(start(name))
-print(f"== container start, 4-GPU simulated node, compute,utility, cgroups on ({runc})")
+what = "the real node" if real else "4-GPU simulated node"
+print(f"== container start, {what}, compute,utility, cgroups on ({runc})")
 base = line("runc run (bare)", times["bare"])
 line("runc run + gpubind-hook", times["hook"], base)
 line("gpubind-runtime run", times["shim"], base)
@@ -221,7 +235,7 @@ int main(int argc, char** argv) {
 """)
 lifetimes = {}
 for name, target, args in (("hook", hook, ["gpubind-hook", "prestart"]),
-                           ("noop", shutil.which("busybox") or "/bin/busybox", ["true"])):
+                           ("noop", busybox, ["true"])):
     log = f"{work}/{name}-lifetime.log"
     exe = f"{work}/{name}-wrap"
     subprocess.run(["cc", "-O2", f'-DHOOK="{target}"', f'-DLOG="{log}"', wrap_src, "-o", exe],
@@ -264,6 +278,15 @@ for _ in range(max(10, runs // 4)):
     first.append(start("hook"))
 line("first start after a driver-state change", first, base)
 
+if real:
+    print("== the real NVML: the first NVIDIA_REQUIRE_CUDA start after the description is removed")
+    asked = []
+    for _ in range(5):
+        change_driver_state()
+        asked.append(start("hook+cuda"))
+    line("first NVIDIA_REQUIRE_CUDA start (asks NVML)", asked, base)
+    line("NVIDIA_REQUIRE_CUDA starts after it", [start("hook+cuda") for _ in range(20)], base)
+    sys.exit(0)
 os.makedirs(f"{node}/gpubind-fake-nvml", exist_ok=True)
 open(f"{node}/gpubind-fake-nvml/inits", "w").close()
 with open(f"{node}/gpubind-fake-nvml/delay-ms", "w") as f:

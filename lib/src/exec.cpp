@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <exception>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gpubind/error.hpp"
 #include "gpubind/ldcache.hpp"
@@ -108,25 +110,30 @@ public:
       : plan_(plan), target_(target), sys_(sys), devices_(sys, plan.devices, target.on_refused) {}
 
   void run() {
+      marks_.emplace_back("", Clock::now());
       try {
           prepare_host();
           if (!in_container_) enter();
           root_ = std::make_shared<Fd>(sys_.open_root(target_.rootfs));
           root_mount_ = sys_.mount_id(root_->get());
           if (plan_.refresh_ldcache) in_context("loader cache", [&] { check_cache_files(); });
+          mark("root");
           for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
               const auto& d = plan_.devices[i];
               in_context("device " + d.node.path.string() + " (" + d.why + ")",
                          [&] { bind_device(i); });
           }
+          mark("devices");
           for (std::size_t i = 0; i < plan_.mounts.size(); ++i) {
               const auto& m = plan_.mounts[i];
               in_context("mount " + m.target.string() + " (" + m.why + ")", [&] { bind_mount(i); });
           }
+          mark("mounts");
           for (const auto& link : plan_.symlinks)
               in_context("symlink " + link.path.string(), [&] { make_link(link); });
           for (const auto& f : plan_.files)
               in_context("file " + f.path.string(), [&] { write_planned_file(f); });
+          mark("links and files");
           in_context("device cgroup", [&] {
               devices_.allow([&](const std::string& what, std::function<void()> undo) {
                   Undo u{Undo::Kind::Call, nullptr, {}, what};
@@ -134,15 +141,27 @@ public:
                   undo_.push_back(std::move(u));
               });
           });
+          mark("device cgroup");
           if (plan_.proc)
               in_context("proc view " + plan_.proc->target.string(), [&] { mount_proc_view(); });
+          mark("proc view");
           for (const auto& f : plan_.stale_files)
               in_context("file " + f.path.string(), [&] { remove_stale_file(f); });
           for (const auto& owned : plan_.owned)
               in_context("driver names in " + owned.dir.string(), [&] { bring_up_to_date(owned); });
+          mark("owned names");
           if (plan_.refresh_ldcache)
               in_context(use_ldconfig() ? "ldconfig" : "loader cache", [&] { refresh_ldcache(); });
           leave();
+          mark("loader cache");
+          if (logger().should_log(LogLevel::Debug)) {
+              std::string text;
+              for (std::size_t i = 1; i < marks_.size(); ++i)
+                  text += fmt::format("{}{} {} us", i > 1 ? ", " : "", marks_[i].first,
+                                      std::chrono::duration_cast<std::chrono::microseconds>(
+                                          marks_[i].second - marks_[i - 1].second).count());
+              logger().debug("execution: {}", text);
+          }
       } catch (...) {
           std::exception_ptr first = std::current_exception();
           rollback();
@@ -151,6 +170,11 @@ public:
   }
 
 private:
+    // Where the time goes, at debug level (tests/gpu/check.sh reads it).
+    using Clock = std::chrono::steady_clock;
+    std::vector<std::pair<const char*, Clock::time_point>> marks_;
+    void mark(const char* step) { marks_.emplace_back(step, Clock::now()); }
+
     // Runs one item's steps; an Error says which item it was about.
     template <class F>
     static void in_context(const std::string& what, F&& step) {
@@ -180,7 +204,9 @@ private:
         if (sys_.same_file(container_ns_.get(), own_ns_.get()))
             throw Error(EPERM, "execute", who,
                         "the container shares this process's mount namespace; refusing");
+        mark("process and namespaces");
         if (target_.cgroups && !plan_.devices.empty()) devices_.prepare(pidfd_.get(), pid, who);
+        mark("device cgroup prepared");
         // Rootless: the host's files are opened where this process may clone
         // mounts, the container's namespace before its pivot_root.
         if (target_.join_user_ns) enter();
@@ -221,6 +247,7 @@ private:
         if (plan_.refresh_ldcache && use_ldconfig())
             ldconfig_ = sys_.open_executable(target_.ldconfig);
         cwd_ = sys_.open_cwd();
+        mark("driver files opened");
     }
 
     void validate_plan() {
