@@ -213,11 +213,7 @@ constexpr std::string_view kOwner = "owner:";
 std::set<std::string> watched_keys(const Config& config, const Node& node) {
     std::set<std::string> keys;
     auto watch = [&](const fs::path& p) { keys.insert(std::string(kWatch) + p.string()); };
-    std::vector<fs::path> library_dirs;
-    for (const auto& f : node.files)
-        if (f.kind == FileKind::Library && !f.compat32)
-            library_dirs.push_back("/" / f.host_path.parent_path().lexically_relative(config.roots.driver));
-    for (const auto& dir : program_dirs(library_dirs)) watch(under(config.roots.driver, dir));
+    for (const auto& dir : program_dirs(node)) watch(under(config.roots.driver, dir));
     for (const auto& entry : config.catalog.ipcs)
         for (fs::path p = under(config.roots.driver, entry.name);; p = p.parent_path()) {
             keys.insert(std::string(kOwner) + p.string());

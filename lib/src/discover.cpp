@@ -205,9 +205,7 @@ void discover_imex_channels(Node& node,
               [](const DeviceNode& a, const DeviceNode& b) { return a.minor < b.minor; });
 }
 
-// Returns the directories (as the cache names them) of the 64-bit libraries found.
-std::vector<fs::path> discover_libraries(Node& node, const Config& config) {
-    std::vector<fs::path> dirs;
+void discover_libraries(Node& node, const Config& config) {
     const auto cache = ldcache::load(config.ldcache_path());
     const std::string suffix = ".so." + node.driver_version;
     for (const auto& entry : config.catalog.libraries) {
@@ -237,12 +235,8 @@ std::vector<fs::path> discover_libraries(Node& node, const Config& config) {
             f.caps = entry.caps;
             f.compat32 = arch == ldcache::Arch::I386;
             node.files.push_back(std::move(f));
-            const fs::path dir = fs::path(chosen->path).parent_path();
-            if (arch == ldcache::Arch::X86_64 && std::find(dirs.begin(), dirs.end(), dir) == dirs.end())
-                dirs.push_back(dir);
         }
     }
-    return dirs;
 }
 
 // Why an IPC of the node (a socket, the MPS pipe directory), which containers
@@ -298,8 +292,8 @@ Program program_at(const fs::path& p) {
                : Program::Other;
 }
 
-void discover_other_files(Node& node, const Config& config, const std::vector<fs::path>& library_dirs) {
-    const auto dirs = program_dirs(library_dirs);
+void discover_other_files(Node& node, const Config& config) {
+    const auto dirs = program_dirs(node);
     for (const auto& entry : config.catalog.binaries) {
         std::optional<fs::path> skipped;
         bool found = false;
@@ -368,9 +362,11 @@ void discover_other_files(Node& node, const Config& config, const std::vector<fs
 
 namespace detail {
 
-std::vector<fs::path> program_dirs(const std::vector<fs::path>& library_dirs) {
+std::vector<fs::path> program_dirs(const Node& node) {
     std::vector<fs::path> dirs = {"/usr/bin", "/usr/sbin", "/bin", "/sbin"};
-    for (const auto& lib : library_dirs) {
+    for (const auto& f : node.files) {
+        if (f.kind != FileKind::Library || f.compat32) continue;
+        const fs::path lib = "/" / f.host_path.parent_path().lexically_relative(node.roots.driver);
         for (fs::path d = lib; d.has_relative_path(); d = d.parent_path()) {
             const std::string name = d.filename().string();
             if (name != "lib" && name != "lib64") continue;
@@ -429,8 +425,8 @@ Node discover(const Config& config, const DiscoverOptions& options) {
     discover_gpus(node, majors);
     discover_control_nodes(node, majors);
     discover_imex_channels(node, majors);
-    const auto library_dirs = discover_libraries(node, config);
-    discover_other_files(node, config, library_dirs);
+    discover_libraries(node, config);
+    discover_other_files(node, config);
     if (options.nvml && !node.gpus.empty()) apply_nvml(node, options.nvml_timeout);
     for (const auto& w : node.warnings) logger().debug("discover: {}", w);
     return node;

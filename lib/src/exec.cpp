@@ -110,7 +110,7 @@ public:
       : plan_(plan), target_(target), sys_(sys), devices_(sys, plan.devices, target.on_refused) {}
 
   void run() {
-      marks_.emplace_back("", Clock::now());
+      if (timed_) marks_.emplace_back("", Clock::now());
       try {
           prepare_host();
           if (!in_container_) enter();
@@ -154,7 +154,7 @@ public:
               in_context(use_ldconfig() ? "ldconfig" : "loader cache", [&] { refresh_ldcache(); });
           leave();
           mark("loader cache");
-          if (logger().should_log(LogLevel::Debug)) {
+          if (timed_) {
               std::string text;
               for (std::size_t i = 1; i < marks_.size(); ++i)
                   text += fmt::format("{}{} {} us", i > 1 ? ", " : "", marks_[i].first,
@@ -170,10 +170,13 @@ public:
   }
 
 private:
-    // Where the time goes, at debug level (tests/gpu/check.sh reads it).
+    // Where the time goes, at debug level only (tests/gpu/check.sh reads it).
     using Clock = std::chrono::steady_clock;
+    const bool timed_ = logger().should_log(LogLevel::Debug);
     std::vector<std::pair<const char*, Clock::time_point>> marks_;
-    void mark(const char* step) { marks_.emplace_back(step, Clock::now()); }
+    void mark(const char* step) {
+        if (timed_) marks_.emplace_back(step, Clock::now());
+    }
 
     // Runs one item's steps; an Error says which item it was about.
     template <class F>

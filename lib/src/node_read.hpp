@@ -10,6 +10,10 @@
 #include <string_view>
 #include <vector>
 
+namespace gpubind {
+struct Node;
+}
+
 namespace gpubind::detail {
 
 inline constexpr std::size_t kMaxProcFile = 64u << 10;
@@ -33,9 +37,9 @@ std::optional<std::filesystem::path> resolve_in(const std::filesystem::path& roo
                                                 const std::filesystem::path& path);
 // Where the driver's programs are looked for, in order, inside the driver
 // root: the usual directories, then the bin/ beside each directory of the
-// driver's 64-bit libraries (`library_dirs`, inside the root too; a driver
-// installed in a prefix of its own, /usr/local/nvidia/{lib64,bin}).
-// Discovery searches them; the description's fingerprint watches them.
-std::vector<std::filesystem::path> program_dirs(const std::vector<std::filesystem::path>& library_dirs);
+// node's 64-bit driver libraries (a driver installed in a prefix of its own,
+// /usr/local/nvidia/{lib64,bin}). Discovery searches them once it has found
+// the libraries; the description's fingerprint watches them.
+std::vector<std::filesystem::path> program_dirs(const Node& node);
 
 }  // namespace gpubind::detail

@@ -315,32 +315,20 @@ TEST(MigE2e, MigDeviceReachesTheContainerWithExactlyItsNodes) {
 // sandboxes ship it so): the container gets the real programs, and
 // nvidia-smi, the libraries and the loader work there as on any node.
 TEST(PrefixE2e, ADriverInItsOwnPrefixGivesTheProgramsNotTheirWrappers) {
-    TempDir node("gpubind-e2e-prefix"), work("gpubind-e2e-prefix-bundle");
     sim::Spec spec;
     spec.gpus = 2;
     spec.prefix = "usr/local/nvidia";
-    const sim::Manifest m = sim::simulate(node.path(), spec);
-    const fs::path config = work / "config.toml";
-    std::ofstream(config) << "[node]\ndriver-root = \"" << node.path().string()
-                          << "\"\ndev-root = \"" << node.path().string() << "\"\nproc-root = \""
-                          << node.path().string() << "/proc\"\nstate-dir = \""
-                          << (work / "state").string() << "\"\n[cdi]\ndir = \""
-                          << (work / "cdi").string() << "\"\n";
+    const SimNode node(spec, "gpubind-e2e-prefix");
+    TempDir work("gpubind-e2e-prefix-bundle");
     Bundle b(work / "bundle");
-    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
-    for (const auto& g : m.gpus) {  // what the cgroup check opens
-        const std::string name = "nvidia" + std::to_string(g.minor);
-        b.bind(node.path() / "dev" / name, "/hostdev/" + name);
-    }
+    b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), node.config());
+    for (const auto& [host, dest] : node.host_gpus()) b.bind(host, dest);  // what the cgroup check opens
     b.env("NVIDIA_VISIBLE_DEVICES=all");
-    b.command(gpu_script(m, {.lib_dir = kMultiarch}) + "; echo '== head'; head -c 4 /usr/bin/nvidia-smi");
+    b.command(gpu_script(node.manifest(), {.lib_dir = kMultiarch}) +
+              "; echo '== head'; head -c 4 /usr/bin/nvidia-smi");
     auto r = b.run();
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    auto problems = gpu_problems(m, r.out, {0, 1}, {.lib_dir = kMultiarch});
-    std::string text;
-    for (const auto& [check, list] : problems)
-        for (const auto& p : list) text += check + ": " + p + "\n";
-    EXPECT_EQ(text, "") << r.out;
+    EXPECT_EQ(expect_gpus(node.manifest(), r.out, {0, 1}, {.lib_dir = kMultiarch}), "") << r.out;
     EXPECT_THAT(r.out, HasSubstr("== head\n\x7f" "ELF")) << r.out;
 }
 
