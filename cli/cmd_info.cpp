@@ -114,8 +114,7 @@ void print_csv(const Node& node) {
 }
 
 nlohmann::json to_json(const DeviceNode& n) {
-    return {{"path", n.path.string()}, {"host_path", n.host_path.string()},
-            {"major", n.major}, {"minor", n.minor}};
+    return {{"path", n.path}, {"host_path", n.host_path}, {"major", n.major}, {"minor", n.minor}};
 }
 
 void print_json(const NodeKnowledge& k) {

@@ -5,11 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/inject.hpp"
 #include "gpubind/devices.hpp"
 #include "gpubind/error.hpp"
+#include "gpubind/inject.hpp"
 #include "gpubind/node.hpp"
 #include "gpubind/request.hpp"
+#include "gpubind/strings.hpp"
 
 namespace gpubind::cli {
 
@@ -94,17 +95,18 @@ void print_json(const Listing& l) {
                           {"ipcs", nlohmann::json::array()},
                           {"firmware", nlohmann::json::array()}};
     for (const auto* d : l.devices) {
-        nlohmann::json j = {{"path", d->path.string()},
-                            {"host_path", d->host_path.string()},
+        nlohmann::json j = {{"path", d->path},
+                            {"host_path", d->host_path},
                             {"major", d->major},
                             {"minor", d->minor}};
-        if (d->path.parent_path() == "/dev/nvidia-caps-imex-channels") j["imex_channel"] = d->minor;
+        if (gpubind::dir_name(d->path) == "/dev/nvidia-caps-imex-channels")
+            j["imex_channel"] = d->minor;
         out["devices"].push_back(std::move(j));
     }
     for (const auto* f : l.files) {
         nlohmann::json j = {{"name", f->name},
-                            {"path", f->host_path.string()},
-                            {"real_path", f->real_path.string()},
+                            {"path", f->host_path},
+                            {"real_path", f->real_path},
                             {"capabilities", caps_json(f->caps)}};
         if (f->kind == FileKind::Library) j["compat32"] = f->compat32;
         out[kind_key(f->kind)].push_back(std::move(j));
@@ -114,9 +116,9 @@ void print_json(const Listing& l) {
 
 void print_text(const Listing& l) {
     std::string text;
-    for (const auto* d : l.devices) text += d->host_path.string() + "\n";
+    for (const auto* d : l.devices) text += d->host_path + "\n";
     for (const auto* f : l.files)
-        text += (f->kind == FileKind::Library ? f->real_path : f->host_path).string() + "\n";
+        text += (f->kind == FileKind::Library ? f->real_path : f->host_path) + "\n";
     fmt::print("{}", text);
 }
 

@@ -153,13 +153,14 @@ int run(const std::string& stage, bool inherited) {
         logger().debug("edited by gpubind-runtime: its finish hook completes the container");
         return kExitOk;
     }
-    const Decision decision = decide(spec, config);
+    Decision decision = decide(spec, config);
     times.decided = Clock::now();
     if (!decision.gpu_container()) {
         logger().debug("{}: nothing to do", decision.reason);
         return kExitOk;
     }
-    const Plan plan = finish ? runtime::finish_plan(decision.plan, *spec.doc) : decision.plan;
+    const Plan plan = finish ? runtime::finish_plan(std::move(decision.plan), *spec.doc)
+                             : std::move(decision.plan);
     logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
                   plan.mounts.size(), plan.symlinks.size());
     configure(plan, state, spec, config, deadline, times);

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
         const std::string text{std::istreambuf_iterator<char>(file),
                                std::istreambuf_iterator<char>()};
         const std::string source = gpubind::detail::builtin_config_source(
-            gpubind::detail::parse_builtin_config(text, in.string()));
+            gpubind::detail::parse_builtin_config(text, in.string()), text);
         // Written beside, then renamed: an interrupted build leaves no half file.
         const std::filesystem::path tmp = out.string() + ".tmp";
         {

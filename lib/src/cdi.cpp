@@ -43,7 +43,7 @@ std::optional<fs::path> library_dir(const Node& node, bool compat32) {
     std::map<fs::path, unsigned> count;
     for (const auto& f : node.files)
         if (f.kind == FileKind::Library && f.compat32 == compat32)
-            if (auto dir = container_path(node, f.host_path.parent_path())) ++count[*dir];
+            if (auto dir = container_path(node, fs::path(f.host_path).parent_path())) ++count[*dir];
     std::optional<fs::path> best;
     unsigned most = 0;
     for (const auto& [dir, n] : count)
@@ -55,14 +55,14 @@ std::optional<fs::path> library_dir(const Node& node, bool compat32) {
 }
 
 json node_json(const DeviceNode& n) {
-    json j = {{"path", n.path.string()},
+    json j = {{"path", n.path},
               {"type", "c"},
               {"major", n.major},
               {"minor", n.minor},
               {"fileMode", static_cast<unsigned>(n.mode & 0777)},
               {"permissions", "rw"}};
-    if (n.host_path.lexically_normal() != n.path.lexically_normal())
-        j["hostPath"] = n.host_path.string();
+    if (fs::path(n.host_path).lexically_normal() != fs::path(n.path).lexically_normal())
+        j["hostPath"] = n.host_path;
     return j;
 }
 
@@ -125,8 +125,8 @@ json gpu_spec(const Node& node, const Config& config) {
     edits["deviceNodes"] = nodes;
     json mounts = json::array();
     for (const auto& m : plan.mounts)
-        mounts.push_back({{"hostPath", m.source.string()},
-                          {"containerPath", m.target.string()},
+        mounts.push_back({{"hostPath", m.source},
+                          {"containerPath", m.target},
                           {"options", runtime::mount_options(m.flags)}});
     edits["mounts"] = mounts;
     std::string config_path;
@@ -308,7 +308,7 @@ SpecSelection selection_in_spec(const Node& node, const json& spec) {
                             major->get<unsigned>(), minor->get<unsigned>()});
         }
     auto has = [&](const DeviceNode& n) {
-        return present.count({n.path.lexically_normal().string(), n.major, n.minor}) > 0;
+        return present.count({fs::path(n.path).lexically_normal().string(), n.major, n.minor}) > 0;
     };
     SpecSelection out;
     for (const auto& gpu : node.gpus) {

@@ -27,7 +27,10 @@ Config default_config() {
 }
 
 Config parse_config(std::string_view toml, const std::string& what) {
-    Config config = detail::parse_config_over(default_config(), toml, what);
+    // The packaged file says the defaults: no parse at each container start.
+    Config config = toml == detail::builtin_config_text()
+                        ? default_config()
+                        : detail::parse_config_over(default_config(), toml, what);
     config.source = what;
     return config;
 }

@@ -24,8 +24,14 @@ inline Config parse_builtin_config(std::string_view toml, const std::string& wha
 // The generated built-in config (default_config.cpp in the build tree).
 Config make_builtin_config();
 
+// config/config.toml's bytes, as built in (default_config.cpp). A config file
+// with exactly these bytes, the one the packages install, says the defaults:
+// parse_config() takes them without parsing it.
+std::string_view builtin_config_text();
+
 // The C++ source of a make_builtin_config() that returns `config`, field by
-// field: what gpubind_config_gen writes.
-std::string builtin_config_source(const Config& config);
+// field, and of a builtin_config_text() that returns `text`: what
+// gpubind_config_gen writes.
+std::string builtin_config_source(const Config& config, std::string_view text);
 
 }  // namespace gpubind::detail

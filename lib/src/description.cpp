@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include "gpubind/error.hpp"
@@ -120,10 +121,12 @@ std::string content_of(int at, const char* name) {
 
 // lstat identity: what changes when the entry is replaced, written, renamed
 // into or out of (a directory), or its owner or mode change (ctime).
+// (The format is compiled: every start writes one per watched entry.)
 std::string identity(const struct stat& st) {
-    return fmt::format("{}:{}:{:o}:{}:{}:{}.{}:{}.{}:{}:{}", major(st.st_dev), minor(st.st_dev),
-                       st.st_mode, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-                       st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_uid, st.st_rdev);
+    return fmt::format(FMT_COMPILE("{}:{}:{:o}:{}:{}:{}.{}:{}.{}:{}:{}"), major(st.st_dev),
+                       minor(st.st_dev), st.st_mode, st.st_ino, st.st_size, st.st_mtim.tv_sec,
+                       st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_uid,
+                       st.st_rdev);
 }
 
 std::string identity(int at, const char* path) {
@@ -227,8 +230,8 @@ std::set<std::string> watched_keys(const Config& config, const Node& node) {
     }
     for (const auto& f : node.files) {
         if (f.kind != FileKind::Library) continue;
-        watch(f.host_path.parent_path());
-        watch(f.real_path.parent_path());
+        watch(fs::path(f.host_path).parent_path());
+        watch(fs::path(f.real_path).parent_path());
     }
     return keys;
 }

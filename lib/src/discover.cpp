@@ -39,12 +39,12 @@ std::optional<DeviceNode> stat_node(const fs::path& dev_root, const fs::path& pa
     struct stat st {};
     if (::stat(node.host_path.c_str(), &st) != 0) {
         if (errno == ENOENT && !required) return std::nullopt;
-        throw_errno("stat device node", node.host_path.string());
+        throw_errno("stat device node", node.host_path);
     }
     if (!S_ISCHR(st.st_mode))
-        throw_invalid("check device node", node.host_path.string(), "not a character device");
+        throw_invalid("check device node", node.host_path, "not a character device");
     if (::major(st.st_rdev) != major || ::minor(st.st_rdev) != minor)
-        throw_invalid("check device node", node.host_path.string(),
+        throw_invalid("check device node", node.host_path,
                       "is " + std::to_string(::major(st.st_rdev)) + ":" +
                           std::to_string(::minor(st.st_rdev)) + ", expected " +
                           std::to_string(major) + ":" + std::to_string(minor));
@@ -366,7 +366,8 @@ std::vector<fs::path> program_dirs(const Node& node) {
     std::vector<fs::path> dirs = {"/usr/bin", "/usr/sbin", "/bin", "/sbin"};
     for (const auto& f : node.files) {
         if (f.kind != FileKind::Library || f.compat32) continue;
-        const fs::path lib = "/" / f.host_path.parent_path().lexically_relative(node.roots.driver);
+        const fs::path lib =
+            "/" / fs::path(f.host_path).parent_path().lexically_relative(node.roots.driver);
         for (fs::path d = lib; d.has_relative_path(); d = d.parent_path()) {
             const std::string name = d.filename().string();
             if (name != "lib" && name != "lib64") continue;
@@ -382,7 +383,7 @@ std::vector<fs::path> program_dirs(const Node& node) {
 
 const DeviceNode* Node::control_node(std::string_view name) const {
     for (const auto& n : control)
-        if (n.path.filename() == name) return &n;
+        if (base_name(n.path) == name) return &n;
     return nullptr;
 }
 

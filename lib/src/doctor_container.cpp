@@ -154,9 +154,9 @@ ContainerFacts gather_container(const ContainerOptions& options, const Config& c
         c.request = d.reason;
         c.gpu = d.gpu_container();
         for (const auto& dev : d.plan.devices)
-            c.devices.push_back({dev.node.path.string(), dev.why, dev.node.major, dev.node.minor,
+            c.devices.push_back({dev.node.path, dev.why, dev.node.major, dev.node.minor,
                                  std::nullopt, std::nullopt});
-        for (const auto& m : d.plan.mounts) c.mounts.push_back({m.target.string(), m.why, false});
+        for (const auto& m : d.plan.mounts) c.mounts.push_back({m.target, m.why, false});
     } catch (const Error& e) {
         c.plan_error = e.what();
         return c;

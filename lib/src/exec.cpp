@@ -22,6 +22,7 @@
 #include "gpubind/ldcache.hpp"
 #include "gpubind/log.hpp"
 #include "gpubind/owned.hpp"
+#include "gpubind/strings.hpp"
 
 #include "device_access.hpp"
 
@@ -37,19 +38,16 @@ constexpr unsigned kDeviceFlags = kMountNoSuid | kMountNoExec;  // not NoDev: th
 constexpr unsigned kProcFlags = kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec;
 constexpr std::size_t kMaxPlannedFile = 64 * 1024;  // an existing file of the plan, read to compare
 
-// A container path the plan names: absolute, no "." or ".." components, not "/".
-void check_container_path(const path& p, const std::string& what) {
-    if (!p.is_absolute()) throw_invalid("execute", p.string(), what + " is not an absolute path");
-    if (p == "/") throw_invalid("execute", p.string(), what + " is the root itself");
-    bool first = true;
-    for (const auto& c : p) {
-        if (first) {  // the root name "/"
-            first = false;
-            continue;
-        }
-        if (c.empty() || c == "." || c == "..")
-            throw_invalid("execute", p.string(), what + " has a '.', '..' or empty component");
-    }
+// A container path the plan names (`kind` says what it is: "device",
+// "mount target", ...): absolute, no ".", ".." or empty components, not "/".
+void check_container_path(std::string_view p, std::string_view kind) {
+    auto fail = [&](std::string_view why) {
+        throw_invalid("execute", std::string(p), fmt::format("{} {} {}", kind, p, why));
+    };
+    if (!p.starts_with('/')) fail("is not an absolute path");
+    if (p == "/") fail("is the root itself");
+    for (std::string_view c : split(p.substr(1), '/'))
+        if (c.empty() || c == "." || c == "..") fail("has a '.', '..' or empty component");
 }
 
 // A single file name from the node (a PCI bus id, a capability file's path
@@ -61,20 +59,20 @@ void check_name(const std::string& name, const std::string& what) {
 }
 
 // Where a capability file (a host path under <proc root>/driver/nvidia) sits in the view.
-std::vector<std::string> proc_relative(const path& host_path) {
+std::vector<std::string> proc_relative(const std::string& host_path) {
     std::vector<std::string> parts;
-    for (const auto& c : host_path) parts.push_back(c.string());
+    for (std::string_view c : split(host_path, '/'))
+        if (!c.empty()) parts.emplace_back(c);
     for (std::size_t i = parts.size(); i-- > 1;) {
         if (parts[i - 1] == "driver" && parts[i] == "nvidia") {
             std::vector<std::string> rel(parts.begin() + static_cast<std::ptrdiff_t>(i) + 1,
                                          parts.end());
             if (rel.empty()) break;
-            for (const auto& r : rel) check_name(r, "capability file " + host_path.string());
+            for (const auto& r : rel) check_name(r, "capability file " + host_path);
             return rel;
         }
     }
-    throw_invalid("execute", host_path.string(),
-                  "capability file is not under a driver/nvidia directory");
+    throw_invalid("execute", host_path, "capability file is not under a driver/nvidia directory");
 }
 
 struct Undo {
@@ -120,19 +118,18 @@ public:
           mark("root");
           for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
               const auto& d = plan_.devices[i];
-              in_context("device " + d.node.path.string() + " (" + d.why + ")",
-                         [&] { bind_device(i); });
+              in_context("device " + d.node.path + " (" + d.why + ")", [&] { bind_device(i); });
           }
           mark("devices");
           for (std::size_t i = 0; i < plan_.mounts.size(); ++i) {
               const auto& m = plan_.mounts[i];
-              in_context("mount " + m.target.string() + " (" + m.why + ")", [&] { bind_mount(i); });
+              in_context("mount " + m.target + " (" + m.why + ")", [&] { bind_mount(i); });
           }
           mark("mounts");
           for (const auto& link : plan_.symlinks)
-              in_context("symlink " + link.path.string(), [&] { make_link(link); });
+              in_context("symlink " + link.path, [&] { make_link(link); });
           for (const auto& f : plan_.files)
-              in_context("file " + f.path.string(), [&] { write_planned_file(f); });
+              in_context("file " + f.path, [&] { write_planned_file(f); });
           mark("links and files");
           in_context("device cgroup", [&] {
               devices_.allow([&](const std::string& what, std::function<void()> undo) {
@@ -142,13 +139,12 @@ public:
               });
           });
           mark("device cgroup");
-          if (plan_.proc)
-              in_context("proc view " + plan_.proc->target.string(), [&] { mount_proc_view(); });
+          if (plan_.proc) in_context("proc view " + plan_.proc->target, [&] { mount_proc_view(); });
           mark("proc view");
           for (const auto& f : plan_.stale_files)
-              in_context("file " + f.path.string(), [&] { remove_stale_file(f); });
+              in_context("file " + f.path, [&] { remove_stale_file(f); });
           for (const auto& owned : plan_.owned)
-              in_context("driver names in " + owned.dir.string(), [&] { bring_up_to_date(owned); });
+              in_context("driver names in " + owned.dir, [&] { bring_up_to_date(owned); });
           mark("owned names");
           if (plan_.refresh_ldcache)
               in_context(use_ldconfig() ? "ldconfig" : "loader cache", [&] { refresh_ldcache(); });
@@ -223,7 +219,7 @@ private:
             FileInfo info = sys_.stat_fd(tree.get());
             if (info.type != Type::CharDevice || info.major != dev.node.major ||
                 info.minor != dev.node.minor)
-                throw Error(ErrorKind::Invalid, EINVAL, "bind device", dev.node.host_path.string(),
+                throw Error(ErrorKind::Invalid, EINVAL, "bind device", dev.node.host_path,
                             "is " + describe(info) + ", not the character device " +
                                 std::to_string(dev.node.major) + ":" +
                                 std::to_string(dev.node.minor));
@@ -233,7 +229,7 @@ private:
             Fd tree = sys_.open_tree(m.source);
             FileInfo info = sys_.stat_fd(tree.get());
             if (m.directory != (info.type == Type::Directory))
-                throw Error(m.directory ? ENOTDIR : EISDIR, "bind", m.source.string(),
+                throw Error(m.directory ? ENOTDIR : EISDIR, "bind", m.source,
                             "is " + describe(info) + ", the plan wants " +
                                 (m.directory ? "a directory" : "a file"));
             mount_trees_.push_back(std::move(tree));
@@ -243,7 +239,7 @@ private:
                 Fd tree = sys_.open_tree(cap);
                 FileInfo info = sys_.stat_fd(tree.get());
                 if (info.type == Type::Directory)
-                    throw Error(EISDIR, "bind", cap.string(), "is a directory, not a file");
+                    throw Error(EISDIR, "bind", cap, "is a directory, not a file");
                 cap_trees_.push_back(std::move(tree));
             }
         }
@@ -255,28 +251,27 @@ private:
 
     void validate_plan() {
         for (const auto& d : plan_.devices) {
-            check_container_path(d.node.path, "device " + d.node.path.string());
-            if (d.bind && !d.node.host_path.is_absolute())
-                throw_invalid("execute", d.node.host_path.string(),
-                              "device source is not an absolute path");
+            check_container_path(d.node.path, "device");
+            if (d.bind && !d.node.host_path.starts_with('/'))
+                throw_invalid("execute", d.node.host_path, "device source is not an absolute path");
         }
         for (const auto& m : plan_.mounts) {
-            check_container_path(m.target, "mount target " + m.target.string());
-            if (!m.source.is_absolute())
-                throw_invalid("execute", m.source.string(), "mount source is not an absolute path");
+            check_container_path(m.target, "mount target");
+            if (!m.source.starts_with('/'))
+                throw_invalid("execute", m.source, "mount source is not an absolute path");
         }
         for (const auto& s : plan_.symlinks) {
-            check_container_path(s.path, "symlink " + s.path.string());
+            check_container_path(s.path, "symlink");
             if (s.target.empty() || s.target.find('\0') != std::string::npos)
-                throw_invalid("execute", s.path.string(), "symlink has an empty target");
+                throw_invalid("execute", s.path, "symlink has an empty target");
         }
         if (plan_.proc) {
-            check_container_path(plan_.proc->target, "proc view " + plan_.proc->target.string());
+            check_container_path(plan_.proc->target, "proc view");
             for (const auto& g : plan_.proc->gpus) check_name(g.bus_id, "GPU directory");
             for (const auto& c : plan_.proc->capability_files) proc_relative(c);
         }
         for (const auto& d : plan_.library_dirs)
-            if (d != "/") check_container_path(d, "library directory " + d.string());
+            if (d != "/") check_container_path(d, "library directory");
     }
 
     // The container's root as the host sees it: a container with a user
@@ -364,26 +359,26 @@ private:
 
     // The directory `p` inside the root, created (one component at a time,
     // relative to its parent's descriptor) where missing.
-    SharedFd resolve_dir(const path& p) {
+    SharedFd resolve_dir(std::string_view p) {
         if (SharedFd found = find_dir(p)) return found;
         Fd fd;
-        SharedFd parent = resolve_dir(p.parent_path());
-        std::string name = p.filename().string();
+        SharedFd parent = resolve_dir(dir_name(p));
+        std::string name(base_name(p));
         FileInfo info = sys_.stat_at(parent->get(), name);
         if (info.type == Type::Symlink)
-            throw Error(ENOENT, "create directory", p.string(),
+            throw Error(ENOENT, "create directory", std::string(p),
                         "is a symbolic link that leads nowhere inside the container; "
                         "not following it");
         if (info.type != Type::Missing)
-            throw Error(ENOTDIR, "create directory", p.string(),
+            throw Error(ENOTDIR, "create directory", std::string(p),
                         "exists and is " + describe(info));
         check_own_mount(parent, p);
         as_owner([&] {
             fd = sys_.make_dir(parent->get(), name, 0755);
-            undo_.push_back({Undo::Kind::RemoveDir, parent, name, p.string()});
+            undo_.push_back({Undo::Kind::RemoveDir, parent, name, std::string(p)});
         });
         auto shared = std::make_shared<Fd>(std::move(fd));
-        dirs_.emplace(p.string(), shared);
+        dirs_.emplace(p, shared);
         return shared;
     }
 
@@ -391,15 +386,15 @@ private:
 
     // The inode to mount onto at dir/name (container path `p`): an existing
     // one of the right type, or a new empty file or directory.
-    Fd mount_point(const SharedFd& dir, const path& p, PointKind kind, unsigned major = 0,
+    Fd mount_point(const SharedFd& dir, const std::string& p, PointKind kind, unsigned major = 0,
                    unsigned minor = 0) {
-        return mount_point(dir, p, kind, sys_.stat_at(dir->get(), p.filename().string()), major,
+        return mount_point(dir, p, kind, sys_.stat_at(dir->get(), std::string(base_name(p))), major,
                            minor);
     }
     // The same where `info` is what stat_at found there just now.
-    Fd mount_point(const SharedFd& dir, const path& p, PointKind kind, FileInfo info,
+    Fd mount_point(const SharedFd& dir, const std::string& p, PointKind kind, FileInfo info,
                    unsigned major = 0, unsigned minor = 0) {
-        const std::string name = p.filename().string();
+        const std::string name(base_name(p));
         if (info.type == Type::Symlink && kind == PointKind::File) {
             // A link at a driver file's name (the image's, or one of an
             // earlier start): replaced by the mount point, never followed.
@@ -416,8 +411,8 @@ private:
                     const bool directory = kind == PointKind::Directory;
                     created = directory ? sys_.make_dir(dir->get(), name, 0755)
                                         : sys_.make_file(dir->get(), name, 0644);
-                    undo_.push_back({directory ? Undo::Kind::RemoveDir : Undo::Kind::RemoveFile,
-                                     dir, name, p.string()});
+                    undo_.push_back(
+                        {directory ? Undo::Kind::RemoveDir : Undo::Kind::RemoveFile, dir, name, p});
                 });
                 return created;
             }
@@ -434,26 +429,26 @@ private:
                 break;
         }
         if (!ok)
-            throw Error(EEXIST, "create mount point", p.string(),
+            throw Error(EEXIST, "create mount point", p,
                         "exists and is " + describe(info) + "; refusing to mount over it");
         Fd fd = sys_.open_at(dir->get(), name);
         // The inode we mount onto is the one just checked, not one swapped in meanwhile.
         FileInfo now = sys_.stat_fd(fd.get());
         if (now.type != info.type)
-            throw Error(EEXIST, "create mount point", p.string(),
+            throw Error(EEXIST, "create mount point", p,
                         "changed to " + describe(now) + " while being prepared");
         return fd;
     }
 
-    void bind(Fd& tree, const path& target, PointKind kind, unsigned flags, unsigned major = 0,
-              unsigned minor = 0) {
-        SharedFd dir = resolve_dir(target.parent_path());
+    void bind(Fd& tree, const std::string& target, PointKind kind, unsigned flags,
+              unsigned major = 0, unsigned minor = 0) {
+        SharedFd dir = resolve_dir(dir_name(target));
         check_own_mount(dir, target);
         Fd point = mount_point(dir, target, kind, major, minor);
         // Flags go on the detached mount: it never appears without them.
         if (flags != 0) sys_.set_mount_flags(tree.get(), flags);
         sys_.attach(tree.get(), point.get());
-        undo_.push_back({Undo::Kind::Detach, dir, target.filename().string(), target.string()});
+        undo_.push_back({Undo::Kind::Detach, dir, std::string(base_name(target)), target});
         // A directory mounted over a path hides what was resolved below it.
         if (kind == PointKind::Directory) dirs_.clear();
     }
@@ -461,23 +456,22 @@ private:
     void bind_device(std::size_t i) {
         const auto& dev = plan_.devices[i];
         if (!dev.bind) return;
-        logger().debug("device {} -> {} ({})", dev.node.host_path.string(), dev.node.path.string(),
-                       dev.why);
+        logger().debug("device {} -> {} ({})", dev.node.host_path, dev.node.path, dev.why);
         bind(device_trees_[i], dev.node.path, PointKind::Device, kDeviceFlags, dev.node.major,
              dev.node.minor);
     }
 
     void bind_mount(std::size_t i) {
         const auto& m = plan_.mounts[i];
-        logger().debug("mount {} -> {} ({})", m.source.string(), m.target.string(), m.why);
+        logger().debug("mount {} -> {} ({})", m.source, m.target, m.why);
         bind(mount_trees_[i], m.target, m.directory ? PointKind::Directory : PointKind::File,
              m.flags);
     }
 
     void make_link(const PlannedSymlink& link) {
-        SharedFd dir = resolve_dir(link.path.parent_path());
+        SharedFd dir = resolve_dir(dir_name(link.path));
         check_own_mount(dir, link.path);
-        const std::string name = link.path.filename().string();
+        const std::string name(base_name(link.path));
         FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Symlink) {
             std::string existing = sys_.read_link_at(dir->get(), name);
@@ -490,24 +484,23 @@ private:
             // link would lead to is mounted over it.
             const std::size_t i = planned_mount_behind(link);
             if (i == plan_.mounts.size())
-                throw Error(EEXIST, "create symlink", link.path.string(),
+                throw Error(EEXIST, "create symlink", link.path,
                             "exists and is " + describe(info) +
                                 "; the plan mounts nothing it could be covered with");
-            logger().info("{}: the image's own file, covered by the host's {}",
-                          link.path.string(), plan_.mounts[i].source.string());
+            logger().info("{}: the image's own file, covered by the host's {}", link.path,
+                          plan_.mounts[i].source);
             Fd copy = sys_.clone_tree(mount_trees_[i].get());
             bind(copy, link.path, PointKind::File, plan_.mounts[i].flags);
             return;
         } else if (info.type == Type::Directory) {
-            throw Error(EISDIR, "create symlink", link.path.string(),
+            throw Error(EISDIR, "create symlink", link.path,
                         "is a directory where the driver's link goes; refusing to replace it");
         } else if (info.type != Type::Missing) {
-            throw Error(EEXIST, "create symlink", link.path.string(),
-                        "exists and is " + describe(info));
+            throw Error(EEXIST, "create symlink", link.path, "exists and is " + describe(info));
         }
         as_owner([&] {
             sys_.make_symlink(link.target, dir->get(), name);
-            undo_.push_back({Undo::Kind::RemoveFile, dir, name, link.path.string()});
+            undo_.push_back({Undo::Kind::RemoveFile, dir, name, link.path});
         });
     }
 
@@ -516,20 +509,19 @@ private:
     // O_CREAT|O_EXCL|O_NOFOLLOW. A regular file already there (a restarted
     // container keeps its rootfs) is left as it is; anything else is an Error.
     void write_planned_file(const PlannedFile& f) {
-        check_container_path(f.path, "file " + f.path.string());
-        SharedFd dir = resolve_dir(f.path.parent_path());
+        check_container_path(f.path, "file");
+        SharedFd dir = resolve_dir(dir_name(f.path));
         check_own_mount(dir, f.path);
-        const std::string name = f.path.filename().string();
+        const std::string name(base_name(f.path));
         FileInfo info = sys_.stat_at(dir->get(), name);
         if (info.type == Type::Regular) {
             std::string old = sys_.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
             if (old == f.content) {
-                logger().debug("file {} is already there ({}); left as it is", f.path.string(),
-                               f.why);
+                logger().debug("file {} is already there ({}); left as it is", f.path, f.why);
                 return;
             }
             // gpubind's file, written by an earlier start: rewritten to this decision.
-            logger().info("{}: rewritten ({})", f.path.string(), f.why);
+            logger().info("{}: rewritten ({})", f.path, f.why);
             remove_file(dir, f.path, std::move(old));
             info.type = Type::Missing;
         } else if (info.type == Type::Symlink) {
@@ -537,34 +529,34 @@ private:
             info.type = Type::Missing;
         }
         if (info.type != Type::Missing)
-            throw Error(EEXIST, "create file", f.path.string(),
+            throw Error(EEXIST, "create file", f.path,
                         "exists and is " + describe(info) + "; refusing to replace it");
-        logger().debug("file {} ({})", f.path.string(), f.why);
+        logger().debug("file {} ({})", f.path, f.why);
         as_owner([&] {
             sys_.write_file_at(dir->get(), name, f.content, 0644);
-            undo_.push_back({Undo::Kind::RemoveFile, dir, name, f.path.string()});
+            undo_.push_back({Undo::Kind::RemoveFile, dir, name, f.path});
         });
     }
 
     // Removes the link at `p` (its directory `dir`), never following it, and
     // records how to put it back; `with` says what takes its place (the log).
-    void replace_link(const SharedFd& dir, const path& p, const std::string& with) {
-        const std::string name = p.filename().string();
+    void replace_link(const SharedFd& dir, const std::string& p, const std::string& with) {
+        const std::string name(base_name(p));
         std::string old = sys_.read_link_at(dir->get(), name);
-        logger().info("{}: replaced the link to {} with {}", p.string(), old, with);
+        logger().info("{}: replaced the link to {} with {}", p, old, with);
         sys_.remove(dir->get(), name, false);
-        undo_.push_back({Undo::Kind::RestoreLink, dir, name, p.string(), std::move(old)});
+        undo_.push_back({Undo::Kind::RestoreLink, dir, name, p, std::move(old)});
     }
 
     // The planned mount a planned link leads to, through other planned links
     // in its directory (libcuda.so -> libcuda.so.1 -> libcuda.so.<version>);
     // plan_.mounts.size() when none.
     std::size_t planned_mount_behind(const PlannedSymlink& link) const {
-        const path dir = link.path.parent_path();
+        const std::string_view dir = dir_name(link.path);
         std::string target = link.target;
         for (std::size_t hops = 0; hops <= plan_.symlinks.size(); ++hops) {
             if (target.find('/') != std::string::npos) break;
-            const path p = dir / target;
+            const std::string p = join_path(dir, target);
             for (std::size_t i = 0; i < plan_.mounts.size(); ++i)
                 if (plan_.mounts[i].target == p && !plan_.mounts[i].directory) return i;
             auto next = std::find_if(plan_.symlinks.begin(), plan_.symlinks.end(),
@@ -576,50 +568,50 @@ private:
     }
 
     // A directory inside the root, not created: empty when missing.
-    SharedFd find_dir(const path& p) {
+    SharedFd find_dir(std::string_view p) {
         if (p == "/") return root_;
-        auto it = dirs_.find(p.string());
+        auto it = dirs_.find(p);
         if (it != dirs_.end()) return it->second;
         Fd fd = sys_.open_dir_in_root(root_->get(), p);
         if (!fd) return {};
         auto shared = std::make_shared<Fd>(std::move(fd));
-        dirs_.emplace(p.string(), shared);
+        dirs_.emplace(p, shared);
         return shared;
     }
 
     // A file an earlier start wrote that this plan does not: removed where it
     // holds exactly what gpubind wrote, left alone otherwise.
     void remove_stale_file(const PlannedFile& f) {
-        check_container_path(f.path, "file " + f.path.string());
-        SharedFd dir = find_dir(f.path.parent_path());
+        check_container_path(f.path, "file");
+        SharedFd dir = find_dir(dir_name(f.path));
         if (!dir) return;
-        const std::string name = f.path.filename().string();
+        const std::string name(base_name(f.path));
         if (sys_.stat_at(dir->get(), name).type != Type::Regular) return;
         std::string old = sys_.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
         if (old != f.content) return;
-        logger().info("{}: removed ({})", f.path.string(), f.why);
+        logger().info("{}: removed ({})", f.path, f.why);
         remove_file(dir, f.path, std::move(old));
     }
 
     // Removes the regular file at `p` (in `dir`), never following it, and
     // records how to put it back: holding `old`.
-    void remove_file(const SharedFd& dir, const path& p, std::string old) {
-        const std::string name = p.filename().string();
+    void remove_file(const SharedFd& dir, const std::string& p, std::string old) {
+        const std::string name(base_name(p));
         sys_.remove(dir->get(), name, false);
-        undo_.push_back({Undo::Kind::RestoreFile, dir, name, p.string(), std::move(old)});
+        undo_.push_back({Undo::Kind::RestoreFile, dir, name, p, std::move(old)});
     }
 
     // The driver's names in one directory: what an earlier start or the image
     // left there that this plan does not put there itself (owned.hpp).
     void bring_up_to_date(const OwnedDir& owned) {
-        check_container_path(owned.dir, "directory " + owned.dir.string());
+        check_container_path(owned.dir, "directory");
         SharedFd dir = find_dir(owned.dir);
         if (!dir) return;
         std::set<std::string> planned;
         for (const auto& m : plan_.mounts)
-            if (m.target.parent_path() == owned.dir) planned.insert(m.target.filename().string());
+            if (dir_name(m.target) == owned.dir) planned.emplace(base_name(m.target));
         for (const auto& l : plan_.symlinks)
-            if (l.path.parent_path() == owned.dir) planned.insert(l.path.filename().string());
+            if (dir_name(l.path) == owned.dir) planned.emplace(base_name(l.path));
         std::vector<DirEntry> entries;
         for (auto& name : sys_.list_dir(dir->get())) {
             if (planned.count(name) || !may_be_owned(owned, name)) continue;
@@ -629,39 +621,39 @@ private:
             entries.push_back({std::move(name), info, std::move(target)});
         }
         for (const StaleEntry& e : stale_entries(owned, entries, planned)) {
-            const path p = owned.dir / e.name;
-            check_name(e.name, "entry of " + owned.dir.string());
+            const std::string p = join_path(owned.dir, e.name);
+            check_name(e.name, "entry of " + owned.dir);
             if (e.action == StaleEntry::Action::Cover) {
-                const path with = owned.dir / e.cover_with;
+                const std::string with = join_path(owned.dir, e.cover_with);
                 std::size_t i = 0;
                 while (i < plan_.mounts.size() && plan_.mounts[i].target != with) ++i;
                 if (i == plan_.mounts.size()) continue;
-                logger().info("{}: {}", p.string(), e.why);
+                logger().info("{}: {}", p, e.why);
                 Fd copy = sys_.clone_tree(mount_trees_[i].get());
                 bind(copy, p, PointKind::File, plan_.mounts[i].flags);
                 continue;
             }
             const auto it = std::find_if(entries.begin(), entries.end(),
                                          [&](const DirEntry& d) { return d.name == e.name; });
-            logger().info("{}: removed, {}", p.string(), e.why);
+            logger().info("{}: removed, {}", p, e.why);
             sys_.remove(dir->get(), e.name, false);
             if (it != entries.end() && it->info.type == Type::Symlink)
-                undo_.push_back({Undo::Kind::RestoreLink, dir, e.name, p.string(), it->link});
+                undo_.push_back({Undo::Kind::RestoreLink, dir, e.name, p, it->link});
             else
-                undo_.push_back({Undo::Kind::RestoreFile, dir, e.name, p.string(), {}});
+                undo_.push_back({Undo::Kind::RestoreFile, dir, e.name, p, {}});
         }
     }
 
     void mount_proc_view() {
         const ProcView& view = *plan_.proc;
-        path target = view.target;
-        SharedFd dir = resolve_dir(target.parent_path());
+        std::string target = view.target;
+        SharedFd dir = resolve_dir(dir_name(target));
         const std::uint64_t mount = check_own_mount(dir, target);
         // procfs has driver/nvidia only while the driver is loaded and
         // refuses new directories: on a host without it (a simulated node)
         // the tmpfs goes over the parent instead, holding the view. Known
         // beforehand on the runtime's /proc; learnt from the refusal elsewhere.
-        const std::string name = target.filename().string();
+        const std::string name(base_name(target));
         const FileInfo there = sys_.stat_at(dir->get(), name);
         bool one_level_down = proc_mount_ && mount == *proc_mount_ && there.type == Type::Missing;
         Fd point;
@@ -676,8 +668,8 @@ private:
             }
         }
         if (one_level_down) {  // the view is the tmpfs's "nvidia" directory
-            target = target.parent_path();
-            dir = resolve_dir(target.parent_path());
+            target = std::string(dir_name(target));
+            dir = resolve_dir(dir_name(target));
             check_own_mount(dir, target);
             point = mount_point(dir, target, PointKind::Directory);
         }
@@ -685,7 +677,8 @@ private:
         auto shared_fs = std::make_shared<Fd>(sys_.make_tmpfs());
         SharedFd base = shared_fs;
         if (one_level_down)
-            base = std::make_shared<Fd>(sys_.make_dir(shared_fs->get(), view.target.filename().string(), 0555));
+            base = std::make_shared<Fd>(
+                sys_.make_dir(shared_fs->get(), std::string(base_name(view.target)), 0555));
         sys_.write_file_at(base->get(), "version", view.version, 0444);
         sys_.write_file_at(base->get(), "params", view.params, 0444);
         if (!view.gpus.empty()) {
@@ -700,7 +693,7 @@ private:
         struct CapPoint {
             SharedFd dir;
             std::string name;
-            path container_path;
+            std::string container_path;
         };
         std::vector<CapPoint> cap_points;
         for (const auto& cap : view.capability_files) {
@@ -718,19 +711,19 @@ private:
                 cur = it->second;
             }
             sys_.make_file(cur->get(), rel.back(), 0444);
-            path where = view.target;  // where it shows in the container either way
-            for (const auto& r : rel) where /= r;
+            std::string where = view.target;  // where it shows in the container either way
+            for (const auto& r : rel) where = join_path(where, r);
             cap_points.push_back({cur, rel.back(), where});
         }
         sys_.set_mount_flags(shared_fs->get(), kProcFlags);
         sys_.attach(shared_fs->get(), point.get());
-        undo_.push_back({Undo::Kind::Detach, dir, target.filename().string(), target.string()});
+        undo_.push_back({Undo::Kind::Detach, dir, std::string(base_name(target)), target});
         for (std::size_t i = 0; i < cap_points.size(); ++i) {
             const CapPoint& cp = cap_points[i];
             Fd cpoint = sys_.open_at(cp.dir->get(), cp.name);
             sys_.set_mount_flags(cap_trees_[i].get(), kProcFlags);
             sys_.attach(cap_trees_[i].get(), cpoint.get());
-            undo_.push_back({Undo::Kind::Detach, cp.dir, cp.name, cp.container_path.string()});
+            undo_.push_back({Undo::Kind::Detach, cp.dir, cp.name, cp.container_path});
         }
     }
 
@@ -753,7 +746,7 @@ private:
                 const FileInfo info = sys_.stat_at(dir->get(), name);
                 if (info.type != Type::Missing && info.type != Type::Regular)
                     throw Error(ErrorKind::Invalid, EINVAL, "refresh the loader cache",
-                                (path(dir_path) / name).string(),
+                                join_path(dir_path, name),
                                 "is " + describe(info) + ", not a regular file; refusing");
                 if (std::string_view(name) == kCache) cache_type_ = info.type;
                 if (std::string_view(name) == kCacheTemp) cache_temp_type_ = info.type;
@@ -808,16 +801,18 @@ private:
         // whose file is gone (an earlier start's driver file, removed above)
         // goes too. Each name is checked with fstatat, never followed.
         if (image) {
-            const std::set<path> refreshed(plan_.library_dirs.begin(), plan_.library_dirs.end());
+            const std::set<std::string, std::less<>> refreshed(plan_.library_dirs.begin(),
+                                                               plan_.library_dirs.end());
             std::erase_if(image->entries, [&](const ldcache::Entry& e) {
-                const path p(e.path);
-                if (!refreshed.count(p.parent_path())) return false;
-                const SharedFd dir = find_dir(p.parent_path());
-                return !dir || sys_.stat_at(dir->get(), p.filename().string()).type == Type::Missing;
+                const std::string_view dir_path = dir_name(e.path);
+                if (!refreshed.contains(dir_path)) return false;
+                const SharedFd dir = find_dir(dir_path);
+                return !dir || sys_.stat_at(dir->get(), std::string(base_name(e.path))).type ==
+                                   Type::Missing;
             });
         }
         std::vector<std::string> dirs;
-        for (const auto& d : plan_.library_dirs) dirs.push_back(d.string());
+        for (const auto& d : plan_.library_dirs) dirs.push_back(d);
         const std::string bytes = ldcache::serialize(
             ldcache::merge(image ? &*image : nullptr, plan_.ldcache_libraries, dirs));
         // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
@@ -852,7 +847,7 @@ private:
     void run_ldconfig() {
         const std::string out = std::string(kLdconfigScratch) + "/" + std::string(kLdconfigOutput);
         std::vector<std::string> args = {"-r", target_.rootfs.string(), "-X", "-C", out};
-        for (const auto& d : plan_.library_dirs) args.push_back(d.string());
+        for (const auto& d : plan_.library_dirs) args.push_back(d);
         // The root of ldconfig's user namespace: the container's root where it
         // has a user namespace (its host ids; itself when rootless), else an
         // unprivileged host id (System::run).
@@ -905,25 +900,27 @@ private:
     // never on a shared mount (what is mounted there would reach its peers,
     // the host's mount table among them).
     // Returns the directory's mount id.
-    std::uint64_t check_own_mount(const SharedFd& dir, const path& p) {
+    std::uint64_t check_own_mount(const SharedFd& dir, std::string_view p) {
         // Asked once per directory descriptor: it pins its mount (and the
         // key keeps the descriptor, so no other takes its place meanwhile).
         auto [cached, fresh] = dir_mounts_.try_emplace(dir, 0);
         if (fresh) cached->second = sys_.mount_id(dir->get());
         const std::uint64_t id = cached->second;
         if (id != root_mount_) {
-            const auto first = p.begin() == p.end() ? path() : *std::next(p.begin());
+            // The path's first component: "dev" of "/dev/nvidia0".
+            const std::string_view rest = p.substr(p.starts_with('/') ? 1 : 0);
+            const std::string_view first = rest.substr(0, rest.find('/'));
             bool runtime_mount = false;
             if (first == "dev" || first == "proc") {
                 auto& known = first == "dev" ? dev_mount_ : proc_mount_;
                 if (!known) {
-                    Fd top = sys_.open_dir_in_root(root_->get(), path("/") / first);
+                    Fd top = sys_.open_dir_in_root(root_->get(), join_path("/", first));
                     known = top ? sys_.mount_id(top.get()) : root_mount_;
                 }
                 runtime_mount = id == *known;
             }
             if (!runtime_mount)
-                throw Error(EXDEV, "refuse", p.string(),
+                throw Error(EXDEV, "refuse", std::string(p),
                             "is on another mount than the container's root (a volume); gpubind "
                             "creates and mounts only on the rootfs's own mount");
         }
@@ -937,7 +934,7 @@ private:
             }
         }
         if (known->second)
-            throw Error(EXDEV, "refuse", p.string(),
+            throw Error(EXDEV, "refuse", std::string(p),
                         "is on a shared mount (rootfsPropagation or a shared /dev): what gpubind "
                         "mounts there would propagate to its peers, the host's mount table "
                         "among them");
@@ -1035,7 +1032,7 @@ private:
     std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
     std::map<SharedFd, std::uint64_t> dir_mounts_;  // directory -> its mount id, asked once
     std::optional<std::string> mountinfo_;         // the container namespace's, read once
-    std::map<std::string, SharedFd> dirs_;
+    std::map<std::string, SharedFd, std::less<>> dirs_;  // container path -> directory
     std::vector<Undo> undo_;
 };
 

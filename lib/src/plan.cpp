@@ -12,6 +12,7 @@
 
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
+#include "gpubind/strings.hpp"
 
 namespace gpubind {
 
@@ -34,7 +35,7 @@ std::string gpu_name(const Gpu& gpu) {
 
 // The directory name under proc/driver/nvidia/gpus.
 std::string proc_dir_name(const Gpu& gpu) {
-    auto name = gpu.proc_dir.filename().string();
+    std::string name(base_name(gpu.proc_dir));
     return name.empty() ? gpu.pci_bus_id : name;
 }
 
@@ -61,7 +62,7 @@ std::string params_without_device_files(std::string_view params) {
 
 // The MPS pipe directory is the one IPC that is a directory, not a socket.
 bool is_directory_ipc(const DriverFile& f) {
-    return f.host_path.filename() == "nvidia-mps";
+    return base_name(f.host_path) == "nvidia-mps";
 }
 
 std::string read_optional(const fs::path& path) {
@@ -84,16 +85,16 @@ class Builder {
         plan.devices.push_back({node, std::move(why)});
     }
 
-    void mount(const DriverFile& f, fs::path target, unsigned flags, std::string why,
+    void mount(const DriverFile& f, std::string target, unsigned flags, std::string why,
                bool directory = false) {
         for (const auto& m : plan.mounts)
             if (m.target == target) return;
-        const fs::path& source = f.real_path.empty() ? f.host_path : f.real_path;
+        const std::string& source = f.real_path.empty() ? f.host_path : f.real_path;
         plan.mounts.push_back({source, std::move(target), directory, flags, std::move(why)});
     }
 
-    void symlink(fs::path path, std::string target) {
-        if (path.filename() == target) return;
+    void symlink(std::string path, std::string target) {
+        if (base_name(path) == target) return;
         for (const auto& s : plan.symlinks)
             if (s.path == path) return;
         for (const auto& m : plan.mounts)
@@ -102,24 +103,24 @@ class Builder {
     }
 
     // The loader cache's entry for `soname` at dir/soname, once.
-    void cache_entry(const std::string& soname, const fs::path& dir, bool compat32) {
+    void cache_entry(const std::string& soname, const std::string& dir, bool compat32) {
         const ldcache::Arch arch = compat32 ? ldcache::Arch::I386 : ldcache::Arch::X86_64;
-        const std::string path = (dir / soname).string();
+        std::string path = join_path(dir, soname);
         for (const auto& l : plan.ldcache_libraries)
             if (l.path == path && l.arch == arch) return;
-        plan.ldcache_libraries.push_back({soname, path, arch});
+        plan.ldcache_libraries.push_back({soname, std::move(path), arch});
     }
 
-    void library(const DriverFile& f, const fs::path& dir, Capabilities caps) {
-        const std::string file = (f.real_path.empty() ? f.host_path : f.real_path).filename();
-        mount(f, dir / file, kReadOnlyFlags,
+    void library(const DriverFile& f, const std::string& dir, Capabilities caps) {
+        const std::string file(base_name(f.real_path.empty() ? f.host_path : f.real_path));
+        mount(f, join_path(dir, file), kReadOnlyFlags,
               fmt::format("{}{} library", capability_names(caps), f.compat32 ? " 32-bit" : ""));
-        symlink(dir / f.name, file);
+        symlink(join_path(dir, f.name), file);
         cache_entry(f.name, dir, f.compat32);
         for (std::string_view link : kDevLinks)
             if (f.name.size() == link.size() + 2 && f.name.starts_with(link) &&
                 f.name.ends_with(".1")) {
-                symlink(dir / link, f.name);
+                symlink(join_path(dir, link), f.name);
                 cache_entry(std::string(link), dir, f.compat32);
             }
         if (std::find(plan.library_dirs.begin(), plan.library_dirs.end(), dir) ==
@@ -140,9 +141,9 @@ void owned_names(Plan& plan, const Node& node, const Image& image) {
     OwnedDir bin{image.bin_dir, {}, {}, {}};
     const std::string& version = node.driver_version;
     for (const auto& f : node.files) {
-        const std::string file = (f.real_path.empty() ? f.host_path : f.real_path).filename();
+        const std::string file(base_name(f.real_path.empty() ? f.host_path : f.real_path));
         if (f.kind == FileKind::Binary) {
-            add(bin.files, f.host_path.filename());
+            add(bin.files, std::string(base_name(f.host_path)));
             continue;
         }
         if (f.kind != FileKind::Library) continue;
@@ -164,14 +165,14 @@ void owned_names(Plan& plan, const Node& node, const Image& image) {
 // MIG capability files the proc view binds, in the order first asked, once each.
 class CapabilityFiles {
   public:
-    void add(const fs::path& p) {
+    void add(const std::string& p) {
         if (!p.empty() && std::find(files_.begin(), files_.end(), p) == files_.end())
             files_.push_back(p);
     }
-    std::vector<fs::path> take() { return std::move(files_); }
+    std::vector<std::string> take() { return std::move(files_); }
 
   private:
-    std::vector<fs::path> files_;
+    std::vector<std::string> files_;
 };
 
 // Control nodes.
@@ -245,26 +246,26 @@ void add_driver_files(Builder& b, const Node& node, const Image& image, Capabili
                     b.library(f, image.lib32_dir, brings);
                 break;
             case FileKind::Binary:
-                b.mount(f, image.bin_dir / f.host_path.filename(), kReadOnlyFlags,
+                b.mount(f, join_path(image.bin_dir, base_name(f.host_path)), kReadOnlyFlags,
                         names + " binary");
                 break;
             case FileKind::Ipc: {
                 // The catalog names IPCs by their path under the driver root,
                 // which is where the container's programs look for them.
-                fs::path target = fs::path("/") / f.name;
+                const fs::path target = fs::path("/") / f.name;
                 // A socket works on a read-only mount; the MPS directory is
                 // where clients create their pipes.
                 const bool directory = is_directory_ipc(f);
-                b.mount(f, target.lexically_normal(),
+                b.mount(f, target.lexically_normal().string(),
                         directory ? kIpcFlags : kIpcFlags | kMountReadOnly, names + " IPC",
                         directory);
                 break;
             }
             case FileKind::Firmware:
-                b.mount(
-                    f,
-                    fs::path("/lib/firmware/nvidia") / node.driver_version / f.host_path.filename(),
-                    kFirmwareFlags, names + " firmware");
+                b.mount(f,
+                        join_path(join_path("/lib/firmware/nvidia", node.driver_version),
+                                  base_name(f.host_path)),
+                        kFirmwareFlags, names + " firmware");
                 break;
         }
     }
@@ -283,14 +284,13 @@ void add_cuda_compat(Plan& plan, const Node& node, const Image& image, const Con
                          "the driver {}",
                          image.cuda_compat_version, node.driver_version)});
         auto& dirs = plan.library_dirs;
-        dirs.erase(std::remove(dirs.begin(), dirs.end(), fs::path(kCudaCompatDir)), dirs.end());
+        dirs.erase(std::remove(dirs.begin(), dirs.end(), kCudaCompatDir), dirs.end());
         dirs.insert(dirs.begin(), kCudaCompatDir);
         plan.refresh_ldcache = true;
         auto& libs = plan.ldcache_libraries;
         std::vector<ldcache::Library> compat;
         for (const auto& name : image.cuda_compat_sonames)
-            compat.push_back({name, (fs::path(kCudaCompatDir) / name).string(),
-                              ldcache::Arch::X86_64});
+            compat.push_back({name, join_path(kCudaCompatDir, name), ldcache::Arch::X86_64});
         libs.insert(libs.begin(), compat.begin(), compat.end());
     }
     // Without a cache, directories the image's ld.so.conf names are known
@@ -306,7 +306,7 @@ void add_cuda_compat(Plan& plan, const Node& node, const Image& image, const Con
 
 // The /proc/driver/nvidia view: the node's files, the selected GPUs' directories.
 ProcView proc_view(const ProcFiles& proc_files, const std::vector<const Gpu*>& gpus,
-                   std::vector<fs::path> capability_files) {
+                   std::vector<std::string> capability_files) {
     ProcView proc;
     proc.version = proc_files.version;
     proc.params = params_without_device_files(proc_files.params);
@@ -327,7 +327,8 @@ ProcFiles read_proc_files(const Node& node) {
     files.version = read_file(dir / "version", kMaxProcFile);
     files.params = read_optional(dir / "params");
     for (const auto& gpu : node.gpus) {
-        fs::path gpu_dir = gpu.proc_dir.empty() ? dir / "gpus" / gpu.pci_bus_id : gpu.proc_dir;
+        fs::path gpu_dir =
+            gpu.proc_dir.empty() ? dir / "gpus" / gpu.pci_bus_id : fs::path(gpu.proc_dir);
         files.information[proc_dir_name(gpu)] = read_optional(gpu_dir / "information");
     }
     return files;
@@ -376,38 +377,36 @@ void to_json(nlohmann::json& j, const Plan& plan) {
     j = json::object();
     json& devices = j["devices"] = json::array();
     for (const auto& d : plan.devices)
-        devices.push_back({{"path", d.node.path.string()},
-                           {"host_path", d.node.host_path.string()},
+        devices.push_back({{"path", d.node.path},
+                           {"host_path", d.node.host_path},
                            {"major", d.node.major},
                            {"minor", d.node.minor},
                            {"why", d.why}});
     json& mounts = j["mounts"] = json::array();
     for (const auto& m : plan.mounts)
-        mounts.push_back({{"source", m.source.string()},
-                          {"target", m.target.string()},
+        mounts.push_back({{"source", m.source},
+                          {"target", m.target},
                           {"directory", m.directory},
                           {"flags", flag_names(m.flags)},
                           {"why", m.why}});
     json& links = j["symlinks"] = json::array();
-    for (const auto& s : plan.symlinks)
-        links.push_back({{"path", s.path.string()}, {"target", s.target}});
+    for (const auto& s : plan.symlinks) links.push_back({{"path", s.path}, {"target", s.target}});
     json& planned_files = j["files"] = json::array();
     for (const auto& f : plan.files)
-        planned_files.push_back(
-            {{"path", f.path.string()}, {"content", f.content}, {"why", f.why}});
+        planned_files.push_back({{"path", f.path}, {"content", f.content}, {"why", f.why}});
     if (plan.proc) {
         json gpus = json::array();
         for (const auto& g : plan.proc->gpus) gpus.push_back(g.bus_id);
         json files = json::array();
-        for (const auto& f : plan.proc->capability_files) files.push_back(f.string());
-        j["proc"] = {{"target", plan.proc->target.string()},
+        for (const auto& f : plan.proc->capability_files) files.push_back(f);
+        j["proc"] = {{"target", plan.proc->target},
                      {"gpus", std::move(gpus)},
                      {"capability_files", std::move(files)}};
     } else {
         j["proc"] = nullptr;
     }
     json& dirs = j["library_dirs"] = json::array();
-    for (const auto& d : plan.library_dirs) dirs.push_back(d.string());
+    for (const auto& d : plan.library_dirs) dirs.push_back(d);
     j["refresh_ldcache"] = plan.refresh_ldcache;
 }
 
@@ -415,29 +414,27 @@ std::string describe(const Plan& plan) {
     if (plan.empty()) return "nothing to do: not a GPU container\n";
     std::string out;
     for (const auto& d : plan.devices)
-        out += fmt::format("device  {} ({}:{}) from {}: {}\n", d.node.path.string(), d.node.major,
-                           d.node.minor, d.node.host_path.string(), d.why);
+        out += fmt::format("device  {} ({}:{}) from {}: {}\n", d.node.path, d.node.major,
+                           d.node.minor, d.node.host_path, d.why);
     for (const auto& m : plan.mounts) {
         auto flags = flag_names(m.flags);
         if (!(m.flags & kMountReadOnly)) flags.insert(flags.begin(), "rw");
-        out += fmt::format("mount   {}{} from {} [{}]: {}\n", m.target.string(),
-                           m.directory ? "/" : "", m.source.string(), fmt::join(flags, ","), m.why);
+        out += fmt::format("mount   {}{} from {} [{}]: {}\n", m.target, m.directory ? "/" : "",
+                           m.source, fmt::join(flags, ","), m.why);
     }
-    for (const auto& s : plan.symlinks)
-        out += fmt::format("symlink {} -> {}\n", s.path.string(), s.target);
-    for (const auto& f : plan.files)
-        out += fmt::format("file    {}: {}\n", f.path.string(), f.why);
+    for (const auto& s : plan.symlinks) out += fmt::format("symlink {} -> {}\n", s.path, s.target);
+    for (const auto& f : plan.files) out += fmt::format("file    {}: {}\n", f.path, f.why);
     if (plan.proc) {
         std::vector<std::string> gpus;
         for (const auto& g : plan.proc->gpus) gpus.push_back(g.bus_id);
-        out += fmt::format("proc    {}: GPUs [{}], ModifyDeviceFiles: 0\n",
-                           plan.proc->target.string(), fmt::join(gpus, ", "));
+        out += fmt::format("proc    {}: GPUs [{}], ModifyDeviceFiles: 0\n", plan.proc->target,
+                           fmt::join(gpus, ", "));
         for (const auto& f : plan.proc->capability_files)
-            out += fmt::format("proc    MIG capability file {}\n", f.string());
+            out += fmt::format("proc    MIG capability file {}\n", f);
     }
     if (plan.refresh_ldcache) {
         std::vector<std::string> dirs;
-        for (const auto& d : plan.library_dirs) dirs.push_back(d.string());
+        for (const auto& d : plan.library_dirs) dirs.push_back(d);
         out += fmt::format("ldcache refresh for {}\n", fmt::join(dirs, ", "));
     }
     return out;

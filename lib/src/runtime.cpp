@@ -41,17 +41,17 @@ void add_devices(json& linux, const Plan& plan) {
         if (!d.bind) continue;
         bool present = false;
         for (const auto& e : devices) {
-            if (!e.is_object() || e.value("path", "") != n.path.string()) continue;
+            if (!e.is_object() || e.value("path", "") != n.path) continue;
             if (e.value("type", "") != "c" || e.value("major", json()) != json(n.major) ||
                 e.value("minor", json()) != json(n.minor))
-                throw Error(EEXIST, "edit spec", "linux.devices " + n.path.string(),
+                throw Error(EEXIST, "edit spec", "linux.devices " + n.path,
                             fmt::format("the spec already has another device there, not the "
                                         "character device {}:{} ({})",
                                         n.major, n.minor, d.why));
             present = true;
         }
         if (present) continue;
-        devices.push_back({{"path", n.path.string()},
+        devices.push_back({{"path", n.path},
                            {"type", "c"},
                            {"major", n.major},
                            {"minor", n.minor},
@@ -84,7 +84,7 @@ bool within(const std::filesystem::path& inner, const std::filesystem::path& out
 }
 
 bool runtime_mounts_at(const PlannedMount& m, const std::vector<std::filesystem::path>& dests) {
-    const std::filesystem::path target = m.target.lexically_normal();
+    const std::filesystem::path target = std::filesystem::path(m.target).lexically_normal();
     for (const auto& d : dests)
         if (within(target, d) || (m.directory && within(d, target))) return true;
     return false;
@@ -95,14 +95,14 @@ void add_mounts(json& spec, const Plan& plan) {
     json& mounts = member(spec, "mounts", json::array(), "mounts");
     std::set<std::filesystem::path> taken(dests.begin(), dests.end());
     for (const auto& m : plan.mounts) {
-        if (taken.count(m.target.lexically_normal()))
-            throw Error(EEXIST, "edit spec", "mounts " + m.target.string(),
-                        "the spec already mounts something there; refusing to mount " +
-                            m.source.string() + " (" + m.why + ") over it");
+        if (taken.count(std::filesystem::path(m.target).lexically_normal()))
+            throw Error(EEXIST, "edit spec", "mounts " + m.target,
+                        "the spec already mounts something there; refusing to mount " + m.source +
+                            " (" + m.why + ") over it");
         if (!runtime_mounts_at(m, dests)) continue;  // the finish hook's
-        mounts.push_back({{"destination", m.target.string()},
+        mounts.push_back({{"destination", m.target},
                           {"type", "bind"},
-                          {"source", m.source.string()},
+                          {"source", m.source},
                           {"options", mount_options(m.flags)}});
     }
 }

@@ -60,4 +60,24 @@ std::string escape_control(std::string_view s) {
     return out;
 }
 
+std::string join_path(std::string_view dir, std::string_view name) {
+    while (!name.empty() && name.front() == '/') name.remove_prefix(1);
+    while (!dir.empty() && dir.back() == '/') dir.remove_suffix(1);
+    std::string out;
+    out.reserve(dir.size() + 1 + name.size());
+    out.append(dir).append(1, '/').append(name);
+    return out;
+}
+
+std::string_view base_name(std::string_view path) noexcept {
+    const std::size_t slash = path.rfind('/');
+    return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+std::string_view dir_name(std::string_view path) noexcept {
+    const std::size_t slash = path.rfind('/');
+    if (slash == std::string_view::npos) return {};
+    return slash == 0 ? path.substr(0, 1) : path.substr(0, slash);
+}
+
 }  // namespace gpubind

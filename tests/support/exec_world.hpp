@@ -68,11 +68,11 @@ inline Plan sample_plan() {
 // /proc/driver but no /usr/lib/x86_64-linux-gnu or /lib/firmware.
 inline void setup_world(RecordingSystem& sys, const Plan& plan) {
     for (const auto& d : plan.devices)
-        sys.host[d.node.host_path.string()] = {Type::CharDevice, d.node.major, d.node.minor};
+        sys.host[d.node.host_path] = {Type::CharDevice, d.node.major, d.node.minor};
     for (const auto& m : plan.mounts)
-        sys.host[m.source.string()] = {m.directory ? Type::Directory : Type::Regular, 0, 0};
+        sys.host[m.source] = {m.directory ? Type::Directory : Type::Regular, 0, 0};
     if (plan.proc)
-        for (const auto& c : plan.proc->capability_files) sys.host[c.string()] = {Type::Regular};
+        for (const auto& c : plan.proc->capability_files) sys.host[c] = {Type::Regular};
     for (const char* d : {"/dev", "/usr", "/usr/lib", "/usr/bin", "/lib", "/proc", "/proc/driver"})
         sys.root[d] = {Type::Directory, 0, 0};
 }

@@ -44,17 +44,39 @@ TEST(Config, GeneratedDefaultsAreWhatTheShippedFileSays) {
     // The built-in config is generated at build time from config/config.toml;
     // reading that file now, the way the generator does (over Config{}), gives
     // the same config, every field: the two cannot drift apart.
-    const Config parsed = detail::parse_builtin_config(
-        read_file(GPUBIND_SOURCE_DIR "/config/config.toml", 1u << 20), "config.toml");
+    const std::string text = read_file(GPUBIND_SOURCE_DIR "/config/config.toml", 1u << 20);
+    const Config parsed = detail::parse_builtin_config(text, "config.toml");
     const Config builtin = default_config();
     // Written out as the generator writes them, a difference reads as a diff.
-    EXPECT_EQ(detail::builtin_config_source(builtin), detail::builtin_config_source(parsed));
+    EXPECT_EQ(detail::builtin_config_source(builtin, text),
+              detail::builtin_config_source(parsed, text));
     // Config's defaulted operator== compares every member, present and future.
     EXPECT_TRUE(builtin == parsed);
     EXPECT_TRUE(builtin.source.empty());
     // Not vacuous: the file does set what the C++ members alone do not.
     EXPECT_FALSE(parsed == Config{});
     EXPECT_FALSE(builtin.catalog.libraries.empty());
+}
+
+TEST(Config, ThePackagedFileIsTakenAsTheDefaultsWithoutAParse) {
+    // The packages install config/config.toml as is; parse_config() knows its
+    // bytes (built in) and takes the defaults. That shortcut must give what a
+    // parse of the file over the defaults gives, and nothing else may take it.
+    const std::string text = read_file(GPUBIND_SOURCE_DIR "/config/config.toml", 1u << 20);
+    EXPECT_EQ(detail::builtin_config_text(), text);
+    const Config quick = parse_config(text, "/etc/gpubind/config.toml");
+    Config parsed = detail::parse_config_over(default_config(), text, "config.toml");
+    parsed.source = "/etc/gpubind/config.toml";
+    EXPECT_TRUE(quick == parsed);
+    EXPECT_EQ(quick.source, "/etc/gpubind/config.toml");
+    // One key changed: parsed, not the defaults.
+    std::string edited = text;
+    const std::size_t at = edited.find("level = \"info\"");
+    ASSERT_NE(at, std::string::npos);
+    edited.replace(at, 14, "level = \"debug\"");
+    const Config changed = parse_config(edited, "x");
+    EXPECT_EQ(changed.log.level, "debug");
+    EXPECT_EQ(default_config().log.level, "info");
 }
 
 TEST(Config, CudaCompatIsOnByDefaultAndCanBeTurnedOff) {

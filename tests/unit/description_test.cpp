@@ -138,7 +138,7 @@ TEST_F(Description, DriverUpgradeIsSeen) {
     EXPECT_EQ(uuids(k), manifest_uuids());
     for (const auto& f : k.node.files) {
         if (f.kind == FileKind::Library) {
-            EXPECT_THAT(f.real_path.string(), HasSubstr("560.35.03")) << f.name;
+            EXPECT_THAT(f.real_path, HasSubstr("560.35.03")) << f.name;
         }
     }
     EXPECT_FALSE(load().recomputed);

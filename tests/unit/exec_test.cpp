@@ -1,5 +1,6 @@
 // execute()'s order and rollback, against RecordingSystem (no root needed).
 #include "exec_world.hpp"
+#include "gpubind/strings.hpp"
 
 namespace gpubind {
 namespace {
@@ -35,10 +36,9 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
     };
     std::vector<Item> items;
     for (const auto& d : plan.devices)
-        items.push_back({d.node.host_path.string(), d.node.path.string(), "nosuid,noexec", true});
+        items.push_back({d.node.host_path, d.node.path, "nosuid,noexec", true});
     for (const auto& m : plan.mounts)
-        items.push_back({m.source.string(), m.target.string(), RecordingSystem::flag_names(m.flags),
-                         !m.directory});
+        items.push_back({m.source, m.target, RecordingSystem::flag_names(m.flags), !m.directory});
     std::size_t previous = enter;
     for (const auto& it : items) {
         SCOPED_TRACE(it.target);
@@ -62,15 +62,15 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
 
     // What the container ends up with.
     for (const auto& m : plan.mounts) {
-        ASSERT_TRUE(sys.mounted.count("root:" + m.target.string())) << m.target;
-        EXPECT_EQ(sys.mounted["root:" + m.target.string()].source, "tree:" + m.source.string());
-        EXPECT_EQ(sys.mounted["root:" + m.target.string()].flags, m.flags);
+        ASSERT_TRUE(sys.mounted.count("root:" + m.target)) << m.target;
+        EXPECT_EQ(sys.mounted["root:" + m.target].source, "tree:" + m.source);
+        EXPECT_EQ(sys.mounted["root:" + m.target].flags, m.flags);
     }
     for (const auto& d : plan.devices) {
-        const auto& mnt = sys.mounted["root:" + d.node.path.string()];
-        EXPECT_EQ(mnt.source, "tree:" + d.node.host_path.string());
+        const auto& mnt = sys.mounted["root:" + d.node.path];
+        EXPECT_EQ(mnt.source, "tree:" + d.node.host_path);
         EXPECT_EQ(mnt.flags, kMountNoSuid | kMountNoExec) << "devices must not be nodev";
-        EXPECT_EQ(sys.root["/dev/" + d.node.path.filename().string()].type, Type::Regular);
+        EXPECT_EQ(sys.root["/dev/" + std::string(base_name(d.node.path))].type, Type::Regular);
     }
     EXPECT_EQ(sys.root["/usr/lib/x86_64-linux-gnu/libcuda.so"].type, Type::Symlink);
     EXPECT_EQ(sys.links["/usr/lib/x86_64-linux-gnu/libcuda.so"], "libcuda.so.1");
@@ -88,7 +88,7 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
     EXPECT_LT(index_of(c, "write_file_at tmpfs:/params"), proc_attach);
     EXPECT_LT(index_of(c, "set_mount_flags tmpfs:/ ro,nosuid,nodev,noexec"), proc_attach);
     const auto& cap = sys.mounted["tmpfs:/capabilities/gpu0/mig/gi1/access"];
-    EXPECT_EQ(cap.source, "tree:" + view.capability_files[0].string());
+    EXPECT_EQ(cap.source, "tree:" + view.capability_files[0]);
     EXPECT_EQ(sys.tmpfs["/capabilities/gpu0/mig/gi1/access"].type, Type::Regular);
 
     // ldconfig last, writing its cache to its scratch (never the image's

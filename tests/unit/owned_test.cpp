@@ -142,7 +142,7 @@ Plan restart_plan() {
 // A rootfs an earlier start for 550.54.15 (with video) left, and the
 // compat entry it wrote.
 void earlier_start(RecordingSystem& sys, const Plan& plan) {
-    for (const auto& m : plan.mounts) sys.host[m.source.string()] = {Type::Regular};
+    for (const auto& m : plan.mounts) sys.host[m.source] = {Type::Regular};
     for (const char* d : {"/usr", "/usr/lib", kLib, "/usr/bin", "/etc", "/etc/ld.so.conf.d"})
         sys.root[d] = {Type::Directory};
     const std::string lib = kLib;

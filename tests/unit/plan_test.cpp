@@ -123,12 +123,12 @@ class PlanTest : public ::testing::Test {
 
     static std::vector<std::string> device_paths(const Plan& p) {
         std::vector<std::string> out;
-        for (const auto& d : p.devices) out.push_back(d.node.path.string());
+        for (const auto& d : p.devices) out.push_back(d.node.path);
         return out;
     }
     static std::vector<std::string> targets(const Plan& p) {
         std::vector<std::string> out;
-        for (const auto& m : p.mounts) out.push_back(m.target.string());
+        for (const auto& m : p.mounts) out.push_back(m.target);
         return out;
     }
     static const PlannedMount* mount_at(const Plan& p, const std::string& target) {
@@ -138,7 +138,7 @@ class PlanTest : public ::testing::Test {
     }
     static std::vector<std::pair<std::string, std::string>> links(const Plan& p) {
         std::vector<std::pair<std::string, std::string>> out;
-        for (const auto& s : p.symlinks) out.emplace_back(s.path.string(), s.target);
+        for (const auto& s : p.symlinks) out.emplace_back(s.path, s.target);
         return out;
     }
 
@@ -161,7 +161,7 @@ TEST_F(PlanTest, SelectedGpusAndTheControlNodesComputeNeeds) {
                 UnorderedElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
                                      "/dev/nvidia1", "/dev/nvidia2"));
     for (const auto& d : p.devices) {
-        EXPECT_EQ(d.node.host_path, fs::path(kHost) / d.node.path.relative_path());
+        EXPECT_EQ(d.node.host_path, std::string(kHost) + d.node.path);
         EXPECT_FALSE(d.why.empty()) << d.node.path;
     }
     auto gpu1 = std::find_if(p.devices.begin(), p.devices.end(),
@@ -408,7 +408,7 @@ TEST_F(PlanTest, ImexChannelsBringExactlyTheirNodes) {
     auto channels = [](const Plan& p) {
         std::vector<std::string> out;
         for (const auto& d : p.devices)
-            if (d.node.major == 508) out.push_back(d.node.path.string());
+            if (d.node.major == 508) out.push_back(d.node.path);
         return out;
     };
     EXPECT_THAT(channels(plan(r, gpus({0}))), IsEmpty());
@@ -465,8 +465,8 @@ TEST_F(PlanTest, CudaCompatOnlyWhenTheImagesLibcudaIsNewer) {
         EXPECT_EQ(p.files[0].content, "/usr/local/cuda/compat\n");
         EXPECT_THAT(p.files[0].why, HasSubstr(newer));
         EXPECT_THAT(p.files[0].why, HasSubstr(kVersion));
-        EXPECT_EQ(p.library_dirs,
-                  (std::vector<fs::path>{"/usr/local/cuda/compat", "/usr/lib/x86_64-linux-gnu"}));
+        EXPECT_EQ(p.library_dirs, (std::vector<std::string>{"/usr/local/cuda/compat",
+                                                            "/usr/lib/x86_64-linux-gnu"}));
         EXPECT_TRUE(p.refresh_ldcache);
         // The image's compat soname links come first in the cache.
         ASSERT_GE(p.ldcache_libraries.size(), 2u);
@@ -478,7 +478,7 @@ TEST_F(PlanTest, CudaCompatOnlyWhenTheImagesLibcudaIsNewer) {
         SCOPED_TRACE(not_newer);
         auto p = compat(not_newer);
         EXPECT_THAT(p.files, IsEmpty());
-        EXPECT_EQ(p.library_dirs, std::vector<fs::path>{"/usr/lib/x86_64-linux-gnu"});
+        EXPECT_EQ(p.library_dirs, std::vector<std::string>{"/usr/lib/x86_64-linux-gnu"});
     }
     EXPECT_THAT(compat("999.1", kCapUtility).files, IsEmpty());
     EXPECT_THAT(compat("999.1", kCapDefault, /*enabled=*/false).files, IsEmpty());

@@ -106,7 +106,7 @@ TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
     std::size_t at = 1;
     for (const auto& d : plan.devices) {
         if (!d.bind) continue;
-        EXPECT_EQ(devices[at], (json{{"path", d.node.path.string()},
+        EXPECT_EQ(devices[at], (json{{"path", d.node.path},
                                      {"type", "c"},
                                      {"major", d.node.major},
                                      {"minor", d.node.minor},

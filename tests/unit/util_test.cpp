@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <vector>
@@ -187,6 +188,22 @@ TEST(Strings, SplitTrimParse) {
     EXPECT_FALSE(parse_unsigned("4x"));
     EXPECT_FALSE(parse_unsigned("-1"));
     EXPECT_FALSE(parse_unsigned("99999999999999999999999"));
+}
+
+TEST(Strings, PathHelpersAgreeWithStdFilesystemOnThePlansPaths) {
+    // The node's and the plan's paths are plain strings; their helpers must
+    // say what std::filesystem::path says of them.
+    for (const char* p : {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/dev/nvidia0", "/etc",
+                          "/proc/driver/nvidia", "libcuda.so.1", "/", "/a/b/"}) {
+        const std::filesystem::path fp(p);
+        EXPECT_EQ(base_name(p), fp.filename().string()) << p;
+        EXPECT_EQ(dir_name(p), fp.parent_path().string()) << p;
+    }
+    EXPECT_EQ(join_path("/usr/lib", "libcuda.so"), "/usr/lib/libcuda.so");
+    EXPECT_EQ(join_path("/", "etc"), "/etc");
+    EXPECT_EQ(join_path("/usr/lib/", "/x"), "/usr/lib/x");
+    EXPECT_EQ(join_path("/usr/lib", "a/b"),
+              (std::filesystem::path("/usr/lib") / "a/b").string());
 }
 
 }  // namespace

@@ -14,9 +14,9 @@ namespace gpubind {
 // How the image lays out its libraries, read from the rootfs by descriptor.
 // The defaults are the lib64 layout.
 struct Image {
-    std::filesystem::path lib_dir = "/usr/lib64";  // or "/usr/lib/x86_64-linux-gnu"
-    std::filesystem::path lib32_dir = "/usr/lib";  // or "/usr/lib/i386-linux-gnu"; empty: none
-    std::filesystem::path bin_dir = "/usr/bin";
+    std::string lib_dir = "/usr/lib64";  // or "/usr/lib/x86_64-linux-gnu"
+    std::string lib32_dir = "/usr/lib";  // or "/usr/lib/i386-linux-gnu"; empty: none
+    std::string bin_dir = "/usr/bin";
     // CUDA forward compatibility: the highest version among the image's
     // /usr/local/cuda/compat/libcuda.so.<version> entries (regular files or
     // symlinks, never opened or followed; <version> numbers separated by

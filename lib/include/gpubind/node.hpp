@@ -21,8 +21,8 @@ inline constexpr unsigned kNvidiactlMinor = 255;
 inline constexpr unsigned kModesetMinor = 254;
 
 struct DeviceNode {
-    std::filesystem::path path;       // where it appears in a container: "/dev/nvidia0"
-    std::filesystem::path host_path;  // where it is on this host (under the dev root)
+    std::string path;       // where it appears in a container: "/dev/nvidia0"
+    std::string host_path;  // where it is on this host (under the dev root)
     unsigned major = 0;
     unsigned minor = 0;
     mode_t mode = 0666;               // permission bits of the host node
@@ -34,8 +34,8 @@ struct MigDevice {
     unsigned gi = 0;                  // GPU instance id
     unsigned ci = 0;                  // compute instance id
     std::string uuid;                 // "MIG-..." (from NVML; empty without it)
-    std::filesystem::path gi_access;  // proc .../gpu<minor>/mig/gi<G>/access
-    std::filesystem::path ci_access;  // proc .../gpu<minor>/mig/gi<G>/ci<C>/access
+    std::string gi_access;            // proc .../gpu<minor>/mig/gi<G>/access
+    std::string ci_access;            // proc .../gpu<minor>/mig/gi<G>/ci<C>/access
     DeviceNode gi_cap;                // /dev/nvidia-caps/nvidia-cap<N>
     DeviceNode ci_cap;
 };
@@ -49,7 +49,7 @@ struct Gpu {
     std::string vbios;
     std::string bus_type;
     bool excluded = false;
-    std::filesystem::path proc_dir;   // proc/driver/nvidia/gpus/<bus id>
+    std::string proc_dir;  // proc/driver/nvidia/gpus/<bus id>
     DeviceNode node;
     std::vector<MigDevice> mig;
     // From NVML, empty when it is not available.
@@ -62,8 +62,8 @@ enum class FileKind { Library, Binary, Ipc, Firmware };
 struct DriverFile {
     FileKind kind = FileKind::Library;
     std::string name;                 // soname (libraries) or file name
-    std::filesystem::path host_path;  // as found: the cache's path, the binary, the socket
-    std::filesystem::path real_path;  // host_path with every symlink resolved (within the driver root)
+    std::string host_path;            // as found: the cache's path, the binary, the socket
+    std::string real_path;  // host_path with every symlink resolved (within the driver root)
     Capabilities caps = 0;            // what brings it
     bool compat32 = false;            // a 32-bit library
 };

@@ -21,8 +21,8 @@
 namespace gpubind {
 
 struct PlannedMount {
-    std::filesystem::path source;   // host path, absolute
-    std::filesystem::path target;   // container path, absolute (inside the rootfs)
+    std::string source;             // host path, absolute
+    std::string target;             // container path, absolute (inside the rootfs)
     bool directory = false;         // the mount point is a directory, else a file
     unsigned flags = 0;             // MountFlag bits
     std::string why;                // "compute library libcuda.so.1", ...
@@ -35,14 +35,14 @@ struct PlannedDevice {
 };
 
 struct PlannedSymlink {
-    std::filesystem::path path;     // container path of the link
+    std::string path;               // container path of the link
     std::string target;             // what it points to (relative, in the same directory)
 };
 
 // A small file gpubind writes into the container's rootfs (never a host file):
 // created with O_CREAT|O_EXCL|O_NOFOLLOW, its parent resolved inside the root.
 struct PlannedFile {
-    std::filesystem::path path;     // container path, absolute
+    std::string path;  // container path, absolute
     std::string content;
     std::string why;
 };
@@ -54,7 +54,7 @@ inline constexpr const char* kCudaCompatConf = "/etc/ld.so.conf.d/000-cuda-compa
 // The container's /proc/driver/nvidia: a tmpfs holding copies of the host's
 // files, with params saying ModifyDeviceFiles: 0, and only the selected GPUs.
 struct ProcView {
-    std::filesystem::path target = "/proc/driver/nvidia";
+    std::string target = "/proc/driver/nvidia";
     std::string version;            // content of version
     std::string params;             // content of params (ModifyDeviceFiles: 0)
     struct GpuDir {
@@ -62,7 +62,7 @@ struct ProcView {
         std::string information;    // content of information
     };
     std::vector<GpuDir> gpus;
-    std::vector<std::filesystem::path> capability_files;  // MIG access files (host paths under the proc root)
+    std::vector<std::string> capability_files;  // MIG access files (host paths under the proc root)
 };
 
 // The driver's names gpubind owns in one container directory, whether or
@@ -70,7 +70,7 @@ struct ProcView {
 // earlier start for another driver version, other capabilities or another
 // image left at them is brought up to date by the executor (stale_entries()).
 struct OwnedDir {
-    std::filesystem::path dir;       // container directory (libraries, binaries)
+    std::string dir;                 // container directory (libraries, binaries)
     std::vector<std::string> stems;  // each node library's file name less the driver version: "libcuda.so."
     std::vector<std::string> links;  // their sonames and development links: "libcuda.so.1", "libcuda.so"
     std::vector<std::string> files;  // binaries' names: "nvidia-smi"
@@ -87,7 +87,7 @@ struct Plan {
     std::vector<PlannedFile> stale_files;
     std::vector<OwnedDir> owned;
     std::optional<ProcView> proc;
-    std::vector<std::filesystem::path> library_dirs;  // container dirs the loader cache must cover
+    std::vector<std::string> library_dirs;  // container dirs the loader cache must cover
     bool refresh_ldcache = false;
     // What the refresh adds to the image's cache, as ldconfig would find it in
     // library_dirs (their order): the CUDA compat libraries by their soname

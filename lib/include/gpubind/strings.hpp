@@ -18,4 +18,13 @@ std::string to_lower(std::string_view s);
 // character (and DEL) as "\\xNN". For text that came from an image or a spec.
 std::string escape_control(std::string_view s);
 
+// Paths as plain text, for the node's and the plan's (a std::filesystem::path
+// splits itself into components, allocating, at every construction: the
+// start path builds hundreds). `dir` + "/" + `name`, one slash between.
+std::string join_path(std::string_view dir, std::string_view name);
+// What follows the last slash ("libcuda.so.1" of "/usr/lib/libcuda.so.1").
+std::string_view base_name(std::string_view path) noexcept;
+// What precedes the last slash ("/usr/lib"; "/" for "/x"; "" without a slash).
+std::string_view dir_name(std::string_view path) noexcept;
+
 }  // namespace gpubind
