@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
     try {
         const Args args = parse_args(argc, argv);
         set_up_logging(args);
-        const Config config = load_effective_config({});
+        const Config config = load_trusted_config();
         add_config_log(config, args.id);
         if (args.command == "create" || args.command == "run") edit_bundle(args, config);
         exec_runtime(find_runtime(config), argc, argv);

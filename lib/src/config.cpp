@@ -21,9 +21,9 @@ constexpr std::size_t kMaxConfigSize = 1u << 20;
 }  // namespace
 
 Config default_config() {
-    // Plain initialisers made from config/config.toml at build time: no parsing here.
-    static const Config defaults = detail::make_builtin_config();
-    return defaults;
+    // Plain initialisers made from config/config.toml at build time: no
+    // parsing here, and built where asked (a start asks once).
+    return detail::make_builtin_config();
 }
 
 Config parse_config(std::string_view toml, const std::string& what) {
@@ -48,17 +48,17 @@ Config load_effective_config(const std::filesystem::path& explicit_path) {
     return default_config();
 }
 
-Config load_trusted_config() {
-    std::filesystem::path path(kDefaultConfigPath);
-    const char* env = std::getenv(std::string(kConfigEnv).c_str());
-    const bool named = env && *env;
-    if (named) path = env;
+namespace {
+
+// The trusted config file at `path`; the defaults when it is missing and
+// `missing_is_defaults`.
+Config load_trusted(const std::filesystem::path& path, bool missing_is_defaults) {
     if (!path.is_absolute())
         throw Error(ErrorKind::Invalid, EINVAL, "load config", path.string(),
-                    std::string(kConfigEnv) + " is not an absolute path; refusing");
+                    "not an absolute path; refusing");
     Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
-        if (errno == ENOENT && !named) return default_config();
+        if (errno == ENOENT && missing_is_defaults) return default_config();
         throw_errno("open config", path.string());
     }
     struct stat st {};
@@ -73,6 +73,23 @@ Config load_trusted_config() {
         throw Error(EACCES, "load config", path.string(),
                     "writable by other users; refusing");
     return parse_config(read_fd(fd.get(), kMaxConfigSize, path.string()), path.string());
+}
+
+}  // namespace
+
+Config load_trusted_config() {
+    const char* env = std::getenv(std::string(kConfigEnv).c_str());
+    if (env && *env) {
+        if (!std::filesystem::path(env).is_absolute())
+            throw Error(ErrorKind::Invalid, EINVAL, "load config", env,
+                        std::string(kConfigEnv) + " is not an absolute path; refusing");
+        return load_trusted(env, false);
+    }
+    return load_trusted(kDefaultConfigPath, true);
+}
+
+Config load_trusted_config(const std::filesystem::path& path) {
+    return load_trusted(std::filesystem::absolute(path), false);
 }
 
 }  // namespace gpubind

@@ -37,6 +37,7 @@ using SharedFd = std::shared_ptr<Fd>;
 constexpr unsigned kDeviceFlags = kMountNoSuid | kMountNoExec;  // not NoDev: they are devices
 constexpr unsigned kProcFlags = kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec;
 constexpr std::size_t kMaxPlannedFile = 64 * 1024;  // an existing file of the plan, read to compare
+constexpr std::size_t kMaxDirEntries = 1u << 16;    // an image's library or binary directory
 
 // A container path the plan names (`kind` says what it is: "device",
 // "mount target", ...): absolute, no ".", ".." or empty components, not "/".
@@ -612,8 +613,12 @@ private:
             if (dir_name(m.target) == owned.dir) planned.emplace(base_name(m.target));
         for (const auto& l : plan_.symlinks)
             if (dir_name(l.path) == owned.dir) planned.emplace(base_name(l.path));
+        std::vector<std::string> names = sys_.list_dir(dir->get(), kMaxDirEntries + 1);
+        if (names.size() > kMaxDirEntries)
+            throw Error(ErrorKind::Invalid, E2BIG, "list directory", owned.dir,
+                        fmt::format("has more than {} entries; refusing", kMaxDirEntries));
         std::vector<DirEntry> entries;
-        for (auto& name : sys_.list_dir(dir->get())) {
+        for (auto& name : names) {
             if (planned.count(name) || !may_be_owned(owned, name)) continue;
             FileInfo info = sys_.stat_at(dir->get(), name);
             std::string target;

@@ -37,7 +37,7 @@ Fd open_dir(System& sys, int root_fd, const std::filesystem::path& path) {
 }
 
 constexpr std::string_view kCompatPrefix = "libcuda.so.";
-constexpr std::size_t kMaxCompatEntries = 4096;  // an image's directory, read in full otherwise
+constexpr std::size_t kMaxCompatEntries = 4096;  // read no further in an image's directory
 
 // Whether `name` looks like a soname ldconfig enters: lib<x>.so.<number>.
 bool soname_like(std::string_view name) {
@@ -73,7 +73,7 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
             return;
         }
         const Fd dir = sys.open_at(cuda.get(), "compat");
-        names = sys.list_dir(dir.get());
+        names = sys.list_dir(dir.get(), kMaxCompatEntries + 1);
         if (names.size() > kMaxCompatEntries) {
             logger().debug("image: {} has more than {} entries; read no further", compat,
                            kMaxCompatEntries);

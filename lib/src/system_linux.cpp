@@ -415,7 +415,7 @@ std::string LinuxSystem::read_link_at(int dir_fd, const std::string& name) {
     return std::string(buf, static_cast<std::size_t>(n));
 }
 
-std::vector<std::string> LinuxSystem::list_dir(int dir_fd) {
+std::vector<std::string> LinuxSystem::list_dir(int dir_fd, std::size_t max_entries) {
     // The descriptor may be O_PATH: a readable one of the same directory.
     int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) throw_errno("open directory", "descriptor " + std::to_string(dir_fd));
@@ -427,7 +427,9 @@ std::vector<std::string> LinuxSystem::list_dir(int dir_fd) {
     }
     std::vector<std::string> names;
     errno = 0;
-    while (const struct dirent* e = ::readdir(dir)) {
+    while (names.size() < max_entries) {
+        const struct dirent* e = ::readdir(dir);
+        if (e == nullptr) break;
         std::string name = e->d_name;
         if (name != "." && name != "..") names.push_back(std::move(name));
     }

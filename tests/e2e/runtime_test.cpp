@@ -423,5 +423,24 @@ TEST_F(RuntimeTest, RefusedRequestCreatesNothingAndLogsInTheEnginesFormat) {
     EXPECT_THAT(error_line, HasSubstr("select device 7"));
 }
 
+TEST_F(RuntimeTest, AConfigOtherUsersMayWriteIsRefusedAndTheSpecLeftAlone) {
+    // As the hook does: the runtime runs as root for every container.
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=0").command("echo started");
+    b.write_spec();
+    const std::string before = read_text(b.dir() / "config.json");
+    ::chmod(config().c_str(), 0666);
+    const std::string container = id();
+    auto r = run_command({runtime(), "--root", b.state_root().string(), "run", "--bundle",
+                          b.dir().string(), container});
+    ::chmod(config().c_str(), 0644);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr(config().string() + ": writable by other users; refusing"));
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("started")));
+    EXPECT_EQ(read_text(b.dir() / "config.json"), before);
+    EXPECT_NE(
+        run_command({runc(), "--root", b.state_root().string(), "state", container}).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace gpubind::test

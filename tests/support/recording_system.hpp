@@ -257,14 +257,14 @@ public:
         call("read_link_at " + p, true);
         return links.at(strip(p));
     }
-    std::vector<std::string> list_dir(int dir) override {
+    std::vector<std::string> list_dir(int dir, std::size_t max_entries) override {
         std::string l = label(dir);
         call("list_dir " + l, true);
         const std::string key = strip(l) == "/" ? "/" : strip(l) + "/";
         std::vector<std::string> out;
         for (const auto& [k, v] : model(l))
             if (k.size() > key.size() && k.starts_with(key) &&
-                k.find('/', key.size()) == std::string::npos)
+                k.find('/', key.size()) == std::string::npos && out.size() < max_entries)
                 out.push_back(k.substr(key.size()));
         return out;
     }

@@ -1,3 +1,7 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -231,6 +235,50 @@ TEST(Config, LoadsFromFileAndEnvironment) {
     EXPECT_TRUE(load_effective_config({}).policy.disable_require);
     ::unsetenv("GPUBIND_CONFIG");
     EXPECT_THROW(load_config(dir / "missing.toml"), Error);
+}
+
+// What load_trusted_config refused, or "" when it loaded.
+std::string trusted_error(const std::filesystem::path& path) {
+    try {
+        load_trusted_config(path);
+        return "";
+    } catch (const Error& e) {
+        return e.what();
+    }
+}
+
+TEST(Config, TheHooksConfigMustBeRootsRegularFileNoOneElseMayWrite) {
+    // The hook and the runtime run as root for every container: a config
+    // another user could write would let them choose what gets mounted.
+    test::TempDir dir;
+    const auto file = dir / "c.toml";
+    std::ofstream(file) << "[policy]\ndisable-require = true\n";
+    ::chmod(file.c_str(), 0644);
+    EXPECT_EQ(trusted_error(file), "");
+    EXPECT_TRUE(load_trusted_config(file).policy.disable_require);
+
+    ::chmod(file.c_str(), 0666);
+    EXPECT_EQ(trusted_error(file),
+              "load config " + file.string() + ": writable by other users; refusing");
+    ::chmod(file.c_str(), 0620);  // group-writable, the group not root's
+    ASSERT_EQ(::chown(file.c_str(), ::geteuid(), 1234), 0);
+    EXPECT_NE(trusted_error(file).find("writable by other users; refusing"), std::string::npos);
+    ::chmod(file.c_str(), 0644);
+    ASSERT_EQ(::chown(file.c_str(), 4321, 0), 0) << "the tests run as root";
+    EXPECT_NE(trusted_error(file).find("owned by uid 4321, not root; refusing"), std::string::npos);
+
+    std::filesystem::create_symlink("c.toml", dir / "link.toml");
+    EXPECT_NE(trusted_error(dir / "link.toml").find("open config " + (dir / "link.toml").string()),
+              std::string::npos);
+    EXPECT_NE(trusted_error(dir.path()).find("not a regular file; refusing"), std::string::npos);
+    EXPECT_NE(trusted_error(dir / "missing.toml").find("No such file"), std::string::npos);
+
+    // By the environment: an absolute path, and a named file must exist.
+    ::setenv("GPUBIND_CONFIG", "relative.toml", 1);
+    EXPECT_THROW(load_trusted_config(), Error);
+    ::setenv("GPUBIND_CONFIG", (dir / "missing.toml").c_str(), 1);
+    EXPECT_THROW(load_trusted_config(), Error);
+    ::unsetenv("GPUBIND_CONFIG");
 }
 
 }  // namespace

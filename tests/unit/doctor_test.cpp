@@ -294,6 +294,27 @@ TEST_F(Doctor, BadConfigNamesItsLine) {
     EXPECT_TRUE(found);
 }
 
+TEST_F(Doctor, AConfigTheHookWouldRefuseIsAProblem) {
+    // It parses, but other users may write it: the hook and the runtime
+    // refuse it, so doctor must not call it fine.
+    const fs::path open = dir_.path() / "open.toml";
+    write(open, "[log]\nlevel = \"info\"\n");
+    ::chmod(open.c_str(), 0666);
+    auto out = run(std::string(GPUBIND_CLI_PATH) + " doctor --json --config " + open.string() +
+                   " --root " + dir_.path().string() + " --prefix " + dir_.path().string());
+    EXPECT_EQ(out.status, doctor::kExitProblem);
+    const auto j = nlohmann::json::parse(out.text);
+    bool found = false;
+    for (const auto& c : j["checks"])
+        if (c["name"] == "config") {
+            found = true;
+            EXPECT_EQ(c["verdict"], "problem");
+            EXPECT_THAT(c["evidence"][0].get<std::string>(),
+                        HasSubstr(open.string() + ": writable by other users; refusing"));
+        }
+    EXPECT_TRUE(found);
+}
+
 // The node description and the CDI spec: missing is a warning and "not in
 // use"; once written, current; after a driver upgrade, stale (the spec a
 // problem: engines apply it themselves) until the node is learned again.

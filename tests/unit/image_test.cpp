@@ -1,6 +1,9 @@
 // inspect_image through the system layer, against RecordingSystem: what it
 // finds in an image, and that every access to the rootfs is a recorded,
 // descriptor-based call that follows no link.
+#include <fcntl.h>
+
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "gpubind/error.hpp"
 #include "gpubind/image.hpp"
 #include "recording_system.hpp"
+#include "temp_dir.hpp"
 
 namespace gpubind {
 namespace {
@@ -176,6 +180,31 @@ TEST(InspectImage, ASystemFailureIsAnError) {
         EXPECT_EQ(e.code().value(), EINVAL);
         EXPECT_EQ(e.kind(), ErrorKind::System);
     }
+}
+
+TEST(InspectImage, AHugeCompatDirectoryIsReadNoFurtherThanTheCap) {
+    // 5000 soname-like links in the compat directory: the first 4096 read
+    // are looked at, the rest never read (list_dir stops at its cap).
+    World w;
+    w.dir("/usr");
+    w.dir("/usr/local");
+    w.dir("/usr/local/cuda");
+    w.dir("/usr/local/cuda/compat");
+    for (int i = 0; i < 5000; ++i)
+        w.node("/usr/local/cuda/compat/libx" + std::to_string(i) + ".so.1", Type::Symlink);
+    const Image image = w.inspect();
+    EXPECT_EQ(image.cuda_compat_sonames.size(), 4096u);
+}
+
+TEST(LinuxSystemListDir, StopsReadingAtTheCap) {
+    test::TempDir dir;
+    for (int i = 0; i < 10; ++i) std::ofstream(dir / ("f" + std::to_string(i)));
+    const Fd fd(::open(dir.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(fd);
+    LinuxSystem sys;
+    EXPECT_EQ(sys.list_dir(fd.get(), 100).size(), 10u);
+    EXPECT_EQ(sys.list_dir(fd.get(), 3).size(), 3u);
+    EXPECT_TRUE(sys.list_dir(fd.get(), 0).empty());
 }
 
 }  // namespace

@@ -256,6 +256,22 @@ TEST_F(ExecuteRestart, ADirectoryWhereALinkGoesIsRefusedWithOneLineNothingChange
     EXPECT_TRUE(sys.mounted.empty());
 }
 
+TEST_F(ExecuteRestart, ALibraryDirectoryOfMoreThan65536EntriesIsRefusedNothingChanged) {
+    for (int i = 0; i < 65537; ++i) sys.root[lib + "/f" + std::to_string(i)] = {Type::Regular};
+    const auto root_before = sys.root;
+    const auto links_before = sys.links;
+    try {
+        execute(plan, test::recording_target(), sys);
+        ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr(lib + ": has more than 65536 entries; refusing"));
+        EXPECT_EQ(e.kind(), ErrorKind::Invalid);
+    }
+    EXPECT_EQ(sys.links, links_before);
+    EXPECT_EQ(sys.root, root_before);
+    EXPECT_TRUE(sys.mounted.empty());
+}
+
 TEST_F(ExecuteRestart, ACompatEntryNotWrittenByGpubindStays) {
     sys.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/opt/mine\n";
     execute(plan, test::recording_target(), sys);

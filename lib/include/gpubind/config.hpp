@@ -125,12 +125,15 @@ Config load_config(const std::filesystem::path& path);
 // else the default path if it exists, else the defaults.
 Config load_effective_config(const std::filesystem::path& explicit_path);
 
-// The config of a process that runs as root for a container (the hook):
-// $GPUBIND_CONFIG (the registration's "env") or the default path if it
-// exists, else the defaults. The file must be named by an absolute path,
+// The config of a process that runs as root for a container (the hook, the
+// runtime): $GPUBIND_CONFIG (the registration's "env") or the default path if
+// it exists, else the defaults. The file must be named by an absolute path,
 // be a regular file (not reached through a final symlink), owned by root (or
 // this process's user) and writable by no one else; otherwise an
 // Error(EINVAL/EACCES) naming it.
 Config load_trusted_config();
+// The same checks and parse of the file at `path`, which must exist
+// (gpubind doctor judges a config as the hook would).
+Config load_trusted_config(const std::filesystem::path& path);
 
 }  // namespace gpubind

@@ -139,8 +139,10 @@ public:
     // or a component is not a directory.
     virtual FileInfo stat_in_root(int root_fd, const std::filesystem::path& path) = 0;
     virtual std::string read_link_at(int dir_fd, const std::string& name) = 0;
-    // The names in a directory (not "." or ".."), in no particular order.
-    virtual std::vector<std::string> list_dir(int dir_fd) = 0;
+    // The names in a directory (not "." or ".."), in no particular order, at
+    // most `max_entries`: reading stops there (an image's directory can hold
+    // millions). Ask for one more than you accept to learn there are more.
+    virtual std::vector<std::string> list_dir(int dir_fd, std::size_t max_entries) = 0;
     // mkdirat, then the new directory opened O_PATH|O_NOFOLLOW.
     virtual Fd make_dir(int dir_fd, const std::string& name, unsigned mode) = 0;
     // An empty file: openat(O_CREAT|O_EXCL|O_NOFOLLOW), kept open: the new
@@ -265,7 +267,7 @@ public:
     FileInfo stat_at(int dir_fd, const std::string& name) override;
     FileInfo stat_in_root(int root_fd, const std::filesystem::path& path) override;
     std::string read_link_at(int dir_fd, const std::string& name) override;
-    std::vector<std::string> list_dir(int dir_fd) override;
+    std::vector<std::string> list_dir(int dir_fd, std::size_t max_entries) override;
     Fd make_dir(int dir_fd, const std::string& name, unsigned mode) override;
     Fd make_file(int dir_fd, const std::string& name, unsigned mode) override;
     void write_file_at(int dir_fd, const std::string& name, const std::string& data,
