@@ -22,6 +22,7 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include "dir_entries.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/fd.hpp"
 #include "gpubind/file.hpp"
@@ -136,27 +137,16 @@ std::string identity(int at, const char* path) {
 }
 
 // The entries of the open directory `fd` (not "." and ".."), those whose
-// name starts with `prefix`, sorted by name: name, inode, type. Read with
-// getdents64 straight into a buffer (no directory stream: it costs three
-// syscalls more per directory). False when the directory cannot be read.
+// name starts with `prefix`, sorted by name: name, inode, type. False when
+// the directory cannot be read.
 using Entries = std::vector<std::pair<std::string, std::pair<ino_t, unsigned char>>>;
 bool read_entries(int fd, Entries& out, std::string_view prefix = {}) {
-    alignas(dirent64) char buf[16384];
-    for (;;) {
-        const ssize_t n = ::getdents64(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return false;
-        if (n == 0) break;
-        for (std::size_t at = 0; at < static_cast<std::size_t>(n);) {
-            const auto* e = reinterpret_cast<const dirent64*>(buf + at);
-            at += e->d_reclen;
-            const std::string_view name = e->d_name;
-            if (name == "." || name == ".." || name.substr(0, prefix.size()) != prefix) continue;
-            out.push_back({std::string(name), {e->d_ino, e->d_type}});
-        }
-    }
+    const bool ok = detail::for_each_entry(fd, [&](std::string_view name, const dirent64& e) {
+        if (name.starts_with(prefix)) out.push_back({std::string(name), {e.d_ino, e.d_type}});
+        return true;
+    });
     std::sort(out.begin(), out.end());
-    return true;
+    return ok;
 }
 
 // Appends "<rel>/<name>:<inode>;" for each entry of the directory `name`

@@ -613,13 +613,17 @@ private:
             if (dir_name(m.target) == owned.dir) planned.emplace(base_name(m.target));
         for (const auto& l : plan_.symlinks)
             if (dir_name(l.path) == owned.dir) planned.emplace(base_name(l.path));
-        std::vector<std::string> names = sys_.list_dir(dir->get(), kMaxDirEntries + 1);
-        if (names.size() > kMaxDirEntries)
+        // Only the names that may be the driver's become strings: an image's
+        // library directory holds hundreds of others.
+        DirNames listed = sys_.list_dir(dir->get(), kMaxDirEntries, [&](std::string_view name) {
+            return may_be_owned(owned, name);
+        });
+        if (listed.more)
             throw Error(ErrorKind::Invalid, E2BIG, "list directory", owned.dir,
                         fmt::format("has more than {} entries; refusing", kMaxDirEntries));
         std::vector<DirEntry> entries;
-        for (auto& name : names) {
-            if (planned.count(name) || !may_be_owned(owned, name)) continue;
+        for (auto& name : listed.names) {
+            if (planned.count(name)) continue;
             FileInfo info = sys_.stat_at(dir->get(), name);
             std::string target;
             if (info.type == Type::Symlink) target = sys_.read_link_at(dir->get(), name);

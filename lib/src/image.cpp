@@ -73,12 +73,13 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
             return;
         }
         const Fd dir = sys.open_at(cuda.get(), "compat");
-        names = sys.list_dir(dir.get(), kMaxCompatEntries + 1);
-        if (names.size() > kMaxCompatEntries) {
+        DirNames listed = sys.list_dir(dir.get(), kMaxCompatEntries, [](std::string_view name) {
+            return name.starts_with(kCompatPrefix) || soname_like(name);
+        });
+        if (listed.more)
             logger().debug("image: {} has more than {} entries; read no further", compat,
                            kMaxCompatEntries);
-            names.resize(kMaxCompatEntries);
-        }
+        names = std::move(listed.names);
         std::string best;
         for (const std::string& name : names) {
             const bool soname = soname_like(name);

@@ -31,7 +31,7 @@ namespace {
 using Type = FileInfo::Type;
 
 // The stem `name` is "<stem><version>" of, if any.
-std::optional<std::string> stem_of(const OwnedDir& owned, const std::string& name) {
+std::optional<std::string> stem_of(const OwnedDir& owned, std::string_view name) {
     if (std::find(owned.links.begin(), owned.links.end(), name) != owned.links.end())
         return std::nullopt;
     for (const auto& stem : owned.stems)
@@ -41,13 +41,13 @@ std::optional<std::string> stem_of(const OwnedDir& owned, const std::string& nam
     return std::nullopt;
 }
 
-bool contains(const std::vector<std::string>& v, const std::string& s) {
+bool contains(const std::vector<std::string>& v, std::string_view s) {
     return std::find(v.begin(), v.end(), s) != v.end();
 }
 
 }  // namespace
 
-bool may_be_owned(const OwnedDir& owned, const std::string& name) {
+bool may_be_owned(const OwnedDir& owned, std::string_view name) {
     return stem_of(owned, name) || contains(owned.links, name) || contains(owned.files, name);
 }
 

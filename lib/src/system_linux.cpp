@@ -34,6 +34,7 @@
 #include "gpubind/sandbox.hpp"
 #include "gpubind/system.hpp"
 
+#include "dir_entries.hpp"
 #include "mount_api.hpp"
 
 namespace gpubind {
@@ -415,28 +416,22 @@ std::string LinuxSystem::read_link_at(int dir_fd, const std::string& name) {
     return std::string(buf, static_cast<std::size_t>(n));
 }
 
-std::vector<std::string> LinuxSystem::list_dir(int dir_fd, std::size_t max_entries) {
+DirNames LinuxSystem::list_dir(int dir_fd, std::size_t max_entries, const NameFilter& keep) {
     // The descriptor may be O_PATH: a readable one of the same directory.
-    int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) throw_errno("open directory", "descriptor " + std::to_string(dir_fd));
-    DIR* dir = ::fdopendir(fd);
-    if (dir == nullptr) {
-        int err = errno;
-        ::close(fd);
-        throw Error(err, "open directory", "descriptor " + std::to_string(dir_fd));
-    }
-    std::vector<std::string> names;
-    errno = 0;
-    while (names.size() < max_entries) {
-        const struct dirent* e = ::readdir(dir);
-        if (e == nullptr) break;
-        std::string name = e->d_name;
-        if (name != "." && name != "..") names.push_back(std::move(name));
-    }
-    int err = errno;
-    ::closedir(dir);
-    if (err != 0) throw Error(err, "read directory", "descriptor " + std::to_string(dir_fd));
-    return names;
+    const Fd fd(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) throw_errno("open directory", "descriptor " + std::to_string(dir_fd));
+    DirNames out;
+    std::size_t read = 0;
+    const bool ok = detail::for_each_entry(fd.get(), [&](std::string_view name, const dirent64&) {
+        if (++read > max_entries) {
+            out.more = true;
+            return false;
+        }
+        if (!keep || keep(name)) out.names.emplace_back(name);
+        return true;
+    });
+    if (!ok) throw_errno("read directory", "descriptor " + std::to_string(dir_fd));
+    return out;
 }
 
 Fd LinuxSystem::make_dir(int dir_fd, const std::string& name, unsigned mode) {

@@ -257,15 +257,23 @@ public:
         call("read_link_at " + p, true);
         return links.at(strip(p));
     }
-    std::vector<std::string> list_dir(int dir, std::size_t max_entries) override {
+    DirNames list_dir(int dir, std::size_t max_entries, const NameFilter& keep) override {
         std::string l = label(dir);
         call("list_dir " + l, true);
         const std::string key = strip(l) == "/" ? "/" : strip(l) + "/";
-        std::vector<std::string> out;
-        for (const auto& [k, v] : model(l))
-            if (k.size() > key.size() && k.starts_with(key) &&
-                k.find('/', key.size()) == std::string::npos && out.size() < max_entries)
-                out.push_back(k.substr(key.size()));
+        DirNames out;
+        std::size_t read = 0;
+        for (const auto& [k, v] : model(l)) {
+            if (k.size() <= key.size() || !k.starts_with(key) ||
+                k.find('/', key.size()) != std::string::npos)
+                continue;
+            if (++read > max_entries) {
+                out.more = true;
+                break;
+            }
+            std::string name = k.substr(key.size());
+            if (!keep || keep(name)) out.names.push_back(std::move(name));
+        }
         return out;
     }
     Fd make_dir(int dir, const std::string& name, unsigned) override {

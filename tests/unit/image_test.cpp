@@ -4,6 +4,7 @@
 #include <fcntl.h>
 
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -196,15 +197,26 @@ TEST(InspectImage, AHugeCompatDirectoryIsReadNoFurtherThanTheCap) {
     EXPECT_EQ(image.cuda_compat_sonames.size(), 4096u);
 }
 
-TEST(LinuxSystemListDir, StopsReadingAtTheCap) {
+TEST(LinuxSystemListDir, KeepsWhatTheFilterAcceptsAndStopsReadingAtTheCap) {
     test::TempDir dir;
     for (int i = 0; i < 10; ++i) std::ofstream(dir / ("f" + std::to_string(i)));
     const Fd fd(::open(dir.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     ASSERT_TRUE(fd);
     LinuxSystem sys;
-    EXPECT_EQ(sys.list_dir(fd.get(), 100).size(), 10u);
-    EXPECT_EQ(sys.list_dir(fd.get(), 3).size(), 3u);
-    EXPECT_TRUE(sys.list_dir(fd.get(), 0).empty());
+    const DirNames all = sys.list_dir(fd.get(), 100, {});
+    EXPECT_EQ(all.names.size(), 10u);
+    EXPECT_FALSE(all.more);
+    const DirNames capped = sys.list_dir(fd.get(), 3, {});
+    EXPECT_EQ(capped.names.size(), 3u);
+    EXPECT_TRUE(capped.more);
+    EXPECT_TRUE(sys.list_dir(fd.get(), 10, {}).names.size() == 10u);
+    EXPECT_FALSE(sys.list_dir(fd.get(), 10, {}).more);
+    // The filter keeps what it accepts; the cap counts every entry read.
+    const DirNames kept =
+        sys.list_dir(fd.get(), 100, [](std::string_view n) { return n == "f3" || n == "f7"; });
+    EXPECT_EQ(std::set<std::string>(kept.names.begin(), kept.names.end()),
+              (std::set<std::string>{"f3", "f7"}));
+    EXPECT_TRUE(sys.list_dir(fd.get(), 9, [](std::string_view) { return false; }).more);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ bool is_driver_version(std::string_view s);
 
 // Whether an entry named `name` of owned.dir can concern stale_entries() (so
 // that the executor stats only those).
-bool may_be_owned(const OwnedDir& owned, const std::string& name);
+bool may_be_owned(const OwnedDir& owned, std::string_view name);
 
 // What to do with the entries of `owned.dir`, given the names the plan puts
 // there now (`planned`: mount targets and link names, which the executor

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,6 +63,13 @@ std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::
 // Whether mount `id` of a /proc/<pid>/mountinfo text is shared (a "shared:N"
 // optional field); false when the id is not listed.
 bool mount_is_shared(std::string_view mountinfo, std::uint64_t id);
+
+// What System::list_dir read of a directory.
+struct DirNames {
+    std::vector<std::string> names;  // the kept ones
+    bool more = false;               // entries beyond the cap, not read
+};
+using NameFilter = std::function<bool(std::string_view)>;
 
 // The system calls the executor makes. Every directory argument is a
 // descriptor; names are single path components. Failures throw Error.
@@ -139,10 +147,11 @@ public:
     // or a component is not a directory.
     virtual FileInfo stat_in_root(int root_fd, const std::filesystem::path& path) = 0;
     virtual std::string read_link_at(int dir_fd, const std::string& name) = 0;
-    // The names in a directory (not "." or ".."), in no particular order, at
-    // most `max_entries`: reading stops there (an image's directory can hold
-    // millions). Ask for one more than you accept to learn there are more.
-    virtual std::vector<std::string> list_dir(int dir_fd, std::size_t max_entries) = 0;
+    // The names in a directory (not "." or ".."), in no particular order,
+    // that `keep` accepts (all when it is empty): a name becomes a string only
+    // when kept. Reads at most `max_entries` entries (an image's directory can
+    // hold millions); DirNames::more says there were others.
+    virtual DirNames list_dir(int dir_fd, std::size_t max_entries, const NameFilter& keep) = 0;
     // mkdirat, then the new directory opened O_PATH|O_NOFOLLOW.
     virtual Fd make_dir(int dir_fd, const std::string& name, unsigned mode) = 0;
     // An empty file: openat(O_CREAT|O_EXCL|O_NOFOLLOW), kept open: the new
@@ -267,7 +276,7 @@ public:
     FileInfo stat_at(int dir_fd, const std::string& name) override;
     FileInfo stat_in_root(int root_fd, const std::filesystem::path& path) override;
     std::string read_link_at(int dir_fd, const std::string& name) override;
-    std::vector<std::string> list_dir(int dir_fd, std::size_t max_entries) override;
+    DirNames list_dir(int dir_fd, std::size_t max_entries, const NameFilter& keep) override;
     Fd make_dir(int dir_fd, const std::string& name, unsigned mode) override;
     Fd make_file(int dir_fd, const std::string& name, unsigned mode) override;
     void write_file_at(int dir_fd, const std::string& name, const std::string& data,
