@@ -808,22 +808,13 @@ private:
         }
         // ldconfig rescans the refreshed directories: an image entry there
         // whose file is gone (an earlier start's driver file, removed above)
-        // goes too. Each name is checked with fstatat, never followed.
-        if (image) {
-            const std::set<std::string, std::less<>> refreshed(plan_.library_dirs.begin(),
-                                                               plan_.library_dirs.end());
-            std::erase_if(image->entries, [&](const ldcache::Entry& e) {
-                const std::string_view dir_path = dir_name(e.path);
-                if (!refreshed.contains(dir_path)) return false;
-                const SharedFd dir = find_dir(dir_path);
-                return !dir || sys_.stat_at(dir->get(), std::string(base_name(e.path))).type ==
-                                   Type::Missing;
-            });
-        }
+        // goes too. One listing per directory (a real image's cache names
+        // hundreds of files there), never following anything.
+        if (image) drop_gone_entries(*image);
         std::vector<std::string> dirs;
         for (const auto& d : plan_.library_dirs) dirs.push_back(d);
-        const std::string bytes = ldcache::serialize(
-            ldcache::merge(image ? &*image : nullptr, plan_.ldcache_libraries, dirs));
+        const std::string bytes =
+            ldcache::serialize(ldcache::merge(std::move(image), plan_.ldcache_libraries, dirs));
         // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
         if (cache_temp_type_ == Type::Regular)
             as_owner([&] { sys_.remove(etc->get(), kCacheTemp, false); });
@@ -901,6 +892,31 @@ private:
         sys_.remove(etc->get(), temp, false);
         undo_.pop_back();
         undo_.pop_back();
+    }
+
+    // The image's cache entries for files of the refreshed library
+    // directories that are no longer there, dropped: each directory listed
+    // once, only the names the cache mentions kept.
+    void drop_gone_entries(ldcache::Cache& image) {
+        for (const auto& d : plan_.library_dirs) {
+            std::set<std::string_view> named;
+            for (const auto& e : image.entries)
+                if (dir_name(e.path) == d) named.insert(base_name(e.path));
+            if (named.empty()) continue;
+            std::set<std::string, std::less<>> there;
+            if (const SharedFd dir = find_dir(d)) {
+                DirNames listed =
+                    sys_.list_dir(dir->get(), kMaxDirEntries,
+                                  [&](std::string_view n) { return named.contains(n); });
+                if (listed.more)
+                    throw Error(ErrorKind::Invalid, E2BIG, "list directory", d,
+                                fmt::format("has more than {} entries; refusing", kMaxDirEntries));
+                there.insert(listed.names.begin(), listed.names.end());
+            }
+            std::erase_if(image.entries, [&](const ldcache::Entry& e) {
+                return dir_name(e.path) == d && !there.contains(base_name(e.path));
+            });
+        }
     }
 
     // What gpubind creates or mounts at `p` (in the directory `dir`) is on

@@ -7,7 +7,6 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -119,7 +118,7 @@ int compare_entries(const Entry& e1, const Entry& e2) noexcept {
     return 0;
 }
 
-Cache merge(const Cache* image, const std::vector<Library>& added,
+Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
             const std::vector<std::string>& dirs) {
     auto rank_of = [&](std::string_view path) {
         const std::string_view dir = directory_of(path);
@@ -127,8 +126,9 @@ Cache merge(const Cache* image, const std::vector<Library>& added,
         return static_cast<std::size_t>(it - dirs.begin());
     };
 
-    std::vector<Item> items;
-    std::set<std::pair<std::string, Arch>> replaced;
+    std::vector<Item> items;  // the added libraries, then the image's entries
+    items.reserve(added.size() + (image ? image->entries.size() : 0));
+    std::set<std::pair<std::string_view, Arch>> replaced;  // views of `added`
     for (const Library& lib : added) {
         if (lib.arch != Arch::X86_64 && lib.arch != Arch::I386)
             throw_invalid("write ld.so.cache", lib.path,
@@ -144,11 +144,12 @@ Cache merge(const Cache* image, const std::vector<Library>& added,
         items.push_back({std::move(e), rank_of(lib.path)});
     }
     if (image) {
-        for (const Entry& original : image->entries) {
+        for (Entry& original : image->entries) {
             if (replaced.count({original.soname, arch_of(original.flags)})) continue;
             // glibc's comparison of such keys overflows: no order holds them.
             if (!orderable(original.soname)) continue;
-            Entry e = original;
+            const std::size_t rank = rank_of(original.path);
+            Entry e = std::move(original);
             const std::string_view from_path = hwcaps_name_of(e.path);
             const bool index = is_hwcaps_index(e.hwcap);
             if (index && image->layout == Layout::New && e.has_hwcaps_subdir) {
@@ -165,15 +166,24 @@ Cache merge(const Cache* image, const std::vector<Library>& added,
                 e.has_hwcaps_subdir = false;
                 e.hwcaps_subdir.clear();
             }
-            items.push_back({std::move(e), rank_of(original.path)});
+            items.push_back({std::move(e), rank});
         }
     }
 
     // glibc's order, then the refresh's directory order, then input order.
-    std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    // The image's part is usually in that order already (ldconfig wrote it):
+    // then only the added libraries are sorted and merged in (a stable sort
+    // of both parts and a stable merge give what one stable sort gives).
+    auto before = [](const Item& a, const Item& b) {
         const int c = compare_entries(a.entry, b.entry);
         return c < 0 || (c == 0 && a.rank < b.rank);
-    });
+    };
+    const auto image_part = items.begin() + static_cast<std::ptrdiff_t>(added.size());
+    std::stable_sort(items.begin(), image_part, before);
+    if (std::is_sorted(image_part, items.end(), before))
+        std::inplace_merge(items.begin(), image_part, items.end(), before);
+    else
+        std::stable_sort(items.begin(), items.end(), before);
 
     Cache cache;
     cache.layout = Layout::New;
@@ -192,35 +202,43 @@ std::string serialize(const Cache& cache) {
         fail(fmt::format("{} entries", n));
     const std::size_t strings_at = kNewHeaderSize + n * kNewEntrySize;
 
-    // String table (offsets count from the header, at file offset 0).
-    std::string strings;
-    std::unordered_map<std::string, std::uint32_t> interned;
-    auto add = [&](const std::string& s, std::size_t index) -> std::uint32_t {
-        if (s.find('\0') != std::string::npos)
-            fail(fmt::format("entry {}: a string holds a NUL byte", index));
-        auto [it, fresh] = interned.try_emplace(s, 0);
-        if (fresh) {
-            if (strings_at + strings.size() + s.size() + 1 > std::numeric_limits<std::uint32_t>::max())
-                fail("the string table does not fit in 4 GiB");
-            it->second = static_cast<std::uint32_t>(strings_at + strings.size());
-            strings.append(s);
-            strings.push_back('\0');
-        }
-        return it->second;
-    };
     // glibc-hwcaps subdirectories in use, numbered in strcmp order.
     std::map<std::string, std::uint32_t> hwcaps;
-    for (const Entry& e : cache.entries)
+    std::size_t text = 0;  // the string table's size, at most
+    for (const Entry& e : cache.entries) {
         if (e.has_hwcaps_subdir) hwcaps.emplace(e.hwcaps_subdir, 0);
+        text += e.soname.size() + e.path.size() + 2;
+    }
     {
         std::uint32_t i = 0;
-        for (auto& [name, index] : hwcaps) index = i++;
+        for (auto& [name, index] : hwcaps) {
+            index = i++;
+            text += name.size() + 1;
+        }
     }
 
-    std::string out(strings_at, '\0');
+    // Header and entries, then the string table (offsets count from the
+    // file's start), in one buffer sized once. An entry's soname equal to
+    // the one before it (equal sonames are adjacent in glibc's order) is
+    // shared; every other string is written where it is first used.
+    std::string out;
+    out.reserve(strings_at + text + 3 + kExtensionHeaderSize + 2 * kSectionSize +
+                4 * hwcaps.size() + (cache.generator ? cache.generator->size() : 0));
+    out.resize(strings_at, '\0');
+    auto add = [&](std::string_view s, std::size_t index) -> std::uint32_t {
+        if (s.find('\0') != std::string_view::npos)
+            fail(fmt::format("entry {}: a string holds a NUL byte", index));
+        if (out.size() + s.size() + 1 > std::numeric_limits<std::uint32_t>::max())
+            fail("the string table does not fit in 4 GiB");
+        const auto at = static_cast<std::uint32_t>(out.size());
+        out.append(s);
+        out.push_back('\0');
+        return at;
+    };
     std::memcpy(out.data(), kNewMagic.data(), kNewMagic.size());
     put(out, kNewNlibsAt, static_cast<std::uint32_t>(n));
     put(out, kNewFlagsAt, kEndianCurrent);
+    std::uint32_t soname_at = 0;
     for (std::size_t i = 0; i < n; ++i) {
         const Entry& e = cache.entries[i];
         const std::size_t at = kNewHeaderSize + i * kNewEntrySize;
@@ -231,16 +249,16 @@ std::string serialize(const Cache& cache) {
         } else if (is_hwcaps_index(hwcap)) {
             fail(fmt::format("entry {} ({}): a glibc-hwcaps index without a name", i, e.path));
         }
+        if (i == 0 || e.soname != cache.entries[i - 1].soname) soname_at = add(e.soname, i);
         put(out, at, e.flags);
-        put(out, at + 4, add(e.soname, i));
+        put(out, at + 4, soname_at);
         put(out, at + 8, add(e.path, i));
         put(out, at + 12, e.osversion);
         put(out, at + 16, hwcap);
     }
     std::vector<std::uint32_t> names;
     for (const auto& [name, index] : hwcaps) names.push_back(add(name, n));
-    put(out, kNewLenStringsAt, static_cast<std::uint32_t>(strings.size()));
-    out += strings;
+    put(out, kNewLenStringsAt, static_cast<std::uint32_t>(out.size() - strings_at));
 
     // Extension directory after the strings, aligned to 4: its header and
     // sections, the glibc-hwcaps array, the generator text.

@@ -77,8 +77,8 @@ void BM_MergeAndSerialize(benchmark::State& state) {
         added.push_back({so, dirs[1] + "/" + so, ldcache::Arch::I386});
     std::size_t size = 0;
     for (auto _ : state) {
-        const ldcache::Cache image = ldcache::parse(bytes, cache_path());
-        const std::string out = ldcache::serialize(ldcache::merge(&image, added, dirs));
+        ldcache::Cache image = ldcache::parse(bytes, cache_path());
+        const std::string out = ldcache::serialize(ldcache::merge(std::move(image), added, dirs));
         size = out.size();
         benchmark::DoNotOptimize(out);
     }

@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (found == nullptr || found->soname != e.soname) std::abort();
         }
         // The writer keeps what it can describe and order, and reads back as written.
-        const ldcache::Cache merged = ldcache::merge(&cache, {}, {});
+        const ldcache::Cache merged = ldcache::merge(cache, {}, {});
         if (merged.entries.size() > cache.entries.size()) std::abort();
         const std::string written = ldcache::serialize(merged);
         const ldcache::Cache back = ldcache::parse(written, "written");
@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 std::abort();
             if (i > 0 && ldcache::compare_entries(back.entries[i - 1], a) > 0) std::abort();
         }
-        if (ldcache::serialize(ldcache::merge(&back, {}, {})) != written) std::abort();
+        if (ldcache::serialize(ldcache::merge(back, {}, {})) != written) std::abort();
     } catch (const Error& e) {
         if (e.code().value() != EINVAL) std::abort();
     }

@@ -31,7 +31,7 @@ std::string image_cache() {
         e.path = path;
         e.soname = e.path.substr(e.path.rfind('/') + 1);
     }
-    return ldcache::serialize(ldcache::merge(&c, {}, {}));
+    return ldcache::serialize(ldcache::merge(c, {}, {}));
 }
 
 // The image has /etc and the cache `bytes` there, of `owner` and `mode`.

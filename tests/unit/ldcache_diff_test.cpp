@@ -264,7 +264,7 @@ TEST_P(Differential, LoaderResolvesEverySonameAsAfterLdconfig) {
     const fs::path cache = by_gpubind / "etc/ld.so.cache";
     if (fs::exists(cache)) original = ldcache::load(cache);
     ASSERT_EQ(original.has_value(), !s.cache.empty());
-    put(cache, ldcache::serialize(ldcache::merge(original ? &*original : nullptr, added, dirs)));
+    put(cache, ldcache::serialize(ldcache::merge(original, added, dirs)));
 
     // Every soname resolves to the same file in both.
     std::set<std::string> s64 = s.sonames64, s32 = s.sonames32;

@@ -118,7 +118,7 @@ TEST(Write, ReproducesLdconfigsOrderFromShuffledEntries) {
         // Entries glibc cannot order (same key, flags, hwcaps) follow the
         // directory order, here ld.so.conf's.
         const std::vector<std::string> dirs = {"/opt/d0", "/opt/d1", "/opt/d2", "/opt/d3"};
-        const Cache merged = ldcache::merge(&shuffled, {}, dirs);
+        const Cache merged = ldcache::merge(shuffled, {}, dirs);
         const Cache back = ldcache::parse(ldcache::serialize(merged), "written");
         expect_same_entries(back.entries, truth.entries);
     }
@@ -135,14 +135,14 @@ TEST(Write, RoundTripsAndLdconfigReadsIt) {
         {"libcuda.so.1", "/usr/lib/libcuda.so.1", Arch::I386},
         {"libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1", Arch::X86_64},
     };
-    const Cache merged = ldcache::merge(&image, added, {"/usr/lib64", "/usr/lib"});
+    const Cache merged = ldcache::merge(image, added, {"/usr/lib64", "/usr/lib"});
     const std::string bytes = ldcache::serialize(merged);
     const Cache back = ldcache::parse(bytes, "written");
     EXPECT_EQ(back.layout, Layout::New);
     EXPECT_EQ(back.generator, merged.generator);
     expect_same_entries(back.entries, merged.entries);
     // Stable: writing what was read gives the same bytes.
-    EXPECT_EQ(ldcache::serialize(ldcache::merge(&back, {}, {})), bytes);
+    EXPECT_EQ(ldcache::serialize(ldcache::merge(back, {}, {})), bytes);
 
     const fs::path file = root.dir.path() / "written.cache";
     test::write(file, bytes);
@@ -168,7 +168,7 @@ TEST(Write, ReplacesTheImagesEntriesOfAnInjectedSoname) {
     root.plant("/opt/b/libkeep.so.2", elf::Machine::X86_64, "libkeep.so.2");
     const Cache image = root.build();
     const Cache merged = ldcache::merge(
-        &image, {{"libcuda.so.1", "/usr/lib64/libcuda.so.1", Arch::X86_64}}, {"/usr/lib64"});
+        image, {{"libcuda.so.1", "/usr/lib64/libcuda.so.1", Arch::X86_64}}, {"/usr/lib64"});
     std::vector<std::string> got;
     for (const Entry& e : merged.entries)
         got.push_back(e.soname + " " + ldcache::describe_flags(e) + " " + e.path);
@@ -193,22 +193,22 @@ TEST(Write, KeepsGlibcHwcapsEntriesOfEveryLayout) {
         SCOPED_TRACE(layout);
         const Cache image = root.build(layout);
         const Cache back =
-            ldcache::parse(ldcache::serialize(ldcache::merge(&image, {}, {})), "written");
+            ldcache::parse(ldcache::serialize(ldcache::merge(image, {}, {})), "written");
         expect_same_entries(back.entries, truth.entries);
     }
 }
 
 TEST(Write, AddedLibrariesKeepTheirOrderAmongEqualKeys) {
     // The CUDA compat directory comes first: its libcuda.so.1 is the one listed first.
-    const Cache merged = ldcache::merge(
-        nullptr,
-        {{"libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1", Arch::X86_64},
-         {"libcuda.so.1", "/usr/lib64/libcuda.so.1", Arch::X86_64}},
-        {"/usr/local/cuda/compat", "/usr/lib64"});
+    const Cache merged =
+        ldcache::merge(std::nullopt,
+                       {{"libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1", Arch::X86_64},
+                        {"libcuda.so.1", "/usr/lib64/libcuda.so.1", Arch::X86_64}},
+                       {"/usr/local/cuda/compat", "/usr/lib64"});
     ASSERT_EQ(merged.entries.size(), 2u);
     EXPECT_EQ(merged.entries[0].path, "/usr/local/cuda/compat/libcuda.so.1");
     EXPECT_EQ(merged.entries[1].path, "/usr/lib64/libcuda.so.1");
-    EXPECT_THROW(ldcache::merge(nullptr, {{"x.so", "/x.so", Arch::Aarch64}}, {}), Error);
+    EXPECT_THROW(ldcache::merge(std::nullopt, {{"x.so", "/x.so", Arch::Aarch64}}, {}), Error);
 }
 
 }  // namespace

@@ -131,10 +131,11 @@ struct Library {
 // The result is a Cache of Layout::New; glibc-hwcaps names of a compat-layout
 // image (stored at the wrong base by glibc 2.33-2.36) are taken from the
 // entry's path (<dir>/glibc-hwcaps/<name>/<file>), as ldconfig would rebuild them.
-Cache merge(const Cache* image, const std::vector<Library>& added,
+// `image` is taken (its entries moved, not copied); nullopt: no cache.
+Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
             const std::vector<std::string>& dirs);
 // The new-format file glibc's loader and `ldconfig -p` read: header, entries
-// in the order given, string table (strings deduplicated), extension
+// in the order given, string table (a soname of adjacent entries stored once), extension
 // directory with the generator text (when set) and the glibc-hwcaps array
 // (names sorted by strcmp, as ldconfig numbers them). `cache` must be in
 // glibc's order (merge's result is); an entry whose hwcaps subdirectory is set
