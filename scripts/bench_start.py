@@ -19,7 +19,9 @@ make a root (overlayfs makes every file created in the root cost more, for
 the runtime's mounts and the hook's alike). Then: the first
 start after a driver-state change (the node's ld.so.cache rewritten before
 each), and starts on a node whose NVML sleeps 2 s in nvmlInit_v2, with and
-without NVIDIA_REQUIRE_CUDA. Run as root.
+without NVIDIA_REQUIRE_CUDA. The hook's lifetime is also timed on an image
+the size of a CUDA runtime image's library directory (400 shared libraries
+in its loader cache, built here with cc). Run as root.
 
 With --real, on a node with the NVIDIA driver: the node itself (all its
 GPUs) instead of a simulated one; a driver-state change is the description
@@ -74,6 +76,20 @@ with open(f"{rootfs}/etc/ld.so.conf", "w") as f:
     f.write("/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n")
 subprocess.run(["ldconfig", "-r", rootfs], check=True)
 
+# The same image with 400 more libraries in /usr/lib/x86_64-linux-gnu and its
+# cache, as a CUDA runtime image has: what a real image's size costs a start
+# (the hook lists that directory and rewrites that cache).
+big_rootfs = f"{work}/image-400"
+if not os.path.isdir(big_rootfs):
+    subprocess.run(["cp", "-a", rootfs, big_rootfs], check=True)
+    with open(f"{work}/filler.c", "w") as f:
+        f.write("int filler(void) { return 1; }\n")
+    for i in range(400):
+        subprocess.run(["cc", "-shared", "-fPIC", "-nostdlib", f"-Wl,-soname,libfiller{i}.so.1",
+                        "-o", f"{big_rootfs}/usr/lib/x86_64-linux-gnu/libfiller{i}.so.1",
+                        f"{work}/filler.c"], check=True)
+    subprocess.run(["ldconfig", "-r", big_rootfs], check=True)
+
 
 def spec(env=(), hooked=False):
     s = {
@@ -112,9 +128,9 @@ def unmount_roots():
             subprocess.run(["umount", f"{work}/{name}/rootfs"], check=True)
 
 
-def start(name, overlay=False):
+def start(name, overlay=False, image=rootfs):
     """One `runc run` (through gpubind-runtime for the shim), in ms, on a
-    fresh root: a copy of the image (a plain directory), or an overlay of it
+    fresh root: a copy of `image` (a plain directory), or an overlay of it
     with an empty upper directory as container engines make."""
     global counter
     counter += 1
@@ -130,7 +146,7 @@ def start(name, overlay=False):
             os.makedirs(f"{layer}/{d}")
         os.makedirs(f"{bundle}/rootfs", exist_ok=True)
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
-                        f"lowerdir={rootfs},upperdir={layer}/upper,workdir={layer}/work",
+                        f"lowerdir={image},upperdir={layer}/upper,workdir={layer}/work",
                         f"{bundle}/rootfs"], check=True)
     else:  # a tmpfs of its own, emptied and filled with the image
         root = f"{bundle}/rootfs"
@@ -143,7 +159,7 @@ def start(name, overlay=False):
                 shutil.rmtree(path)
             else:
                 os.unlink(path)
-        subprocess.run(["cp", "-a", f"{rootfs}/.", root], check=True)
+        subprocess.run(["cp", "-a", f"{image}/.", root], check=True)
     try:
         t = time.perf_counter()
         r = subprocess.run([binary, "--root", f"{work}/runc", "run", "--bundle", bundle, cid],
@@ -235,12 +251,13 @@ int main(int argc, char** argv) {
 """)
 lifetimes = {}
 for name, target, args in (("hook", hook, ["gpubind-hook", "prestart"]),
+                           ("hook-400", hook, ["gpubind-hook", "prestart"]),
                            ("noop", busybox, ["true"])):
     log = f"{work}/{name}-lifetime.log"
     exe = f"{work}/{name}-wrap"
     subprocess.run(["cc", "-O2", f'-DHOOK="{target}"', f'-DLOG="{log}"', wrap_src, "-o", exe],
                    check=True)
-    s = json.loads(json.dumps(bundles["hook" if name == "hook" else "bare"]))
+    s = json.loads(json.dumps(bundles["bare" if name == "noop" else "hook"]))
     s["hooks"] = {"prestart": [{"path": exe, "args": args, "env": [f"GPUBIND_CONFIG={config}"]}]}
     bundles[f"{name}-timed"] = s
     os.makedirs(f"{work}/{name}-timed", exist_ok=True)
@@ -249,13 +266,14 @@ for name, target, args in (("hook", hook, ["gpubind-hook", "prestart"]),
     lifetimes[name] = log
 for _ in range(max(50, runs // 4)):
     for name in lifetimes:
-        start(f"{name}-timed")
+        start(f"{name}-timed", image=big_rootfs if name == "hook-400" else rootfs)
 print("-- each hook's lifetime, fork to exit, as runc waits for it:")
 life = {}
 for name, log in lifetimes.items():
     with open(log) as f:
         life[name] = [float(x) / 1e3 for x in f]
-    line(f"{'gpubind-hook' if name == 'hook' else 'busybox true (any hook)'}", life[name])
+    line({"hook": "gpubind-hook", "hook-400": "gpubind-hook, image of 400 libraries",
+          "noop": "busybox true (any hook)"}[name], life[name])
 print(f"{'gpubind-hook beyond any hook':<44} median {statistics.median(life['hook']) - statistics.median(life['noop']):7.2f} ms")
 
 # The same on an overlay root: every file, link and directory created in the

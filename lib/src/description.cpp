@@ -234,13 +234,19 @@ void add_watched(Fingerprint& fp, const std::string& key) {
         fp[key] = owner_identity(key.c_str() + kOwner.size());
 }
 
-// The first part where two fingerprints differ, "" when they are equal.
-std::string difference(const Fingerprint& stored, const Fingerprint& now) {
+// The first part of `now` that `stored` lacks or holds otherwise, "" when none.
+std::string changed_part(const Fingerprint& stored, const Fingerprint& now) {
     for (const auto& [key, value] : now) {
         auto it = stored.find(key);
         if (it == stored.end()) return key + " is new";
         if (it->second != value) return key + " changed";
     }
+    return "";
+}
+
+// The first part where two fingerprints differ, "" when they are equal.
+std::string difference(const Fingerprint& stored, const Fingerprint& now) {
+    if (std::string changed = changed_part(stored, now); !changed.empty()) return changed;
     for (const auto& [key, value] : stored)
         if (!now.count(key)) return key + " is gone";
     return {};
@@ -666,8 +672,13 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
     if (!options.refresh) stored = read_description(config, why);
     const auto read = std::chrono::steady_clock::now();
     if (stored) {
-        for (const auto& [key, value] : stored->fingerprint) add_watched(now, key);
-        why = difference(stored->fingerprint, now);
+        // The fixed parts first: where one differs (another config, a driver
+        // upgrade) the stored paths need no look.
+        why = changed_part(stored->fingerprint, now);
+        if (why.empty()) {
+            for (const auto& [key, value] : stored->fingerprint) add_watched(now, key);
+            why = difference(stored->fingerprint, now);
+        }
         if (!why.empty()) why = "the driver state changed (" + why + ")";
     }
     NodeKnowledge k;
@@ -693,9 +704,19 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
         discover_options.nvml = false;
         k.node = discover(config, discover_options);
         k.proc = read_proc_files(k.node);
-        // Taken before discovery: a change meanwhile makes the next check recompute.
+        // The fixed parts and the identities of paths this node still
+        // watches, taken before discovery: a change meanwhile makes the next
+        // check recompute. What only the stored node watched goes (an earlier
+        // driver's firmware directory, another root's): kept, every start
+        // would stat it for ever.
+        const std::set<std::string> keys = watched_keys(config, k.node);
+        std::erase_if(now, [&](const auto& part) {
+            return (part.first.starts_with(kWatch) || part.first.starts_with(kOwner)) &&
+                   !keys.contains(part.first);
+        });
         k.fingerprint = std::move(now);
-        for (const auto& key : watched_keys(config, k.node)) add_watched(k.fingerprint, key);
+        for (const auto& key : keys)
+            if (!k.fingerprint.contains(key)) add_watched(k.fingerprint, key);
         dirty = true;
     }
     if (options.need_nvml && k.nvml.status == NvmlStatus::NotAsked) {

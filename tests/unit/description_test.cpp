@@ -170,6 +170,31 @@ TEST_F(Description, ConfigChangeIsSeen) {
     for (const auto& f : k.node.files) EXPECT_NE(f.kind, FileKind::Library) << f.name;
 }
 
+TEST_F(Description, WhatOnlyAnEarlierStateWatchedIsNotKept) {
+    // The same state directory for a node at another root (another config):
+    // the description recomputed for it watches that node's paths only; the
+    // first node's do not pile up in it (each start stats every part).
+    const auto first = load();
+    auto watches = [](const NodeKnowledge& k, const std::string& root) {
+        std::size_t n = 0;
+        for (const auto& [key, value] : k.fingerprint)
+            if (key.find(root) != std::string::npos) ++n;
+        return n;
+    };
+    EXPECT_GT(watches(first, node().string()), 0u);
+    test::TempDir other("gpubind-description-other");
+    sim::Spec spec;
+    spec.gpus = 1;
+    sim::simulate(other.path(), spec);
+    config_.roots = {other.path(), other.path(), other.path() / "proc"};
+    const auto second = load();
+    EXPECT_TRUE(second.recomputed);
+    EXPECT_GT(watches(second, other.path().string()), 0u);
+    EXPECT_EQ(watches(second, node().string()), 0u);
+    EXPECT_LE(second.fingerprint.size(), first.fingerprint.size());
+    EXPECT_FALSE(load().recomputed);
+}
+
 // A library's capabilities changed in the catalog: the next load sees it.
 TEST_F(Description, ACatalogCapabilityChangeIsSeen) {
     auto before = load();
