@@ -972,7 +972,8 @@ fs::path issue12_config(const fs::path& dir, const std::string& name, const fs::
     const fs::path p = dir / (name + ".toml");
     const std::string root = node_root.string();
     std::ofstream(p) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
-                     << "\"\nproc-root = \"" << root << "/proc\"\n"
+                     << "\"\nproc-root = \"" << root << "/proc\"\nstate-dir = \""
+                     << (dir / (name + "-state")).string() << "\"\n"
                      << node << "\n[cdi]\ndir = \"" << (dir / (name + "-cdi")).string()
                      << "\"\n[policy]\nldcache = \"ldconfig\"\n"
                      << rest;

@@ -272,16 +272,13 @@ TEST_F(RuncTest, ConfigureCommandFromAScriptedHook) {
 // A MIG device: its parent GPU's node, its GPU-instance and compute-instance
 // capability nodes and access files, and nothing of the other MIG devices.
 TEST(MigE2e, MigDeviceReachesTheContainerWithExactlyItsNodes) {
-    TempDir node("gpubind-e2e-mig"), work("gpubind-e2e-mig-bundle");
     sim::Spec spec;
     spec.gpus = 2;
     spec.mig = {{0, 1, 0}, {0, 2, 0}, {1, 3, 0}};
-    const sim::Manifest m = sim::simulate(node.path(), spec);
-    const fs::path config = work / "config.toml";
-    std::ofstream(config) << "[node]\ndriver-root = \"" << node.path().string()
-                          << "\"\ndev-root = \"" << node.path().string() << "\"\nproc-root = \""
-                          << node.path().string() << "/proc\"\n[cdi]\ndir = \""
-                          << (work / "cdi").string() << "\"\n";
+    const SimNode node(spec, "gpubind-e2e-mig");
+    const sim::Manifest& m = node.manifest();
+    const fs::path& config = node.config();
+    TempDir work("gpubind-e2e-mig-bundle");
     // MIG index 1 of GPU 0: the one with GPU instance 2 (devices are ordered by gi, ci).
     const sim::ManifestMig& want = m.migs[1];
     ASSERT_EQ(want.gi, 2u);

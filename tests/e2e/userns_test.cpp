@@ -232,7 +232,8 @@ class RootlessTest : public UsernsTest {
         const fs::path config = b.dir() / "config.toml";
         const std::string root = node_->root().string();
         std::ofstream(config) << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root
-                              << "\"\nproc-root = \"" << root << "/proc\"\n[log]\nfile = \""
+                              << "\"\nproc-root = \"" << root << "/proc\"\nstate-dir = \""
+                              << (b.dir() / "state").string() << "\"\n[log]\nfile = \""
                               << log_.string() << "\"\nlevel = \"debug\"\n[cdi]\ndir = \""
                               << (b.dir() / "cdi").string() << "\"\n[policy]\n"
                               << policy;
