@@ -80,15 +80,17 @@ subprocess.run(["ldconfig", "-r", rootfs], check=True)
 # cache, as a CUDA runtime image has: what a real image's size costs a start
 # (the hook lists that directory and rewrites that cache).
 big_rootfs = f"{work}/image-400"
-if not os.path.isdir(big_rootfs):
-    subprocess.run(["cp", "-a", rootfs, big_rootfs], check=True)
+if not os.path.isdir(big_rootfs):  # built beside, renamed when whole
+    shutil.rmtree(f"{big_rootfs}.tmp", ignore_errors=True)
+    subprocess.run(["cp", "-a", rootfs, f"{big_rootfs}.tmp"], check=True)
     with open(f"{work}/filler.c", "w") as f:
         f.write("int filler(void) { return 1; }\n")
     for i in range(400):
         subprocess.run(["cc", "-shared", "-fPIC", "-nostdlib", f"-Wl,-soname,libfiller{i}.so.1",
-                        "-o", f"{big_rootfs}/usr/lib/x86_64-linux-gnu/libfiller{i}.so.1",
+                        "-o", f"{big_rootfs}.tmp/usr/lib/x86_64-linux-gnu/libfiller{i}.so.1",
                         f"{work}/filler.c"], check=True)
-    subprocess.run(["ldconfig", "-r", big_rootfs], check=True)
+    subprocess.run(["ldconfig", "-r", f"{big_rootfs}.tmp"], check=True)
+    os.rename(f"{big_rootfs}.tmp", big_rootfs)
 
 
 def spec(env=(), hooked=False):

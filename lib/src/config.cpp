@@ -18,6 +18,27 @@ namespace {
 
 constexpr std::size_t kMaxConfigSize = 1u << 20;
 
+// The trusted config file at `path` (absolute); the defaults when it is
+// missing and `missing_is_defaults`.
+Config load_trusted(const std::filesystem::path& path, bool missing_is_defaults) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd) {
+        if (errno == ENOENT && missing_is_defaults) return default_config();
+        throw_errno("open config", path.string());
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", path.string());
+    if (!S_ISREG(st.st_mode))
+        throw Error(ErrorKind::Invalid, EINVAL, "load config", path.string(),
+                    "not a regular file; refusing");
+    if (st.st_uid != 0 && st.st_uid != ::geteuid())
+        throw Error(EACCES, "load config", path.string(),
+                    "owned by uid " + std::to_string(st.st_uid) + ", not root; refusing");
+    if ((st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0))
+        throw Error(EACCES, "load config", path.string(), "writable by other users; refusing");
+    return parse_config(read_fd(fd.get(), kMaxConfigSize, path.string()), path.string());
+}
+
 }  // namespace
 
 Config default_config() {
@@ -47,35 +68,6 @@ Config load_effective_config(const std::filesystem::path& explicit_path) {
     if (std::filesystem::exists(kDefaultConfigPath, ec)) return load_config(kDefaultConfigPath);
     return default_config();
 }
-
-namespace {
-
-// The trusted config file at `path`; the defaults when it is missing and
-// `missing_is_defaults`.
-Config load_trusted(const std::filesystem::path& path, bool missing_is_defaults) {
-    if (!path.is_absolute())
-        throw Error(ErrorKind::Invalid, EINVAL, "load config", path.string(),
-                    "not an absolute path; refusing");
-    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
-    if (!fd) {
-        if (errno == ENOENT && missing_is_defaults) return default_config();
-        throw_errno("open config", path.string());
-    }
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", path.string());
-    if (!S_ISREG(st.st_mode))
-        throw Error(ErrorKind::Invalid, EINVAL, "load config", path.string(),
-                    "not a regular file; refusing");
-    if (st.st_uid != 0 && st.st_uid != ::geteuid())
-        throw Error(EACCES, "load config", path.string(),
-                    "owned by uid " + std::to_string(st.st_uid) + ", not root; refusing");
-    if ((st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0))
-        throw Error(EACCES, "load config", path.string(),
-                    "writable by other users; refusing");
-    return parse_config(read_fd(fd.get(), kMaxConfigSize, path.string()), path.string());
-}
-
-}  // namespace
 
 Config load_trusted_config() {
     const char* env = std::getenv(std::string(kConfigEnv).c_str());

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <exception>
 #include <functional>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,7 +29,6 @@ namespace gpubind {
 
 namespace {
 
-using std::filesystem::path;
 using Type = FileInfo::Type;
 using SharedFd = std::shared_ptr<Fd>;
 
@@ -47,8 +45,13 @@ void check_container_path(std::string_view p, std::string_view kind) {
     };
     if (!p.starts_with('/')) fail("is not an absolute path");
     if (p == "/") fail("is the root itself");
-    for (std::string_view c : split(p.substr(1), '/'))
+    for (std::string_view rest = p.substr(1);;) {
+        const std::size_t slash = rest.find('/');
+        const std::string_view c = rest.substr(0, slash);
         if (c.empty() || c == "." || c == "..") fail("has a '.', '..' or empty component");
+        if (slash == std::string_view::npos) break;
+        rest.remove_prefix(slash + 1);
+    }
 }
 
 // A single file name from the node (a PCI bus id, a capability file's path
@@ -109,7 +112,7 @@ public:
       : plan_(plan), target_(target), sys_(sys), devices_(sys, plan.devices, target.on_refused) {}
 
   void run() {
-      if (timed_) marks_.emplace_back("", Clock::now());
+      mark("");
       try {
           prepare_host();
           if (!in_container_) enter();
@@ -615,12 +618,8 @@ private:
             if (dir_name(l.path) == owned.dir) planned.emplace(base_name(l.path));
         // Only the names that may be the driver's become strings: an image's
         // library directory holds hundreds of others.
-        DirNames listed = sys_.list_dir(dir->get(), kMaxDirEntries, [&](std::string_view name) {
-            return may_be_owned(owned, name);
-        });
-        if (listed.more)
-            throw Error(ErrorKind::Invalid, E2BIG, "list directory", owned.dir,
-                        fmt::format("has more than {} entries; refusing", kMaxDirEntries));
+        DirNames listed = list_names(
+            dir, owned.dir, [&](std::string_view name) { return may_be_owned(owned, name); });
         std::vector<DirEntry> entries;
         for (auto& name : listed.names) {
             if (planned.count(name)) continue;
@@ -811,10 +810,9 @@ private:
         // goes too. One listing per directory (a real image's cache names
         // hundreds of files there), never following anything.
         if (image) drop_gone_entries(*image);
-        std::vector<std::string> dirs;
-        for (const auto& d : plan_.library_dirs) dirs.push_back(d);
-        const std::string bytes =
-            ldcache::serialize(ldcache::merge(std::move(image), plan_.ldcache_libraries, dirs));
+        const std::size_t image_entries = image ? image->entries.size() : 0;
+        const std::string bytes = ldcache::serialize(
+            ldcache::merge(std::move(image), plan_.ldcache_libraries, plan_.library_dirs));
         // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
         if (cache_temp_type_ == Type::Regular)
             as_owner([&] { sys_.remove(etc->get(), kCacheTemp, false); });
@@ -826,9 +824,8 @@ private:
         std::optional<Owner> chown_to;
         if (original && (Owner{original->uid, original->gid} != creator) && !target_.join_user_ns)
             chown_to = Owner{original->uid, original->gid};
-        logger().debug("loader cache: {} entries, {} bytes ({} injected)",
-                       image ? image->entries.size() : 0, bytes.size(),
-                       plan_.ldcache_libraries.size());
+        logger().debug("loader cache: {} entries, {} bytes ({} injected)", image_entries,
+                       bytes.size(), plan_.ldcache_libraries.size());
         if (chown_to)
             sys_.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, chown_to);
         else
@@ -894,6 +891,16 @@ private:
         undo_.pop_back();
     }
 
+    // The names System::list_dir keeps of the container directory `dir`
+    // (`path`): one with more than kMaxDirEntries entries refuses the start.
+    DirNames list_names(const SharedFd& dir, std::string_view path, const NameFilter& keep) {
+        DirNames listed = sys_.list_dir(dir->get(), kMaxDirEntries, keep);
+        if (listed.more)
+            throw Error(ErrorKind::Invalid, E2BIG, "list directory", std::string(path),
+                        fmt::format("has more than {} entries; refusing", kMaxDirEntries));
+        return listed;
+    }
+
     // The image's cache entries for files of the refreshed library
     // directories that are no longer there, dropped: each directory listed
     // once, only the names the cache mentions kept.
@@ -903,16 +910,11 @@ private:
             for (const auto& e : image.entries)
                 if (dir_name(e.path) == d) named.insert(base_name(e.path));
             if (named.empty()) continue;
-            std::set<std::string, std::less<>> there;
-            if (const SharedFd dir = find_dir(d)) {
-                DirNames listed =
-                    sys_.list_dir(dir->get(), kMaxDirEntries,
-                                  [&](std::string_view n) { return named.contains(n); });
-                if (listed.more)
-                    throw Error(ErrorKind::Invalid, E2BIG, "list directory", d,
-                                fmt::format("has more than {} entries; refusing", kMaxDirEntries));
-                there.insert(listed.names.begin(), listed.names.end());
-            }
+            DirNames listed;
+            if (const SharedFd dir = find_dir(d))
+                listed = list_names(dir, d, [&](std::string_view n) { return named.contains(n); });
+            // Views of `listed`: those of `named` point into the entries erase_if moves.
+            const std::set<std::string_view> there(listed.names.begin(), listed.names.end());
             std::erase_if(image.entries, [&](const ldcache::Entry& e) {
                 return dir_name(e.path) == d && !there.contains(base_name(e.path));
             });

@@ -63,7 +63,6 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
         return;
     }
     if (!cuda) return;
-    std::vector<std::string> names;
     try {
         const FileInfo info = sys.stat_at(cuda.get(), "compat");
         if (info.type == Type::Missing) return;
@@ -79,9 +78,8 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
         if (listed.more)
             logger().debug("image: {} has more than {} entries; read no further", compat,
                            kMaxCompatEntries);
-        names = std::move(listed.names);
         std::string best;
-        for (const std::string& name : names) {
+        for (const std::string& name : listed.names) {
             const bool soname = soname_like(name);
             std::string_view version;
             if (std::string_view(name).starts_with(kCompatPrefix)) {

@@ -171,19 +171,18 @@ Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
     }
 
     // glibc's order, then the refresh's directory order, then input order.
-    // The image's part is usually in that order already (ldconfig wrote it):
-    // then only the added libraries are sorted and merged in (a stable sort
-    // of both parts and a stable merge give what one stable sort gives).
+    // Each part sorted on its own (the image's is usually in that order
+    // already: ldconfig wrote it), then merged: a stable sort of both parts
+    // and a stable merge give what one stable sort of the whole gives.
     auto before = [](const Item& a, const Item& b) {
         const int c = compare_entries(a.entry, b.entry);
         return c < 0 || (c == 0 && a.rank < b.rank);
     };
     const auto image_part = items.begin() + static_cast<std::ptrdiff_t>(added.size());
     std::stable_sort(items.begin(), image_part, before);
-    if (std::is_sorted(image_part, items.end(), before))
-        std::inplace_merge(items.begin(), image_part, items.end(), before);
-    else
-        std::stable_sort(items.begin(), items.end(), before);
+    if (!std::is_sorted(image_part, items.end(), before))
+        std::stable_sort(image_part, items.end(), before);
+    std::inplace_merge(items.begin(), image_part, items.end(), before);
 
     Cache cache;
     cache.layout = Layout::New;

@@ -397,16 +397,13 @@ void to_json(nlohmann::json& j, const Plan& plan) {
     if (plan.proc) {
         json gpus = json::array();
         for (const auto& g : plan.proc->gpus) gpus.push_back(g.bus_id);
-        json files = json::array();
-        for (const auto& f : plan.proc->capability_files) files.push_back(f);
         j["proc"] = {{"target", plan.proc->target},
                      {"gpus", std::move(gpus)},
-                     {"capability_files", std::move(files)}};
+                     {"capability_files", plan.proc->capability_files}};
     } else {
         j["proc"] = nullptr;
     }
-    json& dirs = j["library_dirs"] = json::array();
-    for (const auto& d : plan.library_dirs) dirs.push_back(d);
+    j["library_dirs"] = plan.library_dirs;
     j["refresh_ldcache"] = plan.refresh_ldcache;
 }
 
@@ -433,9 +430,7 @@ std::string describe(const Plan& plan) {
             out += fmt::format("proc    MIG capability file {}\n", f);
     }
     if (plan.refresh_ldcache) {
-        std::vector<std::string> dirs;
-        for (const auto& d : plan.library_dirs) dirs.push_back(d);
-        out += fmt::format("ldcache refresh for {}\n", fmt::join(dirs, ", "));
+        out += fmt::format("ldcache refresh for {}\n", fmt::join(plan.library_dirs, ", "));
     }
     return out;
 }

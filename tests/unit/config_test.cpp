@@ -250,6 +250,7 @@ std::string trusted_error(const std::filesystem::path& path) {
 TEST(Config, TheHooksConfigMustBeRootsRegularFileNoOneElseMayWrite) {
     // The hook and the runtime run as root for every container: a config
     // another user could write would let them choose what gets mounted.
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (chown)";
     test::TempDir dir;
     const auto file = dir / "c.toml";
     std::ofstream(file) << "[policy]\ndisable-require = true\n";
@@ -273,8 +274,12 @@ TEST(Config, TheHooksConfigMustBeRootsRegularFileNoOneElseMayWrite) {
     EXPECT_NE(trusted_error(dir.path()).find("not a regular file; refusing"), std::string::npos);
     EXPECT_NE(trusted_error(dir / "missing.toml").find("No such file"), std::string::npos);
 
-    // By the environment: an absolute path, and a named file must exist.
-    ::setenv("GPUBIND_CONFIG", "relative.toml", 1);
+    // By the environment: an absolute path (this one names a good file), and
+    // a named file must exist.
+    ASSERT_EQ(::chown(file.c_str(), 0, 0), 0);
+    ASSERT_EQ(trusted_error(file), "");
+    ::setenv("GPUBIND_CONFIG",
+             std::filesystem::relative(file, std::filesystem::current_path()).c_str(), 1);
     EXPECT_THROW(load_trusted_config(), Error);
     ::setenv("GPUBIND_CONFIG", (dir / "missing.toml").c_str(), 1);
     EXPECT_THROW(load_trusted_config(), Error);

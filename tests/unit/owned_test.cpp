@@ -2,18 +2,17 @@
 // pure rule (stale_entries) and the executor carrying it out, against
 // RecordingSystem (no root needed).
 #include <algorithm>
-#include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "errors.hpp"
+#include "exec_world.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
 #include "gpubind/owned.hpp"
-#include "exec_world.hpp"
 #include "recording_system.hpp"
 
 namespace gpubind {
@@ -179,18 +178,12 @@ class ExecuteRestart : public ::testing::Test {
     Error refused() {
         const auto root_before = sys.root;
         const auto links_before = sys.links;
-        std::optional<Error> error;
-        try {
-            execute(plan, test::recording_target(), sys);
-        } catch (const Error& e) {
-            error = e;
-        }
+        const Error error = test::error_of([&] { execute(plan, test::recording_target(), sys); });
         EXPECT_EQ(sys.links, links_before);
         EXPECT_EQ(sys.root, root_before);
         EXPECT_TRUE(sys.mounted.empty());
-        if (!error) throw std::runtime_error("the start was accepted");
-        EXPECT_EQ(std::string(error->what()).find('\n'), std::string::npos);
-        return *error;
+        EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos);
+        return error;
     }
 };
 
