@@ -39,10 +39,11 @@ int run_doctor(const DoctorOptions& o) {
     opts.gpubind.config_path = config_path(o.node);
     Config config;
     try {
-        // Judged as the hook and the runtime read it: its owner and mode too.
-        const std::string& path = opts.gpubind.config_path;
-        config =
-            with_node_options(path.empty() ? default_config() : load_trusted_config(path), o.node);
+        // Judged as the hook and the runtime read it: its owner and mode,
+        // and GPUBIND_CONFIG's path, too.
+        config = with_node_options(
+            o.node.config.empty() ? load_trusted_config() : load_trusted_config(o.node.config),
+            o.node);
     } catch (const std::system_error& e) {
         // Judged as a check; the rest runs on the defaults.
         opts.gpubind.config_error = e.what();

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <string_view>
 
+#include <fmt/format.h>
+
 #include "gpubind/error.hpp"
 #include "gpubind/log.hpp"
 #include "gpubind/strings.hpp"
@@ -52,7 +54,8 @@ bool soname_like(std::string_view name) {
 // and the entries named like sonames. /usr/local/cuda resolved inside the root
 // (CUDA images make it a symlink), "compat" a directory (not followed: a
 // symlink or a file there: none), listed by descriptor, its entries typed
-// without following them (System::stat_at), never opened.
+// without following them (System::stat_at), never opened. One of more than
+// kMaxCompatEntries entries is an Error.
 void cuda_compat(System& sys, int root_fd, Image& image) {
     const std::string compat = kCudaCompatDir;
     Fd cuda;
@@ -63,6 +66,8 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
         return;
     }
     if (!cuda) return;
+    Fd dir;
+    DirNames listed;
     try {
         const FileInfo info = sys.stat_at(cuda.get(), "compat");
         if (info.type == Type::Missing) return;
@@ -71,45 +76,44 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
                            to_string(info.type));
             return;
         }
-        const Fd dir = sys.open_at(cuda.get(), "compat");
-        DirNames listed = sys.list_dir(dir.get(), kMaxCompatEntries, [](std::string_view name) {
+        dir = sys.open_at(cuda.get(), "compat");
+        listed = sys.list_dir(dir.get(), kMaxCompatEntries, [](std::string_view name) {
             return name.starts_with(kCompatPrefix) || soname_like(name);
         });
-        if (listed.more)
-            logger().debug("image: {} has more than {} entries; read no further", compat,
-                           kMaxCompatEntries);
-        std::string best;
-        for (const std::string& name : listed.names) {
-            const bool soname = soname_like(name);
-            std::string_view version;
-            if (std::string_view(name).starts_with(kCompatPrefix)) {
-                version = std::string_view(name).substr(kCompatPrefix.size());
-                if (!is_version(version)) version = {};
-            }
-            if (version.empty() && !soname) continue;
-            Type type = Type::Missing;
-            try {
-                type = sys.stat_at(dir.get(), name).type;
-            } catch (const Error& e) {
-                logger().debug("image: {}/{}: {}; ignored", compat, name, e.what());
-                continue;
-            }
-            if (type != Type::Regular && type != Type::Symlink) {
-                logger().debug("image: {}/{} is neither a file nor a symlink; ignored", compat,
-                               name);
-                continue;
-            }
-            if (!version.empty() && (best.empty() || compare_versions(version, best) > 0))
-                best = version;
-            if (soname) image.cuda_compat_sonames.push_back(name);
-        }
-        image.cuda_compat_version = best;
     } catch (const Error& e) {
         logger().debug("image: {} not read ({}): no CUDA compat libraries", compat, e.what());
-        image.cuda_compat_version.clear();
-        image.cuda_compat_sonames.clear();
         return;
     }
+    // What a part of it would give depends on the order the directory is
+    // read in: none of it, and the container is refused.
+    if (listed.more)
+        throw Error(ErrorKind::Invalid, E2BIG, "list directory", compat,
+                    fmt::format("has more than {} entries; refusing", kMaxCompatEntries));
+    std::string best;
+    for (const std::string& name : listed.names) {
+        const bool soname = soname_like(name);
+        std::string_view version;
+        if (std::string_view(name).starts_with(kCompatPrefix)) {
+            version = std::string_view(name).substr(kCompatPrefix.size());
+            if (!is_version(version)) version = {};
+        }
+        if (version.empty() && !soname) continue;
+        Type type = Type::Missing;
+        try {
+            type = sys.stat_at(dir.get(), name).type;
+        } catch (const Error& e) {
+            logger().debug("image: {}/{}: {}; ignored", compat, name, e.what());
+            continue;
+        }
+        if (type != Type::Regular && type != Type::Symlink) {
+            logger().debug("image: {}/{} is neither a file nor a symlink; ignored", compat, name);
+            continue;
+        }
+        if (!version.empty() && (best.empty() || compare_versions(version, best) > 0))
+            best = version;
+        if (soname) image.cuda_compat_sonames.push_back(name);
+    }
+    image.cuda_compat_version = best;
     std::sort(image.cuda_compat_sonames.begin(), image.cuda_compat_sonames.end());
 }
 

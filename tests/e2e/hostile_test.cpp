@@ -311,6 +311,19 @@ TEST_F(HostileTest, LibraryDirectoryIsADanglingLink) {
     expect_refused(r, {"/usr/lib/x86_64-linux-gnu", "symbolic link"});
 }
 
+// A CUDA compat directory too big to read whole: which part a capped read
+// saw would depend on the directory's order, so the container is refused.
+TEST_F(HostileTest, AHugeCudaCompatDirectoryIsRefused) {
+    Bundle b = bundle();
+    const fs::path compat = b.rootfs() / "usr/local/cuda/compat";
+    fs::create_directories(compat);
+    for (int i = 0; i < 4097; ++i)
+        fs::create_symlink("libcuda.so.1", compat / ("libcuda.so.999." + std::to_string(i)));
+    auto r = run_case(b);
+    expect_refused(r, {"/usr/local/cuda/compat", "more than 4096 entries"});
+    EXPECT_FALSE(fs::exists(b.rootfs() / "usr/lib/x86_64-linux-gnu" / lib_file("libcuda.so.1")));
+}
+
 // A link at a driver file's name is gpubind's to replace (issue 9): removed
 // through its directory, never followed, and the mount point made in its place.
 void expect_link_replaced(const fs::path& p) {

@@ -429,11 +429,19 @@ TEST_F(RuntimeTest, AConfigOtherUsersMayWriteIsRefusedAndTheSpecLeftAlone) {
     b.env("NVIDIA_VISIBLE_DEVICES=0").command("echo started");
     b.write_spec();
     const std::string before = read_text(b.dir() / "config.json");
-    ::chmod(config().c_str(), 0666);
     const std::string container = id();
-    auto r = run_command({runtime(), "--root", b.state_root().string(), "run", "--bundle",
-                          b.dir().string(), container});
-    ::chmod(config().c_str(), 0644);
+    RunResult r;
+    {
+        // The fixture's config is shared by the tests after this one: its
+        // mode goes back however this ends.
+        struct Restore {
+            std::string path;
+            ~Restore() { ::chmod(path.c_str(), 0644); }
+        } restore{config().string()};
+        ASSERT_EQ(::chmod(config().c_str(), 0666), 0);
+        r = run_command({runtime(), "--root", b.state_root().string(), "run", "--bundle",
+                         b.dir().string(), container});
+    }
     EXPECT_NE(r.exit_code, 0);
     EXPECT_THAT(r.err, HasSubstr(config().string() + ": writable by other users; refusing"));
     EXPECT_THAT(r.out, ::testing::Not(HasSubstr("started")));

@@ -315,6 +315,28 @@ TEST_F(Doctor, AConfigTheHookWouldRefuseIsAProblem) {
     EXPECT_TRUE(found);
 }
 
+// GPUBIND_CONFIG naming a good file by a relative path: the hook and the
+// runtime refuse it (their working directory is the runtime's), so doctor
+// must say so rather than read the file it happens to find.
+TEST_F(Doctor, ARelativeGpubindConfigIsAProblem) {
+    write(dir_.path() / "good.toml", "[log]\nlevel = \"info\"\n");
+    auto out = run("cd " + dir_.path().string() + " && GPUBIND_CONFIG=good.toml " +
+                   std::string(GPUBIND_CLI_PATH) + " doctor --json --root " +
+                   dir_.path().string() + " --prefix " + dir_.path().string());
+    EXPECT_EQ(out.status, doctor::kExitProblem);
+    const auto j = nlohmann::json::parse(out.text);
+    bool found = false;
+    for (const auto& c : j["checks"])
+        if (c["name"] == "config") {
+            found = true;
+            EXPECT_EQ(c["verdict"], "problem");
+            ASSERT_FALSE(c["evidence"].empty());
+            EXPECT_THAT(c["evidence"][0].get<std::string>(),
+                        HasSubstr("good.toml: GPUBIND_CONFIG is not an absolute path; refusing"));
+        }
+    EXPECT_TRUE(found);
+}
+
 // The node description and the CDI spec: missing is a warning and "not in
 // use"; once written, current; after a driver upgrade, stale (the spec a
 // problem: engines apply it themselves) until the node is learned again.

@@ -183,9 +183,9 @@ TEST(InspectImage, ASystemFailureIsAnError) {
     }
 }
 
-TEST(InspectImage, AHugeCompatDirectoryIsReadNoFurtherThanTheCap) {
-    // 5000 soname-like links in the compat directory: the first 4096 read
-    // are looked at, the rest never read (list_dir stops at its cap).
+TEST(InspectImage, AHugeCompatDirectoryIsRefusedAfterReadingNoFurtherThanTheCap) {
+    // 5000 soname-like links in the compat directory: which 4096 of them a
+    // capped read sees depends on the directory's order, so none is taken.
     World w;
     w.dir("/usr");
     w.dir("/usr/local");
@@ -193,8 +193,25 @@ TEST(InspectImage, AHugeCompatDirectoryIsReadNoFurtherThanTheCap) {
     w.dir("/usr/local/cuda/compat");
     for (int i = 0; i < 5000; ++i)
         w.node("/usr/local/cuda/compat/libx" + std::to_string(i) + ".so.1", Type::Symlink);
-    const Image image = w.inspect();
-    EXPECT_EQ(image.cuda_compat_sonames.size(), 4096u);
+    try {
+        w.inspect();
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Invalid);
+        EXPECT_STREQ(e.what(),
+                     "list directory /usr/local/cuda/compat: has more than 4096 entries; refusing");
+    }
+    // Not one of its entries is looked at.
+    for (const auto& call : w.sys.calls) EXPECT_EQ(call.find("compat/libx"), std::string::npos) << call;
+    // At the cap it is read.
+    World at;
+    at.dir("/usr");
+    at.dir("/usr/local");
+    at.dir("/usr/local/cuda");
+    at.dir("/usr/local/cuda/compat");
+    for (int i = 0; i < 4096; ++i)
+        at.node("/usr/local/cuda/compat/libx" + std::to_string(i) + ".so.1", Type::Symlink);
+    EXPECT_EQ(at.inspect().cuda_compat_sonames.size(), 4096u);
 }
 
 TEST(LinuxSystemListDir, KeepsWhatTheFilterAcceptsAndStopsReadingAtTheCap) {
