@@ -254,28 +254,32 @@ void edit_bundle(const Args& args, const Config& config) {
     }
     nlohmann::json edited = *spec.doc;
     bool changed = false;
+    std::optional<NodeKnowledge> known;
     const auto& annotations = spec.doc->value("annotations", nlohmann::json::object());
     if (!annotations.is_object() || !annotations.contains(cdi::kAppliedAnnotation)) {
         const cdi::Requests requests = cdi::read_requests(spec, config.policy);
         if (!requests.devices.empty()) {
-            // The node's own specs brought up to date first: after a driver
-            // upgrade or a MIG change they would name what is gone.
+            // The node known first: after a driver upgrade or a MIG change
+            // know_node rewrites the node's own specs, which would name what
+            // is gone.
             try {
                 LoadOptions load;  // MIG devices are named by UUIDs only NVML knows
                 for (const auto& name : requests.devices)
                     load.need_nvml |= name.find("=MIG-") != std::string::npos;
-                cdi::refresh_quietly(know_node(config, load).node, config);
+                known = know_node(config, load);
             } catch (const std::exception& e) {
                 logger().warn("CDI specs not refreshed: {}", e.what());
             }
-            edited = cdi::apply(edited, requests.devices, cdi::load_specs(config.cdi.spec_dirs));
+            edited = cdi::apply(std::move(edited), requests.devices,
+                                cdi::load_specs(config.cdi.spec_dirs));
             changed = true;
             logger().info("{}: {}: {} CDI devices applied", args.id, requests.source,
                           requests.devices.size());
-            spec = oci::parse_spec(edited.dump(), args.bundle);
+            spec = oci::parse_spec_document(edited, args.bundle);
         }
     }
-    const Decision decision = decide(spec, config);
+    const Decision decision =
+        known ? decide(spec, config, std::move(*known)) : decide(spec, config);
     if (decision.gpu_container()) {
         runtime::FinishHook hook;
         hook.path = self_exe().parent_path() / "gpubind-hook";

@@ -20,6 +20,7 @@
 #include "gpubind/log.hpp"
 #include "gpubind/plan.hpp"
 #include "gpubind/runtime.hpp"
+#include "gpubind/strings.hpp"
 #include "gpubind/yaml.hpp"
 
 namespace gpubind::cdi {
@@ -61,8 +62,7 @@ json node_json(const DeviceNode& n) {
               {"minor", n.minor},
               {"fileMode", static_cast<unsigned>(n.mode & 0777)},
               {"permissions", "rw"}};
-    if (fs::path(n.host_path).lexically_normal() != fs::path(n.path).lexically_normal())
-        j["hostPath"] = n.host_path;
+    if (normal_path(n.host_path) != normal_path(n.path)) j["hostPath"] = n.host_path;
     return j;
 }
 
@@ -304,11 +304,11 @@ SpecSelection selection_in_spec(const Node& node, const json& spec) {
             if (path == d.end() || !path->is_string() || major == d.end() ||
                 !major->is_number_unsigned() || minor == d.end() || !minor->is_number_unsigned())
                 continue;
-            present.insert({fs::path(path->get<std::string>()).lexically_normal().string(),
+            present.insert({normal_path(path->get_ref<const std::string&>()),
                             major->get<unsigned>(), minor->get<unsigned>()});
         }
     auto has = [&](const DeviceNode& n) {
-        return present.count({fs::path(n.path).lexically_normal().string(), n.major, n.minor}) > 0;
+        return present.count({normal_path(n.path), n.major, n.minor}) > 0;
     };
     SpecSelection out;
     for (const auto& gpu : node.gpus) {

@@ -147,7 +147,7 @@ public:
         keys(d, where, {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"});
         if (!d.contains("path")) fail(where, "has no path");
         const std::string p = path(d["path"], where + ".path");
-        if (!fs::path(p).lexically_normal().string().starts_with("/dev/"))
+        if (!normal_path(p).starts_with("/dev/"))
             fail(where + ".path", "'" + p + "' is not under /dev");
         if (d.contains("hostPath")) path(d["hostPath"], where + ".hostPath");
         if (d.contains("type")) {
@@ -237,9 +237,7 @@ json& member(json& parent, const char* key, const json& empty, const std::string
 
 // A path compared with others: lexically normal, without a trailing '/'.
 std::string normal(const std::string& p) {
-    std::string out = fs::path(p).lexically_normal().string();
-    while (out.size() > 1 && out.back() == '/') out.pop_back();
-    return out;
+    return normal_path(p);
 }
 
 // A device node with its type and numbers, read from the host node (never
@@ -266,7 +264,9 @@ json complete_node(json d, const std::string& device) {
 struct Gathered {
     std::vector<std::string> env;
     std::vector<std::pair<json, std::string>> nodes;   // node, device name
+    std::vector<std::string> node_paths;               // nodes[i]'s path, normal
     std::vector<std::pair<json, std::string>> mounts;
+    std::vector<std::string> mount_paths;  // mounts[i]'s containerPath, normal
     std::vector<json> hooks;
     std::vector<std::uint32_t> gids;
 };
@@ -289,9 +289,11 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
     if (edits.contains("deviceNodes"))
         for (const auto& d : edits["deviceNodes"]) {
             json node = complete_node(d, device);
+            std::string path = normal(node["path"]);
             bool same = false;
-            for (const auto& [have, who] : g.nodes) {
-                if (normal(have["path"]) != normal(node["path"])) continue;
+            for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+                const auto& [have, who] = g.nodes[i];
+                if (g.node_paths[i] != path) continue;
                 if (have.value("hostPath", have["path"].get<std::string>()) != node.value("hostPath", node["path"].get<std::string>()) ||
                     have.value("type", "") != node.value("type", "") || have.value("major", 0u) != node.value("major", 0u) ||
                     have.value("minor", 0u) != node.value("minor", 0u))
@@ -299,19 +301,25 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
                                 fmt::format("conflict: device {} differs from {}'s", node["path"].get<std::string>(), who));
                 same = true;
             }
-            if (!same) g.nodes.emplace_back(std::move(node), device);
+            if (same) continue;
+            g.nodes.emplace_back(std::move(node), device);
+            g.node_paths.push_back(std::move(path));
         }
     if (edits.contains("mounts"))
         for (const auto& m : edits["mounts"]) {
+            std::string path = normal(m["containerPath"]);
             bool same = false;
-            for (const auto& [have, who] : g.mounts) {
-                if (normal(have["containerPath"]) != normal(m["containerPath"])) continue;
+            for (std::size_t i = 0; i < g.mounts.size(); ++i) {
+                const auto& [have, who] = g.mounts[i];
+                if (g.mount_paths[i] != path) continue;
                 if (have != m)
                     throw Error(EEXIST, "apply CDI device", device,
                                 fmt::format("conflict: mount at {} differs from {}'s", m["containerPath"].get<std::string>(), who));
                 same = true;
             }
-            if (!same) g.mounts.emplace_back(m, device);
+            if (same) continue;
+            g.mounts.emplace_back(m, device);
+            g.mount_paths.push_back(std::move(path));
         }
     if (edits.contains("hooks"))
         for (const auto& h : edits["hooks"])
@@ -323,10 +331,11 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
         }
 }
 
-std::size_t depth(const std::string& destination) {
+// The number of parts of a normal path ("/" and "": none).
+std::size_t depth(std::string_view normal) {
     std::size_t n = 0;
-    for (const auto& part : fs::path(destination).lexically_normal())
-        if (!part.empty() && part != "/") ++n;
+    for (const std::string_view part : split(normal, '/'))
+        if (!part.empty()) ++n;
     return n;
 }
 
@@ -556,7 +565,7 @@ Registry load_specs(const std::vector<fs::path>& dirs) {
     return reg;
 }
 
-json apply(const json& spec, const std::vector<std::string>& devices, const Registry& registry) {
+json apply(json spec, const std::vector<std::string>& devices, const Registry& registry) {
     if (!spec.is_object()) throw_invalid("apply CDI device", "config.json", "is not a JSON object");
     // Resolve each name: the highest priority wins; two at that priority conflict.
     Gathered g;
@@ -592,7 +601,7 @@ json apply(const json& spec, const std::vector<std::string>& devices, const Regi
         logger().info("CDI device {} from {}", name, best->file.string());
     }
 
-    json out = spec;
+    json out = std::move(spec);
     json& process = member(out, "process", json::object(), "process");
     if (!g.env.empty()) {
         json& env = member(process, "env", json::array(), "process.env");
@@ -612,7 +621,14 @@ json apply(const json& spec, const std::vector<std::string>& devices, const Regi
         json& list = member(linux, "devices", json::array(), "linux.devices");
         json& resources = member(linux, "resources", json::object(), "linux.resources");
         json& rules = member(resources, "devices", json::array(), "linux.resources.devices");
-        for (const auto& [d, who] : g.nodes) {
+        // The paths of the spec's devices, normal, each once.
+        std::vector<std::string> listed;
+        for (const auto& e : list)
+            listed.push_back(e.is_object() && e.contains("path") && e["path"].is_string()
+                                 ? normal(e["path"])
+                                 : std::string());
+        for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+            const auto& [d, who] = g.nodes[n];
             json oci = {{"path", d["path"]}, {"type", d["type"]}};
             if (d.contains("major")) oci["major"] = d["major"];
             if (d.contains("minor")) oci["minor"] = d["minor"];
@@ -622,10 +638,9 @@ json apply(const json& spec, const std::vector<std::string>& devices, const Regi
             if (d.contains("gid")) oci["gid"] = d["gid"];
             else if (user.value("gid", 0u) > 0) oci["gid"] = user["gid"];
             bool present = false;
-            for (const auto& e : list) {
-                if (!e.is_object() || !e.contains("path") || !e["path"].is_string() ||
-                    normal(e["path"]) != normal(d["path"]))
-                    continue;
+            for (std::size_t i = 0; i < listed.size(); ++i) {
+                if (listed[i].empty() || listed[i] != g.node_paths[n]) continue;
+                const json& e = list[i];
                 if (e.value("type", "") != oci["type"] || e.value("major", json()) != oci.value("major", json()) ||
                     e.value("minor", json()) != oci.value("minor", json()))
                     throw Error(EEXIST, "apply CDI device", who,
@@ -633,7 +648,10 @@ json apply(const json& spec, const std::vector<std::string>& devices, const Regi
                                             d["path"].get<std::string>()));
                 present = true;
             }
-            if (!present) list.push_back(oci);
+            if (!present) {
+                list.push_back(oci);
+                listed.push_back(g.node_paths[n]);
+            }
             const std::string type = d["type"];
             if (type == "c" || type == "b") {
                 std::string access = d.value("permissions", "");
@@ -646,30 +664,40 @@ json apply(const json& spec, const std::vector<std::string>& devices, const Regi
     }
     if (!g.mounts.empty()) {
         json& mounts = member(out, "mounts", json::array(), "mounts");
-        for (const auto& [m, who] : g.mounts) {
+        // The destinations of the spec's mounts, normal, each once.
+        std::vector<std::string> destinations;
+        for (const auto& e : mounts)
+            destinations.push_back(e.is_object() && e.contains("destination") &&
+                                           e["destination"].is_string()
+                                       ? normal(e["destination"])
+                                       : std::string());
+        for (std::size_t n = 0; n < g.mounts.size(); ++n) {
+            const auto& [m, who] = g.mounts[n];
             json oci = {{"destination", m["containerPath"]}, {"source", m["hostPath"]}};
             if (m.contains("type")) oci["type"] = m["type"];
             oci["options"] = m.value("options", json::array());
             bool present = false;
-            for (const auto& e : mounts) {
-                if (!e.is_object() || !e.contains("destination") || !e["destination"].is_string() ||
-                    normal(e["destination"]) != normal(m["containerPath"]))
-                    continue;
+            for (std::size_t i = 0; i < destinations.size(); ++i) {
+                if (destinations[i].empty() || destinations[i] != g.mount_paths[n]) continue;
+                const json& e = mounts[i];
                 if (e.value("source", json()) != oci["source"])
                     throw Error(EEXIST, "apply CDI device", who,
                                 fmt::format("conflict: the container's spec already mounts something else at {}",
                                             m["containerPath"].get<std::string>()));
                 present = true;
             }
-            if (!present) mounts.push_back(oci);
+            if (!present) {
+                mounts.push_back(oci);
+                destinations.push_back(g.mount_paths[n]);
+            }
         }
-        std::stable_sort(mounts.begin(), mounts.end(), [](const json& a, const json& b) {
-            auto d = [](const json& m) {
-                return m.is_object() && m.contains("destination") && m["destination"].is_string()
-                           ? depth(m["destination"]) : 0;
-            };
-            return d(a) < d(b);
-        });
+        // By depth, each mount's taken once; equal depths keep their order.
+        std::vector<std::pair<std::size_t, json>> by_depth;
+        for (std::size_t i = 0; i < mounts.size(); ++i)
+            by_depth.emplace_back(depth(destinations[i]), std::move(mounts[i]));
+        std::stable_sort(by_depth.begin(), by_depth.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (std::size_t i = 0; i < mounts.size(); ++i) mounts[i] = std::move(by_depth[i].second);
     }
     if (!g.hooks.empty()) {
         json& hooks = member(out, "hooks", json::object(), "hooks");

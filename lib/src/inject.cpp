@@ -1,5 +1,7 @@
 #include "gpubind/inject.hpp"
 
+#include <optional>
+
 #include "gpubind/cdi.hpp"
 #include "gpubind/description.hpp"
 #include "gpubind/devices.hpp"
@@ -46,8 +48,11 @@ NodeKnowledge know_node(const Config& config, const LoadOptions& options) {
     return known;
 }
 
-Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
-                bool store) {
+namespace {
+
+// decide() with, where given, a node this process loaded already.
+Decision decide_with(Request request, const std::filesystem::path& rootfs, const Config& config,
+                     bool store, std::optional<NodeKnowledge> known) {
     Decision d;
     d.request = std::move(request);
     d.reason = describe_request(d.request);
@@ -56,19 +61,32 @@ Decision decide(Request request, const std::filesystem::path& rootfs, const Conf
     LoadOptions options;
     options.need_nvml = needs_nvml_facts(d.request);
     options.write = store;
-    NodeKnowledge known = know_node(config, options);
-    d.node = std::make_unique<Node>(std::move(known.node));
+    if (!known || (options.need_nvml && known->nvml.status == NvmlStatus::NotAsked))
+        known = know_node(config, options);
+    d.node = std::make_unique<Node>(std::move(known->node));
     const Selection selection = select_devices(*d.node, d.request.devices);
     check_requirements(d.request, *d.node, selection);
     const Image image = inspect_image(rootfs);
-    d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
+    d.plan = make_plan(d.request, *d.node, selection, image, config, known->proc);
     logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),
                    d.plan.mounts.size(), d.plan.symlinks.size());
     return d;
 }
 
+}  // namespace
+
+Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
+                bool store) {
+    return decide_with(std::move(request), rootfs, config, store, std::nullopt);
+}
+
 Decision decide(const oci::Spec& spec, const Config& config, bool store) {
-    return decide(read_request(spec, config.policy), spec.rootfs, config, store);
+    return decide_with(read_request(spec, config.policy), spec.rootfs, config, store, std::nullopt);
+}
+
+Decision decide(const oci::Spec& spec, const Config& config, NodeKnowledge known) {
+    return decide_with(read_request(spec, config.policy), spec.rootfs, config, true,
+                       std::move(known));
 }
 
 }  // namespace gpubind

@@ -157,8 +157,13 @@ State parse_state(std::string_view text, const std::string& what) {
 
 Spec parse_spec(std::string_view text, const std::filesystem::path& bundle) {
     const Reader r{"parse spec", (bundle / "config.json").string()};
+    return parse_spec_document(r.parse(text, kMaxSpecSize), bundle);
+}
+
+Spec parse_spec_document(nlohmann::json doc_json, const std::filesystem::path& bundle) {
+    const Reader r{"parse spec", (bundle / "config.json").string()};
     Spec spec;
-    auto parsed = std::make_shared<const json>(r.parse(text, kMaxSpecSize));
+    auto parsed = std::make_shared<const json>(std::move(doc_json));
     spec.doc = parsed;
     spec.bundle = bundle;
     const json& doc = r.object(*parsed, "config");

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "gpubind/error.hpp"
+#include "gpubind/strings.hpp"
 
 namespace gpubind::runtime {
 
@@ -62,44 +63,42 @@ void add_devices(json& linux, const Plan& plan) {
 }
 
 // The destinations of the spec's mounts, normalised.
-std::vector<std::filesystem::path> destinations(const json& spec) {
-    std::vector<std::filesystem::path> out;
+std::vector<std::string> destinations(const json& spec) {
+    std::vector<std::string> out;
     const auto mounts = spec.is_object() ? spec.find("mounts") : spec.end();
     if (mounts == spec.end() || !mounts->is_array()) return out;
     for (const auto& m : *mounts)
         if (m.is_object() && m.contains("destination") && m["destination"].is_string())
-            out.push_back(std::filesystem::path(m["destination"].get<std::string>())
-                              .lexically_normal());
+            out.push_back(normal_path(m["destination"].get_ref<const std::string&>()));
     return out;
 }
 
-// Whether `inner` is `outer` or lies below it, component by component.
-bool within(const std::filesystem::path& inner, const std::filesystem::path& outer) {
-    auto i = inner.begin();
-    for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
-        if (o->empty()) continue;  // a trailing separator
-        if (i == inner.end() || *i != *o) return false;
-    }
-    return true;
+// Whether the normal path `inner` is `outer` or lies below it.
+bool within(std::string_view inner, std::string_view outer) {
+    if (!inner.starts_with(outer)) return false;
+    return inner.size() == outer.size() || outer == "/" || inner[outer.size()] == '/';
 }
 
-bool runtime_mounts_at(const PlannedMount& m, const std::vector<std::filesystem::path>& dests) {
-    const std::filesystem::path target = std::filesystem::path(m.target).lexically_normal();
+// Whether a mount of the spec (`dests`) covers the planned mount, whose
+// target is `target` normalised.
+bool runtime_mounts_at(const PlannedMount& m, std::string_view target,
+                       const std::vector<std::string>& dests) {
     for (const auto& d : dests)
         if (within(target, d) || (m.directory && within(d, target))) return true;
     return false;
 }
 
 void add_mounts(json& spec, const Plan& plan) {
-    const std::vector<std::filesystem::path> dests = destinations(spec);
+    const std::vector<std::string> dests = destinations(spec);
     json& mounts = member(spec, "mounts", json::array(), "mounts");
-    std::set<std::filesystem::path> taken(dests.begin(), dests.end());
+    const std::set<std::string_view> taken(dests.begin(), dests.end());
     for (const auto& m : plan.mounts) {
-        if (taken.count(std::filesystem::path(m.target).lexically_normal()))
+        const std::string target = normal_path(m.target);
+        if (taken.contains(target))
             throw Error(EEXIST, "edit spec", "mounts " + m.target,
                         "the spec already mounts something there; refusing to mount " + m.source +
                             " (" + m.why + ") over it");
-        if (!runtime_mounts_at(m, dests)) continue;  // the finish hook's
+        if (!runtime_mounts_at(m, target, dests)) continue;  // the finish hook's
         mounts.push_back({{"destination", m.target},
                           {"type", "bind"},
                           {"source", m.source},
@@ -144,7 +143,7 @@ json edit_spec(const json& spec, const Plan& plan, const FinishHook& hook) {
 }
 
 bool runtime_mounts(const PlannedMount& m, const json& spec) {
-    return runtime_mounts_at(m, destinations(spec));
+    return runtime_mounts_at(m, normal_path(m.target), destinations(spec));
 }
 
 Plan finish_plan(Plan plan) {
@@ -154,9 +153,11 @@ Plan finish_plan(Plan plan) {
 }
 
 Plan finish_plan(Plan plan, const json& spec) {
-    const std::vector<std::filesystem::path> dests = destinations(spec);
+    const std::vector<std::string> dests = destinations(spec);
     plan.devices.clear();
-    std::erase_if(plan.mounts, [&](const PlannedMount& m) { return runtime_mounts_at(m, dests); });
+    std::erase_if(plan.mounts, [&](const PlannedMount& m) {
+        return runtime_mounts_at(m, normal_path(m.target), dests);
+    });
     return plan;
 }
 

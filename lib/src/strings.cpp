@@ -1,5 +1,6 @@
 #include "gpubind/strings.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 namespace gpubind {
@@ -67,6 +68,45 @@ std::string join_path(std::string_view dir, std::string_view name) {
     out.reserve(dir.size() + 1 + name.size());
     out.append(dir).append(1, '/').append(name);
     return out;
+}
+
+namespace {
+
+// Whether `path` is already what normal_path() makes of it: no empty part
+// (no "//", no trailing '/'), no "." and no "..".
+bool is_normal_path(std::string_view path) noexcept {
+    if (path == "/") return true;
+    if (path.empty() || path.back() == '/') return false;
+    std::size_t start = path.front() == '/' ? 1 : 0;
+    for (;;) {
+        const std::size_t end = std::min(path.find('/', start), path.size());
+        const std::string_view part = path.substr(start, end - start);
+        if (part.empty() || part == "." || part == "..") return false;
+        if (end == path.size()) return true;
+        start = end + 1;
+    }
+}
+
+}  // namespace
+
+std::string normal_path(std::string_view path) {
+    if (path.empty()) return {};
+    if (is_normal_path(path)) return std::string(path);
+    const bool absolute = path.front() == '/';
+    std::vector<std::string_view> parts;
+    for (std::string_view part : split(path, '/')) {
+        if (part.empty() || part == ".") continue;
+        if (part != "..") {
+            parts.push_back(part);
+        } else if (!parts.empty() && parts.back() != "..") {
+            parts.pop_back();
+        } else if (!absolute) {
+            parts.push_back(part);  // above a relative path's start; "/.." is "/"
+        }
+    }
+    std::string out(absolute ? "/" : "");
+    for (std::size_t i = 0; i < parts.size(); ++i) out.append(i > 0 ? "/" : "").append(parts[i]);
+    return out.empty() ? "." : out;
 }
 
 std::string_view base_name(std::string_view path) noexcept {

@@ -206,5 +206,31 @@ TEST(Strings, PathHelpersAgreeWithStdFilesystemOnThePlansPaths) {
               (std::filesystem::path("/usr/lib") / "a/b").string());
 }
 
+TEST(Strings, NormalPathIsLexicallyNormalWithoutATrailingSlash) {
+    // Every path of up to five parts drawn from these, absolute and
+    // relative: the same as std::filesystem says, a trailing '/' dropped.
+    const std::vector<std::string> parts = {"a", "bc", ".", "..", "", "..."};
+    std::vector<std::string> paths = {"", "/", "//", "///a//b///"};
+    std::vector<std::string> level = {""};
+    for (int n = 0; n < 5; ++n) {
+        std::vector<std::string> next;
+        for (const auto& p : level)
+            for (const auto& part : parts) next.push_back(p.empty() ? part : p + "/" + part);
+        for (const auto& p : next) {
+            paths.push_back(p);
+            paths.push_back("/" + p);
+        }
+        level = std::move(next);
+    }
+    ASSERT_GT(paths.size(), 18000u);
+    for (const auto& p : paths) {
+        std::string expected = std::filesystem::path(p).lexically_normal().string();
+        while (expected.size() > 1 && expected.back() == '/') expected.pop_back();
+        ASSERT_EQ(normal_path(p), expected) << "'" << p << "'";
+    }
+    EXPECT_EQ(normal_path("/usr//lib/./x86_64-linux-gnu/../lib64/"), "/usr/lib/lib64");
+    EXPECT_EQ(normal_path("/../dev"), "/dev");
+}
+
 }  // namespace
 }  // namespace gpubind

@@ -180,7 +180,7 @@ Registry load_specs(const std::vector<std::filesystem::path>& dirs);
 // conflict: the same device in two specs of the same priority, two edits
 // setting the same device path, mount target or variable differently, or an
 // edit at a device path or mount target the spec already uses differently.
-nlohmann::json apply(const nlohmann::json& spec, const std::vector<std::string>& devices,
+nlohmann::json apply(nlohmann::json spec, const std::vector<std::string>& devices,
                      const Registry& registry);
 
 // The annotation marking a spec gpubind-runtime applied CDI devices to.

@@ -32,6 +32,10 @@ struct Decision {
 // `store` false: nothing is written (no node description, no CDI spec), as
 // for gpubind doctor, which only reads.
 Decision decide(const oci::Spec& spec, const Config& config, bool store = true);
+// The same with the node this process has just known (know_node), used as
+// it is unless the request needs NVML's facts and NVML was never asked in
+// this driver state.
+Decision decide(const oci::Spec& spec, const Config& config, NodeKnowledge known);
 // The same for a request made by hand (gpubind configure) and a rootfs.
 Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
                 bool store = true);

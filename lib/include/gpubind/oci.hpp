@@ -67,6 +67,8 @@ struct Spec {
 // Parse errors throw Error(EINVAL, "parse state"/"parse spec", what, detail).
 State parse_state(std::string_view json, const std::string& what);
 Spec parse_spec(std::string_view json, const std::filesystem::path& bundle);
+// The same of a document already parsed (gpubind-runtime's edited spec).
+Spec parse_spec_document(nlohmann::json doc, const std::filesystem::path& bundle);
 // Reads <bundle>/config.json with kMaxSpecSize.
 Spec load_spec(const std::filesystem::path& bundle);
 

@@ -26,5 +26,9 @@ std::string join_path(std::string_view dir, std::string_view name);
 std::string_view base_name(std::string_view path) noexcept;
 // What precedes the last slash ("/usr/lib"; "/" for "/x"; "" without a slash).
 std::string_view dir_name(std::string_view path) noexcept;
+// `path` lexically normal, as std::filesystem::path::lexically_normal() makes
+// it, without a trailing slash ("/a/b" of "/a//./c/../b/"; "/" of "/..";
+// "." of "a/.."): for comparing paths an image or a spec names.
+std::string normal_path(std::string_view path);
 
 }  // namespace gpubind
