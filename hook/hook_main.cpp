@@ -92,6 +92,7 @@ struct Times {
 void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
                const Config& config, const harden::Deadline& deadline, const Times& times) {
     Target target = make_target(config, state.pid, spec.rootfs);
+    target.fresh_tmpfs = spec.fresh_tmpfs();
     // A rootless runtime runs its hooks as the user: no privilege over the
     // host, all of them in the container's own user namespace.
     target.join_user_ns = ::geteuid() != 0 && !spec.uid_mappings.empty();

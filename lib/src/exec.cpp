@@ -946,6 +946,7 @@ private:
                 }
                 runtime_mount = id == *known;
             }
+            if (!runtime_mount) runtime_mount = on_fresh_tmpfs(id, p);
             if (!runtime_mount)
                 throw Error(EXDEV, "refuse", std::string(p),
                             "is on another mount than the container's root (a volume); gpubind "
@@ -966,6 +967,22 @@ private:
                         "mounts there would propagate to its peers, the host's mount table "
                         "among them");
         return id;
+    }
+
+    // Whether mount `id` is the tmpfs the runtime mounted at a path of
+    // Target::fresh_tmpfs that `p` lies in: the container's memory, no host
+    // directory behind it. What is at each such path now is looked at once.
+    bool on_fresh_tmpfs(std::uint64_t id, std::string_view p) {
+        for (const std::string& at : target_.fresh_tmpfs) {
+            if (!(p.starts_with(at) && (p.size() == at.size() || p[at.size()] == '/'))) continue;
+            auto [mount, fresh] = fresh_tmpfs_mounts_.try_emplace(at);
+            if (fresh) {
+                Fd top = sys_.open_dir_in_root(root_->get(), at);
+                if (top && sys_.on_tmpfs(top.get())) mount->second = sys_.mount_id(top.get());
+            }
+            if (mount->second == id) return true;
+        }
+        return false;
     }
 
     // --- rollback ---
@@ -1056,6 +1073,8 @@ private:
     Type etc_type_ = Type::Missing, cache_type_ = Type::Missing, cache_temp_type_ = Type::Missing;
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
+    // Target::fresh_tmpfs path -> the id of the tmpfs mounted there (none: not a tmpfs).
+    std::map<std::string, std::optional<std::uint64_t>, std::less<>> fresh_tmpfs_mounts_;
     std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
     std::map<SharedFd, std::uint64_t> dir_mounts_;  // directory -> its mount id, asked once
     std::optional<std::string> mountinfo_;         // the container namespace's, read once

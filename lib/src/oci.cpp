@@ -13,6 +13,7 @@
 
 #include "gpubind/error.hpp"
 #include "gpubind/file.hpp"
+#include "gpubind/strings.hpp"
 
 namespace gpubind::oci {
 
@@ -127,6 +128,25 @@ std::optional<std::string> Spec::getenv(std::string_view name) const {
 bool Spec::privileged() const {
     return std::find(bounding_caps.begin(), bounding_caps.end(), "CAP_SYS_ADMIN") !=
            bounding_caps.end();
+}
+
+std::vector<std::string> Spec::fresh_tmpfs() const {
+    std::vector<std::string> out;
+    std::vector<std::string> later;  // the destinations of the mounts after mounts[i]
+    for (auto m = mounts.rbegin(); m != mounts.rend(); ++m) {
+        // A relative destination is the runtime's below "/" too.
+        const std::string at = normal_path("/" + m->destination);
+        const bool bind = std::any_of(m->options.begin(), m->options.end(), [](const auto& o) {
+            return o == "bind" || o == "rbind";
+        });
+        const bool covered = std::any_of(later.begin(), later.end(), [&](const std::string& d) {
+            return at == d || d == "/" || at.starts_with(d + "/");
+        });
+        if (m->type == "tmpfs" && !bind && !covered && at != "/")
+            out.push_back(at);
+        later.push_back(at);
+    }
+    return out;
 }
 
 State parse_state(std::string_view text, const std::string& what) {

@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/bpf.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/fsuid.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -664,6 +666,12 @@ std::string mountinfo_escape(const std::string& s) {
 }
 
 }  // namespace
+
+bool LinuxSystem::on_tmpfs(int fd) {
+    struct statfs st {};
+    if (::fstatfs(fd, &st) != 0) throw_errno("statfs", "descriptor " + std::to_string(fd));
+    return st.f_type == TMPFS_MAGIC;
+}
 
 std::optional<bool> LinuxSystem::mount_shared(int fd) {
     const auto answer = statmount_of(fd, kStatmountMntBasic);

@@ -324,6 +324,27 @@ TEST_F(HostileTest, AHugeCudaCompatDirectoryIsRefused) {
     EXPECT_FALSE(fs::exists(b.rootfs() / "usr/lib/x86_64-linux-gnu" / lib_file("libcuda.so.1")));
 }
 
+// A tmpfs the runtime mounts at /run (containerd's default spec has one) is
+// the container's own: the persistenced socket is mounted on it. A host
+// directory bound there is a volume: refused, nothing made in it.
+TEST_F(HostileTest, RunAsTheRuntimesTmpfsTakesTheSocketAsAVolumeIsRefused) {
+    Bundle b = bundle();
+    b.spec()["mounts"].push_back({{"destination", "/run"},
+                                  {"type", "tmpfs"},
+                                  {"source", "tmpfs"},
+                                  {"options", {"nosuid", "nodev", "mode=755"}}});
+    auto r = run_case(b, "test -S /run/nvidia-persistenced/socket && echo started");
+    expect_started(r);
+
+    Bundle v = bundle();
+    const fs::path host = dir_.path() / "host-run";
+    fs::create_directories(host);
+    v.bind(host, "/run");
+    r = run_case(v);
+    expect_refused(r, {"/run/nvidia-persistenced", "another mount"});
+    EXPECT_TRUE(fs::is_empty(host));
+}
+
 // A link at a driver file's name is gpubind's to replace (issue 9): removed
 // through its directory, never followed, and the mount point made in its place.
 void expect_link_replaced(const fs::path& p) {

@@ -464,6 +464,10 @@ public:
         return id;
     }
 
+    // Not recorded: the mounts (by id) that are a tmpfs.
+    std::set<std::uint64_t> tmpfs_mounts;
+    bool on_tmpfs(int fd) override { return tmpfs_mounts.contains(mount_id(fd)); }
+
     // Not recorded: a kernel with statmount answers from shared_mounts by the
     // descriptor's mount id; without it (the default) the executor reads mountinfo.
     bool statmount = false;

@@ -706,6 +706,50 @@ TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
     EXPECT_NO_THROW(execute(plan, target(), dev_only));
 }
 
+// A tmpfs the runtime mounted for the container (containerd's /run) takes
+// what gpubind mounts there: once the spec says so (Target::fresh_tmpfs) and
+// a tmpfs is what is there. Anything else on another mount stays refused.
+TEST(Execute, TargetsOnATmpfsTheRuntimeMountedAreTheContainersOwn) {
+    Plan plan = sample_plan();
+    plan.mounts.push_back({"/host/run/nvidia-persistenced/socket",
+                           "/run/nvidia-persistenced/socket", false, kLibFlags, "IPC"});
+    auto world = [&](bool tmpfs) {
+        auto sys = std::make_unique<RecordingSystem>();
+        setup_world(*sys, plan);
+        sys->host["/host/run/nvidia-persistenced/socket"] = {FileInfo::Type::Socket, 0, 0};
+        sys->root["/run"] = {FileInfo::Type::Directory, 0, 0};
+        sys->mount_ids["root:/dev"] = 5;
+        sys->mount_ids["root:/run"] = 7;
+        if (tmpfs) sys->tmpfs_mounts.insert(7);
+        return sys;
+    };
+    Target fresh = target();
+    fresh.fresh_tmpfs = {"/run"};
+
+    auto ok = world(true);
+    EXPECT_NO_THROW(execute(plan, fresh, *ok));
+    ASSERT_TRUE(ok->mounted.count("root:/run/nvidia-persistenced/socket"));
+    EXPECT_EQ(ok->mounted.at("root:/run/nvidia-persistenced/socket").source,
+              "tree:/host/run/nvidia-persistenced/socket");
+
+    // Not in the spec's fresh tmpfs mounts (a volume, whatever its type), or
+    // no tmpfs there now: refused, nothing made.
+    for (auto [given, tmpfs] : {std::pair{false, true}, std::pair{true, false}}) {
+        SCOPED_TRACE(std::string(given ? "given" : "not given") + (tmpfs ? ", tmpfs" : ""));
+        auto sys = world(tmpfs);
+        const auto before = sys->root;
+        try {
+            execute(plan, given ? fresh : target(), *sys);
+            ADD_FAILURE() << "not refused";
+        } catch (const Error& e) {
+            EXPECT_THAT(e.what(), HasSubstr("/run/nvidia-persistenced"));
+            EXPECT_THAT(e.what(), HasSubstr("another mount"));
+        }
+        EXPECT_EQ(sys->root, before);
+        EXPECT_TRUE(sys->mounted.empty());
+    }
+}
+
 // A shared mount (rootfsPropagation "rshared", a shared /dev) would carry
 // what gpubind mounts to its peers, the host's mount table among them:
 // refused before anything is made there, whichever mount it is.

@@ -112,6 +112,30 @@ TEST(OciState, RejectsGarbageAndOversizedInput) {
     EXPECT_THAT(e.what(), HasSubstr("limit"));
 }
 
+TEST(OciSpec, FreshTmpfsIsATmpfsMountNoLaterMountCovers) {
+    auto spec = [](std::vector<oci::Mount> mounts) {
+        oci::Spec s;
+        s.mounts = std::move(mounts);
+        return s.fresh_tmpfs();
+    };
+    using V = std::vector<std::string>;
+    const oci::Mount run{"/run", "tmpfs", "tmpfs", {"nosuid", "mode=755"}};
+    EXPECT_EQ(spec({run}), V{"/run"});
+    EXPECT_EQ(spec({{"/run//x/", "tmpfs", "tmpfs", {}}, {"run2", "tmpfs", "tmpfs", {}}}),
+              (V{"/run2", "/run/x"}));
+    // A bind (of a host directory, whatever its type) is no fresh tmpfs.
+    EXPECT_EQ(spec({{"/run", "/host/shm", "tmpfs", {"rbind"}}}), V{});
+    EXPECT_EQ(spec({{"/run", "/host/shm", "tmpfs", {"bind", "ro"}}}), V{});
+    EXPECT_EQ(spec({{"/run", "/host/run", "bind", {"rbind"}}}), V{});
+    // A later mount at its path, or above it, hides it; one below does not.
+    EXPECT_EQ(spec({run, {"/run/", "/host/run", "bind", {"rbind"}}}), V{});
+    EXPECT_EQ(spec({{"/run/user", "tmpfs", "tmpfs", {}}, {"/run", "/h", "bind", {"rbind"}}}), V{});
+    EXPECT_EQ(spec({{"/run/user", "tmpfs", "tmpfs", {}}, {"/", "/h", "bind", {"rbind"}}}), V{});
+    EXPECT_EQ(spec({run, {"/run/secrets", "/h", "bind", {"rbind"}}}), V{"/run"});
+    EXPECT_EQ(spec({{"/runx", "/h", "bind", {"rbind"}}, run}), V{"/run"});
+    EXPECT_EQ(spec({{"/", "tmpfs", "tmpfs", {}}}), V{});
+}
+
 TEST(OciSpec, RelativeRootIsUnderTheBundleAbsoluteIsKept) {
     EXPECT_EQ(spec_of(minimal_spec()).rootfs, "/bundles/c1/rootfs");
     json doc = minimal_spec();

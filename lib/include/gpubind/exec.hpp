@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "gpubind/plan.hpp"
 #include "gpubind/system.hpp"
@@ -25,6 +27,11 @@ struct Target {
     // host's files in its mount namespace (before its pivot_root they are
     // there), and stay in both afterwards (no way back out; the hook exits).
     bool join_user_ns = false;
+    // Where the runtime mounted a new tmpfs of the container's
+    // (oci::Spec::fresh_tmpfs): gpubind creates and mounts there as on the
+    // root's own mount, once it sees a tmpfs there. Beside these, only the
+    // runtime's /dev and /proc.
+    std::vector<std::string> fresh_tmpfs;
     // How plan.refresh_ldcache is done: gpubind writes /etc/ld.so.cache itself,
     // or runs the host's ldconfig (sandboxed). The plan's ldcache_scan (an image
     // without a cache whose ld.so.conf names directories) always takes ldconfig.

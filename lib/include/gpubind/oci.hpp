@@ -62,6 +62,11 @@ struct Spec {
     // The last value of `name` in env (later entries win, as execve sees them).
     std::optional<std::string> getenv(std::string_view name) const;
     bool privileged() const;               // CAP_SYS_ADMIN in the bounding set
+    // Where the runtime mounts a new tmpfs of the container's own (a mount
+    // of type "tmpfs" without a bind option, under no later mount at its
+    // path or above it), as normal paths: memory of the container's, no
+    // host directory behind it ("/run" of containerd's default spec).
+    std::vector<std::string> fresh_tmpfs() const;
 };
 
 // Parse errors throw Error(EINVAL, "parse state"/"parse spec", what, detail).

@@ -201,6 +201,8 @@ public:
     virtual void exchange_at(int dir_fd, const std::string& a, const std::string& b) = 0;
     // The id of the mount the descriptor's file is on (statx STATX_MNT_ID).
     virtual std::uint64_t mount_id(int fd) = 0;
+    // Whether the descriptor's file is on a tmpfs (fstatfs).
+    virtual bool on_tmpfs(int fd) = 0;
     // Whether the mount the descriptor's file is on propagates to peers
     // (MS_SHARED), asked of the kernel directly (statmount(2), Linux 6.8);
     // nullopt where it cannot answer (an older kernel): read_mountinfo then.
@@ -298,6 +300,7 @@ public:
     void rename_at(int dir_fd, const std::string& from, const std::string& to) override;
     void exchange_at(int dir_fd, const std::string& a, const std::string& b) override;
     std::uint64_t mount_id(int fd) override;
+    bool on_tmpfs(int fd) override;
     std::optional<bool> mount_shared(int fd) override;
     std::optional<std::string> cgroup_mounts(bool v1_devices) override;
     std::string read_mountinfo() override;
