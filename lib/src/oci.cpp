@@ -136,14 +136,12 @@ std::vector<std::string> Spec::fresh_tmpfs() const {
     for (auto m = mounts.rbegin(); m != mounts.rend(); ++m) {
         // A relative destination is the runtime's below "/" too.
         const std::string at = normal_path("/" + m->destination);
-        const bool bind = std::any_of(m->options.begin(), m->options.end(), [](const auto& o) {
-            return o == "bind" || o == "rbind";
-        });
+        const bool bind = std::any_of(m->options.begin(), m->options.end(),
+                                      [](const auto& o) { return o == "bind" || o == "rbind"; });
         const bool covered = std::any_of(later.begin(), later.end(), [&](const std::string& d) {
             return at == d || d == "/" || at.starts_with(d + "/");
         });
-        if (m->type == "tmpfs" && !bind && !covered && at != "/")
-            out.push_back(at);
+        if (m->type == "tmpfs" && !bind && !covered && at != "/") out.push_back(at);
         later.push_back(at);
     }
     return out;

@@ -321,8 +321,8 @@ TEST_F(Doctor, AConfigTheHookWouldRefuseIsAProblem) {
 TEST_F(Doctor, ARelativeGpubindConfigIsAProblem) {
     write(dir_.path() / "good.toml", "[log]\nlevel = \"info\"\n");
     auto out = run("cd " + dir_.path().string() + " && GPUBIND_CONFIG=good.toml " +
-                   std::string(GPUBIND_CLI_PATH) + " doctor --json --root " +
-                   dir_.path().string() + " --prefix " + dir_.path().string());
+                   std::string(GPUBIND_CLI_PATH) + " doctor --json --root " + dir_.path().string() +
+                   " --prefix " + dir_.path().string());
     EXPECT_EQ(out.status, doctor::kExitProblem);
     const auto j = nlohmann::json::parse(out.text);
     bool found = false;

@@ -202,7 +202,8 @@ TEST(InspectImage, AHugeCompatDirectoryIsRefusedAfterReadingNoFurtherThanTheCap)
                      "list directory /usr/local/cuda/compat: has more than 4096 entries; refusing");
     }
     // Not one of its entries is looked at.
-    for (const auto& call : w.sys.calls) EXPECT_EQ(call.find("compat/libx"), std::string::npos) << call;
+    for (const auto& call : w.sys.calls)
+        EXPECT_EQ(call.find("compat/libx"), std::string::npos) << call;
     // At the cap it is read.
     World at;
     at.dir("/usr");
