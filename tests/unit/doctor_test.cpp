@@ -294,6 +294,22 @@ TEST_F(Doctor, BadConfigNamesItsLine) {
     EXPECT_TRUE(found);
 }
 
+// `gpubind doctor --json`'s output: a problem, its "config" check one whose
+// first evidence says `why`.
+void expect_config_problem(const test::Output& out, const std::string& why) {
+    EXPECT_EQ(out.status, doctor::kExitProblem);
+    const auto j = nlohmann::json::parse(out.text);
+    bool found = false;
+    for (const auto& c : j["checks"])
+        if (c["name"] == "config") {
+            found = true;
+            EXPECT_EQ(c["verdict"], "problem");
+            ASSERT_FALSE(c["evidence"].empty());
+            EXPECT_THAT(c["evidence"][0].get<std::string>(), HasSubstr(why));
+        }
+    EXPECT_TRUE(found);
+}
+
 TEST_F(Doctor, AConfigTheHookWouldRefuseIsAProblem) {
     // It parses, but other users may write it: the hook and the runtime
     // refuse it, so doctor must not call it fine.
@@ -302,17 +318,7 @@ TEST_F(Doctor, AConfigTheHookWouldRefuseIsAProblem) {
     ::chmod(open.c_str(), 0666);
     auto out = run(std::string(GPUBIND_CLI_PATH) + " doctor --json --config " + open.string() +
                    " --root " + dir_.path().string() + " --prefix " + dir_.path().string());
-    EXPECT_EQ(out.status, doctor::kExitProblem);
-    const auto j = nlohmann::json::parse(out.text);
-    bool found = false;
-    for (const auto& c : j["checks"])
-        if (c["name"] == "config") {
-            found = true;
-            EXPECT_EQ(c["verdict"], "problem");
-            EXPECT_THAT(c["evidence"][0].get<std::string>(),
-                        HasSubstr(open.string() + ": writable by other users; refusing"));
-        }
-    EXPECT_TRUE(found);
+    expect_config_problem(out, open.string() + ": writable by other users; refusing");
 }
 
 // GPUBIND_CONFIG naming a good file by a relative path: the hook and the
@@ -323,18 +329,7 @@ TEST_F(Doctor, ARelativeGpubindConfigIsAProblem) {
     auto out = run("cd " + dir_.path().string() + " && GPUBIND_CONFIG=good.toml " +
                    std::string(GPUBIND_CLI_PATH) + " doctor --json --root " + dir_.path().string() +
                    " --prefix " + dir_.path().string());
-    EXPECT_EQ(out.status, doctor::kExitProblem);
-    const auto j = nlohmann::json::parse(out.text);
-    bool found = false;
-    for (const auto& c : j["checks"])
-        if (c["name"] == "config") {
-            found = true;
-            EXPECT_EQ(c["verdict"], "problem");
-            ASSERT_FALSE(c["evidence"].empty());
-            EXPECT_THAT(c["evidence"][0].get<std::string>(),
-                        HasSubstr("good.toml: GPUBIND_CONFIG is not an absolute path; refusing"));
-        }
-    EXPECT_TRUE(found);
+    expect_config_problem(out, "good.toml: GPUBIND_CONFIG is not an absolute path; refusing");
 }
 
 // The node description and the CDI spec: missing is a warning and "not in

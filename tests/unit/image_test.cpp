@@ -4,6 +4,7 @@
 #include <fcntl.h>
 
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -186,13 +187,17 @@ TEST(InspectImage, ASystemFailureIsAnError) {
 TEST(InspectImage, AHugeCompatDirectoryIsRefusedAfterReadingNoFurtherThanTheCap) {
     // 5000 soname-like links in the compat directory: which 4096 of them a
     // capped read sees depends on the directory's order, so none is taken.
-    World w;
-    w.dir("/usr");
-    w.dir("/usr/local");
-    w.dir("/usr/local/cuda");
-    w.dir("/usr/local/cuda/compat");
-    for (int i = 0; i < 5000; ++i)
-        w.node("/usr/local/cuda/compat/libx" + std::to_string(i) + ".so.1", Type::Symlink);
+    // An image whose compat directory holds `n` soname-like links.
+    auto image = [](int n) {
+        auto w = std::make_unique<World>();
+        for (const char* d : {"/usr", "/usr/local", "/usr/local/cuda", "/usr/local/cuda/compat"})
+            w->dir(d);
+        for (int i = 0; i < n; ++i)
+            w->node("/usr/local/cuda/compat/libx" + std::to_string(i) + ".so.1", Type::Symlink);
+        return w;
+    };
+    auto huge = image(5000);
+    World& w = *huge;
     try {
         w.inspect();
         FAIL() << "no error";
@@ -205,14 +210,7 @@ TEST(InspectImage, AHugeCompatDirectoryIsRefusedAfterReadingNoFurtherThanTheCap)
     for (const auto& call : w.sys.calls)
         EXPECT_EQ(call.find("compat/libx"), std::string::npos) << call;
     // At the cap it is read.
-    World at;
-    at.dir("/usr");
-    at.dir("/usr/local");
-    at.dir("/usr/local/cuda");
-    at.dir("/usr/local/cuda/compat");
-    for (int i = 0; i < 4096; ++i)
-        at.node("/usr/local/cuda/compat/libx" + std::to_string(i) + ".so.1", Type::Symlink);
-    EXPECT_EQ(at.inspect().cuda_compat_sonames.size(), 4096u);
+    EXPECT_EQ(image(4096)->inspect().cuda_compat_sonames.size(), 4096u);
 }
 
 TEST(LinuxSystemListDir, KeepsWhatTheFilterAcceptsAndStopsReadingAtTheCap) {
