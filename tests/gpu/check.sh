@@ -176,7 +176,11 @@ check "no /dev/nvidia0" bash -c "! grep -q 'nvidia0' '$work/hook-none.out'"
 
 step "gpubind-hook, NVIDIA_REQUIRE_CUDA the driver cannot meet"
 bundle hook-require NVIDIA_VISIBLE_DEVICES=all "$caps" 'NVIDIA_REQUIRE_CUDA=cuda>=99.0'
-if run hook-require runc >/dev/null; then fail "cuda>=99.0 started"; else pass "cuda>=99.0 refused: $(grep -m1 -i 'cuda' "$work/hook-require.out")"; fi
+# Refused for that reason, the driver's CUDA version named: not any failure.
+refusal='gpubind-hook: check requirement NVIDIA_REQUIRE_CUDA: cuda>=99.0 not satisfied: the driver supports CUDA [0-9]'
+if run hook-require runc >/dev/null; then fail "cuda>=99.0 started"
+elif grep -q "$refusal" "$work/hook-require.out"; then pass "cuda>=99.0 refused: $(grep -o -m1 'the driver supports CUDA [0-9.]*' "$work/hook-require.out")"
+else fail "cuda>=99.0 failed, but not refused for CUDA: $(tail -c 300 "$work/hook-require.out")"; fi
 bundle hook-require12 NVIDIA_VISIBLE_DEVICES=all "$caps" 'NVIDIA_REQUIRE_CUDA=cuda>=12.0'
 check "cuda>=12.0 starts" run hook-require12 runc
 
