@@ -38,11 +38,16 @@ Config cdi_config(const CdiOptions& o) {
 
 // The node as the description knows it, with NVML's facts: the spec names
 // MIG devices by UUID too, which only NVML knows (asked once per driver state).
-Node cdi_node(const Config& config, const CdiOptions& o) {
+// load_node, not know_node: the specs are written here, by the command
+// itself (refresh reports what it changed), never behind its back. So what
+// it learns is stored only by `refresh` (`store`), which brings the specs up
+// to date with it: a description stored without them would keep the
+// starts, which rewrite the specs when they recompute, from seeing the
+// specs are stale.
+Node cdi_node(const Config& config, const CdiOptions& o, bool store) {
     LoadOptions load = load_options(o.node);
     load.need_nvml = true;
-    // load_node, not know_node: the specs are written here, by the command
-    // itself (refresh reports what it changed), never behind its back.
+    load.write = load.write && store;
     return load_node(config, load).node;
 }
 
@@ -50,7 +55,7 @@ int generate(const CdiOptions& o) {
     if (o.format != "json" && o.format != "yaml")
         throw_invalid("parse arguments", "--format", "'" + o.format + "' is not json or yaml");
     const Config config = cdi_config(o);
-    const Node node = cdi_node(config, o);
+    const Node node = cdi_node(config, o, false);
     nlohmann::json spec;
     if (o.imex) {
         auto imex = cdi::imex_spec(node, config);
@@ -72,7 +77,7 @@ int generate(const CdiOptions& o) {
 
 int refresh(const CdiOptions& o) {
     const Config config = cdi_config(o);
-    const auto changed = cdi::refresh(cdi_node(config, o), config);
+    const auto changed = cdi::refresh(cdi_node(config, o, true), config);
     for (const auto& f : changed) fmt::print("{}\n", f.string());
     return 0;
 }
@@ -86,7 +91,7 @@ int list(const CdiOptions& o) {
     std::vector<std::string> names;
     if (o.specs.empty()) {
         const Config config = cdi_config(o);
-        const Node node = cdi_node(config, o);
+        const Node node = cdi_node(config, o, false);
         names = cdi::device_names(cdi::gpu_spec(node, config));
         if (auto imex = cdi::imex_spec(node, config))
             for (auto& n : cdi::device_names(*imex)) names.push_back(std::move(n));

@@ -29,14 +29,20 @@ struct DoctorOptions {
 std::string config_path(const NodeOptions& o) {
     if (!o.config.empty()) return o.config.string();
     if (const char* env = std::getenv(std::string(kConfigEnv).c_str()); env && *env) return env;
+    // There unless missing: a link there is the loader's to refuse, not the defaults.
     std::error_code ec;
-    if (std::filesystem::exists(kDefaultConfigPath, ec)) return std::string(kDefaultConfigPath);
+    if (std::filesystem::symlink_status(kDefaultConfigPath, ec).type() !=
+        std::filesystem::file_type::not_found)
+        return std::string(kDefaultConfigPath);
     return {};
 }
 
 int run_doctor(const DoctorOptions& o) {
     doctor::Options opts;
     opts.gpubind.config_path = config_path(o.node);
+    opts.gpubind.config_env_relative =
+        o.node.config.empty() && !opts.gpubind.config_path.empty() &&
+        !std::filesystem::path(opts.gpubind.config_path).is_absolute();
     Config config;
     try {
         // Judged as the hook and the runtime read it: its owner and mode,

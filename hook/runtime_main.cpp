@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include <fmt/chrono.h>
+#include <fmt/format.h>
 #include <spdlog/details/null_mutex.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -268,7 +270,7 @@ void edit_bundle(const Args& args, const Config& config) {
                     load.need_nvml |= name.find("=MIG-") != std::string::npos;
                 known = know_node(config, load);
             } catch (const std::exception& e) {
-                logger().warn("CDI specs not refreshed: {}", e.what());
+                logger().warn("the node not known before its CDI specs are applied: {}", e.what());
             }
             edited = cdi::apply(std::move(edited), requests.devices,
                                 cdi::load_specs(config.cdi.spec_dirs));
@@ -301,8 +303,14 @@ void edit_bundle(const Args& args, const Config& config) {
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) throw_errno("stat", file.string());
     const auto mode = static_cast<unsigned>(st.st_mode & 07777);
+    // As big as the hook will read it (CDI edits add to it).
+    const std::string text = edited.dump();
+    if (text.size() > oci::kMaxSpecSize)
+        throw Error(ErrorKind::Invalid, EFBIG, "edit spec", file.string(),
+                    fmt::format("{} bytes once edited, larger than the limit of {} bytes",
+                                text.size(), oci::kMaxSpecSize));
     // Read by the runtime at once, useless after a crash: no fsync.
-    write_file_atomic(file, edited.dump(), mode, false);
+    write_file_atomic(file, text, mode, false);
     if (::chmod(file.c_str(), mode) != 0) throw_errno("chmod", file.string());  // past the umask
 }
 

@@ -332,9 +332,9 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
 }
 
 // The number of parts of a normal path ("/" and "": none).
-std::size_t depth(std::string_view normal) {
+std::size_t depth(std::string_view path) {
     std::size_t n = 0;
-    for (const std::string_view part : split(normal, '/'))
+    for (const std::string_view part : split(path, '/'))
         if (!part.empty()) ++n;
     return n;
 }
@@ -691,8 +691,10 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
                 destinations.push_back(g.mount_paths[n]);
             }
         }
-        // By depth, each mount's taken once; equal depths keep their order.
+        // Sorted by depth, each destination's depth counted once; equal
+        // depths keep their order.
         std::vector<std::pair<std::size_t, json>> by_depth;
+        by_depth.reserve(mounts.size());
         for (std::size_t i = 0; i < mounts.size(); ++i)
             by_depth.emplace_back(depth(destinations[i]), std::move(mounts[i]));
         std::stable_sort(by_depth.begin(), by_depth.end(),

@@ -636,6 +636,10 @@ std::string config_digest(const Config& c) {
         d.add(list->size());
         for (const auto& e : *list) d.add(e.name).add(e.caps);
     }
+    // What the node's CDI specs hold and where they are: a change recomputes
+    // the description, and know_node then rewrites the specs.
+    d.add(c.cdi.dir.native()).add(c.cdi.kind).add(static_cast<std::uint64_t>(c.cdi.caps));
+    d.add(c.cdi.hook.native());
     return hex(d.value());
 }
 

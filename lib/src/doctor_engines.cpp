@@ -358,8 +358,12 @@ std::vector<Check> check_gpubind(const GpubindFacts& f) {
         c.verdict = Verdict::Problem;
         c.summary = "the config does not load: the hook refuses every GPU container";
         c.evidence = {f.config_error};
-        c.fix = "correct " + file + " where it says; `gpubind doctor --config " + file +
-                "` checks it again";
+        c.fix = f.config_env_relative
+                    ? "give GPUBIND_CONFIG as an absolute path, here and in the hook's "
+                      "registration (its \"env\"): the hook and gpubind-runtime refuse a "
+                      "relative one"
+                    : "correct " + file + " where it says; `gpubind doctor --config " + file +
+                          "` checks it again";
     } else {
         c.summary = "parses: " + file;
     }

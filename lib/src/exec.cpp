@@ -118,6 +118,7 @@ public:
           if (!in_container_) enter();
           root_ = std::make_shared<Fd>(sys_.open_root(target_.rootfs));
           root_mount_ = sys_.mount_id(root_->get());
+          find_fresh_tmpfs();
           if (plan_.refresh_ldcache) in_context("loader cache", [&] { check_cache_files(); });
           mark("root");
           for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
@@ -199,6 +200,9 @@ private:
             throw_invalid("execute", target_.rootfs.string(),
                           "the rootfs must be an absolute path other than /");
         validate_plan();
+        // What the runtime's namespace shows, to tell the container's own
+        // tmpfs from a host one: read here, before any namespace is entered.
+        if (!target_.fresh_tmpfs.empty()) host_mountinfo_ = sys_.read_mountinfo();
 
         pidfd_ = sys_.open_process(pid);
         container_ns_ = sys_.open_mount_ns(pidfd_.get(), pid);
@@ -946,7 +950,7 @@ private:
                 }
                 runtime_mount = id == *known;
             }
-            if (!runtime_mount) runtime_mount = on_fresh_tmpfs(id, p);
+            if (!runtime_mount) runtime_mount = fresh_tmpfs_.contains(id);
             if (!runtime_mount)
                 throw Error(EXDEV, "refuse", std::string(p),
                             "is on another mount than the container's root (a volume); gpubind "
@@ -969,20 +973,27 @@ private:
         return id;
     }
 
-    // Whether mount `id` is the tmpfs the runtime mounted at a path of
-    // Target::fresh_tmpfs that `p` lies in: the container's memory, no host
-    // directory behind it. What is at each such path now is looked at once.
-    bool on_fresh_tmpfs(std::uint64_t id, std::string_view p) {
+    // The mounts at Target::fresh_tmpfs's paths that are the container's own
+    // memory: a tmpfs no mount of the runtime's namespace (host_mountinfo_)
+    // shows. Looked at before anything is mounted, so nothing of ours is
+    // what a path there resolves to.
+    void find_fresh_tmpfs() {
         for (const std::string& at : target_.fresh_tmpfs) {
-            if (!(p.starts_with(at) && (p.size() == at.size() || p[at.size()] == '/'))) continue;
-            auto [mount, fresh] = fresh_tmpfs_mounts_.try_emplace(at);
-            if (fresh) {
-                Fd top = sys_.open_dir_in_root(root_->get(), at);
-                if (top && sys_.on_tmpfs(top.get())) mount->second = sys_.mount_id(top.get());
+            Fd top;
+            try {
+                top = sys_.open_dir_in_root(root_->get(), at);
+            } catch (const Error& e) {
+                logger().debug("{}: not taken as the runtime's tmpfs: {}", at, e.what());
+                continue;
             }
-            if (mount->second == id) return true;
+            if (!top) continue;
+            const auto device = sys_.tmpfs_device(top.get());
+            if (!device || mountinfo_shows_device(host_mountinfo_, device->first, device->second)) {
+                logger().debug("{}: not a tmpfs of the container's own", at);
+                continue;
+            }
+            fresh_tmpfs_.insert(sys_.mount_id(top.get()));
         }
-        return false;
     }
 
     // --- rollback ---
@@ -1073,8 +1084,8 @@ private:
     Type etc_type_ = Type::Missing, cache_type_ = Type::Missing, cache_temp_type_ = Type::Missing;
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
-    // Target::fresh_tmpfs path -> the id of the tmpfs mounted there (none: not a tmpfs).
-    std::map<std::string, std::optional<std::uint64_t>, std::less<>> fresh_tmpfs_mounts_;
+    std::string host_mountinfo_;           // the runtime's namespace's, when fresh_tmpfs asks
+    std::set<std::uint64_t> fresh_tmpfs_;  // mount ids: tmpfs of the container's own
     std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
     std::map<SharedFd, std::uint64_t> dir_mounts_;  // directory -> its mount id, asked once
     std::optional<std::string> mountinfo_;         // the container namespace's, read once

@@ -130,18 +130,41 @@ bool Spec::privileged() const {
            bounding_caps.end();
 }
 
+namespace {
+
+// Whether a tmpfs mount's option leaves it a new tmpfs: its flags and its
+// data. Any other ("bind", "rbind", "remount", "move", a propagation that
+// shares it, ...) may put something else there.
+bool fresh_tmpfs_option(std::string_view o) {
+    static constexpr std::string_view kFlags[] = {
+        "ro",        "rw",         "nosuid",      "suid",          "nodev",
+        "dev",       "noexec",     "exec",        "sync",          "async",
+        "dirsync",   "noatime",    "atime",       "nodiratime",    "diratime",
+        "relatime",  "norelatime", "strictatime", "nostrictatime", "private",
+        "rprivate",  "slave",      "rslave",      "unbindable",    "runbindable",
+        "tmpcopyup", "inode32",    "inode64",     "noswap"};
+    static constexpr std::string_view kData[] = {
+        "mode=", "size=", "nr_inodes=", "nr_blocks=", "uid=", "gid=", "huge=", "mpol="};
+    return std::find(std::begin(kFlags), std::end(kFlags), o) != std::end(kFlags) ||
+           std::any_of(std::begin(kData), std::end(kData),
+                       [&](std::string_view d) { return o.starts_with(d); });
+}
+
+}  // namespace
+
 std::vector<std::string> Spec::fresh_tmpfs() const {
     std::vector<std::string> out;
     std::vector<std::string> later;  // the destinations of the mounts after mounts[i]
     for (auto m = mounts.rbegin(); m != mounts.rend(); ++m) {
         // A relative destination is the runtime's below "/" too.
         const std::string at = normal_path("/" + m->destination);
-        const bool bind = std::any_of(m->options.begin(), m->options.end(),
-                                      [](const auto& o) { return o == "bind" || o == "rbind"; });
+        const bool fresh = m->type == "tmpfs" &&
+                           std::all_of(m->options.begin(), m->options.end(),
+                                       [](const std::string& o) { return fresh_tmpfs_option(o); });
         const bool covered = std::any_of(later.begin(), later.end(), [&](const std::string& d) {
             return at == d || d == "/" || at.starts_with(d + "/");
         });
-        if (m->type == "tmpfs" && !bind && !covered && at != "/") out.push_back(at);
+        if (fresh && !covered && at != "/") out.push_back(at);
         later.push_back(at);
     }
     return out;

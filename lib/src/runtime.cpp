@@ -62,14 +62,15 @@ void add_devices(json& linux, const Plan& plan) {
     }
 }
 
-// The destinations of the spec's mounts, normalised.
+// The destinations of the spec's mounts, normalised; a relative one below
+// "/", as the runtime takes it.
 std::vector<std::string> destinations(const json& spec) {
     std::vector<std::string> out;
     const auto mounts = spec.is_object() ? spec.find("mounts") : spec.end();
     if (mounts == spec.end() || !mounts->is_array()) return out;
     for (const auto& m : *mounts)
         if (m.is_object() && m.contains("destination") && m["destination"].is_string())
-            out.push_back(normal_path(m["destination"].get_ref<const std::string&>()));
+            out.push_back(normal_path("/" + m["destination"].get_ref<const std::string&>()));
     return out;
 }
 

@@ -595,6 +595,21 @@ bool mount_is_shared(std::string_view mountinfo, std::uint64_t id) {
     return false;
 }
 
+bool mountinfo_shows_device(std::string_view mountinfo, unsigned major, unsigned minor) {
+    const std::string want = fmt::format(" {}:{} ", major, minor);
+    while (!mountinfo.empty()) {
+        const auto end = mountinfo.find('\n');
+        const std::string_view line = mountinfo.substr(0, end);
+        mountinfo = end == std::string_view::npos ? std::string_view{} : mountinfo.substr(end + 1);
+        // "ID PARENT MAJ:MIN ...": the third field, between the second and third spaces.
+        const auto first = line.find(' ');
+        if (first == std::string_view::npos) continue;
+        const auto second = line.find(' ', first + 1);
+        if (second != std::string_view::npos && line.substr(second).starts_with(want)) return true;
+    }
+    return false;
+}
+
 namespace {
 
 // statmount(2) (Linux 6.8), not in Debian 12's headers: the request and the
@@ -667,10 +682,13 @@ std::string mountinfo_escape(const std::string& s) {
 
 }  // namespace
 
-bool LinuxSystem::on_tmpfs(int fd) {
-    struct statfs st {};
-    if (::fstatfs(fd, &st) != 0) throw_errno("statfs", "descriptor " + std::to_string(fd));
-    return st.f_type == TMPFS_MAGIC;
+std::optional<std::pair<unsigned, unsigned>> LinuxSystem::tmpfs_device(int fd) {
+    struct statfs fs {};
+    if (::fstatfs(fd, &fs) != 0) throw_errno("statfs", "descriptor " + std::to_string(fd));
+    if (fs.f_type != TMPFS_MAGIC) return std::nullopt;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw_errno("stat", "descriptor " + std::to_string(fd));
+    return std::pair{::major(st.st_dev), ::minor(st.st_dev)};
 }
 
 std::optional<bool> LinuxSystem::mount_shared(int fd) {

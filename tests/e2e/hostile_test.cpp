@@ -11,13 +11,14 @@
 // writer.
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -343,6 +344,57 @@ TEST_F(HostileTest, RunAsTheRuntimesTmpfsTakesTheSocketAsAVolumeIsRefused) {
     r = run_case(v);
     expect_refused(r, {"/run/nvidia-persistenced", "another mount"});
     EXPECT_TRUE(fs::is_empty(host));
+}
+
+// A tmpfs of the host's (as /dev/shm with --ipc=host, a secret, an
+// emptyDir of medium Memory), mounted under a temporary directory while it lives.
+class HostTmpfs {
+  public:
+    explicit HostTmpfs(fs::path dir) : dir_(std::move(dir)) {
+        fs::create_directories(dir_);
+        if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, "mode=0755") != 0)
+            throw std::runtime_error("mount tmpfs " + dir_.string());
+    }
+    ~HostTmpfs() { ::umount2(dir_.c_str(), MNT_DETACH); }
+    HostTmpfs(const HostTmpfs&) = delete;
+    HostTmpfs& operator=(const HostTmpfs&) = delete;
+    const fs::path& dir() const { return dir_; }
+
+  private:
+    fs::path dir_;
+};
+
+// A host tmpfs where the spec has the runtime mount a fresh one is not the
+// container's own, however it gets there: a later volume that the image's
+// link at /run makes the runtime mount over the fresh tmpfs, or a tmpfs
+// entry that only remounts the volume already at /run. Refused, nothing
+// written into the host's tmpfs.
+TEST_F(HostileTest, AHostTmpfsPassedOffAsTheRuntimesFreshTmpfsIsRefused) {
+    const nlohmann::json run_tmpfs = {{"destination", "/run"},
+                                      {"type", "tmpfs"},
+                                      {"source", "tmpfs"},
+                                      {"options", {"nosuid", "nodev", "mode=755"}}};
+    {
+        HostTmpfs shm(dir_.path() / "host-shm");
+        Bundle b = bundle();
+        plant_link(b.rootfs() / "run", "/dev/shm");
+        b.spec()["mounts"].push_back(run_tmpfs);
+        b.bind(shm.dir(), "/dev/shm");
+        auto r = run_case(b);
+        expect_refused(r, {"/run/nvidia-persistenced", "another mount"});
+        EXPECT_TRUE(fs::is_empty(shm.dir()));
+    }
+    {
+        HostTmpfs run(dir_.path() / "host-run");
+        Bundle b = bundle();
+        b.bind(run.dir(), "/run");
+        nlohmann::json remount = run_tmpfs;
+        remount["options"] = {"remount", "nosuid"};
+        b.spec()["mounts"].push_back(remount);
+        auto r = run_case(b);
+        expect_refused(r, {"/run/nvidia-persistenced", "another mount"});
+        EXPECT_TRUE(fs::is_empty(run.dir()));
+    }
 }
 
 // A link at a driver file's name is gpubind's to replace (issue 9): removed

@@ -183,10 +183,11 @@ TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
     }
 }
 
-// The spec's own volumes decide who mounts a driver file: under the engine's
-// /run tmpfs (where a hook may not mount) the runtime mounts the daemons'
-// sockets from the spec; the libraries and binaries, on the rootfs's own
-// mount, the finish hook mounts (a sixth of runc's time each).
+// The spec's own mounts decide who mounts a driver file: under the engine's
+// /run tmpfs (one the runtime makes: a volume there would be refused to a
+// hook) the runtime mounts the daemons' sockets from the spec; the
+// libraries and binaries, on the rootfs's own mount, the finish hook mounts
+// (a sixth of runc's time each).
 TEST_F(RuntimeTest, VolumesOverTargetsLeaveThoseMountsToTheRuntime) {
     Bundle b = bundle();
     bind_all_gpus(b);

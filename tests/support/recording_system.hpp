@@ -464,9 +464,16 @@ public:
         return id;
     }
 
-    // Not recorded: the mounts (by id) that are a tmpfs.
+    // Not recorded: the mounts (by id) that are a tmpfs, their device 0:id;
+    // host_mounts: those read_mountinfo shows (a host's tmpfs, seen from the
+    // runtime's namespace).
     std::set<std::uint64_t> tmpfs_mounts;
-    bool on_tmpfs(int fd) override { return tmpfs_mounts.contains(mount_id(fd)); }
+    std::set<std::uint64_t> host_mounts;
+    std::optional<std::pair<unsigned, unsigned>> tmpfs_device(int fd) override {
+        const std::uint64_t id = mount_id(fd);
+        if (!tmpfs_mounts.contains(id)) return std::nullopt;
+        return std::pair{0u, static_cast<unsigned>(id)};
+    }
 
     // Not recorded: a kernel with statmount answers from shared_mounts by the
     // descriptor's mount id; without it (the default) the executor reads mountinfo.
@@ -489,6 +496,9 @@ public:
             text += std::to_string(id) + " 1 0:" + std::to_string(id) + " / /m" +
                     std::to_string(id) + " rw shared:" + std::to_string(id) +
                     " - tmpfs tmpfs rw\n";
+        for (std::uint64_t id : host_mounts)
+            text += std::to_string(id) + " 1 0:" + std::to_string(id) + " / /h" +
+                    std::to_string(id) + " rw - tmpfs tmpfs rw\n";
         return text;
     }
 

@@ -170,6 +170,19 @@ TEST_F(Description, ConfigChangeIsSeen) {
     for (const auto& f : k.node.files) EXPECT_NE(f.kind, FileKind::Library) << f.name;
 }
 
+// What the node's CDI specs are made of is the config's too: a change of
+// [cdi] recomputes the description (and so know_node rewrites the specs);
+// the specs' readers' directories do not.
+TEST_F(Description, ACdiConfigChangeIsSeen) {
+    load();
+    config_.cdi.caps = kCapCompute;
+    EXPECT_TRUE(load().recomputed);
+    config_.cdi.hook = "/opt/gpubind/bin/gpubind-hook";
+    EXPECT_TRUE(load().recomputed);
+    config_.cdi.spec_dirs = {"/etc/cdi"};
+    EXPECT_FALSE(load().recomputed);
+}
+
 TEST_F(Description, WhatOnlyAnEarlierStateWatchedIsNotKept) {
     // The same state directory for a node at another root (another config):
     // the description recomputed for it watches that node's paths only; the

@@ -330,6 +330,11 @@ TEST_F(Doctor, ARelativeGpubindConfigIsAProblem) {
                    std::string(GPUBIND_CLI_PATH) + " doctor --json --root " + dir_.path().string() +
                    " --prefix " + dir_.path().string());
     expect_config_problem(out, "good.toml: GPUBIND_CONFIG is not an absolute path; refusing");
+    for (const auto& c : nlohmann::json::parse(out.text)["checks"]) {
+        if (c["name"] != "config") continue;
+        EXPECT_THAT(c["fix"].get<std::string>(),
+                    HasSubstr("give GPUBIND_CONFIG as an absolute path"));
+    }
 }
 
 // The node description and the CDI spec: missing is a warning and "not in

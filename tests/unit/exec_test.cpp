@@ -708,38 +708,55 @@ TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
 
 // A tmpfs the runtime mounted for the container (containerd's /run) takes
 // what gpubind mounts there: once the spec says so (Target::fresh_tmpfs) and
-// a tmpfs is what is there. Anything else on another mount stays refused.
+// what is there is a tmpfs that the runtime's namespace does not show.
+// Anything else on another mount stays refused: a volume of any type, a
+// host tmpfs (its mount seen in the runtime's mountinfo), something else
+// mounted under /run.
 TEST(Execute, TargetsOnATmpfsTheRuntimeMountedAreTheContainersOwn) {
     Plan plan = sample_plan();
     plan.mounts.push_back({"/host/run/nvidia-persistenced/socket",
                            "/run/nvidia-persistenced/socket", false, kLibFlags, "IPC"});
-    auto world = [&](bool tmpfs) {
+    struct Case {
+        const char* what;
+        bool given, tmpfs, on_host, nested;
+    };
+    auto world = [&](const Case& c) {
         auto sys = std::make_unique<RecordingSystem>();
+        sys->statmount = true;  // shared mounts asked of statmount: mountinfo is the host's
         setup_world(*sys, plan);
         sys->host["/host/run/nvidia-persistenced/socket"] = {FileInfo::Type::Socket, 0, 0};
         sys->root["/run"] = {FileInfo::Type::Directory, 0, 0};
         sys->mount_ids["root:/dev"] = 5;
         sys->mount_ids["root:/run"] = 7;
-        if (tmpfs) sys->tmpfs_mounts.insert(7);
+        if (c.tmpfs) sys->tmpfs_mounts.insert(7);
+        if (c.on_host) sys->host_mounts.insert(7);
+        if (c.nested) {  // a host tmpfs volume at /run/nvidia-persistenced
+            sys->root["/run/nvidia-persistenced"] = {FileInfo::Type::Directory, 0, 0};
+            sys->mount_ids["root:/run/nvidia-persistenced"] = 8;
+            sys->tmpfs_mounts.insert(8);
+            sys->host_mounts.insert(8);
+        }
         return sys;
     };
     Target fresh = target();
     fresh.fresh_tmpfs = {"/run"};
 
-    auto ok = world(true);
+    auto ok = world({"the runtime's tmpfs", true, true, false, false});
     EXPECT_NO_THROW(execute(plan, fresh, *ok));
     ASSERT_TRUE(ok->mounted.count("root:/run/nvidia-persistenced/socket"));
     EXPECT_EQ(ok->mounted.at("root:/run/nvidia-persistenced/socket").source,
               "tree:/host/run/nvidia-persistenced/socket");
+    EXPECT_EQ(ok->mountinfo_reads, 1u);  // the runtime's namespace's, once
 
-    // Not in the spec's fresh tmpfs mounts (a volume, whatever its type), or
-    // no tmpfs there now: refused, nothing made.
-    for (auto [given, tmpfs] : {std::pair{false, true}, std::pair{true, false}}) {
-        SCOPED_TRACE(std::string(given ? "given" : "not given") + (tmpfs ? ", tmpfs" : ""));
-        auto sys = world(tmpfs);
+    for (const Case& c : {Case{"not in the spec's fresh tmpfs", false, true, false, false},
+                          Case{"no tmpfs there", true, false, false, false},
+                          Case{"a host tmpfs there", true, true, true, false},
+                          Case{"a host tmpfs below it", true, true, false, true}}) {
+        SCOPED_TRACE(c.what);
+        auto sys = world(c);
         const auto before = sys->root;
         try {
-            execute(plan, given ? fresh : target(), *sys);
+            execute(plan, c.given ? fresh : target(), *sys);
             ADD_FAILURE() << "not refused";
         } catch (const Error& e) {
             EXPECT_THAT(e.what(), HasSubstr("/run/nvidia-persistenced"));

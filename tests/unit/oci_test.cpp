@@ -127,6 +127,19 @@ TEST(OciSpec, FreshTmpfsIsATmpfsMountNoLaterMountCovers) {
     EXPECT_EQ(spec({{"/run", "/host/shm", "tmpfs", {"rbind"}}}), V{});
     EXPECT_EQ(spec({{"/run", "/host/shm", "tmpfs", {"bind", "ro"}}}), V{});
     EXPECT_EQ(spec({{"/run", "/host/run", "bind", {"rbind"}}}), V{});
+    // Only a new tmpfs's options: a remount (of what is there) or an option
+    // gpubind does not know is no fresh tmpfs.
+    EXPECT_EQ(spec({{"/run", "tmpfs", "tmpfs", {"remount"}}}), V{});
+    EXPECT_EQ(spec({{"/run", "tmpfs", "tmpfs", {"nosuid", "rshared"}}}), V{});
+    EXPECT_EQ(spec({{"/run", "tmpfs", "tmpfs", {"nosuid", "X-made-up"}}}), V{});
+    EXPECT_EQ(spec({{"/run",
+                     "tmpfs",
+                     "tmpfs",
+                     {"rw", "nosuid", "nodev", "noexec", "relatime", "size=65536k", "mode=755",
+                      "uid=0", "gid=0", "tmpcopyup", "rprivate"}}}),
+              V{"/run"});
+    // A later relative destination is the runtime's below "/" too.
+    EXPECT_EQ(spec({run, {"run", "/host/run", "bind", {"rbind"}}}), V{});
     // A later mount at its path, or above it, hides it; one below does not.
     EXPECT_EQ(spec({run, {"/run/", "/host/run", "bind", {"rbind"}}}), V{});
     EXPECT_EQ(spec({{"/run/user", "tmpfs", "tmpfs", {}}, {"/run", "/h", "bind", {"rbind"}}}), V{});

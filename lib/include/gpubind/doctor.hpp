@@ -146,6 +146,7 @@ std::vector<Check> check_engines(const EnginesFacts& facts);
 struct GpubindFacts {
     std::string config_path;   // "" for the built-in defaults
     std::string config_error;  // why it does not load ("" when it does)
+    bool config_env_relative = false;  // GPUBIND_CONFIG names it by a relative path
 };
 std::vector<Check> check_gpubind(const GpubindFacts& facts);
 // What gpubind keeps for the driver state: the node description and the

@@ -27,9 +27,12 @@ struct Target {
     // host's files in its mount namespace (before its pivot_root they are
     // there), and stay in both afterwards (no way back out; the hook exits).
     bool join_user_ns = false;
-    // Where the runtime mounted a new tmpfs of the container's
-    // (oci::Spec::fresh_tmpfs): gpubind creates and mounts there as on the
-    // root's own mount, once it sees a tmpfs there. Beside these, only the
+    // Where the spec has the runtime mount a new tmpfs (oci::Spec::fresh_tmpfs).
+    // What is there when the executor enters is taken as the container's own
+    // mount, as the root's, only if it is a tmpfs that no mount of this
+    // process's (the runtime's) mount namespace shows: memory of the
+    // container's alone, not a host tmpfs (/dev/shm, a secret, an emptyDir)
+    // a volume or an image's link brought there. Beside these, only the
     // runtime's /dev and /proc.
     std::vector<std::string> fresh_tmpfs;
     // How plan.refresh_ldcache is done: gpubind writes /etc/ld.so.cache itself,

@@ -62,10 +62,12 @@ struct Spec {
     // The last value of `name` in env (later entries win, as execve sees them).
     std::optional<std::string> getenv(std::string_view name) const;
     bool privileged() const;               // CAP_SYS_ADMIN in the bounding set
-    // Where the runtime mounts a new tmpfs of the container's own (a mount
-    // of type "tmpfs" without a bind option, under no later mount at its
-    // path or above it), as normal paths: memory of the container's, no
-    // host directory behind it ("/run" of containerd's default spec).
+    // Where the spec has the runtime mount a new tmpfs (type "tmpfs", only
+    // the options of one: no bind, no remount), under no later mount at its
+    // path or above it, as normal paths ("/run" of containerd's default
+    // spec). Only candidates: the image's links can send a mount elsewhere,
+    // so the executor trusts what it finds there only as a tmpfs no mount of
+    // the runtime's namespace shows (Target::fresh_tmpfs).
     std::vector<std::string> fresh_tmpfs() const;
 };
 

@@ -63,6 +63,8 @@ std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::
 // Whether mount `id` of a /proc/<pid>/mountinfo text is shared (a "shared:N"
 // optional field); false when the id is not listed.
 bool mount_is_shared(std::string_view mountinfo, std::uint64_t id);
+// Whether a mount in `mountinfo` is of the device major:minor (its third field).
+bool mountinfo_shows_device(std::string_view mountinfo, unsigned major, unsigned minor);
 
 // What System::list_dir read of a directory.
 struct DirNames {
@@ -201,8 +203,9 @@ public:
     virtual void exchange_at(int dir_fd, const std::string& a, const std::string& b) = 0;
     // The id of the mount the descriptor's file is on (statx STATX_MNT_ID).
     virtual std::uint64_t mount_id(int fd) = 0;
-    // Whether the descriptor's file is on a tmpfs (fstatfs).
-    virtual bool on_tmpfs(int fd) = 0;
+    // The device (st_dev) of the tmpfs the descriptor's file is on; nullopt
+    // when it is on another file system (fstatfs).
+    virtual std::optional<std::pair<unsigned, unsigned>> tmpfs_device(int fd) = 0;
     // Whether the mount the descriptor's file is on propagates to peers
     // (MS_SHARED), asked of the kernel directly (statmount(2), Linux 6.8);
     // nullopt where it cannot answer (an older kernel): read_mountinfo then.
@@ -300,7 +303,7 @@ public:
     void rename_at(int dir_fd, const std::string& from, const std::string& to) override;
     void exchange_at(int dir_fd, const std::string& a, const std::string& b) override;
     std::uint64_t mount_id(int fd) override;
-    bool on_tmpfs(int fd) override;
+    std::optional<std::pair<unsigned, unsigned>> tmpfs_device(int fd) override;
     std::optional<bool> mount_shared(int fd) override;
     std::optional<std::string> cgroup_mounts(bool v1_devices) override;
     std::string read_mountinfo() override;
