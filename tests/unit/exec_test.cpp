@@ -747,6 +747,14 @@ TEST(Execute, TargetsOnATmpfsTheRuntimeMountedAreTheContainersOwn) {
     EXPECT_EQ(ok->mounted.at("root:/run/nvidia-persistenced/socket").source,
               "tree:/host/run/nvidia-persistenced/socket");
     EXPECT_EQ(ok->mountinfo_reads, 1u);  // the runtime's namespace's, once
+    // Fresh tmpfs the plan puts nothing in (the /dev every spec has is the
+    // runtime's anyway): the host's mounts are not read at all.
+    Target elsewhere = target();
+    elsewhere.fresh_tmpfs = {"/dev", "/dev/shm", "/tmp"};
+    auto quiet = world({"no fresh tmpfs taken", true, true, false, false});
+    quiet->mount_ids.erase("root:/run");
+    EXPECT_NO_THROW(execute(plan, elsewhere, *quiet));
+    EXPECT_EQ(quiet->mountinfo_reads, 0u);
 
     for (const Case& c : {Case{"not in the spec's fresh tmpfs", false, true, false, false},
                           Case{"no tmpfs there", true, false, false, false},
