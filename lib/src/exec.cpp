@@ -201,14 +201,14 @@ private:
                           "the rootfs must be an absolute path other than /");
         validate_plan();
         // What the runtime's namespace shows, to tell the container's own
-        // tmpfs from a host one: read here, before any namespace is entered,
-        // and only where a fresh tmpfs would take something of the plan
+        // tmpfs from a host one: opened here, before any namespace is
+        // entered, and only where a fresh tmpfs would take something of the plan
         // (containerd's /run; not the /dev every spec has, which is the
         // runtime's already): ~2 us per mount of the host's.
         for (const std::string& at : target_.fresh_tmpfs)
             if (!within(at, "/dev") && !within(at, "/proc") && plan_reaches(at))
                 fresh_candidates_.push_back(at);
-        if (!fresh_candidates_.empty()) host_mountinfo_ = sys_.read_mountinfo();
+        if (!fresh_candidates_.empty()) host_mountinfo_ = sys_.open_mountinfo();
 
         pidfd_ = sys_.open_process(pid);
         container_ns_ = sys_.open_mount_ns(pidfd_.get(), pid);
@@ -1007,6 +1007,8 @@ private:
     }
 
     void find_fresh_tmpfs() {
+        std::vector<std::uint64_t> ids;
+        std::vector<std::pair<unsigned, unsigned>> devices;
         for (const std::string& at : fresh_candidates_) {
             Fd top;
             try {
@@ -1017,11 +1019,23 @@ private:
             }
             if (!top) continue;
             const auto device = sys_.tmpfs_device(top.get());
-            if (!device || mountinfo_shows_device(host_mountinfo_, device->first, device->second)) {
-                logger().debug("{}: not a tmpfs of the container's own", at);
+            if (!device) {
+                logger().debug("{}: not a tmpfs", at);
                 continue;
             }
-            fresh_tmpfs_.insert(sys_.mount_id(top.get()));
+            ids.push_back(sys_.mount_id(top.get()));
+            devices.push_back(*device);
+        }
+        if (ids.empty()) return;
+        // Read after the mounts were looked at: a host mount made meanwhile
+        // is in it too.
+        const std::vector<bool> shown = sys_.mountinfo_shows(host_mountinfo_.get(), devices);
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            if (shown[i]) {
+                logger().debug("mount {}: a tmpfs the runtime's namespace shows too", ids[i]);
+                continue;
+            }
+            fresh_tmpfs_.insert(ids[i]);
         }
     }
 
@@ -1114,7 +1128,7 @@ private:
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
     std::vector<std::string> fresh_candidates_;  // Target::fresh_tmpfs the plan reaches into
-    std::string host_mountinfo_;           // the runtime's namespace's, when fresh_tmpfs asks
+    Fd host_mountinfo_;                          // the runtime's namespace's, when fresh_tmpfs asks
     std::set<std::uint64_t> fresh_tmpfs_;  // mount ids: tmpfs of the container's own
     std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
     std::map<SharedFd, std::uint64_t> dir_mounts_;  // directory -> its mount id, asked once

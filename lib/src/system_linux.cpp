@@ -595,19 +595,15 @@ bool mount_is_shared(std::string_view mountinfo, std::uint64_t id) {
     return false;
 }
 
-bool mountinfo_shows_device(std::string_view mountinfo, unsigned major, unsigned minor) {
-    const std::string want = fmt::format(" {}:{} ", major, minor);
-    while (!mountinfo.empty()) {
-        const auto end = mountinfo.find('\n');
-        const std::string_view line = mountinfo.substr(0, end);
-        mountinfo = end == std::string_view::npos ? std::string_view{} : mountinfo.substr(end + 1);
-        // "ID PARENT MAJ:MIN ...": the third field, between the second and third spaces.
-        const auto first = line.find(' ');
-        if (first == std::string_view::npos) continue;
-        const auto second = line.find(' ', first + 1);
-        if (second != std::string_view::npos && line.substr(second).starts_with(want)) return true;
-    }
-    return false;
+std::string_view mountinfo_device(std::string_view line) {
+    // "ID PARENT MAJ:MIN ...": between the second and third spaces.
+    const auto first = line.find(' ');
+    if (first == std::string_view::npos) return {};
+    const auto second = line.find(' ', first + 1);
+    if (second == std::string_view::npos) return {};
+    const auto third = line.find(' ', second + 1);
+    return line.substr(
+        second + 1, third == std::string_view::npos ? std::string_view::npos : third - second - 1);
 }
 
 namespace {
@@ -727,6 +723,47 @@ std::string LinuxSystem::read_mountinfo() {
                 : ::open(what, O_RDONLY | O_CLOEXEC));
     if (!fd) throw_errno("open", what);
     return read_fd(fd.get(), kMaxHostFile, what);
+}
+
+Fd LinuxSystem::open_mountinfo() {
+    const char* what = "/proc/thread-self/mountinfo";
+    Fd fd(proc_ ? ::openat(proc_.get(), "thread-self/mountinfo", O_RDONLY | O_CLOEXEC)
+                : ::open(what, O_RDONLY | O_CLOEXEC));
+    if (!fd) throw_errno("open", what);
+    return fd;
+}
+
+std::vector<bool> LinuxSystem::mountinfo_shows(
+    int mountinfo_fd, const std::vector<std::pair<unsigned, unsigned>>& devices) {
+    std::vector<std::string> wanted;
+    for (const auto& [major, minor] : devices) wanted.push_back(fmt::format("{}:{}", major, minor));
+    std::vector<bool> shown(devices.size(), false);
+    auto look_at = [&](std::string_view line) {
+        const std::string_view device = mountinfo_device(line);
+        for (std::size_t i = 0; i < wanted.size(); ++i)
+            if (device == wanted[i]) shown[i] = true;
+    };
+    // Line by line through one buffer: a host's mountinfo may be megabytes.
+    std::string buffer(64 * 1024, '\0');
+    std::size_t held = 0;  // the start of a line read in part
+    for (;;) {
+        if (held == buffer.size()) buffer.resize(buffer.size() * 2);  // a line that long
+        const ssize_t n = ::read(mountinfo_fd, buffer.data() + held, buffer.size() - held);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw_errno("read", "the runtime's mountinfo");
+        const std::size_t end = held + static_cast<std::size_t>(n);
+        std::string_view text(buffer.data(), end);
+        std::size_t start = 0;
+        for (std::size_t nl; (nl = text.find('\n', start)) != std::string_view::npos;
+             start = nl + 1)
+            look_at(text.substr(start, nl - start));
+        if (n == 0) {
+            if (start < end) look_at(text.substr(start));
+            return shown;
+        }
+        std::memmove(buffer.data(), buffer.data() + start, end - start);
+        held = end - start;
+    }
 }
 
 LinuxSystem::LinuxSystem() : proc_(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) {}

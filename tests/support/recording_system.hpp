@@ -475,6 +475,24 @@ public:
         return std::pair{0u, static_cast<unsigned>(id)};
     }
 
+    // Recorded ("open_mountinfo", "mountinfo_shows 0:7 ..."): host_mounts
+    // are what the runtime's namespace shows.
+    Fd open_mountinfo() override {
+        call("open_mountinfo", false);
+        return make("mountinfo");
+    }
+    std::vector<bool> mountinfo_shows(
+        int fd, const std::vector<std::pair<unsigned, unsigned>>& devices) override {
+        std::string line = "mountinfo_shows " + label(fd);
+        std::vector<bool> shown;
+        for (const auto& [major, minor] : devices) {
+            line += " " + std::to_string(major) + ":" + std::to_string(minor);
+            shown.push_back(major == 0 && host_mounts.contains(minor));
+        }
+        call(line, std::nullopt);  // any namespace: the descriptor says which it shows
+        return shown;
+    }
+
     // Not recorded: a kernel with statmount answers from shared_mounts by the
     // descriptor's mount id; without it (the default) the executor reads mountinfo.
     bool statmount = false;
@@ -496,9 +514,7 @@ public:
             text += std::to_string(id) + " 1 0:" + std::to_string(id) + " / /m" +
                     std::to_string(id) + " rw shared:" + std::to_string(id) +
                     " - tmpfs tmpfs rw\n";
-        for (std::uint64_t id : host_mounts)
-            text += std::to_string(id) + " 1 0:" + std::to_string(id) + " / /h" +
-                    std::to_string(id) + " rw - tmpfs tmpfs rw\n";
+
         return text;
     }
 

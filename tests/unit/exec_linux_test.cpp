@@ -696,6 +696,78 @@ TEST(LinuxSystemMounts, StatmountAgreesWithMountinfo) {
     }
 }
 
+// The runtime's mountinfo, opened before a setns and read after, shows the
+// opener's namespace: a tmpfs mounted only in the namespace entered is not
+// in it, one of the opener's is. Read as a stream: a file of many mounts,
+// lines across its buffer's edges, any size.
+TEST(LinuxSystemMounts, MountinfoOpenedBeforeASetnsShowsTheOpenersMounts) {
+    ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
+    test::TempDir dir("gpubind-mountinfo");
+    const fs::path own = dir / "own", other = dir / "other";
+    fs::create_directories(own);
+    fs::create_directories(other);
+    // In a child (no exception crosses the fork): it mounts a tmpfs in its
+    // own namespace, opens its mountinfo, enters a new namespace, mounts
+    // another, then asks. Exit bit 0: the first shown, 1: the second not.
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        int status = 0;
+        try {
+            if (::unshare(CLONE_NEWNS) != 0 ||
+                ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+                ::mount("tmpfs", own.c_str(), "tmpfs", 0, nullptr) != 0)
+                ::_exit(64);
+            LinuxSystem sys;
+            Fd opened = sys.open_mountinfo();
+            if (::unshare(CLONE_NEWNS) != 0 ||
+                ::mount("tmpfs", other.c_str(), "tmpfs", 0, nullptr) != 0)
+                ::_exit(65);
+            std::vector<std::pair<unsigned, unsigned>> devices;
+            for (const fs::path& p : {own, other}) {
+                Fd fd(::open(p.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+                struct stat st {};
+                if (::fstat(fd.get(), &st) != 0) ::_exit(66);
+                const auto device = sys.tmpfs_device(fd.get());
+                if (!device || *device != std::pair{::major(st.st_dev), ::minor(st.st_dev)})
+                    ::_exit(67);
+                devices.push_back(*device);
+            }
+            const auto shown = sys.mountinfo_shows(opened.get(), devices);
+            if (shown.size() == 2 && shown[0]) status |= 1;
+            if (shown.size() == 2 && !shown[1]) status |= 2;
+        } catch (...) {
+            ::_exit(68);
+        }
+        ::_exit(status);
+    }
+    int ws = 0;
+    ASSERT_EQ(::waitpid(pid, &ws, 0), pid);
+    ASSERT_TRUE(WIFEXITED(ws));
+    const int status = WEXITSTATUS(ws);
+    ASSERT_LT(status, 64) << "the child failed: " << status;
+    EXPECT_TRUE(status & 1) << "a tmpfs of the opener's namespace is not shown";
+    EXPECT_TRUE(status & 2) << "a tmpfs of the namespace entered later is shown";
+
+    // The stream: 200,000 lines (megabytes), the device asked last, one line
+    // longer than the buffer.
+    const fs::path text = dir / "mountinfo";
+    {
+        std::ofstream out(text);
+        for (int i = 0; i < 200000; ++i)
+            out << i << " 1 0:" << (i % 50) << " / /m" << i << " rw - tmpfs tmpfs rw\n";
+        out << "9 1 0:4242 / /" << std::string(100000, 'x') << " rw - tmpfs tmpfs rw\n";
+        out << "10 1 0:4343 / /last rw - tmpfs tmpfs rw";  // no newline at the end
+    }
+    LinuxSystem sys;
+    Fd fd(::open(text.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd);
+    EXPECT_EQ(sys.mountinfo_shows(fd.get(), {{0, 4242}, {0, 7}, {0, 77}, {0, 4343}, {0, 424}}),
+              (std::vector<bool>{true, true, false, true, false}));
+    EXPECT_EQ(mountinfo_device("36 35 98:0 /mnt1 /mnt2 rw - ext3 /dev/root rw"), "98:0");
+    EXPECT_EQ(mountinfo_device("36 35"), "");
+}
+
 // The usual cgroup mounts as statmount describes them locate this process's
 // device cgroup exactly where the host's whole mountinfo does.
 TEST(LinuxSystemMounts, UsualCgroupMountsLocateLikeMountinfo) {

@@ -63,8 +63,8 @@ std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::
 // Whether mount `id` of a /proc/<pid>/mountinfo text is shared (a "shared:N"
 // optional field); false when the id is not listed.
 bool mount_is_shared(std::string_view mountinfo, std::uint64_t id);
-// Whether a mount in `mountinfo` is of the device major:minor (its third field).
-bool mountinfo_shows_device(std::string_view mountinfo, unsigned major, unsigned minor);
+// The device "major:minor" of a mountinfo line (its third field; "" if none).
+std::string_view mountinfo_device(std::string_view line);
 
 // What System::list_dir read of a directory.
 struct DirNames {
@@ -220,6 +220,12 @@ public:
     // for mount_is_shared: read once per start by the executor where
     // mount_shared cannot answer (reading it costs ~2 us per mount listed).
     virtual std::string read_mountinfo() = 0;
+    // This thread's mount namespace's mountinfo opened now, to be read later
+    // (a setns meanwhile changes nothing of what it shows): which of
+    // `devices` (major:minor) a mount there is of. Read as a stream, any size.
+    virtual Fd open_mountinfo() = 0;
+    virtual std::vector<bool> mountinfo_shows(
+        int mountinfo_fd, const std::vector<std::pair<unsigned, unsigned>>& devices) = 0;
     // --- ldconfig ---
     // Runs the executable with `args` (argv[1..]), which start with "-r ROOT"
     // (ROOT a path in the current mount namespace): the program runs confined
@@ -307,6 +313,9 @@ public:
     std::optional<bool> mount_shared(int fd) override;
     std::optional<std::string> cgroup_mounts(bool v1_devices) override;
     std::string read_mountinfo() override;
+    Fd open_mountinfo() override;
+    std::vector<bool> mountinfo_shows(
+        int mountinfo_fd, const std::vector<std::pair<unsigned, unsigned>>& devices) override;
     std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                     std::chrono::milliseconds timeout) override;
     std::string run_as(const Owner& owner, int exe_fd, const std::string& what,
