@@ -14,11 +14,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -644,6 +645,24 @@ TEST(LinuxSystemRun, ConfinedToTheRootExitStatusAndTimeout) {
     EXPECT_THROW(sys.open_executable("/etc"), Error);
 }
 
+// Runs `body` in a forked child (no exception crosses the fork: one is exit
+// status 127) and returns its exit status (-1: it did not exit).
+int status_of_child(const std::function<int()>& body) {
+    const pid_t pid = ::fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int status = 127;
+        try {
+            status = body();
+        } catch (...) {
+        }
+        ::_exit(status);
+    }
+    int ws = 0;
+    if (::waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws)) return -1;
+    return WEXITSTATUS(ws);
+}
+
 // statmount(2) and the mountinfo line agree on a mount's propagation, private
 // and then shared; a kernel of 6.8 or later answers without mountinfo.
 TEST(LinuxSystemMounts, StatmountAgreesWithMountinfo) {
@@ -656,38 +675,28 @@ TEST(LinuxSystemMounts, StatmountAgreesWithMountinfo) {
     unsigned major = 0, minor = 0;
     std::sscanf(u.release, "%u.%u", &major, &minor);
     const bool kernel_has_statmount = major > 6 || (major == 6 && minor >= 8);
-    // In a child of its own mount namespace (no exception crosses the fork):
-    // exit status bit 0 = statmount answered, 1 = agreed private, 2 = agreed shared.
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-        int status = 0;
-        try {
-            if (::unshare(CLONE_NEWNS) != 0 ||
-                ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-                ::mount("tmpfs", point.c_str(), "tmpfs", 0, nullptr) != 0)
-                ::_exit(64);
-            LinuxSystem sys;
-            for (int round = 0; round < 2; ++round) {
-                if (round == 1 && ::mount(nullptr, point.c_str(), nullptr, MS_SHARED, nullptr) != 0)
-                    ::_exit(65);
-                Fd fd(::open(point.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-                const bool by_mountinfo =
-                    mount_is_shared(sys.read_mountinfo(), sys.mount_id(fd.get()));
-                const auto fast = sys.mount_shared(fd.get());
-                if (fast) status |= 1;
-                if (by_mountinfo == (round == 1) && (!fast || *fast == by_mountinfo))
-                    status |= round == 0 ? 2 : 4;
-            }
-        } catch (...) {
-            ::_exit(66);
+    // In a child of its own mount namespace: exit status bit 0 = statmount
+    // answered, 1 = agreed private, 2 = agreed shared.
+    const int status = status_of_child([&] {
+        int bits = 0;
+        if (::unshare(CLONE_NEWNS) != 0 ||
+            ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+            ::mount("tmpfs", point.c_str(), "tmpfs", 0, nullptr) != 0)
+            return 64;
+        LinuxSystem sys;
+        for (int round = 0; round < 2; ++round) {
+            if (round == 1 && ::mount(nullptr, point.c_str(), nullptr, MS_SHARED, nullptr) != 0)
+                return 65;
+            Fd fd(::open(point.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+            const bool by_mountinfo = mount_is_shared(sys.read_mountinfo(), sys.mount_id(fd.get()));
+            const auto fast = sys.mount_shared(fd.get());
+            if (fast) bits |= 1;
+            if (by_mountinfo == (round == 1) && (!fast || *fast == by_mountinfo))
+                bits |= round == 0 ? 2 : 4;
         }
-        ::_exit(status);
-    }
-    int ws = 0;
-    ASSERT_EQ(::waitpid(pid, &ws, 0), pid);
-    ASSERT_TRUE(WIFEXITED(ws));
-    const int status = WEXITSTATUS(ws);
+        return bits;
+    });
+    ASSERT_GE(status, 0);
     ASSERT_LT(status, 64) << "the child could not set up its mounts: " << status;
     EXPECT_TRUE(status & 2) << "private tmpfs: statmount and mountinfo disagree";
     EXPECT_TRUE(status & 4) << "shared tmpfs: statmount and mountinfo disagree";
@@ -706,45 +715,35 @@ TEST(LinuxSystemMounts, MountinfoOpenedBeforeASetnsShowsTheOpenersMounts) {
     const fs::path own = dir / "own", other = dir / "other";
     fs::create_directories(own);
     fs::create_directories(other);
-    // In a child (no exception crosses the fork): it mounts a tmpfs in its
-    // own namespace, opens its mountinfo, enters a new namespace, mounts
-    // another, then asks. Exit bit 0: the first shown, 1: the second not.
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-        int status = 0;
-        try {
-            if (::unshare(CLONE_NEWNS) != 0 ||
-                ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-                ::mount("tmpfs", own.c_str(), "tmpfs", 0, nullptr) != 0)
-                ::_exit(64);
-            LinuxSystem sys;
-            Fd opened = sys.open_mountinfo();
-            if (::unshare(CLONE_NEWNS) != 0 ||
-                ::mount("tmpfs", other.c_str(), "tmpfs", 0, nullptr) != 0)
-                ::_exit(65);
-            std::vector<std::pair<unsigned, unsigned>> devices;
-            for (const fs::path& p : {own, other}) {
-                Fd fd(::open(p.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-                struct stat st {};
-                if (::fstat(fd.get(), &st) != 0) ::_exit(66);
-                const auto device = sys.tmpfs_device(fd.get());
-                if (!device || *device != std::pair{::major(st.st_dev), ::minor(st.st_dev)})
-                    ::_exit(67);
-                devices.push_back(*device);
-            }
-            const auto shown = sys.mountinfo_shows(opened.get(), devices);
-            if (shown.size() == 2 && shown[0]) status |= 1;
-            if (shown.size() == 2 && !shown[1]) status |= 2;
-        } catch (...) {
-            ::_exit(68);
+    // In a child: it mounts a tmpfs in its own namespace, opens its
+    // mountinfo, enters a new namespace, mounts another, then asks. Exit
+    // status bit 0: the first shown, 1: the second not.
+    const int status = status_of_child([&] {
+        int bits = 0;
+        if (::unshare(CLONE_NEWNS) != 0 ||
+            ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+            ::mount("tmpfs", own.c_str(), "tmpfs", 0, nullptr) != 0)
+            return 64;
+        LinuxSystem sys;
+        Fd opened = sys.open_mountinfo();
+        if (::unshare(CLONE_NEWNS) != 0 ||
+            ::mount("tmpfs", other.c_str(), "tmpfs", 0, nullptr) != 0)
+            return 65;
+        std::vector<std::pair<unsigned, unsigned>> devices;
+        for (const fs::path& p : {own, other}) {
+            Fd fd(::open(p.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+            struct stat st {};
+            if (::fstat(fd.get(), &st) != 0) return 66;
+            const auto device = sys.tmpfs_device(fd.get());
+            if (!device || *device != std::pair{::major(st.st_dev), ::minor(st.st_dev)}) return 67;
+            devices.push_back(*device);
         }
-        ::_exit(status);
-    }
-    int ws = 0;
-    ASSERT_EQ(::waitpid(pid, &ws, 0), pid);
-    ASSERT_TRUE(WIFEXITED(ws));
-    const int status = WEXITSTATUS(ws);
+        const auto shown = sys.mountinfo_shows(opened.get(), devices);
+        if (shown.size() == 2 && shown[0]) bits |= 1;
+        if (shown.size() == 2 && !shown[1]) bits |= 2;
+        return bits;
+    });
+    ASSERT_GE(status, 0);
     ASSERT_LT(status, 64) << "the child failed: " << status;
     EXPECT_TRUE(status & 1) << "a tmpfs of the opener's namespace is not shown";
     EXPECT_TRUE(status & 2) << "a tmpfs of the namespace entered later is shown";
