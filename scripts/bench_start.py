@@ -5,10 +5,11 @@
 
 Writes a 4-GPU simulated node, a config naming it (cgroups on, the node
 description in WORK_DIR/state), a busybox+glibc image with its own loader
-cache, and three bundles of the same container (`/bin/true`): bare, with
+cache, and four bundles of the same container (`/bin/true`): bare, with a
+no-op prestart hook (`busybox true`: what running any hook costs runc), with
 gpubind-hook registered at prestart (NVIDIA_VISIBLE_DEVICES=all,
 compute,utility) and the same through gpubind-runtime. Each round runs the
-three once, in turn, with `runc run`, each start on a fresh copy of the image
+four once, in turn, with `runc run`, each start on a fresh copy of the image
 in a tmpfs (made outside the timing, so that no start finds an earlier one's
 files; a tmpfs because this machine's disk takes ~0.2 ms to create one empty
 file, 30 times a tmpfs, which would hide what gpubind itself costs):
@@ -113,7 +114,11 @@ def spec(env=(), hooked=False):
 
 
 gpu_env = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
-bundles = {"bare": spec(), "hook": spec(gpu_env, True), "shim": spec(gpu_env),
+# The floor any prestart hook puts under a start: runc runs `busybox true`
+# (static, does nothing) where gpubind-hook would run.
+noop = spec(gpu_env)
+noop["hooks"] = {"prestart": [{"path": busybox, "args": ["true"]}]}
+bundles = {"bare": spec(), "noop": noop, "hook": spec(gpu_env, True), "shim": spec(gpu_env),
            "hook+cuda": spec(gpu_env + ["NVIDIA_REQUIRE_CUDA=cuda>=12.0"], True)}
 for name, s in bundles.items():
     os.makedirs(f"{work}/{name}", exist_ok=True)
@@ -203,16 +208,17 @@ def change_driver_state():
     os.rename(cache + ".new", cache)
 
 
-for name in ("bare", "hook", "shim", "hook+cuda"):  # warm up; the description is made
+for name in ("bare", "noop", "hook", "shim", "hook+cuda"):  # warm up; the description is made
     for _ in range(5):
         start(name)
-times = {"bare": [], "hook": [], "shim": []}
+times = {"bare": [], "noop": [], "hook": [], "shim": []}
 for _ in range(runs):
     for name in times:
         times[name].append(start(name))
 what = "the real node" if real else "4-GPU simulated node"
 print(f"== container start, {what}, compute,utility, cgroups on ({runc})")
 base = line("runc run (bare)", times["bare"])
+line("runc run + a no-op hook (busybox true)", times["noop"], base)
 line("runc run + gpubind-hook", times["hook"], base)
 line("gpubind-runtime run", times["shim"], base)
 
@@ -224,7 +230,9 @@ def paired(label, xs, ys):
 
 
 print("-- paired within each round (what gpubind adds):")
+paired("a no-op hook minus bare (any hook's floor)", times["bare"], times["noop"])
 paired("gpubind-hook minus bare", times["bare"], times["hook"])
+paired("gpubind-hook minus the no-op hook", times["noop"], times["hook"])
 paired("gpubind-runtime minus bare", times["bare"], times["shim"])
 
 # runc's start varies by milliseconds from one run to the next: the hook's own
