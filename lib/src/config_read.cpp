@@ -111,6 +111,9 @@ private:
                                                              : absolute(node, full);
             else if (k == "ldconfig") config_.ldconfig = absolute(node, full);
             else if (k == "state-dir") config_.state_dir = absolute(node, full);
+            else if (k == "bpf-dir")
+                config_.bpf_dir = string(node, full).empty() ? std::filesystem::path()
+                                                             : absolute(node, full);
             else fail(full, "unknown key");
         }
     }

@@ -80,8 +80,8 @@ std::string ldcache_method(LdcacheMethod v) {
 }  // namespace
 
 std::string builtin_config_source(const Config& config, std::string_view text) {
-    const auto& [roots, ldcache, ldconfig, state_dir, catalog, policy, log, runtimes, cdi,
-                 source] = config;
+    const auto& [roots, ldcache, ldconfig, state_dir, bpf_dir, catalog, policy, log, runtimes,
+                 cdi, source] = config;
     const auto& [driver, dev, proc] = roots;
     const auto& [libraries, binaries, ipcs, firmware] = catalog;
     const auto& [envvar, volumes, disable_require, supported, cgroups, refused, cuda_compat,
@@ -99,8 +99,10 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
         "    return Config{\n";
     out += fmt::format("        .roots = {{.driver = {}, .dev = {}, .proc = {}}},\n",
                        path_literal(driver), path_literal(dev), path_literal(proc));
-    out += fmt::format("        .ldcache = {},\n        .ldconfig = {},\n        .state_dir = {},\n",
-                       path_literal(ldcache), path_literal(ldconfig), path_literal(state_dir));
+    out += fmt::format("        .ldcache = {},\n        .ldconfig = {},\n        .state_dir = {},\n"
+                       "        .bpf_dir = {},\n",
+                       path_literal(ldcache), path_literal(ldconfig), path_literal(state_dir),
+                       path_literal(bpf_dir));
     out += fmt::format(
         "        .catalog = {{\n"
         "            .libraries = {},\n            .binaries = {},\n"

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <concepts>
@@ -23,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "dir_entries.hpp"
+#include "gpubind/digest.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/fd.hpp"
 #include "gpubind/file.hpp"
@@ -42,56 +42,6 @@ using detail::under;
 constexpr std::string_view kSchema = "gpubind.node/3";
 // A listing deeper than this (capabilities/gpu<N>/mig/gi<G>/ci<C>) is not the driver's.
 constexpr int kMaxDepth = 5;
-
-// A 64-bit digest of content, not an authentication (the file's owner and
-// mode are that): eight bytes at a time, each word mixed in as MurmurHash3's
-// 64-bit body does, each piece's length first (so "ab","c" and "a","bc"
-// differ), finished with its finaliser.
-class Digest {
-  public:
-    Digest& add(std::string_view data) {
-        word(data.size());
-        while (data.size() >= 8) {
-            std::uint64_t w = 0;
-            std::memcpy(&w, data.data(), 8);
-            word(w);
-            data.remove_prefix(8);
-        }
-        if (!data.empty()) {
-            std::uint64_t w = 0;
-            std::memcpy(&w, data.data(), data.size());
-            word(w);
-        }
-        return *this;
-    }
-    Digest& add(std::uint64_t v) {
-        word(v);
-        return *this;
-    }
-    std::uint64_t value() const {
-        std::uint64_t h = h_;
-        h ^= h >> 33;
-        h *= 0xff51afd7ed558ccdull;
-        h ^= h >> 33;
-        h *= 0xc4ceb9fe1a85ec53ull;
-        h ^= h >> 33;
-        return h;
-    }
-
-  private:
-    void word(std::uint64_t k) {
-        k *= 0x87c37b91114253d5ull;
-        k = std::rotl(k, 31);
-        k *= 0x4cf5ad432745937full;
-        h_ ^= k;
-        h_ = std::rotl(h_, 27) * 5 + 0x52dce729;
-    }
-    std::uint64_t h_ = 0x9e3779b97f4a7c15ull;
-};
-
-std::uint64_t digest(std::string_view data) {
-    return Digest().add(data).value();
-}
 
 std::string hex(std::uint64_t v) {
     return fmt::format("{:016x}", v);
@@ -616,8 +566,9 @@ std::filesystem::path description_path(const Config& config) {
 
 std::string config_digest(const Config& c) {
     // Every field that can change what the node is, in order; a field added to
-    // Config belongs here too. Not [log]: the log's level and file change no
-    // fact of the node, so changing them does not cost a rediscovery. Each
+    // Config belongs here too. Not [log] nor bpf-dir: the log's level and file
+    // and where device programs are kept change no fact of the node, so
+    // changing them does not cost a rediscovery. Each
     // piece goes in with its length (Digest::add), so no separator is needed.
     Digest d;
     d.add(c.roots.driver.native()).add(c.roots.dev.native()).add(c.roots.proc.native());

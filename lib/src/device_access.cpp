@@ -2,16 +2,36 @@
 #include "device_access.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <set>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "gpubind/cgroup.hpp"
+#include "gpubind/digest.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/log.hpp"
 
 namespace gpubind {
 
 using std::filesystem::path;
+
+namespace {
+
+// Kept programs: at most this many; a start that would keep one more first
+// removes them all (a node needs a few: one per runtime program and GPU set).
+constexpr std::size_t kMaxKeptPrograms = 256;
+constexpr std::string_view kKeptPrefix = "dev-";
+
+// Microseconds since `since`, for the debug log (tests/gpu/check.sh reads it).
+long long us_since(std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now() - since)
+        .count();
+}
+
+}  // namespace
 
 bool refused_by_kernel(int err) {
     return err == EPERM || err == EACCES || err == EROFS || err == ENOSYS;
@@ -38,8 +58,10 @@ cgroup::DeviceCgroup DeviceAccess::locate(const std::string& proc_cgroup, const 
 }
 
 void DeviceAccess::prepare(int pidfd, pid_t pid, const std::string& who) {
+    const auto started = std::chrono::steady_clock::now();
     std::string text = sys_.read_proc(pidfd, pid, "cgroup");
     const cgroup::DeviceCgroup where = locate(text, who);
+    logger().debug("device cgroup {} located in {} us", where.dir.string(), us_since(started));
     try {
         if (where.kind == cgroup::DeviceCgroup::Kind::V1)
             prepare_v1(where.dir);
@@ -86,15 +108,74 @@ void DeviceAccess::prepare_v2(const path& dir) {
     attached_ids_ = attached.ids;
     const std::vector<bpf::DeviceRule> rules = device_rules();
     for (std::uint32_t id : attached.ids) {
+        const auto started = std::chrono::steady_clock::now();
         const std::string what = "program " + std::to_string(id) + " on " + dir.string();
         auto old_prog = std::make_shared<Fd>(sys_.open_program(id));
         std::vector<bpf::Insn> insns = sys_.program_instructions(old_prog->get());
         bpf::check_reloadable(insns, what);
-        auto new_prog = std::make_shared<Fd>(sys_.load_device_program(
-            bpf::extend_device_program(rules, insns), bpf::kProgramName));
-        logger().debug("{}: {} instructions, extended with {} device rules", what, insns.size(),
-                       rules.size());
+        const auto read = us_since(started);
+        auto new_prog =
+            std::make_shared<Fd>(device_program(bpf::extend_device_program(rules, insns)));
+        logger().debug("{}: {} instructions, extended with {} device rules (read in {} us, "
+                       "ready in {} us)",
+                       what, insns.size(), rules.size(), read, us_since(started) - read);
         swaps_.push_back({old_prog, new_prog});
+    }
+}
+
+// Loading a program makes the kernel verify and compile it (50-300 us a
+// start); a program kept from an earlier start is fetched instead (~1 us)
+// when the instructions the kernel runs for it are exactly `want` (compared
+// in full: its name is only a digest). The directory is an optimisation:
+// anything amiss with it is logged and the program loaded as without it.
+Fd DeviceAccess::device_program(const std::vector<bpf::Insn>& want) {
+    if (program_dir_.empty()) return sys_.load_device_program(want, bpf::kProgramName);
+    const std::string_view bytes(reinterpret_cast<const char*>(want.data()),
+                                 want.size() * sizeof(bpf::Insn));
+    const std::string name = fmt::format("{}{:016x}", kKeptPrefix, digest(bytes));
+    const std::string at = program_dir_ + "/" + name;
+    Fd dir;
+    try {
+        std::string why;
+        dir = sys_.open_program_dir(program_dir_, why);
+        if (!dir) {
+            logger().debug("device programs are not kept: {}", why);
+        } else if (Fd kept = sys_.open_kept_program(at)) {
+            if (sys_.program_instructions(kept.get()) == want) return kept;
+            logger().warn("kept device program {} runs other instructions than its name says; "
+                          "replacing it",
+                          at);
+            sys_.remove(dir.get(), name, false);
+        }
+    } catch (const Error& e) {
+        logger().debug("device programs are not kept: {}", e.what());
+        dir = Fd();
+    }
+    Fd prog = sys_.load_device_program(want, bpf::kProgramName);
+    if (dir) keep(dir.get(), at, prog.get(), want);
+    return prog;
+}
+
+void DeviceAccess::keep(int dir_fd, const std::string& path, int prog_fd,
+                        const std::vector<bpf::Insn>& want) {
+    try {
+        // Only a program the kernel runs as it was given can be recognised later.
+        if (sys_.program_instructions(prog_fd) != want) {
+            logger().debug("device program not kept: the kernel rewrote its instructions");
+            return;
+        }
+        const DirNames kept = sys_.list_dir(dir_fd, kMaxKeptPrograms, [](std::string_view n) {
+            return n.starts_with(kKeptPrefix);
+        });
+        if (kept.more || kept.names.size() >= kMaxKeptPrograms) {
+            for (const std::string& old : kept.names) sys_.remove(dir_fd, old, false);
+            logger().info("{}: {} kept device programs removed to keep new ones", program_dir_,
+                          kept.names.size());
+        }
+        sys_.keep_program(prog_fd, path);
+        logger().debug("device program kept as {}", path);
+    } catch (const Error& e) {  // another start keeping the same one: EEXIST
+        logger().debug("device program not kept: {}", e.what());
     }
 }
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpubind/bpf.hpp"
@@ -33,8 +34,11 @@ public:
     // undo it (run on rollback, in reverse order with the executor's other steps).
     using Record = std::function<void(const std::string& what, std::function<void()> undo)>;
 
-    DeviceAccess(System& sys, const std::vector<PlannedDevice>& devices, OnRefused on_refused)
-        : sys_(sys), devices_(devices), on_refused_(on_refused) {}
+    // `program_dir`: where device programs are kept for reuse (empty: none is).
+    DeviceAccess(System& sys, const std::vector<PlannedDevice>& devices, OnRefused on_refused,
+                 std::string program_dir = {})
+        : sys_(sys), devices_(devices), on_refused_(on_refused),
+          program_dir_(std::move(program_dir)) {}
 
     // Host side, before anything changes: locates the process's device cgroup
     // (its /proc/<pid>/cgroup through the pidfd, the host's mountinfo), reads
@@ -51,6 +55,11 @@ private:
     void prepare_v1(const std::filesystem::path& dir);
     cgroup::DeviceCgroup locate(const std::string& proc_cgroup, const std::string& who);
     void prepare_v2(const std::filesystem::path& dir);
+    // The program `want` loaded: the one kept in program_dir_ when it runs
+    // exactly `want`, else loaded now and kept there.
+    Fd device_program(const std::vector<bpf::Insn>& want);
+    void keep(int dir_fd, const std::string& path, int prog_fd,
+              const std::vector<bpf::Insn>& want);
     // Runs one step; a refusal by the kernel is an error, or with
     // on-refused = warn a warning and false.
     bool kernel_allows(const std::function<void()>& step);
@@ -58,6 +67,7 @@ private:
     System& sys_;
     const std::vector<PlannedDevice>& devices_;
     OnRefused on_refused_;
+    std::string program_dir_;
 
     // cgroup v1
     std::vector<std::string> rules_;

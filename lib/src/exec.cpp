@@ -109,7 +109,8 @@ constexpr const char* kCacheTemp = "ld.so.cache~";
 class Executor {
 public:
   Executor(const Plan& plan, const Target& target, System& sys)
-      : plan_(plan), target_(target), sys_(sys), devices_(sys, plan.devices, target.on_refused) {}
+      : plan_(plan), target_(target), sys_(sys),
+        devices_(sys, plan.devices, target.on_refused, target.bpf_dir) {}
 
   void run() {
       mark("");
@@ -1145,6 +1146,7 @@ Target make_target(const Config& config, pid_t pid, std::filesystem::path rootfs
     target.rootfs = std::move(rootfs);
     target.cgroups = config.policy.cgroups;
     target.on_refused = config.policy.on_refused;
+    target.bpf_dir = config.bpf_dir.string();
     target.ldcache = config.policy.ldcache;
     target.ldconfig = config.ldconfig;
     return target;

@@ -374,6 +374,53 @@ void LinuxSystem::replace_device_program(int cgroup_fd, int new_prog, int old_pr
     if (bpf_call(BPF_PROG_ATTACH, &attr) != 0) throw_errno("attach device program", what);
 }
 
+Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& why) {
+    auto unusable = [&](const std::string& path, const std::string& what) {
+        why = path + ": " + what;
+        return Fd();
+    };
+    const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    Fd fd(::open(dir.c_str(), flags));
+    struct statfs fs {};
+    if (!fd && errno == ENOENT) {
+        // Made only on a bpffs parent: never a directory of some other file system.
+        const std::filesystem::path parent = dir.parent_path();
+        if (::statfs(parent.c_str(), &fs) != 0) return unusable(parent, std::strerror(errno));
+        if (fs.f_type != BPF_FS_MAGIC) return unusable(parent, "not a bpffs");
+        if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+            return unusable(dir, std::string("mkdir: ") + std::strerror(errno));
+        fd = Fd(::open(dir.c_str(), flags));
+    }
+    if (!fd) return unusable(dir, std::strerror(errno));
+    struct stat st {};
+    if (::fstatfs(fd.get(), &fs) != 0 || ::fstat(fd.get(), &st) != 0)
+        return unusable(dir, std::strerror(errno));
+    if (fs.f_type != BPF_FS_MAGIC) return unusable(dir, "not on bpffs");
+    if (st.st_uid != 0 || (st.st_mode & 022) != 0)
+        return unusable(dir, fmt::format("owned by uid {}, mode {:o}: must be root's, writable "
+                                         "by no one else",
+                                         st.st_uid, st.st_mode & 07777));
+    return fd;
+}
+
+Fd LinuxSystem::open_kept_program(const std::string& path) {
+    union bpf_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.pathname = pointer(path.c_str());  // (a program is opened read-write or not at all)
+    const int fd = sys_int(bpf_call(BPF_OBJ_GET, &attr));
+    if (fd < 0 && errno == ENOENT) return Fd();
+    if (fd < 0) throw_errno("open kept device program", path);
+    return Fd(fd);
+}
+
+void LinuxSystem::keep_program(int prog_fd, const std::string& path) {
+    union bpf_attr attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.pathname = pointer(path.c_str());
+    attr.bpf_fd = static_cast<std::uint32_t>(prog_fd);
+    if (bpf_call(BPF_OBJ_PIN, &attr) != 0) throw_errno("keep device program", path);
+}
+
 void LinuxSystem::enter_mount_ns(int ns_fd) {
     if (::setns(ns_fd, CLONE_NEWNS) != 0) throw_errno("enter mount namespace");
 }

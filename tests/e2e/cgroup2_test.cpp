@@ -7,6 +7,7 @@
 // hook the same checks fail; after `runc delete` nothing of ours is left.
 // Expectations come from the simulated node's manifest.
 #include <linux/bpf.h>
+#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -183,6 +184,57 @@ TEST_F(Cgroup2E2e, HookGrantsThePlannedNodesByExtendingRuncsProgram) {
     }
     // Nothing of ours is left: the cgroup is gone, and with it our program.
     EXPECT_FALSE(fs::exists(cgroup_dir));
+    EXPECT_EQ(ours_left(), std::vector<std::uint32_t>{});
+}
+
+// Where the config's bpf-dir is on a bpffs, the device program made for the
+// first container is kept and the next container of the same kind gets that
+// very program (the same id: not loaded again); both work. It outlives the
+// containers until its bpffs goes.
+TEST_F(Cgroup2E2e, TheDeviceProgramMadeOnceIsKeptForTheNextContainers) {
+    PrivateCgroup2 v2;
+    ASSERT_EQ(v2.error(), "");
+    const fs::path bpffs = node_->bpf_dir().parent_path();
+    fs::create_directories(bpffs);
+    ASSERT_EQ(::mount("bpf", bpffs.c_str(), "bpf", 0, "mode=0700"), 0) << std::strerror(errno);
+    ASSERT_EQ(loaded_programs_named(bpf::kProgramName), std::vector<std::uint32_t>{})
+        << "a program of ours is loaded before the test";
+    LinuxSystem sys;
+    std::vector<std::uint32_t> attached;
+    {
+        Bundle a = bundle(/*with_hook=*/true), b = bundle(/*with_hook=*/true);
+        const std::string id_a = id(), id_b = id();
+        Detached first(a, id_a);
+        ASSERT_TRUE(first.created()) << first.error() << read_text(node_->log());
+        Detached second(b, id_b);
+        ASSERT_TRUE(second.created()) << second.error() << read_text(node_->log());
+        for (const std::string& cid : {id_a, id_b}) {
+            Fd cg = sys.open_cgroup_dir(fs::path("/sys/fs/cgroup") / cid);
+            const auto ids = sys.query_device_programs(cg.get()).ids;
+            ASSERT_EQ(ids.size(), 1u);
+            attached.push_back(ids[0]);
+        }
+        EXPECT_EQ(attached[0], attached[1]) << "the second container's program was loaded anew";
+        EXPECT_EQ(program_name(attached[0]), bpf::kProgramName);
+        std::vector<std::string> kept;
+        for (const auto& e : fs::directory_iterator(node_->bpf_dir()))
+            kept.push_back(e.path().filename().string());
+        ASSERT_EQ(kept.size(), 1u);
+        EXPECT_THAT(kept[0], ::testing::StartsWith("dev-"));
+        EXPECT_EQ((fs::status(node_->bpf_dir()).permissions() & fs::perms::all), fs::perms::owner_all);
+        auto [args, want] = open_check();
+        for (Detached* c : {&first, &second}) {
+            auto r = c->exec(args);
+            EXPECT_EQ(r.exit_code, 0) << r.err;
+            EXPECT_EQ(r.out, want);
+        }
+        EXPECT_THAT(read_text(node_->log()), HasSubstr("device program kept as"));
+        first.remove();
+        second.remove();
+    }
+    // Kept: loaded still, attached nowhere; gone with its bpffs.
+    EXPECT_EQ(loaded_programs_named(bpf::kProgramName), std::vector<std::uint32_t>{attached[0]});
+    ASSERT_EQ(::umount2(bpffs.c_str(), MNT_DETACH), 0) << std::strerror(errno);
     EXPECT_EQ(ours_left(), std::vector<std::uint32_t>{});
 }
 

@@ -115,6 +115,9 @@ public:
     // The config's [node] state-dir: beside the node, so that rewriting the
     // node leaves the description for the fingerprint to judge.
     const std::filesystem::path& state_dir() const { return state_dir_; }
+    // The config's [node] bpf-dir: <root>/bpf/gpubind, device programs kept
+    // only where a test mounts a bpffs at <root>/bpf (never the host's).
+    std::filesystem::path bpf_dir() const { return root() / "bpf/gpubind"; }
     // Where container starts write the node's CDI specs ([cdi] dir).
     const std::filesystem::path& cdi_dir() const { return cdi_dir_; }
     // (Re)writes the config; `extra` is appended (TOML: more tables). Unless

@@ -24,12 +24,20 @@ step() { echo; echo "== $*"; }
 # check LABEL COMMAND...: PASS when it exits 0
 check() { local label=$1; shift; if "$@"; then pass "$label"; else fail "$label (exit $?)"; fi; }
 
-rm -rf "$work" && mkdir -p "$work/state" "$work/cdi"
+umount "$work/bpf" 2>/dev/null
+rm -rf "$work" && mkdir -p "$work/state" "$work/cdi" "$work/bpf"
+# cgroup v2: the device programs kept for reuse on a bpffs of this check's own.
+bpf_dir=""
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] && mount -t bpf -o mode=0700 bpf "$work/bpf"; then
+  bpf_dir=$work/bpf/gpubind
+  trap 'umount "$work/bpf"' EXIT
+fi
 # GPU_CHECK_NODE: a simulated node to try this script on (no CUDA there)
 node=${GPU_CHECK_NODE:-}
 cat >"$work/config.toml" <<EOF
 [node]
 state-dir = "$work/state"
+bpf-dir = "$bpf_dir"
 ${node:+driver-root = \"$node\"
 dev-root = \"$node\"
 proc-root = \"$node/proc\"}
@@ -161,6 +169,9 @@ for uuid in $all_uuids; do
   check "nvidia-smi in the container lists $uuid" grep -q "(UUID: $uuid)" "$work/hook-all.out"
   check "CUDA ran a kernel on $uuid" grep -qi "$uuid: a PTX kernel ran" "$work/hook-all.out"
 done
+if [ -n "$bpf_dir" ]; then
+  check "its device program is kept for the next start" bash -c "ls '$bpf_dir' | grep -q '^dev-'"
+fi
 
 step "gpubind-hook, NVIDIA_VISIBLE_DEVICES=$first_uuid"
 bundle hook-uuid "NVIDIA_VISIBLE_DEVICES=$first_uuid" "$caps"
@@ -200,6 +211,13 @@ for line in open(sys.argv[1]):
     for part in re.findall(r"(?:timing|execution): (.*)", line):
         for name, us in re.findall(r"([a-z][a-z ,]*?) (\d+) us", part):
             fields.setdefault(name.strip(" ,"), []).append(int(us))
+    m = re.search(r"device cgroup \S+ located in (\d+) us", line)
+    if m:
+        fields.setdefault("device cgroup: located", []).append(int(m[1]))
+    m = re.search(r"\(read in (\d+) us, ready in (\d+) us\)", line)
+    if m:
+        fields.setdefault("device program: runtime's read", []).append(int(m[1]))
+        fields.setdefault("device program: ours ready", []).append(int(m[2]))
     m = re.search(r"fingerprint (\d+) us, reading and parsing (\d+) us", line)
     if m:
         fields.setdefault("description: fingerprint", []).append(int(m[1]))

@@ -7,7 +7,8 @@
 // directory inside the container root), "tree:/host/x" (a detached bind mount
 // of a host path), "tmpfs:/gpus" (a directory in the proc view tmpfs),
 // "ns:container", "ns:own", "cgroup:<file>", "pidfd", "cwd", "exe:<path>",
-// "cgroupdir:<dir>" (a cgroup v2 directory), "prog:<id>" (a device program).
+// "cgroupdir:<dir>" (a cgroup v2 directory), "prog:<id>" (a device program),
+// "progdir:<dir>" (the directory of kept device programs).
 #pragma once
 
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -86,6 +88,10 @@ public:
     std::map<std::uint32_t, std::vector<bpf::Insn>> programs;
     std::map<std::uint32_t, std::string> program_names;
     std::uint32_t next_program_id = 1000;
+    // Kept device programs (bpffs): path -> program id; what open_program_dir
+    // fails with (an errno), 0 when the directory is usable.
+    std::map<std::string, std::uint32_t> kept_programs;
+    int program_dir_errno = 0;
     bool shares_namespace = false;  // the container is in our mount namespace
     bool in_container = false;      // which mount namespace we are in
     bool in_user_ns = false;        // joined the container's user namespace (rootless)
@@ -204,6 +210,24 @@ public:
             }
         throw Error(ENOENT, "attach device program", label(old_prog), "not attached");
     }
+    Fd open_program_dir(const std::filesystem::path& dir, std::string& why) override {
+        call("open_program_dir " + dir.string(), false);
+        if (program_dir_errno) {
+            why = dir.string() + ": " + std::strerror(program_dir_errno);
+            return Fd();
+        }
+        return make("progdir:" + dir.string());
+    }
+    Fd open_kept_program(const std::string& path) override {
+        call("open_kept_program " + path, false);
+        auto it = kept_programs.find(path);
+        return it == kept_programs.end() ? Fd() : make("prog:" + std::to_string(it->second));
+    }
+    void keep_program(int prog_fd, const std::string& path) override {
+        call("keep_program " + label(prog_fd) + " " + path, false);
+        if (!kept_programs.emplace(path, id_of(prog_fd)).second)
+            throw Error(EEXIST, "keep device program", path);
+    }
     FileInfo stat_fd(int fd) override {
         std::string l = label(fd);
         call("stat_fd " + l, std::nullopt);
@@ -259,6 +283,7 @@ public:
     }
     DirNames list_dir(int dir, std::size_t max_entries, const NameFilter& keep) override {
         std::string l = label(dir);
+        if (l.starts_with("progdir:")) return list_kept(l, max_entries, keep);
         call("list_dir " + l, true);
         const std::string key = strip(l) == "/" ? "/" : strip(l) + "/";
         DirNames out;
@@ -355,6 +380,12 @@ public:
         return make(p);
     }
     void remove(int dir, const std::string& name, bool directory) override {
+        if (label(dir).starts_with("progdir:")) {
+            const std::string p = label(dir).substr(8) + "/" + name;
+            call("remove " + p, false);
+            if (!kept_programs.erase(p)) throw Error(ENOENT, "remove", p);
+            return;
+        }
         std::string p = child(dir, name);
         call(std::string("remove ") + p + (directory ? " (dir)" : ""), true);
         auto& m = model(p);
@@ -548,6 +579,24 @@ private:
                         *container ? "must run inside the container's mount namespace"
                                    : "must run in the host's mount namespace");
         if (fail_if && fail_if(index, line)) throw Error(fail_errno, "injected", line);
+    }
+
+    // list_dir of the kept programs' directory (label "progdir:<dir>").
+    DirNames list_kept(const std::string& l, std::size_t max_entries, const NameFilter& keep) {
+        call("list_dir " + l, false);
+        const std::string key = l.substr(8) + "/";
+        DirNames out;
+        std::size_t read = 0;
+        for (const auto& [path, id] : kept_programs) {
+            if (!path.starts_with(key)) continue;
+            if (++read > max_entries) {
+                out.more = true;
+                break;
+            }
+            std::string name = path.substr(key.size());
+            if (!keep || keep(name)) out.names.push_back(std::move(name));
+        }
+        return out;
     }
 
     Fd make(const std::string& what) {

@@ -9,6 +9,7 @@
 #include "config_builtin.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/error.hpp"
+#include "gpubind/exec.hpp"
 #include "gpubind/file.hpp"
 #include "temp_dir.hpp"
 
@@ -120,6 +121,19 @@ TEST(Config, LdcacheIsGpubindsWriterByDefaultOrLdconfig) {
     // [node] ldcache stays the host's cache path.
     EXPECT_EQ(parse_config("[node]\nldcache = \"/x/ld.so.cache\"\n", "t.toml").ldcache,
               "/x/ld.so.cache");
+}
+
+TEST(Config, DeviceProgramsAreKeptOnTheSystemsBpffsByDefaultOrNowhere) {
+    EXPECT_EQ(default_config().bpf_dir, "/sys/fs/bpf/gpubind");
+    EXPECT_EQ(load_config(GPUBIND_SOURCE_DIR "/config/config.toml").bpf_dir,
+              "/sys/fs/bpf/gpubind");
+    EXPECT_EQ(parse_config("[node]\nbpf-dir = \"/run/bpf/x\"\n", "t.toml").bpf_dir, "/run/bpf/x");
+    EXPECT_EQ(parse_config("[node]\nbpf-dir = \"\"\n", "t.toml").bpf_dir, "");
+    EXPECT_EQ(error_of("[node]\nbpf-dir = \"bpf\"\n"),
+              "load config test.toml: node.bpf-dir: expected an absolute path");
+    // The hook's target takes it as it is.
+    EXPECT_EQ(make_target(parse_config("[node]\nbpf-dir = \"\"\n", "t.toml"), 7, "/r").bpf_dir, "");
+    EXPECT_EQ(make_target(default_config(), 7, "/r").bpf_dir, "/sys/fs/bpf/gpubind");
 }
 
 TEST(Config, CatalogMapsFilesToCapabilities) {

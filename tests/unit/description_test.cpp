@@ -228,11 +228,13 @@ TEST_F(Description, ACatalogCapabilityChangeIsSeen) {
     EXPECT_TRUE(found) << name;
 }
 
-// The log's settings change no fact of the node: no rediscovery for them.
+// The log's settings and where device programs are kept change no fact of
+// the node: no rediscovery for them.
 TEST_F(Description, ALogSettingChangeIsNotARediscovery) {
     load();
     config_.log.level = config_.log.level == "debug" ? "info" : "debug";
     config_.log.file = (dir_ / "gpubind.log").string();
+    config_.bpf_dir = config_.bpf_dir.empty() ? "/sys/fs/bpf/other" : "";
     auto k = load();
     EXPECT_FALSE(k.recomputed) << k.why;
     EXPECT_EQ(uuids(k), manifest_uuids());

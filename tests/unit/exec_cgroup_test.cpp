@@ -221,6 +221,188 @@ TEST(ExecuteV2, FailureAtAnyStepPutsTheRuntimesProgramBack) {
     }
 }
 
+// --- device programs kept for reuse ([node] bpf-dir) ---
+
+const std::string kBpfDir = "/sys/fs/bpf/gpubind";
+
+Target keeping_target() {
+    Target t = target();
+    t.bpf_dir = kBpfDir;
+    return t;
+}
+
+std::size_t count_starting(const std::vector<std::string>& calls, const std::string& prefix) {
+    return static_cast<std::size_t>(std::count_if(
+        calls.begin(), calls.end(), [&](const std::string& l) { return starts(l, prefix); }));
+}
+
+// The next container of the same kind: the runtime attached its program
+// (the same instructions, another id) to a cgroup of the container's own.
+void next_container(RecordingSystem& sys, std::uint32_t runtime_id) {
+    sys.programs[runtime_id] = test::runtime_like_program(runtime_rules());
+    sys.device_programs = {kBpfAllowMulti, {runtime_id}};
+    sys.calls.clear();
+}
+
+TEST(ExecuteV2, AProgramKeptByAnEarlierStartIsAttachedInsteadOfLoadingItAgain) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    execute(plan, keeping_target(), sys);
+    // The first start loads it and keeps it, under a name of its instructions.
+    EXPECT_EQ(count_starting(sys.calls, "load_device_program"), 1u);
+    ASSERT_EQ(sys.kept_programs.size(), 1u);
+    const auto [path, kept_id] = *sys.kept_programs.begin();
+    EXPECT_TRUE(starts(path, kBpfDir + "/dev-")) << path;
+    EXPECT_EQ(kept_id, 1000u);
+    EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1000});
+
+    // The next containers: no load; the kept program takes the runtime's place.
+    for (std::uint32_t runtime_id : {8u, 9u}) {
+        SCOPED_TRACE(runtime_id);
+        RecordingSystem next = sys;
+        next_container(next, runtime_id);
+        const std::size_t known = next.programs.size();
+        execute(plan, keeping_target(), next);
+        EXPECT_EQ(count_starting(next.calls, "load_device_program"), 0u);
+        EXPECT_EQ(count_starting(next.calls, "keep_program"), 0u);
+        EXPECT_NE(std::find(next.calls.begin(), next.calls.end(),
+                            "replace_device_program " + kV2Label + " prog:1000 for prog:" +
+                                std::to_string(runtime_id)),
+                  next.calls.end());
+        EXPECT_EQ(next.device_programs.ids, std::vector<std::uint32_t>{1000});
+        EXPECT_EQ(next.programs.size(), known);
+        expect_extended(next.programs[1000]);
+        // Checked before use: its instructions read on the host side.
+        EXPECT_LT(index_of(next.calls, "program_instructions prog:1000"),
+                  index_of(next.calls, "enter_mount_ns ns:container"));
+    }
+
+    // Another runtime program (other rules): another program, kept beside.
+    RecordingSystem other = sys;
+    next_container(other, 8);
+    other.programs[8] = test::runtime_like_program({{bpf::kDevChar, 1, 3, 7, true}});
+    execute(plan, keeping_target(), other);
+    EXPECT_EQ(count_starting(other.calls, "load_device_program"), 1u);
+    EXPECT_EQ(other.kept_programs.size(), 2u);
+    EXPECT_EQ(other.device_programs.ids, std::vector<std::uint32_t>{1001});
+}
+
+TEST(ExecuteV2, AKeptProgramIsUsedOnlyWhenItRunsExactlyWhatWouldBeLoaded) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    execute(plan, keeping_target(), sys);
+    ASSERT_EQ(sys.kept_programs.size(), 1u);
+    const std::string path = sys.kept_programs.begin()->first;
+    // What is kept under that name runs something else (one instruction
+    // changed, say a digest collision): loaded anew, and kept in its place.
+    next_container(sys, 8);
+    sys.programs[1000].back() = bpf::Insn::make(0xb7, 0, 0, 0, 1);  // r0 = 1 at the end
+    execute(plan, keeping_target(), sys);
+    EXPECT_EQ(count_starting(sys.calls, "load_device_program"), 1u);
+    EXPECT_NE(std::find(sys.calls.begin(), sys.calls.end(), "remove " + path), sys.calls.end());
+    EXPECT_EQ(sys.kept_programs.at(path), 1001u);
+    EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1001});
+    expect_extended(sys.programs[1001]);
+}
+
+TEST(ExecuteV2, WithoutAUsableProgramDirectoryEachStartLoadsItsOwn) {
+    const Plan plan = sample_plan();
+    for (int err : {ENOTSUP, EACCES, ENOENT}) {  // not bpffs, not root's alone, no parent
+        SCOPED_TRACE(std::strerror(err));
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        setup_v2(sys);
+        sys.program_dir_errno = err;
+        execute(plan, keeping_target(), sys);
+        next_container(sys, 8);
+        execute(plan, keeping_target(), sys);
+        EXPECT_EQ(count_starting(sys.calls, "load_device_program"), 1u);
+        EXPECT_TRUE(sys.kept_programs.empty());
+        EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1001});
+        expect_extended(sys.programs[1001]);
+    }
+    // bpf-dir = "": not even looked for.
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    execute(plan, target(), sys);
+    EXPECT_EQ(count_starting(sys.calls, "open_program_dir"), 0u);
+    EXPECT_TRUE(sys.kept_programs.empty());
+}
+
+// Keeping is an optimisation: whichever of its steps fails, the container
+// gets its devices, and a program is kept only when all of them worked.
+TEST(ExecuteV2, AFailingKeepStepCostsOnlyTheReuse) {
+    const Plan plan = sample_plan();
+    for (const char* step : {"open_program_dir", "open_kept_program", "program_instructions prog:1000",
+                             "list_dir progdir:", "keep_program"}) {
+        SCOPED_TRACE(step);
+        RecordingSystem sys;
+        setup_world(sys, plan);
+        setup_v2(sys);
+        sys.fail_if = [&](std::size_t, const std::string& l) { return starts(l, step); };
+        execute(plan, keeping_target(), sys);
+        EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1000});
+        expect_extended(sys.programs[1000]);
+        EXPECT_TRUE(sys.kept_programs.empty());
+    }
+    // The kept program cannot be read at the next start: loaded anew.
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    execute(plan, keeping_target(), sys);
+    next_container(sys, 8);
+    sys.fail_if = [](std::size_t, const std::string& l) {
+        return l == "program_instructions prog:1000";
+    };
+    execute(plan, keeping_target(), sys);
+    EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1001});
+    expect_extended(sys.programs[1001]);
+}
+
+TEST(ExecuteV2, AProgramTheKernelRewroteIsNotKept) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    // The kernel shows other instructions than it was given (it rewrote some).
+    sys.fail_if = [&sys](std::size_t, const std::string& l) {
+        if (l == "program_instructions prog:1000")
+            sys.programs[1000].push_back(bpf::Insn::make(0x95, 0, 0, 0, 0));
+        return false;
+    };
+    execute(plan, keeping_target(), sys);
+    EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1000});
+    EXPECT_EQ(count_starting(sys.calls, "keep_program"), 0u);
+    EXPECT_TRUE(sys.kept_programs.empty());
+}
+
+TEST(ExecuteV2, KeptProgramsAreBounded) {
+    const Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    sys.programs[1] = test::runtime_like_program(runtime_rules());
+    for (int i = 0; i < 256; ++i)  // as many as are kept: every one goes for the new
+        sys.kept_programs[kBpfDir + "/dev-old" + std::to_string(i)] = 1;
+    sys.kept_programs[kBpfDir + "/not-ours"] = 1;
+    execute(plan, keeping_target(), sys);
+    ASSERT_EQ(sys.kept_programs.size(), 2u);
+    EXPECT_TRUE(sys.kept_programs.count(kBpfDir + "/not-ours"));
+    EXPECT_EQ(count_starting(sys.calls, "remove " + kBpfDir + "/dev-old"), 256u);
+    // Under the bound, nothing goes.
+    sys.kept_programs.erase(kBpfDir + "/not-ours");
+    next_container(sys, 8);
+    sys.programs[8] = test::runtime_like_program({{bpf::kDevChar, 1, 3, 7, true}});
+    execute(plan, keeping_target(), sys);
+    EXPECT_EQ(sys.kept_programs.size(), 2u);
+    EXPECT_EQ(count_starting(sys.calls, "remove " + kBpfDir), 0u);
+}
+
 // DeviceAccess alone: each step it takes is reported with what undoes it;
 // running those undos in reverse leaves the cgroup as it was.
 TEST(DeviceAccess, ReportsEachStepWithItsUndo) {

@@ -94,6 +94,9 @@ struct Config {
     std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, run for the container
     // Where the node description lives ([node] state-dir; description.hpp).
     std::filesystem::path state_dir = "/run/gpubind";
+    // cgroup v2: where the device programs gpubind makes are kept for reuse
+    // ([node] bpf-dir, a directory on bpffs); empty: one loaded per start.
+    std::filesystem::path bpf_dir = "/sys/fs/bpf/gpubind";
     Catalog catalog;
     Policy policy;
     LogConfig log;

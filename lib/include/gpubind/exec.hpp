@@ -22,6 +22,9 @@ struct Target {
     // When the kernel refuses a device cgroup step (EPERM, EACCES, EROFS, ENOSYS):
     // fail, or go on without the rule and log a warning.
     OnRefused on_refused = OnRefused::Fail;
+    // cgroup v2: where the device programs made are kept for reuse (a
+    // directory on bpffs, root's: [node] bpf-dir); empty: each start loads its own.
+    std::string bpf_dir;
     // Rootless (a caller without privileges over the host, the hook of a
     // rootless runtime): join the container's user namespace first, open the
     // host's files in its mount namespace (before its pivot_root they are

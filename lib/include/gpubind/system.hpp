@@ -131,6 +131,17 @@ public:
     // replaces it. `what` names the cgroup.
     virtual void replace_device_program(int cgroup_fd, int new_prog, int old_prog,
                                         unsigned flags, const std::string& what) = 0;
+    // The directory where device programs are kept (pinned) for reuse, a host
+    // path: opened O_RDONLY|O_DIRECTORY|O_NOFOLLOW, made (0700) first when it
+    // is missing. It must be a directory on bpffs, root's and writable by no
+    // one else; otherwise an empty Fd, and `why` says what it is (no
+    // exception: a node without bpffs takes this path at every start).
+    virtual Fd open_program_dir(const std::filesystem::path& dir, std::string& why) = 0;
+    // BPF_OBJ_GET of the program kept at `path` (in that directory); an
+    // empty Fd when nothing is there.
+    virtual Fd open_kept_program(const std::string& path) = 0;
+    // BPF_OBJ_PIN: keeps the program at `path` (EEXIST when something is there).
+    virtual void keep_program(int prog_fd, const std::string& path) = 0;
 
     // --- Namespace ---
     // setns(CLONE_NEWNS); the working directory then is the namespace's root.
@@ -280,6 +291,9 @@ public:
     Fd load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) override;
     void replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
                                 const std::string& what) override;
+    Fd open_program_dir(const std::filesystem::path& dir, std::string& why) override;
+    Fd open_kept_program(const std::string& path) override;
+    void keep_program(int prog_fd, const std::string& path) override;
     void enter_mount_ns(int ns_fd) override;
     void change_dir(int dir_fd) override;
     Fd open_root(const std::filesystem::path& rootfs) override;
