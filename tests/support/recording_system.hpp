@@ -283,23 +283,12 @@ public:
     }
     DirNames list_dir(int dir, std::size_t max_entries, const NameFilter& keep) override {
         std::string l = label(dir);
-        if (l.starts_with("progdir:")) return list_kept(l, max_entries, keep);
-        call("list_dir " + l, true);
-        const std::string key = strip(l) == "/" ? "/" : strip(l) + "/";
-        DirNames out;
-        std::size_t read = 0;
-        for (const auto& [k, v] : model(l)) {
-            if (k.size() <= key.size() || !k.starts_with(key) ||
-                k.find('/', key.size()) != std::string::npos)
-                continue;
-            if (++read > max_entries) {
-                out.more = true;
-                break;
-            }
-            std::string name = k.substr(key.size());
-            if (!keep || keep(name)) out.names.push_back(std::move(name));
+        if (l.starts_with("progdir:")) {  // the kept programs, host side
+            call("list_dir " + l, false);
+            return children(kept_programs, l.substr(8) + "/", max_entries, keep);
         }
-        return out;
+        call("list_dir " + l, true);
+        return children(model(l), strip(l) == "/" ? "/" : strip(l) + "/", max_entries, keep);
     }
     Fd make_dir(int dir, const std::string& name, unsigned) override {
         std::string p = child(dir, name);
@@ -581,19 +570,22 @@ private:
         if (fail_if && fail_if(index, line)) throw Error(fail_errno, "injected", line);
     }
 
-    // list_dir of the kept programs' directory (label "progdir:<dir>").
-    DirNames list_kept(const std::string& l, std::size_t max_entries, const NameFilter& keep) {
-        call("list_dir " + l, false);
-        const std::string key = l.substr(8) + "/";
+    // list_dir of a model keyed by path: the entries right below `key` ("/dir/").
+    template <class Model>
+    static DirNames children(const Model& m, const std::string& key, std::size_t max_entries,
+                             const NameFilter& keep) {
         DirNames out;
         std::size_t read = 0;
-        for (const auto& [path, id] : kept_programs) {
-            if (!path.starts_with(key)) continue;
+        for (const auto& entry : m) {
+            const std::string& k = entry.first;
+            if (k.size() <= key.size() || !k.starts_with(key) ||
+                k.find('/', key.size()) != std::string::npos)
+                continue;
             if (++read > max_entries) {
                 out.more = true;
                 break;
             }
-            std::string name = path.substr(key.size());
+            std::string name = k.substr(key.size());
             if (!keep || keep(name)) out.names.push_back(std::move(name));
         }
         return out;

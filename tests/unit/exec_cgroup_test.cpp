@@ -88,6 +88,14 @@ void setup_v2(RecordingSystem& sys, std::vector<std::uint32_t> ids = {7}) {
     sys.device_programs = {kBpfAllowMulti, ids};
 }
 
+// The sample world, the container's cgroup v2 with the runtime's program 7.
+RecordingSystem v2_world(const Plan& plan) {
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    setup_v2(sys);
+    return sys;
+}
+
 // Our rules (the sample plan's two nodes) in front of the runtime's, nothing else.
 void expect_extended(const std::vector<bpf::Insn>& prog) {
     const auto original = test::runtime_like_program(runtime_rules());
@@ -106,9 +114,7 @@ void expect_extended(const std::vector<bpf::Insn>& prog) {
 
 TEST(ExecuteV2, RuntimesProgramIsExtendedOnTheHostSideAndSwappedInTheCgroupStep) {
     Plan plan = sample_plan();
-    RecordingSystem sys;
-    setup_world(sys, plan);
-    setup_v2(sys);
+    RecordingSystem sys = v2_world(plan);
     execute(plan, target(), sys);
     const auto& c = sys.calls;
     const std::size_t enter = index_of(c, "enter_mount_ns ns:container");
@@ -158,9 +164,7 @@ TEST(ExecuteV2, EveryProgramAttachedHereIsExtendedOnceEvenWithoutMulti) {
 
     // The runtime attached another program while gpubind extended its old
     // one: without BPF_F_REPLACE the attach would replace the newer one; refused.
-    RecordingSystem raced;
-    setup_world(raced, plan);
-    setup_v2(raced);
+    RecordingSystem raced = v2_world(plan);
     raced.device_programs.attach_flags = 0;
     raced.fail_if = [&raced](std::size_t, const std::string& line) {
         if (starts(line, "load_device_program")) raced.device_programs.ids = {77};
@@ -194,18 +198,14 @@ TEST(ExecuteV2, NoProgramAttachedMeansNothingToDo) {
 
 TEST(ExecuteV2, FailureAtAnyStepPutsTheRuntimesProgramBack) {
     const Plan plan = sample_plan();
-    RecordingSystem ok;
-    setup_world(ok, plan);
-    setup_v2(ok);
+    RecordingSystem ok = v2_world(plan);
     execute(plan, target(), ok);
     const std::size_t n = ok.calls.size();
     const std::size_t swap =
         index_of(ok.calls, "replace_device_program " + kV2Label + " prog:1000 for prog:7");
     for (std::size_t k = 0; k < n; ++k) {
         SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
-        RecordingSystem sys;
-        setup_world(sys, plan);
-        setup_v2(sys);
+        RecordingSystem sys = v2_world(plan);
         const auto root_before = sys.root;
         sys.fail_at(k);
         EXPECT_THROW(execute(plan, target(), sys), Error);
@@ -246,9 +246,7 @@ void next_container(RecordingSystem& sys, std::uint32_t runtime_id) {
 
 TEST(ExecuteV2, AProgramKeptByAnEarlierStartIsAttachedInsteadOfLoadingItAgain) {
     const Plan plan = sample_plan();
-    RecordingSystem sys;
-    setup_world(sys, plan);
-    setup_v2(sys);
+    RecordingSystem sys = v2_world(plan);
     execute(plan, keeping_target(), sys);
     // The first start loads it and keeps it, under a name of its instructions.
     EXPECT_EQ(count_starting(sys.calls, "load_device_program"), 1u);
@@ -291,9 +289,7 @@ TEST(ExecuteV2, AProgramKeptByAnEarlierStartIsAttachedInsteadOfLoadingItAgain) {
 
 TEST(ExecuteV2, AKeptProgramIsUsedOnlyWhenItRunsExactlyWhatWouldBeLoaded) {
     const Plan plan = sample_plan();
-    RecordingSystem sys;
-    setup_world(sys, plan);
-    setup_v2(sys);
+    RecordingSystem sys = v2_world(plan);
     execute(plan, keeping_target(), sys);
     ASSERT_EQ(sys.kept_programs.size(), 1u);
     const std::string path = sys.kept_programs.begin()->first;
@@ -313,9 +309,7 @@ TEST(ExecuteV2, WithoutAUsableProgramDirectoryEachStartLoadsItsOwn) {
     const Plan plan = sample_plan();
     for (int err : {ENOTSUP, EACCES, ENOENT}) {  // not bpffs, not root's alone, no parent
         SCOPED_TRACE(std::strerror(err));
-        RecordingSystem sys;
-        setup_world(sys, plan);
-        setup_v2(sys);
+        RecordingSystem sys = v2_world(plan);
         sys.program_dir_errno = err;
         execute(plan, keeping_target(), sys);
         next_container(sys, 8);
@@ -326,9 +320,7 @@ TEST(ExecuteV2, WithoutAUsableProgramDirectoryEachStartLoadsItsOwn) {
         expect_extended(sys.programs[1001]);
     }
     // bpf-dir = "": not even looked for.
-    RecordingSystem sys;
-    setup_world(sys, plan);
-    setup_v2(sys);
+    RecordingSystem sys = v2_world(plan);
     execute(plan, target(), sys);
     EXPECT_EQ(count_starting(sys.calls, "open_program_dir"), 0u);
     EXPECT_TRUE(sys.kept_programs.empty());
@@ -341,9 +333,7 @@ TEST(ExecuteV2, AFailingKeepStepCostsOnlyTheReuse) {
     for (const char* step : {"open_program_dir", "open_kept_program", "program_instructions prog:1000",
                              "list_dir progdir:", "keep_program"}) {
         SCOPED_TRACE(step);
-        RecordingSystem sys;
-        setup_world(sys, plan);
-        setup_v2(sys);
+        RecordingSystem sys = v2_world(plan);
         sys.fail_if = [&](std::size_t, const std::string& l) { return starts(l, step); };
         execute(plan, keeping_target(), sys);
         EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1000});
@@ -351,9 +341,7 @@ TEST(ExecuteV2, AFailingKeepStepCostsOnlyTheReuse) {
         EXPECT_TRUE(sys.kept_programs.empty());
     }
     // The kept program cannot be read at the next start: loaded anew.
-    RecordingSystem sys;
-    setup_world(sys, plan);
-    setup_v2(sys);
+    RecordingSystem sys = v2_world(plan);
     execute(plan, keeping_target(), sys);
     next_container(sys, 8);
     sys.fail_if = [](std::size_t, const std::string& l) {
@@ -366,9 +354,7 @@ TEST(ExecuteV2, AFailingKeepStepCostsOnlyTheReuse) {
 
 TEST(ExecuteV2, AProgramTheKernelRewroteIsNotKept) {
     const Plan plan = sample_plan();
-    RecordingSystem sys;
-    setup_world(sys, plan);
-    setup_v2(sys);
+    RecordingSystem sys = v2_world(plan);
     // The kernel shows other instructions than it was given (it rewrote some).
     sys.fail_if = [&sys](std::size_t, const std::string& l) {
         if (l == "program_instructions prog:1000")
@@ -383,9 +369,7 @@ TEST(ExecuteV2, AProgramTheKernelRewroteIsNotKept) {
 
 TEST(ExecuteV2, KeptProgramsAreBounded) {
     const Plan plan = sample_plan();
-    RecordingSystem sys;
-    setup_world(sys, plan);
-    setup_v2(sys);
+    RecordingSystem sys = v2_world(plan);
     sys.programs[1] = test::runtime_like_program(runtime_rules());
     for (int i = 0; i < 256; ++i)  // as many as are kept: every one goes for the new
         sys.kept_programs[kBpfDir + "/dev-old" + std::to_string(i)] = 1;
@@ -442,9 +426,7 @@ TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
                                    "replace_device_program"}) {
         SCOPED_TRACE(step);
         for (int err : {EPERM, EACCES}) {
-            RecordingSystem sys;
-            setup_world(sys, plan);
-            setup_v2(sys);
+            RecordingSystem sys = v2_world(plan);
             sys.fail_errno = err;
             sys.fail_if = [&](std::size_t, const std::string& l) { return starts(l, step); };
             try {
@@ -459,9 +441,7 @@ TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
             EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{7});
             EXPECT_TRUE(sys.mounted.empty());
 
-            RecordingSystem warned;
-            setup_world(warned, plan);
-            setup_v2(warned);
+            RecordingSystem warned = v2_world(plan);
             warned.fail_errno = err;
             warned.fail_if = sys.fail_if;
             Target t = target();
@@ -473,9 +453,7 @@ TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
         }
     }
     // Not a refusal: an error whatever the policy.
-    RecordingSystem sys;
-    setup_world(sys, plan);
-    setup_v2(sys);
+    RecordingSystem sys = v2_world(plan);
     sys.fail_if = [](std::size_t, const std::string& l) { return starts(l, "load_device_program"); };
     Target t = target();
     t.on_refused = OnRefused::Warn;
@@ -484,9 +462,7 @@ TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
 
 TEST(ExecuteV2, ProgramsThatCannotBeReloadedAreAClearError) {
     Plan plan = sample_plan();
-    RecordingSystem sys;
-    setup_world(sys, plan);
-    setup_v2(sys);
+    RecordingSystem sys = v2_world(plan);
     sys.programs[7].insert(sys.programs[7].begin(), bpf::Insn::make(0x85, 0, 0, 0, 14));  // call
     try {
         execute(plan, target(), sys);
@@ -520,9 +496,7 @@ TEST(Execute, UsualCgroupMountsSpareTheMountinfo) {
         EXPECT_FALSE(sys.allowed.empty());
     }
     {  // A pure v2 host: the program is extended, no mountinfo.
-        RecordingSystem sys;
-        setup_world(sys, plan);
-        setup_v2(sys);
+        RecordingSystem sys = v2_world(plan);
         sys.proc_cgroup = "0::/ctr\n";
         sys.usual_cgroup_mounts = "90 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
         sys.mountinfo = "garbage";
