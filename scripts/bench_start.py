@@ -22,7 +22,10 @@ start after a driver-state change (the node's ld.so.cache rewritten before
 each), and starts on a node whose NVML sleeps 2 s in nvmlInit_v2, with and
 without NVIDIA_REQUIRE_CUDA. The hook's lifetime is also timed on an image
 the size of a CUDA runtime image's library directory (400 shared libraries
-in its loader cache, built here with cc). Run as root.
+in its loader cache, built here with cc). On a cgroup v2 host the hook keeps
+its device programs on a bpffs the bench mounts in WORK_DIR ([node]
+bpf-dir), and its lifetime is also timed with none kept (a program loaded at
+every start). Run as root.
 
 With --real, on a node with the NVIDIA driver: the node itself (all its
 GPUs) instead of a simulated one; a driver-state change is the description
@@ -53,11 +56,29 @@ if not real:
     subprocess.run([cli, "simulate", node, "--gpus", "4"], check=True, stdout=subprocess.DEVNULL)
     roots = f'driver-root = "{node}"\ndev-root = "{node}"\nproc-root = "{node}/proc"\n'
 os.makedirs(state, mode=0o755, exist_ok=True)
-with open(config, "w") as f:
-    f.write(f'[node]\n{roots}'
-            f'state-dir = "{state}"\n[policy]\ncgroups = true\n[log]\nlevel = "warn"\n'
-            f'[cdi]\ndir = "{work}/cdi"\n')
-os.chmod(config, 0o644)
+# On cgroup v2 the hook extends the runtime's device program and keeps it on
+# a bpffs for the next start ([node] bpf-dir): here the bench's own bpffs,
+# never the host's (the lifetimes below time a load at every start too).
+cgroup_v2 = subprocess.run(["stat", "-fc", "%T", "/sys/fs/cgroup"], capture_output=True,
+                           text=True).stdout.strip() == "cgroup2fs"
+bpf_dir = ""
+if cgroup_v2:
+    bpffs = f"{work}/bpf"
+    os.makedirs(bpffs, exist_ok=True)
+    if not os.path.ismount(bpffs):
+        subprocess.run(["mount", "-t", "bpf", "-o", "mode=0700", "bpf", bpffs], check=True)
+    atexit.register(lambda: subprocess.run(["umount", bpffs]))
+    bpf_dir = f"{bpffs}/gpubind"
+
+
+def write_config(path, programs_dir):
+    with open(path, "w") as f:
+        f.write(f'[node]\n{roots}state-dir = "{state}"\nbpf-dir = "{programs_dir}"\n'
+                f'[policy]\ncgroups = true\n[log]\nlevel = "warn"\n[cdi]\ndir = "{work}/cdi"\n')
+    os.chmod(path, 0o644)
+
+
+write_config(config, bpf_dir)
 
 rootfs = f"{work}/image"
 for d in ("bin", "proc", "sys", "dev", "tmp", "etc", "usr/bin", "usr/lib/x86_64-linux-gnu",
@@ -259,28 +280,12 @@ int main(int argc, char** argv) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 """)
-# On cgroup v2 the hook extends the runtime's device program: loaded at
-# every start, or kept on a bpffs and reused ([node] bpf-dir). Both timed,
-# on configs of their own (the bench's own bpffs, never the host's).
 timed = [("hook", hook, ["gpubind-hook", "prestart"], config),
          ("hook-400", hook, ["gpubind-hook", "prestart"], config),
          ("noop", busybox, ["true"], config)]
-cgroup_v2 = subprocess.run(["stat", "-fc", "%T", "/sys/fs/cgroup"], capture_output=True,
-                           text=True).stdout.strip() == "cgroup2fs"
-if cgroup_v2:
-    bpffs = f"{work}/bpf"
-    os.makedirs(bpffs, exist_ok=True)
-    if not os.path.ismount(bpffs):
-        subprocess.run(["mount", "-t", "bpf", "-o", "mode=0700", "bpf", bpffs], check=True)
-    atexit.register(lambda: subprocess.run(["umount", bpffs]))
-    with open(config) as f:
-        text = f.read()
-    for name, where in (("loaded", ""), ("kept", f"{bpffs}/gpubind")):
-        with open(f"{work}/config-{name}.toml", "w") as f:
-            f.write(text.replace("[node]\n", f'[node]\nbpf-dir = "{where}"\n', 1))
-        os.chmod(f"{work}/config-{name}.toml", 0o644)
-        timed.append((f"hook-{name}", hook, ["gpubind-hook", "prestart"],
-                      f"{work}/config-{name}.toml"))
+if cgroup_v2:  # the same hook with no program kept: loaded at every start
+    write_config(f"{work}/config-loaded.toml", "")
+    timed.append(("hook-loaded", hook, ["gpubind-hook", "prestart"], f"{work}/config-loaded.toml"))
 lifetimes = {}
 for name, target, args, hook_config in timed:
     log = f"{work}/{name}-lifetime.log"
@@ -305,8 +310,8 @@ for name, log in lifetimes.items():
         life[name] = [float(x) / 1e3 for x in f]
     line({"hook": "gpubind-hook", "hook-400": "gpubind-hook, image of 400 libraries",
           "noop": "busybox true (any hook)",
-          "hook-loaded": "gpubind-hook, device program loaded (v2)",
-          "hook-kept": "gpubind-hook, device program kept (v2)"}[name], life[name])
+          "hook-loaded": "gpubind-hook, program loaded each start (v2)"}[name],
+         life[name])
 print(f"{'gpubind-hook beyond any hook':<44} median {statistics.median(life['hook']) - statistics.median(life['noop']):7.2f} ms")
 
 # gpubind-runtime's own work at `create`, with /bin/true as the real runtime:

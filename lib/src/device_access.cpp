@@ -12,6 +12,7 @@
 #include "gpubind/digest.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/log.hpp"
+#include "gpubind/strings.hpp"
 
 namespace gpubind {
 
@@ -130,22 +131,25 @@ void DeviceAccess::prepare_v2(const path& dir) {
 // anything amiss with it is logged and the program loaded as without it.
 Fd DeviceAccess::device_program(const std::vector<bpf::Insn>& want) {
     if (program_dir_.empty()) return sys_.load_device_program(want, bpf::kProgramName);
-    const std::string_view bytes(reinterpret_cast<const char*>(want.data()),
-                                 want.size() * sizeof(bpf::Insn));
-    const std::string name = fmt::format("{}{:016x}", kKeptPrefix, digest(bytes));
-    const std::string at = program_dir_ + "/" + name;
     Fd dir;
+    std::string name, at;  // named only where it can be kept
     try {
         std::string why;
         dir = sys_.open_program_dir(program_dir_, why);
         if (!dir) {
             logger().debug("device programs are not kept: {}", why);
-        } else if (Fd kept = sys_.open_kept_program(at)) {
-            if (sys_.program_instructions(kept.get()) == want) return kept;
-            logger().warn("kept device program {} runs other instructions than its name says; "
-                          "replacing it",
-                          at);
-            sys_.remove(dir.get(), name, false);
+        } else {
+            const std::string_view bytes(reinterpret_cast<const char*>(want.data()),
+                                         want.size() * sizeof(bpf::Insn));
+            name = fmt::format("{}{:016x}", kKeptPrefix, digest(bytes));
+            at = join_path(program_dir_, name);
+            if (Fd kept = sys_.open_kept_program(at)) {
+                if (sys_.program_instructions(kept.get()) == want) return kept;
+                logger().warn("kept device program {} runs other instructions than its name "
+                              "says; replacing it",
+                              at);
+                sys_.remove(dir.get(), name, false);
+            }
         }
     } catch (const Error& e) {
         logger().debug("device programs are not kept: {}", e.what());
