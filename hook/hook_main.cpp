@@ -2,11 +2,11 @@
 // reads the container's state on stdin and its spec from the bundle, and
 // gives a GPU container its devices and driver files. A non-GPU container is
 // left alone; poststop does nothing. One line on stderr says why it failed.
-// A spec gpubind-runtime edited (runtime::marked) already has the devices and
-// the mounts its volumes cover: the hook that edit registers ("finish" stage)
-// does only the rest (runtime::finish_plan), any other registration nothing. The "cdi" stage is the createRuntime
-// hook of gpubind's CDI spec (cdi.hpp): the GPUs are those the engine put in
-// the spec's linux.devices.
+// A spec gpubind-runtime edited (runtime::marked) already has the devices:
+// the hook that edit registers ("finish" stage) does the rest
+// (runtime::edited_finish_plan), any other registration nothing. The "cdi" stage is the
+// createRuntime hook of gpubind's CDI spec (cdi.hpp): the GPUs are those the engine put in the
+// spec's linux.devices.
 #include <unistd.h>
 
 #include <algorithm>
@@ -160,8 +160,8 @@ int run(const std::string& stage, bool inherited) {
         logger().debug("{}: nothing to do", decision.reason);
         return kExitOk;
     }
-    const Plan plan = finish ? runtime::finish_plan(std::move(decision.plan), *spec.doc)
-                             : std::move(decision.plan);
+    const Plan plan =
+        finish ? runtime::edited_finish_plan(std::move(decision.plan)) : std::move(decision.plan);
     logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
                   plan.mounts.size(), plan.symlinks.size());
     configure(plan, state, spec, config, deadline, times);

@@ -9,6 +9,7 @@
 // volume mounts) are applied from the node's CDI specs first. A failure is reported
 // (stderr, the configured log, the engine's --log) and nothing is executed, so
 // no container is created half-configured.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -247,19 +248,19 @@ fs::path find_runtime(const Config& config) {
 // create/run of a GPU container: the spec edited and written back in place.
 // CDI devices the container names (annotations, NVIDIA_VISIBLE_DEVICES, volume
 // mounts) are applied from the node's CDI specs first, then gpubind's own
-// request is read from the result.
+// request is read from the result. The document is copied only to be
+// changed: a spec without a request is read and left alone.
 void edit_bundle(const Args& args, const Config& config) {
     oci::Spec spec = oci::load_spec(args.bundle);
     if (runtime::marked(*spec.doc)) {
         logger().debug("{}: already edited by gpubind-runtime", args.id);
         return;
     }
-    nlohmann::json edited = *spec.doc;
     bool changed = false;
     std::optional<NodeKnowledge> known;
     const auto& annotations = spec.doc->value("annotations", nlohmann::json::object());
     if (!annotations.is_object() || !annotations.contains(cdi::kAppliedAnnotation)) {
-        const cdi::Requests requests = cdi::read_requests(spec, config.policy);
+        const cdi::Requests requests = cdi::read_requests(spec, config);
         if (!requests.devices.empty()) {
             // The node known first: after a driver upgrade or a MIG change
             // know_node rewrites the node's own specs, which would name what
@@ -272,16 +273,17 @@ void edit_bundle(const Args& args, const Config& config) {
             } catch (const std::exception& e) {
                 logger().warn("the node not known before its CDI specs are applied: {}", e.what());
             }
-            edited = cdi::apply(std::move(edited), requests.devices,
-                                cdi::load_specs(config.cdi.spec_dirs));
+            spec = oci::parse_spec_document(cdi::apply(nlohmann::json(*spec.doc), requests.devices,
+                                                       cdi::load_specs(config.cdi.spec_dirs)),
+                                            args.bundle);
             changed = true;
             logger().info("{}: {}: {} CDI devices applied", args.id, requests.source,
                           requests.devices.size());
-            spec = oci::parse_spec_document(edited, args.bundle);
         }
     }
     const Decision decision =
         known ? decide(spec, config, std::move(*known)) : decide(spec, config);
+    std::optional<nlohmann::json> edited;
     if (decision.gpu_container()) {
         runtime::FinishHook hook;
         hook.path = self_exe().parent_path() / "gpubind-hook";
@@ -289,29 +291,32 @@ void edit_bundle(const Args& args, const Config& config) {
         hook.env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         if (!config.source.empty())
             hook.env.push_back(std::string(kConfigEnv) + "=" + fs::absolute(config.source).string());
-        const std::size_t mounts_before = edited.value("mounts", nlohmann::json::array()).size();
-        edited = runtime::edit_spec(edited, decision.plan, hook);
+        edited = runtime::edit_spec(nlohmann::json(*spec.doc), spec, decision.plan, hook);
         changed = true;
-        logger().info("{}: {}: {} devices and {} of {} mounts in the spec", args.id,
-                      decision.reason, decision.plan.devices.size(),
-                      edited["mounts"].size() - mounts_before, decision.plan.mounts.size());
+        logger().info("{}: {}: {} devices in the spec, {} mounts for the finish hook", args.id,
+                      decision.reason, decision.plan.devices.size(), decision.plan.mounts.size());
     } else {
         logger().debug("{}: {}: nothing to do", args.id, decision.reason);
     }
     if (!changed) return;
     const fs::path file = args.bundle / "config.json";
+    // The file's mode kept, read from what is there: never through a link.
     struct stat st {};
-    if (::stat(file.c_str(), &st) != 0) throw_errno("stat", file.string());
+    if (::fstatat(AT_FDCWD, file.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        throw_errno("stat", file.string());
+    if (!S_ISREG(st.st_mode))
+        throw Error(ErrorKind::Invalid, EINVAL, "edit spec", file.string(),
+                    "is not a regular file; refusing to replace it");
     const auto mode = static_cast<unsigned>(st.st_mode & 07777);
     // As big as the hook will read it (CDI edits add to it).
-    const std::string text = edited.dump();
+    const std::string text = (edited ? *edited : *spec.doc).dump();
     if (text.size() > oci::kMaxSpecSize)
         throw Error(ErrorKind::Invalid, EFBIG, "edit spec", file.string(),
                     fmt::format("{} bytes once edited, larger than the limit of {} bytes",
                                 text.size(), oci::kMaxSpecSize));
-    // Read by the runtime at once, useless after a crash: no fsync.
+    // Read by the runtime at once, useless after a crash: no fsync. The mode
+    // is set on the new file's descriptor, past the umask.
     write_file_atomic(file, text, mode, false);
-    if (::chmod(file.c_str(), mode) != 0) throw_errno("chmod", file.string());  // past the umask
 }
 
 [[noreturn]] void exec_runtime(const fs::path& runtime, int argc, char** argv) {

@@ -87,10 +87,6 @@ json with_version(json spec) {
     return spec;
 }
 
-std::string vendor_of(std::string_view kind) {
-    return std::string(kind.substr(0, kind.find('/')));
-}
-
 }  // namespace
 
 Image image_for(const Node& node, Image image) {
@@ -161,7 +157,8 @@ std::optional<json> imex_spec(const Node& node, const Config& config) {
     for (const auto& channel : node.imex_channels)
         add_device(devices, std::to_string(channel.minor), {&channel});
     return with_version(
-        {{"kind", vendor_of(config.cdi.kind) + "/" + std::string(kImexClass)}, {"devices", devices}});
+        {{"kind", std::string(vendor_of(config.cdi.kind)) + "/" + std::string(kImexClass)},
+         {"devices", devices}});
 }
 
 std::string serialize(const json& spec, Format format) {
@@ -190,8 +187,9 @@ namespace {
 // The files refresh() writes: the GPU spec, the IMEX spec.
 std::pair<fs::path, fs::path> spec_files(const Config& config) {
     const fs::path& dir = config.cdi.dir;
-    return {dir / file_name(config.cdi.kind),
-            dir / file_name(vendor_of(config.cdi.kind) + "/" + std::string(kImexClass))};
+    return {
+        dir / file_name(config.cdi.kind),
+        dir / file_name(std::string(vendor_of(config.cdi.kind)) + "/" + std::string(kImexClass))};
 }
 
 // Removes `file`; whether it was there.

@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -34,25 +36,59 @@ using nlohmann::json;
 constexpr std::string_view kAnnotationPrefix = "cdi.k8s.io/";
 constexpr std::string_view kCdiMountDir = "/var/run/nvidia-container-devices/cdi";
 
-void add_unique(std::vector<std::string>& list, std::string item) {
-    if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(std::move(item));
-}
+// The CDI names a container asks for, each once in the order first given,
+// each checked against who may name what.
+class Names {
+  public:
+    Names(std::string where, bool privileged, std::vector<std::string> vendors)
+        : where_(std::move(where)), privileged_(privileged), vendors_(std::move(vendors)) {}
 
-// Each field of a comma list, each a valid qualified name.
-void add_names(std::vector<std::string>& out, std::string_view list, const std::string& where,
-               const std::string& what) {
-    for (auto field : split(list, ',')) {
-        field = trim(field);
-        if (field.empty()) continue;
-        auto q = parse_qualified(field);
-        if (!q)
-            throw_invalid("read CDI request", where,
-                          fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)",
-                                      what, std::string(field)));
-        add_unique(out, q->text());
+    // Each field of a comma list (`what`: where it came from), each a valid
+    // qualified name; `any_vendor`: whether the list may name other vendors'
+    // devices than the configured ones.
+    void add(std::vector<std::string>& out, std::string_view list, const std::string& what,
+             bool any_vendor) {
+        for (auto field : split(list, ',')) {
+            field = trim(field);
+            if (field.empty()) continue;
+            // Counted before they are told apart: a list of a million copies
+            // of one name costs no more than one of distinct names.
+            if (++fields_ > kMaxRequestNames)
+                throw Error(ErrorKind::Invalid, E2BIG, "read CDI request", where_,
+                            fmt::format("more than {} CDI device names asked for; refused",
+                                        kMaxRequestNames));
+            auto q = parse_qualified(field);
+            if (!q)
+                throw_invalid("read CDI request", where_,
+                              fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)",
+                                          what, std::string(field)));
+            const std::string_view vendor = vendor_of(q->kind);
+            if (!any_vendor &&
+                std::find(vendors_.begin(), vendors_.end(), vendor) == vendors_.end())
+                throw Error(ECANCELED, "refuse request", where_,
+                            fmt::format("{} names {}, a device of vendor {}; {} may name only "
+                                        "devices of {} ([policy] cdi-vendors)",
+                                        what, q->text(), std::string(vendor),
+                                        privileged_ ? "it" : "a container without CAP_SYS_ADMIN",
+                                        join(vendors_, ", ")));
+            std::string name = q->text();
+            if (seen_.insert(name).second) out.push_back(std::move(name));
+        }
     }
-}
 
+  private:
+    static std::string join(const std::vector<std::string>& list, std::string_view sep) {
+        std::string out;
+        for (const auto& s : list) out += (out.empty() ? "" : std::string(sep)) + s;
+        return out;
+    }
+
+    std::string where_;
+    bool privileged_;
+    std::vector<std::string> vendors_;
+    std::size_t fields_ = 0;
+    std::unordered_set<std::string> seen_;
+};
 
 bool non_empty(const json& obj, const char* key) {
     auto it = obj.find(key);
@@ -260,15 +296,21 @@ json complete_node(json d, const std::string& device) {
     return d;
 }
 
-// The edits of the requested devices gathered, checked against each other.
+// The edits of the requested devices gathered, checked against each other;
+// each kind of edit indexed by what two edits may not differ in.
 struct Gathered {
     std::vector<std::string> env;
-    std::vector<std::pair<json, std::string>> nodes;   // node, device name
-    std::vector<std::string> node_paths;               // nodes[i]'s path, normal
+    std::unordered_map<std::string, std::size_t> env_at;   // name -> env[i]
+    std::vector<std::pair<json, std::string>> nodes;       // node, device name
+    std::vector<std::string> node_paths;                   // nodes[i]'s path, normal
+    std::unordered_map<std::string, std::size_t> node_at;  // node_paths[i] -> i
     std::vector<std::pair<json, std::string>> mounts;
     std::vector<std::string> mount_paths;  // mounts[i]'s containerPath, normal
+    std::unordered_map<std::string, std::size_t> mount_at;
     std::vector<json> hooks;
+    std::unordered_set<std::string> hook_texts;  // hooks, dumped
     std::vector<std::uint32_t> gids;
+    std::unordered_set<std::uint32_t> gid_set;
 };
 
 void gather(Gathered& g, const json& edits, const std::string& device) {
@@ -276,59 +318,64 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
     if (edits.contains("env"))
         for (const auto& e : edits["env"]) {
             const std::string entry = e.get<std::string>();
-            bool same = false;
-            for (const auto& have : g.env) {
-                if (env_name(have) != env_name(entry)) continue;
-                if (have != entry)
-                    throw Error(EEXIST, "apply CDI device", device,
-                                fmt::format("conflict: {} and {} set by the requested devices", have, entry));
-                same = true;
+            const auto [at, added] = g.env_at.try_emplace(env_name(entry), g.env.size());
+            if (added) {
+                g.env.push_back(entry);
+            } else if (g.env[at->second] != entry) {
+                throw Error(EEXIST, "apply CDI device", device,
+                            fmt::format("conflict: {} and {} set by the requested devices",
+                                        g.env[at->second], entry));
             }
-            if (!same) g.env.push_back(entry);
         }
     if (edits.contains("deviceNodes"))
         for (const auto& d : edits["deviceNodes"]) {
             json node = complete_node(d, device);
             std::string path = normal(node["path"]);
-            bool same = false;
-            for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-                const auto& [have, who] = g.nodes[i];
-                if (g.node_paths[i] != path) continue;
+            const auto [at, added] = g.node_at.try_emplace(path, g.nodes.size());
+            if (!added) {
+                const auto& [have, who] = g.nodes[at->second];
                 if (have.value("hostPath", have["path"].get<std::string>()) != node.value("hostPath", node["path"].get<std::string>()) ||
                     have.value("type", "") != node.value("type", "") || have.value("major", 0u) != node.value("major", 0u) ||
                     have.value("minor", 0u) != node.value("minor", 0u))
                     throw Error(EEXIST, "apply CDI device", device,
                                 fmt::format("conflict: device {} differs from {}'s", node["path"].get<std::string>(), who));
-                same = true;
+                continue;
             }
-            if (same) continue;
             g.nodes.emplace_back(std::move(node), device);
             g.node_paths.push_back(std::move(path));
         }
     if (edits.contains("mounts"))
         for (const auto& m : edits["mounts"]) {
             std::string path = normal(m["containerPath"]);
-            bool same = false;
-            for (std::size_t i = 0; i < g.mounts.size(); ++i) {
-                const auto& [have, who] = g.mounts[i];
-                if (g.mount_paths[i] != path) continue;
+            const auto [at, added] = g.mount_at.try_emplace(path, g.mounts.size());
+            if (!added) {
+                const auto& [have, who] = g.mounts[at->second];
                 if (have != m)
                     throw Error(EEXIST, "apply CDI device", device,
                                 fmt::format("conflict: mount at {} differs from {}'s", m["containerPath"].get<std::string>(), who));
-                same = true;
+                continue;
             }
-            if (same) continue;
             g.mounts.emplace_back(m, device);
             g.mount_paths.push_back(std::move(path));
         }
     if (edits.contains("hooks"))
         for (const auto& h : edits["hooks"])
-            if (std::find(g.hooks.begin(), g.hooks.end(), h) == g.hooks.end()) g.hooks.push_back(h);
+            if (g.hook_texts.insert(h.dump()).second) g.hooks.push_back(h);
     if (edits.contains("additionalGids"))
         for (const auto& gid : edits["additionalGids"]) {
             const auto v = gid.get<std::uint32_t>();
-            if (v != 0 && std::find(g.gids.begin(), g.gids.end(), v) == g.gids.end()) g.gids.push_back(v);
+            if (v != 0 && g.gid_set.insert(v).second) g.gids.push_back(v);
         }
+}
+
+// The positions of a JSON list's entries by a key of each (entries without
+// one are not indexed).
+template <typename Key>
+std::unordered_map<std::string, std::vector<std::size_t>> index_by(const json& list, Key&& key) {
+    std::unordered_map<std::string, std::vector<std::size_t>> out;
+    for (std::size_t i = 0; i < list.size(); ++i)
+        if (auto k = key(list[i])) out[*k].push_back(i);
+    return out;
 }
 
 // The number of parts of a normal path ("/" and "": none).
@@ -425,17 +472,32 @@ std::vector<std::string> device_names(const json& spec) {
     return out;
 }
 
-Requests read_requests(const oci::Spec& spec, const Policy& policy) {
+Requests read_requests(const oci::Spec& spec, const Config& config) {
+    const Policy& policy = config.policy;
     Requests out;
     const std::string where = (spec.bundle / "config.json").string();
+    const bool privileged = spec.privileged();
+    Names names(where, privileged,
+                policy.cdi_vendors.empty()
+                    ? std::vector<std::string>{std::string(vendor_of(config.cdi.kind))}
+                    : policy.cdi_vendors);
     std::vector<std::string> sources;
     // Annotations: the device plugin's cdi-annotations strategy, CRI's CDI field.
     if (spec.doc && spec.doc->is_object() && spec.doc->contains("annotations") &&
         (*spec.doc)["annotations"].is_object())
         for (const auto& [key, value] : (*spec.doc)["annotations"].items()) {
             if (!key.starts_with(kAnnotationPrefix) || !value.is_string()) continue;
-            add_names(out.devices, value.get_ref<const std::string&>(), where, "annotation " + key);
-            sources.push_back("annotation " + key);
+            const std::string what = "annotation " + key;
+            const std::string& list = value.get_ref<const std::string&>();
+            if (!privileged && !policy.accept_cdi_annotations_unprivileged &&
+                list.find_first_not_of(" \t,") != std::string::npos)
+                throw Error(ECANCELED, "refuse request", spec.bundle.string(),
+                            what +
+                                " names CDI devices, but the container is not privileged (no "
+                                "CAP_SYS_ADMIN) and policy accept-cdi-annotations-unprivileged "
+                                "is off");
+            names.add(out.devices, list, what, privileged);
+            sources.push_back(what);
         }
     // Volume mounts: /var/run/nvidia-container-devices/cdi/<vendor>/<class>/<name>.
     std::vector<std::string> mounted;
@@ -451,12 +513,20 @@ Requests read_requests(const oci::Spec& spec, const Policy& policy) {
             throw_invalid("read CDI request", where,
                           fmt::format("mounts[{}].destination {}: not {}/<vendor>/<class>/<name>", i,
                                       m.destination, kCdiMountDir));
-        add_names(mounted, parts[0] + "/" + parts[1] + "=" + parts[2], where,
-                  fmt::format("mounts[{}].destination", i));
+        const std::string name = parts[0] + "/" + parts[1] + "=" + parts[2];
+        const std::string what = fmt::format("mounts[{}].destination", i);
+        if (policy.accept_volume_mounts) {
+            names.add(out.devices, name, what, privileged);
+        } else if (!parse_qualified(name)) {
+            throw_invalid(
+                "read CDI request", where,
+                fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)", what, name));
+        }
+        if (mounted.empty() && policy.accept_volume_mounts) sources.push_back("volume mounts");
+        mounted.push_back(m.destination);
     }
     if (!mounted.empty() && policy.accept_volume_mounts) {
-        for (auto& n : mounted) add_unique(out.devices, std::move(n));
-        sources.push_back("volume mounts");
+        // The mounts replace the variable.
     } else {
         if (!mounted.empty())
             logger().warn("{}: ignoring the CDI device mounts under {}: policy does not accept them",
@@ -472,11 +542,13 @@ Requests read_requests(const oci::Spec& spec, const Policy& policy) {
                 throw_invalid("read CDI request", where,
                               "NVIDIA_VISIBLE_DEVICES mixes CDI names and device ids: '" + *visible + "'");
             if (cdi) {
-                if (!spec.privileged() && !policy.accept_envvar_unprivileged)
+                if (!privileged && !policy.accept_envvar_unprivileged)
                     throw Error(ECANCELED, "refuse request", spec.bundle.string(),
                                 "NVIDIA_VISIBLE_DEVICES names CDI devices, but the container is not "
                                 "privileged (no CAP_SYS_ADMIN) and policy accept_envvar_unprivileged is off");
-                add_names(out.devices, *visible, where, "NVIDIA_VISIBLE_DEVICES");
+                // NVIDIA's variable names NVIDIA's devices (the configured
+                // vendors), whoever sets it.
+                names.add(out.devices, *visible, "NVIDIA_VISIBLE_DEVICES", false);
                 sources.push_back("NVIDIA_VISIBLE_DEVICES");
             }
         }
@@ -520,6 +592,9 @@ json parse_spec(std::string_view text, bool yaml_text, const std::string& what) 
     if (yaml_text) {
         doc = yaml::parse(text, what);
     } else {
+        if (!json_depth_within(text, oci::kMaxJsonDepth))
+            throw_invalid("read CDI spec", what,
+                          fmt::format("nested deeper than {} levels", oci::kMaxJsonDepth));
         try {
             doc = json::parse(text);
         } catch (const json::exception& e) {
@@ -567,6 +642,17 @@ Registry load_specs(const std::vector<fs::path>& dirs) {
 
 json apply(json spec, const std::vector<std::string>& devices, const Registry& registry) {
     if (!spec.is_object()) throw_invalid("apply CDI device", "config.json", "is not a JSON object");
+    if (devices.size() > kMaxRequestNames)
+        throw Error(
+            ErrorKind::Invalid, E2BIG, "apply CDI device", "config.json",
+            fmt::format("{} CDI devices, more than {}; refused", devices.size(), kMaxRequestNames));
+    // Every device of every spec by its qualified name, once: a request of
+    // many names costs a lookup each, not a pass over the node's specs.
+    std::unordered_map<std::string, std::vector<std::pair<const LoadedSpec*, const json*>>> defined;
+    for (const auto& s : registry.specs)
+        for (const auto& d : s.spec["devices"])
+            defined[s.spec["kind"].get<std::string>() + "=" + d["name"].get<std::string>()]
+                .emplace_back(&s, &d);
     // Resolve each name: the highest priority wins; two at that priority conflict.
     Gathered g;
     std::set<const LoadedSpec*> common_done;
@@ -575,19 +661,17 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
         if (!q) throw_invalid("apply CDI device", name, "not a CDI device name (vendor/class=name)");
         const LoadedSpec* best = nullptr;
         const json* best_device = nullptr;
-        for (const auto& s : registry.specs) {
-            if (s.spec["kind"] != q->kind) continue;
-            for (const auto& d : s.spec["devices"]) {
-                if (d["name"] != q->name) continue;
-                if (best && best->priority == s.priority)
+        if (const auto it = defined.find(q->text()); it != defined.end())
+            for (const auto& [s, d] : it->second) {
+                if (best && best->priority == s->priority)
                     throw Error(EEXIST, "apply CDI device", name,
-                                fmt::format("conflict: defined by {} and {}", best->file.string(), s.file.string()));
-                if (!best || s.priority > best->priority) {
-                    best = &s;
-                    best_device = &d;
+                                fmt::format("conflict: defined by {} and {}", best->file.string(),
+                                            s->file.string()));
+                if (!best || s->priority > best->priority) {
+                    best = s;
+                    best_device = d;
                 }
             }
-        }
         if (!best) {
             std::string refused;
             for (const auto& r : registry.refused) refused += (refused.empty() ? "" : "; ") + r;
@@ -605,14 +689,17 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
     json& process = member(out, "process", json::object(), "process");
     if (!g.env.empty()) {
         json& env = member(process, "env", json::array(), "process.env");
+        const auto at = index_by(env, [](const json& e) -> std::optional<std::string> {
+            if (!e.is_string()) return std::nullopt;
+            return env_name(e.get<std::string>());
+        });
         for (const auto& entry : g.env) {
-            bool replaced = false;
-            for (auto& have : env)
-                if (have.is_string() && env_name(have.get<std::string>()) == env_name(entry)) {
-                    have = entry;
-                    replaced = true;
-                }
-            if (!replaced) env.push_back(entry);
+            const auto it = at.find(env_name(entry));
+            if (it == at.end()) {
+                env.push_back(entry);
+                continue;
+            }
+            for (const std::size_t i : it->second) env[i] = entry;
         }
     }
     const json user = process.contains("user") && process["user"].is_object() ? process["user"] : json::object();
@@ -621,12 +708,14 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
         json& list = member(linux, "devices", json::array(), "linux.devices");
         json& resources = member(linux, "resources", json::object(), "linux.resources");
         json& rules = member(resources, "devices", json::array(), "linux.resources.devices");
-        // The paths of the spec's devices, normal, each once.
-        std::vector<std::string> listed;
-        for (const auto& e : list)
-            listed.push_back(e.is_object() && e.contains("path") && e["path"].is_string()
-                                 ? normal(e["path"])
-                                 : std::string());
+        // The spec's devices by their paths, normal.
+        auto listed = index_by(list, [](const json& e) -> std::optional<std::string> {
+            if (!e.is_object() || !e.contains("path") || !e["path"].is_string())
+                return std::nullopt;
+            return normal(e["path"]);
+        });
+        std::unordered_set<std::string> ruled;  // the rules, dumped
+        for (const auto& r : rules) ruled.insert(r.dump());
         for (std::size_t n = 0; n < g.nodes.size(); ++n) {
             const auto& [d, who] = g.nodes[n];
             json oci = {{"path", d["path"]}, {"type", d["type"]}};
@@ -638,8 +727,8 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
             if (d.contains("gid")) oci["gid"] = d["gid"];
             else if (user.value("gid", 0u) > 0) oci["gid"] = user["gid"];
             bool present = false;
-            for (std::size_t i = 0; i < listed.size(); ++i) {
-                if (listed[i].empty() || listed[i] != g.node_paths[n]) continue;
+            auto& same_path = listed[g.node_paths[n]];
+            for (const std::size_t i : same_path) {
                 const json& e = list[i];
                 if (e.value("type", "") != oci["type"] || e.value("major", json()) != oci.value("major", json()) ||
                     e.value("minor", json()) != oci.value("minor", json()))
@@ -649,8 +738,8 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
                 present = true;
             }
             if (!present) {
+                same_path.push_back(list.size());
                 list.push_back(oci);
-                listed.push_back(g.node_paths[n]);
             }
             const std::string type = d["type"];
             if (type == "c" || type == "b") {
@@ -658,7 +747,7 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
                 if (access.empty()) access = "rwm";
                 if (access == "none") access.clear();
                 json rule = {{"allow", true}, {"type", type}, {"major", d["major"]}, {"minor", d["minor"]}, {"access", access}};
-                if (std::find(rules.begin(), rules.end(), rule) == rules.end()) rules.push_back(rule);
+                if (ruled.insert(rule.dump()).second) rules.push_back(std::move(rule));
             }
         }
     }
@@ -671,14 +760,17 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
                                            e["destination"].is_string()
                                        ? normal(e["destination"])
                                        : std::string());
+        std::unordered_map<std::string, std::vector<std::size_t>> at_destination;
+        for (std::size_t i = 0; i < destinations.size(); ++i)
+            if (!destinations[i].empty()) at_destination[destinations[i]].push_back(i);
         for (std::size_t n = 0; n < g.mounts.size(); ++n) {
             const auto& [m, who] = g.mounts[n];
             json oci = {{"destination", m["containerPath"]}, {"source", m["hostPath"]}};
             if (m.contains("type")) oci["type"] = m["type"];
             oci["options"] = m.value("options", json::array());
             bool present = false;
-            for (std::size_t i = 0; i < destinations.size(); ++i) {
-                if (destinations[i].empty() || destinations[i] != g.mount_paths[n]) continue;
+            auto& same_path = at_destination[g.mount_paths[n]];
+            for (const std::size_t i : same_path) {
                 const json& e = mounts[i];
                 if (e.value("source", json()) != oci["source"])
                     throw Error(EEXIST, "apply CDI device", who,
@@ -687,6 +779,7 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
                 present = true;
             }
             if (!present) {
+                same_path.push_back(mounts.size());
                 mounts.push_back(oci);
                 destinations.push_back(g.mount_paths[n]);
             }
@@ -703,20 +796,26 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
     }
     if (!g.hooks.empty()) {
         json& hooks = member(out, "hooks", json::object(), "hooks");
+        std::unordered_map<std::string, std::unordered_set<std::string>> have;  // stage -> dumped
         for (const auto& h : g.hooks) {
             const std::string stage = h["hookName"];
             json& list = member(hooks, stage.c_str(), json::array(), "hooks." + stage);
+            auto [there, fresh] = have.try_emplace(stage);
+            if (fresh)
+                for (const auto& e : list) there->second.insert(e.dump());
             json oci = {{"path", h["path"]}};
             for (const char* k : {"args", "env", "timeout"})
                 if (h.contains(k)) oci[k] = h[k];
-            if (std::find(list.begin(), list.end(), oci) == list.end()) list.push_back(oci);
+            if (there->second.insert(oci.dump()).second) list.push_back(std::move(oci));
         }
     }
     if (!g.gids.empty()) {
         json& u = member(process, "user", json::object(), "process.user");
         json& gids = member(u, "additionalGids", json::array(), "process.user.additionalGids");
+        std::unordered_set<std::string> had;
+        for (const auto& e : gids) had.insert(e.dump());
         for (auto gid : g.gids)
-            if (std::find(gids.begin(), gids.end(), json(gid)) == gids.end()) gids.push_back(gid);
+            if (had.insert(json(gid).dump()).second) gids.push_back(gid);
     }
     member(out, "annotations", json::object(), "annotations")[std::string(kAppliedAnnotation)] = "applied";
     return out;

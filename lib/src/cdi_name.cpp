@@ -30,6 +30,14 @@ std::optional<std::string> kind_error(std::string_view kind) {
     return label_error("the class", kind.substr(slash + 1));
 }
 
+std::optional<std::string> vendor_error(std::string_view vendor) {
+    return label_error("the vendor", vendor);
+}
+
+std::string_view vendor_of(std::string_view kind) {
+    return kind.substr(0, kind.find('/'));
+}
+
 std::optional<std::string> device_name_error(std::string_view name) {
     if (name.empty()) return "the device name is empty";
     if (!alnum(name.front()) || !alnum(name.back()))

@@ -73,6 +73,14 @@ private:
         return out;
     }
 
+    std::vector<std::string> vendors(const toml::node& node, const std::string& key) const {
+        auto list = strings(node, key);
+        for (const auto& v : list)
+            if (auto why = cdi::vendor_error(v))
+                fail(key, "\"" + v + "\" is not a CDI vendor: " + *why);
+        return list;
+    }
+
     std::vector<unsigned> uids(const toml::node& node, const std::string& key) const {
         const auto* arr = node.as_array();
         if (!arr) fail(key, "expected an array of numeric user ids");
@@ -123,6 +131,10 @@ private:
             std::string k(key.str()), full = prefix + "." + k;
             if (k == "accept-envvar-unprivileged")
                 config_.policy.accept_envvar_unprivileged = boolean(node, full);
+            else if (k == "accept-cdi-annotations-unprivileged")
+                config_.policy.accept_cdi_annotations_unprivileged = boolean(node, full);
+            else if (k == "cdi-vendors")
+                config_.policy.cdi_vendors = vendors(node, full);
             else if (k == "accept-volume-mounts")
                 config_.policy.accept_volume_mounts = boolean(node, full);
             else if (k == "disable-require") config_.policy.disable_require = boolean(node, full);

@@ -84,8 +84,8 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
                  cdi, source] = config;
     const auto& [driver, dev, proc] = roots;
     const auto& [libraries, binaries, ipcs, firmware] = catalog;
-    const auto& [envvar, volumes, disable_require, supported, cgroups, refused, cuda_compat,
-                 ldcache_how, ipc_owners] = policy;
+    const auto& [envvar, cdi_annotations, cdi_vendors, volumes, disable_require, supported, cgroups,
+                 refused, cuda_compat, ldcache_how, ipc_owners] = policy;
     const auto& [log_file, log_level] = log;
     const auto& [cdi_dir, cdi_kind, cdi_caps, cdi_hook, spec_dirs] = cdi;
     constexpr std::string_view in2 = "        ", in3 = "            ";
@@ -112,6 +112,8 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
     out += fmt::format(
         "        .policy = {{\n"
         "            .accept_envvar_unprivileged = {},\n"
+        "            .accept_cdi_annotations_unprivileged = {},\n"
+        "            .cdi_vendors = {},\n"
         "            .accept_volume_mounts = {},\n"
         "            .disable_require = {},\n"
         "            .supported = {},\n"
@@ -121,9 +123,11 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
         "            .ldcache = {},\n"
         "            .ipc_owners = {},\n"
         "        }},\n",
-        boolean(envvar), boolean(volumes), boolean(disable_require), caps(supported),
-        boolean(cgroups), on_refused(refused), boolean(cuda_compat), ldcache_method(ldcache_how),
-        list(ipc_owners, [](unsigned uid) { return fmt::format("{}u", uid); }, in3));
+        boolean(envvar), boolean(cdi_annotations), strings(cdi_vendors, in3), boolean(volumes),
+        boolean(disable_require), caps(supported), boolean(cgroups), on_refused(refused),
+        boolean(cuda_compat), ldcache_method(ldcache_how),
+        list(
+            ipc_owners, [](unsigned uid) { return fmt::format("{}u", uid); }, in3));
     out += fmt::format("        .log = {{.file = {}, .level = {}}},\n", literal(log_file),
                        literal(log_level));
     out += fmt::format("        .runtimes = {},\n", strings(runtimes, in2));

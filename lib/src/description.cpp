@@ -576,9 +576,11 @@ std::string config_digest(const Config& c) {
     d.add(c.runtimes.size());
     for (const auto& r : c.runtimes) d.add(r);
     const Policy& p = c.policy;
-    for (const bool b : {p.accept_envvar_unprivileged, p.accept_volume_mounts, p.disable_require,
-                         p.cgroups, p.cuda_compat})
+    for (const bool b : {p.accept_envvar_unprivileged, p.accept_cdi_annotations_unprivileged,
+                         p.accept_volume_mounts, p.disable_require, p.cgroups, p.cuda_compat})
         d.add(b);
+    d.add(p.cdi_vendors.size());
+    for (const auto& v : p.cdi_vendors) d.add(v);
     d.add(p.supported).add(static_cast<std::uint64_t>(p.on_refused));
     d.add(static_cast<std::uint64_t>(p.ldcache)).add(p.ipc_owners.size());
     for (const unsigned uid : p.ipc_owners) d.add(uid);

@@ -34,6 +34,9 @@ struct Reader {
         if (text.size() > max_size)
             throw Error(ErrorKind::Invalid, EFBIG, op, what,
                         fmt::format("larger than the limit of {} bytes", max_size));
+        if (!json_depth_within(text, kMaxJsonDepth))
+            throw Error(ErrorKind::Invalid, EINVAL, op, what,
+                        fmt::format("nested deeper than {} levels", kMaxJsonDepth));
         try {
             return json::parse(text);
         } catch (const json::exception& e) {
@@ -267,6 +270,8 @@ Spec parse_spec_document(nlohmann::json doc_json, const std::filesystem::path& b
             spec.gid_mappings = r.mappings(*v, "linux.gidMappings");
         if (const json* v = Reader::member(*linux_, "cgroupsPath"))
             spec.cgroups_path = r.string(*v, "linux.cgroupsPath");
+        if (const json* v = Reader::member(*linux_, "rootfsPropagation"))
+            spec.rootfs_propagation = r.string(*v, "linux.rootfsPropagation");
     }
     return spec;
 }

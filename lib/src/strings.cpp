@@ -120,4 +120,26 @@ std::string_view dir_name(std::string_view path) noexcept {
     return slash == 0 ? path.substr(0, 1) : path.substr(0, slash);
 }
 
+bool json_depth_within(std::string_view text, std::size_t max_depth) noexcept {
+    std::size_t depth = 0;
+    bool in_string = false, escaped = false;
+    for (const char c : text) {
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max_depth) return false;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return true;
+}
+
 }  // namespace gpubind

@@ -176,12 +176,25 @@ oci::Spec spec_of(json doc) {
     return oci::parse_spec(doc.dump(), "/bundle");
 }
 
+// A spec whose process has CAP_SYS_ADMIN (what Spec::privileged() reads).
+json privileged(json doc) {
+    doc["process"]["capabilities"]["bounding"] = {"CAP_SYS_ADMIN"};
+    return doc;
+}
+
+Config policy_config(const Policy& policy) {
+    Config c;
+    c.policy = policy;
+    return c;
+}
+
 TEST(CdiRequests, AnnotationsEveryKeyUnderTheirPrefix) {
-    const auto s = spec_of({{"annotations",
+    const auto s =
+        spec_of(privileged({{"annotations",
                              {{"cdi.k8s.io/devplugin_0", "nvidia.com/gpu=0, nvidia.com/gpu=1:0"},
                               {"cdi.k8s.io/other", "nvidia.com/gpu=0,example.com/x=y"},
-                              {"io.kubernetes.cri.container-type", "container"}}}});
-    const auto r = cdi::read_requests(s, Policy{});
+                              {"io.kubernetes.cri.container-type", "container"}}}}));
+    const auto r = cdi::read_requests(s, Config{});
     EXPECT_EQ(r.devices, (std::vector<std::string>{"nvidia.com/gpu=0", "nvidia.com/gpu=1:0",
                                                    "example.com/x=y"}));
     EXPECT_THAT(r.source, HasSubstr("cdi.k8s.io/devplugin_0"));
@@ -190,20 +203,20 @@ TEST(CdiRequests, AnnotationsEveryKeyUnderTheirPrefix) {
 TEST(CdiRequests, VisibleDevicesHoldingCdiNames) {
     Policy policy;
     auto s = spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,nvidia.com/gpu=all"}}}}});
-    EXPECT_EQ(cdi::read_requests(s, policy).devices,
+    EXPECT_EQ(cdi::read_requests(s, policy_config(policy)).devices,
               (std::vector<std::string>{"nvidia.com/gpu=1", "nvidia.com/gpu=all"}));
     // The legacy reading leaves them alone: not a request of its own.
     EXPECT_FALSE(read_request(s, policy).gpu_container());
     // Plain ids are not CDI requests; mixing both is refused.
     s = spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=0,1"}}}}});
-    EXPECT_TRUE(cdi::read_requests(s, policy).devices.empty());
+    EXPECT_TRUE(cdi::read_requests(s, policy_config(policy)).devices.empty());
     s = spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=0,nvidia.com/gpu=1"}}}}});
-    EXPECT_THROW(cdi::read_requests(s, policy), Error);
+    EXPECT_THROW(cdi::read_requests(s, policy_config(policy)), Error);
     // Unprivileged under a policy refusing variables.
     policy.accept_envvar_unprivileged = false;
     s = spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}}}}});
     try {
-        cdi::read_requests(s, policy);
+        cdi::read_requests(s, policy_config(policy));
         FAIL() << "accepted";
     } catch (const Error& e) {
         EXPECT_EQ(e.code().value(), ECANCELED);
@@ -219,30 +232,130 @@ TEST(CdiRequests, VolumeMountsUnderTheirPolicy) {
                       {"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=3"}}}}});
     Policy policy;
     policy.accept_volume_mounts = true;
-    EXPECT_EQ(cdi::read_requests(s, policy).devices,
+    EXPECT_EQ(cdi::read_requests(s, policy_config(policy)).devices,
               (std::vector<std::string>{"nvidia.com/gpu=0", "nvidia.com/gpu=all"}));
     // The legacy reading does not take cdi/... for device ids.
     EXPECT_FALSE(read_request(s, policy).gpu_container());
     policy.accept_volume_mounts = false;
-    EXPECT_EQ(cdi::read_requests(s, policy).devices, (std::vector<std::string>{"nvidia.com/gpu=3"}));
+    EXPECT_EQ(cdi::read_requests(s, policy_config(policy)).devices,
+              (std::vector<std::string>{"nvidia.com/gpu=3"}));
     // A path that is not vendor/class/name.
     policy.accept_volume_mounts = true;
     s = spec_of({{"mounts", {{{"destination", "/var/run/nvidia-container-devices/cdi/nvidia.com/0"},
                               {"source", "/dev/null"}}}}});
-    EXPECT_THROW(cdi::read_requests(s, policy), Error);
+    EXPECT_THROW(cdi::read_requests(s, policy_config(policy)), Error);
 }
 
 TEST(CdiRequests, MalformedNamesAreOneLineErrors) {
     for (const char* value : {"nvidia.com/gpu=", "nvidia.com/gpu=a/b", "nvidia.com/=1", "x/y=a\nb"}) {
         const auto s = spec_of({{"annotations", {{"cdi.k8s.io/x", value}}}});
         try {
-            cdi::read_requests(s, Policy{});
+            cdi::read_requests(s, Config{});
             ADD_FAILURE() << "accepted " << value;
         } catch (const Error& e) {
             EXPECT_EQ(e.code().value(), EINVAL);
             EXPECT_THAT(e.what(), HasSubstr("cdi.k8s.io/x"));
         }
     }
+}
+
+// Issue 21 (3): NVIDIA's variable names only the configured vendors'
+// devices (by default the vendor of [cdi] kind), whoever sets it; a container
+// without CAP_SYS_ADMIN names only those by any way, and by annotations only
+// under their own key. Each refusal is one line naming the way and the name.
+TEST(CdiRequests, WhoMayNameWhichVendorsDevices) {
+    auto refusal = [](const oci::Spec& s, const Config& c) -> std::string {
+        try {
+            cdi::read_requests(s, c);
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), ECANCELED) << e.what();
+            EXPECT_THAT(e.what(), Not(HasSubstr("\n")));
+            return e.what();
+        }
+        return {};
+    };
+    const json env = {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,evil.com/dev=x"}}};
+    const json annotation = {{"cdi.k8s.io/x", "evil.com/dev=x"}};
+    const json volume = {{{"destination", "/var/run/nvidia-container-devices/cdi/evil.com/dev/x"},
+                          {"source", "/dev/null"}}};
+    Config c;
+    c.policy.accept_volume_mounts = true;
+
+    // The variable: another vendor's device refused, privileged or not.
+    for (const bool priv : {false, true}) {
+        json doc = {{"process", env}};
+        const auto s = spec_of(priv ? privileged(doc) : doc);
+        const std::string why = refusal(s, c);
+        EXPECT_THAT(why, HasSubstr("NVIDIA_VISIBLE_DEVICES names evil.com/dev=x"));
+        EXPECT_THAT(why, HasSubstr("nvidia.com"));
+        EXPECT_THAT(why, HasSubstr("cdi-vendors"));
+    }
+    // Annotations and volume mounts: refused unprivileged, taken privileged.
+    for (const json& doc : {json{{"annotations", annotation}}, json{{"mounts", volume}}}) {
+        EXPECT_THAT(refusal(spec_of(doc), c),
+                    HasSubstr("evil.com/dev=x, a device of vendor evil.com"));
+        EXPECT_EQ(cdi::read_requests(spec_of(privileged(doc)), c).devices,
+                  (std::vector<std::string>{"evil.com/dev=x"}));
+    }
+    // NVIDIA's own devices stay open to unprivileged containers by every way.
+    EXPECT_EQ(
+        cdi::read_requests(spec_of({{"annotations", {{"cdi.k8s.io/p", "nvidia.com/gpu=1"}}}}), c)
+            .devices,
+        (std::vector<std::string>{"nvidia.com/gpu=1"}));
+    // A configured list replaces the default, and follows another kind.
+    c.policy.cdi_vendors = {"nvidia.com", "evil.com"};
+    EXPECT_EQ(cdi::read_requests(spec_of({{"annotations", annotation}}), c).devices,
+              (std::vector<std::string>{"evil.com/dev=x"}));
+    c.policy.cdi_vendors.clear();
+    c.cdi.kind = "example.org/gpu";
+    EXPECT_THAT(
+        refusal(spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"}}}}}), c),
+        HasSubstr("only devices of example.org"));
+    c.cdi.kind = "nvidia.com/gpu";
+
+    // The annotations' own key: off, an unprivileged container naming devices
+    // there is refused (even NVIDIA's), a privileged one is not, and an empty
+    // annotation is no request.
+    c.policy.accept_cdi_annotations_unprivileged = false;
+    const json own = {{"cdi.k8s.io/p", "nvidia.com/gpu=1"}};
+    EXPECT_THAT(refusal(spec_of({{"annotations", own}}), c),
+                HasSubstr("accept-cdi-annotations-unprivileged is off"));
+    EXPECT_EQ(cdi::read_requests(spec_of(privileged({{"annotations", own}})), c).devices.size(),
+              1u);
+    EXPECT_TRUE(cdi::read_requests(spec_of({{"annotations", {{"cdi.k8s.io/p", " , "}}}}), c)
+                    .devices.empty());
+    // The variable's key does not open the annotations, nor the reverse.
+    c.policy.accept_envvar_unprivileged = true;
+    EXPECT_NE(refusal(spec_of({{"annotations", own}}), c), "");
+    c.policy.accept_cdi_annotations_unprivileged = true;
+    c.policy.accept_envvar_unprivileged = false;
+    EXPECT_THAT(
+        refusal(spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}}}}}), c),
+        HasSubstr("accept_envvar_unprivileged is off"));
+    EXPECT_EQ(cdi::read_requests(spec_of({{"annotations", own}}), c).devices.size(), 1u);
+}
+
+// Issue 21 (4): a request is capped in names (counted before duplicates are
+// dropped), refused in one line; below the cap duplicates are dropped in
+// order. The spec index makes applying many names a lookup each.
+TEST(CdiRequests, ManyNamesAreCappedAndDeduplicated) {
+    std::string many;
+    for (std::size_t i = 0; i <= cdi::kMaxRequestNames; ++i) many += "nvidia.com/gpu=0,";
+    try {
+        cdi::read_requests(spec_of({{"annotations", {{"cdi.k8s.io/x", many}}}}), Config{});
+        ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), E2BIG);
+        EXPECT_THAT(e.what(), HasSubstr(std::to_string(cdi::kMaxRequestNames)));
+    }
+    std::string some;
+    for (std::size_t i = 0; i < cdi::kMaxRequestNames / 2; ++i)
+        some += "nvidia.com/gpu=" + std::to_string(i % 7) + ",";
+    const auto r =
+        cdi::read_requests(spec_of({{"annotations", {{"cdi.k8s.io/x", some}}}}), Config{});
+    ASSERT_EQ(r.devices.size(), 7u);
+    for (std::size_t i = 0; i < 7; ++i)
+        EXPECT_EQ(r.devices[i], "nvidia.com/gpu=" + std::to_string(i));
 }
 
 // --- specs on disk: hostile files refused, each naming the file ---

@@ -295,6 +295,33 @@ TEST(OciSpec, DeepNestingIsAnErrorNotACrash) {
     EXPECT_THROW(oci::parse_spec(nested, "/b"), Error);  // valid JSON, not an object
 }
 
+// Issue 21 (5): a valid spec with a member nested 200,000 deep parsed, and
+// gpubind-runtime's copy of the document then overflowed the stack. Such a
+// spec is refused when parsed, naming the limit; one just within it is read
+// and copies; brackets inside strings are not nesting.
+TEST(OciSpec, NestingPastTheLimitIsRefusedWhenParsed) {
+    auto with_member = [](std::size_t depth) {
+        std::string text = minimal_spec().dump();
+        text.pop_back();  // the closing brace
+        return text + ",\"x-deep\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+    };
+    for (const std::size_t depth : {std::size_t{200'000}, oci::kMaxJsonDepth}) {
+        auto e = error_of([&] { oci::parse_spec(with_member(depth), "/b"); });
+        EXPECT_EQ(e.code().value(), EINVAL);
+        EXPECT_THAT(e.what(),
+                    HasSubstr("nested deeper than " + std::to_string(oci::kMaxJsonDepth)));
+    }
+    const oci::Spec ok = oci::parse_spec(with_member(oci::kMaxJsonDepth - 1), "/b");
+    const json copy = *ok.doc;
+    EXPECT_EQ(copy, *ok.doc);
+    const std::string brackets = "\"" + std::string(5000, '[') + "\\\"{\"";
+    EXPECT_NO_THROW(oci::parse_spec(
+        R"({"root": {"path": "r"}, "annotations": {"a": )" + brackets + "}}", "/b"));
+    auto e = error_of(
+        [&] { oci::parse_state(std::string(2000, '[') + std::string(2000, ']'), "stdin"); });
+    EXPECT_THAT(e.what(), HasSubstr("nested deeper"));
+}
+
 TEST(OciSpec, LoadSpecReadsConfigJsonInTheBundle) {
     test::TempDir dir;
     {

@@ -1,13 +1,16 @@
 // runtime::edit_spec: the plan as spec fields the real runtime acts on, and
-// nothing else in the spec changed.
+// nothing else in the spec changed; what the finish hook would refuse,
+// refused before the runtime runs.
 #include "gpubind/runtime.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "gpubind/error.hpp"
+#include "gpubind/oci.hpp"
 
 namespace gpubind {
 namespace {
@@ -58,6 +61,22 @@ runtime::FinishHook sample_hook() {
     return {"/opt/gpubind/bin/gpubind-hook", {"PATH=/usr/bin", "GPUBIND_CONFIG=/etc/g.toml"}};
 }
 
+// edit_spec with the spec's facts parsed as gpubind-runtime parses them.
+json edit(const json& in, const Plan& plan = sample_plan()) {
+    return runtime::edit_spec(in, oci::parse_spec_document(in, "/bundle"), plan, sample_hook());
+}
+
+// The error edit() throws, or a failure naming the spec.
+Error edit_error(const json& in, const Plan& plan = sample_plan()) {
+    try {
+        edit(in, plan);
+    } catch (const Error& e) {
+        return e;
+    }
+    ADD_FAILURE() << "accepted: " << in.dump();
+    return Error(0, "", "");
+}
+
 // A spec with every container gpubind appends to already present, and fields
 // gpubind knows nothing about at every level.
 json full_spec() {
@@ -72,6 +91,7 @@ json full_spec() {
                 "createRuntime": [{"path": "/usr/bin/other", "timeout": 5}]},
       "annotations": {"io.example/owner": "me"},
       "linux": {
+        "namespaces": [{"type": "pid"}, {"type": "mount"}],
         "devices": [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}],
         "resources": {"devices": [{"allow": false, "access": "rwm"}],
                       "memory": {"limit": 9223372036854775807}},
@@ -84,9 +104,10 @@ json full_spec() {
 TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
     const json in = full_spec();
     const Plan plan = sample_plan();
-    const json out = runtime::edit_spec(in, plan, sample_hook());
+    const json out = edit(in, plan);
 
-    // Removing what gpubind appended gives back the input exactly.
+    // Removing what gpubind appended gives back the input exactly: no
+    // mount, no annotation (the state the owner sees has none of gpubind's).
     json stripped = out;
     auto drop_tail = [](json& array, std::size_t n) {
         ASSERT_GE(array.size(), n);
@@ -94,10 +115,10 @@ TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
     };
     drop_tail(stripped["linux"]["devices"], 3);               // the bound devices
     drop_tail(stripped["linux"]["resources"]["devices"], 3);  // one rule per major:minor
-    drop_tail(stripped["mounts"], 1);  // the socket, under the spec's /run volume
     drop_tail(stripped["hooks"]["createRuntime"], 1);
-    stripped["annotations"].erase("gpubind.injected");
     EXPECT_EQ(stripped, in);
+    EXPECT_EQ(out["annotations"], in["annotations"]);
+    EXPECT_EQ(out["mounts"], in["mounts"]);
     EXPECT_EQ(out["linux"]["resources"]["memory"]["limit"].get<std::int64_t>(),
               9223372036854775807LL);
 
@@ -127,29 +148,24 @@ TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
       {"allow": true, "type": "c", "major": 510, "minor": 0, "access": "rw"}])");
     EXPECT_EQ(rules, want_rules);
 
-    // Bind mounts with the plan's flags, after the spec's own: only where a
-    // volume of the spec covers the target (the library is the finish hook's).
-    ASSERT_EQ(out["mounts"].size(), 3u);
-    EXPECT_EQ(out["mounts"][2], json::parse(R"({"destination": "/run/nvidia-persistenced/socket",
-        "type": "bind", "source": "/drv/run/nvidia-persistenced/socket",
-        "options": ["rbind", "nosuid", "nodev", "noexec"]})"));
-
     // The finish hook, after the spec's own createRuntime hooks; the prestart ones untouched.
     EXPECT_EQ(out["hooks"]["createRuntime"][1],
               json::parse(R"({"path": "/opt/gpubind/bin/gpubind-hook",
                  "args": ["gpubind-hook", "finish"],
                  "env": ["PATH=/usr/bin", "GPUBIND_CONFIG=/etc/g.toml"]})"));
-    EXPECT_EQ(out["annotations"]["gpubind.injected"], "runtime");
     EXPECT_TRUE(runtime::marked(out));
     EXPECT_FALSE(runtime::marked(in));
 }
 
 TEST(RuntimeEditSpec, CreatesMissingSections) {
-    const json in = {{"ociVersion", "1.0.2"}, {"root", {{"path", "rootfs"}}}};
-    const json out = runtime::edit_spec(in, sample_plan(), sample_hook());
+    const json in = {{"ociVersion", "1.0.2"},
+                     {"root", {{"path", "rootfs"}}},
+                     {"linux", {{"namespaces", {{{"type", "mount"}}}}}}};
+    const json out = edit(in);
     EXPECT_EQ(out["linux"]["devices"].size(), 3u);
     EXPECT_EQ(out["linux"]["resources"]["devices"].size(), 3u);
-    EXPECT_EQ(out["mounts"].size(), 0u);  // no volume: the finish hook makes them all
+    EXPECT_FALSE(out.contains("mounts"));  // the finish hook makes them all
+    EXPECT_FALSE(out.contains("annotations"));
     EXPECT_EQ(out["hooks"]["createRuntime"].size(), 1u);
     EXPECT_FALSE(out["hooks"].contains("prestart"));
     EXPECT_EQ(out["root"], in["root"]);
@@ -160,20 +176,16 @@ TEST(RuntimeEditSpec, KeepsAnIdenticalDeviceOnceAndRefusesAnotherAtThePath) {
     json in = full_spec();
     in["linux"]["devices"].push_back(
         {{"path", "/dev/nvidiactl"}, {"type", "c"}, {"major", 195}, {"minor", 255}});
-    json out = runtime::edit_spec(in, sample_plan(), sample_hook());
+    json out = edit(in);
     int count = 0;
     for (const auto& d : out["linux"]["devices"]) count += d["path"] == "/dev/nvidiactl";
     EXPECT_EQ(count, 1);
 
     in["linux"]["devices"].back()["minor"] = 254;
-    try {
-        runtime::edit_spec(in, sample_plan(), sample_hook());
-        FAIL() << "a different device at /dev/nvidiactl was accepted";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code().value(), EEXIST);
-        EXPECT_THAT(e.what(), HasSubstr("/dev/nvidiactl"));
-        EXPECT_THAT(e.what(), HasSubstr("195:255"));
-    }
+    const Error e = edit_error(in);
+    EXPECT_EQ(e.code().value(), EEXIST);
+    EXPECT_THAT(e.what(), HasSubstr("/dev/nvidiactl"));
+    EXPECT_THAT(e.what(), HasSubstr("195:255"));
 }
 
 TEST(RuntimeEditSpec, RefusesAMountAtAPlannedDestination) {
@@ -181,61 +193,158 @@ TEST(RuntimeEditSpec, RefusesAMountAtAPlannedDestination) {
     in["mounts"].push_back({{"destination", "/run/nvidia-persistenced//socket"},
                             {"type", "tmpfs"},
                             {"source", "tmpfs"}});
-    try {
-        runtime::edit_spec(in, sample_plan(), sample_hook());
-        FAIL() << "a mount over the spec's own was accepted";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code().value(), EEXIST);
-        EXPECT_THAT(e.what(), HasSubstr("/run/nvidia-persistenced/socket"));
+    const Error e = edit_error(in);
+    EXPECT_EQ(e.code().value(), EEXIST);
+    EXPECT_THAT(e.what(), HasSubstr("/run/nvidia-persistenced/socket"));
+}
+
+// Issue 21 (1): a planned target in a volume of the spec is refused before
+// the runtime runs (the shim used to hand runc a bind mount there: mount
+// points made in the host's directory, and with shared propagation the
+// driver's files left in the host's mount table). A fresh tmpfs of the
+// spec (containerd's /run) is the container's own: the hook mounts there.
+TEST(RuntimeEditSpec, RefusesTargetsInAVolumeOfTheSpec) {
+    struct Case {
+        const char* name;
+        json mounts;         // appended to full_spec()'s
+        const char* target;  // named in the refusal, or nullptr: accepted
+    };
+    const json bind_lib = {{"destination", "/usr/lib64"},
+                           {"type", "bind"},
+                           {"source", "/srv/shared"},
+                           {"options", {"rbind", "rshared"}}};
+    const json bind_lib_private = {
+        {"destination", "/usr"}, {"type", "none"}, {"source", "/srv/usr"}, {"options", {"bind"}}};
+    const json shared_run = {{"destination", "/run"},
+                             {"type", "tmpfs"},
+                             {"source", "tmpfs"},
+                             {"options", {"nosuid", "rshared"}}};
+    const json fresh_lib = {{"destination", "/usr/lib64"},
+                            {"type", "tmpfs"},
+                            {"source", "tmpfs"},
+                            {"options", {"nosuid", "mode=755"}}};
+    const Case cases[] = {
+        {"a shared bind volume at the library directory", {bind_lib}, "/usr/lib64/libcuda"},
+        {"a private bind volume above it", {bind_lib_private}, "/usr/lib64/libcuda"},
+        {"a tmpfs over /run that shares its mounts",
+         {shared_run},
+         "/run/nvidia-persistenced/socket"},
+        {"a fresh tmpfs over the volume", {bind_lib_private, fresh_lib}, nullptr},
+        {"the volume over the fresh tmpfs", {fresh_lib, bind_lib_private}, "/usr/lib64/libcuda"},
+        {"only the spec's own fresh /run", json::array(), nullptr},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.name);
+        json in = full_spec();
+        for (const auto& m : c.mounts) in["mounts"].push_back(m);
+        if (!c.target) {
+            const json out = edit(in);
+            EXPECT_EQ(out["mounts"], in["mounts"]);
+            continue;
+        }
+        const Error e = edit_error(in);
+        EXPECT_EQ(e.code().value(), EXDEV);
+        EXPECT_THAT(e.what(), HasSubstr(c.target));
+        EXPECT_THAT(e.what(), HasSubstr("volume"));
     }
+}
+
+// Issue 21 (1): with the rootfs's propagation shared, every mount gpubind
+// makes would reach its peers: refused as the hook refuses it.
+TEST(RuntimeEditSpec, RefusesASharedRootfsPropagation) {
+    for (const char* p : {"shared", "rshared"}) {
+        json in = full_spec();
+        in["linux"]["rootfsPropagation"] = p;
+        const Error e = edit_error(in);
+        EXPECT_EQ(e.code().value(), EXDEV) << p;
+        EXPECT_THAT(e.what(), HasSubstr("rootfsPropagation"));
+        EXPECT_THAT(e.what(), HasSubstr("shared mount"));
+    }
+    for (const char* p : {"slave", "rslave", "private", "rprivate"}) {
+        json in = full_spec();
+        in["linux"]["rootfsPropagation"] = p;
+        EXPECT_NO_THROW(edit(in)) << p;
+    }
+}
+
+// OCI conformance: a spec without a mount namespace of its own is refused by
+// the shim with the hook's line, before runc sets anything up.
+TEST(RuntimeEditSpec, RefusesASpecWithoutAMountNamespace) {
+    json in = full_spec();
+    in["linux"]["namespaces"] = {{{"type", "pid"}}, {{"type", "network"}}};
+    const Error e = edit_error(in);
+    EXPECT_EQ(e.code().value(), EPERM);
+    EXPECT_THAT(e.what(), HasSubstr("shares this process's mount namespace"));
+    in["linux"].erase("namespaces");
+    EXPECT_EQ(edit_error(in).code().value(), EPERM);
+}
+
+// OCI conformance: in a user namespace runc binds the host's file at the
+// device's container path; a device whose node is elsewhere (a dev root not
+// "/") is a bind mount from that node. With the host's own /dev it stays a
+// device entry (runc binds /dev/nvidia0 itself).
+TEST(RuntimeEditSpec, UserNamespaceBindsDevicesFromTheDevRoot) {
+    json in = full_spec();
+    in["linux"]["namespaces"].push_back({{"type", "user"}});
+    const json out = edit(in);
+    for (const auto& d : out["linux"]["devices"])
+        EXPECT_EQ(d["path"], "/dev/fuse") << "a device entry runc would bind from the host's "
+                                             "own /dev: "
+                                          << d.dump();
+    std::set<std::string> bound;
+    for (const auto& m : out["mounts"])
+        if (m["type"] == "bind") {
+            EXPECT_EQ(m["source"], "/host" + m["destination"].get<std::string>()) << m.dump();
+            bound.insert(m["destination"]);
+        }
+    EXPECT_EQ(bound,
+              (std::set<std::string>{"/dev/nvidiactl", "/dev/nvidia1", "/dev/nvidia-alias"}));
+    EXPECT_EQ(out["linux"]["resources"]["devices"].size(), 4u);  // the rules as without
+
+    Plan host_dev = sample_plan();
+    for (auto& d : host_dev.devices) d.node.host_path = d.node.path;
+    const json same = edit(in, host_dev);
+    EXPECT_EQ(same["linux"]["devices"].size(), 4u);
+    EXPECT_EQ(same["mounts"], in["mounts"]);
+
+    // A mount of the spec already at a device's path is not bound over.
+    in["mounts"].push_back({{"destination", "/dev/nvidia1"}, {"type", "bind"}, {"source", "/x"}});
+    EXPECT_EQ(edit_error(in).code().value(), EEXIST);
 }
 
 TEST(RuntimeEditSpec, RefusesBadShapesAndASpecEditedBefore) {
-    const json edited = runtime::edit_spec(full_spec(), sample_plan(), sample_hook());
-    EXPECT_THROW(runtime::edit_spec(edited, sample_plan(), sample_hook()), Error);
-    EXPECT_THROW(runtime::edit_spec(json::array(), sample_plan(), sample_hook()), Error);
+    const json edited = edit(full_spec());
+    const Error again = edit_error(edited);
+    EXPECT_EQ(again.code().value(), EINVAL);
+    EXPECT_THAT(again.what(), HasSubstr("already edited"));
+    EXPECT_THROW(runtime::edit_spec(json::array(), oci::parse_spec_document(full_spec(), "/b"),
+                                    sample_plan(), sample_hook()),
+                 Error);
     json bad = full_spec();
     bad["linux"]["devices"] = "nope";
-    try {
-        runtime::edit_spec(bad, sample_plan(), sample_hook());
-        FAIL() << "linux.devices as a string was accepted";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code().value(), EINVAL);
-        EXPECT_THAT(e.what(), HasSubstr("linux.devices"));
-    }
+    const Error e = edit_error(bad);
+    EXPECT_EQ(e.code().value(), EINVAL);
+    EXPECT_THAT(e.what(), HasSubstr("linux.devices"));
     bad = full_spec();
-    bad["mounts"] = json::object();
-    EXPECT_THROW(runtime::edit_spec(bad, sample_plan(), sample_hook()), Error);
+    bad["hooks"] = json::array();
+    EXPECT_THROW(edit(bad), Error);
 }
 
-TEST(RuntimeEditSpec, MarkIsOnlyTheExactAnnotation) {
-    EXPECT_FALSE(runtime::marked(json::parse(R"({"annotations": {"gpubind.injected": "hook"}})")));
-    EXPECT_FALSE(runtime::marked(json::parse(R"({"annotations": {"gpubind.injected": 1}})")));
-    EXPECT_FALSE(runtime::marked(json::parse(R"({"annotations": []})")));
-    EXPECT_FALSE(runtime::marked(json::parse("null")));
-    EXPECT_TRUE(
+// The mark is the finish hook the edit registers, nothing a container's
+// owner sets among its annotations.
+TEST(RuntimeEditSpec, MarkIsTheFinishHookEntry) {
+    EXPECT_FALSE(
         runtime::marked(json::parse(R"({"annotations": {"gpubind.injected": "runtime"}})")));
-}
-
-// A volume of the spec at, above or (for a planned directory) below a target
-// gives the mount to the runtime; elsewhere the finish hook makes it.
-TEST(RuntimeMounts, WhereASpecMountCoversTheTarget) {
-    auto spec_with = [](std::vector<std::string> dests) {
-        json s = {{"mounts", json::array()}};
-        for (const auto& d : dests) s["mounts"].push_back({{"destination", d}, {"type", "bind"}});
-        return s;
-    };
-    const PlannedMount lib = mount("/drv/libcuda.so.1", "/usr/lib64/libcuda.so.1", 0);
-    EXPECT_FALSE(runtime::runtime_mounts(lib, spec_with({"/proc", "/dev", "/etc/hosts"})));
-    EXPECT_FALSE(runtime::runtime_mounts(lib, spec_with({"/usr/lib6"})));  // a prefix, not a parent
-    EXPECT_FALSE(runtime::runtime_mounts(lib, json::object()));
-    EXPECT_TRUE(runtime::runtime_mounts(lib, spec_with({"/usr/lib64"})));
-    EXPECT_TRUE(runtime::runtime_mounts(lib, spec_with({"/usr/"})));
-    EXPECT_TRUE(runtime::runtime_mounts(lib, spec_with({"/usr/lib64/libcuda.so.1"})));
-    PlannedMount dir = mount("/drv/run/nvidia-mps", "/tmp/nvidia-mps", 0);
-    dir.directory = true;
-    EXPECT_TRUE(runtime::runtime_mounts(dir, spec_with({"/tmp/nvidia-mps/pipe"})));
-    EXPECT_FALSE(runtime::runtime_mounts(lib, spec_with({"/usr/lib64/libcuda.so.1/x"})));
+    EXPECT_FALSE(runtime::marked(json::parse("null")));
+    EXPECT_FALSE(runtime::marked(json::parse(R"({"hooks": []})")));
+    EXPECT_FALSE(runtime::marked(json::parse(
+        R"({"hooks": {"prestart": [{"path": "/h", "args": ["gpubind-hook", "finish"]}]}})")));
+    EXPECT_FALSE(runtime::marked(json::parse(
+        R"({"hooks": {"createRuntime": [{"path": "/h", "args": ["gpubind-hook"]}]}})")));
+    EXPECT_FALSE(runtime::marked(json::parse(
+        R"({"hooks": {"createRuntime": [{"path": "/h", "args": ["gpubind-hook", "cdi"]}]}})")));
+    EXPECT_TRUE(runtime::marked(json::parse(
+        R"({"hooks": {"createRuntime": [1, {"path": "/h", "args": ["gpubind-hook", "finish"]}]}})")));
 }
 
 TEST(RuntimeFinishPlan, KeepsOnlyWhatTheRuntimeCannotDo) {
@@ -243,12 +352,12 @@ TEST(RuntimeFinishPlan, KeepsOnlyWhatTheRuntimeCannotDo) {
     const Plan finish = runtime::finish_plan(plan);
     EXPECT_TRUE(finish.devices.empty());
     EXPECT_TRUE(finish.mounts.empty());
-    // In a spec gpubind-runtime edited: the mounts it left out.
-    const json edited = runtime::edit_spec(full_spec(), plan, sample_hook());
-    const Plan after_edit = runtime::finish_plan(plan, edited);
+    // In a spec gpubind-runtime edited: every mount, no device.
+    const Plan after_edit = runtime::edited_finish_plan(plan);
     EXPECT_TRUE(after_edit.devices.empty());
-    ASSERT_EQ(after_edit.mounts.size(), 1u);
-    EXPECT_EQ(after_edit.mounts[0].target, "/usr/lib64/libcuda.so.535.1");
+    ASSERT_EQ(after_edit.mounts.size(), plan.mounts.size());
+    for (std::size_t i = 0; i < plan.mounts.size(); ++i)
+        EXPECT_EQ(after_edit.mounts[i].target, plan.mounts[i].target);
     ASSERT_EQ(finish.symlinks.size(), 1u);
     EXPECT_EQ(finish.symlinks[0].path, plan.symlinks[0].path);
     EXPECT_TRUE(finish.proc.has_value());
@@ -263,7 +372,7 @@ TEST(RuntimeEditSpec, ImexChannelsAndTheCudaCompatFile) {
     plan.devices.push_back(device("/dev/nvidia-caps-imex-channels/channel1", 508, 1, 0666));
     plan.files.push_back({"/etc/ld.so.conf.d/000-cuda-compat.conf", "/usr/local/cuda/compat\n",
                           "CUDA forward compatibility"});
-    const json out = runtime::edit_spec(full_spec(), plan, sample_hook());
+    const json out = edit(full_spec(), plan);
     EXPECT_NE(std::find(out["linux"]["devices"].begin(), out["linux"]["devices"].end(),
                         json{{"path", "/dev/nvidia-caps-imex-channels/channel1"},
                              {"type", "c"},

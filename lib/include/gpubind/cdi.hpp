@@ -128,19 +128,27 @@ HookDecision hook_plan(const Node& node, const oci::Spec& spec, const Config& co
 
 // What a container asks for by CDI name, in the forms engines without CDI
 // pass on: annotations "cdi.k8s.io/<anything>" holding comma lists of
-// qualified names; NVIDIA_VISIBLE_DEVICES holding qualified names (its last
-// value; under policy.accept_envvar_unprivileged unless privileged); /dev/null
-// mounts at /var/run/nvidia-container-devices/cdi/<vendor>/<class>/<name>
-// (under policy.accept_volume_mounts; present, they replace the variable).
-// Names are deduplicated, the first order kept. A malformed name, or
-// NVIDIA_VISIBLE_DEVICES mixing CDI names with other ids, throws
-// Error(EINVAL, "read CDI request", <where>, why); a variable refused by
-// policy Error(ECANCELED).
+// qualified names (a container without CAP_SYS_ADMIN only under
+// policy.accept_cdi_annotations_unprivileged); NVIDIA_VISIBLE_DEVICES holding
+// qualified names (its last value; under policy.accept_envvar_unprivileged
+// unless privileged), of the allowed vendors only; /dev/null mounts at
+// /var/run/nvidia-container-devices/cdi/<vendor>/<class>/<name> (under
+// policy.accept_volume_mounts; present, they replace the variable). The
+// allowed vendors are policy.cdi_vendors, or the vendor of config.cdi.kind
+// when that is empty: a container without CAP_SYS_ADMIN names only their
+// devices, by any way. Names are deduplicated, the first order kept. A
+// malformed name, more than kMaxRequestNames names, or NVIDIA_VISIBLE_DEVICES
+// mixing CDI names with other ids, throws Error(EINVAL/E2BIG, "read CDI
+// request", <where>, why); a request refused by policy Error(ECANCELED,
+// "refuse request", ...).
 struct Requests {
     std::vector<std::string> devices;  // qualified names
     std::string source;                // "annotation cdi.k8s.io/x", "NVIDIA_VISIBLE_DEVICES", ...
 };
-Requests read_requests(const oci::Spec& spec, const Policy& policy);
+// The most CDI device names one container may give, all ways together
+// (a node's GPUs, MIG devices and IMEX channels are far fewer).
+inline constexpr std::size_t kMaxRequestNames = 1024;
+Requests read_requests(const oci::Spec& spec, const Config& config);
 
 // The limits on a spec file gpubind-runtime reads.
 inline constexpr std::size_t kMaxSpecFileSize = 1u << 20;

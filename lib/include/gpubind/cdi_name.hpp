@@ -12,6 +12,10 @@ namespace gpubind::cdi {
 // Why `kind` is not "vendor/class" (each starts with a letter, ends with a
 // letter or digit, and holds letters, digits, '_', '-' and '.'), or nullopt.
 std::optional<std::string> kind_error(std::string_view kind);
+// Why `vendor` is not a CDI vendor ("nvidia.com"), or nullopt.
+std::optional<std::string> vendor_error(std::string_view vendor);
+// The vendor part of a kind ("nvidia.com" of "nvidia.com/gpu").
+std::string_view vendor_of(std::string_view kind);
 // Why `name` is not a device name (starts and ends with a letter or digit,
 // holds letters, digits, '_', '-', '.' and ':'), or nullopt.
 std::optional<std::string> device_name_error(std::string_view name);

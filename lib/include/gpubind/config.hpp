@@ -53,6 +53,11 @@ enum class LdcacheMethod { Gpubind, Ldconfig };
 
 struct Policy {
     bool accept_envvar_unprivileged = true;   // may a container without CAP_SYS_ADMIN ask by variable
+    // May a container without CAP_SYS_ADMIN ask for CDI devices by cdi.k8s.io/* annotations.
+    bool accept_cdi_annotations_unprivileged = true;
+    // The vendors whose CDI devices NVIDIA_VISIBLE_DEVICES may name (anyone) and a
+    // container without CAP_SYS_ADMIN may name at all; empty: the vendor of [cdi] kind.
+    std::vector<std::string> cdi_vendors;
     bool accept_volume_mounts = false;        // honour /var/run/nvidia-container-devices mounts
     bool disable_require = false;             // ignore every NVIDIA_REQUIRE_*
     Capabilities supported = kCapAll;         // what containers may ask for

@@ -18,6 +18,9 @@ namespace gpubind::oci {
 
 inline constexpr std::size_t kMaxStateSize = 1u << 20;   // 1 MiB
 inline constexpr std::size_t kMaxSpecSize = 16u << 20;   // 16 MiB
+// The deepest nesting of arrays and objects a state or spec may have (a
+// real spec has under 10; a document is copied and compared recursively).
+inline constexpr std::size_t kMaxJsonDepth = 1000;
 // process.env of a spec: entries ("KEY=VALUE") and the size of each.
 inline constexpr std::size_t kMaxEnvEntries = 8192;
 inline constexpr std::size_t kMaxEnvEntrySize = 64u << 10;  // 64 KiB
@@ -58,6 +61,7 @@ struct Spec {
     std::vector<IdMapping> uid_mappings;   // linux.uidMappings
     std::vector<IdMapping> gid_mappings;
     std::string cgroups_path;              // linux.cgroupsPath
+    std::string rootfs_propagation;        // linux.rootfsPropagation ("rshared", ...)
 
     // The last value of `name` in env (later entries win, as execve sees them).
     std::optional<std::string> getenv(std::string_view name) const;

@@ -1,9 +1,10 @@
 // gpubind-runtime's part in the library: turning a plan into an edit of the
 // container's OCI spec, so that the real runtime (runc, crun) creates the
-// device nodes, grants them in the device cgroup and does the bind mounts
-// itself. What only a hook can do (soname links, the /proc/driver/nvidia
-// view, the loader-cache refresh) is left to gpubind-hook, registered by the
-// edit in its "finish" mode.
+// device nodes and grants them in the device cgroup itself (a systemd reload
+// keeps them). The rest (the driver files' mounts, soname links, the
+// /proc/driver/nvidia view, the loader-cache refresh) is gpubind-hook's,
+// registered by the edit in its "finish" mode: it resolves every target by
+// descriptor inside the rootfs, which a runtime given a bind mount does not.
 #pragma once
 
 #include <filesystem>
@@ -13,16 +14,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpubind/oci.hpp"
 #include "gpubind/plan.hpp"
 
 namespace gpubind::runtime {
 
-// The annotation marking a spec gpubind-runtime edited. gpubind-hook seeing
-// it in a prestart/createRuntime/createContainer stage leaves the container
-// to the finish hook: nothing is injected twice.
-inline constexpr std::string_view kMarkAnnotation = "gpubind.injected";
-inline constexpr std::string_view kMarkValue = "runtime";
-// The stage argument of the hook the edit registers (as createRuntime).
+// The stage argument of the hook the edit registers (as createRuntime): its
+// args are ["gpubind-hook", kFinishStage]. That entry is the mark of an
+// edited spec: gpubind-hook registered at another stage as well leaves such
+// a container to it, and nothing is injected twice. Nothing is added to the
+// annotations, which the container's owner sees in its state.
 inline constexpr std::string_view kFinishStage = "finish";
 
 // The hook the edit registers: gpubind-hook's path and its environment.
@@ -35,38 +36,36 @@ struct FinishHook {
 // "noexec" as its flags say (the CDI spec's mounts use them too).
 std::vector<std::string> mount_options(unsigned flags);
 
-// Whether the spec carries the mark.
+// Whether the spec carries the mark (the finish hook in hooks.createRuntime).
 bool marked(const nlohmann::json& spec);
 
-// The spec with `plan` in it, every other field kept as it was:
+// `spec` (whose parsed facts are `facts`) with `plan` in it, every other
+// field kept as it was:
 //  - linux.devices: {path, type "c", major, minor, fileMode, uid 0, gid 0} for
 //    each planned device that is bound (an entry at the same path with the same
-//    numbers is kept, with other numbers it is an Error naming it);
+//    numbers is kept, with other numbers it is an Error naming it); in a
+//    spec with a user namespace, where runc binds the host's file at the
+//    device's path instead of making a node, a device whose node is elsewhere
+//    on the host (a dev root not "/") is a bind mount from it in `mounts`;
 //  - linux.resources.devices: {allow true, type "c", major, minor, access "rw"}
 //    for each planned device (bound or not), one per major:minor;
-//  - mounts: {destination, type "bind", source, options: "rbind", then "ro",
-//    "nosuid", "nodev", "noexec" as the plan's flags say}, appended for the
-//    planned mounts runtime_mounts() gives the runtime (the finish hook makes
-//    the others); a mount already at a planned mount's destination is an
-//    Error naming it;
-//  - hooks.createRuntime: `hook` with args [gpubind-hook, "finish"], appended;
-//  - annotations[kMarkAnnotation] = kMarkValue.
-// A spec that already carries the mark, or a non-object, is an Error (EINVAL).
-nlohmann::json edit_spec(const nlohmann::json& spec, const Plan& plan, const FinishHook& hook);
+//  - hooks.createRuntime: `hook` with args [gpubind-hook, "finish"], appended:
+//    it makes every planned mount (edited_finish_plan).
+// Refused before anything is done, as the finish hook would refuse it later:
+// a spec without a mount namespace (Error EPERM); a planned mount target the
+// spec mounts something at (EEXIST), or that lies in a mount of the spec other
+// than a fresh tmpfs (oci::Spec::fresh_tmpfs: a volume, EXDEV); a shared
+// rootfs propagation (EXDEV). A spec that already carries the mark, or a
+// non-object, is an Error (EINVAL).
+nlohmann::json edit_spec(nlohmann::json spec, const oci::Spec& facts, const Plan& plan,
+                         const FinishHook& hook);
 
-// Whether the runtime, rather than the finish hook, makes the planned mount
-// `m` in a container whose spec is `spec`: where a mount of the spec is at its
-// target or in a directory above it (a volume such as containerd's /run
-// tmpfs: a hook mounts only on the rootfs's own mount), or below a planned
-// directory (the planned mount would hide it). The finish hook makes the
-// others itself: runc 1.1 takes ~65 us a bind mount, the hook ~10 us.
-bool runtime_mounts(const PlannedMount& m, const nlohmann::json& spec);
-
-// What the finish hook still does once the runtime did its part: the plan
-// without devices and mounts (symlinks, the proc view, the loader cache).
+// What the hook of a CDI spec still does once the engine made the spec's
+// devices and mounts: the plan without them (links, the proc view, the
+// loader cache).
 Plan finish_plan(Plan plan);
-// The same in a spec gpubind-runtime edited (`spec`): the planned mounts the
-// runtime does not make (runtime_mounts) stay in it.
-Plan finish_plan(Plan plan, const nlohmann::json& spec);
+// What the finish hook of an edited spec does: the plan without its devices,
+// which the runtime created.
+Plan edited_finish_plan(Plan plan);
 
 }  // namespace gpubind::runtime

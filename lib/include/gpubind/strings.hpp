@@ -17,6 +17,11 @@ std::string to_lower(std::string_view s);
 // `s` as one line of printable text: a newline as "\\n", every other control
 // character (and DEL) as "\\xNN". For text that came from an image or a spec.
 std::string escape_control(std::string_view s);
+// Whether JSON text nests arrays and objects no deeper than `max_depth`
+// (brackets inside strings not counted; the text need not be valid). A
+// document's copy, dump and comparison recurse once per level: a parser asks
+// this first, so a deep document is refused instead of overflowing the stack.
+bool json_depth_within(std::string_view text, std::size_t max_depth) noexcept;
 
 // Paths as plain text, for the node's and the plan's (a std::filesystem::path
 // splits itself into components, allocating, at every construction: the
