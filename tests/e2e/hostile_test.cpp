@@ -34,6 +34,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "binaries.hpp"
 #include "container.hpp"
 #include "gpubind/sim.hpp"
 #include "gpubind/strings.hpp"
@@ -196,27 +197,31 @@ protected:
         return b;
     }
 
-    // One real start (`runc run`, killed after `limit_s`), the container deleted after.
-    static RunResult start(Bundle& b, int limit_s = kStartLimitSeconds) {
+    // One real start (`runc run`, or `<runtime> run`: gpubind-runtime in
+    // runc's place; killed after `limit_s`), the container deleted after.
+    static RunResult start(Bundle& b, int limit_s = kStartLimitSeconds,
+                           const std::string& runtime = "") {
         static std::atomic<int> counter{0};
         b.write_spec();
         const std::string runc = env_or("GPUBIND_RUNC", "runc");
         const std::string id = "gpubind-hostile-" + std::to_string(::getpid()) + "-" +
                                std::to_string(counter++);
         const std::string state = b.state_root().string();
-        auto r = run_command({"timeout", "-k", "5", std::to_string(limit_s), runc, "--root", state,
-                              "run", "--bundle", b.dir().string(), id});
+        auto r = run_command({"timeout", "-k", "5", std::to_string(limit_s),
+                              runtime.empty() ? runc : runtime, "--root", state, "run", "--bundle",
+                              b.dir().string(), id});
         run_command({runc, "--root", state, "delete", "--force", id});
         return r;
     }
 
     // Arms the tripwire, starts the container (printing "started"), and
     // checks the host and the time taken.
-    RunResult run_case(Bundle& b, const std::string& script = "echo started") {
+    RunResult run_case(Bundle& b, const std::string& script = "echo started",
+                       const std::string& runtime = "") {
         b.command(script);
         trip_->arm();
         const auto t0 = Clock::now();
-        auto r = start(b);
+        auto r = start(b, kStartLimitSeconds, runtime);
         const double took = seconds_since(t0);
         EXPECT_NE(r.exit_code, 124) << "the start did not end within " << kStartLimitSeconds << " s";
         EXPECT_LT(took, kStartLimitSeconds);
@@ -1277,6 +1282,69 @@ TEST_F(HostileTest, Issue12TargetsInASharedVolumeAreRefused) {
             expect_refused(r, {"shared mount"});
         else
             expect_refused(r, {"/usr/bin/", "another mount"});
+    }
+}
+
+// Issue 21 (1): the same host volume, shared, bound at /usr/bin, through
+// gpubind-runtime. It used to hand runc a bind mount for every driver
+// binary in the volume: after the container, five mounts (nvidia-smi, ...)
+// stayed in the host's mount table, and runc made root-owned mount-point
+// files in the host's directory even without shared propagation. Now the
+// shim refuses before runc runs, naming the target and the volume (or the
+// shared rootfs), and the host's volume and mount table are as they were,
+// for the volume's own propagation and for the rootfs's.
+TEST_F(HostileTest, Issue21SharedVolumeThroughTheRuntimeIsRefused) {
+    const fs::path volume = dir_.path() / "volume21";
+    fs::create_directories(volume);
+    ASSERT_EQ(run_command({"mount", "--bind", volume.string(), volume.string()}).exit_code, 0);
+    ASSERT_EQ(run_command({"mount", "--make-shared", volume.string()}).exit_code, 0);
+    struct Unmount {
+        fs::path v;
+        ~Unmount() {
+            for (int i = 0; i < 16; ++i)
+                if (run_command({"umount", "-R", "-l", v.string()}).exit_code != 0) break;
+        }
+    } unmount{volume};
+    // gpubind-runtime reads its config from the environment, as engines let it.
+    const fs::path config = issue12_config(dir_.path(), "volume21", node());
+    ::setenv("GPUBIND_CONFIG", config.c_str(), 1);
+    struct Unset {
+        ~Unset() { ::unsetenv("GPUBIND_CONFIG"); }
+    } unset;
+    struct Case {
+        const char* name;
+        std::vector<std::string> volume_options;
+        const char* rootfs_propagation;  // nullptr: the runtime's default
+        std::vector<std::string> refusal;
+    };
+    const Case cases[] = {
+        {"a shared volume", {"rbind", "rshared"}, nullptr, {"/usr/bin/", "volume"}},
+        {"a shared volume and rootfs", {"rbind", "rshared"}, "rshared", {"shared mount"}},
+        {"a private volume", {"rbind"}, nullptr, {"/usr/bin/", "volume"}},
+    };
+    int n = 0;
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.name);
+        Bundle b(dir_.path() / ("volume21-bundle" + std::to_string(n++)), Layout::Multiarch);
+        b.env("NVIDIA_VISIBLE_DEVICES=0");
+        b.spec()["mounts"].push_back({{"destination", "/usr/bin"},
+                                      {"type", "bind"},
+                                      {"source", volume.string()},
+                                      {"options", c.volume_options}});
+        if (c.rootfs_propagation) b.spec()["linux"]["rootfsPropagation"] = c.rootfs_propagation;
+        fs::remove_all(volume / "tool");
+        fs::create_directories(volume / "tool");
+        std::ofstream(volume / "tool/host-file") << "the host's";
+        const std::string volume_before = snapshot_tree(volume);
+        auto r = run_case(b, "echo started", runtime());  // the tripwire holds the mount table
+        EXPECT_NE(r.exit_code, 0);
+        EXPECT_THAT(r.out, Not(HasSubstr("started")));
+        const auto at = r.err.find("gpubind-runtime: ");
+        ASSERT_NE(at, std::string::npos) << "not refused by gpubind-runtime: " << r.err;
+        const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+        for (const auto& word : c.refusal) EXPECT_THAT(line, HasSubstr(word));
+        EXPECT_EQ(snapshot_tree(volume), volume_before) << "left in the host's volume";
+        EXPECT_THAT(host_mounts(), Not(HasSubstr((volume / "nvidia-smi").string())));
     }
 }
 

@@ -23,6 +23,7 @@
 
 #include "binaries.hpp"
 #include "container.hpp"
+#include "gpubind/runtime.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
 
@@ -161,7 +162,7 @@ TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
 
     // The nodes and the grants are in the spec runc ran, with the host's numbers.
     const json spec = json::parse(read_text(b.dir() / "config.json"));
-    EXPECT_EQ(spec["annotations"]["gpubind.injected"], "runtime");
+    EXPECT_TRUE(runtime::marked(spec)) << spec["hooks"].dump();
     std::set<std::string> devices, rules;
     for (const auto& d : spec["linux"]["devices"])
         devices.insert(d["path"].get<std::string>() + " " + std::to_string(d["major"].get<int>()) +
@@ -183,12 +184,12 @@ TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
     }
 }
 
-// The spec's own mounts decide who mounts a driver file: under the engine's
-// /run tmpfs (one the runtime makes: a volume there would be refused to a
-// hook) the runtime mounts the daemons' sockets from the spec; the
-// libraries and binaries, on the rootfs's own mount, the finish hook mounts
-// (a sixth of runc's time each).
-TEST_F(RuntimeTest, VolumesOverTargetsLeaveThoseMountsToTheRuntime) {
+// Under the engine's /run tmpfs (one the runtime makes fresh for the
+// container) the daemons' sockets are mounted by the finish hook like every
+// other driver file: the spec runc runs holds none of gpubind's mounts
+// (issue 21: runc given a bind mount in a volume made mount points in the
+// host's directory).
+TEST_F(RuntimeTest, AFreshRunTmpfsGetsTheSocketsFromTheFinishHook) {
     Bundle b = bundle();
     bind_all_gpus(b);
     b.spec()["mounts"].push_back(
@@ -201,6 +202,8 @@ TEST_F(RuntimeTest, VolumesOverTargetsLeaveThoseMountsToTheRuntime) {
     std::string script = gpu_script(m(), kChecks) + "\necho '== sockets'\n";
     for (const auto& s : sockets) script += "[ -S " + s + " ] && echo " + s + "\n";
     b.env("NVIDIA_VISIBLE_DEVICES=all").command(script);
+    b.write_spec();
+    const json mounts_before = json::parse(read_text(b.dir() / "config.json"))["mounts"];
     auto r = b.run_with(runtime());
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::vector<unsigned> all;
@@ -208,16 +211,8 @@ TEST_F(RuntimeTest, VolumesOverTargetsLeaveThoseMountsToTheRuntime) {
     EXPECT_EQ(expect_gpus(m(), r.out, all, kChecks), "") << r.out;
     const auto out = sections(r.out);
     for (const auto& s : sockets) EXPECT_TRUE(contains(out.at("sockets"), s)) << s << "\n" << r.out;
-
-    // In the spec runc ran: the sockets under /run, no library or binary.
-    const json spec = json::parse(read_text(b.dir() / "config.json"));
-    std::set<std::string> bound;
-    for (const auto& mnt : spec["mounts"])  // gpubind's: the node's files (not the test's /hostdev)
-        if (mnt.value("type", "") == "bind" &&
-            mnt.value("destination", "").rfind("/hostdev/", 0) != 0)
-            bound.insert(mnt["destination"].get<std::string>());
-    for (const auto& s : sockets) EXPECT_EQ(bound.count(s), 1u) << s;
-    for (const auto& d : bound) EXPECT_EQ(d.rfind("/run/", 0), 0u) << d << " is in the spec";
+    // The spec runc ran has the mounts it had.
+    EXPECT_EQ(json::parse(read_text(b.dir() / "config.json"))["mounts"], mounts_before);
 }
 
 TEST_F(RuntimeTest, ChecksFailThroughPlainRunc) {
@@ -449,6 +444,78 @@ TEST_F(RuntimeTest, AConfigOtherUsersMayWriteIsRefusedAndTheSpecLeftAlone) {
     EXPECT_EQ(read_text(b.dir() / "config.json"), before);
     EXPECT_NE(
         run_command({runc(), "--root", b.state_root().string(), "state", container}).exit_code, 0);
+}
+
+// OCI conformance (issue 21): a GPU container without a mount namespace of
+// its own is refused by the shim, with the hook's line, before runc sets
+// anything up (the hook refused it only after runc had made its mounts).
+TEST_F(RuntimeTest, ASpecWithoutAMountNamespaceIsRefusedBeforeRunc) {
+    Bundle b = bundle();
+    json namespaces = json::array();
+    for (const auto& n : b.spec()["linux"]["namespaces"])
+        if (n["type"] != "mount") namespaces.push_back(n);
+    ASSERT_LT(namespaces.size(), b.spec()["linux"]["namespaces"].size());
+    b.spec()["linux"]["namespaces"] = namespaces;
+    b.env("NVIDIA_VISIBLE_DEVICES=0").command("echo started");
+    b.write_spec();
+    const std::string before = read_text(b.dir() / "config.json");
+    const std::string rootfs = snapshot_tree(b.rootfs());
+    const std::string container = id();
+    auto r = run_command({runtime(), "--root", b.state_root().string(), "run", "--bundle",
+                          b.dir().string(), container});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr("gpubind-runtime: edit spec linux.namespaces: the container "
+                                 "shares this process's mount namespace"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("started")));
+    EXPECT_EQ(read_text(b.dir() / "config.json"), before);
+    EXPECT_EQ(snapshot_tree(b.rootfs()), rootfs) << "runc ran: mount points in the rootfs";
+    EXPECT_NE(
+        run_command({runc(), "--root", b.state_root().string(), "state", container}).exit_code, 0);
+}
+
+// OCI conformance (issue 21): the state runc hands the container's hooks
+// holds the annotations the caller set, and none of gpubind's (the edit's
+// mark is its finish hook, not an annotation).
+TEST_F(RuntimeTest, TheStateHooksSeeHoldsOnlyTheCallersAnnotations) {
+    Bundle b = bundle();
+    const json annotations = {{"org.example/owner", "me"}};
+    b.spec()["annotations"] = annotations;
+    const fs::path seen = b.dir() / "state-seen.json";
+    b.spec()["hooks"]["prestart"] = {
+        {{"path", "/bin/sh"}, {"args", {"sh", "-c", "cat > " + seen.string()}}}};
+    b.env("NVIDIA_VISIBLE_DEVICES=0").command("echo started");
+    auto r = b.run_with(runtime());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("started"));
+    const json state = json::parse(read_text(seen));
+    EXPECT_EQ(state.value("annotations", json::object()), annotations) << state.dump();
+    // And the container still got its GPU from the shim and its finish hook.
+    const json spec = json::parse(read_text(b.dir() / "config.json"));
+    EXPECT_EQ(spec["hooks"]["createRuntime"].back()["args"], json({"gpubind-hook", "finish"}));
+}
+
+// Issue 21 (5): a config.json with a member nested 200,000 deep ended
+// gpubind-runtime with SIGSEGV (its copy of the document recursed once a
+// level). It is one line naming the file and the limit, an ordinary exit.
+TEST_F(RuntimeTest, ADeeplyNestedSpecIsOneLineNotACrash) {
+    Bundle b = bundle();
+    b.env("NVIDIA_VISIBLE_DEVICES=0").command("echo started");
+    b.write_spec();
+    const fs::path file = b.dir() / "config.json";
+    std::string text = read_text(file);
+    const auto end = text.rfind('}');
+    ASSERT_NE(end, std::string::npos);
+    text.insert(end, ",\"x-deep\":" + std::string(200000, '[') + std::string(200000, ']'));
+    std::ofstream(file, std::ios::trunc) << text;
+    const std::string container = id();
+    auto r = run_command({runtime(), "--root", b.state_root().string(), "create", "--bundle",
+                          b.dir().string(), container});
+    EXPECT_GT(r.exit_code, 0);
+    EXPECT_LT(r.exit_code, 126) << "ended by a signal: " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("gpubind-runtime: parse spec " + file.string() +
+                                 ": nested deeper than 1000 levels"));
+    EXPECT_EQ(read_text(file), text);
 }
 
 }  // namespace

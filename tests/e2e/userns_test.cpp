@@ -19,6 +19,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "binaries.hpp"
 #include "container.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
@@ -195,6 +196,25 @@ TEST_F(UsernsTest, ChecksFailWithoutTheHook) {
     auto problems = check_given(r, 1);
     for (const char* check : {"devices", "loader", "nvidia-smi", "cgroup"})
         EXPECT_TRUE(problems.count(check)) << check << " passed without the hook:\n" << r.out;
+}
+
+// OCI conformance (issue 21): through gpubind-runtime, a container with a
+// user namespace on a node whose dev root is not "/" (the simulated node's).
+// runc cannot make a device node in a user namespace: it binds the host's
+// file at the device's container path, which the shim named alone, so runc
+// looked for the host's /dev/nvidia1 and the container did not start. The
+// shim now gives runc the node's file as a bind mount from the dev root.
+TEST_F(UsernsTest, ThroughTheRuntimeTheDevicesComeFromTheDevRoot) {
+    node_->write_config("[runtime]\nruntimes = [\"" + env_or("GPUBIND_RUNC", "runc") + "\"]\n");
+    ::setenv("GPUBIND_CONFIG", node_->config().c_str(), 1);
+    struct Unset {
+        ~Unset() { ::unsetenv("GPUBIND_CONFIG"); }
+    } unset;
+    Bundle b = bundle(/*with_hook=*/false);
+    b.env("NVIDIA_VISIBLE_DEVICES=1").command(inspect_script());
+    auto r = b.run_with(runtime());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(describe(check_given(r, 1)), "") << r.out;
 }
 
 // --- Rootless: runc run by a user without privileges (`runc --rootless true`) ---
