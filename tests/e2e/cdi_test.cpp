@@ -205,10 +205,20 @@ TEST_F(CdiTest, ContainerdRefusesAHostileSpecNamingIt) {
     write_text(etc / "evil.json", hostile.dump());
     Containerd containerd(dir_ / "containerd");
     ASSERT_TRUE(containerd.ready()) << containerd.error();
+    // A container without CAP_SYS_ADMIN names only NVIDIA's devices (issue
+    // 21): refused for the vendor before any spec is read.
     Bundle b(dir_ / "evil");
     fs::remove(runc_got());
     auto r = containerd.run(runtime(), b.rootfs(), "evil",
                             {"--annotation", "cdi.k8s.io/x=example.com/evil=x"}, "true");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr("annotation cdi.k8s.io/x names example.com/evil=x, a device of "
+                                 "vendor example.com"));
+    EXPECT_FALSE(fs::exists(runc_got())) << "runc ran";
+    // A privileged one may name it: the spec file is then refused, naming it.
+    Bundle p(dir_ / "evil-privileged");
+    r = containerd.run(runtime(), p.rootfs(), "evil-privileged",
+                       {"--privileged", "--annotation", "cdi.k8s.io/x=example.com/evil=x"}, "true");
     fs::remove(etc / "evil.json");
     EXPECT_NE(r.exit_code, 0);
     EXPECT_THAT(r.err, HasSubstr((etc / "evil.json").string()));
