@@ -40,3 +40,16 @@ run_ctest() {
     rm -f "$log"
     return $rc
 }
+
+# use_ccache: where ccache is installed, sets ccache_args (the CMake launcher
+# arguments) and keys its objects by paths relative to the checkout, so that
+# another clone of the same sources (CI's fresh one) finds what this one
+# compiled. The cache lives outside the checkout; a cold one builds as
+# without it. Precompiled headers need the sloppiness named.
+ccache_args=()
+use_ccache() {
+    command -v ccache >/dev/null || return 0
+    export CCACHE_BASEDIR=$top CCACHE_NOHASHDIR=true
+    export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+    ccache_args=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+}
