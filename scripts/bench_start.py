@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Container starts on a simulated node, paired in one run (scripts/bench).
 
-    bench_start.py BUILD_DIR WORK_DIR [--runs N] [--real]
+    bench_start.py BUILD_DIR WORK_DIR [--runs N] [--real] [--baseline BUILD_DIR]
 
 Writes a 4-GPU simulated node, a config naming it (cgroups on, the node
 description in WORK_DIR/state), a busybox+glibc image with its own loader
@@ -27,6 +27,11 @@ its device programs on a bpffs the bench mounts in WORK_DIR ([node]
 bpf-dir), and its lifetime is also timed with none kept (a program loaded at
 every start). Run as root.
 
+With --baseline, an earlier build's gpubind-runtime (with that build's hook
+as its finish hook) starts the same container in every round beside this
+build's, and the difference within each round is printed: a change to the
+shim's start path measured paired, the same moment's load for both.
+
 With --real, on a node with the NVIDIA driver: the node itself (all its
 GPUs) instead of a simulated one; a driver-state change is the description
 removed, and the slow-NVML section is the real NVML's first answer.
@@ -43,6 +48,8 @@ import time
 build, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 60
 real = "--real" in sys.argv
+baseline = (os.path.abspath(sys.argv[sys.argv.index("--baseline") + 1])
+            if "--baseline" in sys.argv else None)
 cli = f"{build}/cli/gpubind"
 hook = f"{build}/hook/gpubind-hook"
 shim = f"{build}/hook/gpubind-runtime"
@@ -141,11 +148,22 @@ noop = spec(gpu_env)
 noop["hooks"] = {"prestart": [{"path": busybox, "args": ["true"]}]}
 bundles = {"bare": spec(), "noop": noop, "hook": spec(gpu_env, True), "shim": spec(gpu_env),
            "hook+cuda": spec(gpu_env + ["NVIDIA_REQUIRE_CUDA=cuda>=12.0"], True)}
+if baseline:
+    bundles["shim-base"] = spec(gpu_env)
 for name, s in bundles.items():
     os.makedirs(f"{work}/{name}", exist_ok=True)
     with open(f"{work}/{name}/config.json", "w") as f:
         json.dump(s, f)
 env = dict(os.environ, GPUBIND_CONFIG=config)
+base_env = env
+if baseline:  # a node description of its own: the two builds' config digests may differ
+    os.makedirs(f"{state}-base", mode=0o755, exist_ok=True)
+    with open(config) as f:
+        text = f.read().replace(f'state-dir = "{state}"', f'state-dir = "{state}-base"')
+    with open(f"{work}/config-base.toml", "w") as f:
+        f.write(text)
+    os.chmod(f"{work}/config-base.toml", 0o644)
+    base_env = dict(os.environ, GPUBIND_CONFIG=f"{work}/config-base.toml")
 counter = 0
 
 
@@ -163,10 +181,10 @@ def start(name, overlay=False, image=rootfs):
     global counter
     counter += 1
     bundle = f"{work}/{name}"
-    if name == "shim":  # the shim edits config.json in place: each start gets the original
+    if name.startswith("shim"):  # the shim edits config.json in place: each start gets the original
         with open(f"{bundle}/config.json", "w") as f:
             json.dump(bundles[name], f)
-    binary = shim if name == "shim" else runc
+    binary = {"shim": shim, "shim-base": f"{baseline}/hook/gpubind-runtime"}.get(name, runc)
     cid = f"gpubind-bench-{os.getpid()}-{counter}"
     layer = f"{work}/layer"
     if overlay:
@@ -191,7 +209,8 @@ def start(name, overlay=False, image=rootfs):
     try:
         t = time.perf_counter()
         r = subprocess.run([binary, "--root", f"{work}/runc", "run", "--bundle", bundle, cid],
-                           stdin=subprocess.DEVNULL, capture_output=True, env=env)
+                           stdin=subprocess.DEVNULL, capture_output=True,
+                           env=base_env if name == "shim-base" else env)
         ms = (time.perf_counter() - t) * 1e3
     finally:
         if overlay:
@@ -229,10 +248,12 @@ def change_driver_state():
     os.rename(cache + ".new", cache)
 
 
-for name in ("bare", "noop", "hook", "shim", "hook+cuda"):  # warm up; the description is made
-    for _ in range(5):
+for name in ("bare", "noop", "hook", "shim", "hook+cuda") + (("shim-base",) if baseline else ()):
+    for _ in range(5):  # warm up; the description is made
         start(name)
 times = {"bare": [], "noop": [], "hook": [], "shim": []}
+if baseline:
+    times["shim-base"] = []
 for _ in range(runs):
     for name in times:
         times[name].append(start(name))
@@ -242,6 +263,8 @@ base = line("runc run (bare)", times["bare"])
 line("runc run + a no-op hook (busybox true)", times["noop"], base)
 line("runc run + gpubind-hook", times["hook"], base)
 line("gpubind-runtime run", times["shim"], base)
+if baseline:
+    line("gpubind-runtime run, the baseline build", times["shim-base"], base)
 
 
 def paired(label, xs, ys):
@@ -255,6 +278,8 @@ paired("a no-op hook minus bare (any hook's floor)", times["bare"], times["noop"
 paired("gpubind-hook minus bare", times["bare"], times["hook"])
 paired("gpubind-hook minus the no-op hook", times["noop"], times["hook"])
 paired("gpubind-runtime minus bare", times["bare"], times["shim"])
+if baseline:
+    paired("gpubind-runtime minus the baseline's", times["shim-base"], times["shim"])
 
 # runc's start varies by milliseconds from one run to the next: the hook's own
 # share, timed where runc waits for it. A wrapper (C, built here) forks and

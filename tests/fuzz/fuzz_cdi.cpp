@@ -53,11 +53,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
         const oci::Spec spec = oci::parse_spec(bytes, "/bundle");
         for (bool strict : {false, true}) {
-            Policy policy;
-            policy.accept_volume_mounts = strict;
-            policy.accept_envvar_unprivileged = !strict;
+            Config config;
+            config.policy.accept_volume_mounts = strict;
+            config.policy.accept_envvar_unprivileged = !strict;
+            config.policy.accept_cdi_annotations_unprivileged = !strict;
             try {
-                for (const auto& n : cdi::read_requests(spec, policy).devices)
+                const auto names = cdi::read_requests(spec, config).devices;
+                if (names.size() > cdi::kMaxRequestNames) std::abort();
+                for (const auto& n : names)
                     if (!cdi::parse_qualified(n)) std::abort();
             } catch (const Error&) {
             }
