@@ -11,6 +11,7 @@
 
 #include "gpubind/error.hpp"
 #include "gpubind/oci.hpp"
+#include "gpubind/shim.hpp"
 
 namespace gpubind {
 namespace {
@@ -393,6 +394,60 @@ TEST(RuntimeEditSpec, ImexChannelsAndTheCudaCompatFile) {
     ASSERT_EQ(finish.files.size(), 1u);
     EXPECT_EQ(finish.files[0].path, plan.files[0].path);
     EXPECT_EQ(finish.files[0].content, plan.files[0].content);
+}
+
+// gpubind-runtime's command line, read as runc and crun read theirs: the
+// bundle it edits must be the one the runtime reads.
+runtime::Invocation invoked(std::vector<const char*> args) {
+    args.insert(args.begin(), "gpubind-runtime");
+    return runtime::parse_invocation(static_cast<int>(args.size()), args.data());
+}
+
+TEST(RuntimeInvocation, GlobalFlagsThenTheCommandAndItsBundle) {
+    auto a = invoked({"--root", "/run/runc", "--log=/l.json", "--log-format", "json", "create",
+                      "--bundle", "/b1", "--pid-file", "/p", "c1"});
+    EXPECT_EQ(a.command, "create");
+    EXPECT_EQ(a.bundle, "/b1");
+    EXPECT_EQ(a.id, "c1");
+    EXPECT_EQ(a.log, "/l.json");
+    EXPECT_EQ(a.log_format, "json");
+    // Every spelling of the bundle flag, and the id after "--".
+    for (const auto& args : std::vector<std::vector<const char*>>{
+             {"run", "-b", "/b2", "c2"},
+             {"run", "--bundle=/b2", "c2"},
+             {"run", "-bundle", "/b2", "--detach", "c2"},
+             {"run", "-b=/b2", "--", "c2"}}) {
+        const auto r = invoked(args);
+        EXPECT_EQ(r.command, "run");
+        EXPECT_EQ(r.bundle, "/b2") << ::testing::PrintToString(args);
+        EXPECT_EQ(r.id, "c2") << ::testing::PrintToString(args);
+    }
+    // No bundle flag: the working directory, as runc takes it.
+    EXPECT_EQ(invoked({"create", "c3"}).bundle, ".");
+    // A global flag's value is not the command ("--root create" names a directory).
+    EXPECT_EQ(invoked({"--root", "create", "state", "c4"}).command, "state");
+    // Another command: nothing of it read.
+    const auto other = invoked({"--log", "/l", "delete", "--force", "--unknown", "c5"});
+    EXPECT_EQ(other.command, "delete");
+    EXPECT_EQ(other.log, "/l");
+    EXPECT_EQ(other.id, "");
+    EXPECT_EQ(invoked({"--version"}).command, "");
+}
+
+TEST(RuntimeInvocation, AnUnknownFlagOfCreateOrRunIsRefusedNamingIt) {
+    for (const auto& args : std::vector<std::vector<const char*>>{
+             {"create", "--config", "/other/config.json", "--bundle", "/b", "c"},
+             {"run", "--bundle", "/b", "--config=/other.json", "c"},
+             {"create", "-x", "c"}}) {
+        try {
+            invoked(args);
+            ADD_FAILURE() << "accepted " << ::testing::PrintToString(args);
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), EINVAL);
+            EXPECT_THAT(e.what(), HasSubstr("arguments"));
+            EXPECT_THAT(e.what(), HasSubstr("which config.json"));
+        }
+    }
 }
 
 }  // namespace
