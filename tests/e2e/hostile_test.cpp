@@ -1237,22 +1237,39 @@ TEST_F(HostileTest, Issue12MpsDirectoryOfAUserOrBehindALinkIsNotMounted) {
     EXPECT_THAT(r.out, HasSubstr("planted-by-user"));
 }
 
+// A host directory bound on itself and made shared, as a volume whose
+// mounts propagate; unmounted (with whatever reached it) when it goes.
+class SharedVolume {
+  public:
+    explicit SharedVolume(fs::path path) : path_(std::move(path)) {
+        fs::create_directories(path_);
+        ready_ = run_command({"mount", "--bind", path_.string(), path_.string()}).exit_code == 0 &&
+                 run_command({"mount", "--make-shared", path_.string()}).exit_code == 0;
+    }
+    ~SharedVolume() {
+        for (int i = 0; i < 16; ++i)
+            if (run_command({"umount", "-R", "-l", path_.string()}).exit_code != 0) break;
+    }
+    SharedVolume(const SharedVolume&) = delete;
+    SharedVolume& operator=(const SharedVolume&) = delete;
+
+    bool ready() const { return ready_; }
+    const fs::path& path() const { return path_; }
+
+  private:
+    fs::path path_;
+    bool ready_ = false;
+};
+
 // 4. An image whose /usr/bin is a link into a volume (/data, a host directory
 // with rshared propagation, rootfsPropagation rshared): the container is
 // refused naming the target, no hook mount reaches the host's mount table,
 // and nothing is left in the host's volume.
 TEST_F(HostileTest, Issue12TargetsInASharedVolumeAreRefused) {
-    const fs::path volume = dir_.path() / "volume";
+    const SharedVolume shared(dir_.path() / "volume");
+    ASSERT_TRUE(shared.ready());
+    const fs::path& volume = shared.path();
     fs::create_directories(volume / "bin");
-    ASSERT_EQ(run_command({"mount", "--bind", volume.string(), volume.string()}).exit_code, 0);
-    ASSERT_EQ(run_command({"mount", "--make-shared", volume.string()}).exit_code, 0);
-    struct Unmount {
-        fs::path v;
-        ~Unmount() {
-            for (int i = 0; i < 16; ++i)
-                if (run_command({"umount", "-R", "-l", v.string()}).exit_code != 0) break;
-        }
-    } unmount{volume};
     const fs::path config = issue12_config(dir_.path(), "volume", node());
     // With the runtime's default propagation the volume's targets are refused;
     // with rootfsPropagation "rshared" every target is on a shared mount.
@@ -1294,17 +1311,9 @@ TEST_F(HostileTest, Issue12TargetsInASharedVolumeAreRefused) {
 // shared rootfs), and the host's volume and mount table are as they were,
 // for the volume's own propagation and for the rootfs's.
 TEST_F(HostileTest, Issue21SharedVolumeThroughTheRuntimeIsRefused) {
-    const fs::path volume = dir_.path() / "volume21";
-    fs::create_directories(volume);
-    ASSERT_EQ(run_command({"mount", "--bind", volume.string(), volume.string()}).exit_code, 0);
-    ASSERT_EQ(run_command({"mount", "--make-shared", volume.string()}).exit_code, 0);
-    struct Unmount {
-        fs::path v;
-        ~Unmount() {
-            for (int i = 0; i < 16; ++i)
-                if (run_command({"umount", "-R", "-l", v.string()}).exit_code != 0) break;
-        }
-    } unmount{volume};
+    const SharedVolume shared(dir_.path() / "volume21");
+    ASSERT_TRUE(shared.ready());
+    const fs::path& volume = shared.path();
     // gpubind-runtime reads its config from the environment, as engines let it.
     const fs::path config = issue12_config(dir_.path(), "volume21", node());
     ::setenv("GPUBIND_CONFIG", config.c_str(), 1);
