@@ -26,13 +26,13 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "log_format.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/log.hpp"
 #include "gpubind/log_sink.hpp"
 #include "gpubind/shim.hpp"
 #include "gpubind/strings.hpp"
+#include "log_format.hpp"
 
 extern char** environ;
 

@@ -412,11 +412,11 @@ TEST(RuntimeInvocation, GlobalFlagsThenTheCommandAndItsBundle) {
     EXPECT_EQ(a.log, "/l.json");
     EXPECT_EQ(a.log_format, "json");
     // Every spelling of the bundle flag, and the id after "--".
-    for (const auto& args : std::vector<std::vector<const char*>>{
-             {"run", "-b", "/b2", "c2"},
-             {"run", "--bundle=/b2", "c2"},
-             {"run", "-bundle", "/b2", "--detach", "c2"},
-             {"run", "-b=/b2", "--", "c2"}}) {
+    for (const auto& args :
+         std::vector<std::vector<const char*>>{{"run", "-b", "/b2", "c2"},
+                                               {"run", "--bundle=/b2", "c2"},
+                                               {"run", "-bundle", "/b2", "--detach", "c2"},
+                                               {"run", "-b=/b2", "--", "c2"}}) {
         const auto r = invoked(args);
         EXPECT_EQ(r.command, "run");
         EXPECT_EQ(r.bundle, "/b2") << ::testing::PrintToString(args);
