@@ -70,7 +70,9 @@ int generate(const CdiOptions& o) {
         fmt::print("{}", text);
         return 0;
     }
-    const bool wrote = cdi::write_if_changed(o.output, text);
+    // A file the user names, wherever they keep it (a /tmp file too): its
+    // temporary is still made exclusively.
+    const bool wrote = cdi::write_if_changed(o.output, text, false);
     fmt::print(stderr, "{} {}\n", o.output.string(), wrote ? "written" : "unchanged");
     return 0;
 }

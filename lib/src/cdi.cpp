@@ -171,14 +171,14 @@ std::string file_name(std::string_view kind, Format format) {
     return name + (format == Format::Yaml ? ".yaml" : ".json");
 }
 
-bool write_if_changed(const fs::path& path, std::string_view content) {
+bool write_if_changed(const fs::path& path, std::string_view content, bool check_dir) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     struct stat st {};
     if (fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
         static_cast<std::size_t>(st.st_size) == content.size() &&
         read_fd(fd.get(), content.size(), path.string()) == content)
         return false;
-    write_file_atomic(path, content, 0644);
+    write_file_atomic(path, content, {.mode = 0644, .check_dir = check_dir});
     return true;
 }
 
@@ -273,7 +273,7 @@ void refresh_quietly(const Node& node, const Config& config) {
             const auto there = ours.find(f.path);
             if (there == ours.end() || (f.content && *f.content == there->second)) continue;
             if (f.content)
-                write_file_atomic(f.path, *f.content, 0644);
+                write_file_atomic(f.path, *f.content, {.mode = 0644});
             else
                 remove_file(f.path);
             logger().info("CDI spec {} rewritten: the node changed", f.path.string());

@@ -416,16 +416,6 @@ std::string serialize(const NodeKnowledge& k) {
     return seal_description(w.out());
 }
 
-// Why the directory may not hold a trusted description ("" when it may).
-std::string untrusted_dir(int dirfd) {
-    struct stat st {};
-    if (::fstat(dirfd, &st) != 0) return "cannot be checked";
-    if (!S_ISDIR(st.st_mode)) return "is not a directory";
-    if (st.st_uid != 0) return "is not owned by root";
-    if (st.st_mode & (S_IWGRP | S_IWOTH)) return "is writable by others than root";
-    return {};
-}
-
 // The stored description, or nullopt with `why` saying what was wrong with it.
 std::optional<NodeKnowledge> read_description(const Config& config, std::string& why) {
     const fs::path dir = config.state_dir;

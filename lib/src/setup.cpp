@@ -1,5 +1,6 @@
 #include "gpubind/setup.hpp"
 
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -179,10 +180,30 @@ bool imports(const std::string& entry, std::string_view path) {
 
 // --- files ---
 
+// An engine's config or gpubind's backup of it: absent (nullopt), or a
+// regular file owned by root (or this user) that no one else may write,
+// opened without following a link. Anything else there is an Error naming
+// it: a link at a backup could hand another file's content to --remove.
 Text read_text(const fs::path& path) {
-    std::error_code ec;
-    if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;
-    return read_file(path, kMaxFileSize);
+    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd) {
+        if (errno == ENOENT) return std::nullopt;
+        if (errno == ELOOP)
+            throw Error(ErrorKind::Refused, ELOOP, "read", path.string(),
+                        "is a symbolic link; refusing to read or replace it");
+        throw_errno("open", path.string());
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", path.string());
+    if (!S_ISREG(st.st_mode))
+        throw Error(ErrorKind::Refused, EINVAL, "read", path.string(), "is not a regular file");
+    if (st.st_uid != 0 && st.st_uid != ::geteuid())
+        throw Error(ErrorKind::Refused, EACCES, "read", path.string(),
+                    "is owned by another user; refusing to use it");
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        throw Error(ErrorKind::Refused, EACCES, "read", path.string(),
+                    "is writable by others than its owner; refusing to use it");
+    return read_fd(fd.get(), kMaxFileSize, path.string());
 }
 
 fs::path backup_of(const fs::path& path) {
@@ -217,9 +238,10 @@ Change edit(const fs::path& path, bool remove, const Edit& add, const Edit& del,
     return c;
 }
 
+// The mode of the file read_text() read (never a link's target).
 unsigned mode_of(const fs::path& path) {
     struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
+    return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? (st.st_mode & 07777) : 0644;
 }
 
 void unlink_if_there(const fs::path& path) {
@@ -513,10 +535,11 @@ std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dr
             const unsigned mode = c.before ? mode_of(c.path) : 0644;
             std::string saved;
             if (c.keep_backup && c.before && !read_text(backup)) {
-                write_file_atomic(backup, *c.before, mode);
+                // Made only where nothing is: never over another's file.
+                write_file_atomic(backup, *c.before, {.mode = mode, .replace = false});
                 saved = "; the original is in " + backup.string();
             }
-            write_file_atomic(c.path, *c.after, mode);
+            write_file_atomic(c.path, *c.after, {.mode = mode});
             report.push_back("wrote " + p + what + saved);
         }
         if (c.drop_backup && !dry_run) unlink_if_there(backup);

@@ -167,7 +167,7 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const Config& co
                                 text.size(), oci::kMaxSpecSize));
     // Read by the runtime at once, useless after a crash: no fsync. The mode
     // is set on the new file's descriptor, past the umask.
-    write_file_atomic(file, text, mode, false);
+    write_file_atomic(file, text, {.mode = mode, .durable = false});
 }
 
 }  // namespace gpubind::runtime

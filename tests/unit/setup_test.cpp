@@ -12,9 +12,13 @@
 // toml++.
 #include <sys/wait.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
+
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -515,6 +519,88 @@ TEST(Setup, BadFilesAreRefusedNamingThemAndNothingChanges) {
             EXPECT_EQ(snapshot(dir.path()), before) << bad.text;
         }
     }
+}
+
+// Issue 21 (7): a backup that is a link to a 0600 secret was taken for a
+// backup: setup believed one existed, and --remove wrote the secret into
+// daemon.json as 0644 and lost the original. A config or backup that is a
+// link, not a regular file, another user's or writable by others is
+// refused, naming it, and nothing changes; the secret stays unread.
+TEST(Setup, ABackupOrConfigThatIsALinkOrAnothersIsRefusedNamingIt) {
+    const fs::path backup_name = fs::path(kDockerConfig).string() + ".gpubind-backup";
+    struct Bad {
+        const char* name;
+        fs::path at;  // what is planted there (relative to the prefix)
+        std::function<void(const fs::path&, const fs::path&)> plant;  // (file, secret)
+        const char* why;
+    };
+    const Bad cases[] = {
+        {"a backup linked to a secret", backup_name,
+         [](const fs::path& f, const fs::path& secret) { fs::create_symlink(secret, f); },
+         "symbolic link"},
+        {"a config linked to a secret", kDockerConfig,
+         [](const fs::path& f, const fs::path& secret) {
+             fs::remove(f);
+             fs::create_symlink(secret, f);
+         },
+         "symbolic link"},
+        {"a backup of another user", backup_name,
+         [](const fs::path& f, const fs::path&) {
+             put(f, kDockerOther);
+             ASSERT_EQ(::chown(f.c_str(), 65534, 65534), 0);
+         },
+         "another user"},
+        {"a backup others may write", backup_name,
+         [](const fs::path& f, const fs::path&) {
+             put(f, kDockerOther);
+             ASSERT_EQ(::chmod(f.c_str(), 0666), 0);
+         },
+         "writable by others"},
+        {"a backup that is a directory", backup_name,
+         [](const fs::path& f, const fs::path&) { fs::create_directories(f); },
+         "not a regular file"},
+    };
+    for (const auto& bad : cases) {
+        for (const bool remove : {true, false}) {
+            SCOPED_TRACE(std::string(bad.name) + (remove ? ", --remove" : ", setup"));
+            TempDir dir;
+            const std::string secret_text = "{\"secret\": \"root's only\"}\n";
+            put(dir / "secret", secret_text);
+            ASSERT_EQ(::chmod((dir / "secret").c_str(), 0600), 0);
+            put(dir / kDockerConfig, kDockerOther);
+            bad.plant(dir / bad.at, dir / "secret");
+            const Files before = snapshot(dir.path());
+            try {
+                run(dir.path(), Engine::Docker, remove);
+                ADD_FAILURE() << "accepted";
+            } catch (const Error& e) {
+                EXPECT_THAT(e.what(), HasSubstr((dir / bad.at).string()));
+                EXPECT_THAT(e.what(), HasSubstr(bad.why));
+                EXPECT_THAT(e.what(), testing::Not(HasSubstr("root's only")));
+            }
+            EXPECT_EQ(snapshot(dir.path()), before);
+            struct stat st {};
+            ASSERT_EQ(::stat((dir / "secret").c_str(), &st), 0);
+            EXPECT_EQ(st.st_mode & 0777, 0600u);
+        }
+    }
+}
+
+// A backup is made only where nothing is (never over a file planted between
+// the check and the write: the final link fails, the config is not written).
+TEST(Setup, TheBackupIsCreatedBesideTheConfigWithItsMode) {
+    TempDir dir;
+    put(dir / kDockerConfig, kDockerOther);
+    ASSERT_EQ(::chmod((dir / kDockerConfig).c_str(), 0640), 0);
+    run(dir.path(), Engine::Docker);
+    const fs::path backup = (dir / kDockerConfig).string() + ".gpubind-backup";
+    EXPECT_EQ(slurp(backup), kDockerOther);
+    struct stat st {};
+    ASSERT_EQ(::lstat(backup.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(st.st_mode & 07777, 0640u);
+    ASSERT_EQ(::lstat((dir / kDockerConfig).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0640u);
 }
 
 // --- the examples in config/ are what setup writes ---

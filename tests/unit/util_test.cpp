@@ -1,14 +1,18 @@
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "gpubind/error.hpp"
@@ -177,6 +181,127 @@ TEST(File, WriteFileAtomicReplacesContent) {
     write_file_atomic(dir / "a", "one");
     write_file_atomic(dir / "a", "two");
     EXPECT_EQ(read_file(dir / "a", 10), "two");
+}
+
+// The names in a directory, sorted.
+std::vector<std::string> names_in(const std::filesystem::path& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+        out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+// Issue 21 (6): the new file was <path>.tmp-<pid>, opened without O_EXCL: a
+// hard link planted at that name had its target rewritten (a victim file
+// got the CDI spec), a FIFO there blocked the writer forever. Now no
+// planted name is written through or waited on; the mode is exact past the
+// umask; a link at the path is replaced, its target untouched.
+TEST(File, WriteFileAtomicNeverWritesThroughAPlantedName) {
+    namespace fs = std::filesystem;
+    test::TempDir dir;
+    ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+    const fs::path target = dir / "spec.json";
+    const fs::path victim = dir / "victim";
+    std::ofstream(victim) << "the victim's";
+    // A child writes, with a hard link and a FIFO at its own predictable
+    // names planted first; it must end, the victim unchanged.
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        const std::string tmp = target.string() + ".tmp-" + std::to_string(::getpid());
+        if (::link(victim.c_str(), tmp.c_str()) != 0) ::_exit(2);
+        int rc = 0;
+        try {
+            write_file_atomic(target, "the spec");
+            std::filesystem::remove(tmp);
+            if (::mkfifo(tmp.c_str(), 0600) != 0) ::_exit(2);
+            write_file_atomic(target, "the spec again");
+        } catch (...) {
+            rc = 3;
+        }
+        ::_exit(rc);
+    }
+    int status = -1;
+    for (int i = 0; i < 100 && ::waitpid(child, &status, WNOHANG) == 0; ++i) ::usleep(50000);
+    if (::waitpid(child, &status, WNOHANG) == 0) {
+        ::kill(child, SIGKILL);
+        ::waitpid(child, &status, 0);
+        ADD_FAILURE() << "the writer blocked on a FIFO at its temporary name";
+    } else {
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
+    EXPECT_EQ(read_file(victim, 100), "the victim's");
+    EXPECT_EQ(read_file(target, 100), "the spec again");
+
+    // The mode asked for, whatever the umask.
+    const mode_t old = ::umask(077);
+    write_file_atomic(dir / "moded", "x", {.mode = 0644});
+    ::umask(old);
+    struct stat st {};
+    ASSERT_EQ(::lstat((dir / "moded").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0644u);
+
+    // A link at the path is replaced by the file; what it named is untouched.
+    fs::create_symlink(victim, dir / "linked");
+    write_file_atomic(dir / "linked", "new");
+    ASSERT_EQ(::lstat((dir / "linked").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(read_file(victim, 100), "the victim's");
+}
+
+// The directory written into must be root's (or this user's) and writable by
+// no one else; a file that must not replace one fails where one is; no
+// temporary file is left by a failure.
+TEST(File, WriteFileAtomicChecksTheDirectoryAndCanRefuseToReplace) {
+    namespace fs = std::filesystem;
+    test::TempDir dir;
+    ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+    struct Case {
+        const char* name;
+        mode_t mode;
+        uid_t owner;
+        const char* why;
+    };
+    for (const Case& c : {Case{"others may write", 0777, 0, "writable by others"},
+                          Case{"sticky, as tmp is", 01777, 0, "writable by others"},
+                          Case{"group may write", 0775, 0, "writable by others"},
+                          Case{"another user's", 0755, 65534, "owned by another user"}}) {
+        SCOPED_TRACE(c.name);
+        const fs::path sub = dir / c.name;
+        fs::create_directory(sub);
+        ASSERT_EQ(::chmod(sub.c_str(), c.mode), 0);
+        if (c.owner != 0) {
+            if (::geteuid() != 0) continue;  // only root can give it away
+            ASSERT_EQ(::chown(sub.c_str(), c.owner, c.owner), 0);
+        }
+        try {
+            write_file_atomic(sub / "f", "x");
+            ADD_FAILURE() << "written";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), EACCES);
+            EXPECT_THAT(e.what(), ::testing::HasSubstr((sub / "f").string()));
+            EXPECT_THAT(e.what(), ::testing::HasSubstr(c.why));
+        }
+        EXPECT_TRUE(names_in(sub).empty());
+        // A file a user names (gpubind cdi generate -o) may go there.
+        write_file_atomic(sub / "f", "x", {.check_dir = false});
+        EXPECT_EQ(read_file(sub / "f", 10), "x");
+    }
+    std::ofstream(dir / "kept") << "first";
+    try {
+        write_file_atomic(dir / "kept", "second", {.replace = false});
+        ADD_FAILURE() << "replaced";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), EEXIST);
+    }
+    EXPECT_EQ(read_file(dir / "kept", 10), "first");
+    write_file_atomic(dir / "fresh", "made", {.replace = false});
+    EXPECT_EQ(read_file(dir / "fresh", 10), "made");
+    std::vector<std::string> want = {"another user's",   "fresh",
+                                     "group may write",  "kept",
+                                     "others may write", "sticky, as tmp is"};
+    EXPECT_EQ(names_in(dir.path()), want);
 }
 
 TEST(Strings, SplitTrimParse) {

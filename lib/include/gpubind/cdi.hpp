@@ -70,7 +70,10 @@ std::string file_name(std::string_view kind, Format format = Format::Json);
 
 // Writes `content` to `path` atomically, only when it differs from what is
 // there (read without following a link). Returns whether it wrote.
-bool write_if_changed(const std::filesystem::path& path, std::string_view content);
+// `check_dir`: the directory must be root's (or this user's) and writable by no
+// one else (write_file_atomic); off only for a file a user names (-o FILE).
+bool write_if_changed(const std::filesystem::path& path, std::string_view content,
+                      bool check_dir = true);
 
 // (Re)writes the node's specs under config.cdi.dir (created if missing):
 // the GPU spec, and the IMEX spec or its removal when the node has no channel.

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "gpubind/fd.hpp"
 
@@ -23,10 +24,26 @@ std::string read_fd(int fd, std::size_t max_size, const std::string& what);
 // Reads a stream (pipe, stdin) until EOF, failing once more than max_size arrives.
 std::string read_stream(int fd, std::size_t max_size, const std::string& what);
 
-// Writes `data` to `path` atomically (temporary file in the same directory,
-// fsync unless `durable` is false — a file read at once and useless after a
-// crash —, rename).
+// Why the directory open at `dirfd` may not hold files gpubind trusts or
+// writes as root ("" when it may): not a directory, owned by another user
+// than root (or, when `own_ok`, this process's), writable by group or others.
+std::string untrusted_dir(int dirfd, bool own_ok = false);
+
+struct WriteOptions {
+    unsigned mode = 0644;   // the new file's, exactly (set on its descriptor, past the umask)
+    bool durable = true;    // fsync before the rename (false: a file read at once and
+                            // useless after a crash)
+    bool check_dir = true;  // the directory must pass untrusted_dir(own_ok): where
+                            // others may write, a name could be swapped under root
+    bool replace = true;    // false: an existing file at `path` is an Error (EEXIST)
+};
+
+// Writes `data` to `path` atomically: a new file in the same directory under
+// a random name created exclusively (O_CREAT|O_EXCL|O_NOFOLLOW: never a link,
+// a FIFO or another's file planted at the name), its mode set, written, then
+// renamed over `path` (which replaces a link at `path`, never writes through
+// it). A failure leaves `path` as it was and removes the new file.
 void write_file_atomic(const std::filesystem::path& path, std::string_view data,
-                       unsigned mode = 0644, bool durable = true);
+                       const WriteOptions& options = {});
 
 }  // namespace gpubind
