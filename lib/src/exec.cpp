@@ -599,7 +599,7 @@ private:
     void remove_stale_file(const PlannedFile& f) {
         check_container_path(f.path, "file");
         SharedFd dir = find_dir(dir_name(f.path));
-        if (!dir) return;
+        if (!dir || !may_clean(dir, f.path)) return;
         const std::string name(base_name(f.path));
         if (sys_.stat_at(dir->get(), name).type != Type::Regular) return;
         std::string old = sys_.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
@@ -621,7 +621,7 @@ private:
     void bring_up_to_date(const OwnedDir& owned) {
         check_container_path(owned.dir, "directory");
         SharedFd dir = find_dir(owned.dir);
-        if (!dir) return;
+        if (!dir || !may_clean(dir, owned.dir)) return;
         std::set<std::string> planned;
         for (const auto& m : plan_.mounts)
             if (dir_name(m.target) == owned.dir) planned.emplace(base_name(m.target));
@@ -939,11 +939,21 @@ private:
     // the host's mount table among them).
     // Returns the directory's mount id.
     std::uint64_t check_own_mount(const SharedFd& dir, std::string_view p) {
+        std::uint64_t id = 0;
+        if (const char* why = own_mount_problem(dir, p, id))
+            throw Error(EXDEV, "refuse", std::string(p), why);
+        return id;
+    }
+
+    // Why gpubind may not create, mount or remove at `p` in `dir` (nullptr
+    // when it may; `id` is then the directory's mount id): check_own_mount's
+    // rule, for the steps that skip such a directory instead of refusing.
+    const char* own_mount_problem(const SharedFd& dir, std::string_view p, std::uint64_t& id) {
         // Asked once per directory descriptor: it pins its mount (and the
         // key keeps the descriptor, so no other takes its place meanwhile).
         auto [cached, fresh] = dir_mounts_.try_emplace(dir, 0);
         if (fresh) cached->second = sys_.mount_id(dir->get());
-        const std::uint64_t id = cached->second;
+        id = cached->second;
         if (id != root_mount_) {
             // The path's first component: "dev" of "/dev/nvidia0".
             const std::string_view rest = p.substr(p.starts_with('/') ? 1 : 0);
@@ -959,9 +969,8 @@ private:
             }
             if (!runtime_mount) runtime_mount = fresh_tmpfs_.contains(id);
             if (!runtime_mount)
-                throw Error(EXDEV, "refuse", std::string(p),
-                            "is on another mount than the container's root (a volume); gpubind "
-                            "creates and mounts only on the rootfs's own mount");
+                return "is on another mount than the container's root (a volume); gpubind "
+                       "creates and mounts only on the rootfs's own mount";
         }
         auto [known, added] = shared_mounts_.try_emplace(id, false);
         if (added) {
@@ -973,11 +982,21 @@ private:
             }
         }
         if (known->second)
-            throw Error(EXDEV, "refuse", std::string(p),
-                        "is on a shared mount (rootfsPropagation or a shared /dev): what gpubind "
-                        "mounts there would propagate to its peers, the host's mount table "
-                        "among them");
-        return id;
+            return "is on a shared mount (rootfsPropagation or a shared /dev): what gpubind "
+                   "mounts there would propagate to its peers, the host's mount table "
+                   "among them";
+        return nullptr;
+    }
+
+    // Whether gpubind may remove or replace names in `dir` (at `p`): a
+    // directory on another mount (a volume) holds nothing of gpubind's, and
+    // the container's own root may not be able to change it (a root-owned
+    // host directory in a user-namespaced container): skipped, not refused.
+    bool may_clean(const SharedFd& dir, std::string_view p) {
+        std::uint64_t id = 0;
+        const char* why = own_mount_problem(dir, p, id);
+        if (why) logger().debug("{}: left as it is: {}", p, why);
+        return why == nullptr;
     }
 
     // The mounts at Target::fresh_tmpfs's paths that are the container's own

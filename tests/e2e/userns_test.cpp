@@ -217,6 +217,29 @@ TEST_F(UsernsTest, ThroughTheRuntimeTheDevicesComeFromTheDevRoot) {
     EXPECT_EQ(describe(check_given(r, 1)), "") << r.out;
 }
 
+// Issue 21 (2): a root-owned host directory bound at /usr/lib/i386-linux-gnu
+// holding a driver's names of an earlier version (empty libraries, a
+// libcuda.so.1 link to one), in a container with a user namespace whose
+// root cannot change it: the hook's restart cleanup removed them as host
+// root. A directory on another mount than the rootfs's is left alone; the
+// container starts with its GPU.
+TEST_F(UsernsTest, AHostVolumeAtALibraryDirectoryIsLeftAsItIs) {
+    const fs::path volume = dir_.path() / "i386-volume";
+    fs::create_directories(volume);
+    fs::permissions(volume, fs::perms(0755));
+    for (const char* lib : {"libcuda.so.535.104.05", "libnvidia-ml.so.535.104.05"})
+        std::ofstream(volume / lib).flush();
+    fs::create_symlink("libcuda.so.535.104.05", volume / "libcuda.so.1");
+    const std::string before = snapshot_tree(volume);
+    Bundle b = bundle();
+    b.bind(volume, "/usr/lib/i386-linux-gnu");
+    b.env("NVIDIA_VISIBLE_DEVICES=1").command(inspect_script());
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(describe(check_given(r, 1)), "") << r.out;
+    EXPECT_EQ(snapshot_tree(volume), before) << "the host's directory was changed";
+}
+
 // --- Rootless: runc run by a user without privileges (`runc --rootless true`) ---
 //
 // The user is the container's only id (a single-id mapping, as `runc spec

@@ -273,5 +273,39 @@ TEST_F(ExecuteRestart, ACompatEntryNotWrittenByGpubindStays) {
     EXPECT_EQ(sys.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"], "/opt/mine\n");
 }
 
+// Issue 21 (2): restart cleanup removed names in a host volume as host root
+// (a root-owned directory bound at /usr/lib/i386-linux-gnu in a
+// user-namespaced container, whose own root could not). A directory on
+// another mount than the rootfs's holds nothing of gpubind's: skipped, its
+// entries left as they are, and the container starts; the same for a stale
+// file's directory. The rootfs's own directories are brought up to date.
+TEST_F(ExecuteRestart, DirectoriesOnAnotherMountAreLeftAsTheyAre) {
+    const std::string i386 = "/usr/lib/i386-linux-gnu";
+    Plan with_i386 = plan;
+    OwnedDir owned = owned_lib();
+    owned.dir = i386;
+    with_i386.owned.push_back(owned);
+    sys.root[i386] = {Type::Directory};
+    sys.root[i386 + "/libcuda.so.550.54.15"] = {Type::Regular};
+    sys.root[i386 + "/libnvidia-ml.so.550.54.15"] = {Type::Regular};
+    sys.root[i386 + "/libcuda.so.1"] = {Type::Symlink};
+    sys.links[i386 + "/libcuda.so.1"] = "libcuda.so.550.54.15";
+    sys.mount_ids["root:" + i386] = 9;                 // the host's volume
+    sys.mount_ids["root:/etc/ld.so.conf.d"] = 10;      // another
+    execute(with_i386, test::recording_target(), sys);
+    for (const std::string& kept :
+         {i386 + "/libcuda.so.550.54.15", i386 + "/libnvidia-ml.so.550.54.15",
+          i386 + "/libcuda.so.1", std::string("/etc/ld.so.conf.d/000-cuda-compat.conf")})
+        EXPECT_EQ(sys.root.count(kept), 1u) << kept << " removed from another mount";
+    EXPECT_EQ(sys.links[i386 + "/libcuda.so.1"], "libcuda.so.550.54.15");
+    for (const auto& line : sys.calls) {
+        EXPECT_FALSE(line.starts_with("remove root:" + i386)) << line;
+        EXPECT_FALSE(line.starts_with("remove root:/etc/ld.so.conf.d")) << line;
+    }
+    // The rootfs's own library directory was still brought up to date.
+    EXPECT_EQ(sys.root.count(lib + "/libcuda.so.550.54.15"), 0u);
+    EXPECT_EQ(sys.links[lib + "/libcuda.so.1"], "libcuda.so.560.35.03");
+}
+
 }  // namespace
 }  // namespace gpubind
