@@ -290,8 +290,8 @@ TEST_F(ExecuteRestart, DirectoriesOnAnotherMountAreLeftAsTheyAre) {
     sys.root[i386 + "/libnvidia-ml.so.550.54.15"] = {Type::Regular};
     sys.root[i386 + "/libcuda.so.1"] = {Type::Symlink};
     sys.links[i386 + "/libcuda.so.1"] = "libcuda.so.550.54.15";
-    sys.mount_ids["root:" + i386] = 9;                 // the host's volume
-    sys.mount_ids["root:/etc/ld.so.conf.d"] = 10;      // another
+    sys.mount_ids["root:" + i386] = 9;             // the host's volume
+    sys.mount_ids["root:/etc/ld.so.conf.d"] = 10;  // another
     execute(with_i386, test::recording_target(), sys);
     for (const std::string& kept :
          {i386 + "/libcuda.so.550.54.15", i386 + "/libnvidia-ml.so.550.54.15",
