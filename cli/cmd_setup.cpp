@@ -40,7 +40,9 @@ int run_setup(const SetupOptions& o) {
         for (const auto& line : setup::apply_setup(plan, o.dry_run))
             std::printf("%s\n", line.c_str());
     if (o.dev_char_links)
-        for (const auto& line : setup::dev_char_links(o.dev_root, o.dry_run))
+        for (const auto& line : setup::dev_char_links(
+                 o.dev_root, o.dev_root == "/" ? std::filesystem::path("/proc") : o.dev_root / "proc",
+                 o.dry_run))
             std::printf("%s\n", line.c_str());
     if (std::fflush(stdout) != 0) throw_errno("write", "standard output");
     return kExitOk;
@@ -77,7 +79,8 @@ void register_setup(CLI::App& app, Action& action) {
         "--dev-char-links", o->dev_char_links,
         "Create the /dev/char/MAJOR:MINOR links of the NVIDIA device nodes (systemd needs them to "
         "keep device rules across `systemctl daemon-reload`)");
-    cmd->add_option("--root", o->dev_root, "With --dev-char-links: the dev root (default /)");
+    cmd->add_option("--root", o->dev_root,
+                    "With --dev-char-links: the dev root, and ROOT/proc the proc root (default /)");
     cmd->callback([o, engine, links, &action] {
         if (engine->count() == 0 && links->count() == 0)
             throw CLI::RequiredError("--engine or --dev-char-links");

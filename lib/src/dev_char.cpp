@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -15,8 +16,15 @@ namespace gpubind::setup {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> dev_char_links(const fs::path& dev_root, bool dry_run) {
+std::vector<std::string> dev_char_links(const fs::path& dev_root, const fs::path& proc_root,
+                                        bool dry_run) {
     const fs::path dev = dev_root / "dev";
+    // The majors NVIDIA's drivers registered ("nvidia-frontend", "nvidia-uvm",
+    // "nvidia-caps", ...; 195 is always theirs): a node named like theirs with
+    // another major (a disk's) must not get the link a system device has.
+    std::set<unsigned> nvidia_majors = {195};
+    for (const auto& [driver, major] : detail::read_majors(proc_root / "devices"))
+        if (driver.starts_with("nvidia")) nvidia_majors.insert(major);
     // NVIDIA's character devices, as paths relative to dev/.
     std::vector<std::pair<std::string, struct stat>> nodes;
     auto add = [&](const std::string& rel) {
@@ -30,6 +38,14 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, bool dry_run) 
         for (const auto& name : detail::list_dir(dev / sub)) add(std::string(sub) + "/" + name);
 
     std::vector<std::string> report;
+    std::erase_if(nodes, [&](const auto& node) {
+        const unsigned major = ::major(node.second.st_rdev);
+        if (nvidia_majors.contains(major)) return false;
+        report.push_back(fmt::format("skipped {}: major {} is not an NVIDIA driver's ({})",
+                                     (dev / node.first).string(), major,
+                                     (proc_root / "devices").string()));
+        return true;
+    });
     const fs::path dir = dev / "char";
     if (!nodes.empty() && !dry_run && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
         throw_errno("mkdir", dir.string());

@@ -135,8 +135,13 @@ Fd DeviceAccess::device_program(const std::vector<bpf::Insn>& want) {
     std::string name, at;  // named only where it can be kept
     try {
         std::string why;
-        dir = sys_.open_program_dir(program_dir_, why);
-        if (!dir) {
+        bool taken = false;
+        dir = sys_.open_program_dir(program_dir_, why, taken);
+        if (!dir && taken) {
+            // Made first by someone else: every start pays a load until an
+            // administrator removes it (the packages make it at install).
+            logger().warn("device programs are not kept: {}", why);
+        } else if (!dir) {
             logger().debug("device programs are not kept: {}", why);
         } else {
             const std::string_view bytes(reinterpret_cast<const char*>(want.data()),

@@ -374,7 +374,9 @@ void LinuxSystem::replace_device_program(int cgroup_fd, int new_prog, int old_pr
     if (bpf_call(BPF_PROG_ATTACH, &attr) != 0) throw_errno("attach device program", what);
 }
 
-Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& why) {
+Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& why,
+                                 bool& taken) {
+    taken = false;
     auto unusable = [&](const std::string& path, const std::string& what) {
         why = path + ": " + what;
         return Fd();
@@ -396,7 +398,8 @@ Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& 
     if (::fstatfs(fd.get(), &fs) != 0 || ::fstat(fd.get(), &st) != 0)
         return unusable(dir, std::strerror(errno));
     if (fs.f_type != BPF_FS_MAGIC) return unusable(dir, "not on bpffs");
-    if (st.st_uid != 0 || (st.st_mode & 022) != 0)
+    taken = st.st_uid != 0 || (st.st_mode & 022) != 0;
+    if (taken)
         return unusable(dir, fmt::format("owned by uid {}, mode {:o}: must be root's, writable "
                                          "by no one else",
                                          st.st_uid, st.st_mode & 07777));

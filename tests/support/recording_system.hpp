@@ -92,6 +92,7 @@ public:
     // fails with (an errno), 0 when the directory is usable.
     std::map<std::string, std::uint32_t> kept_programs;
     int program_dir_errno = 0;
+    bool program_dir_taken = false;  // there, but made by another user
     bool shares_namespace = false;  // the container is in our mount namespace
     bool in_container = false;      // which mount namespace we are in
     bool in_user_ns = false;        // joined the container's user namespace (rootless)
@@ -210,8 +211,13 @@ public:
             }
         throw Error(ENOENT, "attach device program", label(old_prog), "not attached");
     }
-    Fd open_program_dir(const std::filesystem::path& dir, std::string& why) override {
+    Fd open_program_dir(const std::filesystem::path& dir, std::string& why, bool& taken) override {
         call("open_program_dir " + dir.string(), false);
+        taken = program_dir_taken;
+        if (taken) {
+            why = dir.string() + ": owned by uid 1000, mode 700: must be root's";
+            return Fd();
+        }
         if (program_dir_errno) {
             why = dir.string() + ": " + std::strerror(program_dir_errno);
             return Fd();

@@ -56,7 +56,7 @@ class Doctor : public ::testing::Test {
         config_ = default_config();
         config_.roots = {dir_.path(), dir_.path(), dir_.path() / "proc"};
         // A healthy node has its /dev/char links (the fix doctor offers for their absence).
-        setup::dev_char_links(dir_.path(), false);
+        setup::dev_char_links(dir_.path(), dir_.path() / "proc", false);
     }
 
     std::vector<Check> node_checks() const {
@@ -233,7 +233,7 @@ TEST_F(Doctor, MigCapabilityNodeMissing) {
     spec.gpus = 2;
     spec.mig = {{0, 1, 0}};
     m_ = sim::simulate(dir_.path(), spec);
-    setup::dev_char_links(dir_.path(), false);
+    setup::dev_char_links(dir_.path(), dir_.path() / "proc", false);
     only_this(node_checks(), {});
     ASSERT_EQ(m_.migs.size(), 1u);
     const std::string cap = "/dev/nvidia-caps/nvidia-cap" + std::to_string(m_.migs[0].ci_cap_minor);
@@ -262,15 +262,39 @@ TEST_F(Doctor, MissingDevCharLinksAndTheirFix) {
                           ":" + std::to_string(ctl.minor) + ": missing (for /dev/nvidiactl)"));
     EXPECT_THAT(c.fix, HasSubstr("gpubind setup --dev-char-links --root " + dir_.path().string()));
     // The fix, twice: the second run changes nothing.
-    auto first = setup::dev_char_links(dir_.path(), false);
+    auto first = setup::dev_char_links(dir_.path(), dir_.path() / "proc", false);
     EXPECT_EQ(first.size(), m_.nodes.size());
-    for (const auto& line : setup::dev_char_links(dir_.path(), false))
+    for (const auto& line : setup::dev_char_links(dir_.path(), dir_.path() / "proc", false))
         EXPECT_THAT(line, HasSubstr("unchanged"));
     for (const auto& n : m_.nodes)
         EXPECT_EQ(fs::canonical(dir_.path() / "dev/char" /
                                 (std::to_string(n.major) + ":" + std::to_string(n.minor))),
                   host(n.path));
     EXPECT_EQ(named(node_checks(), "dev-char-links").verdict, Verdict::Ok);
+}
+
+// Issue 21: a node named like NVIDIA's with another major (a disk's, 8:0)
+// got a /dev/char link, replacing the system device's. Only the majors an
+// NVIDIA driver registered in /proc/devices get one; the rest is skipped,
+// said in a line, and an existing link for that major is left alone.
+TEST_F(Doctor, DevCharLinksOnlyForNvidiaMajors) {
+    const fs::path fake = dir_.path() / "dev/nvidia-fake";
+    ASSERT_EQ(::mknod(fake.c_str(), S_IFCHR | 0600, ::makedev(8, 0)), 0);
+    const fs::path system_link = dir_.path() / "dev/char/8:0";
+    fs::create_directories(system_link.parent_path());
+    fs::create_symlink("../sda", system_link);
+    const auto report = setup::dev_char_links(dir_.path(), dir_.path() / "proc", false);
+    EXPECT_EQ(fs::read_symlink(system_link), "../sda");
+    bool said = false;
+    for (const auto& line : report)
+        said |= line.find("skipped " + fake.string() + ": major 8 is not an NVIDIA driver's") !=
+                std::string::npos;
+    EXPECT_TRUE(said) << ::testing::PrintToString(report);
+    // NVIDIA's own nodes still have theirs.
+    for (const auto& n : m_.nodes)
+        EXPECT_EQ(fs::canonical(dir_.path() / "dev/char" /
+                                (std::to_string(n.major) + ":" + std::to_string(n.minor))),
+                  host(n.path));
 }
 
 // --- gpubind itself, through the command line ---

@@ -1,6 +1,10 @@
 // Device access: the container's device cgroup located and parsed, v1 rules,
 // v2 device programs extended and swapped, against RecordingSystem.
 #include "device_access.hpp"
+
+#include <spdlog/sinks/ringbuffer_sink.h>
+
+#include "gpubind/log_sink.hpp"
 #include "exec_world.hpp"
 #include "gpubind/cgroup.hpp"
 
@@ -324,6 +328,43 @@ TEST(ExecuteV2, WithoutAUsableProgramDirectoryEachStartLoadsItsOwn) {
     execute(plan, target(), sys);
     EXPECT_EQ(count_starting(sys.calls, "open_program_dir"), 0u);
     EXPECT_TRUE(sys.kept_programs.empty());
+}
+
+// Issue 21: on a bpffs mounted without mode= any user can make the kept
+// programs' directory first; it is refused (the reuse lost) and that is a
+// warning in the log, where the usual reasons (no bpffs) are debug lines.
+TEST(ExecuteV2, AProgramDirectoryAnotherUserMadeIsAWarning) {
+    const Plan plan = sample_plan();
+    auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_st>(128);
+    ring->set_pattern("%l %v");
+    auto log = std::make_shared<spdlog::logger>("test", ring);
+    log->set_level(spdlog::level::trace);
+    set_logger(log);
+    struct Quiet {  // the tests after this one log nowhere, as before
+        ~Quiet() { set_logger(std::make_shared<spdlog::logger>("test")); }
+    } quiet;
+    auto warnings = [&] {
+        std::vector<std::string> out;
+        for (const auto& line : ring->last_formatted())
+            if (line.starts_with("warning ") && line.find("not kept") != std::string::npos)
+                out.push_back(line);
+        return out;
+    };
+    RecordingSystem sys = v2_world(plan);
+    sys.program_dir_taken = true;
+    execute(plan, keeping_target(), sys);
+    EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{1000});
+    EXPECT_TRUE(sys.kept_programs.empty());
+    const auto said = warnings();
+    ASSERT_EQ(said.size(), 1u) << ::testing::PrintToString(ring->last_formatted());
+    EXPECT_THAT(said[0], HasSubstr("must be root's"));
+
+    RecordingSystem plain = v2_world(plan);
+    plain.program_dir_errno = ENOTSUP;
+    const std::size_t before = ring->last_formatted().size();
+    execute(plan, keeping_target(), plain);
+    EXPECT_EQ(warnings().size(), 1u) << "a node without bpffs warned";
+    EXPECT_GT(ring->last_formatted().size(), before);
 }
 
 // Keeping is an optimisation: whichever of its steps fails, the container

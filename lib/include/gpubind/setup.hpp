@@ -121,7 +121,10 @@ std::string runc_hooks_snippet(const Options& o);
 // relative links ("../nvidia0") as udev makes them. Idempotent: a right link
 // is left, a wrong one replaced atomically, nothing else touched. Returns the
 // report, one line per link ("created", "replaced", "unchanged"; with
-// dry_run "would ...").
-std::vector<std::string> dev_char_links(const std::filesystem::path& dev_root, bool dry_run);
+// dry_run "would ..."). Only nodes whose major an NVIDIA driver registered in
+// <proc_root>/devices (or 195) get a link: another node named like theirs is
+// skipped with a line saying so (its link would replace a system device's).
+std::vector<std::string> dev_char_links(const std::filesystem::path& dev_root,
+                                        const std::filesystem::path& proc_root, bool dry_run);
 
 }  // namespace gpubind::setup

@@ -135,8 +135,11 @@ public:
     // path: opened O_RDONLY|O_DIRECTORY|O_NOFOLLOW, made (0700) first when it
     // is missing. It must be a directory on bpffs, root's and writable by no
     // one else; otherwise an empty Fd, and `why` says what it is (no
-    // exception: a node without bpffs takes this path at every start).
-    virtual Fd open_program_dir(const std::filesystem::path& dir, std::string& why) = 0;
+    // exception: a node without bpffs takes this path at every start);
+    // `taken` is then whether the directory is there on bpffs but another
+    // user's or writable by others (made first by someone else).
+    virtual Fd open_program_dir(const std::filesystem::path& dir, std::string& why,
+                                bool& taken) = 0;
     // BPF_OBJ_GET of the program kept at `path` (in that directory); an
     // empty Fd when nothing is there.
     virtual Fd open_kept_program(const std::string& path) = 0;
@@ -291,7 +294,7 @@ public:
     Fd load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) override;
     void replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
                                 const std::string& what) override;
-    Fd open_program_dir(const std::filesystem::path& dir, std::string& why) override;
+    Fd open_program_dir(const std::filesystem::path& dir, std::string& why, bool& taken) override;
     Fd open_kept_program(const std::string& path) override;
     void keep_program(int prog_fd, const std::string& path) override;
     void enter_mount_ns(int ns_fd) override;
