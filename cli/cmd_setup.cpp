@@ -41,7 +41,8 @@ int run_setup(const SetupOptions& o) {
             std::printf("%s\n", line.c_str());
     if (o.dev_char_links)
         for (const auto& line : setup::dev_char_links(
-                 o.dev_root, o.dev_root == "/" ? std::filesystem::path("/proc") : o.dev_root / "proc",
+                 o.dev_root,
+                 o.dev_root == "/" ? std::filesystem::path("/proc") : o.dev_root / "proc",
                  o.dry_run))
             std::printf("%s\n", line.c_str());
     if (std::fflush(stdout) != 0) throw_errno("write", "standard output");

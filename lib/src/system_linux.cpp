@@ -374,8 +374,7 @@ void LinuxSystem::replace_device_program(int cgroup_fd, int new_prog, int old_pr
     if (bpf_call(BPF_PROG_ATTACH, &attr) != 0) throw_errno("attach device program", what);
 }
 
-Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& why,
-                                 bool& taken) {
+Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& why, bool& taken) {
     taken = false;
     auto unusable = [&](const std::string& path, const std::string& what) {
         why = path + ": " + what;

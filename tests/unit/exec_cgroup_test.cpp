@@ -4,9 +4,9 @@
 
 #include <spdlog/sinks/ringbuffer_sink.h>
 
-#include "gpubind/log_sink.hpp"
 #include "exec_world.hpp"
 #include "gpubind/cgroup.hpp"
+#include "gpubind/log_sink.hpp"
 
 namespace gpubind {
 namespace {
