@@ -425,6 +425,24 @@ TEST_F(Description, AnUntrustedDirectoryIsNeitherReadNorWritten) {
     EXPECT_THAT(k.why, HasSubstr("writable by others"));
 }
 
+// Issue 28: a directory no one else may write but another user owns is as
+// untrusted as one anyone may write (its owner can swap the file): neither
+// read nor written. Fails with the owner check skipped.
+TEST_F(Description, ADirectoryAnotherUserOwnsIsNeitherReadNorWritten) {
+    load();  // a good description there
+    ASSERT_EQ(::chown(config_.state_dir.c_str(), 1000, 1000), 0);
+    ASSERT_EQ(::chmod(config_.state_dir.c_str(), 0755), 0);
+    const std::string before = read();
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_FALSE(k.stored);
+    EXPECT_THAT(k.why, HasSubstr("not owned by root"));
+    EXPECT_EQ(read(), before) << "written into another user's directory";
+    EXPECT_EQ(uuids(k), manifest_uuids());
+    ASSERT_EQ(::chown(config_.state_dir.c_str(), 0, 0), 0);
+    EXPECT_FALSE(load().recomputed);
+}
+
 TEST_F(Description, NvmlIsAskedOncePerDriverState) {
     count_nvml();
     auto plain = load(false);

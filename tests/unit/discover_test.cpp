@@ -243,6 +243,30 @@ TEST(Discover, AWrapperScriptIsNotADriverProgram) {
                                      " is not an ELF program"));
 }
 
+// Issue 28: an ELF file at a driver program's name that no one may execute
+// is not a program to give (fails with the executable-bit check skipped);
+// made executable again, it is given.
+TEST(Discover, ANonExecutableElfIsNotADriverProgram) {
+    test::TempDir dir("gpubind-noexec");
+    sim::Spec s;
+    s.gpus = 1;
+    sim::simulate(dir.path(), s);
+    const fs::path smi = dir.path() / "usr/bin/nvidia-smi";
+    ASSERT_TRUE(fs::is_regular_file(smi));
+    const std::string root = "--root " + dir.path().string();
+    auto listed = [&] {
+        const json list = cli_json("list --json -b " + root);
+        std::set<std::string> names;
+        for (const auto& b : list["binaries"]) names.insert(b["name"].get<std::string>());
+        return names;
+    };
+    fs::permissions(smi, fs::perms(0644));
+    EXPECT_FALSE(listed().count("nvidia-smi"));
+    EXPECT_TRUE(listed().count("nvidia-debugdump"));
+    fs::permissions(smi, fs::perms(0755));
+    EXPECT_TRUE(listed().count("nvidia-smi"));
+}
+
 // IMEX channels: listed with the devices, narrowed by --imex-channels; an
 // odd node is left out with a warning; an unknown channel is an error naming it.
 TEST(Discover, ImexChannels) {

@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "command.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/error.hpp"
@@ -637,6 +639,42 @@ TEST_F(SmallCaches, EveryTruncationIsRejected) {
         for (std::size_t len = 0; len < bytes.size(); ++len)
             expect_invalid([&] { ldcache::parse(std::string_view(bytes).substr(0, len), "t"); },
                            std::string(layout_option(layout)) + " cut to " + std::to_string(len));
+    }
+}
+
+// Issue 28: a cache cut inside its header is refused for that reason, said
+// exactly, and one cut right after it for the table that does not fit: an
+// off-by-one in a header's bounds check changes which line the user reads
+// (the suite let `<` become `<=` there through, since some later check still
+// refused the file).
+TEST_F(SmallCaches, ACutHeaderIsRefusedSayingSoExactly) {
+    auto reason = [](std::string_view bytes) -> std::string {
+        try {
+            ldcache::parse(bytes, "t");
+        } catch (const Error& e) {
+            const std::string what = e.what();
+            return what.substr(what.find("t: ") + 3);
+        }
+        return "accepted";
+    };
+    EXPECT_EQ(reason(""), "empty file");
+    for (const auto& [layout, bytes] : bytes_) {
+        SCOPED_TRACE(layout_option(layout));
+        const bool is_new = layout == Layout::New;
+        const std::size_t magic = is_new ? 20 : 11, header = is_new ? 48 : 16;
+        for (std::size_t len = 1; len < header; ++len) {
+            const std::string cut = bytes.substr(0, len);
+            const std::string want =
+                len < magic ? fmt::format("truncated header: {} bytes", len)
+                : is_new    ? fmt::format("truncated new header at file offset 0: {} bytes", len)
+                            : fmt::format("truncated old header: {} of 16 bytes", len);
+            EXPECT_EQ(reason(cut), want) << "cut to " << len;
+        }
+        const std::string at_header = bytes.substr(0, header);
+        EXPECT_THAT(reason(at_header),
+                    ::testing::MatchesRegex(std::string(is_new ? "new" : "old") +
+                                            " table: [0-9]+ entries do not fit in " +
+                                            std::to_string(header) + " bytes"));
     }
 }
 
