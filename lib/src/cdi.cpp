@@ -220,9 +220,7 @@ std::vector<SpecFile> wanted_specs(const Node& node, const Config& config) {
 std::vector<fs::path> refresh(const Node& node, const Config& config) {
     std::vector<fs::path> changed;
     const fs::path& dir = config.cdi.dir;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw Error(ec.value(), "create directory", dir.string());
+    make_directories(dir);
     for (const SpecFile& f : wanted_specs(node, config))
         if (f.content ? write_if_changed(f.path, *f.content) : remove_file(f.path))
             changed.push_back(f.path);

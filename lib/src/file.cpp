@@ -68,6 +68,18 @@ std::string untrusted_dir(int dirfd, bool own_ok) {
     return {};
 }
 
+void make_directories(const std::filesystem::path& dir) {
+    std::filesystem::path at;
+    for (const auto& part : dir) {
+        at /= part;
+        if (::mkdir(at.c_str(), 0755) == 0) {
+            if (::chmod(at.c_str(), 0755) != 0) throw_errno("chmod", at.string());
+        } else if (errno != EEXIST) {
+            throw_errno("create directory", at.string());
+        }
+    }
+}
+
 namespace {
 
 // A name no other process can have guessed: ".<name>.<16 random hex digits>".

@@ -529,9 +529,7 @@ std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dr
             unlink_if_there(c.path);
             report.push_back("removed " + p + what);
         } else {
-            std::error_code ec;
-            fs::create_directories(c.path.parent_path(), ec);
-            if (ec) throw Error(ec.value(), "create directory", c.path.parent_path().string());
+            make_directories(c.path.parent_path());
             const unsigned mode = c.before ? mode_of(c.path) : 0644;
             std::string saved;
             if (c.keep_backup && c.before && !read_text(backup)) {

@@ -586,6 +586,27 @@ TEST(Setup, ABackupOrConfigThatIsALinkOrAnothersIsRefusedNamingIt) {
     }
 }
 
+// The directories setup makes are 0755 whatever the umask: its own write
+// would refuse one that group or others may write.
+TEST(Setup, DirectoriesItMakesAre0755UnderAnyUmask) {
+    TempDir dir;
+    const mode_t old = ::umask(002);
+    std::vector<std::string> report;
+    try {
+        report = run(dir.path(), Engine::Crio);
+    } catch (...) {
+        ::umask(old);
+        throw;
+    }
+    ::umask(old);
+    ASSERT_TRUE(fs::exists(dir / kCrioDropIn));
+    for (fs::path d = (dir / kCrioDropIn).parent_path(); d != dir.path(); d = d.parent_path()) {
+        struct stat st {};
+        ASSERT_EQ(::stat(d.c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 07777, 0755u) << d;
+    }
+}
+
 // A backup is made only where nothing is (never over a file planted between
 // the check and the write: the final link fails, the config is not written).
 TEST(Setup, TheBackupIsCreatedBesideTheConfigWithItsMode) {

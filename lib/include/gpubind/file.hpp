@@ -38,6 +38,10 @@ struct WriteOptions {
     bool replace = true;    // false: an existing file at `path` is an Error (EEXIST)
 };
 
+// Makes `dir` and every missing directory above it, each 0755 whatever the
+// umask (write_file_atomic refuses a directory group or others may write).
+void make_directories(const std::filesystem::path& dir);
+
 // Writes `data` to `path` atomically: a new file in the same directory under
 // a random name created exclusively (O_CREAT|O_EXCL|O_NOFOLLOW: never a link,
 // a FIFO or another's file planted at the name), its mode set, written, then
