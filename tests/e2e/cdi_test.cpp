@@ -1,10 +1,10 @@
 // CDI end to end (issue 10): podman from Debian applying the spec
-// `gpubind cdi generate` wrote into /etc/cdi (JSON and YAML), and containerd
+// `gpubind cdi generate` wrote into /var/run/cdi (JSON and YAML), and containerd
 // 1.6 (no CDI of its own) with gpubind-runtime as its runc binary applying a
 // cdi.k8s.io annotation (a container naming no CDI device is left byte for
-// byte alone: EnginesTest.ContainerdNonGpuContainerIsByteForByteUnaffected); the node's spec rewritten at the first start after
-// a driver upgrade. Expectations come from the simulated node's manifest;
-// each check also runs where it must fail.
+// byte alone: EnginesTest.ContainerdNonGpuContainerIsByteForByteUnaffected); the node's spec
+// rewritten at the first start after a driver upgrade. Expectations come from the simulated node's
+// manifest; each check also runs where it must fail.
 #include <unistd.h>
 
 #include <gmock/gmock.h>
@@ -23,30 +23,31 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-
-// A spec file in /etc/cdi, where podman 4.3 reads them (it has no setting
-// for other directories), removed when it goes (and /etc/cdi if made here).
-class EtcCdiSpec {
+// A spec file in /var/run/cdi, one of the two directories podman 4.3 reads
+// (it has no setting for others): on the fresh /run the tests run with
+// (tests/support/seal.c), never the host's. Removed when it goes (and the
+// directory if made here).
+class RunCdiSpec {
   public:
-    EtcCdiSpec(const fs::path& config, const std::string& format)
-        : made_dir_(!fs::exists("/etc/cdi")),
-          file_(fs::path("/etc/cdi") / ("gpubind-e2e." + format)) {
-        fs::create_directories("/etc/cdi");
+    RunCdiSpec(const fs::path& config, const std::string& format)
+        : made_dir_(!fs::exists(kDir)), file_(kDir / ("gpubind-e2e." + format)) {
+        fs::create_directories(kDir);
         result_ = run_command({cli(), "cdi", "generate", "--config", config.string(), "--format",
                                format, "--output", file_.string()});
     }
-    ~EtcCdiSpec() {
+    ~RunCdiSpec() {
         std::error_code ec;
         fs::remove(file_, ec);
-        if (made_dir_) fs::remove("/etc/cdi", ec);
+        if (made_dir_) fs::remove(kDir, ec);
     }
-    EtcCdiSpec(const EtcCdiSpec&) = delete;
-    EtcCdiSpec& operator=(const EtcCdiSpec&) = delete;
+    RunCdiSpec(const RunCdiSpec&) = delete;
+    RunCdiSpec& operator=(const RunCdiSpec&) = delete;
 
     const RunResult& result() const { return result_; }
     const fs::path& file() const { return file_; }
 
   private:
+    static inline const fs::path kDir = "/var/run/cdi";
     bool made_dir_;
     fs::path file_;
     RunResult result_;
@@ -108,7 +109,7 @@ class CdiTest : public ::testing::Test {
 // --- podman applies the spec itself ---
 
 TEST_F(CdiTest, PodmanDeviceByIndexSeesExactlyThatGpu) {
-    EtcCdiSpec spec(config(), "json");
+    RunCdiSpec spec(config(), "json");
     ASSERT_EQ(spec.result().exit_code, 0) << spec.result().err;
     auto r = podman({"nvidia.com/gpu=1"}, gpu_script(m(), kChecks));
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -119,7 +120,7 @@ TEST_F(CdiTest, PodmanDeviceByIndexSeesExactlyThatGpu) {
 }
 
 TEST_F(CdiTest, PodmanAllSeesEveryGpu) {
-    EtcCdiSpec spec(config(), "json");
+    RunCdiSpec spec(config(), "json");
     ASSERT_EQ(spec.result().exit_code, 0) << spec.result().err;
     auto r = podman({"nvidia.com/gpu=all"}, gpu_script(m(), kChecks));
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -127,7 +128,7 @@ TEST_F(CdiTest, PodmanAllSeesEveryGpu) {
 }
 
 TEST_F(CdiTest, PodmanYamlSpecByUuid) {
-    EtcCdiSpec spec(config(), "yaml");
+    RunCdiSpec spec(config(), "yaml");
     ASSERT_EQ(spec.result().exit_code, 0) << spec.result().err;
     auto r = podman({"nvidia.com/gpu=" + m().gpus[0].uuid}, gpu_script(m(), kChecks));
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -135,7 +136,7 @@ TEST_F(CdiTest, PodmanYamlSpecByUuid) {
 }
 
 TEST_F(CdiTest, PodmanMigDeviceSeesExactlyItsNodes) {
-    EtcCdiSpec spec(config(), "json");
+    RunCdiSpec spec(config(), "json");
     ASSERT_EQ(spec.result().exit_code, 0) << spec.result().err;
     const sim::ManifestMig& mig = m().migs[1];  // GPU 2's second MIG device: "2:1"
     std::string script = "probe stat /dev/nvidia0 /dev/nvidia1 /dev/nvidia2";

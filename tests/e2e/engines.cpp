@@ -136,40 +136,28 @@ RunResult Containerd::run(const std::string& runc_binary, const fs::path& rootfs
     return ctr(args);
 }
 
-
 // podman's defaults ask runc for RLIMIT_NOFILE 1048576 and RLIMIT_NPROC
 // above this sandbox's hard limits, which runc may not raise ("error setting
 // rlimit type 7: operation not permitted"); explicit limits under them let
-// the container start. Storage, run state and events are kept private.
+// the container start. Storage, run state, events and the database are kept
+// private: a containers.conf of the test's own (CONTAINERS_CONF, the only one
+// podman then reads) moves libpod's database and volumes out of the host's
+// /var/lib/containers.
 RunResult podman_run(const fs::path& state, const fs::path& hooks_dir, const fs::path& rootfs,
                      const std::vector<std::string>& options, const std::string& script) {
-    std::vector<std::string> args = {"podman",
-                                     "--root",
-                                     (state / "storage").string(),
-                                     "--runroot",
-                                     (state / "run").string(),
-                                     "--tmpdir",
-                                     (state / "tmp").string(),
-                                     "--storage-driver",
-                                     "vfs",
-                                     "--cgroup-manager",
-                                     "cgroupfs",
-                                     "--events-backend",
-                                     "file",
-                                     "--hooks-dir",
-                                     hooks_dir.string(),
+    fs::create_directories(state);
+    const fs::path conf = state / "containers.conf";
+    std::ofstream(conf) << "[engine]\nstatic_dir = \"" << (state / "libpod").string()
+                        << "\"\nvolume_path = \"" << (state / "volumes").string() << "\"\n";
+    std::vector<std::string> args = {"env", "CONTAINERS_CONF=" + conf.string(), "podman", "--root",
+                                     (state / "storage").string(), "--runroot",
+                                     (state / "run").string(), "--tmpdir", (state / "tmp").string(),
+                                     "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs",
+                                     "--events-backend", "file", "--hooks-dir", hooks_dir.string(),
                                      // crun, podman's first choice, refuses this host's
                                      // hybrid cgroups (see tests/e2e/crun_hybrid.cpp).
-                                     "--runtime",
-                                     "runc",
-                                     "run",
-                                     "--rm",
-                                     "--network",
-                                     "none",
-                                     "--ulimit",
-                                     "nofile=1024:1024",
-                                     "--ulimit",
-                                     "nproc=1024:1024"};
+                                     "--runtime", "runc", "run", "--rm", "--network", "none",
+                                     "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"};
     args.insert(args.end(), options.begin(), options.end());
     args.insert(args.end(), {"--rootfs", rootfs.string(), "/bin/sh", "-c", script});
     return run_command(args);

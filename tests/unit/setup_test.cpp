@@ -428,10 +428,19 @@ TEST(SetupPodman, PodmanLoadsTheHooksFileAndRunsTheHook) {
 
     // The container itself may fail to start in a restricted sandbox; what matters is that
     // podman accepted the hooks file and ran the hook at prestart with gpubind's arguments.
+    // Storage, run state, events and libpod's database private to the test (its own
+    // containers.conf), never the host's /var/lib/containers.
+    const fs::path state = dir / "podman";
+    put(dir / "containers.conf", "[engine]\nstatic_dir = \"" + (state / "libpod").string() +
+                                     "\"\nvolume_path = \"" + (state / "volumes").string() +
+                                     "\"\n");
     const Result out =
         // runc: crun, podman's first choice, refuses this host's hybrid cgroups.
-        sh("podman --runtime runc --hooks-dir " +
-           (dir / "prefix" / kHooksFile).parent_path().string() +
+        sh("CONTAINERS_CONF=" + (dir / "containers.conf").string() + " podman --root " +
+           (state / "storage").string() + " --runroot " + (state / "run").string() + " --tmpdir " +
+           (state / "tmp").string() +
+           " --storage-driver vfs --cgroup-manager cgroupfs --events-backend file" +
+           " --runtime runc --hooks-dir " + (dir / "prefix" / kHooksFile).parent_path().string() +
            " run --rm --network none --rootfs " + (dir / "rootfs").string() + " /bin/true");
     ASSERT_TRUE(fs::exists(record)) << out.out;
     const std::string ran = slurp(record);
