@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "built.hpp"
 #include "gpubind/sim.hpp"
 #include "temp_dir.hpp"
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "built.hpp"
 #include "config_builtin.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/error.hpp"
@@ -15,6 +16,10 @@
 
 namespace gpubind {
 namespace {
+
+std::string shipped_config() {
+    return std::string(GPUBIND_SOURCE_DIR) + "/config/config.toml";
+}
 
 const CatalogEntry* find(const std::vector<CatalogEntry>& list, const std::string& name) {
     for (const auto& e : list)
@@ -34,7 +39,7 @@ std::string error_of(std::string_view toml) {
 
 TEST(Config, DefaultsAreTheShippedFile) {
     // The shipped config/config.toml parses to exactly the built-in defaults.
-    Config shipped = load_config(GPUBIND_SOURCE_DIR "/config/config.toml");
+    Config shipped = load_config(shipped_config());
     Config builtin = default_config();
     EXPECT_EQ(shipped.roots.driver, builtin.roots.driver);
     EXPECT_EQ(shipped.catalog.libraries.size(), builtin.catalog.libraries.size());
@@ -49,7 +54,7 @@ TEST(Config, GeneratedDefaultsAreWhatTheShippedFileSays) {
     // The built-in config is generated at build time from config/config.toml;
     // reading that file now, the way the generator does (over Config{}), gives
     // the same config, every field: the two cannot drift apart.
-    const std::string text = read_file(GPUBIND_SOURCE_DIR "/config/config.toml", 1u << 20);
+    const std::string text = read_file(shipped_config(), 1u << 20);
     const Config parsed = detail::parse_builtin_config(text, "config.toml");
     const Config builtin = default_config();
     // Written out as the generator writes them, a difference reads as a diff.
@@ -67,7 +72,7 @@ TEST(Config, ThePackagedFileIsTakenAsTheDefaultsWithoutAParse) {
     // The packages install config/config.toml as is; parse_config() knows its
     // bytes (built in) and takes the defaults. That shortcut must give what a
     // parse of the file over the defaults gives, and nothing else may take it.
-    const std::string text = read_file(GPUBIND_SOURCE_DIR "/config/config.toml", 1u << 20);
+    const std::string text = read_file(shipped_config(), 1u << 20);
     EXPECT_EQ(detail::builtin_config_text(), text);
     const Config quick = parse_config(text, "/etc/gpubind/config.toml");
     Config parsed = detail::parse_config_over(default_config(), text, "config.toml");
@@ -86,7 +91,7 @@ TEST(Config, ThePackagedFileIsTakenAsTheDefaultsWithoutAParse) {
 
 TEST(Config, CudaCompatIsOnByDefaultAndCanBeTurnedOff) {
     EXPECT_TRUE(default_config().policy.cuda_compat);
-    EXPECT_TRUE(load_config(GPUBIND_SOURCE_DIR "/config/config.toml").policy.cuda_compat);
+    EXPECT_TRUE(load_config(shipped_config()).policy.cuda_compat);
     EXPECT_FALSE(parse_config("[policy]\ncuda-compat = false\n", "t.toml").policy.cuda_compat);
     EXPECT_TRUE(parse_config("[policy]\ncuda-compat = true\n", "t.toml").policy.cuda_compat);
     EXPECT_THROW(parse_config("[policy]\ncuda-compat = \"no\"\n", "t.toml"), Error);
@@ -94,8 +99,7 @@ TEST(Config, CudaCompatIsOnByDefaultAndCanBeTurnedOff) {
 
 TEST(Config, OnRefusedFailsByDefaultAndTakesFailOrWarn) {
     EXPECT_EQ(default_config().policy.on_refused, OnRefused::Fail);
-    EXPECT_EQ(load_config(GPUBIND_SOURCE_DIR "/config/config.toml").policy.on_refused,
-              OnRefused::Fail);
+    EXPECT_EQ(load_config(shipped_config()).policy.on_refused, OnRefused::Fail);
     EXPECT_EQ(parse_config("[policy]\non-refused = \"warn\"\n", "t.toml").policy.on_refused,
               OnRefused::Warn);
     EXPECT_EQ(parse_config("[policy]\non-refused = \"fail\"\n", "t.toml").policy.on_refused,
@@ -109,8 +113,7 @@ TEST(Config, OnRefusedFailsByDefaultAndTakesFailOrWarn) {
 
 TEST(Config, LdcacheIsGpubindsWriterByDefaultOrLdconfig) {
     EXPECT_EQ(default_config().policy.ldcache, LdcacheMethod::Gpubind);
-    EXPECT_EQ(load_config(GPUBIND_SOURCE_DIR "/config/config.toml").policy.ldcache,
-              LdcacheMethod::Gpubind);
+    EXPECT_EQ(load_config(shipped_config()).policy.ldcache, LdcacheMethod::Gpubind);
     EXPECT_EQ(parse_config("[policy]\nldcache = \"ldconfig\"\n", "t.toml").policy.ldcache,
               LdcacheMethod::Ldconfig);
     EXPECT_EQ(parse_config("[policy]\nldcache = \"gpubind\"\n", "t.toml").policy.ldcache,
@@ -125,8 +128,7 @@ TEST(Config, LdcacheIsGpubindsWriterByDefaultOrLdconfig) {
 
 TEST(Config, DeviceProgramsAreKeptOnTheSystemsBpffsByDefaultOrNowhere) {
     EXPECT_EQ(default_config().bpf_dir, "/sys/fs/bpf/gpubind");
-    EXPECT_EQ(load_config(GPUBIND_SOURCE_DIR "/config/config.toml").bpf_dir,
-              "/sys/fs/bpf/gpubind");
+    EXPECT_EQ(load_config(shipped_config()).bpf_dir, "/sys/fs/bpf/gpubind");
     EXPECT_EQ(parse_config("[node]\nbpf-dir = \"/run/bpf/x\"\n", "t.toml").bpf_dir, "/run/bpf/x");
     EXPECT_EQ(parse_config("[node]\nbpf-dir = \"\"\n", "t.toml").bpf_dir, "");
     EXPECT_EQ(error_of("[node]\nbpf-dir = \"bpf\"\n"),

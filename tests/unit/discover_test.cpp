@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "built.hpp"
 #include "command.hpp"
 #include "gpubind/config.hpp"
 #include "gpubind/sim.hpp"

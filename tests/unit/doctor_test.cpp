@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "built.hpp"
 #include "command.hpp"
 #include "gpubind/cdi.hpp"
 #include "gpubind/doctor.hpp"

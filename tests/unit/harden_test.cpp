@@ -27,7 +27,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "built.hpp"
 #include "command.hpp"
+#include "files.hpp"
 #include "gpubind/elf_stub.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/exec.hpp"
@@ -35,7 +37,6 @@
 #include "gpubind/oci.hpp"
 #include "gpubind/sandbox.hpp"
 #include "gpubind/strings.hpp"
-#include "files.hpp"
 #include "temp_dir.hpp"
 
 extern char** environ;

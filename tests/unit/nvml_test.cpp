@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "built.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/sim.hpp"
 #include "nvml.hpp"

@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "built.hpp"
 #include "command.hpp"
 #include "gpubind/error.hpp"
 #include "gpubind/setup.hpp"
