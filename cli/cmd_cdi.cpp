@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/cdi.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/file.hpp"
-#include "gpubind/description.hpp"
-#include "gpubind/inject.hpp"
+#include "gpubind/cdi/cdi.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/node/description.hpp"
+#include "gpubind/start/start.hpp"
 
 namespace gpubind::cli {
 

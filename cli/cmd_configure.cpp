@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
-#include "gpubind/inject.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/start/start.hpp"
 
 namespace gpubind::cli {
 

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/doctor.hpp"
-#include "gpubind/error.hpp"
+#include "gpubind/doctor/doctor.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind::cli {
 

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/inject.hpp"
-#include "gpubind/node.hpp"
+#include "gpubind/start/start.hpp"
+#include "gpubind/node/node.hpp"
 
 namespace gpubind::cli {
 

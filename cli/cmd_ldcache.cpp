@@ -7,8 +7,8 @@
 #include <string>
 
 #include "commands.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/ldcache.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
 
 namespace gpubind::cli {
 

@@ -5,12 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/devices.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/inject.hpp"
-#include "gpubind/node.hpp"
-#include "gpubind/request.hpp"
-#include "gpubind/strings.hpp"
+#include "gpubind/node/devices.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/start/start.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/decide/request.hpp"
+#include "gpubind/util/strings.hpp"
 
 namespace gpubind::cli {
 

@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/inject.hpp"
-#include "gpubind/oci.hpp"
+#include "gpubind/start/start.hpp"
+#include "gpubind/decide/oci.hpp"
 
 namespace gpubind::cli {
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/setup.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/setup/setup.hpp"
 
 namespace gpubind::cli {
 

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/sim.hpp"
-#include "gpubind/strings.hpp"
+#include "gpubind/sim/sim.hpp"
+#include "gpubind/util/strings.hpp"
 
 namespace gpubind::cli {
 

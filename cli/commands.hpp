@@ -9,8 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "gpubind/config.hpp"
-#include "gpubind/description.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/node/description.hpp"
 
 namespace gpubind::cli {
 

@@ -6,9 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/log.hpp"
-#include "gpubind/log_sink.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/log_sink.hpp"
 
 int main(int argc, char** argv) {
     using namespace gpubind;

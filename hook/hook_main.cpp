@@ -19,18 +19,18 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "gpubind/cdi.hpp"
-#include "gpubind/config.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
-#include "gpubind/file.hpp"
-#include "gpubind/harden.hpp"
-#include "gpubind/inject.hpp"
-#include "gpubind/log.hpp"
-#include "gpubind/log_sink.hpp"
-#include "gpubind/oci.hpp"
-#include "gpubind/runtime.hpp"
-#include "gpubind/strings.hpp"
+#include "gpubind/cdi/cdi.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/os/harden.hpp"
+#include "gpubind/start/start.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/log_sink.hpp"
+#include "gpubind/decide/oci.hpp"
+#include "gpubind/cdi/runtime.hpp"
+#include "gpubind/util/strings.hpp"
 #include "log_format.hpp"
 
 namespace {

@@ -12,7 +12,7 @@
 #include <spdlog/sinks/sink.h>
 #include <spdlog/spdlog.h>
 
-#include "gpubind/strings.hpp"
+#include "gpubind/util/strings.hpp"
 
 namespace gpubind {
 

@@ -26,12 +26,12 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "gpubind/config.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/log.hpp"
-#include "gpubind/log_sink.hpp"
-#include "gpubind/shim.hpp"
-#include "gpubind/strings.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/log_sink.hpp"
+#include "gpubind/start/shim.hpp"
+#include "gpubind/util/strings.hpp"
 #include "log_format.hpp"
 
 extern char** environ;

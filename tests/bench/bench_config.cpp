@@ -5,7 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include "config_builtin.hpp"
-#include "gpubind/config.hpp"
+#include "gpubind/config/config.hpp"
 
 namespace {
 

@@ -10,8 +10,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "gpubind/description.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/node/description.hpp"
+#include "gpubind/sim/sim.hpp"
 
 namespace {
 

@@ -7,8 +7,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "gpubind/file.hpp"
-#include "gpubind/ldcache.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
 
 namespace {
 

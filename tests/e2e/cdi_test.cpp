@@ -13,7 +13,7 @@
 #include "binaries.hpp"
 #include "container.hpp"
 #include "engines.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

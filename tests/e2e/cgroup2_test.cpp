@@ -22,8 +22,8 @@
 #include <gtest/gtest.h>
 
 #include "container.hpp"
-#include "gpubind/exec.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

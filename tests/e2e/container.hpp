@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "built.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

@@ -36,8 +36,8 @@
 
 #include "binaries.hpp"
 #include "container.hpp"
-#include "gpubind/sim.hpp"
-#include "gpubind/strings.hpp"
+#include "gpubind/sim/sim.hpp"
+#include "gpubind/util/strings.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

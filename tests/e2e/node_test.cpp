@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "container.hpp"
-#include "gpubind/config.hpp"
-#include "gpubind/description.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/node/description.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

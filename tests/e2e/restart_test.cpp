@@ -21,8 +21,8 @@
 
 #include "container.hpp"
 #include "files.hpp"
-#include "gpubind/elf_stub.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/sim/elf_stub.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

@@ -16,8 +16,8 @@
 #include <gtest/gtest.h>
 
 #include "container.hpp"
-#include "gpubind/elf_stub.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/sim/elf_stub.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

@@ -23,8 +23,8 @@
 
 #include "binaries.hpp"
 #include "container.hpp"
-#include "gpubind/runtime.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/cdi/runtime.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

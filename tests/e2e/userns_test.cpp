@@ -21,7 +21,7 @@
 
 #include "binaries.hpp"
 #include "container.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpubind/cdi.hpp"
-#include "gpubind/cdi_name.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/oci.hpp"
-#include "gpubind/yaml.hpp"
+#include "gpubind/cdi/cdi.hpp"
+#include "gpubind/util/cdi_name.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/decide/oci.hpp"
+#include "gpubind/cdi/yaml.hpp"
 
 namespace {
 

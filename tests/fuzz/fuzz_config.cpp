@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "gpubind/config.hpp"
-#include "gpubind/error.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/util/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace gpubind;

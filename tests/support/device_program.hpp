@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gpubind/bpf.hpp"
+#include "gpubind/os/bpf.hpp"
 
 namespace gpubind::test {
 

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gpubind/error.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind::test {
 

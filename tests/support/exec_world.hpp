@@ -18,8 +18,8 @@
 #include <gtest/gtest.h>
 
 #include "errors.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/exec/exec.hpp"
 #include "device_program.hpp"
 #include "recording_system.hpp"
 

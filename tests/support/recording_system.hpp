@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
-#include "gpubind/system.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/os/system.hpp"
 
 namespace gpubind::test {
 

@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include "device_program.hpp"
-#include "gpubind/bpf.hpp"
-#include "gpubind/error.hpp"
+#include "gpubind/os/bpf.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind {
 namespace {

@@ -2,7 +2,7 @@
 // gpubind's own output): every device name and its nodes, the common edits,
 // the driver files, the version; applying each name gives exactly its nodes;
 // refresh rewrites only on change and follows a driver upgrade.
-#include "gpubind/cdi.hpp"
+#include "gpubind/cdi/cdi.hpp"
 
 #include <sys/stat.h>
 
@@ -13,9 +13,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpubind/node.hpp"
-#include "gpubind/sim.hpp"
-#include "gpubind/yaml.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/sim/sim.hpp"
+#include "gpubind/cdi/yaml.hpp"
 #include "files.hpp"
 #include "temp_dir.hpp"
 

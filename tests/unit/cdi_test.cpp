@@ -1,6 +1,6 @@
 // CDI without a node: the cdiVersion rule, YAML, request parsing, spec
 // validation of hostile files, and applying devices (merge and conflicts).
-#include "gpubind/cdi.hpp"
+#include "gpubind/cdi/cdi.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,9 +9,9 @@
 #include <gtest/gtest.h>
 
 #include "files.hpp"
-#include "gpubind/cdi_name.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/yaml.hpp"
+#include "gpubind/util/cdi_name.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/cdi/yaml.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

@@ -35,8 +35,8 @@
 #include <gtest/gtest.h>
 
 #include "device_program.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/exec/exec.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

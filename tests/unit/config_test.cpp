@@ -8,10 +8,10 @@
 
 #include "built.hpp"
 #include "config_builtin.hpp"
-#include "gpubind/config.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
-#include "gpubind/file.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/util/file.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

@@ -16,8 +16,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpubind/description.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/node/description.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

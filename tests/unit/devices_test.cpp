@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "gpubind/devices.hpp"
-#include "gpubind/error.hpp"
+#include "gpubind/node/devices.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind {
 namespace {

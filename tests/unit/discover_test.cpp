@@ -14,8 +14,8 @@
 
 #include "built.hpp"
 #include "command.hpp"
-#include "gpubind/config.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

@@ -16,11 +16,11 @@
 
 #include "built.hpp"
 #include "command.hpp"
-#include "gpubind/cdi.hpp"
-#include "gpubind/doctor.hpp"
-#include "gpubind/inject.hpp"
-#include "gpubind/setup.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/cdi/cdi.hpp"
+#include "gpubind/doctor/doctor.hpp"
+#include "gpubind/start/start.hpp"
+#include "gpubind/setup/setup.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

@@ -14,8 +14,8 @@
 #include <gtest/gtest.h>
 
 #include "command.hpp"
-#include "gpubind/elf_stub.hpp"
-#include "gpubind/error.hpp"
+#include "gpubind/sim/elf_stub.hpp"
+#include "gpubind/util/error.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

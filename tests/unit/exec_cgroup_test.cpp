@@ -5,8 +5,8 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "exec_world.hpp"
-#include "gpubind/cgroup.hpp"
-#include "gpubind/log_sink.hpp"
+#include "gpubind/os/cgroup.hpp"
+#include "gpubind/util/log_sink.hpp"
 
 namespace gpubind {
 namespace {

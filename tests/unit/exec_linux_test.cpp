@@ -30,13 +30,13 @@
 #include <gtest/gtest.h>
 
 #include "command.hpp"
-#include "gpubind/cgroup.hpp"
-#include "gpubind/elf_stub.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
-#include "gpubind/file.hpp"
-#include "gpubind/ldcache.hpp"
-#include "gpubind/strings.hpp"
+#include "gpubind/os/cgroup.hpp"
+#include "gpubind/sim/elf_stub.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/util/strings.hpp"
 #include "files.hpp"
 #include "temp_dir.hpp"
 

@@ -1,6 +1,6 @@
 // execute()'s order and rollback, against RecordingSystem (no root needed).
 #include "exec_world.hpp"
-#include "gpubind/strings.hpp"
+#include "gpubind/util/strings.hpp"
 
 namespace gpubind {
 namespace {

@@ -12,8 +12,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpubind/error.hpp"
-#include "gpubind/image.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/decide/image.hpp"
 #include "recording_system.hpp"
 #include "temp_dir.hpp"
 

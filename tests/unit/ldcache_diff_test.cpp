@@ -23,11 +23,11 @@
 
 #include "command.hpp"
 #include "files.hpp"
-#include "gpubind/elf_stub.hpp"
-#include "gpubind/file.hpp"
-#include "gpubind/ldcache.hpp"
-#include "gpubind/request.hpp"
-#include "gpubind/strings.hpp"
+#include "gpubind/sim/elf_stub.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/decide/request.hpp"
+#include "gpubind/util/strings.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

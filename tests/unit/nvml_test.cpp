@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "built.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "nvml.hpp"
 #include "temp_dir.hpp"
 

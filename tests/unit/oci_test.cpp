@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/oci.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/decide/oci.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

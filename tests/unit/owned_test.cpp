@@ -10,9 +10,9 @@
 
 #include "errors.hpp"
 #include "exec_world.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/exec.hpp"
-#include "gpubind/owned.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/exec/owned.hpp"
 #include "recording_system.hpp"
 
 namespace gpubind {

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpubind/error.hpp"
-#include "gpubind/plan.hpp"
-#include "gpubind/request.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/decide/plan.hpp"
+#include "gpubind/decide/request.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/oci.hpp"
-#include "gpubind/request.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/decide/oci.hpp"
+#include "gpubind/decide/request.hpp"
 
 namespace gpubind {
 namespace {

@@ -1,7 +1,7 @@
 // runtime::edit_spec: the plan as spec fields the real runtime acts on, and
 // nothing else in the spec changed; what the finish hook would refuse,
 // refused before the runtime runs.
-#include "gpubind/runtime.hpp"
+#include "gpubind/cdi/runtime.hpp"
 
 #include <algorithm>
 #include <set>
@@ -9,9 +9,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpubind/error.hpp"
-#include "gpubind/oci.hpp"
-#include "gpubind/shim.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/decide/oci.hpp"
+#include "gpubind/start/shim.hpp"
 
 namespace gpubind {
 namespace {

@@ -15,10 +15,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpubind/error.hpp"
-#include "gpubind/fd.hpp"
-#include "gpubind/file.hpp"
-#include "gpubind/safe_path.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/os/safe_path.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

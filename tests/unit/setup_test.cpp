@@ -29,11 +29,11 @@
 
 #include "built.hpp"
 #include "command.hpp"
-#include "gpubind/error.hpp"
-#include "gpubind/setup.hpp"
-#include "gpubind/yaml.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/setup/setup.hpp"
+#include "gpubind/cdi/yaml.hpp"
 #include "temp_dir.hpp"
-#include "toml.hpp"  // lib/src: toml++ as the library includes it
+#include "gpubind/util/toml.hpp"  // toml++ as the library includes it
 
 namespace {
 

@@ -25,8 +25,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpubind/error.hpp"
-#include "gpubind/sim.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "toml_guard.hpp"  // lib/src
+#include "gpubind/util/toml_guard.hpp"
 
 namespace {
 bool g_reached_unreachable = false;

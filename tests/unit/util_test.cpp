@@ -15,10 +15,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpubind/error.hpp"
-#include "gpubind/fd.hpp"
-#include "gpubind/file.hpp"
-#include "gpubind/strings.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/strings.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

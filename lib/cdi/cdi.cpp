@@ -1,0 +1,356 @@
+// The node as CDI specs (rules in cdi.hpp).
+#include "gpubind/cdi/cdi.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "gpubind/util/cdi_name.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/decide/plan.hpp"
+#include "gpubind/cdi/runtime.hpp"
+#include "gpubind/util/strings.hpp"
+#include "gpubind/cdi/yaml.hpp"
+
+namespace gpubind::cdi {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Where a host path under the driver root appears in a container.
+std::optional<fs::path> container_path(const Node& node, const fs::path& host) {
+    const fs::path rel =
+        host.lexically_normal().lexically_relative(node.roots.driver.lexically_normal());
+    if (rel.empty() || *rel.begin() == "..") return std::nullopt;
+    return fs::path("/") / rel;
+}
+
+// The directory most of the node's libraries (64-bit or 32-bit) are in, as
+// a container sees it.
+std::optional<fs::path> library_dir(const Node& node, bool compat32) {
+    std::map<fs::path, unsigned> count;
+    for (const auto& f : node.files)
+        if (f.kind == FileKind::Library && f.compat32 == compat32)
+            if (auto dir = container_path(node, fs::path(f.host_path).parent_path())) ++count[*dir];
+    std::optional<fs::path> best;
+    unsigned most = 0;
+    for (const auto& [dir, n] : count)
+        if (n > most) {
+            best = dir;
+            most = n;
+        }
+    return best;
+}
+
+json node_json(const DeviceNode& n) {
+    json j = {{"path", n.path},
+              {"type", "c"},
+              {"major", n.major},
+              {"minor", n.minor},
+              {"fileMode", static_cast<unsigned>(n.mode & 0777)},
+              {"permissions", "rw"}};
+    if (normal_path(n.host_path) != normal_path(n.path)) j["hostPath"] = n.host_path;
+    return j;
+}
+
+json device_json(const std::string& name, const std::vector<const DeviceNode*>& nodes) {
+    json list = json::array();
+    for (const DeviceNode* n : nodes) list.push_back(node_json(*n));
+    return {{"name", name}, {"containerEdits", {{"deviceNodes", list}}}};
+}
+
+// A device under a name the CDI rules accept; another name is left out (logged).
+void add_device(json& devices, const std::string& name,
+                const std::vector<const DeviceNode*>& nodes) {
+    if (auto why = device_name_error(name)) {
+        logger().warn("CDI spec: leaving out device \"{}\": {}", name, *why);
+        return;
+    }
+    devices.push_back(device_json(name, nodes));
+}
+
+json with_version(json spec) {
+    spec["cdiVersion"] = minimum_version(spec);
+    return spec;
+}
+
+}  // namespace
+
+Image image_for(const Node& node, Image image) {
+    if (auto dir = library_dir(node, false)) image.lib_dir = *dir;
+    if (auto dir = library_dir(node, true)) image.lib32_dir = *dir;
+    image.bin_dir = "/usr/bin";
+    return image;
+}
+
+json gpu_spec(const Node& node, const Config& config) {
+    Request request;
+    request.source = RequestSource::Explicit;
+    request.devices = {DeviceIdsKind::All, {}};
+    request.caps = config.cdi.caps;
+    const Plan plan =
+        make_plan(request, node, select_devices(node, request.devices), image_for(node), config, {});
+
+    // The nodes of single devices; every other planned node is common.
+    std::set<fs::path> own;
+    for (const auto& gpu : node.gpus) {
+        own.insert(gpu.node.path);
+        for (const auto& m : gpu.mig) {
+            own.insert(m.gi_cap.path);
+            own.insert(m.ci_cap.path);
+        }
+    }
+    json edits = json::object();
+    edits["env"] = json::array({"NVIDIA_VISIBLE_DEVICES=void"});
+    json nodes = json::array();
+    for (const auto& d : plan.devices)
+        if (!own.count(d.node.path)) nodes.push_back(node_json(d.node));
+    edits["deviceNodes"] = nodes;
+    json mounts = json::array();
+    for (const auto& m : plan.mounts)
+        mounts.push_back({{"hostPath", m.source},
+                          {"containerPath", m.target},
+                          {"options", runtime::mount_options(m.flags)}});
+    edits["mounts"] = mounts;
+    std::string config_path;
+    if (!config.source.empty()) config_path = fs::absolute(config.source).lexically_normal().string();
+    edits["hooks"] = json::array({{{"hookName", "createRuntime"},
+                                   {"path", config.cdi.hook.string()},
+                                   {"args", {"gpubind-hook", std::string(kHookStage)}},
+                                   {"env", {std::string(kConfigEnv) + "=" + config_path}}}});
+
+    json devices = json::array();
+    for (const auto& gpu : node.gpus) {
+        add_device(devices, std::to_string(gpu.index), {&gpu.node});
+        if (!gpu.uuid.empty()) add_device(devices, gpu.uuid, {&gpu.node});
+    }
+    for (const auto& gpu : node.gpus)
+        for (const auto& m : gpu.mig) {
+            const std::vector<const DeviceNode*> mig_nodes = {&gpu.node, &m.gi_cap, &m.ci_cap};
+            add_device(devices, fmt::format("{}:{}", gpu.index, m.index), mig_nodes);
+            if (!m.uuid.empty()) add_device(devices, m.uuid, mig_nodes);
+        }
+    if (!node.gpus.empty()) {
+        std::vector<const DeviceNode*> all;
+        for (const auto& gpu : node.gpus) all.push_back(&gpu.node);
+        add_device(devices, "all", all);
+    }
+    return with_version({{"kind", config.cdi.kind}, {"devices", devices}, {"containerEdits", edits}});
+}
+
+std::optional<json> imex_spec(const Node& node, const Config& config) {
+    if (node.imex_channels.empty()) return std::nullopt;
+    json devices = json::array();
+    for (const auto& channel : node.imex_channels)
+        add_device(devices, std::to_string(channel.minor), {&channel});
+    return with_version(
+        {{"kind", std::string(vendor_of(config.cdi.kind)) + "/" + std::string(kImexClass)},
+         {"devices", devices}});
+}
+
+std::string serialize(const json& spec, Format format) {
+    return format == Format::Yaml ? yaml::dump(spec) : spec.dump(2) + "\n";
+}
+
+std::string file_name(std::string_view kind, Format format) {
+    std::string name(kind);
+    std::replace(name.begin(), name.end(), '/', '-');
+    return name + (format == Format::Yaml ? ".yaml" : ".json");
+}
+
+bool write_if_changed(const fs::path& path, std::string_view content, bool check_dir) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st {};
+    if (fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+        static_cast<std::size_t>(st.st_size) == content.size() &&
+        read_fd(fd.get(), content.size(), path.string()) == content)
+        return false;
+    write_file_atomic(path, content, {.mode = 0644, .check_dir = check_dir});
+    return true;
+}
+
+namespace {
+
+// The files refresh() writes: the GPU spec, the IMEX spec.
+std::pair<fs::path, fs::path> spec_files(const Config& config) {
+    const fs::path& dir = config.cdi.dir;
+    return {
+        dir / file_name(config.cdi.kind),
+        dir / file_name(std::string(vendor_of(config.cdi.kind)) + "/" + std::string(kImexClass))};
+}
+
+// Removes `file`; whether it was there.
+bool remove_file(const fs::path& file) {
+    if (::unlink(file.c_str()) == 0) return true;
+    if (errno != ENOENT) throw_errno("remove", file.string());
+    return false;
+}
+
+}  // namespace
+
+std::vector<fs::path> remove(const Config& config) {
+    std::vector<fs::path> out;
+    const auto [gpu, imex] = spec_files(config);
+    for (const auto& f : {gpu, imex})
+        if (remove_file(f)) out.push_back(f);
+    return out;
+}
+
+std::vector<SpecFile> wanted_specs(const Node& node, const Config& config) {
+    const auto [gpu, imex] = spec_files(config);
+    std::vector<SpecFile> out = {{gpu, serialize(gpu_spec(node, config), Format::Json)},
+                                 {imex, std::nullopt}};
+    if (auto spec = imex_spec(node, config)) out[1].content = serialize(*spec, Format::Json);
+    return out;
+}
+
+std::vector<fs::path> refresh(const Node& node, const Config& config) {
+    std::vector<fs::path> changed;
+    const fs::path& dir = config.cdi.dir;
+    make_directories(dir);
+    for (const SpecFile& f : wanted_specs(node, config))
+        if (f.content ? write_if_changed(f.path, *f.content) : remove_file(f.path))
+            changed.push_back(f.path);
+    return changed;
+}
+
+bool written_for(std::string_view spec_text, const Config& config) {
+    const json spec = json::parse(spec_text, nullptr, false);
+    if (spec.is_discarded()) return false;
+    const std::string dev = (config.roots.dev / "dev").lexically_normal().string() + "/";
+    std::size_t nodes = 0;
+    bool all_here = true;
+    for (const json* edits : all_edits(spec)) {
+        if (!edits->contains("deviceNodes") || !(*edits)["deviceNodes"].is_array()) continue;
+        for (const auto& n : (*edits)["deviceNodes"]) {
+            ++nodes;
+            // Without hostPath the node is at its path (a dev root of "/").
+            const json* host = nullptr;
+            if (n.is_object())
+                for (const char* key : {"hostPath", "path"})
+                    if (!host && n.contains(key)) host = &n[key];
+            all_here = all_here && host && host->is_string() &&
+                       host->get<std::string>().rfind(dev, 0) == 0;
+        }
+    }
+    return nodes > 0 && all_here;
+}
+
+void refresh_quietly(const Node& node, const Config& config) {
+    try {
+        // This node's specs that are there, and what they hold: nothing is
+        // computed for a node that has none.
+        std::map<fs::path, std::string> ours;
+        const auto [gpu, imex] = spec_files(config);
+        for (const fs::path& file : {gpu, imex}) {
+            Fd fd(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+            struct stat st {};
+            if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+            std::string text = read_fd(fd.get(), kMaxSpecFileSize, file.string());
+            if (!written_for(text, config)) {
+                logger().debug("CDI spec {} is not this node's: left alone", file.string());
+                continue;
+            }
+            ours.emplace(file, std::move(text));
+        }
+        if (ours.empty()) return;
+        for (const SpecFile& f : wanted_specs(node, config)) {
+            const auto there = ours.find(f.path);
+            if (there == ours.end() || (f.content && *f.content == there->second)) continue;
+            if (f.content)
+                write_file_atomic(f.path, *f.content, {.mode = 0644});
+            else
+                remove_file(f.path);
+            logger().info("CDI spec {} rewritten: the node changed", f.path.string());
+        }
+    } catch (const std::system_error& e) {
+        // A rootless start cannot write there, and need not say so every time.
+        const int err = e.code().value();
+        if (err == EACCES || err == EPERM || err == EROFS)
+            logger().debug("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
+        else
+            logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
+    } catch (const std::exception& e) {
+        logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
+    }
+}
+
+SpecSelection selection_in_spec(const Node& node, const json& spec) {
+    std::set<std::tuple<std::string, unsigned, unsigned>> present;
+    const json* linux = spec.is_object() && spec.contains("linux") ? &spec["linux"] : nullptr;
+    if (linux && linux->is_object() && linux->contains("devices") && (*linux)["devices"].is_array())
+        for (const auto& d : (*linux)["devices"]) {
+            if (!d.is_object() || d.value("type", "") != "c") continue;
+            const auto path = d.find("path");
+            const auto major = d.find("major");
+            const auto minor = d.find("minor");
+            if (path == d.end() || !path->is_string() || major == d.end() ||
+                !major->is_number_unsigned() || minor == d.end() || !minor->is_number_unsigned())
+                continue;
+            present.insert({normal_path(path->get_ref<const std::string&>()),
+                            major->get<unsigned>(), minor->get<unsigned>()});
+        }
+    auto has = [&](const DeviceNode& n) {
+        return present.count({normal_path(n.path), n.major, n.minor}) > 0;
+    };
+    SpecSelection out;
+    for (const auto& gpu : node.gpus) {
+        if (!has(gpu.node)) continue;
+        bool mig = false;
+        for (const auto& m : gpu.mig)
+            if (has(m.gi_cap) && has(m.ci_cap)) {
+                out.selection.migs.push_back(&m);
+                out.names.push_back(fmt::format("MIG {}:{}", gpu.index, m.index));
+                mig = true;
+            }
+        if (!mig) {
+            out.selection.gpus.push_back(&gpu);
+            out.names.push_back(fmt::format("GPU {}", gpu.index));
+        }
+    }
+    for (const auto& channel : node.imex_channels)
+        if (has(channel)) {
+            out.imex_channels.push_back(std::to_string(channel.minor));
+            out.names.push_back(fmt::format("IMEX channel {}", channel.minor));
+        }
+    return out;
+}
+
+HookDecision hook_plan(const Node& node, const oci::Spec& spec, const Config& config) {
+    HookDecision out;
+    const SpecSelection found = selection_in_spec(node, *spec.doc);
+    if (found.selection.empty() && found.imex_channels.empty()) {
+        out.reason = "CDI: the spec holds none of the node's GPU or IMEX channel nodes";
+        return out;
+    }
+    Request request;
+    request.source = RequestSource::Explicit;
+    request.caps = config.cdi.caps;
+    request.imex_channels = found.imex_channels;
+    request.devices = {found.selection.empty() ? DeviceIdsKind::None : DeviceIdsKind::List,
+                       found.names};
+    const Image image = image_for(node, inspect_image(spec.rootfs));
+    out.plan = runtime::finish_plan(
+        make_plan(request, node, found.selection, image, config, read_proc_files(node)));
+    std::string names;
+    for (const auto& n : found.names) names += (names.empty() ? "" : ", ") + n;
+    out.reason = fmt::format("CDI devices in the spec: {}; capabilities {}", names,
+                             capability_names(config.cdi.caps));
+    out.gpu_container = true;
+    return out;
+}
+
+}  // namespace gpubind::cdi

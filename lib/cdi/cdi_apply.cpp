@@ -1,0 +1,824 @@
+// CDI requests and specs for gpubind-runtime: reading what a container asks
+// for by CDI name, the cdiVersion rule, reading the node's CDI specs (every
+// vendor's) as hostile input, and applying the named devices to an OCI spec
+// (rules in cdi.hpp). Needs no node: the fuzzer builds it alone.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "gpubind/cdi/cdi.hpp"
+#include "gpubind/util/cdi_name.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/strings.hpp"
+#include "gpubind/cdi/yaml.hpp"
+
+namespace gpubind::cdi {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr std::string_view kAnnotationPrefix = "cdi.k8s.io/";
+constexpr std::string_view kCdiMountDir = "/var/run/nvidia-container-devices/cdi";
+
+// The CDI names a container asks for, each once in the order first given,
+// each checked against who may name what.
+class Names {
+  public:
+    Names(std::string where, bool privileged, std::vector<std::string> vendors)
+        : where_(std::move(where)), privileged_(privileged), vendors_(std::move(vendors)) {}
+
+    // Each field of a comma list (`what`: where it came from), each a valid
+    // qualified name; `any_vendor`: whether the list may name other vendors'
+    // devices than the configured ones.
+    void add(std::vector<std::string>& out, std::string_view list, const std::string& what,
+             bool any_vendor) {
+        for (auto field : split(list, ',')) {
+            field = trim(field);
+            if (field.empty()) continue;
+            // Counted before they are told apart: a list of a million copies
+            // of one name costs no more than one of distinct names.
+            if (++fields_ > kMaxRequestNames)
+                throw Error(ErrorKind::Invalid, E2BIG, "read CDI request", where_,
+                            fmt::format("more than {} CDI device names asked for; refused",
+                                        kMaxRequestNames));
+            auto q = parse_qualified(field);
+            if (!q)
+                throw_invalid("read CDI request", where_,
+                              fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)",
+                                          what, std::string(field)));
+            const std::string_view vendor = vendor_of(q->kind);
+            if (!any_vendor &&
+                std::find(vendors_.begin(), vendors_.end(), vendor) == vendors_.end())
+                throw Error(ECANCELED, "refuse request", where_,
+                            fmt::format("{} names {}, a device of vendor {}; {} may name only "
+                                        "devices of {} ([policy] cdi-vendors)",
+                                        what, q->text(), std::string(vendor),
+                                        privileged_ ? "it" : "a container without CAP_SYS_ADMIN",
+                                        join(vendors_, ", ")));
+            std::string name = q->text();
+            if (seen_.insert(name).second) out.push_back(std::move(name));
+        }
+    }
+
+  private:
+    static std::string join(const std::vector<std::string>& list, std::string_view sep) {
+        std::string out;
+        for (const auto& s : list) out += (out.empty() ? "" : std::string(sep)) + s;
+        return out;
+    }
+
+    std::string where_;
+    bool privileged_;
+    std::vector<std::string> vendors_;
+    std::size_t fields_ = 0;
+    std::unordered_set<std::string> seen_;
+};
+
+bool non_empty(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it != obj.end() && !it->is_null() && !(it->is_structured() && it->empty()) &&
+           !(it->is_string() && it->get_ref<const std::string&>().empty());
+}
+
+// --- validation ---
+
+class Checker {
+public:
+    explicit Checker(std::string what) : what_(std::move(what)) {}
+
+    [[noreturn]] void fail(const std::string& where, const std::string& why) const {
+        throw_invalid("read CDI spec", what_, where.empty() ? why : where + ": " + why);
+    }
+
+    void keys(const json& obj, const std::string& where, std::initializer_list<std::string_view> ok,
+              std::initializer_list<std::string_view> unsupported = {}) const {
+        if (!obj.is_object()) fail(where, "is not an object");
+        for (auto it = obj.begin(); it != obj.end(); ++it) {
+            if (std::find(unsupported.begin(), unsupported.end(), it.key()) != unsupported.end())
+                fail(where, "\"" + it.key() + "\" is not supported by gpubind-runtime");
+            if (std::find(ok.begin(), ok.end(), it.key()) == ok.end())
+                fail(where, "unknown field \"" + it.key() + "\"");
+        }
+    }
+
+    const std::string& string(const json& v, const std::string& where) const {
+        if (!v.is_string()) fail(where, "is not a string");
+        const auto& s = v.get_ref<const std::string&>();
+        if (s.find('\0') != std::string::npos) fail(where, "holds a NUL character");
+        return s;
+    }
+
+    std::string path(const json& v, const std::string& where) const {
+        const std::string& s = string(v, where);
+        if (s.empty() || s.front() != '/') fail(where, "'" + s + "' is not an absolute path");
+        for (const auto& part : fs::path(s))
+            if (part == "..") fail(where, "'" + s + "' holds \"..\"");
+        return s;
+    }
+
+    void strings(const json& v, const std::string& where) const {
+        if (!v.is_array()) fail(where, "is not a list of strings");
+        for (std::size_t i = 0; i < v.size(); ++i)
+            string(v[i], fmt::format("{}[{}]", where, i));
+    }
+
+    void env(const json& v, const std::string& where) const {
+        strings(v, where);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            const auto& e = v[i].get_ref<const std::string&>();
+            const auto eq = e.find('=');
+            if (eq == std::string::npos || eq == 0)
+                fail(fmt::format("{}[{}]", where, i), "'" + e + "' is not NAME=VALUE");
+        }
+    }
+
+    void number(const json& v, const std::string& where, std::uint64_t max) const {
+        if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<std::uint64_t>() > max)
+            fail(where, fmt::format("is not a number from 0 to {}", max));
+    }
+
+    void annotations(const json& v, const std::string& where) const {
+        if (!v.is_object()) fail(where, "is not an object");
+        for (auto it = v.begin(); it != v.end(); ++it) string(*it, where + "." + it.key());
+    }
+
+    // check(item, where) for each item of the list e[key], when there is one.
+    template <typename F>
+    void each(const json& e, const char* key, const std::string& where, F&& check) const {
+        if (!e.contains(key)) return;
+        const json& list = e[key];
+        if (!list.is_array()) fail(where + "." + key, "is not a list");
+        for (std::size_t i = 0; i < list.size(); ++i)
+            check(list[i], fmt::format("{}.{}[{}]", where, key, i));
+    }
+
+    void edits(const json& e, const std::string& where) const {
+        keys(e, where, {"env", "deviceNodes", "hooks", "mounts", "additionalGids"},
+             {"intelRdt", "netDevices"});
+        if (e.contains("env")) env(e["env"], where + ".env");
+        each(e, "deviceNodes", where, [&](const json& v, const std::string& w) { device_node(v, w); });
+        each(e, "mounts", where, [&](const json& v, const std::string& w) { mount(v, w); });
+        each(e, "hooks", where, [&](const json& v, const std::string& w) { hook(v, w); });
+        each(e, "additionalGids", where,
+             [&](const json& v, const std::string& w) { number(v, w, 0xffffffffu); });
+    }
+
+    void device_node(const json& d, const std::string& where) const {
+        keys(d, where, {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"});
+        if (!d.contains("path")) fail(where, "has no path");
+        const std::string p = path(d["path"], where + ".path");
+        if (!normal_path(p).starts_with("/dev/"))
+            fail(where + ".path", "'" + p + "' is not under /dev");
+        if (d.contains("hostPath")) path(d["hostPath"], where + ".hostPath");
+        if (d.contains("type")) {
+            const std::string& t = string(d["type"], where + ".type");
+            if (t != "" && t != "c" && t != "b" && t != "u" && t != "p")
+                fail(where + ".type", "'" + t + "' is not c, b, u or p");
+        }
+        if (d.contains("major")) number(d["major"], where + ".major", 0xfffff);
+        if (d.contains("minor")) number(d["minor"], where + ".minor", 0xfffff);
+        if (d.contains("fileMode")) number(d["fileMode"], where + ".fileMode", 07777);
+        if (d.contains("uid")) number(d["uid"], where + ".uid", 0xfffffffeu);
+        if (d.contains("gid")) number(d["gid"], where + ".gid", 0xfffffffeu);
+        if (d.contains("permissions")) {
+            const std::string& p2 = string(d["permissions"], where + ".permissions");
+            if (p2 != "none" && p2.find_first_not_of("rwm") != std::string::npos)
+                fail(where + ".permissions", "'" + p2 + "' is not made of r, w, m (or none)");
+        }
+    }
+
+    void mount(const json& m, const std::string& where) const {
+        keys(m, where, {"hostPath", "containerPath", "options", "type"});
+        if (!m.contains("hostPath")) fail(where, "has no hostPath");
+        if (!m.contains("containerPath")) fail(where, "has no containerPath");
+        path(m["hostPath"], where + ".hostPath");
+        path(m["containerPath"], where + ".containerPath");
+        if (m.contains("options")) strings(m["options"], where + ".options");
+        if (m.contains("type")) string(m["type"], where + ".type");
+    }
+
+    void hook(const json& h, const std::string& where) const {
+        keys(h, where, {"hookName", "path", "args", "env", "timeout"});
+        static const std::set<std::string> stages = {"prestart", "createRuntime", "createContainer",
+                                                     "startContainer", "poststart", "poststop"};
+        if (!h.contains("hookName") || !stages.count(string(h["hookName"], where + ".hookName")))
+            fail(where + ".hookName", "is not an OCI hook stage");
+        if (!h.contains("path")) fail(where, "has no path");
+        path(h["path"], where + ".path");
+        if (h.contains("args")) strings(h["args"], where + ".args");
+        if (h.contains("env")) env(h["env"], where + ".env");
+        if (h.contains("timeout")) {
+            if (!h["timeout"].is_number_integer() || h["timeout"].get<long long>() <= 0 ||
+                h["timeout"].get<long long>() > 0x7fffffff)
+                fail(where + ".timeout", "is not a positive number of seconds");
+        }
+    }
+
+private:
+    std::string what_;
+};
+
+// --- loading ---
+
+// One directory entry read as hostile input: not followed, a root-owned
+// regular file no one else may write, size-capped.
+std::string read_entry(int dirfd, const std::string& name, const fs::path& file) {
+    Fd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd) {
+        if (errno == ELOOP) throw_invalid("read CDI spec", file.string(), "a symbolic link; refused");
+        throw_errno("open CDI spec", file.string());
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", file.string());
+    if (!S_ISREG(st.st_mode)) throw_invalid("read CDI spec", file.string(), "not a regular file; refused");
+    if (st.st_uid != 0) throw_invalid("read CDI spec", file.string(), fmt::format("owned by uid {}, not root; refused", st.st_uid));
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        throw_invalid("read CDI spec", file.string(), "writable by other users; refused");
+    if (static_cast<std::uint64_t>(st.st_size) > kMaxSpecFileSize)
+        throw_invalid("read CDI spec", file.string(),
+                      fmt::format("{} bytes, more than the {} a CDI spec may have; refused",
+                                  st.st_size, kMaxSpecFileSize));
+    return read_fd(fd.get(), kMaxSpecFileSize, file.string());
+}
+
+// --- applying ---
+
+std::string env_name(const std::string& entry) {
+    return entry.substr(0, entry.find('='));
+}
+
+json& member(json& parent, const char* key, const json& empty, const std::string& where) {
+    if (!parent.contains(key) || parent[key].is_null()) parent[key] = empty;
+    json& m = parent[key];
+    if (m.type() != empty.type())
+        throw_invalid("apply CDI device", where, fmt::format("is of type {}, not {}", m.type_name(), empty.type_name()));
+    return m;
+}
+
+// A path compared with others: lexically normal, without a trailing '/'.
+std::string normal(const std::string& p) {
+    return normal_path(p);
+}
+
+// A device node with its type and numbers, read from the host node (never
+// followed) when the spec leaves them out.
+json complete_node(json d, const std::string& device) {
+    const bool has_numbers = d.contains("major") && d.contains("minor");
+    const std::string type = d.value("type", "");
+    if (!type.empty() && (type == "p" || has_numbers)) return d;
+    const std::string host = d.value("hostPath", d["path"].get<std::string>());
+    struct stat st {};
+    if (::lstat(host.c_str(), &st) != 0) throw_errno("apply CDI device " + device + ": stat", host);
+    if (!S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode) && !S_ISFIFO(st.st_mode))
+        throw Error(EINVAL, "apply CDI device", device, host + " is not a device node");
+    d["type"] = S_ISCHR(st.st_mode) ? "c" : S_ISBLK(st.st_mode) ? "b" : "p";
+    if (!S_ISFIFO(st.st_mode)) {
+        d["major"] = ::major(st.st_rdev);
+        d["minor"] = ::minor(st.st_rdev);
+    }
+    if (!d.contains("fileMode")) d["fileMode"] = static_cast<unsigned>(st.st_mode & 0777);
+    return d;
+}
+
+// The edits of the requested devices gathered, checked against each other;
+// each kind of edit indexed by what two edits may not differ in.
+struct Gathered {
+    std::vector<std::string> env;
+    std::unordered_map<std::string, std::size_t> env_at;   // name -> env[i]
+    std::vector<std::pair<json, std::string>> nodes;       // node, device name
+    std::vector<std::string> node_paths;                   // nodes[i]'s path, normal
+    std::unordered_map<std::string, std::size_t> node_at;  // node_paths[i] -> i
+    std::vector<std::pair<json, std::string>> mounts;
+    std::vector<std::string> mount_paths;  // mounts[i]'s containerPath, normal
+    std::unordered_map<std::string, std::size_t> mount_at;
+    std::vector<json> hooks;
+    std::unordered_set<std::string> hook_texts;  // hooks, dumped
+    std::vector<std::uint32_t> gids;
+    std::unordered_set<std::uint32_t> gid_set;
+};
+
+void gather(Gathered& g, const json& edits, const std::string& device) {
+    if (!edits.is_object()) return;
+    if (edits.contains("env"))
+        for (const auto& e : edits["env"]) {
+            const std::string entry = e.get<std::string>();
+            const auto [at, added] = g.env_at.try_emplace(env_name(entry), g.env.size());
+            if (added) {
+                g.env.push_back(entry);
+            } else if (g.env[at->second] != entry) {
+                throw Error(EEXIST, "apply CDI device", device,
+                            fmt::format("conflict: {} and {} set by the requested devices",
+                                        g.env[at->second], entry));
+            }
+        }
+    if (edits.contains("deviceNodes"))
+        for (const auto& d : edits["deviceNodes"]) {
+            json node = complete_node(d, device);
+            std::string path = normal(node["path"]);
+            const auto [at, added] = g.node_at.try_emplace(path, g.nodes.size());
+            if (!added) {
+                const auto& [have, who] = g.nodes[at->second];
+                if (have.value("hostPath", have["path"].get<std::string>()) != node.value("hostPath", node["path"].get<std::string>()) ||
+                    have.value("type", "") != node.value("type", "") || have.value("major", 0u) != node.value("major", 0u) ||
+                    have.value("minor", 0u) != node.value("minor", 0u))
+                    throw Error(EEXIST, "apply CDI device", device,
+                                fmt::format("conflict: device {} differs from {}'s", node["path"].get<std::string>(), who));
+                continue;
+            }
+            g.nodes.emplace_back(std::move(node), device);
+            g.node_paths.push_back(std::move(path));
+        }
+    if (edits.contains("mounts"))
+        for (const auto& m : edits["mounts"]) {
+            std::string path = normal(m["containerPath"]);
+            const auto [at, added] = g.mount_at.try_emplace(path, g.mounts.size());
+            if (!added) {
+                const auto& [have, who] = g.mounts[at->second];
+                if (have != m)
+                    throw Error(EEXIST, "apply CDI device", device,
+                                fmt::format("conflict: mount at {} differs from {}'s", m["containerPath"].get<std::string>(), who));
+                continue;
+            }
+            g.mounts.emplace_back(m, device);
+            g.mount_paths.push_back(std::move(path));
+        }
+    if (edits.contains("hooks"))
+        for (const auto& h : edits["hooks"])
+            if (g.hook_texts.insert(h.dump()).second) g.hooks.push_back(h);
+    if (edits.contains("additionalGids"))
+        for (const auto& gid : edits["additionalGids"]) {
+            const auto v = gid.get<std::uint32_t>();
+            if (v != 0 && g.gid_set.insert(v).second) g.gids.push_back(v);
+        }
+}
+
+// The positions of a JSON list's entries by a key of each (entries without
+// one are not indexed).
+template <typename Key>
+std::unordered_map<std::string, std::vector<std::size_t>> index_by(const json& list, Key&& key) {
+    std::unordered_map<std::string, std::vector<std::size_t>> out;
+    for (std::size_t i = 0; i < list.size(); ++i)
+        if (auto k = key(list[i])) out[*k].push_back(i);
+    return out;
+}
+
+// The number of parts of a normal path ("/" and "": none).
+std::size_t depth(std::string_view path) {
+    std::size_t n = 0;
+    for (const std::string_view part : split(path, '/'))
+        if (!part.empty()) ++n;
+    return n;
+}
+
+}  // namespace
+
+std::vector<const json*> all_edits(const json& spec) {
+    std::vector<const json*> out;
+    if (auto e = spec.find("containerEdits"); e != spec.end() && e->is_object()) out.push_back(&*e);
+    if (auto d = spec.find("devices"); d != spec.end() && d->is_array())
+        for (const auto& dev : *d)
+            if (dev.is_object())
+                if (auto e = dev.find("containerEdits"); e != dev.end() && e->is_object())
+                    out.push_back(&*e);
+    return out;
+}
+
+const std::vector<std::string>& versions() {
+    static const std::vector<std::string> list = {"0.3.0", "0.4.0", "0.5.0", "0.6.0",
+                                                  "0.7.0", "0.8.0", "1.0.0", "1.1.0"};
+    return list;
+}
+
+int version_index(std::string_view version) {
+    if (version.starts_with('v')) version.remove_prefix(1);
+    const auto& list = versions();
+    for (std::size_t i = 0; i < list.size(); ++i)
+        if (list[i] == version) return static_cast<int>(i);
+    return -1;
+}
+
+std::string minimum_version(const json& spec) {
+    const auto edits = all_edits(spec);
+    auto any_edit = [&](auto&& pred) {
+        return std::any_of(edits.begin(), edits.end(), [&](const json* e) { return pred(*e); });
+    };
+    auto any_in = [&](const char* list, auto&& pred) {
+        return any_edit([&](const json& e) {
+            auto it = e.find(list);
+            if (it == e.end() || !it->is_array()) return false;
+            return std::any_of(it->begin(), it->end(),
+                               [&](const json& item) { return item.is_object() && pred(item); });
+        });
+    };
+    const json devices = spec.is_object() && spec.contains("devices") && spec["devices"].is_array()
+                             ? spec["devices"]
+                             : json::array();
+    if (any_edit([](const json& e) {
+            if (non_empty(e, "netDevices")) return true;
+            auto rdt = e.find("intelRdt");
+            return rdt != e.end() && rdt->is_object() &&
+                   (rdt->contains("schemata") ||
+                    (rdt->contains("enableMonitoring") && rdt->at("enableMonitoring") == true));
+        }))
+        return "1.1.0";
+    if (any_edit([](const json& e) {
+            return (e.contains("intelRdt") && !e["intelRdt"].is_null()) ||
+                   non_empty(e, "additionalGids");
+        }))
+        return "0.7.0";
+    const std::string kind = spec.value("kind", "");
+    const auto slash = kind.find('/');
+    if (non_empty(spec, "annotations") ||
+        std::any_of(devices.begin(), devices.end(),
+                    [](const json& d) { return d.is_object() && non_empty(d, "annotations"); }) ||
+        (slash != std::string::npos && kind.find('.', slash) != std::string::npos))
+        return "0.6.0";
+    if (std::any_of(devices.begin(), devices.end(),
+                    [](const json& d) {
+                        if (!d.is_object() || !d.contains("name") || !d["name"].is_string())
+                            return false;
+                        const auto& n = d["name"].get_ref<const std::string&>();
+                        return !n.empty() && n[0] >= '0' && n[0] <= '9';
+                    }) ||
+        any_in("deviceNodes", [](const json& n) { return non_empty(n, "hostPath"); }))
+        return "0.5.0";
+    if (any_in("mounts", [](const json& m) { return non_empty(m, "type"); })) return "0.4.0";
+    return "0.3.0";
+}
+
+std::vector<std::string> device_names(const json& spec) {
+    std::vector<std::string> out;
+    const std::string kind = spec.value("kind", "");
+    if (!spec.contains("devices") || !spec["devices"].is_array()) return out;
+    for (const auto& d : spec["devices"])
+        if (d.is_object() && d.contains("name") && d["name"].is_string())
+            out.push_back(kind + "=" + d["name"].get<std::string>());
+    return out;
+}
+
+Requests read_requests(const oci::Spec& spec, const Config& config) {
+    const Policy& policy = config.policy;
+    Requests out;
+    const std::string where = (spec.bundle / "config.json").string();
+    const bool privileged = spec.privileged();
+    Names names(where, privileged,
+                policy.cdi_vendors.empty()
+                    ? std::vector<std::string>{std::string(vendor_of(config.cdi.kind))}
+                    : policy.cdi_vendors);
+    std::vector<std::string> sources;
+    // Annotations: the device plugin's cdi-annotations strategy, CRI's CDI field.
+    if (spec.doc && spec.doc->is_object() && spec.doc->contains("annotations") &&
+        (*spec.doc)["annotations"].is_object())
+        for (const auto& [key, value] : (*spec.doc)["annotations"].items()) {
+            if (!key.starts_with(kAnnotationPrefix) || !value.is_string()) continue;
+            const std::string what = "annotation " + key;
+            const std::string& list = value.get_ref<const std::string&>();
+            if (!privileged && !policy.accept_cdi_annotations_unprivileged &&
+                list.find_first_not_of(" \t,") != std::string::npos)
+                throw Error(ECANCELED, "refuse request", spec.bundle.string(),
+                            what +
+                                " names CDI devices, but the container is not privileged (no "
+                                "CAP_SYS_ADMIN) and policy accept-cdi-annotations-unprivileged "
+                                "is off");
+            names.add(out.devices, list, what, privileged);
+            sources.push_back(what);
+        }
+    // Volume mounts: /var/run/nvidia-container-devices/cdi/<vendor>/<class>/<name>.
+    std::vector<std::string> mounted;
+    for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
+        const auto& m = spec.mounts[i];
+        if (m.source != "/dev/null") continue;
+        const fs::path rel = fs::path(m.destination).lexically_normal().lexically_relative(kCdiMountDir);
+        std::vector<std::string> parts;
+        for (const auto& part : rel)
+            if (!part.empty()) parts.push_back(part.string());
+        if (parts.empty() || parts[0] == "." || parts[0] == "..") continue;
+        if (parts.size() != 3)
+            throw_invalid("read CDI request", where,
+                          fmt::format("mounts[{}].destination {}: not {}/<vendor>/<class>/<name>", i,
+                                      m.destination, kCdiMountDir));
+        const std::string name = parts[0] + "/" + parts[1] + "=" + parts[2];
+        const std::string what = fmt::format("mounts[{}].destination", i);
+        if (policy.accept_volume_mounts) {
+            names.add(out.devices, name, what, privileged);
+        } else if (!parse_qualified(name)) {
+            throw_invalid(
+                "read CDI request", where,
+                fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)", what, name));
+        }
+        if (mounted.empty() && policy.accept_volume_mounts) sources.push_back("volume mounts");
+        mounted.push_back(m.destination);
+    }
+    if (!mounted.empty() && policy.accept_volume_mounts) {
+        // The mounts replace the variable.
+    } else {
+        if (!mounted.empty())
+            logger().warn("{}: ignoring the CDI device mounts under {}: policy does not accept them",
+                          spec.bundle.string(), kCdiMountDir);
+        if (auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES")) {
+            bool cdi = false, other = false;
+            for (auto field : split(*visible, ',')) {
+                field = trim(field);
+                if (field.empty()) continue;
+                (looks_qualified(field) ? cdi : other) = true;
+            }
+            if (cdi && other)
+                throw_invalid("read CDI request", where,
+                              "NVIDIA_VISIBLE_DEVICES mixes CDI names and device ids: '" + *visible + "'");
+            if (cdi) {
+                if (!privileged && !policy.accept_envvar_unprivileged)
+                    throw Error(ECANCELED, "refuse request", spec.bundle.string(),
+                                "NVIDIA_VISIBLE_DEVICES names CDI devices, but the container is not "
+                                "privileged (no CAP_SYS_ADMIN) and policy accept_envvar_unprivileged is off");
+                // NVIDIA's variable names NVIDIA's devices (the configured
+                // vendors), whoever sets it.
+                names.add(out.devices, *visible, "NVIDIA_VISIBLE_DEVICES", false);
+                sources.push_back("NVIDIA_VISIBLE_DEVICES");
+            }
+        }
+    }
+    for (const auto& s : sources) out.source += (out.source.empty() ? "" : ", ") + s;
+    return out;
+}
+
+void validate(const json& spec, const std::string& what) {
+    const Checker c(what);
+    c.keys(spec, "", {"cdiVersion", "kind", "annotations", "devices", "containerEdits"});
+    if (!spec.contains("cdiVersion")) c.fail("", "no cdiVersion");
+    const std::string& version = c.string(spec["cdiVersion"], "cdiVersion");
+    if (version_index(version) < 0) c.fail("cdiVersion", "unknown version '" + version + "'");
+    if (!spec.contains("kind")) c.fail("", "no kind");
+    const std::string& kind = c.string(spec["kind"], "kind");
+    if (auto why = kind_error(kind)) c.fail("kind", "'" + kind + "': " + *why);
+    if (spec.contains("annotations")) c.annotations(spec["annotations"], "annotations");
+    if (spec.contains("containerEdits")) c.edits(spec["containerEdits"], "containerEdits");
+    if (!spec.contains("devices") || !spec["devices"].is_array() || spec["devices"].empty())
+        c.fail("devices", "no devices");
+    std::set<std::string> names;
+    const json& devices = spec["devices"];
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+        const std::string where = fmt::format("devices[{}]", i);
+        c.keys(devices[i], where, {"name", "annotations", "containerEdits"});
+        if (!devices[i].contains("name")) c.fail(where, "has no name");
+        const std::string& name = c.string(devices[i]["name"], where + ".name");
+        if (auto why = device_name_error(name)) c.fail(where + ".name", "'" + name + "': " + *why);
+        if (!names.insert(name).second) c.fail(where + ".name", "'" + name + "' is defined twice");
+        if (devices[i].contains("annotations")) c.annotations(devices[i]["annotations"], where + ".annotations");
+        if (devices[i].contains("containerEdits")) c.edits(devices[i]["containerEdits"], where + ".containerEdits");
+    }
+    const std::string needed = minimum_version(spec);
+    if (version_index(version) < version_index(needed))
+        c.fail("cdiVersion", fmt::format("'{}' does not have what the spec uses (it needs {})", version, needed));
+}
+
+json parse_spec(std::string_view text, bool yaml_text, const std::string& what) {
+    json doc;
+    if (yaml_text) {
+        doc = yaml::parse(text, what);
+    } else {
+        if (!json_depth_within(text, oci::kMaxJsonDepth))
+            throw_invalid("read CDI spec", what,
+                          fmt::format("nested deeper than {} levels", oci::kMaxJsonDepth));
+        try {
+            doc = json::parse(text);
+        } catch (const json::exception& e) {
+            throw_invalid("read CDI spec", what, std::string("not JSON: ") + e.what());
+        }
+    }
+    validate(doc, what);
+    return doc;
+}
+
+Registry load_specs(const std::vector<fs::path>& dirs) {
+    Registry reg;
+    for (std::size_t priority = 0; priority < dirs.size(); ++priority) {
+        const fs::path& dir = dirs[priority];
+        Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!dirfd) {
+            if (errno == ENOENT) continue;
+            throw_errno("open CDI spec directory", dir.string());
+        }
+        std::vector<std::string> names;
+        {
+            DIR* d = ::fdopendir(::dup(dirfd.get()));
+            if (!d) throw_errno("list", dir.string());
+            while (const dirent* e = ::readdir(d)) {
+                std::string name = e->d_name;
+                if (name.ends_with(".json") || name.ends_with(".yaml")) names.push_back(name);
+            }
+            ::closedir(d);
+        }
+        std::sort(names.begin(), names.end());
+        for (const auto& name : names) {
+            const fs::path file = dir / name;
+            try {
+                const std::string text = read_entry(dirfd.get(), name, file);
+                reg.specs.push_back({file, static_cast<int>(priority),
+                                     parse_spec(text, name.ends_with(".yaml"), file.string())});
+            } catch (const Error& e) {
+                reg.refused.push_back(e.what());
+                logger().warn("{}", e.what());
+            }
+        }
+    }
+    return reg;
+}
+
+json apply(json spec, const std::vector<std::string>& devices, const Registry& registry) {
+    if (!spec.is_object()) throw_invalid("apply CDI device", "config.json", "is not a JSON object");
+    if (devices.size() > kMaxRequestNames)
+        throw Error(
+            ErrorKind::Invalid, E2BIG, "apply CDI device", "config.json",
+            fmt::format("{} CDI devices, more than {}; refused", devices.size(), kMaxRequestNames));
+    // Every device of every spec by its qualified name, once: a request of
+    // many names costs a lookup each, not a pass over the node's specs.
+    std::unordered_map<std::string, std::vector<std::pair<const LoadedSpec*, const json*>>> defined;
+    for (const auto& s : registry.specs)
+        for (const auto& d : s.spec["devices"])
+            defined[s.spec["kind"].get<std::string>() + "=" + d["name"].get<std::string>()]
+                .emplace_back(&s, &d);
+    // Resolve each name: the highest priority wins; two at that priority conflict.
+    Gathered g;
+    std::set<const LoadedSpec*> common_done;
+    for (const auto& name : devices) {
+        const auto q = parse_qualified(name);
+        if (!q) throw_invalid("apply CDI device", name, "not a CDI device name (vendor/class=name)");
+        const LoadedSpec* best = nullptr;
+        const json* best_device = nullptr;
+        if (const auto it = defined.find(q->text()); it != defined.end())
+            for (const auto& [s, d] : it->second) {
+                if (best && best->priority == s->priority)
+                    throw Error(EEXIST, "apply CDI device", name,
+                                fmt::format("conflict: defined by {} and {}", best->file.string(),
+                                            s->file.string()));
+                if (!best || s->priority > best->priority) {
+                    best = s;
+                    best_device = d;
+                }
+            }
+        if (!best) {
+            std::string refused;
+            for (const auto& r : registry.refused) refused += (refused.empty() ? "" : "; ") + r;
+            throw Error(ENOENT, "apply CDI device", name,
+                        refused.empty() ? "no CDI spec on this node defines it"
+                                        : "no valid CDI spec defines it (" + refused + ")");
+        }
+        if (common_done.insert(best).second && best->spec.contains("containerEdits"))
+            gather(g, best->spec["containerEdits"], name);
+        if (best_device->contains("containerEdits")) gather(g, (*best_device)["containerEdits"], name);
+        logger().info("CDI device {} from {}", name, best->file.string());
+    }
+
+    json out = std::move(spec);
+    json& process = member(out, "process", json::object(), "process");
+    if (!g.env.empty()) {
+        json& env = member(process, "env", json::array(), "process.env");
+        const auto at = index_by(env, [](const json& e) -> std::optional<std::string> {
+            if (!e.is_string()) return std::nullopt;
+            return env_name(e.get<std::string>());
+        });
+        for (const auto& entry : g.env) {
+            const auto it = at.find(env_name(entry));
+            if (it == at.end()) {
+                env.push_back(entry);
+                continue;
+            }
+            for (const std::size_t i : it->second) env[i] = entry;
+        }
+    }
+    const json user = process.contains("user") && process["user"].is_object() ? process["user"] : json::object();
+    if (!g.nodes.empty()) {
+        json& linux = member(out, "linux", json::object(), "linux");
+        json& list = member(linux, "devices", json::array(), "linux.devices");
+        json& resources = member(linux, "resources", json::object(), "linux.resources");
+        json& rules = member(resources, "devices", json::array(), "linux.resources.devices");
+        // The spec's devices by their paths, normal.
+        auto listed = index_by(list, [](const json& e) -> std::optional<std::string> {
+            if (!e.is_object() || !e.contains("path") || !e["path"].is_string())
+                return std::nullopt;
+            return normal(e["path"]);
+        });
+        std::unordered_set<std::string> ruled;  // the rules, dumped
+        for (const auto& r : rules) ruled.insert(r.dump());
+        for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+            const auto& [d, who] = g.nodes[n];
+            json oci = {{"path", d["path"]}, {"type", d["type"]}};
+            if (d.contains("major")) oci["major"] = d["major"];
+            if (d.contains("minor")) oci["minor"] = d["minor"];
+            if (d.contains("fileMode")) oci["fileMode"] = d["fileMode"];
+            if (d.contains("uid")) oci["uid"] = d["uid"];
+            else if (user.value("uid", 0u) > 0) oci["uid"] = user["uid"];
+            if (d.contains("gid")) oci["gid"] = d["gid"];
+            else if (user.value("gid", 0u) > 0) oci["gid"] = user["gid"];
+            bool present = false;
+            auto& same_path = listed[g.node_paths[n]];
+            for (const std::size_t i : same_path) {
+                const json& e = list[i];
+                if (e.value("type", "") != oci["type"] || e.value("major", json()) != oci.value("major", json()) ||
+                    e.value("minor", json()) != oci.value("minor", json()))
+                    throw Error(EEXIST, "apply CDI device", who,
+                                fmt::format("conflict: the container's spec already has another device at {}",
+                                            d["path"].get<std::string>()));
+                present = true;
+            }
+            if (!present) {
+                same_path.push_back(list.size());
+                list.push_back(oci);
+            }
+            const std::string type = d["type"];
+            if (type == "c" || type == "b") {
+                std::string access = d.value("permissions", "");
+                if (access.empty()) access = "rwm";
+                if (access == "none") access.clear();
+                json rule = {{"allow", true}, {"type", type}, {"major", d["major"]}, {"minor", d["minor"]}, {"access", access}};
+                if (ruled.insert(rule.dump()).second) rules.push_back(std::move(rule));
+            }
+        }
+    }
+    if (!g.mounts.empty()) {
+        json& mounts = member(out, "mounts", json::array(), "mounts");
+        // The destinations of the spec's mounts, normal, each once.
+        std::vector<std::string> destinations;
+        for (const auto& e : mounts)
+            destinations.push_back(e.is_object() && e.contains("destination") &&
+                                           e["destination"].is_string()
+                                       ? normal(e["destination"])
+                                       : std::string());
+        std::unordered_map<std::string, std::vector<std::size_t>> at_destination;
+        for (std::size_t i = 0; i < destinations.size(); ++i)
+            if (!destinations[i].empty()) at_destination[destinations[i]].push_back(i);
+        for (std::size_t n = 0; n < g.mounts.size(); ++n) {
+            const auto& [m, who] = g.mounts[n];
+            json oci = {{"destination", m["containerPath"]}, {"source", m["hostPath"]}};
+            if (m.contains("type")) oci["type"] = m["type"];
+            oci["options"] = m.value("options", json::array());
+            bool present = false;
+            auto& same_path = at_destination[g.mount_paths[n]];
+            for (const std::size_t i : same_path) {
+                const json& e = mounts[i];
+                if (e.value("source", json()) != oci["source"])
+                    throw Error(EEXIST, "apply CDI device", who,
+                                fmt::format("conflict: the container's spec already mounts something else at {}",
+                                            m["containerPath"].get<std::string>()));
+                present = true;
+            }
+            if (!present) {
+                same_path.push_back(mounts.size());
+                mounts.push_back(oci);
+                destinations.push_back(g.mount_paths[n]);
+            }
+        }
+        // Sorted by depth, each destination's depth counted once; equal
+        // depths keep their order.
+        std::vector<std::pair<std::size_t, json>> by_depth;
+        by_depth.reserve(mounts.size());
+        for (std::size_t i = 0; i < mounts.size(); ++i)
+            by_depth.emplace_back(depth(destinations[i]), std::move(mounts[i]));
+        std::stable_sort(by_depth.begin(), by_depth.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (std::size_t i = 0; i < mounts.size(); ++i) mounts[i] = std::move(by_depth[i].second);
+    }
+    if (!g.hooks.empty()) {
+        json& hooks = member(out, "hooks", json::object(), "hooks");
+        std::unordered_map<std::string, std::unordered_set<std::string>> have;  // stage -> dumped
+        for (const auto& h : g.hooks) {
+            const std::string stage = h["hookName"];
+            json& list = member(hooks, stage.c_str(), json::array(), "hooks." + stage);
+            auto [there, fresh] = have.try_emplace(stage);
+            if (fresh)
+                for (const auto& e : list) there->second.insert(e.dump());
+            json oci = {{"path", h["path"]}};
+            for (const char* k : {"args", "env", "timeout"})
+                if (h.contains(k)) oci[k] = h[k];
+            if (there->second.insert(oci.dump()).second) list.push_back(std::move(oci));
+        }
+    }
+    if (!g.gids.empty()) {
+        json& u = member(process, "user", json::object(), "process.user");
+        json& gids = member(u, "additionalGids", json::array(), "process.user.additionalGids");
+        std::unordered_set<std::string> had;
+        for (const auto& e : gids) had.insert(e.dump());
+        for (auto gid : g.gids)
+            if (had.insert(json(gid).dump()).second) gids.push_back(gid);
+    }
+    member(out, "annotations", json::object(), "annotations")[std::string(kAppliedAnnotation)] = "applied";
+    return out;
+}
+
+}  // namespace gpubind::cdi

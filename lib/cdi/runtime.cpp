@@ -1,0 +1,195 @@
+#include "gpubind/cdi/runtime.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/strings.hpp"
+
+namespace gpubind::runtime {
+
+namespace {
+
+using nlohmann::json;
+
+// The member `key` of `parent`, created as `empty` when absent; another type
+// is an Error naming `where`.
+json& member(json& parent, const char* key, const json& empty, const std::string& where) {
+    if (!parent.contains(key)) parent[key] = empty;
+    json& m = parent[key];
+    if (m.type() != empty.type())
+        throw_invalid("edit spec", where,
+                      fmt::format("is of type {}, not {}", m.type_name(), empty.type_name()));
+    return m;
+}
+
+// Whether the spec gives the container a namespace of `type` (one with a
+// path joins another's, which only the hook, seeing the process, can judge).
+bool has_namespace(const json& spec, std::string_view type) {
+    const auto linux = spec.find("linux");
+    if (linux == spec.end() || !linux->is_object()) return false;
+    const auto list = linux->find("namespaces");
+    if (list == linux->end() || !list->is_array()) return false;
+    return std::any_of(list->begin(), list->end(),
+                       [&](const json& n) { return n.is_object() && n.value("type", "") == type; });
+}
+
+// Device nodes and their cgroup rules. In a user namespace runc cannot make a
+// node: it binds the host's file at the container path, so where the dev
+// root is not the host's /dev the bind from the node's file is in the spec.
+void add_devices(json& spec, const Plan& plan, bool user_ns) {
+    json& linux = member(spec, "linux", json::object(), "linux");
+    json& devices = member(linux, "devices", json::array(), "linux.devices");
+    json& resources = member(linux, "resources", json::object(), "linux.resources");
+    json& rules = member(resources, "devices", json::array(), "linux.resources.devices");
+    std::set<std::pair<unsigned, unsigned>> ruled;
+    for (const auto& d : plan.devices) {
+        const DeviceNode& n = d.node;
+        if (ruled.insert({n.major, n.minor}).second)
+            rules.push_back({{"allow", true},
+                             {"type", "c"},
+                             {"major", n.major},
+                             {"minor", n.minor},
+                             {"access", "rw"}});
+        if (!d.bind) continue;
+        bool present = false;
+        for (const auto& e : devices) {
+            if (!e.is_object() || e.value("path", "") != n.path) continue;
+            if (e.value("type", "") != "c" || e.value("major", json()) != json(n.major) ||
+                e.value("minor", json()) != json(n.minor))
+                throw Error(EEXIST, "edit spec", "linux.devices " + n.path,
+                            fmt::format("the spec already has another device there, not the "
+                                        "character device {}:{} ({})",
+                                        n.major, n.minor, d.why));
+            present = true;
+        }
+        if (present) continue;
+        if (user_ns && n.host_path != n.path) {
+            json& mounts = member(spec, "mounts", json::array(), "mounts");
+            for (const auto& m : mounts)
+                if (m.is_object() && m.contains("destination") && m["destination"].is_string() &&
+                    normal_path("/" + m["destination"].get_ref<const std::string&>()) ==
+                        normal_path(n.path))
+                    throw Error(EEXIST, "edit spec", "mounts " + n.path,
+                                "the spec already mounts something there; refusing to bind " +
+                                    n.host_path + " (" + d.why + ") over it");
+            mounts.push_back({{"destination", n.path},
+                              {"type", "bind"},
+                              {"source", n.host_path},
+                              {"options", {"bind", "nosuid", "noexec"}}});
+            continue;
+        }
+        devices.push_back({{"path", n.path},
+                           {"type", "c"},
+                           {"major", n.major},
+                           {"minor", n.minor},
+                           {"fileMode", static_cast<unsigned>(n.mode & 0777)},
+                           {"uid", 0},
+                           {"gid", 0}});
+    }
+}
+
+// Whether the normal path `inner` is `outer` or lies below it.
+bool within(std::string_view inner, std::string_view outer) {
+    if (!inner.starts_with(outer)) return false;
+    return inner.size() == outer.size() || outer == "/" || inner[outer.size()] == '/';
+}
+
+// The planned mounts against the spec's own, before the runtime runs: the
+// finish hook makes every one of them (resolving each target by descriptor in
+// the rootfs, on the rootfs's own mount or a tmpfs the runtime made fresh),
+// so what the hook would refuse is refused here, with nothing done yet: a
+// target where the spec mounts something already, one in a volume of the
+// spec (a host directory: runc would make mount points in it, and with shared
+// propagation the driver's files would stay in the host's mount table), and
+// any target when the rootfs's propagation is shared.
+void check_mounts(const oci::Spec& spec, const Plan& plan) {
+    if (plan.mounts.empty()) return;
+    if (const auto& p = spec.rootfs_propagation; p == "shared" || p == "rshared")
+        throw Error(EXDEV, "refuse", "linux.rootfsPropagation " + p,
+                    "the rootfs is on a shared mount: what gpubind mounts there would propagate "
+                    "to its peers, the host's mount table among them");
+    const std::vector<std::string> fresh = spec.fresh_tmpfs();
+    std::vector<std::string> dests;  // normal, in the spec's order
+    dests.reserve(spec.mounts.size());
+    for (const auto& m : spec.mounts) dests.push_back(normal_path("/" + m.destination));
+    for (const auto& m : plan.mounts) {
+        const std::string target = normal_path(m.target);
+        // The last mount at or above the target is what it lands on.
+        for (std::size_t i = dests.size(); i-- > 0;) {
+            if (!within(target, dests[i])) continue;
+            if (dests[i] == target)
+                throw Error(EEXIST, "edit spec", "mounts " + m.target,
+                            "the spec already mounts something there; refusing to mount " +
+                                m.source + " (" + m.why + ") over it");
+            if (std::find(fresh.begin(), fresh.end(), dests[i]) == fresh.end())
+                throw Error(EXDEV, "refuse", m.target,
+                            fmt::format("is on another mount than the container's root (the "
+                                        "spec's {} mount at {}, a volume); gpubind creates and "
+                                        "mounts only on the rootfs's own mount",
+                                        spec.mounts[i].type.empty() ? "bind" : spec.mounts[i].type,
+                                        dests[i]));
+            break;
+        }
+    }
+}
+
+}  // namespace
+
+std::vector<std::string> mount_options(unsigned flags) {
+    std::vector<std::string> out = {"rbind"};
+    if (flags & kMountReadOnly) out.emplace_back("ro");
+    if (flags & kMountNoSuid) out.emplace_back("nosuid");
+    if (flags & kMountNoDev) out.emplace_back("nodev");
+    if (flags & kMountNoExec) out.emplace_back("noexec");
+    return out;
+}
+
+bool marked(const json& spec) {
+    if (!spec.is_object()) return false;
+    const auto hooks = spec.find("hooks");
+    if (hooks == spec.end() || !hooks->is_object()) return false;
+    const auto list = hooks->find("createRuntime");
+    if (list == hooks->end() || !list->is_array()) return false;
+    return std::any_of(list->begin(), list->end(), [](const json& h) {
+        if (!h.is_object()) return false;
+        const auto args = h.find("args");
+        return args != h.end() && args->is_array() && args->size() == 2 &&
+               (*args)[0] == "gpubind-hook" && (*args)[1] == kFinishStage;
+    });
+}
+
+json edit_spec(json spec, const oci::Spec& facts, const Plan& plan, const FinishHook& hook) {
+    if (!spec.is_object()) throw_invalid("edit spec", "config.json", "is not a JSON object");
+    if (marked(spec))
+        throw_invalid("edit spec", "config.json", "already edited by gpubind-runtime");
+    if (!has_namespace(spec, "mount"))
+        throw Error(EPERM, "edit spec", "linux.namespaces",
+                    "the container shares this process's mount namespace (no \"mount\" "
+                    "namespace in the spec); refusing");
+    check_mounts(facts, plan);
+    add_devices(spec, plan, has_namespace(spec, "user"));
+    json& hooks = member(spec, "hooks", json::object(), "hooks");
+    member(hooks, "createRuntime", json::array(), "hooks.createRuntime")
+        .push_back({{"path", hook.path.string()},
+                    {"args", {"gpubind-hook", std::string(kFinishStage)}},
+                    {"env", hook.env}});
+    return spec;
+}
+
+Plan finish_plan(Plan plan) {
+    plan.devices.clear();
+    plan.mounts.clear();
+    return plan;
+}
+
+Plan edited_finish_plan(Plan plan) {
+    plan.devices.clear();
+    return plan;
+}
+
+}  // namespace gpubind::runtime

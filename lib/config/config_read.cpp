@@ -1,0 +1,342 @@
+// Reading TOML into a Config: shared by the library and gpubind_config_gen,
+// which turns config/config.toml into the built-in defaults at build time.
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config_builtin.hpp"
+#include "gpubind/util/cdi_name.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/toml.hpp"
+
+namespace gpubind::detail {
+
+namespace {
+
+// Reads one TOML document into a Config, key by key. Every key must be known.
+class Reader {
+public:
+    Reader(Config& config, std::string what) : config_(config), what_(std::move(what)) {}
+
+    void read(const toml::table& root) {
+        for (const auto& [key, node] : root) {
+            std::string k(key.str());
+            if (k == "node") table(node, k, [&](auto& t) { read_node(t, k); });
+            else if (k == "policy") table(node, k, [&](auto& t) { read_policy(t, k); });
+            else if (k == "log") table(node, k, [&](auto& t) { read_log(t, k); });
+            else if (k == "runtime") table(node, k, [&](auto& t) { read_runtime(t, k); });
+            else if (k == "catalog") table(node, k, [&](auto& t) { read_catalog(t, k); });
+            else if (k == "cdi") table(node, k, [&](auto& t) { read_cdi(t, k); });
+            else if (k == "nvidia-container-cli")
+                table(node, k, [&](auto& t) { read_nvidia_cli(t, k); });
+            else if (k == "nvidia-container-runtime")
+                table(node, k, [&](auto& t) { read_nvidia_runtime(t, k); });
+            else if (k == "nvidia-container-runtime-hook" || k == "nvidia-ctk")
+                table(node, k, [](auto&) {});  // their keys have no meaning here
+            else read_nvidia_top(node, k);
+        }
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+        throw_invalid("load config", what_, key + ": " + why);
+    }
+
+    template <typename F>
+    void table(const toml::node& node, const std::string& key, F&& body) {
+        const auto* t = node.as_table();
+        if (!t) fail(key, "expected a table");
+        body(*t);
+    }
+
+    bool boolean(const toml::node& node, const std::string& key) const {
+        if (auto v = node.value<bool>(); v && node.is_boolean()) return *v;
+        fail(key, "expected true or false");
+    }
+
+    std::string string(const toml::node& node, const std::string& key) const {
+        if (const auto* s = node.as_string()) return s->get();
+        fail(key, "expected a string");
+    }
+
+    std::vector<std::string> strings(const toml::node& node, const std::string& key) const {
+        const auto* arr = node.as_array();
+        if (!arr) fail(key, "expected an array of strings");
+        std::vector<std::string> out;
+        for (const auto& item : *arr) {
+            const auto* s = item.as_string();
+            if (!s) fail(key, "expected an array of strings");
+            out.push_back(s->get());
+        }
+        return out;
+    }
+
+    std::vector<std::string> vendors(const toml::node& node, const std::string& key) const {
+        auto list = strings(node, key);
+        for (const auto& v : list)
+            if (auto why = cdi::vendor_error(v))
+                fail(key, "\"" + v + "\" is not a CDI vendor: " + *why);
+        return list;
+    }
+
+    std::vector<unsigned> uids(const toml::node& node, const std::string& key) const {
+        const auto* arr = node.as_array();
+        if (!arr) fail(key, "expected an array of numeric user ids");
+        std::vector<unsigned> out;
+        for (const auto& item : *arr) {
+            const auto* n = item.as_integer();
+            if (!n || n->get() < 0 || n->get() > 0xfffffffeLL)
+                fail(key, "expected an array of numeric user ids");
+            out.push_back(static_cast<unsigned>(n->get()));
+        }
+        return out;
+    }
+
+    std::filesystem::path absolute(const toml::node& node, const std::string& key) const {
+        std::string s = string(node, key);
+        if (!s.empty() && s.front() == '@') s.erase(0, 1);  // nvidia's "host path" marker
+        if (s.empty() || s.front() != '/') fail(key, "expected an absolute path");
+        return s;
+    }
+
+    Capabilities capabilities(const toml::node& node, const std::string& key) const {
+        std::string unknown;
+        auto caps = parse_capabilities(string(node, key), &unknown);
+        if (!caps) fail(key, "unknown capability \"" + unknown + "\"");
+        return *caps;
+    }
+
+    void read_node(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "driver-root") config_.roots.driver = absolute(node, full);
+            else if (k == "dev-root") config_.roots.dev = absolute(node, full);
+            else if (k == "proc-root") config_.roots.proc = absolute(node, full);
+            else if (k == "ldcache")
+                config_.ldcache = string(node, full).empty() ? std::filesystem::path()
+                                                             : absolute(node, full);
+            else if (k == "ldconfig") config_.ldconfig = absolute(node, full);
+            else if (k == "state-dir") config_.state_dir = absolute(node, full);
+            else if (k == "bpf-dir")
+                config_.bpf_dir = string(node, full).empty() ? std::filesystem::path()
+                                                             : absolute(node, full);
+            else fail(full, "unknown key");
+        }
+    }
+
+    void read_policy(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "accept-envvar-unprivileged")
+                config_.policy.accept_envvar_unprivileged = boolean(node, full);
+            else if (k == "accept-cdi-annotations-unprivileged")
+                config_.policy.accept_cdi_annotations_unprivileged = boolean(node, full);
+            else if (k == "cdi-vendors")
+                config_.policy.cdi_vendors = vendors(node, full);
+            else if (k == "accept-volume-mounts")
+                config_.policy.accept_volume_mounts = boolean(node, full);
+            else if (k == "disable-require") config_.policy.disable_require = boolean(node, full);
+            else if (k == "supported-capabilities")
+                config_.policy.supported = capabilities(node, full);
+            else if (k == "cgroups") config_.policy.cgroups = boolean(node, full);
+            else if (k == "on-refused") config_.policy.on_refused = on_refused(node, full);
+            else if (k == "cuda-compat") config_.policy.cuda_compat = boolean(node, full);
+            else if (k == "ldcache") config_.policy.ldcache = ldcache_method(node, full);
+            else if (k == "ipc-owners") config_.policy.ipc_owners = uids(node, full);
+            else fail(full, "unknown key");
+        }
+    }
+
+    void read_log(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "file") {
+                config_.log.file = string(node, full);
+                if (!config_.log.file.empty()) absolute(node, full);
+            } else if (k == "level") {
+                config_.log.level = log_level(node, full);
+            } else {
+                fail(full, "unknown key");
+            }
+        }
+    }
+
+    OnRefused on_refused(const toml::node& node, const std::string& key) const {
+        std::string value = string(node, key);
+        if (value == "fail") return OnRefused::Fail;
+        if (value == "warn") return OnRefused::Warn;
+        fail(key, "expected \"fail\" or \"warn\", not \"" + value + "\"");
+    }
+
+    LdcacheMethod ldcache_method(const toml::node& node, const std::string& key) const {
+        std::string value = string(node, key);
+        if (value == "gpubind") return LdcacheMethod::Gpubind;
+        if (value == "ldconfig") return LdcacheMethod::Ldconfig;
+        fail(key, "expected \"gpubind\" or \"ldconfig\", not \"" + value + "\"");
+    }
+
+    std::string log_level(const toml::node& node, const std::string& key) const {
+        std::string level = string(node, key);
+        for (std::string_view ok : {"trace", "debug", "info", "warn", "warning", "error", "off"})
+            if (level == ok) return level == "warning" ? "warn" : level;
+        fail(key, "unknown level \"" + level + "\" (trace, debug, info, warn, error, off)");
+    }
+
+    void read_runtime(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "runtimes") config_.runtimes = runtimes(node, full);
+            else fail(full, "unknown key");
+        }
+    }
+
+    void read_cdi(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "dir") {
+                config_.cdi.dir = absolute(node, full);
+            } else if (k == "kind") {
+                config_.cdi.kind = string(node, full);
+                if (auto why = cdi::kind_error(config_.cdi.kind))
+                    fail(full, "\"" + config_.cdi.kind + "\" is not a CDI kind: " + *why);
+            } else if (k == "capabilities") {
+                config_.cdi.caps = capabilities(node, full);
+            } else if (k == "hook") {
+                config_.cdi.hook = absolute(node, full);
+            } else if (k == "spec-dirs") {
+                config_.cdi.spec_dirs.clear();
+                for (const auto& d : strings(node, full)) {
+                    if (d.empty() || d.front() != '/') fail(full, "expected absolute paths");
+                    config_.cdi.spec_dirs.emplace_back(d);
+                }
+            } else {
+                fail(full, "unknown key");
+            }
+        }
+    }
+
+    std::vector<std::string> runtimes(const toml::node& node, const std::string& key) const {
+        auto list = strings(node, key);
+        if (list.empty()) fail(key, "expected at least one runtime");
+        for (const auto& r : list)
+            if (r.empty()) fail(key, "empty runtime name");
+        return list;
+    }
+
+    void read_catalog(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            auto cap = parse_capabilities(k);
+            if (!cap || *cap == 0 || (*cap & (*cap - 1)) != 0 || *cap == kCapCompat32)
+                fail(full, "not a capability (utility, compute, video, graphics, display, ngx)");
+            table(node, full, [&](const toml::table& lists) { read_catalog_cap(lists, full, *cap); });
+        }
+    }
+
+    // Replaces the lists of one capability.
+    void read_catalog_cap(const toml::table& t, const std::string& prefix, Capabilities cap) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            std::vector<CatalogEntry>* list = nullptr;
+            if (k == "libraries") list = &config_.catalog.libraries;
+            else if (k == "binaries") list = &config_.catalog.binaries;
+            else if (k == "ipcs") list = &config_.catalog.ipcs;
+            else if (k == "firmware") list = &config_.catalog.firmware;
+            else fail(full, "unknown key");
+            auto names = strings(node, full);
+            for (const auto& n : names) {
+                if (n.empty()) fail(full, "empty name");
+                if (list != &config_.catalog.libraries && list != &config_.catalog.binaries &&
+                    n.front() != '/')
+                    fail(full, "\"" + n + "\" is not an absolute path");
+                if ((list == &config_.catalog.libraries || list == &config_.catalog.binaries) &&
+                    n.find('/') != std::string::npos)
+                    fail(full, "\"" + n + "\" must be a file name, not a path");
+            }
+            set_catalog(*list, cap, names);
+        }
+    }
+
+    static void set_catalog(std::vector<CatalogEntry>& list, Capabilities cap,
+                            const std::vector<std::string>& names) {
+        // Drop this capability from every entry, then add it to the named ones.
+        for (auto& e : list) e.caps &= ~cap;
+        std::erase_if(list, [](const CatalogEntry& e) { return e.caps == 0; });
+        for (const auto& n : names) {
+            auto it = std::find_if(list.begin(), list.end(),
+                                   [&](const CatalogEntry& e) { return e.name == n; });
+            if (it != list.end()) it->caps |= cap;
+            else list.push_back({n, cap});
+        }
+    }
+
+    // Top-level keys of nvidia-container-runtime's config.toml.
+    void read_nvidia_top(const toml::node& node, const std::string& k) {
+        if (k == "disable-require") config_.policy.disable_require = boolean(node, k);
+        else if (k == "supported-driver-capabilities")
+            config_.policy.supported = capabilities(node, k);
+        else if (k == "accept-nvidia-visible-devices-envvar-when-unprivileged")
+            config_.policy.accept_envvar_unprivileged = boolean(node, k);
+        else if (k == "accept-nvidia-visible-devices-as-volume-mounts")
+            config_.policy.accept_volume_mounts = boolean(node, k);
+        else if (k == "swarm-resource") string(node, k);  // accepted, no meaning here
+        else fail(k, "unknown key");
+    }
+
+    void read_nvidia_cli(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "root") {
+                config_.roots.driver = absolute(node, full);
+            } else if (k == "ldcache") {
+                config_.ldcache = absolute(node, full);
+            } else if (k == "ldconfig") {
+                config_.ldconfig = absolute(node, full);
+            } else if (k == "no-cgroups") {
+                config_.policy.cgroups = !boolean(node, full);
+            } else if (k == "debug") {
+                config_.log.file = absolute(node, full).string();
+            } else if (k == "path" || k == "environment" || k == "load-kmods" || k == "user" ||
+                       k == "no-pivot" || k == "no-fabricmanager" || k == "no-persistenced") {
+                logger().debug("config {}: {} is accepted and has no effect", what_, full);
+            } else {
+                fail(full, "unknown key");
+            }
+        }
+    }
+
+    void read_nvidia_runtime(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "runtimes") config_.runtimes = runtimes(node, full);
+            else if (k == "log-level") config_.log.level = log_level(node, full);
+            else if (k == "debug") config_.log.file = absolute(node, full).string();
+            else if (k == "mode" || k == "modes")
+                logger().debug("config {}: {} is accepted and has no effect", what_, full);
+            else fail(full, "unknown key");
+        }
+    }
+
+    Config& config_;
+    std::string what_;
+};
+
+}  // namespace
+
+Config parse_config_over(Config config, std::string_view text, const std::string& what) {
+    if (auto unsafe = detail::toml_unsafe_text(text)) throw_invalid("load config", what, *unsafe);
+    toml::table root;
+    try {
+        root = toml::parse(text, what);
+    } catch (const toml::parse_error& e) {
+        const auto& where = e.source().begin;
+        throw_invalid("load config", what,
+                      "line " + std::to_string(where.line) + ": " + std::string(e.description()));
+    }
+    Reader(config, what).read(root);
+    return config;
+}
+
+}  // namespace gpubind::detail

@@ -1,0 +1,147 @@
+// The configuration: where the node's files are, what belongs to which
+// capability, and the request policy. Loaded from TOML.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpubind/config/capabilities.hpp"
+
+namespace gpubind {
+
+// Every host path gpubind reads goes through one of these roots.
+struct Roots {
+    std::filesystem::path driver = "/";    // holds etc/ld.so.cache, usr/lib*, usr/bin, lib/firmware, run/
+    std::filesystem::path dev = "/";       // holds dev/nvidia*
+    std::filesystem::path proc = "/proc";  // holds driver/nvidia, devices
+
+    bool operator==(const Roots&) const = default;
+};
+
+// One line of the catalog: a file name (libraries: the name before the
+// version, e.g. "libcuda.so"; binaries: the file name; ipcs: a path under the
+// driver root; firmware: a glob under the driver root where "{version}" stands
+// for the driver version) and the capabilities that bring it.
+struct CatalogEntry {
+    std::string name;
+    Capabilities caps = 0;
+
+    bool operator==(const CatalogEntry&) const = default;
+};
+
+struct Catalog {
+    std::vector<CatalogEntry> libraries;
+    std::vector<CatalogEntry> binaries;
+    std::vector<CatalogEntry> ipcs;
+    std::vector<CatalogEntry> firmware;
+
+    bool operator==(const Catalog&) const = default;
+};
+
+// What to do when the kernel or the sandbox refuses a step gpubind could do
+// without (a device cgroup rule: BPF refused in a nested or rootless
+// container, EPERM on the cgroup files): fail the container, or go on without
+// it and log a warning.
+enum class OnRefused { Fail, Warn };
+
+// How a container's loader cache is refreshed ([policy] ldcache): gpubind
+// writes /etc/ld.so.cache itself ("gpubind"), or runs the host's ldconfig
+// sandboxed ("ldconfig").
+enum class LdcacheMethod { Gpubind, Ldconfig };
+
+struct Policy {
+    bool accept_envvar_unprivileged = true;   // may a container without CAP_SYS_ADMIN ask by variable
+    // May a container without CAP_SYS_ADMIN ask for CDI devices by cdi.k8s.io/* annotations.
+    bool accept_cdi_annotations_unprivileged = true;
+    // The vendors whose CDI devices NVIDIA_VISIBLE_DEVICES may name (anyone) and a
+    // container without CAP_SYS_ADMIN may name at all; empty: the vendor of [cdi] kind.
+    std::vector<std::string> cdi_vendors;
+    bool accept_volume_mounts = false;        // honour /var/run/nvidia-container-devices mounts
+    bool disable_require = false;             // ignore every NVIDIA_REQUIRE_*
+    Capabilities supported = kCapAll;         // what containers may ask for
+    bool cgroups = true;                      // write device cgroup rules for injected nodes
+    OnRefused on_refused = OnRefused::Fail;   // [policy] on-refused
+    bool cuda_compat = true;                  // prefer the image's newer CUDA compat libcuda
+    LdcacheMethod ldcache = LdcacheMethod::Gpubind;  // [policy] ldcache
+    // Users besides root who may own the node's IPCs and their directories
+    // (a persistenced run with --user): [policy] ipc-owners, numeric uids.
+    std::vector<unsigned> ipc_owners;
+
+    bool operator==(const Policy&) const = default;
+};
+
+struct LogConfig {
+    std::string file;              // empty: stderr only
+    std::string level = "info";    // trace, debug, info, warn, error, off
+
+    bool operator==(const LogConfig&) const = default;
+};
+
+// The Container Device Interface side ([cdi]): where gpubind writes the
+// node's specs, under which kind, with which driver files, and where
+// gpubind-runtime reads specs (every vendor's) for CDI requests.
+struct CdiConfig {
+    std::filesystem::path dir = "/var/run/cdi";        // gpubind's specs are written here
+    std::string kind = "nvidia.com/gpu";               // vendor/class of the GPU devices
+    Capabilities caps = kCapUtility | kCapCompute;     // driver files in the spec
+    std::filesystem::path hook = "/usr/bin/gpubind-hook";  // the createContainer hook
+    // Read by gpubind-runtime, lowest priority first (CDI's order).
+    std::vector<std::filesystem::path> spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+
+    bool operator==(const CdiConfig&) const = default;
+};
+
+struct Config {
+    Roots roots;
+    std::filesystem::path ldcache;       // empty: <driver root>/etc/ld.so.cache
+    std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, run for the container
+    // Where the node description lives ([node] state-dir; description.hpp).
+    std::filesystem::path state_dir = "/run/gpubind";
+    // cgroup v2: where the device programs gpubind makes are kept for reuse
+    // ([node] bpf-dir, a directory on bpffs); empty: one loaded per start.
+    std::filesystem::path bpf_dir = "/sys/fs/bpf/gpubind";
+    Catalog catalog;
+    Policy policy;
+    LogConfig log;
+    std::vector<std::string> runtimes = {"runc", "crun"};   // for gpubind-runtime
+    CdiConfig cdi;
+    std::filesystem::path source;        // the file it was read from, empty for defaults
+
+    std::filesystem::path ldcache_path() const {
+        return ldcache.empty() ? roots.driver / "etc/ld.so.cache" : ldcache;
+    }
+
+    // Every field (the built-in defaults are checked against config/config.toml this way).
+    bool operator==(const Config&) const = default;
+};
+
+// Where the config lives unless --config or GPUBIND_CONFIG says otherwise.
+inline constexpr std::string_view kDefaultConfigPath = "/etc/gpubind/config.toml";
+inline constexpr std::string_view kConfigEnv = "GPUBIND_CONFIG";
+
+// The built-in configuration: config/config.toml, turned into plain
+// initialisers at build time (no parsing at run time).
+Config default_config();
+// Parses TOML text over the defaults. An unknown key or a bad value throws
+// Error(EINVAL, "load config", what, "<key>: <why>").
+Config parse_config(std::string_view toml, const std::string& what);
+// Reads and parses a config file (size capped).
+Config load_config(const std::filesystem::path& path);
+// The config a command uses: the explicit path if given, else $GPUBIND_CONFIG,
+// else the default path if it exists, else the defaults.
+Config load_effective_config(const std::filesystem::path& explicit_path);
+
+// The config of a process that runs as root for a container (the hook, the
+// runtime): $GPUBIND_CONFIG (the registration's "env") or the default path if
+// it exists, else the defaults. The file must be named by an absolute path,
+// be a regular file (not reached through a final symlink), owned by root (or
+// this process's user) and writable by no one else; otherwise an
+// Error(EINVAL/EACCES) naming it.
+Config load_trusted_config();
+// The same checks and parse of the file at `path`, which must exist
+// (gpubind doctor judges a config as the hook would).
+Config load_trusted_config(const std::filesystem::path& path);
+
+}  // namespace gpubind

@@ -1,0 +1,71 @@
+// What a container asks for, read from its spec the way device plugins and
+// docker write it, and whether the node can give it.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gpubind/config/capabilities.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/node/devices.hpp"
+#include "gpubind/decide/image.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/decide/oci.hpp"
+
+namespace gpubind {
+
+enum class RequestSource {
+    None,          // not a GPU container: leave it alone
+    Env,           // NVIDIA_VISIBLE_DEVICES
+    VolumeMounts,  // /dev/null mounts under /var/run/nvidia-container-devices/
+    LegacyCuda,    // CUDA_VERSION set, NVIDIA_REQUIRE_CUDA unset, no NVIDIA_VISIBLE_DEVICES
+    Explicit,      // gpubind configure --device
+};
+
+struct Requirement {
+    std::string variable;    // "NVIDIA_REQUIRE_CUDA"
+    std::string expression;  // "cuda>=12.0 brand=tesla,driver>=535"
+};
+
+struct Request {
+    RequestSource source = RequestSource::None;
+    DeviceIds devices;
+    Capabilities caps = kCapDefault;
+    std::vector<Requirement> requirements;   // empty when disabled
+    DeviceIds mig_config;                    // NVIDIA_MIG_CONFIG_DEVICES (privileged only)
+    DeviceIds mig_monitor;                   // NVIDIA_MIG_MONITOR_DEVICES (privileged only)
+    std::vector<std::string> imex_channels;  // NVIDIA_IMEX_CHANNELS / imex/<n> mounts:
+                                             // {"all"} or channel numbers ("7"), no duplicates
+
+    bool gpu_container() const { return source != RequestSource::None; }
+};
+
+// Reads the request from the spec under the policy. A request that policy
+// refuses throws Error(ECANCELED, "refuse request", <container>, <why>);
+// a malformed one Error(EINVAL, ...).
+Request read_request(const oci::Spec& spec, const Policy& policy);
+
+// The largest IMEX channel number: a channel is a device minor (20 bits).
+inline constexpr unsigned long kMaxImexChannel = (1ul << 20) - 1;
+
+// NVIDIA_IMEX_CHANNELS's syntax: a comma list of decimal channel numbers
+// (0 to kMaxImexChannel; "007" means 7 and is returned as "7"), "all" (every
+// channel the node has; it wins over numbers: the result is {"all"}), and
+// "none", "void" or empty fields, which add nothing. Duplicates are dropped,
+// the first order kept. Anything else throws Error(EINVAL, "read request",
+// `where`, "<what>: '<field>' is not an IMEX channel number (0 to 1048575)").
+std::vector<std::string> parse_imex_channels(std::string_view value, std::string_view what,
+                                             const std::string& where);
+
+// Checks every requirement against the node for each selected GPU (space
+// separates alternatives, comma joins conditions, separate variables must all
+// hold). Throws Error(ECANCELED, "check requirement", <variable>, <why>).
+void check_requirements(const Request& request, const Node& node, const Selection& selection);
+
+// Whether deciding for `request` needs a fact only NVML has: a requirement on
+// cuda, arch or brand, or a device named by MIG UUID. A malformed requirement
+// throws as check_requirements does.
+bool needs_nvml_facts(const Request& request);
+
+}  // namespace gpubind

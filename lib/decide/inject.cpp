@@ -1,0 +1,69 @@
+#include "gpubind/decide/inject.hpp"
+
+#include "gpubind/node/description.hpp"
+#include "gpubind/node/devices.hpp"
+#include "gpubind/util/log.hpp"
+
+namespace gpubind {
+
+namespace {
+
+std::string ids_text(const DeviceIds& ids) {
+    switch (ids.kind) {
+        case DeviceIdsKind::Void: return "void";
+        case DeviceIdsKind::None: return "none";
+        case DeviceIdsKind::All: return "all";
+        case DeviceIdsKind::List: break;
+    }
+    std::string out;
+    for (const auto& id : ids.ids) out += (out.empty() ? "" : ",") + id;
+    return out;
+}
+
+}  // namespace
+
+std::string describe_request(const Request& request) {
+    const std::string devices = ids_text(request.devices);
+    const std::string caps = capability_names(request.caps);
+    switch (request.source) {
+        case RequestSource::None: return "not a GPU container";
+        case RequestSource::Env: return "NVIDIA_VISIBLE_DEVICES=" + devices + ", capabilities " + caps;
+        case RequestSource::VolumeMounts:
+            return "volume mounts under /var/run/nvidia-container-devices: " + devices +
+                   ", capabilities " + caps;
+        case RequestSource::LegacyCuda:
+            return "legacy CUDA image (CUDA_VERSION set): all GPUs, capabilities " + caps;
+        case RequestSource::Explicit: return "devices " + devices + ", capabilities " + caps;
+    }
+    return {};
+}
+
+Decision leave_alone(Request request) {
+    Decision d;
+    d.request = std::move(request);
+    d.reason = describe_request(d.request);
+    return d;
+}
+
+LoadOptions node_needs(const Request& request, bool store) {
+    LoadOptions options;
+    options.need_nvml = needs_nvml_facts(request);
+    options.write = store;
+    return options;
+}
+
+Decision decide_on(Request request, const std::filesystem::path& rootfs, const Config& config,
+                   NodeKnowledge known) {
+    Decision d = leave_alone(std::move(request));
+    if (!d.request.gpu_container()) return d;
+    d.node = std::make_unique<Node>(std::move(known.node));
+    const Selection selection = select_devices(*d.node, d.request.devices);
+    check_requirements(d.request, *d.node, selection);
+    const Image image = inspect_image(rootfs);
+    d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
+    logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),
+                   d.plan.mounts.size(), d.plan.symlinks.size());
+    return d;
+}
+
+}  // namespace gpubind

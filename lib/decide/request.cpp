@@ -1,0 +1,287 @@
+// What a container asks for. The interface is NVIDIA's (variables, device
+// mounts, their meaning); the rules, in order:
+//
+//  1. Device mounts: mounts of /dev/null at /var/run/nvidia-container-devices/<id>
+//     (<id> may be "all"; imex/<n> names an IMEX channel; cdi/... is CDI's).
+//     Honoured only under policy.accept_volume_mounts; when present they replace the variables.
+//     Refused by policy, they are ignored (logged) and the variables apply.
+//  2. NVIDIA_VISIBLE_DEVICES: unset means no GPUs, except for a legacy CUDA
+//     image (CUDA_VERSION set, NVIDIA_REQUIRE_CUDA unset) which gets all of
+//     them; "void" or empty means no GPUs; "none" the driver without a GPU;
+//     "all" or a comma list of ids otherwise; CDI names ("nvidia.com/gpu=1")
+//     are not a request here (cdi::read_requests). Not a GPU container: nothing
+//     else is read. An unprivileged container (no CAP_SYS_ADMIN in its
+//     bounding set) asking by variable is refused unless
+//     policy.accept_envvar_unprivileged.
+//  3. NVIDIA_DRIVER_CAPABILITIES: a comma list; unset or empty means
+//     utility,compute (all for a legacy CUDA image); an unknown name is an
+//     error; the result is limited to policy.supported (dropped ones logged).
+//  4. NVIDIA_REQUIRE_<X> (every such variable) unless NVIDIA_DISABLE_REQUIRE is
+//     1/true/yes/on or policy.disable_require. A legacy CUDA image also
+//     requires cuda>=<major.minor of CUDA_VERSION>.
+//  5. NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES: privileged
+//     containers only, else refused. NVIDIA_IMEX_CHANNELS: numbers or "all"
+//     (parse_imex_channels); "none", "void" or empty: no channel.
+//
+// A variable given several times counts with its last value, as the
+// container's process sees it; duplicate ids are dropped.
+#include "gpubind/decide/request.hpp"
+
+#include <cerrno>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gpubind/util/cdi_name.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/strings.hpp"
+
+namespace gpubind {
+
+namespace {
+
+constexpr std::string_view kDeviceMountDir = "/var/run/nvidia-container-devices";
+constexpr std::string_view kRequirePrefix = "NVIDIA_REQUIRE_";
+
+void add_unique(std::vector<std::string>& list, std::string item) {
+    for (const auto& s : list)
+        if (s == item) return;
+    list.push_back(std::move(item));
+}
+
+bool truthy(std::string_view value) {
+    auto v = to_lower(trim(value));
+    return v == "1" || v == "true" || v == "yes" || v == "on";
+}
+
+// CUDA_VERSION set and NVIDIA_REQUIRE_CUDA unset (empty counts as unset).
+bool legacy_cuda_image(const oci::Spec& spec) {
+    auto cuda = spec.getenv("CUDA_VERSION");
+    auto require = spec.getenv("NVIDIA_REQUIRE_CUDA");
+    return cuda && !trim(*cuda).empty() && (!require || trim(*require).empty());
+}
+
+struct MountRequest {
+    bool present = false;
+    std::vector<std::string> devices;
+    std::vector<std::string> imex;
+};
+
+MountRequest read_device_mounts(const oci::Spec& spec, const std::string& where) {
+    MountRequest out;
+    for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
+        const auto& m = spec.mounts[i];
+        if (m.source != "/dev/null") continue;
+        auto rel = std::filesystem::path(m.destination)
+                       .lexically_normal()
+                       .lexically_relative(kDeviceMountDir);
+        std::vector<std::string> parts;
+        for (const auto& part : rel)
+            if (!part.empty()) parts.push_back(part.string());
+        if (parts.empty() || parts[0] == "." || parts[0] == "..") continue;  // not under it
+        if (parts[0] == "cdi") continue;  // CDI names: cdi::read_requests
+
+        auto bad = [&](const char* why) {
+            throw_invalid("read request", where,
+                          fmt::format("mounts[{}].destination {}: {}", i, m.destination, why));
+        };
+        out.present = true;
+        if (parts.size() == 1) {
+            add_unique(out.devices, parts[0]);
+        } else if (parts.size() == 2 && parts[0] == "imex") {
+            // One channel a mount: a number or "all".
+            if (parts[1].find_first_of(", \t") != std::string::npos || parts[1] == "none" ||
+                parts[1] == "void")
+                bad("not an IMEX channel number");
+            for (auto& c : parse_imex_channels(
+                     parts[1], fmt::format("mounts[{}].destination {}", i, m.destination), where))
+                add_unique(out.imex, std::move(c));
+        } else {
+            bad("not a device id");
+        }
+    }
+    return out;
+}
+
+// Whether a NVIDIA_VISIBLE_DEVICES value names CDI devices ("nvidia.com/gpu=0").
+bool names_cdi_devices(std::string_view value) {
+    for (auto field : split(value, ','))
+        if (cdi::looks_qualified(trim(field))) return true;
+    return false;
+}
+
+// NVIDIA_IMEX_CHANNELS: "all", or channel numbers; void, none or empty: none.
+std::vector<std::string> read_imex_channels(const oci::Spec& spec, const std::string& where) {
+    auto value = spec.getenv("NVIDIA_IMEX_CHANNELS");
+    if (!value) return {};
+    return parse_imex_channels(*value, "NVIDIA_IMEX_CHANNELS", where);
+}
+
+// MIG configuration and monitoring: device ids, privileged containers only.
+DeviceIds read_mig(const oci::Spec& spec, const char* variable, const std::string& container) {
+    auto value = spec.getenv(variable);
+    if (!value) return {};
+    DeviceIds ids = parse_device_ids(*value);
+    if (ids.kind == DeviceIdsKind::None) ids = {};
+    if (ids.kind != DeviceIdsKind::Void && !spec.privileged())
+        throw_refused("refuse request", container,
+                      fmt::format("{} is only for privileged containers (CAP_SYS_ADMIN in the "
+                                  "bounding set), and this one is not",
+                                  variable));
+    return ids;
+}
+
+// "cuda>=<major>.<minor>" from a legacy image's CUDA_VERSION ("10.2.89").
+std::string legacy_cuda_requirement(const std::string& cuda_version, const std::string& where) {
+    auto parts = split(trim(cuda_version), '.');
+    std::string out = "cuda>=";
+    for (std::size_t i = 0; i < parts.size() && i < 2; ++i) {
+        if (!parse_unsigned(parts[i]))
+            throw_invalid("read request", where,
+                          fmt::format("CUDA_VERSION: '{}' is not a version", cuda_version));
+        if (i) out += '.';
+        out += parts[i];
+    }
+    return out;
+}
+
+std::vector<Requirement> read_requirements(const oci::Spec& spec, bool legacy,
+                                           const std::string& where) {
+    // One pass (a spec may hold thousands of variables): each name in the
+    // order it first appears, with its last value.
+    std::vector<std::string_view> order;
+    std::map<std::string_view, std::string_view> last;
+    for (const auto& entry : spec.env) {
+        const std::size_t eq = entry.find('=');
+        if (eq == std::string::npos) continue;
+        std::string_view name = std::string_view(entry).substr(0, eq);
+        if (!name.starts_with(kRequirePrefix) || name.size() == kRequirePrefix.size()) continue;
+        auto [it, added] = last.insert_or_assign(name, std::string_view(entry).substr(eq + 1));
+        if (added) order.push_back(name);
+    }
+    std::vector<Requirement> out;
+    for (std::string_view name : order) {
+        const std::string_view value = last[name];
+        if (!trim(value).empty()) out.push_back({std::string(name), std::string(value)});
+    }
+    if (legacy)
+        out.push_back(
+            {"CUDA_VERSION", legacy_cuda_requirement(*spec.getenv("CUDA_VERSION"), where)});
+    return out;
+}
+
+}  // namespace
+
+std::vector<std::string> parse_imex_channels(std::string_view value, std::string_view what,
+                                             const std::string& where) {
+    std::vector<std::string> out;
+    std::set<unsigned long> seen;
+    bool all = false;
+    for (auto field : split(value, ',')) {
+        field = trim(field);
+        if (field.empty() || field == "void" || field == "none") continue;
+        if (field == "all") {
+            all = true;
+            continue;
+        }
+        // Decimal digits only (no sign, no blanks inside), within a minor number.
+        auto n = field.find_first_not_of("0123456789") == std::string_view::npos
+                     ? parse_unsigned(field)
+                     : std::nullopt;
+        if (!n || *n > kMaxImexChannel)
+            throw_invalid("read request", where,
+                          fmt::format("{}: '{}' is not an IMEX channel number (0 to {})", what,
+                                      field, kMaxImexChannel));
+        if (seen.insert(*n).second) out.push_back(std::to_string(*n));
+    }
+    if (all) return {"all"};
+    return out;
+}
+
+Request read_request(const oci::Spec& spec, const Policy& policy) {
+    const std::string container = spec.bundle.string();
+    const std::string where = (spec.bundle / "config.json").string();
+    const bool legacy = legacy_cuda_image(spec);
+    Request req;
+
+    MountRequest mounts = read_device_mounts(spec, where);
+    if (mounts.present && policy.accept_volume_mounts) {
+        req.source = RequestSource::VolumeMounts;
+        bool all = false;
+        for (const auto& id : mounts.devices) all = all || id == "all";
+        if (all)
+            req.devices = {DeviceIdsKind::All, {}};
+        else if (mounts.devices.empty())
+            req.devices = {DeviceIdsKind::None, {}};  // only IMEX channels: the driver, no GPU
+        else
+            req.devices = {DeviceIdsKind::List, std::move(mounts.devices)};
+        bool all_channels = false;
+        for (const auto& c : mounts.imex) all_channels = all_channels || c == "all";
+        if (all_channels)
+            req.imex_channels = {"all"};
+        else
+            req.imex_channels = std::move(mounts.imex);
+    } else {
+        if (mounts.present)
+            logger().warn(
+                "{}: ignoring the device mounts under {}: policy does not accept them; "
+                "reading NVIDIA_VISIBLE_DEVICES instead",
+                container, kDeviceMountDir);
+        std::string asked_by;
+        auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES");
+        if (visible && names_cdi_devices(*visible)) {
+            logger().debug("{}: NVIDIA_VISIBLE_DEVICES names CDI devices: the engine or "
+                           "gpubind-runtime applies them",
+                           container);
+            return Request{};
+        }
+        if (visible) {
+            req.devices = parse_device_ids(*visible);
+            if (req.devices.kind == DeviceIdsKind::Void) return Request{};
+            req.source = RequestSource::Env;
+            asked_by = fmt::format("NVIDIA_VISIBLE_DEVICES={}", *visible);
+        } else if (legacy) {
+            req.source = RequestSource::LegacyCuda;
+            req.devices = {DeviceIdsKind::All, {}};
+            asked_by = "a legacy CUDA image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA)";
+        } else {
+            return Request{};
+        }
+        if (!spec.privileged() && !policy.accept_envvar_unprivileged)
+            throw_refused("refuse request", container,
+                          fmt::format("{} asks for GPUs by environment variable, but the container "
+                                      "is not privileged (no CAP_SYS_ADMIN) and policy "
+                                      "accept_envvar_unprivileged is off",
+                                      asked_by));
+        req.imex_channels = read_imex_channels(spec, where);
+    }
+
+    auto caps = spec.getenv("NVIDIA_DRIVER_CAPABILITIES");
+    if (!caps || trim(*caps).empty()) {
+        req.caps = legacy ? kCapAll : kCapDefault;
+    } else {
+        std::string unknown;
+        auto parsed = parse_capabilities(*caps, &unknown);
+        if (!parsed)
+            throw_invalid(
+                "read request", where,
+                fmt::format("NVIDIA_DRIVER_CAPABILITIES: unknown capability '{}'", unknown));
+        req.caps = *parsed;
+    }
+    if (Capabilities dropped = req.caps & ~policy.supported)
+        logger().warn("{}: capabilities {} are not supported by policy and are left out", container,
+                      capability_names(dropped));
+    req.caps &= policy.supported;
+
+    auto disable = spec.getenv("NVIDIA_DISABLE_REQUIRE");
+    if (!policy.disable_require && !(disable && truthy(*disable)))
+        req.requirements = read_requirements(spec, legacy, where);
+
+    req.mig_config = read_mig(spec, "NVIDIA_MIG_CONFIG_DEVICES", container);
+    req.mig_monitor = read_mig(spec, "NVIDIA_MIG_MONITOR_DEVICES", container);
+    return req;
+}
+
+}  // namespace gpubind

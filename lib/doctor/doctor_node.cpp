@@ -1,0 +1,542 @@
+// `gpubind doctor`, the node: the driver's module, libraries, device nodes,
+// capabilities, daemons, ldconfig and /dev/char links, read through the
+// configured roots (gather_node) and judged by pure functions (check_node).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "gpubind/doctor/doctor.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/util/strings.hpp"
+#include "gpubind/node/node_read.hpp"
+
+namespace gpubind::doctor {
+
+namespace fs = std::filesystem;
+using detail::under;
+
+namespace {
+
+constexpr const char* kGroup = "node";
+constexpr const char* kPersistencedSocket = "/run/nvidia-persistenced/socket";
+constexpr const char* kImexDir = "/dev/nvidia-caps-imex-channels";
+
+std::string gpu_node(unsigned minor) {
+    return "/dev/nvidia" + std::to_string(minor);
+}
+
+std::string cap_node(unsigned minor) {
+    return "/dev/nvidia-caps/nvidia-cap" + std::to_string(minor);
+}
+
+// The version a library's file name carries: "libcuda.so.550.54.15" -> "550.54.15".
+std::string version_of(std::string_view real_path) {
+    const std::string name = fs::path(real_path).filename().string();
+    const auto so = name.find(".so.");
+    return so == std::string::npos ? std::string() : name.substr(so + 4);
+}
+
+void add_mig_caps(NodeFacts& f, const fs::path& access) {
+    std::optional<unsigned> minor;
+    try {
+        auto fields = detail::read_fields(access);
+        if (auto it = fields.find("DeviceFileMinor"); it != fields.end())
+            if (auto n = parse_unsigned(it->second)) minor = static_cast<unsigned>(*n);
+    } catch (const Error&) {
+    }
+    f.mig_caps.emplace(access.string(), minor);
+    if (minor) f.dev.emplace(cap_node(*minor), FileFact{});
+}
+
+}  // namespace
+
+NodeFacts gather_node(const Config& config) {
+    NodeFacts f;
+    f.roots = config.roots;
+    const fs::path& proc = config.roots.proc;
+    try {
+        f.module_version = detail::read_driver_version(proc / "driver/nvidia/version");
+    } catch (const Error& e) {
+        f.version_error = e.what();
+    }
+    try {
+        f.majors = detail::read_majors(proc / "devices");
+    } catch (const Error&) {
+    }
+    try {
+        f.params = detail::read_fields(proc / "driver/nvidia/params");
+    } catch (const Error&) {
+    }
+    const fs::path gpus_dir = proc / "driver/nvidia/gpus";
+    for (const auto& bus_id : detail::list_dir(gpus_dir)) {
+        NodeFacts::ProcGpu g;
+        g.bus_id = bus_id;
+        try {
+            auto fields = detail::read_fields(gpus_dir / bus_id / "information");
+            if (auto it = fields.find("Device Minor"); it != fields.end())
+                if (auto n = parse_unsigned(it->second)) g.minor = static_cast<unsigned>(*n);
+            if (auto it = fields.find("GPU Excluded"); it != fields.end())
+                g.excluded = it->second == "Yes";
+        } catch (const Error&) {
+        }
+        if (g.minor) f.dev.emplace(gpu_node(*g.minor), FileFact{});
+        f.gpus.push_back(std::move(g));
+    }
+    for (const char* name : {"nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"})
+        f.dev.emplace(std::string("/dev/") + name, FileFact{});
+    // MIG: capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access and capabilities/mig/{config,monitor}.
+    const fs::path caps = proc / "driver/nvidia/capabilities";
+    for (const auto& gpu : detail::list_dir(caps)) {
+        if (gpu.rfind("gpu", 0) != 0) continue;
+        for (const auto& gi : detail::list_dir(caps / gpu / "mig")) {
+            if (gi.rfind("gi", 0) != 0) continue;
+            add_mig_caps(f, caps / gpu / "mig" / gi / "access");
+            for (const auto& ci : detail::list_dir(caps / gpu / "mig" / gi))
+                if (ci.rfind("ci", 0) == 0)
+                    add_mig_caps(f, caps / gpu / "mig" / gi / ci / "access");
+        }
+    }
+    for (const char* which : {"config", "monitor"})
+        if (stat_path(caps / "mig" / which).exists()) add_mig_caps(f, caps / "mig" / which);
+    for (const auto& name : detail::list_dir(under(config.roots.dev, kImexDir))) {
+        f.imex_names.push_back(name);
+        f.dev.emplace(std::string(kImexDir) + "/" + name, FileFact{});
+    }
+    for (auto& [path, fact] : f.dev) fact = stat_path(under(config.roots.dev, path));
+
+    // Libraries: the catalog's, as the host's ld.so.cache resolves them.
+    f.ldcache_path = config.ldcache_path().string();
+    try {
+        const auto cache = ldcache::load(config.ldcache_path());
+        for (const auto& entry : config.catalog.libraries) {
+            const std::string prefix = entry.name + ".";
+            for (const auto& e : cache.entries) {
+                const auto arch = ldcache::arch_of(e.flags);
+                if (e.soname.rfind(prefix, 0) != 0) continue;
+                if (arch != ldcache::Arch::X86_64 && arch != ldcache::Arch::I386) continue;
+                const bool compat32 = arch == ldcache::Arch::I386;
+                auto known = std::find_if(f.libraries.begin(), f.libraries.end(), [&](auto& l) {
+                    return l.soname == e.soname && l.compat32 == compat32;
+                });
+                if (known != f.libraries.end()) {
+                    known->caps |= entry.caps;
+                    continue;
+                }
+                const auto* chosen = ldcache::lookup(cache, e.soname, arch);
+                LibraryFact lib{e.soname, entry.caps, compat32, chosen->path, std::nullopt};
+                if (auto real = detail::resolve_in(config.roots.driver, chosen->path))
+                    lib.real = real->string();
+                f.libraries.push_back(std::move(lib));
+            }
+        }
+    } catch (const Error& e) {
+        f.ldcache_error = e.what();
+    }
+
+    f.persistenced_socket = under(config.roots.driver, kPersistencedSocket).string();
+    f.persistenced = stat_path(f.persistenced_socket);
+    f.ldconfig = config.ldconfig.string();
+    f.ldcache_method = config.policy.ldcache;
+    std::error_code ec;
+    const fs::path real_ldconfig = fs::canonical(config.ldconfig, ec);
+    f.ldconfig_fact = ec ? FileFact{} : stat_path(real_ldconfig);
+
+    for (const auto& [path, fact] : f.dev) {
+        if (fact.type != FileFact::Type::CharDevice) continue;
+        const std::string link = fmt::format("/dev/char/{}:{}", fact.major, fact.minor);
+        f.dev_char.emplace(link, stat_path(under(config.roots.dev, link)));
+        auto target = detail::resolve_in(config.roots.dev, link);
+        f.dev_char_target.emplace(link, target ? std::optional(target->string()) : std::nullopt);
+    }
+    return f;
+}
+
+namespace {
+
+Check make(std::string name) {
+    Check c;
+    c.group = kGroup;
+    c.name = std::move(name);
+    return c;
+}
+
+bool modify_device_files_off(const NodeFacts& f) {
+    auto it = f.params.find("ModifyDeviceFiles");
+    return it != f.params.end() && it->second == "0";
+}
+
+// What is wrong with the node at `path` that must be major:minor; "" when nothing.
+std::string node_problem(const NodeFacts& f, const std::string& path, unsigned major,
+                         unsigned minor) {
+    auto it = f.dev.find(path);
+    const FileFact fact = it == f.dev.end() ? FileFact{} : it->second;
+    if (fact.type == FileFact::Type::CharDevice && fact.major == major && fact.minor == minor)
+        return {};
+    return fmt::format("{}: {}, the driver's is character device {}:{}",
+                       under(f.roots.dev, path).string(), describe(fact), major, minor);
+}
+
+// How to create (or recreate) the nodes in `bad` ((path, major, minor)).
+std::string nodes_fix(const NodeFacts& f,
+                      const std::vector<std::tuple<std::string, unsigned, unsigned>>& bad) {
+    std::string cmds;
+    for (const auto& [path, major, minor] : bad) {
+        const std::string host = under(f.roots.dev, path).string();
+        auto it = f.dev.find(path);
+        const bool exists = it != f.dev.end() && it->second.exists();
+        cmds += fmt::format("{}{}mknod -m 666 {} c {} {}", cmds.empty() ? "" : "; ",
+                            exists ? "rm " + host + " && " : "", host, major, minor);
+    }
+    if (modify_device_files_off(f))
+        return "the driver does not create its device files here (ModifyDeviceFiles: 0): " + cmds +
+               " (or nvidia-modprobe with the node's options, at boot)";
+    return cmds + " (or run nvidia-modprobe / nvidia-smi once as root, which creates them)";
+}
+
+using BadNodes = std::vector<std::tuple<std::string, unsigned, unsigned>>;
+
+// Adds the node at `path` to `bad` (and its problem to c's evidence) unless
+// it is major:minor.
+void expect_node(const NodeFacts& f, Check& c, BadNodes& bad, const std::string& path,
+                 unsigned major, unsigned minor, const std::string& note = {}) {
+    if (auto p = node_problem(f, path, major, minor); !p.empty()) {
+        c.evidence.push_back(p + note);
+        bad.emplace_back(path, major, minor);
+    }
+}
+
+// c with a verdict other than ok: what, why, how to fix.
+Check said(Check c, Verdict v, std::string summary, std::vector<std::string> evidence,
+           std::string fix) {
+    c.verdict = v;
+    c.summary = std::move(summary);
+    c.evidence = std::move(evidence);
+    c.fix = std::move(fix);
+    return c;
+}
+
+std::vector<std::string> params_evidence(const NodeFacts& f) {
+    auto it = f.params.find("ModifyDeviceFiles");
+    if (it == f.params.end()) return {};
+    return {(f.roots.proc / "driver/nvidia/params").string() +
+            ": ModifyDeviceFiles: " + it->second};
+}
+
+Check check_module(const NodeFacts& f) {
+    Check c = make("kernel-module");
+    const std::string file = (f.roots.proc / "driver/nvidia/version").string();
+    if (!f.version_error.empty())
+        return said(c, Verdict::Problem,
+                    "the NVIDIA kernel module is not loaded (or its version cannot be read)",
+                    {f.version_error},
+                    "load it (modprobe nvidia), or reboot after installing the driver");
+    c.summary = "loaded, version " + f.module_version;
+    c.evidence = {file + ": " + f.module_version};
+    return c;
+}
+
+Check check_driver_libraries(const NodeFacts& f) {
+    Check c = make("driver-libraries");
+    if (!f.ldcache_error.empty())
+        return said(c, Verdict::Problem, "the host's loader cache cannot be read",
+                    {f.ldcache_error},
+                    "run ldconfig on the host (as root) to rebuild " + f.ldcache_path);
+    std::vector<std::string> mismatched, missing;
+    for (const char* soname : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
+        auto lib = std::find_if(f.libraries.begin(), f.libraries.end(),
+                                [&](const auto& l) { return l.soname == soname && !l.compat32; });
+        if (lib == f.libraries.end() || !lib->real) {
+            missing.push_back(soname);
+            c.evidence.push_back(fmt::format("{}: {}", soname,
+                                             lib == f.libraries.end()
+                                                 ? "not in " + f.ldcache_path
+                                                 : lib->path + " leads to no file"));
+            continue;
+        }
+        const std::string v = version_of(*lib->real);
+        c.evidence.push_back(fmt::format("{} => {} (version {})", soname, *lib->real, v));
+        if (!f.module_version.empty() && v != f.module_version) mismatched.push_back(soname);
+    }
+    if (!f.module_version.empty())
+        c.evidence.push_back("kernel module version " + f.module_version);
+    if (!mismatched.empty()) {
+        c.verdict = Verdict::Problem;
+        c.summary = fmt::format(
+            "driver/library version mismatch: the kernel module is {}, the libraries are not "
+            "(NVML: \"Driver/library version mismatch\")",
+            f.module_version);
+        c.fix =
+            "reboot (or unload and reload the nvidia modules) so the module matches the "
+            "installed libraries, or install the libraries of version " +
+            f.module_version;
+    } else if (!missing.empty()) {
+        c.verdict = Verdict::Problem;
+        c.summary = "the driver's user-space libraries are missing from the loader cache";
+        c.fix = "install the driver's user-space libraries (version " + f.module_version +
+                ") and run ldconfig";
+    } else {
+        c.summary = "libcuda.so.1 and libnvidia-ml.so.1 match the kernel module";
+    }
+    return c;
+}
+
+Check check_gpu_nodes(const NodeFacts& f) {
+    Check c = make("gpu-device-nodes");
+    BadNodes bad;
+    unsigned gpus = 0;
+    for (const auto& g : f.gpus) {
+        if (g.excluded) {
+            c.evidence.push_back("GPU " + g.bus_id + " is excluded by the driver");
+            continue;
+        }
+        if (!g.minor) {
+            c.evidence.push_back("GPU " + g.bus_id + ": no Device Minor in its information file");
+            continue;
+        }
+        ++gpus;
+        expect_node(f, c, bad, gpu_node(*g.minor), kNvidiaMajor, *g.minor);
+    }
+    if (gpus > 0) expect_node(f, c, bad, "/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor);
+    if (!bad.empty()) {
+        c.verdict = Verdict::Problem;
+        c.summary = fmt::format("{} of the GPU and control nodes are missing or wrong", bad.size());
+        for (auto& e : params_evidence(f)) c.evidence.push_back(e);
+        c.fix = nodes_fix(f, bad);
+    } else if (gpus == 0) {
+        c.verdict = f.version_error.empty() ? Verdict::Warning : Verdict::Problem;
+        c.summary = "the driver lists no GPU";
+        c.evidence.push_back((f.roots.proc / "driver/nvidia/gpus").string() + " is empty");
+        c.fix = "check that the GPUs are bound to the nvidia driver (lspci -k, dmesg)";
+    } else {
+        c.summary = fmt::format("{} GPU nodes and nvidiactl have the driver's numbers ({}:N)", gpus,
+                                kNvidiaMajor);
+    }
+    return c;
+}
+
+Check check_uvm_nodes(const NodeFacts& f) {
+    Check c = make("uvm-device-nodes");
+    auto major = f.majors.find("nvidia-uvm");
+    if (major == f.majors.end())
+        return said(c, Verdict::Warning, "nvidia-uvm is not loaded: CUDA in containers will fail",
+                    {(f.roots.proc / "devices").string() + " has no nvidia-uvm"},
+                    "modprobe nvidia-uvm (nvidia-modprobe -u -c=0 also creates its nodes)");
+    BadNodes bad;
+    for (auto [name, minor] :
+         {std::pair{"/dev/nvidia-uvm", 0u}, std::pair{"/dev/nvidia-uvm-tools", 1u}})
+        expect_node(f, c, bad, name, major->second, minor);
+    c.evidence.push_back(fmt::format("{}: nvidia-uvm is major {}",
+                                     (f.roots.proc / "devices").string(), major->second));
+    if (bad.empty()) {
+        c.summary = "nvidia-uvm and nvidia-uvm-tools have the driver's numbers";
+        return c;
+    }
+    for (auto& e : params_evidence(f)) c.evidence.push_back(e);
+    c.verdict = Verdict::Problem;
+    c.summary = "the nvidia-uvm nodes are missing or wrong: CUDA fails in containers";
+    c.fix = nodes_fix(f, bad);
+    return c;
+}
+
+Check check_mig(const NodeFacts& f) {
+    Check c = make("mig-capability-nodes");
+    if (f.mig_caps.empty()) {
+        c.summary = "MIG is off (the driver exposes no MIG capability)";
+        return c;
+    }
+    auto major = f.majors.find("nvidia-caps");
+    if (major == f.majors.end())
+        return said(c, Verdict::Problem,
+                    "the driver exposes MIG capabilities but nvidia-caps has no major",
+                    {(f.roots.proc / "devices").string() + " has no nvidia-caps"},
+                    "reload the nvidia module (nvidia-caps is part of it), or reboot");
+    BadNodes bad;
+    for (const auto& [access, minor] : f.mig_caps) {
+        if (!minor) {
+            c.evidence.push_back(access + ": no DeviceFileMinor");
+            continue;
+        }
+        expect_node(f, c, bad, cap_node(*minor), major->second, *minor, " (" + access + ")");
+    }
+    if (bad.empty()) {
+        c.summary =
+            fmt::format("{} MIG capability nodes have the driver's numbers", f.mig_caps.size());
+        return c;
+    }
+    for (auto& e : params_evidence(f)) c.evidence.push_back(e);
+    c.verdict = Verdict::Problem;
+    c.summary = fmt::format(
+        "{} MIG capability nodes are missing or wrong: MIG devices cannot be "
+        "given to containers",
+        bad.size());
+    c.fix = "nvidia-modprobe -f " + (f.roots.proc / "driver/nvidia/capabilities").string() +
+            "/... for each, or: " + nodes_fix(f, bad);
+    return c;
+}
+
+Check check_imex(const NodeFacts& f) {
+    Check c = make("imex-channels");
+    auto major = f.majors.find("nvidia-caps-imex-channels");
+    if (f.imex_names.empty()) {
+        c.summary = major == f.majors.end() ? "no IMEX channels (the driver has none)"
+                                            : "no IMEX channel nodes created";
+        return c;
+    }
+    if (major == f.majors.end())
+        return said(c, Verdict::Problem,
+                    "IMEX channel nodes exist but the driver has no IMEX channels",
+                    {(f.roots.proc / "devices").string() + " has no nvidia-caps-imex-channels"},
+                    "remove " + under(f.roots.dev, kImexDir).string() +
+                        " (left by another driver), or load a driver with IMEX support");
+    BadNodes bad;
+    for (const auto& name : f.imex_names) {
+        const std::string path = std::string(kImexDir) + "/" + name;
+        auto n = name.rfind("channel", 0) == 0 ? parse_unsigned(name.substr(7)) : std::nullopt;
+        if (!n) {
+            c.evidence.push_back(under(f.roots.dev, path).string() + " is not a channel name");
+            continue;
+        }
+        expect_node(f, c, bad, path, major->second, static_cast<unsigned>(*n));
+    }
+    if (bad.empty()) {
+        c.summary =
+            fmt::format("{} IMEX channel nodes, major {}", f.imex_names.size(), major->second);
+        if (!c.evidence.empty()) c.verdict = Verdict::Warning;
+        return c;
+    }
+    c.verdict = Verdict::Problem;
+    c.summary = "IMEX channel nodes with the wrong numbers";
+    c.fix = nodes_fix(f, bad);
+    return c;
+}
+
+// A capability's libraries: each catalog library in the cache must lead to a
+// file of the module's version; utility and compute need NVML and CUDA.
+Check check_capability(const NodeFacts& f, Capabilities cap) {
+    const std::string name = capability_names(cap);
+    Check c = make("capability-" + name);
+    std::vector<std::string> bad;
+    unsigned found = 0;
+    for (const auto& lib : f.libraries) {
+        if (!(lib.caps & cap)) continue;
+        const std::string what = lib.soname + (lib.compat32 ? " (32-bit)" : "");
+        if (!lib.real) {
+            bad.push_back(what);
+            c.evidence.push_back(fmt::format("{} => {}: no such file", what, lib.path));
+            continue;
+        }
+        if (!f.module_version.empty() && version_of(*lib.real) != f.module_version) continue;
+        ++found;
+    }
+    const char* need = cap == kCapUtility   ? "libnvidia-ml.so.1"
+                       : cap == kCapCompute ? "libcuda.so.1"
+                                            : nullptr;
+    if (need) {
+        const bool have = std::any_of(f.libraries.begin(), f.libraries.end(), [&](const auto& l) {
+            return l.soname == need && !l.compat32 && l.real;
+        });
+        if (!have && std::find(bad.begin(), bad.end(), need) == bad.end()) {
+            bad.push_back(need);
+            c.evidence.push_back(std::string(need) + ": not in " + f.ldcache_path);
+        }
+    }
+    if (!bad.empty()) {
+        c.verdict = Verdict::Problem;
+        c.summary = fmt::format("{} of the {} capability's libraries are missing: {}", bad.size(),
+                                name, fmt::format("{}", fmt::join(bad, ", ")));
+        c.fix = "reinstall the driver's user-space libraries (version " + f.module_version +
+                "), then run ldconfig";
+        return c;
+    }
+    c.summary = found ? fmt::format("{} libraries of version {}", found, f.module_version)
+                      : "not installed (containers asking for it get no libraries)";
+    return c;
+}
+
+Check check_persistenced(const NodeFacts& f) {
+    Check c = make("persistence-daemon");
+    c.evidence = {f.persistenced_socket + ": " + describe(f.persistenced)};
+    if (f.persistenced.type == FileFact::Type::Socket) {
+        c.summary = "nvidia-persistenced is running";
+        return c;
+    }
+    c.verdict = Verdict::Warning;
+    c.summary =
+        "nvidia-persistenced is not running: every NVML and CUDA start in a container "
+        "initializes the GPUs again (seconds each)";
+    c.fix = "systemctl enable --now nvidia-persistenced";
+    return c;
+}
+
+Check check_ldconfig(const NodeFacts& f) {
+    Check c = make("ldconfig");
+    c.evidence = {"[node] ldconfig = " + f.ldconfig + " (a leading @ means a host path)",
+                  f.ldconfig + ": " + describe(f.ldconfig_fact)};
+    if (f.ldconfig_fact.type == FileFact::Type::Regular && f.ldconfig_fact.executable) {
+        c.summary = f.ldconfig + " is executable";
+        return c;
+    }
+    const bool needed = f.ldcache_method == LdcacheMethod::Ldconfig;
+    c.verdict = needed ? Verdict::Problem : Verdict::Warning;
+    c.summary = needed ? "the configured ldconfig cannot run: every GPU container fails"
+                       : "the configured ldconfig cannot run: images without a loader cache fail";
+    c.fix =
+        "set [node] ldconfig in the config to the host's ldconfig (e.g. \"@/sbin/ldconfig\", "
+        "or \"@/sbin/ldconfig.real\" on Ubuntu)";
+    return c;
+}
+
+Check check_dev_char(const NodeFacts& f) {
+    Check c = make("dev-char-links");
+    unsigned ok = 0;
+    for (const auto& [path, fact] : f.dev) {
+        if (fact.type != FileFact::Type::CharDevice) continue;
+        const std::string link = fmt::format("/dev/char/{}:{}", fact.major, fact.minor);
+        auto t = f.dev_char_target.find(link);
+        if (t != f.dev_char_target.end() && t->second == path) {
+            ++ok;
+            continue;
+        }
+        auto l = f.dev_char.find(link);
+        c.evidence.push_back(fmt::format("{}: {}", under(f.roots.dev, link).string(),
+                                         l == f.dev_char.end() ? "missing" : describe(l->second)) +
+                             " (for " + path + ")");
+    }
+    if (c.evidence.empty()) {
+        c.summary = fmt::format("{} links in /dev/char lead to the NVIDIA nodes", ok);
+        return c;
+    }
+    c.verdict = Verdict::Warning;
+    c.summary = fmt::format(
+        "{} NVIDIA nodes have no /dev/char link: systemd drops their device rules at "
+        "`systemctl daemon-reload`",
+        c.evidence.size());
+    c.fix = "gpubind setup --dev-char-links" +
+            (f.roots.dev == "/" ? std::string() : " --root " + f.roots.dev.string()) +
+            " (the package's udev rule keeps them)";
+    return c;
+}
+
+}  // namespace
+
+std::vector<Check> check_node(const NodeFacts& f) {
+    std::vector<Check> out = {check_module(f)};
+    if (!f.version_error.empty()) return out;
+    out.push_back(check_driver_libraries(f));
+    out.push_back(check_gpu_nodes(f));
+    out.push_back(check_uvm_nodes(f));
+    out.push_back(check_mig(f));
+    out.push_back(check_imex(f));
+    for (Capabilities cap :
+         {kCapUtility, kCapCompute, kCapVideo, kCapGraphics, kCapDisplay, kCapNgx})
+        out.push_back(check_capability(f, cap));
+    out.push_back(check_persistenced(f));
+    out.push_back(check_ldconfig(f));
+    out.push_back(check_dev_char(f));
+    return out;
+}
+
+}  // namespace gpubind::doctor

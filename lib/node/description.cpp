@@ -1,0 +1,687 @@
+// The node description (description.hpp): fingerprint, file format, trust
+// checks, recomputation.
+#include "gpubind/node/description.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <concepts>
+#include <ctime>
+#include <map>
+#include <set>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/compile.h>
+#include <fmt/format.h>
+
+#include "gpubind/util/dir_entries.hpp"
+#include "gpubind/util/digest.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/node/node_read.hpp"
+
+namespace gpubind {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using detail::kMaxProcFile;
+using detail::program_dirs;
+using detail::under;
+
+constexpr std::string_view kSchema = "gpubind.node/3";
+// A listing deeper than this (capabilities/gpu<N>/mig/gi<G>/ci<C>) is not the driver's.
+constexpr int kMaxDepth = 5;
+
+std::string hex(std::uint64_t v) {
+    return fmt::format("{:016x}", v);
+}
+
+std::int64_t now_seconds() {
+    return static_cast<std::int64_t>(std::time(nullptr));
+}
+
+// ---- the fingerprint -------------------------------------------------------------------------
+
+// What kept a directory from opening, as the fingerprint holds it.
+const char* failure(int err) {
+    return err == ENOENT ? "missing" : "error";
+}
+
+// A small file's content (at most kMaxProcFile bytes), or what kept it from
+// being read.
+std::string content_of(int at, const char* name) {
+    Fd fd(::openat(at, name, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd) return fmt::format("unreadable: {}", std::strerror(errno));
+    try {
+        return read_stream(fd.get(), kMaxProcFile, name);
+    } catch (const Error& e) {
+        return std::string("unreadable: ") + e.what();
+    }
+}
+
+// lstat identity: what changes when the entry is replaced, written, renamed
+// into or out of (a directory), or its owner or mode change (ctime).
+// (The format is compiled: every start writes one per watched entry.)
+std::string identity(const struct stat& st) {
+    return fmt::format(FMT_COMPILE("{}:{}:{:o}:{}:{}:{}.{}:{}.{}:{}:{}"), major(st.st_dev),
+                       minor(st.st_dev), st.st_mode, st.st_ino, st.st_size, st.st_mtim.tv_sec,
+                       st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_uid,
+                       st.st_rdev);
+}
+
+std::string identity(int at, const char* path) {
+    struct stat st {};
+    if (::fstatat(at, path, &st, AT_SYMLINK_NOFOLLOW) != 0) return failure(errno);
+    return identity(st);
+}
+
+// The entries of the open directory `fd` (not "." and ".."), those whose
+// name starts with `prefix`, sorted by name: name, inode, type. False when
+// the directory cannot be read.
+using Entries = std::vector<std::pair<std::string, std::pair<ino_t, unsigned char>>>;
+bool read_entries(int fd, Entries& out, std::string_view prefix = {}) {
+    const bool ok = detail::for_each_entry(fd, [&](std::string_view name, const dirent64& e) {
+        if (name.starts_with(prefix)) out.push_back({std::string(name), {e.d_ino, e.d_type}});
+        return true;
+    });
+    std::sort(out.begin(), out.end());
+    return ok;
+}
+
+// Appends "<rel>/<name>:<inode>;" for each entry of the directory `name`
+// (relative to `at`), sorted, and of its subdirectories down to kMaxDepth.
+void listing(std::string& out, int at, const char* name, const std::string& rel, int depth) {
+    Fd fd(::openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) {
+        (out += rel) += errno == ENOENT ? ":missing;" : ":error;";
+        return;
+    }
+    Entries entries;
+    if (!read_entries(fd.get(), entries)) {
+        (out += rel) += ":error;";
+        return;
+    }
+    for (const auto& [entry, info] : entries) {
+        ((((out += rel) += '/') += entry) += ':') += std::to_string(info.first);
+        out += ';';
+        if (info.second == DT_DIR && depth < kMaxDepth)
+            listing(out, fd.get(), entry.c_str(), rel + "/" + entry, depth + 1);
+    }
+}
+
+// The dev root's NVIDIA entries (nvidia*): names and inodes, and for the
+// nodes their identity (type, numbers, mode, owner: what discovery reads with
+// stat).
+std::string dev_nodes(const Fd& fd) {
+    if (!fd) return failure(errno);
+    Entries entries;
+    if (!read_entries(fd.get(), entries, "nvidia")) return "error";
+    std::string out;
+    for (const auto& [entry, info] : entries) {
+        ((out += entry) += ':') += std::to_string(info.first);
+        if (info.second != DT_DIR) (out += '=') += identity(fd.get(), entry.c_str());
+        out += ';';
+    }
+    return out;
+}
+
+// lstat identity that a new entry in a directory leaves alone: the entry
+// itself replaced, its type, owner or mode changed.
+std::string owner_identity(const char* path) {
+    struct stat st {};
+    if (::lstat(path, &st) != 0) return failure(errno);
+    return fmt::format("{}:{}:{}:{:o}:{}", major(st.st_dev), minor(st.st_dev), st.st_ino,
+                       st.st_mode, st.st_uid);
+}
+
+// Paths whose identity counts beside the fixed parts, by the prefix of their
+// fingerprint key: "watch:" where discovery found the driver's files (the
+// binaries' directories, the firmware's, the libraries' and their links'),
+// "owner:" each IPC and every directory above it, whose owners and modes
+// decide whether it is given (discover's unsafe_ipc).
+constexpr std::string_view kWatch = "watch:";
+constexpr std::string_view kOwner = "owner:";
+
+std::set<std::string> watched_keys(const Config& config, const Node& node) {
+    std::set<std::string> keys;
+    auto watch = [&](const fs::path& p) { keys.insert(std::string(kWatch) + p.string()); };
+    for (const auto& dir : program_dirs(node)) watch(under(config.roots.driver, dir));
+    for (const auto& entry : config.catalog.ipcs)
+        for (fs::path p = under(config.roots.driver, entry.name);; p = p.parent_path()) {
+            keys.insert(std::string(kOwner) + p.string());
+            if (p == p.parent_path()) break;
+        }
+    for (const auto& entry : config.catalog.firmware) {
+        std::string pattern = entry.name;
+        if (auto v = pattern.find("{version}"); v != std::string::npos)
+            pattern.replace(v, 9, node.driver_version);
+        watch(under(config.roots.driver, fs::path(pattern).parent_path()));
+    }
+    for (const auto& f : node.files) {
+        if (f.kind != FileKind::Library) continue;
+        watch(fs::path(f.host_path).parent_path());
+        watch(fs::path(f.real_path).parent_path());
+    }
+    return keys;
+}
+
+// Adds the identity of a watched key's path (a key of another part: nothing).
+void add_watched(Fingerprint& fp, const std::string& key) {
+    if (key.rfind(kWatch, 0) == 0)
+        fp[key] = identity(AT_FDCWD, key.c_str() + kWatch.size());
+    else if (key.rfind(kOwner, 0) == 0)
+        fp[key] = owner_identity(key.c_str() + kOwner.size());
+}
+
+// The first part of `now` that `stored` lacks or holds otherwise, "" when none.
+std::string changed_part(const Fingerprint& stored, const Fingerprint& now) {
+    for (const auto& [key, value] : now) {
+        auto it = stored.find(key);
+        if (it == stored.end()) return key + " is new";
+        if (it->second != value) return key + " changed";
+    }
+    return "";
+}
+
+// The first part where two fingerprints differ, "" when they are equal.
+std::string difference(const Fingerprint& stored, const Fingerprint& now) {
+    if (std::string changed = changed_part(stored, now); !changed.empty()) return changed;
+    for (const auto& [key, value] : stored)
+        if (!now.count(key)) return key + " is gone";
+    return {};
+}
+
+// ---- the file's encoding ---------------------------------------------------------------------
+//
+// A compact binary encoding read straight into the structs (no document
+// tree): integers little-endian at their own width, bools one byte,
+// strings and paths a u32 length and the bytes, vectors and maps a u32
+// count and the elements. Each struct's fields are listed once, in
+// fields(), for writing and reading alike, so the two cannot disagree.
+
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, DeviceNode>
+void fields(Io& io, T& n) {
+    io(n.path, n.host_path, n.major, n.minor, n.mode);
+}
+
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, MigDevice>
+void fields(Io& io, T& m) {
+    io(m.gpu_index, m.index, m.gi, m.ci, m.uuid, m.gi_access, m.ci_access, m.gi_cap, m.ci_cap);
+}
+
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, Gpu>
+void fields(Io& io, T& g) {
+    io(g.index, g.minor, g.model, g.uuid, g.pci_bus_id, g.vbios, g.bus_type, g.excluded,
+       g.proc_dir, g.node, g.mig, g.brand, g.compute_capability);
+}
+
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, DriverFile>
+void fields(Io& io, T& f) {
+    io(f.kind, f.name, f.host_path, f.real_path, f.caps, f.compat32);
+}
+
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, Node>
+void fields(Io& io, T& n) {
+    io(n.roots.driver, n.roots.dev, n.roots.proc, n.driver_version, n.cuda_version, n.gpus,
+       n.control, n.mig_control, n.imex_channels, n.files, n.warnings);
+}
+
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, ProcFiles>
+void fields(Io& io, T& p) {
+    io(p.version, p.params, p.information);
+}
+
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, NvmlRecord>
+void fields(Io& io, T& r) {
+    io(r.status, r.asked_at, r.took_ms, r.error);
+}
+
+// What the file holds of the knowledge (not what this call did).
+template <class Io, class T>
+    requires std::same_as<std::remove_const_t<T>, NodeKnowledge>
+void fields(Io& io, T& k) {
+    io(k.computed_at, k.fingerprint, k.nvml, k.node, k.proc);
+}
+
+// The enums' largest values: a byte beyond them is corruption.
+constexpr auto kLastFileKind = FileKind::Firmware;
+constexpr auto kLastNvmlStatus = NvmlStatus::Failed;
+
+template <class E>
+constexpr E last_of() {
+    if constexpr (std::is_same_v<E, FileKind>)
+        return kLastFileKind;
+    else
+        return kLastNvmlStatus;
+}
+
+class Writer {
+  public:
+    template <class... T>
+    void operator()(const T&... v) {
+        (item(v), ...);
+    }
+    std::string& out() { return out_; }
+
+  private:
+    void item(bool v) { out_.push_back(v ? '\1' : '\0'); }
+    template <std::integral T>
+    void item(const T& v) {
+        auto u = static_cast<std::make_unsigned_t<T>>(v);
+        for (std::size_t i = 0; i < sizeof(T); ++i)
+            out_.push_back(static_cast<char>(static_cast<unsigned char>(u >> (8 * i))));
+    }
+    template <class E>
+        requires std::is_enum_v<E>
+    void item(const E& v) {
+        item(static_cast<std::uint8_t>(v));
+    }
+    void count(std::size_t n) { item(static_cast<std::uint32_t>(n)); }
+    void item(const std::string& s) {
+        count(s.size());
+        out_ += s;
+    }
+    void item(const fs::path& p) { item(p.native()); }
+    template <class T>
+    void item(const std::vector<T>& v) {
+        count(v.size());
+        for (const auto& e : v) item(e);
+    }
+    template <class K, class V, class C>
+    void item(const std::map<K, V, C>& m) {
+        count(m.size());
+        for (const auto& [k, v] : m) (*this)(k, v);
+    }
+    template <class T>
+    void item(const T& v) {
+        fields(*this, v);
+    }
+
+    std::string out_;
+};
+
+class Reader {
+  public:
+    Reader(std::string_view in, const std::string& what) : in_(in), what_(what) {}
+    template <class... T>
+    void operator()(T&... v) {
+        (item(v), ...);
+    }
+    // Throws unless every byte was read.
+    void finish() const {
+        if (at_ != in_.size()) corrupt("bytes after the end");
+    }
+
+  private:
+    [[noreturn]] void corrupt(const char* why) const {
+        throw_invalid("read node description", what_, std::string("corrupt: ") + why);
+    }
+    std::string_view take(std::size_t n) {
+        if (n > in_.size() - at_) corrupt("ends early");
+        std::string_view s = in_.substr(at_, n);
+        at_ += n;
+        return s;
+    }
+    template <std::integral T>
+    void item(T& v) {
+        const std::string_view b = take(sizeof(T));
+        std::make_unsigned_t<T> u = 0;
+        for (std::size_t i = 0; i < sizeof(T); ++i)
+            u = static_cast<std::make_unsigned_t<T>>(
+                u | static_cast<std::make_unsigned_t<T>>(static_cast<unsigned char>(b[i]))
+                        << (8 * i));
+        v = static_cast<T>(u);
+    }
+    void item(bool& v) {
+        const auto b = static_cast<unsigned char>(take(1)[0]);
+        if (b > 1) corrupt("not a boolean");
+        v = b == 1;
+    }
+    template <class E>
+        requires std::is_enum_v<E>
+    void item(E& v) {
+        std::uint8_t u = 0;
+        item(u);
+        if (u > static_cast<std::uint8_t>(last_of<E>())) corrupt("unknown enumerator");
+        v = static_cast<E>(u);
+    }
+    std::size_t count() {
+        std::uint32_t n = 0;
+        item(n);
+        return n;
+    }
+    void item(std::string& s) { s.assign(take(count())); }
+    void item(fs::path& p) { p.assign(take(count())); }
+    template <class T>
+    void item(std::vector<T>& v) {
+        // Each element takes at least a byte: the count cannot outgrow the
+        // file. Grown as elements are read, so memory follows the bytes read.
+        const std::size_t n = count();
+        if (n > in_.size() - at_) corrupt("count beyond the end");
+        v.clear();
+        v.reserve(std::min<std::size_t>(n, 256));
+        for (std::size_t i = 0; i < n; ++i) item(v.emplace_back());
+    }
+    template <class K, class V, class C>
+    void item(std::map<K, V, C>& m) {
+        const std::size_t n = count();
+        if (n > in_.size() - at_) corrupt("count beyond the end");
+        m.clear();
+        for (std::size_t i = 0; i < n; ++i) {
+            K k;
+            V v;
+            (*this)(k, v);
+            m.emplace_hint(m.end(), std::move(k), std::move(v));
+        }
+    }
+    template <class T>
+    void item(T& v) {
+        fields(*this, v);
+    }
+
+    std::string_view in_;
+    std::size_t at_ = 0;
+    const std::string& what_;
+};
+
+// ---- the file --------------------------------------------------------------------------------
+
+// "<schema>\n", the body's digest (8 bytes, little-endian), the body: the
+// digest is checked before the body is decoded.
+constexpr std::string_view kMagic = "gpubind.node/3\n";
+static_assert(kMagic.size() == kSchema.size() + 1 && kMagic.substr(0, kSchema.size()) == kSchema);
+constexpr std::size_t kDigestSize = 8;
+
+std::string serialize(const NodeKnowledge& k) {
+    Writer w;
+    w(k);
+    return seal_description(w.out());
+}
+
+// The stored description, or nullopt with `why` saying what was wrong with it.
+std::optional<NodeKnowledge> read_description(const Config& config, std::string& why) {
+    const fs::path dir = config.state_dir;
+    const fs::path path = description_path(config);
+    Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dirfd) {
+        why = errno == ENOENT ? "no description yet" : dir.string() + ": " + std::strerror(errno);
+        return std::nullopt;
+    }
+    if (std::string bad = untrusted_dir(dirfd.get()); !bad.empty()) {
+        why = dir.string() + " " + bad;
+        return std::nullopt;
+    }
+    Fd fd(::openat(dirfd.get(), kNodeDescriptionName,
+                   O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd) {
+        why = errno == ENOENT  ? "no description yet"
+              : errno == ELOOP ? path.string() + " is a symbolic link"
+                               : path.string() + ": " + std::strerror(errno);
+        return std::nullopt;
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        why = path.string() + " is not a regular file";
+        return std::nullopt;
+    }
+    if (st.st_uid != 0) {
+        why = path.string() + " is not owned by root";
+        return std::nullopt;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        why = path.string() + " is writable by others than root";
+        return std::nullopt;
+    }
+    if (static_cast<std::size_t>(st.st_size) > kMaxDescriptionSize) {
+        why = path.string() + " is larger than " + std::to_string(kMaxDescriptionSize) + " bytes";
+        return std::nullopt;
+    }
+    std::string text;
+    try {
+        // Its type and size are checked above: read it as it is.
+        text = read_stream(fd.get(), kMaxDescriptionSize, path.string());
+    } catch (const Error& e) {
+        why = e.what();
+        return std::nullopt;
+    }
+    if (text.size() < kMagic.size() + kDigestSize) {
+        why = path.string() + " is not a description (truncated or corrupt)";
+        return std::nullopt;
+    }
+    if (text.compare(0, kMagic.size(), kMagic) != 0) {
+        why = path.string() + " is not a description of this schema (another gpubind's, or corrupt)";
+        return std::nullopt;
+    }
+    std::uint64_t stored_digest = 0;
+    for (std::size_t i = 0; i < kDigestSize; ++i)
+        stored_digest |= std::uint64_t{static_cast<unsigned char>(text[kMagic.size() + i])}
+                         << (8 * i);
+    const std::string_view body = std::string_view(text).substr(kMagic.size() + kDigestSize);
+    if (digest(body) != stored_digest) {
+        why = path.string() + " does not match its digest (truncated or changed since written)";
+        return std::nullopt;
+    }
+    try {
+        const std::string what = path.string();
+        Reader r(body, what);
+        NodeKnowledge k;
+        k.path = path;
+        r(k);
+        r.finish();
+        k.stored = true;
+        return k;
+    } catch (const Error& e) {
+        why = e.what();
+        return std::nullopt;
+    }
+}
+
+// Writes the description atomically: a new file (O_EXCL, never through a
+// link) in the state directory, 0644, renamed over the description. Root only.
+void write_description(const Config& config, const NodeKnowledge& k) {
+    const fs::path dir = config.state_dir;
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_errno("create directory", dir);
+    Fd dirfd = open_or_throw(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (std::string bad = untrusted_dir(dirfd.get()); !bad.empty())
+        throw Error(EACCES, "write node description", dir.string(), bad);
+    const std::string tmp =
+        std::string(kNodeDescriptionName) + ".tmp-" + std::to_string(::getpid());
+    const std::string what = (dir / tmp).string();
+    ::unlinkat(dirfd.get(), tmp.c_str(), 0);
+    Fd fd = openat_or_throw(dirfd.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW,
+                            what, 0644);
+    auto fail = [&](const char* op) {
+        const int err = errno;
+        ::unlinkat(dirfd.get(), tmp.c_str(), 0);
+        throw Error(err, op, what);
+    };
+    if (::fchmod(fd.get(), 0644) != 0) fail("chmod");
+    const std::string data = serialize(k);
+    for (std::size_t done = 0; done < data.size();) {
+        ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fail("write");
+        done += static_cast<std::size_t>(n);
+    }
+    if (::renameat(dirfd.get(), tmp.c_str(), dirfd.get(), kNodeDescriptionName) != 0)
+        fail("rename");
+}
+
+void ask_nvml(NodeKnowledge& k, std::chrono::milliseconds timeout) {
+    const auto start = std::chrono::steady_clock::now();
+    k.nvml.asked_at = now_seconds();
+    k.nvml.error = k.node.gpus.empty() ? std::string() : apply_nvml(k.node, timeout);
+    k.nvml.status = k.nvml.error.empty() ? NvmlStatus::Answered : NvmlStatus::Failed;
+    k.nvml.took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    k.nvml_asked = true;
+    logger().debug("node description: NVML {} in {} ms{}{}",
+                   k.nvml.error.empty() ? "answered" : "failed", k.nvml.took_ms,
+                   k.nvml.error.empty() ? "" : ": ", k.nvml.error);
+}
+
+}  // namespace
+
+std::string seal_description(std::string_view body) {
+    const std::uint64_t d = digest(body);
+    std::string out(kMagic);
+    out.reserve(kMagic.size() + kDigestSize + body.size());
+    for (std::size_t i = 0; i < kDigestSize; ++i)
+        out.push_back(static_cast<char>(static_cast<unsigned char>(d >> (8 * i))));
+    return out += body;
+}
+
+std::filesystem::path description_path(const Config& config) {
+    return config.state_dir / kNodeDescriptionName;
+}
+
+std::string config_digest(const Config& c) {
+    // Every field that can change what the node is, in order; a field added to
+    // Config belongs here too. Not [log] nor bpf-dir: the log's level and file
+    // and where device programs are kept change no fact of the node, so
+    // changing them does not cost a rediscovery. Each
+    // piece goes in with its length (Digest::add), so no separator is needed.
+    Digest d;
+    d.add(c.roots.driver.native()).add(c.roots.dev.native()).add(c.roots.proc.native());
+    d.add(c.ldcache_path().native()).add(c.ldconfig.native()).add(c.state_dir.native());
+    d.add(c.runtimes.size());
+    for (const auto& r : c.runtimes) d.add(r);
+    const Policy& p = c.policy;
+    for (const bool b : {p.accept_envvar_unprivileged, p.accept_cdi_annotations_unprivileged,
+                         p.accept_volume_mounts, p.disable_require, p.cgroups, p.cuda_compat})
+        d.add(b);
+    d.add(p.cdi_vendors.size());
+    for (const auto& v : p.cdi_vendors) d.add(v);
+    d.add(p.supported).add(static_cast<std::uint64_t>(p.on_refused));
+    d.add(static_cast<std::uint64_t>(p.ldcache)).add(p.ipc_owners.size());
+    for (const unsigned uid : p.ipc_owners) d.add(uid);
+    for (const auto* list :
+         {&c.catalog.libraries, &c.catalog.binaries, &c.catalog.ipcs, &c.catalog.firmware}) {
+        d.add(list->size());
+        for (const auto& e : *list) d.add(e.name).add(e.caps);
+    }
+    // What the node's CDI specs hold and where they are: a change recomputes
+    // the description, and know_node then rewrites the specs.
+    d.add(c.cdi.dir.native()).add(c.cdi.kind).add(static_cast<std::uint64_t>(c.cdi.caps));
+    d.add(c.cdi.hook.native());
+    return hex(d.value());
+}
+
+Fingerprint node_fingerprint(const Config& config) {
+    Fingerprint fp;
+    fp["schema"] = kSchema;
+    fp["config"] = config_digest(config);
+    // Every part read relative to a directory opened once: no path walked twice.
+    const Fd proc(::open(config.roots.proc.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    const Fd nv(::openat(proc.get(), "driver/nvidia", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    fp["version"] = content_of(nv.get(), "version");
+    fp["params"] = hex(digest(content_of(nv.get(), "params")));
+    fp["devices"] = hex(digest(content_of(proc.get(), "devices")));
+    std::string listed;
+    listing(listed, nv.get(), "gpus", "gpus", 1);
+    listing(listed, nv.get(), "capabilities", "capabilities", 1);
+    fp["proc"] = hex(digest(listed));
+    const fs::path dev = under(config.roots.dev, "/dev");
+    const Fd devfd(::open(dev.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    std::string nodes = dev_nodes(devfd);
+    listing(nodes, devfd.get(), "nvidia-caps", "nvidia-caps", kMaxDepth);
+    listing(nodes, devfd.get(), "nvidia-caps-imex-channels", "imex", kMaxDepth);
+    fp["dev"] = hex(digest(nodes));
+    fp["ldcache"] = identity(AT_FDCWD, config.ldcache_path().c_str());
+    return fp;
+}
+
+NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
+    const auto started = std::chrono::steady_clock::now();
+    Fingerprint now = node_fingerprint(config);
+    const auto fingerprinted = std::chrono::steady_clock::now();
+    std::string why = "refresh asked";
+    std::optional<NodeKnowledge> stored;
+    if (!options.refresh) stored = read_description(config, why);
+    const auto read = std::chrono::steady_clock::now();
+    if (stored) {
+        // The fixed parts first: where one differs (another config, a driver
+        // upgrade) the stored paths need no look.
+        why = changed_part(stored->fingerprint, now);
+        if (why.empty()) {
+            for (const auto& [key, value] : stored->fingerprint) add_watched(now, key);
+            why = difference(stored->fingerprint, now);
+        }
+        if (!why.empty()) why = "the driver state changed (" + why + ")";
+    }
+    NodeKnowledge k;
+    bool dirty = false;
+    if (stored && why.empty()) {
+        k = std::move(*stored);
+        auto us = [](auto d) {
+            return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+        };
+        logger().debug(
+            "node description {}: computed {} s ago, checked and read in {} us (fingerprint "
+            "{} us, reading and parsing {} us)",
+            k.path.string(), now_seconds() - k.computed_at,
+            us(std::chrono::steady_clock::now() - started), us(fingerprinted - started),
+            us(read - fingerprinted));
+    } else {
+        logger().debug("node description: discovering the node: {}", why);
+        k.path = description_path(config);
+        k.why = why;
+        k.recomputed = true;
+        k.computed_at = now_seconds();
+        DiscoverOptions discover_options;
+        discover_options.nvml = false;
+        k.node = discover(config, discover_options);
+        k.proc = read_proc_files(k.node);
+        // The fixed parts and the identities of paths this node still
+        // watches, taken before discovery: a change meanwhile makes the next
+        // check recompute. What only the stored node watched goes (an earlier
+        // driver's firmware directory, another root's): kept, every start
+        // would stat it for ever.
+        const std::set<std::string> keys = watched_keys(config, k.node);
+        std::erase_if(now, [&](const auto& part) {
+            return (part.first.starts_with(kWatch) || part.first.starts_with(kOwner)) &&
+                   !keys.contains(part.first);
+        });
+        k.fingerprint = std::move(now);
+        for (const auto& key : keys)
+            if (!k.fingerprint.contains(key)) add_watched(k.fingerprint, key);
+        dirty = true;
+    }
+    if (options.need_nvml && k.nvml.status == NvmlStatus::NotAsked) {
+        ask_nvml(k, options.nvml_timeout);
+        dirty = true;
+    }
+    if (dirty) {
+        k.stored = false;
+        if (options.write && ::geteuid() == 0) {
+            try {
+                write_description(config, k);
+                k.stored = true;
+            } catch (const Error& e) {
+                logger().debug("node description not stored: {}", e.what());
+            }
+        }
+    }
+    return k;
+}
+
+}  // namespace gpubind

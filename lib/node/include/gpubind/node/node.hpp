@@ -1,0 +1,120 @@
+// What the node holds: the driver, its GPUs, device nodes and files.
+// Discovery reads the configured roots only; it never writes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpubind/config/capabilities.hpp"
+#include "gpubind/config/config.hpp"
+
+namespace gpubind {
+
+// NVIDIA's fixed major and minors; the others are dynamic (proc/devices).
+inline constexpr unsigned kNvidiaMajor = 195;
+inline constexpr unsigned kNvidiactlMinor = 255;
+inline constexpr unsigned kModesetMinor = 254;
+
+struct DeviceNode {
+    std::string path;       // where it appears in a container: "/dev/nvidia0"
+    std::string host_path;  // where it is on this host (under the dev root)
+    unsigned major = 0;
+    unsigned minor = 0;
+    mode_t mode = 0666;               // permission bits of the host node
+};
+
+struct MigDevice {
+    unsigned gpu_index = 0;           // parent GPU's index
+    unsigned index = 0;               // position among the parent's MIG devices ("G:M")
+    unsigned gi = 0;                  // GPU instance id
+    unsigned ci = 0;                  // compute instance id
+    std::string uuid;                 // "MIG-..." (from NVML; empty without it)
+    std::string gi_access;            // proc .../gpu<minor>/mig/gi<G>/access
+    std::string ci_access;            // proc .../gpu<minor>/mig/gi<G>/ci<C>/access
+    DeviceNode gi_cap;                // /dev/nvidia-caps/nvidia-cap<N>
+    DeviceNode ci_cap;
+};
+
+struct Gpu {
+    unsigned index = 0;               // enumeration order (PCI bus id order, as NVML)
+    unsigned minor = 0;               // /dev/nvidia<minor>
+    std::string model;
+    std::string uuid;                 // "GPU-..."
+    std::string pci_bus_id;           // "0000:3b:00.0"
+    std::string vbios;
+    std::string bus_type;
+    bool excluded = false;
+    std::string proc_dir;  // proc/driver/nvidia/gpus/<bus id>
+    DeviceNode node;
+    std::vector<MigDevice> mig;
+    // From NVML, empty when it is not available.
+    std::string brand;
+    std::string compute_capability;   // "9.0"
+};
+
+enum class FileKind { Library, Binary, Ipc, Firmware };
+
+struct DriverFile {
+    FileKind kind = FileKind::Library;
+    std::string name;                 // soname (libraries) or file name
+    std::string host_path;            // as found: the cache's path, the binary, the socket
+    std::string real_path;  // host_path with every symlink resolved (within the driver root)
+    Capabilities caps = 0;            // what brings it
+    bool compat32 = false;            // a 32-bit library
+};
+
+struct Node {
+    Roots roots;
+    std::string driver_version;       // "550.54.15"
+    std::string cuda_version;         // "12.4" from NVML, empty without it
+    std::vector<Gpu> gpus;
+    std::vector<DeviceNode> control;  // nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset (those present)
+    std::vector<DeviceNode> mig_control;  // nvidia-caps config and monitor nodes (when MIG is present)
+    // IMEX channels: /dev/nvidia-caps-imex-channels/channel<n> (the minor is n,
+    // the major "nvidia-caps-imex-channels" in proc/devices), by channel number.
+    std::vector<DeviceNode> imex_channels;
+    std::vector<DriverFile> files;
+    std::vector<std::string> warnings;    // optional things that were missing or odd
+
+    const DeviceNode* control_node(std::string_view name) const;  // "nvidiactl", "nvidia-uvm", ...
+};
+
+struct DiscoverOptions {
+    bool nvml = true;                                   // ask NVML for what procfs lacks
+    std::chrono::milliseconds nvml_timeout{5000};
+};
+
+// Reads the node through config.roots. Missing required pieces (no driver
+// version, a GPU whose node is missing or has the wrong type or numbers, a
+// corrupt cache) throw Error naming the path; missing optional files are
+// recorded in warnings. IMEX channels are the channel<n> entries of
+// dev/nvidia-caps-imex-channels that are character devices with the driver's
+// major and minor n; any other entry there is a warning and left out.
+Node discover(const Config& config, const DiscoverOptions& options = {});
+
+// Asks NVML (the node's libnvidia-ml.so.1, in a child with `timeout`) for the
+// CUDA version, each GPU's brand and compute capability and the MIG devices'
+// UUIDs, and fills them in. Returns "" when NVML answered, else why not (also
+// added to node.warnings); never throws for NVML's failures.
+std::string apply_nvml(Node& node, std::chrono::milliseconds timeout);
+
+// The host's /proc/driver/nvidia files a container's proc view copies, read
+// apart so that make_plan stays pure.
+struct ProcFiles {
+    std::string version;                             // driver/nvidia/version
+    std::string params;                              // driver/nvidia/params (empty if missing)
+    std::map<std::string, std::string> information;  // gpus/<bus id>/information, by <bus id>
+};
+// Reads them under node.roots.proc (size capped); a missing version file
+// throws Error, a missing params or information file reads as empty.
+ProcFiles read_proc_files(const Node& node);
+// A GPU's directory name under proc/driver/nvidia/gpus.
+std::string proc_dir_name(const Gpu& gpu);
+
+}  // namespace gpubind

@@ -1,0 +1,165 @@
+// Reading the driver's files on the node: see node_read.hpp.
+#include "gpubind/node/node_read.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "gpubind/util/error.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/strings.hpp"
+
+namespace gpubind::detail {
+
+namespace fs = std::filesystem;
+
+// Joins a root and an absolute path meant to live under it.
+fs::path under(const fs::path& root, const fs::path& path) {
+    return root / path.relative_path();
+}
+
+// "Key: value" lines (procfs information, params, capability files).
+std::map<std::string, std::string, std::less<>> read_fields(const fs::path& path) {
+    std::map<std::string, std::string, std::less<>> fields;
+    const std::string text = read_file(path, kMaxProcFile);
+    for (auto line : split(text, '\n')) {
+        auto colon = line.find(':');
+        if (colon == std::string_view::npos) continue;
+        fields.emplace(trim(line.substr(0, colon)), trim(line.substr(colon + 1)));
+    }
+    return fields;
+}
+
+std::vector<std::string> list_dir(const fs::path& dir) {
+    std::vector<std::string> names;
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) {
+        if (errno == ENOENT) return names;
+        throw_errno("open directory", dir.string());
+    }
+    while (const dirent* e = ::readdir(d)) {
+        std::string_view name = e->d_name;
+        if (name != "." && name != "..") names.emplace_back(name);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+bool is_version(std::string_view s) {
+    return !s.empty() && s.find('.') != std::string_view::npos &&
+           s.find_first_not_of("0123456789.") == std::string_view::npos;
+}
+
+// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..." (also the
+// open kernel module's "... Open Kernel Module for x86_64  550.54.15  Release Build ...").
+std::string read_driver_version(const fs::path& path) {
+    const std::string text = read_file(path, kMaxProcFile);
+    for (auto line : split(text, '\n')) {
+        if (line.rfind("NVRM version:", 0) != 0) continue;
+        for (auto word : split(line, ' '))
+            if (is_version(trim(word))) return std::string(trim(word));
+    }
+    throw_invalid("read driver version", path.string(), "no \"NVRM version:\" line with a version");
+}
+
+// The character-device majors by driver name, from a /proc/devices-style file.
+std::map<std::string, unsigned, std::less<>> read_majors(const fs::path& path) {
+    std::map<std::string, unsigned, std::less<>> majors;
+    bool chars = false;
+    const std::string text = read_file(path, kMaxProcFile);
+    for (auto line : split(text, '\n')) {
+        line = trim(line);
+        if (line == "Character devices:")
+            chars = true;
+        else if (line == "Block devices:")
+            chars = false;
+        else if (chars) {
+            auto space = line.find(' ');
+            if (space == std::string_view::npos) continue;
+            if (auto major = parse_unsigned(line.substr(0, space)))
+                majors.emplace(trim(line.substr(space + 1)), static_cast<unsigned>(*major));
+        }
+    }
+    return majors;
+}
+
+// Resolves every symlink of `path` inside `root` (absolute link targets are
+// taken relative to the root, ".." stops at it). Returns the root-relative
+// absolute path, or nullopt if something along the way does not exist.
+std::optional<fs::path> resolve_in(const fs::path& root, const fs::path& path) {
+    std::vector<std::string> todo;  // components still to walk; back() is the next one
+    auto push = [&todo](const fs::path& p) {
+        std::vector<std::string> parts;
+        for (const auto& c : p.relative_path()) parts.push_back(c.string());
+        todo.insert(todo.end(), parts.rbegin(), parts.rend());
+    };
+    push(path);
+    fs::path clean = "/";
+    int links = 0;
+    while (!todo.empty()) {
+        std::string part = std::move(todo.back());
+        todo.pop_back();
+        if (part.empty() || part == ".") continue;
+        if (part == "..") {
+            clean = clean.parent_path();
+            continue;
+        }
+        fs::path next = clean / part;
+        struct stat st {};
+        if (::lstat(under(root, next).c_str(), &st) != 0) return std::nullopt;
+        if (!S_ISLNK(st.st_mode)) {
+            clean = std::move(next);
+            continue;
+        }
+        if (++links > 40) return std::nullopt;
+        char buf[4096];
+        ssize_t n = ::readlink(under(root, next).c_str(), buf, sizeof buf);
+        if (n <= 0 || static_cast<std::size_t>(n) == sizeof buf) return std::nullopt;
+        fs::path target(std::string(buf, static_cast<std::size_t>(n)));
+        if (target.is_absolute()) clean = "/";
+        push(target);
+    }
+    return clean;
+}
+
+}  // namespace gpubind::detail
+
+namespace gpubind {
+
+namespace {
+
+std::string read_optional(const std::filesystem::path& path) {
+    try {
+        return read_file(path, detail::kMaxProcFile);
+    } catch (const Error& e) {
+        if (e.code().value() == ENOENT) return {};
+        throw;
+    }
+}
+
+}  // namespace
+
+std::string proc_dir_name(const Gpu& gpu) {
+    std::string name(base_name(gpu.proc_dir));
+    return name.empty() ? gpu.pci_bus_id : name;
+}
+
+ProcFiles read_proc_files(const Node& node) {
+    const std::filesystem::path dir = node.roots.proc / "driver/nvidia";
+    ProcFiles files;
+    files.version = read_file(dir / "version", detail::kMaxProcFile);
+    files.params = read_optional(dir / "params");
+    for (const auto& gpu : node.gpus) {
+        const std::filesystem::path gpu_dir =
+            gpu.proc_dir.empty() ? dir / "gpus" / gpu.pci_bus_id : std::filesystem::path(gpu.proc_dir);
+        files.information[proc_dir_name(gpu)] = read_optional(gpu_dir / "information");
+    }
+    return files;
+}
+
+}  // namespace gpubind

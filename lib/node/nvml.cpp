@@ -1,0 +1,277 @@
+#include "nvml.hpp"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/auxv.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+#include "gpubind/util/strings.hpp"
+
+namespace gpubind {
+
+namespace {
+
+constexpr std::size_t kMaxReport = 64u << 10;
+
+// The slice of NVML's C ABI used here (types and values as the library defines them).
+using NvmlReturn = int;
+using NvmlDevice = void*;
+constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr unsigned kNvmlMigEnabled = 1;
+constexpr unsigned kNvmlUuidBuffer = 96;
+
+// Brand names by nvmlBrandType_t value, spelled as NVIDIA_REQUIRE_BRAND expects.
+constexpr std::array<const char*, 17> kBrands = {
+    "unknown", "quadro",     "tesla",  "nvs",         "grid",      "geforce",
+    "titan",   "vapps",      "vpc",    "vcs",         "vws",       "cloudgaming",
+    "quadrortx", "nvidiartx", "nvidia", "geforcertx", "titanrtx"};
+
+// Everything the child does; it writes its report to `out` and never throws.
+class Child {
+public:
+    explicit Child(int out) : out_(out) {}
+
+    int run(const char* library) noexcept {
+        void* lib = ::dlopen(library, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) return fail("dlopen: %s", ::dlerror());
+        lib_ = lib;
+        auto init = sym<NvmlReturn (*)()>("nvmlInit_v2");
+        auto shutdown = sym<NvmlReturn (*)()>("nvmlShutdown");
+        auto cuda = sym<NvmlReturn (*)(int*)>("nvmlSystemGetCudaDriverVersion_v2");
+        auto count = sym<NvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2");
+        auto by_index = sym<NvmlReturn (*)(unsigned, NvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
+        auto minor = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMinorNumber");
+        auto brand = sym<NvmlReturn (*)(NvmlDevice, int*)>("nvmlDeviceGetBrand");
+        auto cc = sym<NvmlReturn (*)(NvmlDevice, int*, int*)>("nvmlDeviceGetCudaComputeCapability");
+        if (!init || !shutdown || !cuda || !count || !by_index || !minor)
+            return fail("%s lacks a required NVML function", library);
+        if (NvmlReturn r = init(); r != kNvmlSuccess) return fail("nvmlInit_v2 returned %d", r);
+        int version = 0;
+        if (cuda(&version) == kNvmlSuccess)
+            say("cuda %d.%d\n", version / 1000, (version % 1000) / 10);
+        unsigned n = 0;
+        if (NvmlReturn r = count(&n); r != kNvmlSuccess)
+            return fail("nvmlDeviceGetCount_v2 returned %d", r);
+        for (unsigned i = 0; i < n; ++i) {
+            NvmlDevice dev = nullptr;
+            unsigned m = 0;
+            if (by_index(i, &dev) != kNvmlSuccess || minor(dev, &m) != kNvmlSuccess) continue;
+            int b = 0, major_cc = 0, minor_cc = 0;
+            const char* brand_name = "unknown";
+            if (brand && brand(dev, &b) == kNvmlSuccess && b >= 0 &&
+                static_cast<std::size_t>(b) < kBrands.size())
+                brand_name = kBrands[static_cast<std::size_t>(b)];
+            if (!cc || cc(dev, &major_cc, &minor_cc) != kNvmlSuccess) major_cc = minor_cc = -1;
+            say("gpu %u %s %d.%d\n", m, brand_name, major_cc, minor_cc);
+            report_mig(dev, m);
+        }
+        shutdown();
+        return 0;
+    }
+
+private:
+    void report_mig(NvmlDevice dev, unsigned minor) noexcept {
+        auto mode = sym<NvmlReturn (*)(NvmlDevice, unsigned*, unsigned*)>("nvmlDeviceGetMigMode");
+        auto max = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMaxMigDeviceCount");
+        auto handle = sym<NvmlReturn (*)(NvmlDevice, unsigned, NvmlDevice*)>(
+            "nvmlDeviceGetMigDeviceHandleByIndex");
+        auto gi_id = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetGpuInstanceId");
+        auto ci_id = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetComputeInstanceId");
+        auto uuid = sym<NvmlReturn (*)(NvmlDevice, char*, unsigned)>("nvmlDeviceGetUUID");
+        if (!mode || !max || !handle || !gi_id || !ci_id || !uuid) return;
+        unsigned current = 0, pending = 0, count = 0;
+        if (mode(dev, &current, &pending) != kNvmlSuccess || current != kNvmlMigEnabled) return;
+        if (max(dev, &count) != kNvmlSuccess) return;
+        for (unsigned j = 0; j < count; ++j) {
+            NvmlDevice mig = nullptr;
+            unsigned gi = 0, ci = 0;
+            char id[kNvmlUuidBuffer] = {};
+            if (handle(dev, j, &mig) != kNvmlSuccess) continue;
+            if (gi_id(mig, &gi) != kNvmlSuccess || ci_id(mig, &ci) != kNvmlSuccess) continue;
+            if (uuid(mig, id, sizeof id) != kNvmlSuccess) continue;
+            id[sizeof id - 1] = '\0';
+            say("mig %u %u %u %s\n", minor, gi, ci, id);
+        }
+    }
+
+    template <typename F>
+    F sym(const char* name) noexcept {
+        return reinterpret_cast<F>(::dlsym(lib_, name));
+    }
+
+    [[gnu::format(printf, 2, 3)]] void say(const char* fmt, ...) noexcept {
+        char buf[512];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        if (n <= 0) return;
+        std::size_t len = std::min(static_cast<std::size_t>(n), sizeof buf - 1);
+        for (std::size_t done = 0; done < len;) {
+            ssize_t w = ::write(out_, buf + done, len - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) return;
+            done += static_cast<std::size_t>(w);
+        }
+    }
+
+public:
+    [[gnu::format(printf, 2, 3)]] int fail(const char* fmt, ...) noexcept {
+        char buf[400];
+        va_list ap;
+        va_start(ap, fmt);
+        std::vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        say("error %s\n", buf);
+        return 1;
+    }
+
+private:
+    int out_;
+    void* lib_ = nullptr;
+};
+
+// A program without an interpreter (PT_INTERP) is static (-static or
+// -static-pie): it cannot dlopen a driver library reliably and runs
+// gpubind-nvml instead.
+bool linked_statically() noexcept {
+    const auto* phdr = reinterpret_cast<const ElfW(Phdr)*>(::getauxval(AT_PHDR));
+    const auto count = ::getauxval(AT_PHNUM);
+    if (!phdr) return false;
+    for (unsigned long i = 0; i < count; ++i)
+        if (phdr[i].p_type == PT_INTERP) return false;
+    return true;
+}
+
+// gpubind-nvml next to this program (a build tree) or in
+// <prefix>/libexec/gpubind (installed, this program in <prefix>/bin).
+std::filesystem::path find_helper() {
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return {};
+    const auto dir = self.parent_path();
+    for (const auto& candidate :
+         {dir / kNvmlHelperName, dir.parent_path() / "libexec/gpubind" / kNvmlHelperName}) {
+        if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    return {};
+}
+
+}  // namespace
+
+int write_nvml_report(const char* library, int out_fd) noexcept {
+    return Child(out_fd).run(library);
+}
+
+NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
+    NvmlFacts facts;
+    for (auto line : split(report, '\n')) {
+        if (line.empty()) continue;
+        auto words = split(line, ' ');
+        if (words[0] == "error") {
+            throw Error(EIO, "query NVML", what, std::string(trim(line.substr(5))));
+        } else if (words[0] == "cuda" && words.size() == 2) {
+            facts.cuda_version = std::string(words[1]);
+        } else if (words[0] == "gpu" && words.size() == 4) {
+            auto minor = parse_unsigned(words[1]);
+            if (!minor) continue;
+            auto& gpu = facts.gpus[static_cast<unsigned>(*minor)];
+            gpu.brand = std::string(words[2]);
+            if (words[3] != "-1.-1") gpu.compute_capability = std::string(words[3]);
+        } else if (words[0] == "mig" && words.size() == 5) {
+            auto minor = parse_unsigned(words[1]);
+            auto gi = parse_unsigned(words[2]);
+            auto ci = parse_unsigned(words[3]);
+            if (!minor || !gi || !ci) continue;
+            facts.gpus[static_cast<unsigned>(*minor)]
+                .mig_uuids[{static_cast<unsigned>(*gi), static_cast<unsigned>(*ci)}] =
+                std::string(words[4]);
+        }
+    }
+    return facts;
+}
+
+NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::milliseconds timeout) {
+    const std::string what = library.string();
+    std::filesystem::path helper;
+    if (linked_statically()) {
+        helper = find_helper();
+        if (helper.empty())
+            throw Error(ENOENT, "query NVML", what,
+                        std::string(kNvmlHelperName) +
+                            " not found next to this program or in ../libexec/gpubind");
+    }
+    std::vector<std::string> argv_s = {kNvmlHelperName, what};
+    std::vector<char*> argv = {argv_s[0].data(), argv_s[1].data(), nullptr};
+    char* envp[] = {nullptr};
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe", what);
+    Fd read_end(fds[0]), write_end(fds[1]);
+    pid_t pid = ::fork();
+    if (pid < 0) throw_errno("fork", what);
+    if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        read_end.reset();
+        if (helper.empty()) ::_exit(Child(write_end.get()).run(what.c_str()));
+        // The helper, with an empty environment, its report on stdout.
+        if (::dup2(write_end.get(), STDOUT_FILENO) < 0) ::_exit(127);
+        ::execve(helper.c_str(), argv.data(), envp);
+        Child(write_end.get()).fail("execute %s: %s", helper.c_str(), std::strerror(errno));
+        ::_exit(127);
+    }
+    write_end.reset();
+
+    std::string report;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool timed_out = false;
+    try {
+        for (;;) {
+            pollfd p{read_end.get(), POLLIN, 0};
+            if (!poll_until({&p, 1}, deadline, what)) {
+                timed_out = true;
+                break;
+            }
+            char buf[4096];
+            ssize_t n = ::read(read_end.get(), buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            report.append(buf, static_cast<std::size_t>(n));
+            if (report.size() > kMaxReport) {
+                timed_out = true;  // a runaway child is treated like a hung one
+                break;
+            }
+        }
+    } catch (...) {
+        ::kill(pid, SIGKILL);
+        while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+        }
+        throw;
+    }
+    if (timed_out) ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (timed_out)
+        throw Error(ETIMEDOUT, "query NVML", what,
+                    "no answer within " + std::to_string(timeout.count()) + " ms");
+    NvmlFacts facts = parse_nvml_report(report, what);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw Error(EIO, "query NVML", what, "the NVML child failed");
+    return facts;
+}
+
+}  // namespace gpubind

@@ -1,0 +1,71 @@
+#include "gpubind/os/harden.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+
+namespace gpubind::harden {
+
+void clear_environment(std::initializer_list<std::string_view> keep) {
+    std::vector<std::pair<std::string, std::string>> kept;
+    for (std::string_view name : keep) {
+        const std::string n(name);
+        const char* value = ::getenv(n.c_str());
+        if (!value) continue;
+        std::string v(value, ::strnlen(value, kMaxKeptValue + 1));
+        if (v.size() > kMaxKeptValue) continue;
+        kept.emplace_back(n, std::move(v));
+    }
+    ::clearenv();
+    for (const auto& [name, value] : kept) ::setenv(name.c_str(), value.c_str(), 1);
+}
+
+Deadline::Deadline(std::chrono::milliseconds budget)
+    : budget_(budget), end_(std::chrono::steady_clock::now() + budget) {}
+
+std::chrono::milliseconds Deadline::left() const {
+    auto d = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end_ - std::chrono::steady_clock::now());
+    return d.count() > 0 ? d : std::chrono::milliseconds(0);
+}
+
+void Deadline::check(const std::string& next) const {
+    if (left().count() <= 0)
+        throw Error(ETIMEDOUT, "deadline", next,
+                    "the hook's " + std::to_string(budget_.count()) + " ms were spent before it");
+}
+
+std::string read_stream(int fd, std::size_t max_size, const std::string& what,
+                        const Deadline& deadline) {
+    std::string out;
+    char buf[8192];
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        if (!poll_until({&p, 1}, deadline.end(), what))
+            throw Error(
+                ETIMEDOUT, "read", what,
+                "no end of input within " + std::to_string(deadline.budget().count()) + " ms");
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            throw_errno("read", what);
+        }
+        if (n == 0) return out;
+        if (out.size() + static_cast<std::size_t>(n) > max_size)
+            throw Error(ErrorKind::Invalid, EFBIG, "read", what,
+                        "larger than " + std::to_string(max_size) + " bytes");
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+}
+
+}  // namespace gpubind::harden

@@ -1,0 +1,136 @@
+#include "gpubind/sim/elf_stub.hpp"
+
+#include <elf.h>
+
+#include <cstring>
+
+#include "gpubind/util/error.hpp"
+
+namespace gpubind::elf {
+
+namespace {
+
+struct Elf64 {
+    using Ehdr = Elf64_Ehdr;
+    using Phdr = Elf64_Phdr;
+    using Dyn = Elf64_Dyn;
+    using Sym = Elf64_Sym;
+    static constexpr unsigned char kClass = ELFCLASS64;
+    static constexpr Elf64_Half kMachine = EM_X86_64;
+};
+
+struct Elf32 {
+    using Ehdr = Elf32_Ehdr;
+    using Phdr = Elf32_Phdr;
+    using Dyn = Elf32_Dyn;
+    using Sym = Elf32_Sym;
+    static constexpr unsigned char kClass = ELFCLASS32;
+    static constexpr Elf32_Half kMachine = EM_386;
+};
+
+constexpr std::size_t align_up(std::size_t n, std::size_t a) {
+    return (n + a - 1) / a * a;
+}
+
+// DT_NEEDED libc.so.6 is what makes ldconfig file a 32-bit library as libc6
+// rather than plain ELF; 64-bit x86 libraries are libc6 regardless.
+constexpr std::string_view kLibc = "libc.so.6";
+
+// One read-write PT_LOAD maps the whole file at address 0, so file offsets are
+// addresses. Contents: ELF header, program headers, the null symbol, a SysV
+// hash table with one bucket and no symbols, the string table, the dynamic
+// section.
+template <class E>
+std::string build(std::string_view soname) {
+    using Addr = decltype(E::Phdr::p_vaddr);
+    constexpr std::size_t kPhnum = 3;  // PT_LOAD, PT_DYNAMIC, PT_GNU_STACK
+
+    std::string dynstr(1, '\0');
+    const std::size_t needed_name = dynstr.size();
+    dynstr.append(kLibc).push_back('\0');
+    const std::size_t soname_name = dynstr.size();
+    dynstr.append(soname).push_back('\0');
+
+    const std::size_t phdr_at = sizeof(typename E::Ehdr);
+    const std::size_t sym_at = align_up(phdr_at + kPhnum * sizeof(typename E::Phdr), 8);
+    const std::size_t hash_at = align_up(sym_at + sizeof(typename E::Sym), 8);
+    const Elf32_Word hash[] = {1, 1, 0, 0};  // nbucket, nchain, bucket[0], chain[0]
+    const std::size_t str_at = hash_at + sizeof hash;
+    const std::size_t dyn_at = align_up(str_at + dynstr.size(), 8);
+
+    auto dyn = [](auto tag, std::size_t val) {
+        typename E::Dyn d{};
+        d.d_tag = tag;
+        d.d_un.d_val = static_cast<Addr>(val);
+        return d;
+    };
+    const typename E::Dyn dynamic[] = {
+        dyn(DT_NEEDED, needed_name),
+        dyn(DT_SONAME, soname_name),
+        dyn(DT_HASH, hash_at),
+        dyn(DT_STRTAB, str_at),
+        dyn(DT_SYMTAB, sym_at),
+        dyn(DT_STRSZ, dynstr.size()),
+        dyn(DT_SYMENT, sizeof(typename E::Sym)),
+        dyn(DT_NULL, 0),
+    };
+    const std::size_t size = dyn_at + sizeof dynamic;
+
+    typename E::Ehdr eh{};
+    std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
+    eh.e_ident[EI_CLASS] = E::kClass;
+    eh.e_ident[EI_DATA] = ELFDATA2LSB;
+    eh.e_ident[EI_VERSION] = EV_CURRENT;
+    eh.e_ident[EI_OSABI] = ELFOSABI_SYSV;
+    eh.e_type = ET_DYN;
+    eh.e_machine = E::kMachine;
+    eh.e_version = EV_CURRENT;
+    eh.e_phoff = phdr_at;
+    eh.e_ehsize = sizeof eh;
+    eh.e_phentsize = sizeof(typename E::Phdr);
+    eh.e_phnum = kPhnum;
+    eh.e_shentsize = 0;
+    eh.e_shnum = 0;
+    eh.e_shstrndx = SHN_UNDEF;
+
+    auto segment = [](Elf32_Word type, std::size_t at, std::size_t len, std::size_t align) {
+        typename E::Phdr ph{};
+        ph.p_type = type;
+        ph.p_flags = PF_R | PF_W;
+        ph.p_offset = static_cast<Addr>(at);
+        ph.p_vaddr = static_cast<Addr>(at);
+        ph.p_paddr = static_cast<Addr>(at);
+        ph.p_filesz = static_cast<Addr>(len);
+        ph.p_memsz = static_cast<Addr>(len);
+        ph.p_align = static_cast<Addr>(align);
+        return ph;
+    };
+    const typename E::Phdr phdrs[kPhnum] = {
+        segment(PT_LOAD, 0, size, 0x1000), segment(PT_DYNAMIC, dyn_at, sizeof dynamic, 8),
+        segment(PT_GNU_STACK, 0, 0, 16),  // non-executable stack
+    };
+
+    std::string out(size, '\0');
+    auto put = [&out](std::size_t at, const void* p, std::size_t n) {
+        std::memcpy(out.data() + at, p, n);
+    };
+    put(0, &eh, sizeof eh);
+    put(phdr_at, phdrs, sizeof phdrs);
+    // The symbol table holds only the null symbol, already zero.
+    put(hash_at, hash, sizeof hash);
+    put(str_at, dynstr.data(), dynstr.size());
+    put(dyn_at, dynamic, sizeof dynamic);
+    return out;
+}
+
+}  // namespace
+
+std::string make_shared_object(Machine machine, std::string_view soname) {
+    if (soname.empty() || soname.find('\0') != std::string_view::npos ||
+        soname.find('/') != std::string_view::npos)
+        throw_invalid("make shared object", std::string(soname),
+                      "a soname is a non-empty file name");
+    return machine == Machine::X86_64 ? build<Elf64>(soname) : build<Elf32>(soname);
+}
+
+}  // namespace gpubind::elf

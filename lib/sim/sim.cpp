@@ -1,0 +1,787 @@
+// The simulated node: see gpubind/sim.hpp for what it holds.
+#include "gpubind/sim/sim.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <set>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fake_node.h"
+#include "gpubind/sim/elf_stub.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/strings.hpp"
+
+// The fake driver's files, embedded by lib/fake/CMakeLists.txt (gpubind_sim_blobs).
+extern "C" {
+extern const unsigned char gpubind_blob_nvml_start[], gpubind_blob_nvml_end[];
+extern const unsigned char gpubind_blob_cuda_start[], gpubind_blob_cuda_end[];
+extern const unsigned char gpubind_blob_smi_start[], gpubind_blob_smi_end[];
+extern const unsigned char gpubind_blob_tool_start[], gpubind_blob_tool_end[];
+}
+
+namespace gpubind::sim {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The bytes between two of those symbols (distinct objects to the compiler,
+// hence the address arithmetic).
+std::string_view blob(const unsigned char* start, const unsigned char* end) {
+    auto size = reinterpret_cast<std::uintptr_t>(end) - reinterpret_cast<std::uintptr_t>(start);
+    return {reinterpret_cast<const char*>(start), static_cast<std::size_t>(size)};
+}
+
+// NVIDIA's fixed device numbers.
+constexpr unsigned kFrontendMajor = 195;
+constexpr unsigned kCtlMinor = 255;
+constexpr unsigned kModesetMinor = 254;
+
+// The driver's nvidia-caps minors (its capability table, in order): fabric-mgmt
+// 0, mig config 1, mig monitor 2, then for each of 32 GPU minors and 15 GPU
+// instances: the instance's access and its 8 compute instances' access.
+constexpr unsigned kCapConfigMinor = 1;
+constexpr unsigned kCapMonitorMinor = 2;
+constexpr unsigned kCapsPerGi = 1 + FAKE_MIG_MAX_CI;
+constexpr unsigned kCapsPerGpu = FAKE_MIG_MAX_GI * kCapsPerGi;
+constexpr unsigned gi_cap_minor(unsigned gpu_minor, unsigned gi) {
+    return 3 + gpu_minor * kCapsPerGpu + gi * kCapsPerGi;
+}
+constexpr unsigned ci_cap_minor(unsigned gpu_minor, unsigned gi, unsigned ci) {
+    return gi_cap_minor(gpu_minor, gi) + 1 + ci;
+}
+// Permission bits the driver gives these capabilities (DeviceFileMode).
+constexpr mode_t kCapConfigMode = 0400;
+constexpr mode_t kCapMonitorMode = 0444;
+constexpr mode_t kCapAccessMode = 0444;
+
+constexpr unsigned kMaxGpus = 64;
+
+// PCI buses of an 8-GPU HGX baseboard; GPU i sits on bus kBuses[i % 8] of
+// PCI domain i / 8, so bus ids are distinct and ascend with the index.
+constexpr unsigned kBuses[] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
+
+constexpr std::string_view kLib64 = "usr/lib/x86_64-linux-gnu";
+constexpr std::string_view kLib32 = "usr/lib/i386-linux-gnu";
+
+enum class Real { None, Nvml, Cuda };
+
+// One library of the driver. Its file is <stem>.<version>; its soname is
+// <stem>.<soname_suffix>, or the file name itself when the suffix is empty.
+struct LibraryDef {
+    std::string_view stem;
+    std::string_view soname_suffix;
+    std::string_view capability;
+    bool compat32;              // also installed as a 32-bit copy
+    std::string_view subdir;    // below the library directory
+    Real real;                  // the compiled fake (64-bit only), else an ELF stub
+};
+
+constexpr LibraryDef kLibraries[] = {
+    {"libnvidia-ml.so", "1", "utility", true, "", Real::Nvml},
+    {"libnvidia-cfg.so", "1", "utility", false, "", Real::None},
+    {"libcuda.so", "1", "compute", true, "", Real::Cuda},
+    {"libcudadebugger.so", "1", "compute", false, "", Real::None},
+    {"libnvidia-opencl.so", "1", "compute", true, "", Real::None},
+    {"libnvidia-ptxjitcompiler.so", "1", "compute", true, "", Real::None},
+    {"libnvidia-nvvm.so", "4", "compute", false, "", Real::None},
+    {"libnvidia-gpucomp.so", "", "compute", false, "", Real::None},
+    {"libnvidia-allocator.so", "1", "compute", false, "", Real::None},
+    {"libnvcuvid.so", "1", "video", false, "", Real::None},
+    {"libnvidia-encode.so", "1", "video", false, "", Real::None},
+    {"libnvidia-opticalflow.so", "1", "video", false, "", Real::None},
+    {"libvdpau_nvidia.so", "1", "video", false, "vdpau", Real::None},
+    {"libnvidia-eglcore.so", "", "graphics", true, "", Real::None},
+    {"libnvidia-glcore.so", "", "graphics", true, "", Real::None},
+    {"libnvidia-tls.so", "", "graphics", true, "", Real::None},
+    {"libnvidia-glsi.so", "", "graphics", true, "", Real::None},
+    {"libnvidia-fbc.so", "1", "graphics", true, "", Real::None},
+    {"libnvidia-rtcore.so", "", "graphics", false, "", Real::None},
+    {"libnvoptix.so", "1", "graphics", false, "", Real::None},
+    {"libGLX_nvidia.so", "0", "graphics", true, "", Real::None},
+    {"libEGL_nvidia.so", "0", "graphics", true, "", Real::None},
+    {"libGLESv2_nvidia.so", "2", "graphics", true, "", Real::None},
+    {"libGLESv1_CM_nvidia.so", "1", "graphics", true, "", Real::None},
+    {"libnvidia-glvkspirv.so", "", "graphics", true, "", Real::None},
+    {"libnvidia-ngx.so", "1", "ngx", false, "", Real::None},
+};
+
+bool graphics_only(std::string_view capability) {
+    return capability == "video" || capability == "graphics" || capability == "ngx";
+}
+
+struct BinaryDef {
+    std::string_view name;
+    std::string_view capability;
+    bool smi;                   // the fake nvidia-smi, else the stand-in tool
+};
+
+constexpr BinaryDef kBinaries[] = {
+    {"nvidia-smi", "utility", true},
+    {"nvidia-debugdump", "utility", false},
+    {"nvidia-persistenced", "utility", false},
+    {"nvidia-cuda-mps-control", "compute", false},
+    {"nvidia-cuda-mps-server", "compute", false},
+};
+
+// The module parameters /proc/driver/nvidia/params lists, in the driver's
+// order, with its defaults.
+constexpr std::pair<std::string_view, std::string_view> kParams[] = {
+    {"ResmanDebugLevel", "4294967295"},
+    {"RmLogonRC", "1"},
+    {"ModifyDeviceFiles", "1"},
+    {"DeviceFileUID", "0"},
+    {"DeviceFileGID", "0"},
+    {"DeviceFileMode", "438"},
+    {"InitializeSystemMemoryAllocations", "1"},
+    {"UsePageAttributeTable", "4294967295"},
+    {"EnableMSI", "1"},
+    {"RegisterForACPIEvents", "1"},
+    {"EnablePCIeGen3", "0"},
+    {"MemoryPoolSize", "0"},
+    {"KMallocHeapMaxSize", "0"},
+    {"VMallocHeapMaxSize", "0"},
+    {"IgnoreMMIOCheck", "0"},
+    {"TCEBypassMode", "0"},
+    {"EnableStreamMemOPs", "0"},
+    {"EnableUserNUMAManagement", "1"},
+    {"NvLinkDisable", "0"},
+    {"RmProfilingAdminOnly", "1"},
+    {"PreserveVideoMemoryAllocations", "0"},
+    {"EnableS0ixPowerManagement", "0"},
+    {"S0ixPowerManagementVideoMemoryThreshold", "256"},
+    {"DynamicPowerManagement", "3"},
+    {"DynamicPowerManagementVideoMemoryThreshold", "200"},
+    {"RegisterPCIDriver", "1"},
+    {"EnablePCIeRelaxedOrderingMode", "0"},
+    {"EnableGpuFirmware", "18"},
+    {"EnableGpuFirmwareLogs", "2"},
+    {"EnableDbgBreakpoint", "0"},
+    {"OpenRmEnableUnsupportedGpus", "0"},
+    {"RegistryDwords", "\"\""},
+    {"RegistryDwordsPerDevice", "\"\""},
+    {"RmMsg", "\"\""},
+    {"GpuBlacklist", "\"\""},
+    {"TemporaryFilePath", "\"\""},
+    {"ExcludedGpus", "\"\""},
+};
+
+// Character devices a typical host lists besides NVIDIA's (all below 195,
+// so never in the way of the dynamic majors chosen below).
+constexpr std::pair<unsigned, std::string_view> kOtherCharDevices[] = {
+    {1, "mem"},   {4, "/dev/vc/0"}, {4, "tty"},   {4, "ttyS"},   {5, "/dev/tty"},
+    {5, "/dev/console"}, {5, "/dev/ptmx"}, {7, "vcs"}, {10, "misc"}, {13, "input"},
+    {21, "sg"},   {29, "fb"},       {128, "ptm"}, {136, "pts"},  {180, "usb"},
+    {189, "usb_device"},
+};
+constexpr std::string_view kBlockDevices =
+    "  7 loop\n  8 sd\n  9 md\n 11 sr\n 65 sd\n 66 sd\n 67 sd\n259 blkext\n";
+
+// ---------------------------------------------------------------------------
+// Validation
+
+void check_spec(const Spec& spec) {
+    const std::string what = "simulated node spec";
+    if (spec.gpus < 1 || spec.gpus > kMaxGpus)
+        throw_invalid("simulate", what, fmt::format("gpus must be 1 to {}, not {}", kMaxGpus, spec.gpus));
+    const auto& v = spec.driver_version;
+    bool version_ok = !v.empty() && v.size() <= 32 && v.front() != '.' && v.back() != '.' &&
+                      v.find("..") == std::string::npos && v.find('.') != std::string::npos &&
+                      std::all_of(v.begin(), v.end(), [](char c) {
+                          return (c >= '0' && c <= '9') || c == '.';
+                      });
+    if (!version_ok)
+        throw_invalid("simulate", what,
+                      fmt::format("driver version \"{}\" is not numbers separated by dots "
+                                  "(like 550.54.15)", v));
+    const auto& m = spec.model;
+    bool model_ok = !m.empty() && m.size() < 96 && trim(m) == m &&
+                    std::none_of(m.begin(), m.end(), [](char c) {
+                        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+                    });
+    if (!model_ok)
+        throw_invalid("simulate", what,
+                      fmt::format("model \"{}\" must be 1 to 95 printable characters without "
+                                  "surrounding blanks", m));
+    const auto& prefix = spec.prefix;
+    bool prefix_ok = prefix.size() < 128;
+    if (!prefix.empty())
+        for (const auto& part : split(prefix, '/'))
+            prefix_ok = prefix_ok && !part.empty() && part != "." && part != ".." &&
+                        std::all_of(part.begin(), part.end(), [](char c) {
+                            return std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+                                   c == '_' || c == '-';
+                        });
+    if (!prefix_ok)
+        throw_invalid("simulate", what,
+                      fmt::format("prefix \"{}\" is not a relative path of names made of letters, "
+                                  "digits, '.', '_' and '-'", prefix));
+    std::set<std::tuple<unsigned, unsigned, unsigned>> seen;
+    for (const auto& mig : spec.mig) {
+        std::string id = fmt::format("{}:{}:{}", mig.gpu, mig.gi, mig.ci);
+        if (mig.gpu >= spec.gpus)
+            throw_invalid("simulate", what,
+                          fmt::format("MIG device {}: GPU {} does not exist (the node has {})", id,
+                                      mig.gpu, spec.gpus));
+        if (mig.gpu >= FAKE_MIG_MAX_GPU_MINORS)
+            throw_invalid("simulate", what,
+                          fmt::format("MIG device {}: the driver supports MIG on GPUs 0 to {} only",
+                                      id, FAKE_MIG_MAX_GPU_MINORS - 1));
+        if (mig.gi >= FAKE_MIG_MAX_GI || mig.ci >= FAKE_MIG_MAX_CI)
+            throw_invalid("simulate", what,
+                          fmt::format("MIG device {}: GPU instance must be 0 to {} and compute "
+                                      "instance 0 to {}", id, FAKE_MIG_MAX_GI - 1,
+                                      FAKE_MIG_MAX_CI - 1));
+        if (!seen.insert({mig.gpu, mig.gi, mig.ci}).second)
+            throw_invalid("simulate", what, fmt::format("MIG device {} is listed twice", id));
+    }
+    if (spec.imex_channels > kMaxImexChannels)
+        throw_invalid("simulate", what,
+                      fmt::format("imex channels must be 0 to {}, not {}", kMaxImexChannels,
+                                  spec.imex_channels));
+}
+
+// ---------------------------------------------------------------------------
+// Writing
+
+// Writes the node below `dir_`, recording every piece in the manifest.
+class Writer {
+public:
+    Writer(fs::path dir, const Spec& spec) : dir_(std::move(dir)) { manifest_.spec = spec; }
+
+    Manifest run();
+
+private:
+    fs::path at(std::string_view rel) const { return dir_ / fs::path(rel); }
+    // The library directory, relative to the node.
+    std::string lib_dir(bool compat32) const {
+        const std::string& prefix = manifest_.spec.prefix;
+        if (prefix.empty()) return std::string(compat32 ? kLib32 : kLib64);
+        return prefix + (compat32 ? "/lib" : "/lib64");
+    }
+
+    void mkdirs(const fs::path& path) const {
+        std::error_code ec;
+        fs::create_directories(path, ec);
+        if (ec) throw Error(ec.value(), "mkdir", path.string());
+    }
+
+    void write(const fs::path& path, std::string_view data, mode_t mode) const {
+        mkdirs(path.parent_path());
+        Fd fd = open_or_throw(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+        std::size_t done = 0;
+        while (done < data.size()) {
+            ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) throw_errno("write", path.string());
+            done += static_cast<std::size_t>(n);
+        }
+        if (::fchmod(fd.get(), mode) != 0) throw_errno("chmod", path.string());
+    }
+
+    void symlink(std::string_view target, const fs::path& path) const {
+        if (::symlink(std::string(target).c_str(), path.c_str()) != 0)
+            throw_errno("symlink", path.string());
+    }
+
+    void node(std::string_view rel, unsigned major, unsigned minor, mode_t mode);
+    void socket(std::string_view rel) const;
+    void choose_majors();
+    void gpus();
+    void mig();
+    void proc_devices() const;
+    void proc_driver() const;
+    void libraries();
+    void binaries();
+    void ipcs();
+    void firmware();
+    void ldconfig() const;
+
+    void record(std::string kind, std::string name, std::string path, std::string real_path,
+                std::string_view capability, bool compat32) {
+        manifest_.files.push_back({std::move(kind), std::move(name), std::move(path),
+                                   std::move(real_path), std::string(capability), compat32});
+    }
+
+    fs::path dir_;
+    Manifest manifest_;
+    unsigned uvm_major_ = 0;
+    unsigned caps_major_ = 0;
+    unsigned imex_major_ = 0;
+};
+
+void Writer::node(std::string_view rel, unsigned major, unsigned minor, mode_t mode) {
+    fs::path path = at(rel);
+    mkdirs(path.parent_path());
+    if (::mknod(path.c_str(), S_IFCHR | mode, makedev(major, minor)) != 0) {
+        if (errno == EPERM)
+            throw Error(EPERM, "simulate", path.string(),
+                        "making device nodes needs root (CAP_MKNOD)");
+        throw_errno("mknod", path.string());
+    }
+    if (::chmod(path.c_str(), mode) != 0) throw_errno("chmod", path.string());
+    manifest_.nodes.push_back({"/" + std::string(rel), major, minor});
+}
+
+// A unix socket left behind by bind(): what a listening daemon's looks like.
+void Writer::socket(std::string_view rel) const {
+    fs::path path = at(rel);
+    mkdirs(path.parent_path());
+    Fd dirfd = open_or_throw(path.parent_path(), O_PATH | O_DIRECTORY);
+    // Bound through the directory's descriptor: the full path may be longer
+    // than sun_path allows.
+    std::string name = fmt::format("/proc/self/fd/{}/{}", dirfd.get(), path.filename().string());
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (name.size() >= sizeof addr.sun_path)
+        throw Error(ENAMETOOLONG, "bind", path.string());
+    std::copy(name.begin(), name.end(), addr.sun_path);
+    Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) throw_errno("socket", path.string());
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
+        throw_errno("bind", path.string());
+    // Anyone may connect, as to the daemons' own sockets.
+    if (::fchmodat(dirfd.get(), path.filename().c_str(), 0777, 0) != 0)
+        throw_errno("chmod", path.string());
+}
+
+// nvidia-uvm's and nvidia-caps' majors are dynamic: pick two that no driver
+// on this host holds, so that opening the nodes fails with ENXIO here.
+void Writer::choose_majors() {
+    std::set<unsigned> used = {kFrontendMajor};
+    try {
+        std::string text = read_file("/proc/devices", 1 << 16);
+        bool chars = false;
+        for (auto line : split(text, '\n')) {
+            line = trim(line);
+            if (line.empty()) continue;
+            if (line.back() == ':') {
+                chars = line == "Character devices:";
+                continue;
+            }
+            auto number = parse_unsigned(line.substr(0, line.find(' ')));
+            if (chars && number) used.insert(static_cast<unsigned>(*number));
+        }
+    } catch (const Error& e) {
+        logger().warn("simulate: cannot read this host's /proc/devices ({}); assuming majors "
+                      "235, 236 and 234 are free", e.what());
+    }
+    std::vector<unsigned> candidates = {235, 236};
+    for (unsigned m = 234; m >= 200; --m) candidates.push_back(m);
+    for (unsigned m = 511; m >= 384; --m) candidates.push_back(m);
+    std::vector<unsigned> free;
+    for (unsigned m : candidates)
+        if (!used.count(m) && std::find(free.begin(), free.end(), m) == free.end())
+            free.push_back(m);
+    if (free.size() < 3)
+        throw Error(EBUSY, "simulate", "/proc/devices", "no free character device majors");
+    uvm_major_ = free[0];
+    caps_major_ = free[1];
+    imex_major_ = free[2];
+}
+
+void Writer::gpus() {
+    const Spec& spec = manifest_.spec;
+    fake_model_facts facts = fake_model_lookup(spec.model.c_str());
+    for (unsigned i = 0; i < spec.gpus; ++i) {
+        char uuid[FAKE_UUID_SIZE];
+        fake_gpu_uuid(i, spec.driver_version.c_str(), uuid, sizeof uuid);
+        ManifestGpu gpu;
+        gpu.index = i;
+        gpu.minor = i;
+        gpu.uuid = uuid;
+        gpu.pci_bus_id = fmt::format("{:04x}:{:02x}:00.0", i / 8, kBuses[i % 8]);
+        gpu.model = spec.model;
+        gpu.brand = fake_brand_name(facts.brand);
+        gpu.compute_capability = fmt::format("{}.{}", facts.cc_major, facts.cc_minor);
+        manifest_.gpus.push_back(std::move(gpu));
+    }
+}
+
+void Writer::mig() {
+    std::vector<MigSpec> migs = manifest_.spec.mig;
+    std::sort(migs.begin(), migs.end(), [](const MigSpec& a, const MigSpec& b) {
+        return std::tie(a.gpu, a.gi, a.ci) < std::tie(b.gpu, b.gi, b.ci);
+    });
+    for (const auto& m : migs) {
+        const ManifestGpu& gpu = manifest_.gpus.at(m.gpu);
+        char uuid[FAKE_UUID_SIZE];
+        fake_mig_uuid(gpu.uuid.c_str(), m.gi, m.ci, uuid, sizeof uuid);
+        manifest_.migs.push_back({m.gpu, m.gi, m.ci, uuid, gi_cap_minor(gpu.minor, m.gi),
+                                  ci_cap_minor(gpu.minor, m.gi, m.ci)});
+    }
+}
+
+void Writer::proc_devices() const {
+    std::vector<std::pair<unsigned, std::string_view>> chars(std::begin(kOtherCharDevices),
+                                                             std::end(kOtherCharDevices));
+    chars.emplace_back(kFrontendMajor, "nvidia-frontend");
+    chars.emplace_back(uvm_major_, "nvidia-uvm");
+    if (!manifest_.migs.empty()) chars.emplace_back(caps_major_, "nvidia-caps");
+    if (manifest_.spec.imex_channels > 0)
+        chars.emplace_back(imex_major_, "nvidia-caps-imex-channels");
+    std::stable_sort(chars.begin(), chars.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::string text = "Character devices:\n";
+    for (const auto& [major, name] : chars) text += fmt::format("{:3} {}\n", major, name);
+    text += "\nBlock devices:\n";
+    text += kBlockDevices;
+    write(at("proc/devices"), text, 0444);
+}
+
+std::string cap_file(unsigned minor, mode_t mode) {
+    return fmt::format("DeviceFileMinor: {}\nDeviceFileMode: {}\nDeviceFileModify: 1\n", minor,
+                       static_cast<unsigned>(mode));
+}
+
+void Writer::proc_driver() const {
+    const Spec& spec = manifest_.spec;
+    write(at("proc/driver/nvidia/version"),
+          fmt::format("NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  Tue Mar  5 22:23:56 "
+                      "UTC 2024\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n",
+                      spec.driver_version),
+          0444);
+    std::string params;
+    for (const auto& [key, value] : kParams) params += fmt::format("{}: {}\n", key, value);
+    write(at("proc/driver/nvidia/params"), params, 0444);
+    write(at("proc/driver/nvidia/registry"), "Binary: \"\"\n", 0644);
+
+    for (const auto& gpu : manifest_.gpus) {
+        // The driver's own layout: "Key: <tabs> value".
+        std::string info = fmt::format(
+            "Model: \t\t {}\nIRQ:   \t\t {}\nGPU UUID: \t {}\nVideo BIOS: \t 96.00.99.00.01\n"
+            "Bus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"
+            "Bus Location: \t {}\nDevice Minor: \t {}\nGPU Excluded:\t No\n",
+            gpu.model, 100 + gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.minor);
+        write(at("proc/driver/nvidia/gpus/" + gpu.pci_bus_id + "/information"), info, 0444);
+    }
+
+    if (manifest_.migs.empty()) return;
+    write(at("proc/driver/nvidia/capabilities/mig/config"),
+          cap_file(kCapConfigMinor, kCapConfigMode), 0444);
+    write(at("proc/driver/nvidia/capabilities/mig/monitor"),
+          cap_file(kCapMonitorMinor, kCapMonitorMode), 0444);
+    std::set<std::pair<unsigned, unsigned>> gis;
+    for (const auto& m : manifest_.migs) {
+        unsigned minor = manifest_.gpus.at(m.gpu).minor;
+        std::string gi_dir = fmt::format("proc/driver/nvidia/capabilities/gpu{}/mig/gi{}", minor, m.gi);
+        if (gis.insert({m.gpu, m.gi}).second)
+            write(at(gi_dir + "/access"), cap_file(m.gi_cap_minor, kCapAccessMode), 0444);
+        write(at(fmt::format("{}/ci{}/access", gi_dir, m.ci)),
+              cap_file(m.ci_cap_minor, kCapAccessMode), 0444);
+    }
+    // The driver lists every capability it can ever create, used or not.
+    std::string minors = fmt::format("config {}\nmonitor {}\n", kCapConfigMinor, kCapMonitorMinor);
+    for (unsigned g = 0; g < FAKE_MIG_MAX_GPU_MINORS; ++g)
+        for (unsigned gi = 0; gi < FAKE_MIG_MAX_GI; ++gi) {
+            minors += fmt::format("gpu{}/gi{}/access {}\n", g, gi, gi_cap_minor(g, gi));
+            for (unsigned ci = 0; ci < FAKE_MIG_MAX_CI; ++ci)
+                minors += fmt::format("gpu{}/gi{}/ci{}/access {}\n", g, gi, ci,
+                                      ci_cap_minor(g, gi, ci));
+        }
+    write(at("proc/driver/nvidia-caps/mig-minors"), minors, 0444);
+}
+
+void Writer::libraries() {
+    const Spec& spec = manifest_.spec;
+    const std::string& version = spec.driver_version;
+    for (bool compat32 : {false, true}) {
+        if (compat32 && !spec.compat32) continue;
+        const std::string libdir = lib_dir(compat32);
+        for (const auto& lib : kLibraries) {
+            if (compat32 && !lib.compat32) continue;
+            if (!spec.graphics && graphics_only(lib.capability)) continue;
+            std::string stem(lib.stem);
+            std::string file = stem + "." + version;
+            std::string soname = lib.soname_suffix.empty() ? file
+                                                           : stem + "." + std::string(lib.soname_suffix);
+            std::string rel_dir(libdir);
+            if (!lib.subdir.empty()) rel_dir += "/" + std::string(lib.subdir);
+            fs::path dir = at(rel_dir);
+            std::string data;
+            if (!compat32 && lib.real == Real::Nvml)
+                data = std::string(blob(gpubind_blob_nvml_start, gpubind_blob_nvml_end));
+            else if (!compat32 && lib.real == Real::Cuda)
+                data = std::string(blob(gpubind_blob_cuda_start, gpubind_blob_cuda_end));
+            else
+                data = elf::make_shared_object(compat32 ? elf::Machine::I386 : elf::Machine::X86_64,
+                                               soname);
+            write(dir / file, data, 0755);
+            // The soname link, and the development link for libraries with a
+            // short soname (the installer makes none for "libX.so.<version>").
+            if (soname != file) {
+                symlink(file, dir / soname);
+                symlink(soname, dir / stem);
+            }
+            record("library", soname, "/" + rel_dir + "/" + soname, "/" + rel_dir + "/" + file,
+                   lib.capability, compat32);
+        }
+    }
+}
+
+void Writer::binaries() {
+    const std::string& prefix = manifest_.spec.prefix;
+    for (const auto& bin : kBinaries) {
+        std::string_view data = bin.smi ? blob(gpubind_blob_smi_start, gpubind_blob_smi_end)
+                                        : blob(gpubind_blob_tool_start, gpubind_blob_tool_end);
+        const std::string name(bin.name);
+        std::string rel = (prefix.empty() ? "usr" : prefix) + "/bin/" + name;
+        write(at(rel), data, 0755);
+        if (!prefix.empty())  // the sandbox's wrapper: a path only the host has
+            write(at("usr/bin/" + name), fmt::format("#!/bin/sh\nexec /{} \"$@\"\n", rel), 0755);
+        record("binary", name, "/" + rel, "/" + rel, bin.capability, false);
+    }
+}
+
+void Writer::ipcs() {
+    // nvidia-container-cli gives both daemons' sockets with the utility
+    // capability and the MPS pipe directory with compute.
+    for (std::string_view daemon : {"nvidia-persistenced", "nvidia-fabricmanager"}) {
+        std::string rel = "run/" + std::string(daemon) + "/socket";
+        socket(rel);
+        record("ipc", std::string(daemon), "/" + rel, "/" + rel, "utility", false);
+    }
+    mkdirs(at("tmp/nvidia-mps"));
+    record("ipc", "nvidia-mps", "/tmp/nvidia-mps", "/tmp/nvidia-mps", "compute", false);
+}
+
+void Writer::firmware() {
+    const std::string& version = manifest_.spec.driver_version;
+    for (std::string_view name : {"gsp_ga10x.bin", "gsp_tu10x.bin"}) {
+        std::string rel = fmt::format("lib/firmware/nvidia/{}/{}", version, name);
+        write(at(rel), fmt::format("gpubind simulated GSP firmware {} {}\n", name, version), 0644);
+        record("firmware", std::string(name), "/" + rel, "/" + rel, "utility", false);
+    }
+}
+
+// Builds etc/ld.so.cache with the system's ldconfig, chrooted into the node
+// (-r), leaving the links as written (-X), with an empty environment.
+void Writer::ldconfig() const {
+    const Spec& spec = manifest_.spec;
+    std::string conf = fmt::format("/{}\n", lib_dir(false));
+    if (spec.graphics) conf += fmt::format("/{}/vdpau\n", lib_dir(false));
+    if (spec.compat32) conf += fmt::format("/{}\n", lib_dir(true));
+    write(at("etc/ld.so.conf"), conf, 0644);
+
+    std::string program = "/sbin/ldconfig";
+    if (::access(program.c_str(), X_OK) != 0) program = "/usr/sbin/ldconfig";
+    std::string root = dir_.string();
+    std::vector<std::string> args = {"ldconfig", "-X", "-i", "-r", root};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    char* envp[] = {nullptr};
+
+    int pipefd[2];
+    if (::pipe2(pipefd, O_CLOEXEC) != 0) throw_errno("pipe", program);
+    Fd out(pipefd[0]);
+    Fd in(pipefd[1]);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in.get(), 1);
+    posix_spawn_file_actions_adddup2(&actions, in.get(), 2);
+    pid_t pid = 0;
+    int err = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp);
+    posix_spawn_file_actions_destroy(&actions);
+    if (err != 0) throw Error(err, "run", program);
+    in.reset();
+
+    std::string output;
+    char buf[4096];
+    for (;;) {
+        ssize_t n = ::read(out.get(), buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        if (output.size() < 4096) output.append(buf, static_cast<std::size_t>(n));
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) throw_errno("wait", program);
+    std::string said(trim(output));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::string how = WIFEXITED(status) ? fmt::format("exited with {}", WEXITSTATUS(status))
+                                            : fmt::format("killed by signal {}", WTERMSIG(status));
+        throw Error(ECHILD, "simulate", (dir_ / "etc/ld.so.cache").string(),
+                    fmt::format("{} -X -i -r {} {}{}{}", program, root, how,
+                                said.empty() ? "" : ": ", said));
+    }
+    if (!said.empty()) logger().debug("simulate: ldconfig said: {}", said);
+}
+
+Manifest Writer::run() {
+    const Spec& spec = manifest_.spec;
+    int cuda = fake_cuda_version(fake_driver_major(spec.driver_version.c_str()));
+    manifest_.cuda_version = fmt::format("{}.{}", cuda / 1000, (cuda % 1000) / 10);
+    choose_majors();
+    gpus();
+    mig();
+
+    // Device nodes first: without CAP_MKNOD nothing else gets written.
+    for (const auto& gpu : manifest_.gpus)
+        node(fmt::format("dev/nvidia{}", gpu.minor), kFrontendMajor, gpu.minor, 0666);
+    struct statvfs fs_info {};
+    if (::statvfs(dir_.c_str(), &fs_info) == 0 && (fs_info.f_flag & ST_NODEV) != 0)
+        logger().warn("simulate: {} is on a filesystem mounted nodev: its device nodes cannot "
+                      "be opened, so the fake driver will see no GPU there", dir_.string());
+    node("dev/nvidiactl", kFrontendMajor, kCtlMinor, 0666);
+    node("dev/nvidia-modeset", kFrontendMajor, kModesetMinor, 0666);
+    node("dev/nvidia-uvm", uvm_major_, 0, 0666);
+    node("dev/nvidia-uvm-tools", uvm_major_, 1, 0666);
+    if (!manifest_.migs.empty()) {
+        node(fmt::format("dev/nvidia-caps/nvidia-cap{}", kCapConfigMinor), caps_major_,
+             kCapConfigMinor, kCapConfigMode);
+        node(fmt::format("dev/nvidia-caps/nvidia-cap{}", kCapMonitorMinor), caps_major_,
+             kCapMonitorMinor, kCapMonitorMode);
+        std::set<unsigned> made;
+        for (const auto& m : manifest_.migs)
+            for (unsigned minor : {m.gi_cap_minor, m.ci_cap_minor})
+                if (made.insert(minor).second)
+                    node(fmt::format("dev/nvidia-caps/nvidia-cap{}", minor), caps_major_, minor,
+                         kCapAccessMode);
+    }
+
+    for (unsigned n = 0; n < spec.imex_channels; ++n)
+        node(fmt::format("dev/nvidia-caps-imex-channels/channel{}", n), imex_major_, n, 0666);
+
+    proc_devices();
+    proc_driver();
+    libraries();
+    binaries();
+    if (spec.ipcs) ipcs();
+    if (spec.firmware) firmware();
+    ldconfig();
+
+    nlohmann::json j = manifest_;
+    write(at(kManifestName), j.dump(2) + "\n", 0644);
+    return manifest_;
+}
+
+// Removes everything inside `dir` (never following symlinks).
+void clear(const fs::path& dir) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        std::error_code rm;
+        fs::remove_all(it->path(), rm);
+        if (rm) throw Error(rm.value(), "remove", it->path().string());
+    }
+    if (ec) throw Error(ec.value(), "read directory", dir.string());
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const Manifest& m) {
+    nlohmann::json mig = nlohmann::json::array();
+    for (const auto& s : m.spec.mig) mig.push_back({{"gpu", s.gpu}, {"gi", s.gi}, {"ci", s.ci}});
+    j = nlohmann::json::object();
+    j["spec"] = {{"gpus", m.spec.gpus},
+                 {"driver_version", m.spec.driver_version},
+                 {"model", m.spec.model},
+                 {"mig", mig},
+                 {"compat32", m.spec.compat32},
+                 {"ipcs", m.spec.ipcs},
+                 {"firmware", m.spec.firmware},
+                 {"graphics", m.spec.graphics},
+                 {"imex_channels", m.spec.imex_channels},
+                 {"prefix", m.spec.prefix}};
+    j["cuda_version"] = m.cuda_version;
+    j["gpus"] = nlohmann::json::array();
+    for (const auto& g : m.gpus)
+        j["gpus"].push_back({{"index", g.index},
+                             {"minor", g.minor},
+                             {"uuid", g.uuid},
+                             {"pci_bus_id", g.pci_bus_id},
+                             {"model", g.model},
+                             {"brand", g.brand},
+                             {"compute_capability", g.compute_capability}});
+    j["migs"] = nlohmann::json::array();
+    for (const auto& g : m.migs)
+        j["migs"].push_back({{"gpu", g.gpu},
+                             {"gi", g.gi},
+                             {"ci", g.ci},
+                             {"uuid", g.uuid},
+                             {"gi_cap_minor", g.gi_cap_minor},
+                             {"ci_cap_minor", g.ci_cap_minor}});
+    j["nodes"] = nlohmann::json::array();
+    for (const auto& n : m.nodes)
+        j["nodes"].push_back({{"path", n.path}, {"major", n.major}, {"minor", n.minor}});
+    j["files"] = nlohmann::json::array();
+    for (const auto& f : m.files)
+        j["files"].push_back({{"kind", f.kind},
+                              {"name", f.name},
+                              {"path", f.path},
+                              {"real_path", f.real_path},
+                              {"capability", f.capability},
+                              {"compat32", f.compat32}});
+}
+
+Manifest simulate(const fs::path& dir_arg, const Spec& spec) {
+    check_spec(spec);
+    if (dir_arg.empty()) throw_invalid("simulate", "", "no directory given");
+    std::error_code ec;
+    fs::path dir = fs::absolute(dir_arg, ec).lexically_normal();
+    if (ec) throw Error(ec.value(), "simulate", dir_arg.string());
+    if (dir.has_relative_path() && !dir.has_filename()) dir = dir.parent_path();
+    if (dir == dir.root_path())
+        throw_invalid("simulate", dir.string(), "refusing to write a simulated node at /");
+
+    bool created = false;
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            throw Error(ENOTDIR, "simulate", dir.string(), "exists and is not a directory");
+        struct stat manifest_st {};
+        bool ours = ::lstat((dir / kManifestName).c_str(), &manifest_st) == 0 &&
+                    S_ISREG(manifest_st.st_mode);
+        if (ours) {
+            logger().info("simulate: replacing the simulated node at {}", dir.string());
+            clear(dir);
+        } else if (!fs::is_empty(dir, ec) || ec) {
+            throw Error(ENOTEMPTY, "simulate", dir.string(),
+                        fmt::format("not empty and not a simulated node (no {}): refusing to "
+                                    "write into it", kManifestName));
+        }
+    } else if (errno == ENOENT) {
+        std::error_code mk;
+        fs::create_directories(dir, mk);
+        if (mk) throw Error(mk.value(), "mkdir", dir.string());
+        created = true;
+    } else {
+        throw_errno("simulate", dir.string());
+    }
+
+    try {
+        return Writer(dir, spec).run();
+    } catch (...) {
+        // Leave nothing half-written behind: the directory was empty or ours.
+        std::error_code ignored;
+        if (created)
+            fs::remove_all(dir, ignored);
+        else
+            for (fs::directory_iterator it(dir, ignored), end; !ignored && it != end;
+                 it.increment(ignored))
+                fs::remove_all(it->path(), ignored);
+        throw;
+    }
+}
+
+}  // namespace gpubind::sim

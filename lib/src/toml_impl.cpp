@@ -1,4 +1,0 @@
-// toml++'s implementation (parser, printers), compiled once for the project:
-// every other file includes toml.hpp for declarations only.
-#define TOML_IMPLEMENTATION
-#include "toml.hpp"

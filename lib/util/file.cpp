@@ -1,0 +1,142 @@
+#include "gpubind/util/file.hpp"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+
+#include "gpubind/util/error.hpp"
+
+namespace gpubind {
+
+Fd open_or_throw(const std::filesystem::path& path, int flags, unsigned mode) {
+    int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+    if (fd < 0) throw_errno("open", path.string());
+    return Fd(fd);
+}
+
+Fd openat_or_throw(int dirfd, const char* rel, int flags, const std::string& what,
+                   unsigned mode) {
+    int fd = ::openat(dirfd, rel, flags | O_CLOEXEC, mode);
+    if (fd < 0) throw_errno("open", what);
+    return Fd(fd);
+}
+
+std::string read_stream(int fd, std::size_t max_size, const std::string& what) {
+    std::string out;
+    char buf[16384];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw_errno("read", what);
+        }
+        if (n == 0) return out;
+        if (out.size() + static_cast<std::size_t>(n) > max_size)
+            throw Error(ErrorKind::Invalid, EFBIG, "read", what,
+                        "larger than the limit of " + std::to_string(max_size) + " bytes");
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+}
+
+std::string read_fd(int fd, std::size_t max_size, const std::string& what) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw_errno("stat", what);
+    if (!S_ISREG(st.st_mode)) throw_invalid("read", what, "not a regular file");
+    if (static_cast<std::size_t>(st.st_size) > max_size)
+        throw Error(ErrorKind::Invalid, EFBIG, "read", what,
+                    "larger than the limit of " + std::to_string(max_size) + " bytes");
+    // procfs files report size 0: read_stream copes with any length up to the cap.
+    return read_stream(fd, max_size, what);
+}
+
+std::string read_file(const std::filesystem::path& path, std::size_t max_size) {
+    Fd fd = open_or_throw(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+    return read_fd(fd.get(), max_size, path.string());
+}
+
+std::string untrusted_dir(int dirfd, bool own_ok) {
+    struct stat st {};
+    if (::fstat(dirfd, &st) != 0) return "cannot be checked";
+    if (!S_ISDIR(st.st_mode)) return "is not a directory";
+    if (st.st_uid != 0 && !(own_ok && st.st_uid == ::geteuid()))
+        return own_ok ? "is owned by another user" : "is not owned by root";
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) return "is writable by others than its owner";
+    return {};
+}
+
+void make_directories(const std::filesystem::path& dir) {
+    std::filesystem::path at;
+    for (const auto& part : dir) {
+        at /= part;
+        if (::mkdir(at.c_str(), 0755) == 0) {
+            if (::chmod(at.c_str(), 0755) != 0) throw_errno("chmod", at.string());
+        } else if (errno != EEXIST) {
+            throw_errno("create directory", at.string());
+        }
+    }
+}
+
+namespace {
+
+// A name no other process can have guessed: ".<name>.<16 random hex digits>".
+std::string temporary_name(const std::string& name) {
+    std::uint64_t r = 0;
+    if (::getrandom(&r, sizeof r, 0) != static_cast<ssize_t>(sizeof r))
+        throw_errno("getrandom", name);
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out = "." + name + ".";
+    for (int i = 0; i < 16; ++i) out += kHex[(r >> (4 * i)) & 0xf];
+    return out;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view data,
+                       const WriteOptions& options) {
+    const std::string name = path.filename().string();
+    if (name.empty() || name == "." || name == "..")
+        throw_invalid("write", path.string(), "not a file name");
+    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+    Fd dirfd = open_or_throw(dir, O_RDONLY | O_DIRECTORY);
+    if (options.check_dir)
+        if (std::string bad = untrusted_dir(dirfd.get(), true); !bad.empty())
+            throw Error(ErrorKind::Refused, EACCES, "write", path.string(),
+                        "its directory " + bad + "; refusing to write there");
+    std::string tmp;
+    Fd fd;
+    for (int attempt = 0; !fd; ++attempt) {
+        tmp = temporary_name(name);
+        fd = Fd(::openat(dirfd.get(), tmp.c_str(),
+                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+        if (!fd && (errno != EEXIST || attempt == 8)) throw_errno("create", (dir / tmp).string());
+    }
+    auto fail = [&](const char* op, const std::string& what) {
+        const int err = errno;
+        ::unlinkat(dirfd.get(), tmp.c_str(), 0);
+        throw Error(err, op, what);
+    };
+    const std::string what = (dir / tmp).string();
+    if (::fchmod(fd.get(), options.mode) != 0) fail("chmod", what);
+    for (std::size_t done = 0; done < data.size();) {
+        const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fail("write", what);
+        done += static_cast<std::size_t>(n);
+    }
+    if (options.durable && ::fsync(fd.get()) != 0) fail("fsync", what);
+    if (options.replace) {
+        if (::renameat(dirfd.get(), tmp.c_str(), dirfd.get(), name.c_str()) != 0)
+            fail("rename", path.string());
+        return;
+    }
+    // A link fails where the name is taken, whatever is there.
+    if (::linkat(dirfd.get(), tmp.c_str(), dirfd.get(), name.c_str(), 0) != 0)
+        fail("create", path.string());
+    ::unlinkat(dirfd.get(), tmp.c_str(), 0);
+}
+
+}  // namespace gpubind

@@ -1,0 +1,53 @@
+// Bounded, descriptor-based file reading.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "gpubind/util/fd.hpp"
+
+namespace gpubind {
+
+// open(2) that throws Error("open", path) on failure. O_CLOEXEC is always added.
+Fd open_or_throw(const std::filesystem::path& path, int flags, unsigned mode = 0);
+// openat(2) likewise; `what` names the file in the error.
+Fd openat_or_throw(int dirfd, const char* rel, int flags, const std::string& what,
+                   unsigned mode = 0);
+
+// Reads a whole regular file of at most `max_size` bytes. A larger file, or one
+// that is not regular, is an Error naming the path.
+std::string read_file(const std::filesystem::path& path, std::size_t max_size);
+// Reads from an open descriptor (regular file checked with fstat), `what` names it.
+std::string read_fd(int fd, std::size_t max_size, const std::string& what);
+// Reads a stream (pipe, stdin) until EOF, failing once more than max_size arrives.
+std::string read_stream(int fd, std::size_t max_size, const std::string& what);
+
+// Why the directory open at `dirfd` may not hold files gpubind trusts or
+// writes as root ("" when it may): not a directory, owned by another user
+// than root (or, when `own_ok`, this process's), writable by group or others.
+std::string untrusted_dir(int dirfd, bool own_ok = false);
+
+struct WriteOptions {
+    unsigned mode = 0644;   // the new file's, exactly (set on its descriptor, past the umask)
+    bool durable = true;    // fsync before the rename (false: a file read at once and
+                            // useless after a crash)
+    bool check_dir = true;  // the directory must pass untrusted_dir(own_ok): where
+                            // others may write, a name could be swapped under root
+    bool replace = true;    // false: an existing file at `path` is an Error (EEXIST)
+};
+
+// Makes `dir` and every missing directory above it, each 0755 whatever the
+// umask (write_file_atomic refuses a directory group or others may write).
+void make_directories(const std::filesystem::path& dir);
+
+// Writes `data` to `path` atomically: a new file in the same directory under
+// a random name created exclusively (O_CREAT|O_EXCL|O_NOFOLLOW: never a link,
+// a FIFO or another's file planted at the name), its mode set, written, then
+// renamed over `path` (which replaces a link at `path`, never writes through
+// it). A failure leaves `path` as it was and removes the new file.
+void write_file_atomic(const std::filesystem::path& path, std::string_view data,
+                       const WriteOptions& options = {});
+
+}  // namespace gpubind
