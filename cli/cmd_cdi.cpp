@@ -9,10 +9,10 @@
 
 #include "commands.hpp"
 #include "gpubind/cdi/cdi.hpp"
-#include "gpubind/util/error.hpp"
-#include "gpubind/util/file.hpp"
 #include "gpubind/node/description.hpp"
 #include "gpubind/start/start.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/file.hpp"
 
 namespace gpubind::cli {
 
@@ -59,7 +59,8 @@ int generate(const CdiOptions& o) {
     nlohmann::json spec;
     if (o.imex) {
         auto imex = cdi::imex_spec(node, config);
-        if (!imex) throw Error(ENOENT, "generate CDI spec", "--imex", "the node has no IMEX channel");
+        if (!imex)
+            throw Error(ENOENT, "generate CDI spec", "--imex", "the node has no IMEX channel");
         spec = *imex;
     } else {
         spec = cdi::gpu_spec(node, config);
@@ -133,7 +134,8 @@ void register_cdi(CLI::App& app, Action& action) {
     ref->add_option("--hook-path", o->hook, "gpubind-hook's path in the spec (default [cdi] hook)");
     ref->callback([o, &action] { action = [o] { return refresh(*o); }; });
 
-    auto* rm = cdi_cmd->add_subcommand("remove", "Remove the node's specs from [cdi] dir; print those");
+    auto* rm =
+        cdi_cmd->add_subcommand("remove", "Remove the node's specs from [cdi] dir; print those");
     add_node_options(*rm, o->node);
     rm->add_option("--dir", o->dir, "Directory to remove them from (default [cdi] dir)");
     rm->callback([o, &action] { action = [o] { return remove(*o); }; });

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/exec/exec.hpp"
 #include "gpubind/start/start.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind::cli {
 
@@ -32,12 +32,13 @@ Request make_request(const ConfigureOptions& o) {
     if (!o.capabilities.empty()) {
         std::string unknown;
         auto parsed = parse_capabilities(o.capabilities, &unknown);
-        if (!parsed) throw_invalid("parse capabilities", "--capabilities",
-                                   "unknown capability \"" + unknown + "\"");
+        if (!parsed)
+            throw_invalid("parse capabilities", "--capabilities",
+                          "unknown capability \"" + unknown + "\"");
         caps = *parsed;
     }
     const std::pair<bool, Capability> flags[] = {
-        {o.utility, kCapUtility}, {o.compute, kCapCompute},   {o.video, kCapVideo},
+        {o.utility, kCapUtility},   {o.compute, kCapCompute}, {o.video, kCapVideo},
         {o.graphics, kCapGraphics}, {o.display, kCapDisplay}, {o.ngx, kCapNgx},
         {o.compat32, kCapCompat32}};
     for (auto [on, cap] : flags)
@@ -70,7 +71,8 @@ void register_configure(CLI::App& app, Action& action) {
     cmd->add_flag("--mig-config", o->mig_config, "The MIG config capability");
     cmd->add_flag("--mig-monitor", o->mig_monitor, "The MIG monitor capability");
     cmd->add_flag("--no-cgroups", o->no_cgroups, "Write no device cgroup rules");
-    cmd->add_flag("--no-devbind", o->no_devbind, "Do not bind the device nodes (cgroup rules only)");
+    cmd->add_flag("--no-devbind", o->no_devbind,
+                  "Do not bind the device nodes (cgroup rules only)");
     cmd->add_option("rootfs", o->rootfs, "The container's root filesystem")->required();
     cmd->callback([o, &action] {
         action = [o] {

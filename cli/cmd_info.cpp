@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/start/start.hpp"
 #include "gpubind/node/node.hpp"
+#include "gpubind/start/start.hpp"
 
 namespace gpubind::cli {
 
@@ -22,9 +22,12 @@ struct InfoOptions {
 
 const char* nvml_status(NvmlStatus s) {
     switch (s) {
-        case NvmlStatus::NotAsked: return "not-asked";
-        case NvmlStatus::Answered: return "answered";
-        case NvmlStatus::Failed: return "failed";
+        case NvmlStatus::NotAsked:
+            return "not-asked";
+        case NvmlStatus::Answered:
+            return "answered";
+        case NvmlStatus::Failed:
+            return "failed";
     }
     return "";
 }
@@ -37,22 +40,27 @@ std::string age(std::int64_t at) {
 // Where the facts come from and how old they are.
 void print_source(const NodeKnowledge& k) {
     fmt::print("Description:      {} ({}, computed {})\n", k.path.string(),
-               !k.stored                          ? "in memory only"
+               !k.stored                      ? "in memory only"
                : k.recomputed || k.nvml_asked ? "written now"
                                               : "read",
                age(k.computed_at));
-    if (!k.recomputed) fmt::print("                  fingerprint of the driver state matches\n");
-    else if (!k.why.empty()) fmt::print("                  recomputed: {}\n", k.why);
+    if (!k.recomputed)
+        fmt::print("                  fingerprint of the driver state matches\n");
+    else if (!k.why.empty())
+        fmt::print("                  recomputed: {}\n", k.why);
     if (k.nvml.status == NvmlStatus::Answered)
         fmt::print("NVML:             answered {} (took {} ms)\n", age(k.nvml.asked_at),
                    k.nvml.took_ms);
     else if (k.nvml.status == NvmlStatus::Failed)
         fmt::print("NVML:             failed {} (after {} ms): {}\n", age(k.nvml.asked_at),
                    k.nvml.took_ms, k.nvml.error);
-    else fmt::print("NVML:             not asked\n");
+    else
+        fmt::print("NVML:             not asked\n");
 }
 
-std::string or_unknown(const std::string& s) { return s.empty() ? "unknown" : s; }
+std::string or_unknown(const std::string& s) {
+    return s.empty() ? "unknown" : s;
+}
 
 // IMEX channel numbers with consecutive runs folded: "0-3, 7".
 std::string channel_ranges(const std::vector<DeviceNode>& channels) {
@@ -181,8 +189,10 @@ void register_info(CLI::App& app, Action& action) {
             load.need_nvml = true;
             load.refresh = opts->refresh;
             const NodeKnowledge k = know_node(node_config(opts->node), load);
-            if (opts->json) print_json(k);
-            else if (opts->csv) print_csv(k.node);
+            if (opts->json)
+                print_json(k);
+            else if (opts->csv)
+                print_csv(k.node);
             else {
                 print_text(k.node);
                 fmt::print("\n");

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "commands.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind::cli {
 

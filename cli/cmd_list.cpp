@@ -5,11 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/node/devices.hpp"
-#include "gpubind/util/error.hpp"
-#include "gpubind/start/start.hpp"
-#include "gpubind/node/node.hpp"
 #include "gpubind/decide/request.hpp"
+#include "gpubind/node/devices.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/start/start.hpp"
+#include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
 
 namespace gpubind::cli {
@@ -47,7 +47,8 @@ Listing make_listing(const Node& node, const ListOptions& o, Capabilities caps) 
             out.devices.push_back(&mig->ci_cap);
         }
         if (o.mig_config && !node.mig_control.empty()) out.devices.push_back(&node.mig_control[0]);
-        if (o.mig_monitor && node.mig_control.size() > 1) out.devices.push_back(&node.mig_control[1]);
+        if (o.mig_monitor && node.mig_control.size() > 1)
+            out.devices.push_back(&node.mig_control[1]);
         for (const DeviceNode* c : select_imex_channels(
                  node, parse_imex_channels(o.imex_channels, "--imex-channels", "command line")))
             out.devices.push_back(c);
@@ -66,10 +67,14 @@ Listing make_listing(const Node& node, const ListOptions& o, Capabilities caps) 
 
 const char* kind_key(FileKind k) {
     switch (k) {
-        case FileKind::Library: return "libraries";
-        case FileKind::Binary: return "binaries";
-        case FileKind::Ipc: return "ipcs";
-        case FileKind::Firmware: return "firmware";
+        case FileKind::Library:
+            return "libraries";
+        case FileKind::Binary:
+            return "binaries";
+        case FileKind::Ipc:
+            return "ipcs";
+        case FileKind::Firmware:
+            return "firmware";
     }
     return "files";
 }
@@ -88,12 +93,10 @@ nlohmann::json caps_json(Capabilities caps) {
 }
 
 void print_json(const Listing& l) {
-    nlohmann::json out = {{"schema", "gpubind.list/v1"},
-                          {"devices", nlohmann::json::array()},
-                          {"libraries", nlohmann::json::array()},
-                          {"binaries", nlohmann::json::array()},
-                          {"ipcs", nlohmann::json::array()},
-                          {"firmware", nlohmann::json::array()}};
+    nlohmann::json out = {
+        {"schema", "gpubind.list/v1"},          {"devices", nlohmann::json::array()},
+        {"libraries", nlohmann::json::array()}, {"binaries", nlohmann::json::array()},
+        {"ipcs", nlohmann::json::array()},      {"firmware", nlohmann::json::array()}};
     for (const auto* d : l.devices) {
         nlohmann::json j = {{"path", d->path},
                             {"host_path", d->host_path},
@@ -149,16 +152,19 @@ void register_list(CLI::App& app, Action& action) {
         action = [o] {
             std::string unknown;
             auto caps = parse_capabilities(o->capabilities, &unknown);
-            if (!caps) throw_invalid("parse capabilities", "--capabilities",
-                                     "unknown capability \"" + unknown + "\"");
+            if (!caps)
+                throw_invalid("parse capabilities", "--capabilities",
+                              "unknown capability \"" + unknown + "\"");
             LoadOptions load = load_options(o->node);
             // NVML is needed only to resolve MIG UUIDs.
             load.need_nvml = o->device.find("MIG-") != std::string::npos ||
                              o->device.find("mig-") != std::string::npos;
             const Node node = know_node(node_config(o->node), load).node;
             Listing listing = make_listing(node, *o, *caps);
-            if (o->json) print_json(listing);
-            else print_text(listing);
+            if (o->json)
+                print_json(listing);
+            else
+                print_text(listing);
             return 0;
         };
     });

@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "gpubind/start/start.hpp"
 #include "gpubind/decide/oci.hpp"
+#include "gpubind/start/start.hpp"
 
 namespace gpubind::cli {
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/setup/setup.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind::cli {
 

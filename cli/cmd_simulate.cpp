@@ -17,7 +17,7 @@ namespace {
 struct SimulateOptions {
     std::filesystem::path dir;
     sim::Spec spec;
-    std::string mig;    // "GPU:GI:CI[,...]"
+    std::string mig;  // "GPU:GI:CI[,...]"
     bool no_compat32 = false, no_ipcs = false, no_firmware = false, no_graphics = false;
     bool json = false;
 };
@@ -47,8 +47,9 @@ std::vector<sim::MigSpec> parse_mig(const std::string& text, unsigned gpus) {
 }
 
 std::size_t count_files(const sim::Manifest& m, std::string_view kind) {
-    return static_cast<std::size_t>(std::count_if(
-        m.files.begin(), m.files.end(), [&](const sim::ManifestFile& f) { return f.kind == kind; }));
+    return static_cast<std::size_t>(
+        std::count_if(m.files.begin(), m.files.end(),
+                      [&](const sim::ManifestFile& f) { return f.kind == kind; }));
 }
 
 void print_summary(const std::filesystem::path& dir, const sim::Manifest& m) {
@@ -56,7 +57,8 @@ void print_summary(const std::filesystem::path& dir, const sim::Manifest& m) {
     fmt::print("  Driver {} (CUDA {}), {} x {}\n", m.spec.driver_version, m.cuda_version,
                m.gpus.size(), m.spec.model);
     for (const auto& gpu : m.gpus) {
-        fmt::print("  GPU {}: {} {} /dev/nvidia{}\n", gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.minor);
+        fmt::print("  GPU {}: {} {} /dev/nvidia{}\n", gpu.index, gpu.uuid, gpu.pci_bus_id,
+                   gpu.minor);
         for (const auto& mig : m.migs)
             if (mig.gpu == gpu.index)
                 fmt::print("    MIG gi {} ci {}: {}\n", mig.gi, mig.ci, mig.uuid);
@@ -87,11 +89,9 @@ void register_simulate(CLI::App& app, Action& action) {
         ->check(CLI::Validator(
             [](std::string& v) -> std::string {
                 bool ok = !v.empty() && v.front() != '.' && v.back() != '.' &&
-                          v.find("..") == std::string::npos &&
-                          v.find('.') != std::string::npos &&
-                          std::all_of(v.begin(), v.end(), [](char c) {
-                              return (c >= '0' && c <= '9') || c == '.';
-                          });
+                          v.find("..") == std::string::npos && v.find('.') != std::string::npos &&
+                          std::all_of(v.begin(), v.end(),
+                                      [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
                 return ok ? std::string() : "not numbers separated by dots (like 550.54.15)";
             },
             "VERSION"))

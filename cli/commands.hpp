@@ -16,9 +16,9 @@ namespace gpubind::cli {
 
 // Options every node-reading command shares.
 struct NodeOptions {
-    std::filesystem::path config;    // --config
-    std::filesystem::path root;      // --root: driver, dev and proc roots at once (proc = root/proc)
-    std::filesystem::path ldcache;   // --ldcache
+    std::filesystem::path config;   // --config
+    std::filesystem::path root;     // --root: driver, dev and proc roots at once (proc = root/proc)
+    std::filesystem::path ldcache;  // --ldcache
 };
 
 // The command to run once parsing is done.

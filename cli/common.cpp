@@ -3,7 +3,8 @@
 namespace gpubind::cli {
 
 void add_node_options(CLI::App& cmd, NodeOptions& opts) {
-    cmd.add_option("--config", opts.config, "Config file (default $GPUBIND_CONFIG or /etc/gpubind/config.toml)");
+    cmd.add_option("--config", opts.config,
+                   "Config file (default $GPUBIND_CONFIG or /etc/gpubind/config.toml)");
     cmd.add_option("--root", opts.root,
                    "Node root: driver root and dev root, with the proc root at ROOT/proc");
     cmd.add_option("--ldcache", opts.ldcache, "ld.so.cache to read (default ROOT/etc/ld.so.cache)");

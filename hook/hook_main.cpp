@@ -20,16 +20,16 @@
 #include <spdlog/spdlog.h>
 
 #include "gpubind/cdi/cdi.hpp"
+#include "gpubind/cdi/runtime.hpp"
 #include "gpubind/config/config.hpp"
-#include "gpubind/util/error.hpp"
+#include "gpubind/decide/oci.hpp"
 #include "gpubind/exec/exec.hpp"
-#include "gpubind/util/file.hpp"
 #include "gpubind/os/harden.hpp"
 #include "gpubind/start/start.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/log_sink.hpp"
-#include "gpubind/decide/oci.hpp"
-#include "gpubind/cdi/runtime.hpp"
 #include "gpubind/util/strings.hpp"
 #include "log_format.hpp"
 
@@ -53,8 +53,8 @@ void set_up_logging(const Config& config, const std::string& container) {
     if (!config.log.file.empty()) {
         try {
             auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(config.log.file);
-            set_escaped_pattern(*file, "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(container) +
-                                           "] %v");
+            set_escaped_pattern(*file,
+                                "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(container) + "] %v");
             sinks.push_back(file);
         } catch (const spdlog::spdlog_ex& e) {
             std::fprintf(stderr, "gpubind-hook: warning: log file %s: %s\n",

@@ -27,10 +27,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpubind/config/config.hpp"
+#include "gpubind/start/shim.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/log_sink.hpp"
-#include "gpubind/start/shim.hpp"
 #include "gpubind/util/strings.hpp"
 #include "log_format.hpp"
 
@@ -107,7 +107,8 @@ void add_config_log(const Config& config, const std::string& id) {
     if (config.log.file.empty()) return;
     try {
         auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(config.log.file);
-        set_escaped_pattern(*file, "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(id) + "] runtime: %v");
+        set_escaped_pattern(*file,
+                            "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(id) + "] runtime: %v");
         spdlog_logger().sinks().push_back(file);
     } catch (const spdlog::spdlog_ex& e) {
         std::fprintf(stderr, "gpubind-runtime: warning: log file %s: %s\n", config.log.file.c_str(),

@@ -53,3 +53,21 @@ use_ccache() {
     export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
     ccache_args=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 }
+
+# check_format: every C and C++ file of the product and the tests as the
+# project's .clang-format has it; lists the files that are not (fix them with
+# `clang-format -i FILE`, or `git clang-format` for the changed lines).
+check_format() {
+    local files bad=()
+    mapfile -t files < <(git -C "$top" ls-files 'lib/*.cpp' 'lib/*.hpp' 'lib/*.c' 'lib/*.h' \
+        'cli/*.cpp' 'cli/*.hpp' 'hook/*.cpp' 'hook/*.hpp' 'tests/*.cpp' 'tests/*.hpp' 'tests/*.c')
+    for f in "${files[@]}"; do
+        clang-format --dry-run -Werror "$top/$f" >/dev/null 2>&1 || bad+=("$f")
+    done
+    if ((${#bad[@]})); then
+        echo "not formatted as .clang-format says (clang-format -i FILE):" >&2
+        printf '  %s\n' "${bad[@]}" >&2
+        return 1
+    fi
+    echo "${#files[@]} files formatted"
+}

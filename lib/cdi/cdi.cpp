@@ -13,15 +13,15 @@
 
 #include <fmt/format.h>
 
+#include "gpubind/cdi/runtime.hpp"
+#include "gpubind/cdi/yaml.hpp"
+#include "gpubind/decide/plan.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
-#include "gpubind/decide/plan.hpp"
-#include "gpubind/cdi/runtime.hpp"
 #include "gpubind/util/strings.hpp"
-#include "gpubind/cdi/yaml.hpp"
 
 namespace gpubind::cdi {
 
@@ -101,8 +101,8 @@ json gpu_spec(const Node& node, const Config& config) {
     request.source = RequestSource::Explicit;
     request.devices = {DeviceIdsKind::All, {}};
     request.caps = config.cdi.caps;
-    const Plan plan =
-        make_plan(request, node, select_devices(node, request.devices), image_for(node), config, {});
+    const Plan plan = make_plan(request, node, select_devices(node, request.devices),
+                                image_for(node), config, {});
 
     // The nodes of single devices; every other planned node is common.
     std::set<fs::path> own;
@@ -126,7 +126,8 @@ json gpu_spec(const Node& node, const Config& config) {
                           {"options", runtime::mount_options(m.flags)}});
     edits["mounts"] = mounts;
     std::string config_path;
-    if (!config.source.empty()) config_path = fs::absolute(config.source).lexically_normal().string();
+    if (!config.source.empty())
+        config_path = fs::absolute(config.source).lexically_normal().string();
     edits["hooks"] = json::array({{{"hookName", "createRuntime"},
                                    {"path", config.cdi.hook.string()},
                                    {"args", {"gpubind-hook", std::string(kHookStage)}},
@@ -148,7 +149,8 @@ json gpu_spec(const Node& node, const Config& config) {
         for (const auto& gpu : node.gpus) all.push_back(&gpu.node);
         add_device(devices, "all", all);
     }
-    return with_version({{"kind", config.cdi.kind}, {"devices", devices}, {"containerEdits", edits}});
+    return with_version(
+        {{"kind", config.cdi.kind}, {"devices", devices}, {"containerEdits", edits}});
 }
 
 std::optional<json> imex_spec(const Node& node, const Config& config) {
@@ -280,7 +282,8 @@ void refresh_quietly(const Node& node, const Config& config) {
         // A rootless start cannot write there, and need not say so every time.
         const int err = e.code().value();
         if (err == EACCES || err == EPERM || err == EROFS)
-            logger().debug("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
+            logger().debug("CDI spec under {} not refreshed: {}", config.cdi.dir.string(),
+                           e.what());
         else
             logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
     } catch (const std::exception& e) {

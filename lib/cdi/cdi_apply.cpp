@@ -18,13 +18,13 @@
 #include <fmt/format.h>
 
 #include "gpubind/cdi/cdi.hpp"
+#include "gpubind/cdi/yaml.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
-#include "gpubind/cdi/yaml.hpp"
 
 namespace gpubind::cdi {
 
@@ -99,7 +99,7 @@ bool non_empty(const json& obj, const char* key) {
 // --- validation ---
 
 class Checker {
-public:
+  public:
     explicit Checker(std::string what) : what_(std::move(what)) {}
 
     [[noreturn]] void fail(const std::string& where, const std::string& why) const {
@@ -134,8 +134,7 @@ public:
 
     void strings(const json& v, const std::string& where) const {
         if (!v.is_array()) fail(where, "is not a list of strings");
-        for (std::size_t i = 0; i < v.size(); ++i)
-            string(v[i], fmt::format("{}[{}]", where, i));
+        for (std::size_t i = 0; i < v.size(); ++i) string(v[i], fmt::format("{}[{}]", where, i));
     }
 
     void env(const json& v, const std::string& where) const {
@@ -172,7 +171,8 @@ public:
         keys(e, where, {"env", "deviceNodes", "hooks", "mounts", "additionalGids"},
              {"intelRdt", "netDevices"});
         if (e.contains("env")) env(e["env"], where + ".env");
-        each(e, "deviceNodes", where, [&](const json& v, const std::string& w) { device_node(v, w); });
+        each(e, "deviceNodes", where,
+             [&](const json& v, const std::string& w) { device_node(v, w); });
         each(e, "mounts", where, [&](const json& v, const std::string& w) { mount(v, w); });
         each(e, "hooks", where, [&](const json& v, const std::string& w) { hook(v, w); });
         each(e, "additionalGids", where,
@@ -180,7 +180,9 @@ public:
     }
 
     void device_node(const json& d, const std::string& where) const {
-        keys(d, where, {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"});
+        keys(d, where,
+             {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid",
+              "gid"});
         if (!d.contains("path")) fail(where, "has no path");
         const std::string p = path(d["path"], where + ".path");
         if (!normal_path(p).starts_with("/dev/"))
@@ -215,8 +217,9 @@ public:
 
     void hook(const json& h, const std::string& where) const {
         keys(h, where, {"hookName", "path", "args", "env", "timeout"});
-        static const std::set<std::string> stages = {"prestart", "createRuntime", "createContainer",
-                                                     "startContainer", "poststart", "poststop"};
+        static const std::set<std::string> stages = {"prestart",        "createRuntime",
+                                                     "createContainer", "startContainer",
+                                                     "poststart",       "poststop"};
         if (!h.contains("hookName") || !stages.count(string(h["hookName"], where + ".hookName")))
             fail(where + ".hookName", "is not an OCI hook stage");
         if (!h.contains("path")) fail(where, "has no path");
@@ -230,7 +233,7 @@ public:
         }
     }
 
-private:
+  private:
     std::string what_;
 };
 
@@ -241,13 +244,17 @@ private:
 std::string read_entry(int dirfd, const std::string& name, const fs::path& file) {
     Fd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
-        if (errno == ELOOP) throw_invalid("read CDI spec", file.string(), "a symbolic link; refused");
+        if (errno == ELOOP)
+            throw_invalid("read CDI spec", file.string(), "a symbolic link; refused");
         throw_errno("open CDI spec", file.string());
     }
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) throw_errno("stat", file.string());
-    if (!S_ISREG(st.st_mode)) throw_invalid("read CDI spec", file.string(), "not a regular file; refused");
-    if (st.st_uid != 0) throw_invalid("read CDI spec", file.string(), fmt::format("owned by uid {}, not root; refused", st.st_uid));
+    if (!S_ISREG(st.st_mode))
+        throw_invalid("read CDI spec", file.string(), "not a regular file; refused");
+    if (st.st_uid != 0)
+        throw_invalid("read CDI spec", file.string(),
+                      fmt::format("owned by uid {}, not root; refused", st.st_uid));
     if (st.st_mode & (S_IWGRP | S_IWOTH))
         throw_invalid("read CDI spec", file.string(), "writable by other users; refused");
     if (static_cast<std::uint64_t>(st.st_size) > kMaxSpecFileSize)
@@ -267,7 +274,8 @@ json& member(json& parent, const char* key, const json& empty, const std::string
     if (!parent.contains(key) || parent[key].is_null()) parent[key] = empty;
     json& m = parent[key];
     if (m.type() != empty.type())
-        throw_invalid("apply CDI device", where, fmt::format("is of type {}, not {}", m.type_name(), empty.type_name()));
+        throw_invalid("apply CDI device", where,
+                      fmt::format("is of type {}, not {}", m.type_name(), empty.type_name()));
     return m;
 }
 
@@ -334,11 +342,14 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
             const auto [at, added] = g.node_at.try_emplace(path, g.nodes.size());
             if (!added) {
                 const auto& [have, who] = g.nodes[at->second];
-                if (have.value("hostPath", have["path"].get<std::string>()) != node.value("hostPath", node["path"].get<std::string>()) ||
-                    have.value("type", "") != node.value("type", "") || have.value("major", 0u) != node.value("major", 0u) ||
+                if (have.value("hostPath", have["path"].get<std::string>()) !=
+                        node.value("hostPath", node["path"].get<std::string>()) ||
+                    have.value("type", "") != node.value("type", "") ||
+                    have.value("major", 0u) != node.value("major", 0u) ||
                     have.value("minor", 0u) != node.value("minor", 0u))
                     throw Error(EEXIST, "apply CDI device", device,
-                                fmt::format("conflict: device {} differs from {}'s", node["path"].get<std::string>(), who));
+                                fmt::format("conflict: device {} differs from {}'s",
+                                            node["path"].get<std::string>(), who));
                 continue;
             }
             g.nodes.emplace_back(std::move(node), device);
@@ -352,7 +363,8 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
                 const auto& [have, who] = g.mounts[at->second];
                 if (have != m)
                     throw Error(EEXIST, "apply CDI device", device,
-                                fmt::format("conflict: mount at {} differs from {}'s", m["containerPath"].get<std::string>(), who));
+                                fmt::format("conflict: mount at {} differs from {}'s",
+                                            m["containerPath"].get<std::string>(), who));
                 continue;
             }
             g.mounts.emplace_back(m, device);
@@ -504,15 +516,16 @@ Requests read_requests(const oci::Spec& spec, const Config& config) {
     for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
         const auto& m = spec.mounts[i];
         if (m.source != "/dev/null") continue;
-        const fs::path rel = fs::path(m.destination).lexically_normal().lexically_relative(kCdiMountDir);
+        const fs::path rel =
+            fs::path(m.destination).lexically_normal().lexically_relative(kCdiMountDir);
         std::vector<std::string> parts;
         for (const auto& part : rel)
             if (!part.empty()) parts.push_back(part.string());
         if (parts.empty() || parts[0] == "." || parts[0] == "..") continue;
         if (parts.size() != 3)
             throw_invalid("read CDI request", where,
-                          fmt::format("mounts[{}].destination {}: not {}/<vendor>/<class>/<name>", i,
-                                      m.destination, kCdiMountDir));
+                          fmt::format("mounts[{}].destination {}: not {}/<vendor>/<class>/<name>",
+                                      i, m.destination, kCdiMountDir));
         const std::string name = parts[0] + "/" + parts[1] + "=" + parts[2];
         const std::string what = fmt::format("mounts[{}].destination", i);
         if (policy.accept_volume_mounts) {
@@ -529,8 +542,9 @@ Requests read_requests(const oci::Spec& spec, const Config& config) {
         // The mounts replace the variable.
     } else {
         if (!mounted.empty())
-            logger().warn("{}: ignoring the CDI device mounts under {}: policy does not accept them",
-                          spec.bundle.string(), kCdiMountDir);
+            logger().warn(
+                "{}: ignoring the CDI device mounts under {}: policy does not accept them",
+                spec.bundle.string(), kCdiMountDir);
         if (auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES")) {
             bool cdi = false, other = false;
             for (auto field : split(*visible, ',')) {
@@ -539,13 +553,16 @@ Requests read_requests(const oci::Spec& spec, const Config& config) {
                 (looks_qualified(field) ? cdi : other) = true;
             }
             if (cdi && other)
-                throw_invalid("read CDI request", where,
-                              "NVIDIA_VISIBLE_DEVICES mixes CDI names and device ids: '" + *visible + "'");
+                throw_invalid(
+                    "read CDI request", where,
+                    "NVIDIA_VISIBLE_DEVICES mixes CDI names and device ids: '" + *visible + "'");
             if (cdi) {
                 if (!privileged && !policy.accept_envvar_unprivileged)
-                    throw Error(ECANCELED, "refuse request", spec.bundle.string(),
-                                "NVIDIA_VISIBLE_DEVICES names CDI devices, but the container is not "
-                                "privileged (no CAP_SYS_ADMIN) and policy accept_envvar_unprivileged is off");
+                    throw Error(
+                        ECANCELED, "refuse request", spec.bundle.string(),
+                        "NVIDIA_VISIBLE_DEVICES names CDI devices, but the container is not "
+                        "privileged (no CAP_SYS_ADMIN) and policy accept_envvar_unprivileged is "
+                        "off");
                 // NVIDIA's variable names NVIDIA's devices (the configured
                 // vendors), whoever sets it.
                 names.add(out.devices, *visible, "NVIDIA_VISIBLE_DEVICES", false);
@@ -579,12 +596,15 @@ void validate(const json& spec, const std::string& what) {
         const std::string& name = c.string(devices[i]["name"], where + ".name");
         if (auto why = device_name_error(name)) c.fail(where + ".name", "'" + name + "': " + *why);
         if (!names.insert(name).second) c.fail(where + ".name", "'" + name + "' is defined twice");
-        if (devices[i].contains("annotations")) c.annotations(devices[i]["annotations"], where + ".annotations");
-        if (devices[i].contains("containerEdits")) c.edits(devices[i]["containerEdits"], where + ".containerEdits");
+        if (devices[i].contains("annotations"))
+            c.annotations(devices[i]["annotations"], where + ".annotations");
+        if (devices[i].contains("containerEdits"))
+            c.edits(devices[i]["containerEdits"], where + ".containerEdits");
     }
     const std::string needed = minimum_version(spec);
     if (version_index(version) < version_index(needed))
-        c.fail("cdiVersion", fmt::format("'{}' does not have what the spec uses (it needs {})", version, needed));
+        c.fail("cdiVersion",
+               fmt::format("'{}' does not have what the spec uses (it needs {})", version, needed));
 }
 
 json parse_spec(std::string_view text, bool yaml_text, const std::string& what) {
@@ -658,7 +678,8 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
     std::set<const LoadedSpec*> common_done;
     for (const auto& name : devices) {
         const auto q = parse_qualified(name);
-        if (!q) throw_invalid("apply CDI device", name, "not a CDI device name (vendor/class=name)");
+        if (!q)
+            throw_invalid("apply CDI device", name, "not a CDI device name (vendor/class=name)");
         const LoadedSpec* best = nullptr;
         const json* best_device = nullptr;
         if (const auto it = defined.find(q->text()); it != defined.end())
@@ -681,7 +702,8 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
         }
         if (common_done.insert(best).second && best->spec.contains("containerEdits"))
             gather(g, best->spec["containerEdits"], name);
-        if (best_device->contains("containerEdits")) gather(g, (*best_device)["containerEdits"], name);
+        if (best_device->contains("containerEdits"))
+            gather(g, (*best_device)["containerEdits"], name);
         logger().info("CDI device {} from {}", name, best->file.string());
     }
 
@@ -702,7 +724,8 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
             for (const std::size_t i : it->second) env[i] = entry;
         }
     }
-    const json user = process.contains("user") && process["user"].is_object() ? process["user"] : json::object();
+    const json user =
+        process.contains("user") && process["user"].is_object() ? process["user"] : json::object();
     if (!g.nodes.empty()) {
         json& linux = member(out, "linux", json::object(), "linux");
         json& list = member(linux, "devices", json::array(), "linux.devices");
@@ -722,19 +745,26 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
             if (d.contains("major")) oci["major"] = d["major"];
             if (d.contains("minor")) oci["minor"] = d["minor"];
             if (d.contains("fileMode")) oci["fileMode"] = d["fileMode"];
-            if (d.contains("uid")) oci["uid"] = d["uid"];
-            else if (user.value("uid", 0u) > 0) oci["uid"] = user["uid"];
-            if (d.contains("gid")) oci["gid"] = d["gid"];
-            else if (user.value("gid", 0u) > 0) oci["gid"] = user["gid"];
+            if (d.contains("uid"))
+                oci["uid"] = d["uid"];
+            else if (user.value("uid", 0u) > 0)
+                oci["uid"] = user["uid"];
+            if (d.contains("gid"))
+                oci["gid"] = d["gid"];
+            else if (user.value("gid", 0u) > 0)
+                oci["gid"] = user["gid"];
             bool present = false;
             auto& same_path = listed[g.node_paths[n]];
             for (const std::size_t i : same_path) {
                 const json& e = list[i];
-                if (e.value("type", "") != oci["type"] || e.value("major", json()) != oci.value("major", json()) ||
+                if (e.value("type", "") != oci["type"] ||
+                    e.value("major", json()) != oci.value("major", json()) ||
                     e.value("minor", json()) != oci.value("minor", json()))
-                    throw Error(EEXIST, "apply CDI device", who,
-                                fmt::format("conflict: the container's spec already has another device at {}",
-                                            d["path"].get<std::string>()));
+                    throw Error(
+                        EEXIST, "apply CDI device", who,
+                        fmt::format(
+                            "conflict: the container's spec already has another device at {}",
+                            d["path"].get<std::string>()));
                 present = true;
             }
             if (!present) {
@@ -746,7 +776,11 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
                 std::string access = d.value("permissions", "");
                 if (access.empty()) access = "rwm";
                 if (access == "none") access.clear();
-                json rule = {{"allow", true}, {"type", type}, {"major", d["major"]}, {"minor", d["minor"]}, {"access", access}};
+                json rule = {{"allow", true},
+                             {"type", type},
+                             {"major", d["major"]},
+                             {"minor", d["minor"]},
+                             {"access", access}};
                 if (ruled.insert(rule.dump()).second) rules.push_back(std::move(rule));
             }
         }
@@ -773,9 +807,11 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
             for (const std::size_t i : same_path) {
                 const json& e = mounts[i];
                 if (e.value("source", json()) != oci["source"])
-                    throw Error(EEXIST, "apply CDI device", who,
-                                fmt::format("conflict: the container's spec already mounts something else at {}",
-                                            m["containerPath"].get<std::string>()));
+                    throw Error(
+                        EEXIST, "apply CDI device", who,
+                        fmt::format(
+                            "conflict: the container's spec already mounts something else at {}",
+                            m["containerPath"].get<std::string>()));
                 present = true;
             }
             if (!present) {
@@ -817,7 +853,8 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
         for (auto gid : g.gids)
             if (had.insert(json(gid).dump()).second) gids.push_back(gid);
     }
-    member(out, "annotations", json::object(), "annotations")[std::string(kAppliedAnnotation)] = "applied";
+    member(out, "annotations", json::object(), "annotations")[std::string(kAppliedAnnotation)] =
+        "applied";
     return out;
 }
 

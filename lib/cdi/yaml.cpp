@@ -42,8 +42,15 @@ std::string double_quoted(std::string_view s) {
     std::string out = "\"";
     for (std::size_t i = 0; i < s.size();) {
         const auto lead = static_cast<unsigned char>(s[i]);
-        std::size_t len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
-        char32_t c = len == 1 ? lead : len == 2 ? lead & 0x1Fu : len == 3 ? lead & 0x0Fu : lead & 0x07u;
+        std::size_t len = lead < 0x80    ? 1
+                          : lead >= 0xF0 ? 4
+                          : lead >= 0xE0 ? 3
+                          : lead >= 0xC0 ? 2
+                                         : 0;
+        char32_t c = len == 1   ? lead
+                     : len == 2 ? lead & 0x1Fu
+                     : len == 3 ? lead & 0x0Fu
+                                : lead & 0x07u;
         for (std::size_t k = 1; k < len; ++k) {
             const auto b = i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u;
             if ((b & 0xC0u) != 0x80u) len = 0;  // not a continuation byte
@@ -131,7 +138,7 @@ void emit(const json& v, std::size_t indent, std::string& out) {
 
 // The parser and its current event, freed on every path.
 class Parser {
-public:
+  public:
     Parser(std::string_view text, std::string what) : what_(std::move(what)) {
         if (!yaml_parser_initialize(&parser_)) throw Error(ENOMEM, "parse YAML", what_);
         yaml_parser_set_input_string(&parser_, reinterpret_cast<const unsigned char*>(text.data()),
@@ -163,7 +170,8 @@ public:
         if (++nodes_ > kMaxNodes) fail(fmt::format("more than {} nodes", kMaxNodes));
         const yaml_event_t& e = event_;
         switch (e.type) {
-            case YAML_ALIAS_EVENT: fail("aliases are not accepted");
+            case YAML_ALIAS_EVENT:
+                fail("aliases are not accepted");
             case YAML_SCALAR_EVENT: {
                 check_plain(e.data.scalar.anchor, e.data.scalar.tag);
                 std::string value(reinterpret_cast<const char*>(e.data.scalar.value),
@@ -181,7 +189,8 @@ public:
                 check_plain(e.data.mapping_start.anchor, e.data.mapping_start.tag);
                 json out = json::object();
                 while (next().type != YAML_MAPPING_END_EVENT) {
-                    if (event_.type != YAML_SCALAR_EVENT) fail("a mapping key that is not a string");
+                    if (event_.type != YAML_SCALAR_EVENT)
+                        fail("a mapping key that is not a string");
                     check_plain(event_.data.scalar.anchor, event_.data.scalar.tag);
                     std::string key(reinterpret_cast<const char*>(event_.data.scalar.value),
                                     event_.data.scalar.length);
@@ -193,11 +202,12 @@ public:
                 }
                 return out;
             }
-            default: fail("unexpected YAML event");
+            default:
+                fail("unexpected YAML event");
         }
     }
 
-private:
+  private:
     void check_plain(const yaml_char_t* anchor, const yaml_char_t* tag) const {
         if (anchor) fail("anchors are not accepted");
         if (tag) fail("tags are not accepted");

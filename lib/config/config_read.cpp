@@ -17,29 +17,36 @@ namespace {
 
 // Reads one TOML document into a Config, key by key. Every key must be known.
 class Reader {
-public:
+  public:
     Reader(Config& config, std::string what) : config_(config), what_(std::move(what)) {}
 
     void read(const toml::table& root) {
         for (const auto& [key, node] : root) {
             std::string k(key.str());
-            if (k == "node") table(node, k, [&](auto& t) { read_node(t, k); });
-            else if (k == "policy") table(node, k, [&](auto& t) { read_policy(t, k); });
-            else if (k == "log") table(node, k, [&](auto& t) { read_log(t, k); });
-            else if (k == "runtime") table(node, k, [&](auto& t) { read_runtime(t, k); });
-            else if (k == "catalog") table(node, k, [&](auto& t) { read_catalog(t, k); });
-            else if (k == "cdi") table(node, k, [&](auto& t) { read_cdi(t, k); });
+            if (k == "node")
+                table(node, k, [&](auto& t) { read_node(t, k); });
+            else if (k == "policy")
+                table(node, k, [&](auto& t) { read_policy(t, k); });
+            else if (k == "log")
+                table(node, k, [&](auto& t) { read_log(t, k); });
+            else if (k == "runtime")
+                table(node, k, [&](auto& t) { read_runtime(t, k); });
+            else if (k == "catalog")
+                table(node, k, [&](auto& t) { read_catalog(t, k); });
+            else if (k == "cdi")
+                table(node, k, [&](auto& t) { read_cdi(t, k); });
             else if (k == "nvidia-container-cli")
                 table(node, k, [&](auto& t) { read_nvidia_cli(t, k); });
             else if (k == "nvidia-container-runtime")
                 table(node, k, [&](auto& t) { read_nvidia_runtime(t, k); });
             else if (k == "nvidia-container-runtime-hook" || k == "nvidia-ctk")
                 table(node, k, [](auto&) {});  // their keys have no meaning here
-            else read_nvidia_top(node, k);
+            else
+                read_nvidia_top(node, k);
         }
     }
 
-private:
+  private:
     [[noreturn]] void fail(const std::string& key, const std::string& why) const {
         throw_invalid("load config", what_, key + ": " + why);
     }
@@ -111,18 +118,24 @@ private:
     void read_node(const toml::table& t, const std::string& prefix) {
         for (const auto& [key, node] : t) {
             std::string k(key.str()), full = prefix + "." + k;
-            if (k == "driver-root") config_.roots.driver = absolute(node, full);
-            else if (k == "dev-root") config_.roots.dev = absolute(node, full);
-            else if (k == "proc-root") config_.roots.proc = absolute(node, full);
+            if (k == "driver-root")
+                config_.roots.driver = absolute(node, full);
+            else if (k == "dev-root")
+                config_.roots.dev = absolute(node, full);
+            else if (k == "proc-root")
+                config_.roots.proc = absolute(node, full);
             else if (k == "ldcache")
-                config_.ldcache = string(node, full).empty() ? std::filesystem::path()
-                                                             : absolute(node, full);
-            else if (k == "ldconfig") config_.ldconfig = absolute(node, full);
-            else if (k == "state-dir") config_.state_dir = absolute(node, full);
+                config_.ldcache =
+                    string(node, full).empty() ? std::filesystem::path() : absolute(node, full);
+            else if (k == "ldconfig")
+                config_.ldconfig = absolute(node, full);
+            else if (k == "state-dir")
+                config_.state_dir = absolute(node, full);
             else if (k == "bpf-dir")
-                config_.bpf_dir = string(node, full).empty() ? std::filesystem::path()
-                                                             : absolute(node, full);
-            else fail(full, "unknown key");
+                config_.bpf_dir =
+                    string(node, full).empty() ? std::filesystem::path() : absolute(node, full);
+            else
+                fail(full, "unknown key");
         }
     }
 
@@ -137,15 +150,22 @@ private:
                 config_.policy.cdi_vendors = vendors(node, full);
             else if (k == "accept-volume-mounts")
                 config_.policy.accept_volume_mounts = boolean(node, full);
-            else if (k == "disable-require") config_.policy.disable_require = boolean(node, full);
+            else if (k == "disable-require")
+                config_.policy.disable_require = boolean(node, full);
             else if (k == "supported-capabilities")
                 config_.policy.supported = capabilities(node, full);
-            else if (k == "cgroups") config_.policy.cgroups = boolean(node, full);
-            else if (k == "on-refused") config_.policy.on_refused = on_refused(node, full);
-            else if (k == "cuda-compat") config_.policy.cuda_compat = boolean(node, full);
-            else if (k == "ldcache") config_.policy.ldcache = ldcache_method(node, full);
-            else if (k == "ipc-owners") config_.policy.ipc_owners = uids(node, full);
-            else fail(full, "unknown key");
+            else if (k == "cgroups")
+                config_.policy.cgroups = boolean(node, full);
+            else if (k == "on-refused")
+                config_.policy.on_refused = on_refused(node, full);
+            else if (k == "cuda-compat")
+                config_.policy.cuda_compat = boolean(node, full);
+            else if (k == "ldcache")
+                config_.policy.ldcache = ldcache_method(node, full);
+            else if (k == "ipc-owners")
+                config_.policy.ipc_owners = uids(node, full);
+            else
+                fail(full, "unknown key");
         }
     }
 
@@ -187,8 +207,10 @@ private:
     void read_runtime(const toml::table& t, const std::string& prefix) {
         for (const auto& [key, node] : t) {
             std::string k(key.str()), full = prefix + "." + k;
-            if (k == "runtimes") config_.runtimes = runtimes(node, full);
-            else fail(full, "unknown key");
+            if (k == "runtimes")
+                config_.runtimes = runtimes(node, full);
+            else
+                fail(full, "unknown key");
         }
     }
 
@@ -231,7 +253,8 @@ private:
             auto cap = parse_capabilities(k);
             if (!cap || *cap == 0 || (*cap & (*cap - 1)) != 0 || *cap == kCapCompat32)
                 fail(full, "not a capability (utility, compute, video, graphics, display, ngx)");
-            table(node, full, [&](const toml::table& lists) { read_catalog_cap(lists, full, *cap); });
+            table(node, full,
+                  [&](const toml::table& lists) { read_catalog_cap(lists, full, *cap); });
         }
     }
 
@@ -240,11 +263,16 @@ private:
         for (const auto& [key, node] : t) {
             std::string k(key.str()), full = prefix + "." + k;
             std::vector<CatalogEntry>* list = nullptr;
-            if (k == "libraries") list = &config_.catalog.libraries;
-            else if (k == "binaries") list = &config_.catalog.binaries;
-            else if (k == "ipcs") list = &config_.catalog.ipcs;
-            else if (k == "firmware") list = &config_.catalog.firmware;
-            else fail(full, "unknown key");
+            if (k == "libraries")
+                list = &config_.catalog.libraries;
+            else if (k == "binaries")
+                list = &config_.catalog.binaries;
+            else if (k == "ipcs")
+                list = &config_.catalog.ipcs;
+            else if (k == "firmware")
+                list = &config_.catalog.firmware;
+            else
+                fail(full, "unknown key");
             auto names = strings(node, full);
             for (const auto& n : names) {
                 if (n.empty()) fail(full, "empty name");
@@ -267,22 +295,27 @@ private:
         for (const auto& n : names) {
             auto it = std::find_if(list.begin(), list.end(),
                                    [&](const CatalogEntry& e) { return e.name == n; });
-            if (it != list.end()) it->caps |= cap;
-            else list.push_back({n, cap});
+            if (it != list.end())
+                it->caps |= cap;
+            else
+                list.push_back({n, cap});
         }
     }
 
     // Top-level keys of nvidia-container-runtime's config.toml.
     void read_nvidia_top(const toml::node& node, const std::string& k) {
-        if (k == "disable-require") config_.policy.disable_require = boolean(node, k);
+        if (k == "disable-require")
+            config_.policy.disable_require = boolean(node, k);
         else if (k == "supported-driver-capabilities")
             config_.policy.supported = capabilities(node, k);
         else if (k == "accept-nvidia-visible-devices-envvar-when-unprivileged")
             config_.policy.accept_envvar_unprivileged = boolean(node, k);
         else if (k == "accept-nvidia-visible-devices-as-volume-mounts")
             config_.policy.accept_volume_mounts = boolean(node, k);
-        else if (k == "swarm-resource") string(node, k);  // accepted, no meaning here
-        else fail(k, "unknown key");
+        else if (k == "swarm-resource")
+            string(node, k);  // accepted, no meaning here
+        else
+            fail(k, "unknown key");
     }
 
     void read_nvidia_cli(const toml::table& t, const std::string& prefix) {
@@ -310,12 +343,16 @@ private:
     void read_nvidia_runtime(const toml::table& t, const std::string& prefix) {
         for (const auto& [key, node] : t) {
             std::string k(key.str()), full = prefix + "." + k;
-            if (k == "runtimes") config_.runtimes = runtimes(node, full);
-            else if (k == "log-level") config_.log.level = log_level(node, full);
-            else if (k == "debug") config_.log.file = absolute(node, full).string();
+            if (k == "runtimes")
+                config_.runtimes = runtimes(node, full);
+            else if (k == "log-level")
+                config_.log.level = log_level(node, full);
+            else if (k == "debug")
+                config_.log.file = absolute(node, full).string();
             else if (k == "mode" || k == "modes")
                 logger().debug("config {}: {} is accepted and has no effect", what_, full);
-            else fail(full, "unknown key");
+            else
+                fail(full, "unknown key");
         }
     }
 

@@ -21,13 +21,17 @@ std::string literal(std::string_view s) {
     std::string out = "\"";
     for (char c : s) {
         const auto b = static_cast<unsigned char>(c);
-        if (b >= 0x20 && b < 0x7f && c != '"' && c != '\\') out += c;
-        else out += fmt::format("\\{:03o}", b);
+        if (b >= 0x20 && b < 0x7f && c != '"' && c != '\\')
+            out += c;
+        else
+            out += fmt::format("\\{:03o}", b);
     }
     return out + "\"";
 }
 
-std::string path_literal(const std::filesystem::path& p) { return literal(p.native()); }
+std::string path_literal(const std::filesystem::path& p) {
+    return literal(p.native());
+}
 
 std::string caps(Capabilities c) {
     return fmt::format("0x{:x}u /* {} */", c, c ? capability_names(c) : "none");
@@ -52,27 +56,35 @@ std::string entries(const std::vector<CatalogEntry>& list_of, std::string_view i
 }
 
 std::string paths(const std::vector<std::filesystem::path>& ps, std::string_view indent) {
-    return list(ps, [](const std::filesystem::path& p) { return path_literal(p); }, indent);
+    return list(
+        ps, [](const std::filesystem::path& p) { return path_literal(p); }, indent);
 }
 
 std::string strings(const std::vector<std::string>& ss, std::string_view indent) {
-    return list(ss, [](const std::string& s) { return literal(s); }, indent);
+    return list(
+        ss, [](const std::string& s) { return literal(s); }, indent);
 }
 
-std::string boolean(bool b) { return b ? "true" : "false"; }
+std::string boolean(bool b) {
+    return b ? "true" : "false";
+}
 
 std::string on_refused(OnRefused v) {
     switch (v) {
-    case OnRefused::Fail: return "OnRefused::Fail";
-    case OnRefused::Warn: return "OnRefused::Warn";
+        case OnRefused::Fail:
+            return "OnRefused::Fail";
+        case OnRefused::Warn:
+            return "OnRefused::Warn";
     }
     return fmt::format("static_cast<OnRefused>({})", static_cast<int>(v));
 }
 
 std::string ldcache_method(LdcacheMethod v) {
     switch (v) {
-    case LdcacheMethod::Gpubind: return "LdcacheMethod::Gpubind";
-    case LdcacheMethod::Ldconfig: return "LdcacheMethod::Ldconfig";
+        case LdcacheMethod::Gpubind:
+            return "LdcacheMethod::Gpubind";
+        case LdcacheMethod::Ldconfig:
+            return "LdcacheMethod::Ldconfig";
     }
     return fmt::format("static_cast<LdcacheMethod>({})", static_cast<int>(v));
 }
@@ -80,8 +92,8 @@ std::string ldcache_method(LdcacheMethod v) {
 }  // namespace
 
 std::string builtin_config_source(const Config& config, std::string_view text) {
-    const auto& [roots, ldcache, ldconfig, state_dir, bpf_dir, catalog, policy, log, runtimes,
-                 cdi, source] = config;
+    const auto& [roots, ldcache, ldconfig, state_dir, bpf_dir, catalog, policy, log, runtimes, cdi,
+                 source] = config;
     const auto& [driver, dev, proc] = roots;
     const auto& [libraries, binaries, ipcs, firmware] = catalog;
     const auto& [envvar, cdi_annotations, cdi_vendors, volumes, disable_require, supported, cgroups,
@@ -99,10 +111,11 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
         "    return Config{\n";
     out += fmt::format("        .roots = {{.driver = {}, .dev = {}, .proc = {}}},\n",
                        path_literal(driver), path_literal(dev), path_literal(proc));
-    out += fmt::format("        .ldcache = {},\n        .ldconfig = {},\n        .state_dir = {},\n"
-                       "        .bpf_dir = {},\n",
-                       path_literal(ldcache), path_literal(ldconfig), path_literal(state_dir),
-                       path_literal(bpf_dir));
+    out += fmt::format(
+        "        .ldcache = {},\n        .ldconfig = {},\n        .state_dir = {},\n"
+        "        .bpf_dir = {},\n",
+        path_literal(ldcache), path_literal(ldconfig), path_literal(state_dir),
+        path_literal(bpf_dir));
     out += fmt::format(
         "        .catalog = {{\n"
         "            .libraries = {},\n            .binaries = {},\n"

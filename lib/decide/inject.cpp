@@ -10,10 +10,14 @@ namespace {
 
 std::string ids_text(const DeviceIds& ids) {
     switch (ids.kind) {
-        case DeviceIdsKind::Void: return "void";
-        case DeviceIdsKind::None: return "none";
-        case DeviceIdsKind::All: return "all";
-        case DeviceIdsKind::List: break;
+        case DeviceIdsKind::Void:
+            return "void";
+        case DeviceIdsKind::None:
+            return "none";
+        case DeviceIdsKind::All:
+            return "all";
+        case DeviceIdsKind::List:
+            break;
     }
     std::string out;
     for (const auto& id : ids.ids) out += (out.empty() ? "" : ",") + id;
@@ -26,14 +30,17 @@ std::string describe_request(const Request& request) {
     const std::string devices = ids_text(request.devices);
     const std::string caps = capability_names(request.caps);
     switch (request.source) {
-        case RequestSource::None: return "not a GPU container";
-        case RequestSource::Env: return "NVIDIA_VISIBLE_DEVICES=" + devices + ", capabilities " + caps;
+        case RequestSource::None:
+            return "not a GPU container";
+        case RequestSource::Env:
+            return "NVIDIA_VISIBLE_DEVICES=" + devices + ", capabilities " + caps;
         case RequestSource::VolumeMounts:
             return "volume mounts under /var/run/nvidia-container-devices: " + devices +
                    ", capabilities " + caps;
         case RequestSource::LegacyCuda:
             return "legacy CUDA image (CUDA_VERSION set): all GPUs, capabilities " + caps;
-        case RequestSource::Explicit: return "devices " + devices + ", capabilities " + caps;
+        case RequestSource::Explicit:
+            return "devices " + devices + ", capabilities " + caps;
     }
     return {};
 }

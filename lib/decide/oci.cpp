@@ -223,16 +223,16 @@ Spec parse_spec_document(nlohmann::json doc_json, const std::filesystem::path& b
         r.object(*process, "process");
         if (const json* env = Reader::member(*process, "env")) {
             if (env->is_array() && env->size() > kMaxEnvEntries)
-                r.fail("process.env", fmt::format("{} entries, more than {}", env->size(),
-                                                  kMaxEnvEntries));
+                r.fail("process.env",
+                       fmt::format("{} entries, more than {}", env->size(), kMaxEnvEntries));
             spec.env = r.strings(*env, "process.env");
             // runc refuses such entries too; better to say which one here.
             for (std::size_t i = 0; i < spec.env.size(); ++i) {
                 const std::string& entry = spec.env[i];
                 const std::string field = fmt::format("process.env[{}]{}", i, env_name(entry));
                 if (entry.size() > kMaxEnvEntrySize)
-                    r.fail(field, fmt::format("{} bytes, more than {}", entry.size(),
-                                              kMaxEnvEntrySize));
+                    r.fail(field,
+                           fmt::format("{} bytes, more than {}", entry.size(), kMaxEnvEntrySize));
                 if (entry.find('=') == std::string::npos) r.fail(field, "no '=' in the entry");
                 // A C string ends there: what gpubind read and what the
                 // container's process gets would differ.

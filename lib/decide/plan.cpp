@@ -32,7 +32,6 @@ std::string gpu_name(const Gpu& gpu) {
                             : fmt::format("GPU {} ({})", gpu.index, gpu.uuid);
 }
 
-
 // The params file with ModifyDeviceFiles set to 0 (added when missing), so
 // that nothing in the container makes device nodes.
 std::string params_without_device_files(std::string_view params) {
@@ -58,7 +57,6 @@ std::string params_without_device_files(std::string_view params) {
 bool is_directory_ipc(const DriverFile& f) {
     return base_name(f.host_path) == "nvidia-mps";
 }
-
 
 class Builder {
   public:
@@ -306,7 +304,6 @@ ProcView proc_view(const ProcFiles& proc_files, const std::vector<const Gpu*>& g
 }
 
 }  // namespace
-
 
 Plan make_plan(const Request& request, const Node& node, const Selection& selection,
                const Image& image, const Config& config, const ProcFiles& proc_files) {

@@ -232,9 +232,10 @@ Request read_request(const oci::Spec& spec, const Policy& policy) {
         std::string asked_by;
         auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES");
         if (visible && names_cdi_devices(*visible)) {
-            logger().debug("{}: NVIDIA_VISIBLE_DEVICES names CDI devices: the engine or "
-                           "gpubind-runtime applies them",
-                           container);
+            logger().debug(
+                "{}: NVIDIA_VISIBLE_DEVICES names CDI devices: the engine or "
+                "gpubind-runtime applies them",
+                container);
             return Request{};
         }
         if (visible) {

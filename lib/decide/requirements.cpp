@@ -18,8 +18,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/decide/request.hpp"
+#include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
 
 namespace gpubind {

@@ -12,15 +12,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpubind/os/cgroup.hpp"
 #include "gpubind/doctor/doctor.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/exec/exec.hpp"
-#include "gpubind/util/file.hpp"
-#include "gpubind/start/start.hpp"
-#include "gpubind/os/safe_path.hpp"
-#include "gpubind/util/strings.hpp"
 #include "gpubind/node/node_read.hpp"
+#include "gpubind/os/cgroup.hpp"
+#include "gpubind/os/safe_path.hpp"
+#include "gpubind/start/start.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/strings.hpp"
 
 namespace gpubind::doctor {
 

@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "gpubind/doctor/doctor.hpp"
+#include "gpubind/node/node_read.hpp"
+#include "gpubind/setup/setup.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
-#include "gpubind/setup/setup.hpp"
-#include "gpubind/node/node_read.hpp"
 #include "gpubind/util/toml.hpp"
 
 namespace gpubind::doctor {

@@ -7,11 +7,11 @@
 #include <set>
 
 #include "gpubind/doctor/doctor.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/node/node.hpp"
-#include "gpubind/util/strings.hpp"
 #include "gpubind/node/node_read.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/strings.hpp"
 
 namespace gpubind::doctor {
 

@@ -6,8 +6,8 @@
 #include <fmt/ranges.h>
 
 #include "gpubind/cdi/cdi.hpp"
-#include "gpubind/node/description.hpp"
 #include "gpubind/doctor/doctor.hpp"
+#include "gpubind/node/description.hpp"
 #include "gpubind/util/file.hpp"
 
 namespace gpubind::doctor {
@@ -37,8 +37,8 @@ StateFacts gather_state(const Config& config) {
         } else if (s.file.type != FileFact::Type::Regular) {
             s.state = "stale";
         } else {
-            s.state = read_file(want.path, cdi::kMaxSpecFileSize) == *want.content ? "current"
-                                                                                  : "stale";
+            s.state =
+                read_file(want.path, cdi::kMaxSpecFileSize) == *want.content ? "current" : "stale";
         }
         f.cdi.push_back(std::move(s));
     }
@@ -75,8 +75,8 @@ std::vector<Check> check_state(const StateFacts& f) {
         c.summary = fmt::format("CDI spec not what the node has now: {}", fmt::join(stale, ", "));
         c.fix = "`gpubind cdi refresh` (and enable gpubind-cdi.service so boot does it)";
     } else if (!missing.empty()) {
-        c.summary = fmt::format("no CDI spec ({}): CDI not in use on this node",
-                                fmt::join(missing, ", "));
+        c.summary =
+            fmt::format("no CDI spec ({}): CDI not in use on this node", fmt::join(missing, ", "));
         c.fix = "";
     } else {
         c.summary = "current for this driver state";

@@ -27,8 +27,8 @@ constexpr std::string_view kKeptPrefix = "dev-";
 
 // Microseconds since `since`, for the debug log (tests/gpu/check.sh reads it).
 long long us_since(std::chrono::steady_clock::time_point since) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-               std::chrono::steady_clock::now() - since)
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                 since)
         .count();
 }
 
@@ -76,8 +76,8 @@ void DeviceAccess::prepare(int pidfd, pid_t pid, const std::string& who) {
                         std::string(e.what()) +
                             " ([policy] on-refused = \"warn\" starts containers without "
                             "device rules where the kernel refuses them)");
-        logger().warn("set device cgroup {}: {}; going on without device rules",
-                      where.dir.string(), e.what());
+        logger().warn("set device cgroup {}: {}; going on without device rules", where.dir.string(),
+                      e.what());
         rules_.clear();
         swaps_.clear();
     }
@@ -117,9 +117,10 @@ void DeviceAccess::prepare_v2(const path& dir) {
         const auto read = us_since(started);
         auto new_prog =
             std::make_shared<Fd>(device_program(bpf::extend_device_program(rules, insns)));
-        logger().debug("{}: {} instructions, extended with {} device rules (read in {} us, "
-                       "ready in {} us)",
-                       what, insns.size(), rules.size(), read, us_since(started) - read);
+        logger().debug(
+            "{}: {} instructions, extended with {} device rules (read in {} us, "
+            "ready in {} us)",
+            what, insns.size(), rules.size(), read, us_since(started) - read);
         swaps_.push_back({old_prog, new_prog});
     }
 }
@@ -150,9 +151,10 @@ Fd DeviceAccess::device_program(const std::vector<bpf::Insn>& want) {
             at = join_path(program_dir_, name);
             if (Fd kept = sys_.open_kept_program(at)) {
                 if (sys_.program_instructions(kept.get()) == want) return kept;
-                logger().warn("kept device program {} runs other instructions than its name "
-                              "says; replacing it",
-                              at);
+                logger().warn(
+                    "kept device program {} runs other instructions than its name "
+                    "says; replacing it",
+                    at);
                 sys_.remove(dir.get(), name, false);
             }
         }
@@ -208,9 +210,8 @@ void DeviceAccess::prepare_v1(const path& dir) {
 void DeviceAccess::allow(const Record& record) {
     for (const auto& rule : rules_) {
         if (!kernel_allows([&] { sys_.write_rule(allow_.get(), rule, allow_what_); })) continue;
-        record(deny_what_, [this, deny = deny_, rule] {
-            sys_.write_rule(deny->get(), rule, deny_what_);
-        });
+        record(deny_what_,
+               [this, deny = deny_, rule] { sys_.write_rule(deny->get(), rule, deny_what_); });
     }
     // A single (not multi-attach) program cannot be swapped with
     // BPF_F_REPLACE: the attach replaces whatever is there. Checked again

@@ -16,11 +16,11 @@
 #include <utility>
 #include <vector>
 
+#include "gpubind/decide/plan.hpp"
 #include "gpubind/os/bpf.hpp"
 #include "gpubind/os/cgroup.hpp"
-#include "gpubind/util/fd.hpp"
-#include "gpubind/decide/plan.hpp"
 #include "gpubind/os/system.hpp"
+#include "gpubind/util/fd.hpp"
 
 namespace gpubind {
 
@@ -29,7 +29,7 @@ namespace gpubind {
 bool refused_by_kernel(int err);
 
 class DeviceAccess {
-public:
+  public:
     // How a step done is reported: what it was about (for the log) and how to
     // undo it (run on rollback, in reverse order with the executor's other steps).
     using Record = std::function<void(const std::string& what, std::function<void()> undo)>;
@@ -37,7 +37,9 @@ public:
     // `program_dir`: where device programs are kept for reuse (empty: none is).
     DeviceAccess(System& sys, const std::vector<PlannedDevice>& devices, OnRefused on_refused,
                  std::string program_dir = {})
-        : sys_(sys), devices_(devices), on_refused_(on_refused),
+        : sys_(sys),
+          devices_(devices),
+          on_refused_(on_refused),
           program_dir_(std::move(program_dir)) {}
 
     // Host side, before anything changes: locates the process's device cgroup
@@ -48,7 +50,7 @@ public:
     // Writes the rules, swaps the programs; each step done goes to `record`.
     void allow(const Record& record);
 
-private:
+  private:
     using SharedFd = std::shared_ptr<Fd>;
 
     std::vector<bpf::DeviceRule> device_rules() const;
@@ -58,8 +60,7 @@ private:
     // The program `want` loaded: the one kept in program_dir_ when it runs
     // exactly `want`, else loaded now and kept there.
     Fd device_program(const std::vector<bpf::Insn>& want);
-    void keep(int dir_fd, const std::string& path, int prog_fd,
-              const std::vector<bpf::Insn>& want);
+    void keep(int dir_fd, const std::string& path, int prog_fd, const std::vector<bpf::Insn>& want);
     // Runs one step; a refusal by the kernel is an error, or with
     // on-refused = warn a warning and false.
     bool kernel_allows(const std::function<void()>& step);

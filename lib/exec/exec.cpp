@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <map>
@@ -17,10 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "gpubind/util/error.hpp"
-#include "gpubind/ldcache/ldcache.hpp"
-#include "gpubind/util/log.hpp"
 #include "gpubind/exec/owned.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
 
 #include "device_access.hpp"
@@ -107,71 +107,76 @@ constexpr const char* kCache = "ld.so.cache";
 constexpr const char* kCacheTemp = "ld.so.cache~";
 
 class Executor {
-public:
-  Executor(const Plan& plan, const Target& target, System& sys)
-      : plan_(plan), target_(target), sys_(sys),
-        devices_(sys, plan.devices, target.on_refused, target.bpf_dir) {}
+  public:
+    Executor(const Plan& plan, const Target& target, System& sys)
+        : plan_(plan),
+          target_(target),
+          sys_(sys),
+          devices_(sys, plan.devices, target.on_refused, target.bpf_dir) {}
 
-  void run() {
-      mark("");
-      try {
-          prepare_host();
-          if (!in_container_) enter();
-          root_ = std::make_shared<Fd>(sys_.open_root(target_.rootfs));
-          root_mount_ = sys_.mount_id(root_->get());
-          find_fresh_tmpfs();
-          if (plan_.refresh_ldcache) in_context("loader cache", [&] { check_cache_files(); });
-          mark("root");
-          for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
-              const auto& d = plan_.devices[i];
-              in_context("device " + d.node.path + " (" + d.why + ")", [&] { bind_device(i); });
-          }
-          mark("devices");
-          for (std::size_t i = 0; i < plan_.mounts.size(); ++i) {
-              const auto& m = plan_.mounts[i];
-              in_context("mount " + m.target + " (" + m.why + ")", [&] { bind_mount(i); });
-          }
-          mark("mounts");
-          for (const auto& link : plan_.symlinks)
-              in_context("symlink " + link.path, [&] { make_link(link); });
-          for (const auto& f : plan_.files)
-              in_context("file " + f.path, [&] { write_planned_file(f); });
-          mark("links and files");
-          in_context("device cgroup", [&] {
-              devices_.allow([&](const std::string& what, std::function<void()> undo) {
-                  Undo u{Undo::Kind::Call, nullptr, {}, what};
-                  u.call = std::move(undo);
-                  undo_.push_back(std::move(u));
-              });
-          });
-          mark("device cgroup");
-          if (plan_.proc) in_context("proc view " + plan_.proc->target, [&] { mount_proc_view(); });
-          mark("proc view");
-          for (const auto& f : plan_.stale_files)
-              in_context("file " + f.path, [&] { remove_stale_file(f); });
-          for (const auto& owned : plan_.owned)
-              in_context("driver names in " + owned.dir, [&] { bring_up_to_date(owned); });
-          mark("owned names");
-          if (plan_.refresh_ldcache)
-              in_context(use_ldconfig() ? "ldconfig" : "loader cache", [&] { refresh_ldcache(); });
-          leave();
-          mark("loader cache");
-          if (timed_) {
-              std::string text;
-              for (std::size_t i = 1; i < marks_.size(); ++i)
-                  text += fmt::format("{}{} {} us", i > 1 ? ", " : "", marks_[i].first,
-                                      std::chrono::duration_cast<std::chrono::microseconds>(
-                                          marks_[i].second - marks_[i - 1].second).count());
-              logger().debug("execution: {}", text);
-          }
-      } catch (...) {
-          std::exception_ptr first = std::current_exception();
-          rollback();
-          std::rethrow_exception(first);
-      }
-  }
+    void run() {
+        mark("");
+        try {
+            prepare_host();
+            if (!in_container_) enter();
+            root_ = std::make_shared<Fd>(sys_.open_root(target_.rootfs));
+            root_mount_ = sys_.mount_id(root_->get());
+            find_fresh_tmpfs();
+            if (plan_.refresh_ldcache) in_context("loader cache", [&] { check_cache_files(); });
+            mark("root");
+            for (std::size_t i = 0; i < plan_.devices.size(); ++i) {
+                const auto& d = plan_.devices[i];
+                in_context("device " + d.node.path + " (" + d.why + ")", [&] { bind_device(i); });
+            }
+            mark("devices");
+            for (std::size_t i = 0; i < plan_.mounts.size(); ++i) {
+                const auto& m = plan_.mounts[i];
+                in_context("mount " + m.target + " (" + m.why + ")", [&] { bind_mount(i); });
+            }
+            mark("mounts");
+            for (const auto& link : plan_.symlinks)
+                in_context("symlink " + link.path, [&] { make_link(link); });
+            for (const auto& f : plan_.files)
+                in_context("file " + f.path, [&] { write_planned_file(f); });
+            mark("links and files");
+            in_context("device cgroup", [&] {
+                devices_.allow([&](const std::string& what, std::function<void()> undo) {
+                    Undo u{Undo::Kind::Call, nullptr, {}, what};
+                    u.call = std::move(undo);
+                    undo_.push_back(std::move(u));
+                });
+            });
+            mark("device cgroup");
+            if (plan_.proc)
+                in_context("proc view " + plan_.proc->target, [&] { mount_proc_view(); });
+            mark("proc view");
+            for (const auto& f : plan_.stale_files)
+                in_context("file " + f.path, [&] { remove_stale_file(f); });
+            for (const auto& owned : plan_.owned)
+                in_context("driver names in " + owned.dir, [&] { bring_up_to_date(owned); });
+            mark("owned names");
+            if (plan_.refresh_ldcache)
+                in_context(use_ldconfig() ? "ldconfig" : "loader cache",
+                           [&] { refresh_ldcache(); });
+            leave();
+            mark("loader cache");
+            if (timed_) {
+                std::string text;
+                for (std::size_t i = 1; i < marks_.size(); ++i)
+                    text += fmt::format("{}{} {} us", i > 1 ? ", " : "", marks_[i].first,
+                                        std::chrono::duration_cast<std::chrono::microseconds>(
+                                            marks_[i].second - marks_[i - 1].second)
+                                            .count());
+                logger().debug("execution: {}", text);
+            }
+        } catch (...) {
+            std::exception_ptr first = std::current_exception();
+            rollback();
+            std::rethrow_exception(first);
+        }
+    }
 
-private:
+  private:
     // Where the time goes, at debug level only (tests/gpu/check.sh reads it).
     using Clock = std::chrono::steady_clock;
     const bool timed_ = logger().should_log(LogLevel::Debug);
@@ -298,14 +303,15 @@ private:
             user_ns_ = sys_.open_user_ns(pidfd_.get(), target_.pid);
             return;
         }
-        const auto uid = map_id(sys_.read_proc(pidfd_.get(), target_.pid, "uid_map"), 0,
-                                who + " uid_map");
-        const auto gid = map_id(sys_.read_proc(pidfd_.get(), target_.pid, "gid_map"), 0,
-                                who + " gid_map");
+        const auto uid =
+            map_id(sys_.read_proc(pidfd_.get(), target_.pid, "uid_map"), 0, who + " uid_map");
+        const auto gid =
+            map_id(sys_.read_proc(pidfd_.get(), target_.pid, "gid_map"), 0, who + " gid_map");
         if (!uid || !gid) {
-            logger().warn("{}: the container's root is not mapped in its user namespace; "
-                          "what gpubind creates stays owned by the host's root",
-                          who);
+            logger().warn(
+                "{}: the container's root is not mapped in its user namespace; "
+                "what gpubind creates stays owned by the host's root",
+                who);
             return;
         }
         owner_ = {*uid, *gid};
@@ -787,8 +793,9 @@ private:
     Type check_etc() {
         const FileInfo etc = sys_.stat_at(root_->get(), "etc");
         if (etc.type != Type::Directory && etc.type != Type::Missing)
-            throw Error(ENOTDIR, "check", "/etc",
-                        "is " + describe(etc) + ", not a directory (refusing to write the cache there)");
+            throw Error(
+                ENOTDIR, "check", "/etc",
+                "is " + describe(etc) + ", not a directory (refusing to write the cache there)");
         return etc.type;
     }
 
@@ -1135,8 +1142,8 @@ private:
     Fd pidfd_, container_ns_, own_ns_, cwd_, ldconfig_;
     Fd user_ns_;               // the container's user namespace (Target::join_user_ns)
     bool in_user_ns_ = false;  // joined it: there is no way back
-    Owner owner_;         // the host ids of the container's root
-    bool chown_ = false;  // they are not 0:0: what we create is created as them
+    Owner owner_;              // the host ids of the container's root
+    bool chown_ = false;       // they are not 0:0: what we create is created as them
     bool fs_ids_switched_ = false;
     std::vector<Fd> device_trees_, mount_trees_, cap_trees_;
     DeviceAccess devices_;
@@ -1149,10 +1156,10 @@ private:
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
     std::vector<std::string> fresh_candidates_;  // Target::fresh_tmpfs the plan reaches into
     Fd host_mountinfo_;                          // the runtime's namespace's, when fresh_tmpfs asks
-    std::set<std::uint64_t> fresh_tmpfs_;  // mount ids: tmpfs of the container's own
-    std::map<std::uint64_t, bool> shared_mounts_;  // mount id -> shared (mountinfo), asked once
+    std::set<std::uint64_t> fresh_tmpfs_;        // mount ids: tmpfs of the container's own
+    std::map<std::uint64_t, bool> shared_mounts_;   // mount id -> shared (mountinfo), asked once
     std::map<SharedFd, std::uint64_t> dir_mounts_;  // directory -> its mount id, asked once
-    std::optional<std::string> mountinfo_;         // the container namespace's, read once
+    std::optional<std::string> mountinfo_;          // the container namespace's, read once
     std::map<std::string, SharedFd, std::less<>> dirs_;  // container path -> directory
     std::vector<Undo> undo_;
 };

@@ -27,9 +27,12 @@ CUDA_API CUresult cuInit(unsigned int flags) {
     if (g_initialized) return CUDA_SUCCESS;
     fake_node_root(&g_initialized, g_node.root, sizeof g_node.root);
     switch (fake_node_scan(&g_node)) {
-        case FAKE_SCAN_OK: break;
-        case FAKE_SCAN_NO_PERMISSION: return CUDA_ERROR_NOT_PERMITTED;
-        default: return CUDA_ERROR_NO_DEVICE;
+        case FAKE_SCAN_OK:
+            break;
+        case FAKE_SCAN_NO_PERMISSION:
+            return CUDA_ERROR_NOT_PERMITTED;
+        default:
+            return CUDA_ERROR_NO_DEVICE;
     }
     if (g_node.gpu_count == 0) return CUDA_ERROR_NO_DEVICE;
     g_initialized = 1;

@@ -106,10 +106,10 @@ static inline int fake_cuda_version(unsigned driver_major) {
 
 /* What NVML reports about a GPU model that procfs does not say. */
 struct fake_model_facts {
-    int cc_major;        /* CUDA compute capability */
+    int cc_major; /* CUDA compute capability */
     int cc_minor;
-    int brand;           /* an nvmlBrandType_t value */
-    unsigned device_id;  /* PCI device id */
+    int brand;          /* an nvmlBrandType_t value */
+    unsigned device_id; /* PCI device id */
 };
 
 static inline int fake_is_alnum(char c) {
@@ -158,14 +158,22 @@ static inline struct fake_model_facts fake_model_lookup(const char* model) {
 /* A brand's name as NVIDIA_REQUIRE_BRAND spells it. */
 static inline const char* fake_brand_name(int brand) {
     switch (brand) {
-        case 1: return "quadro";
-        case 2: return "tesla";
-        case 3: return "nvs";
-        case 4: return "grid";
-        case 5: return "geforce";
-        case 6: return "titan";
-        case 14: return "nvidia";
-        default: return "unknown";
+        case 1:
+            return "quadro";
+        case 2:
+            return "tesla";
+        case 3:
+            return "nvs";
+        case 4:
+            return "grid";
+        case 5:
+            return "geforce";
+        case 6:
+            return "titan";
+        case 14:
+            return "nvidia";
+        default:
+            return "unknown";
     }
 }
 

@@ -231,8 +231,7 @@ static void scan_mig(struct fake_node* node, unsigned index) {
 
     gpu->mig_first = node->mig_count;
     gpu->mig_count = 0;
-    path_of(dir, "%s/proc/driver/nvidia/capabilities/gpu%u/mig", node->root,
-             gpu->minor);
+    path_of(dir, "%s/proc/driver/nvidia/capabilities/gpu%u/mig", node->root, gpu->minor);
     gpu->mig_enabled = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
     if (!gpu->mig_enabled) return;
     ngi = list_ids(dir, "gi", FAKE_MIG_MAX_GI, gis);
@@ -266,7 +265,8 @@ static int scan_gpu(const struct fake_node* node, const char* name, struct fake_
     if (read_small(path, text, sizeof text) != 0) return -1;
     if (field(text, "Model", gpu->model, sizeof gpu->model) != 0) return -1;
     if (field(text, "GPU UUID", gpu->uuid, sizeof gpu->uuid) != 0) return -1;
-    if (field(text, "Device Minor", value, sizeof value) != 0 || parse_uint(value, &gpu->minor) != 0)
+    if (field(text, "Device Minor", value, sizeof value) != 0 ||
+        parse_uint(value, &gpu->minor) != 0)
         return -1;
     if (field(text, "GPU Excluded", value, sizeof value) == 0 && strcmp(value, "Yes") == 0)
         return -1;

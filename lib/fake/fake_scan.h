@@ -35,22 +35,22 @@
 struct fake_gpu {
     unsigned minor;
     unsigned domain, bus, device, function;
-    char bus_id[32];         /* as in procfs: "0000:1b:00.0" */
+    char bus_id[32]; /* as in procfs: "0000:1b:00.0" */
     char model[96];
     char uuid[FAKE_UUID_SIZE];
     int mig_enabled;
-    unsigned mig_first;      /* its MIG devices: migs[mig_first .. mig_first + mig_count) */
+    unsigned mig_first; /* its MIG devices: migs[mig_first .. mig_first + mig_count) */
     unsigned mig_count;
 };
 
 struct fake_mig {
-    unsigned gpu;            /* index of the parent in gpus[] */
+    unsigned gpu; /* index of the parent in gpus[] */
     unsigned gi, ci;
     char uuid[FAKE_UUID_SIZE];
 };
 
 struct fake_node {
-    char root[PATH_MAX];     /* "" for "/" */
+    char root[PATH_MAX]; /* "" for "/" */
     char driver_version[80];
     unsigned gpu_count;
     struct fake_gpu gpus[FAKE_MAX_GPUS];
@@ -60,8 +60,8 @@ struct fake_node {
 
 enum fake_scan_result {
     FAKE_SCAN_OK = 0,
-    FAKE_SCAN_NO_DRIVER,      /* no version file, or no /dev/nvidiactl */
-    FAKE_SCAN_NO_PERMISSION,  /* /dev/nvidiactl refused (EPERM, EACCES) */
+    FAKE_SCAN_NO_DRIVER,     /* no version file, or no /dev/nvidiactl */
+    FAKE_SCAN_NO_PERMISSION, /* /dev/nvidiactl refused (EPERM, EACCES) */
 };
 
 /* The root of the node the object holding `symbol` was loaded from. */

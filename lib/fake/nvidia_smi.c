@@ -73,7 +73,8 @@ static int load(void) {
     nvml.pci = (device_pci_fn)lookup(lib, "nvmlDeviceGetPciInfo_v3", &missing);
     nvml.mig_mode = (device_two_uints_fn)lookup(lib, "nvmlDeviceGetMigMode", &missing);
     nvml.max_mig = (device_uint_fn)lookup(lib, "nvmlDeviceGetMaxMigDeviceCount", &missing);
-    nvml.mig_by_index = (mig_by_index_fn)lookup(lib, "nvmlDeviceGetMigDeviceHandleByIndex", &missing);
+    nvml.mig_by_index =
+        (mig_by_index_fn)lookup(lib, "nvmlDeviceGetMigDeviceHandleByIndex", &missing);
     return missing ? -1 : 0;
 }
 
@@ -129,7 +130,8 @@ static int summary(unsigned count) {
         nvmlPciInfo_t pci;
         char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
         unsigned current = 0, pending = 0;
-        if (nvml.by_index(i, &gpu) != NVML_SUCCESS || nvml.name(gpu, name, sizeof name) != NVML_SUCCESS ||
+        if (nvml.by_index(i, &gpu) != NVML_SUCCESS ||
+            nvml.name(gpu, name, sizeof name) != NVML_SUCCESS ||
             nvml.pci(gpu, &pci) != NVML_SUCCESS)
             continue;
         nvml.mig_mode(gpu, &current, &pending);

@@ -17,7 +17,7 @@
 
 struct nvmlDevice_st {
     int is_mig;
-    unsigned index;  /* into node.gpus or node.migs */
+    unsigned index; /* into node.gpus or node.migs */
 };
 
 static struct fake_node g_node;
@@ -66,9 +66,12 @@ static nvmlReturn_t start(void) {
     fake_node_root(&g_init_count, g_node.root, sizeof g_node.root);
     slow_start(g_node.root);
     switch (fake_node_scan(&g_node)) {
-        case FAKE_SCAN_OK: break;
-        case FAKE_SCAN_NO_PERMISSION: return NVML_ERROR_NO_PERMISSION;
-        default: return NVML_ERROR_DRIVER_NOT_LOADED;
+        case FAKE_SCAN_OK:
+            break;
+        case FAKE_SCAN_NO_PERMISSION:
+            return NVML_ERROR_NO_PERMISSION;
+        default:
+            return NVML_ERROR_DRIVER_NOT_LOADED;
     }
     for (i = 0; i < g_node.gpu_count; ++i) {
         g_gpu_handles[i].is_mig = 0;
@@ -109,13 +112,17 @@ static nvmlReturn_t copy_out(const char* value, char* out, unsigned length) {
     return NVML_SUCCESS;
 }
 
-#define CHECK_INIT()                                        \
-    do {                                                    \
+#define CHECK_INIT()                                            \
+    do {                                                        \
         if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED; \
     } while (0)
 
-NVML_API nvmlReturn_t nvmlInit_v2(void) { return start(); }
-NVML_API nvmlReturn_t nvmlInit(void) { return start(); }
+NVML_API nvmlReturn_t nvmlInit_v2(void) {
+    return start();
+}
+NVML_API nvmlReturn_t nvmlInit(void) {
+    return start();
+}
 NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     return start();
@@ -129,21 +136,36 @@ NVML_API nvmlReturn_t nvmlShutdown(void) {
 
 NVML_API const char* nvmlErrorString(nvmlReturn_t result) {
     switch (result) {
-        case NVML_SUCCESS: return "Success";
-        case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-        case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-        case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-        case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-        case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
-        case NVML_ERROR_NOT_FOUND: return "Not Found";
-        case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-        case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-        case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
-        case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-        case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-        case NVML_ERROR_OPERATING_SYSTEM: return "Operating System Error";
-        case NVML_ERROR_MEMORY: return "Insufficient Memory";
-        default: return "Unknown Error";
+        case NVML_SUCCESS:
+            return "Success";
+        case NVML_ERROR_UNINITIALIZED:
+            return "Uninitialized";
+        case NVML_ERROR_INVALID_ARGUMENT:
+            return "Invalid Argument";
+        case NVML_ERROR_NOT_SUPPORTED:
+            return "Not Supported";
+        case NVML_ERROR_NO_PERMISSION:
+            return "Insufficient Permissions";
+        case NVML_ERROR_ALREADY_INITIALIZED:
+            return "Already Initialized";
+        case NVML_ERROR_NOT_FOUND:
+            return "Not Found";
+        case NVML_ERROR_INSUFFICIENT_SIZE:
+            return "Insufficient Size";
+        case NVML_ERROR_DRIVER_NOT_LOADED:
+            return "Driver Not Loaded";
+        case NVML_ERROR_LIBRARY_NOT_FOUND:
+            return "NVML Shared Library Not Found";
+        case NVML_ERROR_FUNCTION_NOT_FOUND:
+            return "Function Not Found";
+        case NVML_ERROR_GPU_IS_LOST:
+            return "GPU is lost";
+        case NVML_ERROR_OPERATING_SYSTEM:
+            return "Operating System Error";
+        case NVML_ERROR_MEMORY:
+            return "Insufficient Memory";
+        default:
+            return "Unknown Error";
     }
 }
 
@@ -206,8 +228,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlD
         domain = 0;
         function = 0;
         used = 0;
-        if (sscanf(bus_id, "%x:%x.%x%n", &bus, &dev, &function, &used) != 3 ||
-            bus_id[used] != '\0')
+        if (sscanf(bus_id, "%x:%x.%x%n", &bus, &dev, &function, &used) != 3 || bus_id[used] != '\0')
             return NVML_ERROR_INVALID_ARGUMENT;
     }
     for (i = 0; i < g_node.gpu_count; ++i) {
@@ -311,8 +332,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t
     pci->pciSubSystemId = 0x16a110deu;
     snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X", gpu->domain & 0xffffu,
              gpu->bus, gpu->device, gpu->function);
-    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.%X", gpu->domain, gpu->bus,
-             gpu->device, gpu->function);
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.%X", gpu->domain, gpu->bus, gpu->device,
+             gpu->function);
     return NVML_SUCCESS;
 }
 

@@ -38,13 +38,13 @@ typedef enum {
 
 /* nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it. */
 typedef struct {
-    char busIdLegacy[16];        /* "%04X:%02X:%02X.0" */
+    char busIdLegacy[16]; /* "%04X:%02X:%02X.0" */
     unsigned int domain;
     unsigned int bus;
     unsigned int device;
-    unsigned int pciDeviceId;    /* device id << 16 | vendor id */
+    unsigned int pciDeviceId; /* device id << 16 | vendor id */
     unsigned int pciSubSystemId;
-    char busId[32];              /* "%08X:%02X:%02X.0" */
+    char busId[32]; /* "%08X:%02X:%02X.0" */
 } nvmlPciInfo_t;
 
 #define NVML_DEVICE_MIG_DISABLE 0u

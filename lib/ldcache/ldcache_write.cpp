@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/util/error.hpp"
 #include "ldcache_format.hpp"
 
 namespace gpubind::ldcache {
@@ -134,8 +134,9 @@ Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
             throw_invalid("write ld.so.cache", lib.path,
                           "only x86-64 and 32-bit x86 libraries can be added");
         if (!orderable(lib.soname))
-            throw_invalid("write ld.so.cache", lib.path,
-                          "a soname with more than 9 digits in a row cannot be ordered as glibc does");
+            throw_invalid(
+                "write ld.so.cache", lib.path,
+                "a soname with more than 9 digits in a row cannot be ordered as glibc does");
         Entry e;
         e.flags = kFlagElfLibc6 | (lib.arch == Arch::X86_64 ? kFlagX8664Lib64 : 0);
         e.soname = lib.soname;
@@ -243,7 +244,8 @@ std::string serialize(const Cache& cache) {
         const std::size_t at = kNewHeaderSize + i * kNewEntrySize;
         std::uint64_t hwcap = e.hwcap;
         if (e.has_hwcaps_subdir) {
-            const std::uint64_t isa = is_hwcaps_index(e.hwcap) ? (e.hwcap >> 32) & kIsaLevelMask : 0;
+            const std::uint64_t isa =
+                is_hwcaps_index(e.hwcap) ? (e.hwcap >> 32) & kIsaLevelMask : 0;
             hwcap = kHwcapExtension | (isa << 32) | hwcaps.at(e.hwcaps_subdir);
         } else if (is_hwcaps_index(hwcap)) {
             fail(fmt::format("entry {} ({}): a glibc-hwcaps index without a name", i, e.path));

@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <concepts>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <set>
@@ -21,13 +21,13 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
-#include "gpubind/util/dir_entries.hpp"
+#include "gpubind/node/node_read.hpp"
 #include "gpubind/util/digest.hpp"
+#include "gpubind/util/dir_entries.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
-#include "gpubind/node/node_read.hpp"
 
 namespace gpubind {
 
@@ -211,52 +211,52 @@ std::string difference(const Fingerprint& stored, const Fingerprint& now) {
 // fields(), for writing and reading alike, so the two cannot disagree.
 
 template <class Io, class T>
-    requires std::same_as<std::remove_const_t<T>, DeviceNode>
+requires std::same_as<std::remove_const_t<T>, DeviceNode>
 void fields(Io& io, T& n) {
     io(n.path, n.host_path, n.major, n.minor, n.mode);
 }
 
 template <class Io, class T>
-    requires std::same_as<std::remove_const_t<T>, MigDevice>
+requires std::same_as<std::remove_const_t<T>, MigDevice>
 void fields(Io& io, T& m) {
     io(m.gpu_index, m.index, m.gi, m.ci, m.uuid, m.gi_access, m.ci_access, m.gi_cap, m.ci_cap);
 }
 
 template <class Io, class T>
-    requires std::same_as<std::remove_const_t<T>, Gpu>
+requires std::same_as<std::remove_const_t<T>, Gpu>
 void fields(Io& io, T& g) {
-    io(g.index, g.minor, g.model, g.uuid, g.pci_bus_id, g.vbios, g.bus_type, g.excluded,
-       g.proc_dir, g.node, g.mig, g.brand, g.compute_capability);
+    io(g.index, g.minor, g.model, g.uuid, g.pci_bus_id, g.vbios, g.bus_type, g.excluded, g.proc_dir,
+       g.node, g.mig, g.brand, g.compute_capability);
 }
 
 template <class Io, class T>
-    requires std::same_as<std::remove_const_t<T>, DriverFile>
+requires std::same_as<std::remove_const_t<T>, DriverFile>
 void fields(Io& io, T& f) {
     io(f.kind, f.name, f.host_path, f.real_path, f.caps, f.compat32);
 }
 
 template <class Io, class T>
-    requires std::same_as<std::remove_const_t<T>, Node>
+requires std::same_as<std::remove_const_t<T>, Node>
 void fields(Io& io, T& n) {
     io(n.roots.driver, n.roots.dev, n.roots.proc, n.driver_version, n.cuda_version, n.gpus,
        n.control, n.mig_control, n.imex_channels, n.files, n.warnings);
 }
 
 template <class Io, class T>
-    requires std::same_as<std::remove_const_t<T>, ProcFiles>
+requires std::same_as<std::remove_const_t<T>, ProcFiles>
 void fields(Io& io, T& p) {
     io(p.version, p.params, p.information);
 }
 
 template <class Io, class T>
-    requires std::same_as<std::remove_const_t<T>, NvmlRecord>
+requires std::same_as<std::remove_const_t<T>, NvmlRecord>
 void fields(Io& io, T& r) {
     io(r.status, r.asked_at, r.took_ms, r.error);
 }
 
 // What the file holds of the knowledge (not what this call did).
 template <class Io, class T>
-    requires std::same_as<std::remove_const_t<T>, NodeKnowledge>
+requires std::same_as<std::remove_const_t<T>, NodeKnowledge>
 void fields(Io& io, T& k) {
     io(k.computed_at, k.fingerprint, k.nvml, k.node, k.proc);
 }
@@ -290,10 +290,8 @@ class Writer {
             out_.push_back(static_cast<char>(static_cast<unsigned char>(u >> (8 * i))));
     }
     template <class E>
-        requires std::is_enum_v<E>
-    void item(const E& v) {
-        item(static_cast<std::uint8_t>(v));
-    }
+    requires std::is_enum_v<E>
+    void item(const E& v) { item(static_cast<std::uint8_t>(v)); }
     void count(std::size_t n) { item(static_cast<std::uint32_t>(n)); }
     void item(const std::string& s) {
         count(s.size());
@@ -356,7 +354,7 @@ class Reader {
         v = b == 1;
     }
     template <class E>
-        requires std::is_enum_v<E>
+    requires std::is_enum_v<E>
     void item(E& v) {
         std::uint8_t u = 0;
         item(u);
@@ -467,7 +465,8 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
         return std::nullopt;
     }
     if (text.compare(0, kMagic.size(), kMagic) != 0) {
-        why = path.string() + " is not a description of this schema (another gpubind's, or corrupt)";
+        why =
+            path.string() + " is not a description of this schema (another gpubind's, or corrupt)";
         return std::nullopt;
     }
     std::uint64_t stored_digest = 0;

@@ -78,10 +78,10 @@ Selection select_devices(const Node& node, const DeviceIds& ids) {
                 no_such(id, "no GPU with this index (the node has " +
                                 std::to_string(node.gpus.size()) + ")");
             add_gpu(node.gpus[*index]);
-        } else if (auto colon = id.find(':'); colon != std::string::npos &&
-                                              id.find(':', colon + 1) == std::string::npos &&
-                                              parse_unsigned(std::string_view(id).substr(0, colon)) &&
-                                              parse_unsigned(std::string_view(id).substr(colon + 1))) {
+        } else if (auto colon = id.find(':');
+                   colon != std::string::npos && id.find(':', colon + 1) == std::string::npos &&
+                   parse_unsigned(std::string_view(id).substr(0, colon)) &&
+                   parse_unsigned(std::string_view(id).substr(colon + 1))) {
             auto g = *parse_unsigned(std::string_view(id).substr(0, colon));
             auto m = *parse_unsigned(std::string_view(id).substr(colon + 1));
             if (g >= node.gpus.size()) no_such(id, "no GPU with this index");
@@ -108,8 +108,9 @@ Selection select_devices(const Node& node, const DeviceIds& ids) {
             if (it == node.gpus.end()) no_such(id, "no GPU at this PCI bus id");
             add_gpu(*it);
         } else {
-            no_such(id, "not a device id (an index, GPU-<uuid>, MIG-<uuid>, G:M, a PCI bus id, "
-                        "all or none)");
+            no_such(id,
+                    "not a device id (an index, GPU-<uuid>, MIG-<uuid>, G:M, a PCI bus id, "
+                    "all or none)");
         }
     }
     std::sort(sel.gpus.begin(), sel.gpus.end(),

@@ -15,13 +15,13 @@
 #include <set>
 #include <vector>
 
+#include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/node/node_read.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
-#include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/util/log.hpp"
-#include "gpubind/node/node.hpp"
 #include "gpubind/util/strings.hpp"
-#include "gpubind/node/node_read.hpp"
 #include "nvml.hpp"
 
 namespace gpubind {
@@ -111,11 +111,12 @@ void discover_gpus(Node& node, const std::map<std::string, unsigned, std::less<>
     for (auto& gpu : node.gpus) {
         const fs::path mig_dir = caps_dir / ("gpu" + std::to_string(gpu.minor)) / "mig";
         for (const auto& gi_name : list_dir(mig_dir)) {
-            auto gi = gi_name.rfind("gi", 0) == 0 ? parse_unsigned(gi_name.substr(2)) : std::nullopt;
+            auto gi =
+                gi_name.rfind("gi", 0) == 0 ? parse_unsigned(gi_name.substr(2)) : std::nullopt;
             if (!gi) continue;
             for (const auto& ci_name : list_dir(mig_dir / gi_name)) {
-                auto ci = ci_name.rfind("ci", 0) == 0 ? parse_unsigned(ci_name.substr(2))
-                                                      : std::nullopt;
+                auto ci =
+                    ci_name.rfind("ci", 0) == 0 ? parse_unsigned(ci_name.substr(2)) : std::nullopt;
                 if (!ci) continue;
                 MigDevice mig;
                 mig.gpu_index = gpu.index;
@@ -140,12 +141,14 @@ void discover_gpus(Node& node, const std::map<std::string, unsigned, std::less<>
     }
 }
 
-void discover_control_nodes(Node& node, const std::map<std::string, unsigned, std::less<>>& majors) {
+void discover_control_nodes(Node& node,
+                            const std::map<std::string, unsigned, std::less<>>& majors) {
     if (auto ctl = stat_node(node.roots.dev, "/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor,
                              !node.gpus.empty()))
         node.control.push_back(*ctl);
     if (auto uvm = majors.find("nvidia-uvm"); uvm != majors.end()) {
-        for (auto [name, minor] : {std::pair{"nvidia-uvm", 0u}, std::pair{"nvidia-uvm-tools", 1u}}) {
+        for (auto [name, minor] :
+             {std::pair{"nvidia-uvm", 0u}, std::pair{"nvidia-uvm-tools", 1u}}) {
             if (auto n = stat_node(node.roots.dev, std::string("/dev/") + name, uvm->second, minor,
                                    false))
                 node.control.push_back(*n);
@@ -156,8 +159,8 @@ void discover_control_nodes(Node& node, const std::map<std::string, unsigned, st
         node.warnings.push_back("nvidia-uvm is not loaded (no major in " +
                                 (node.roots.proc / "devices").string() + ")");
     }
-    if (auto modeset = stat_node(node.roots.dev, "/dev/nvidia-modeset", kNvidiaMajor,
-                                 kModesetMinor, false))
+    if (auto modeset =
+            stat_node(node.roots.dev, "/dev/nvidia-modeset", kNvidiaMajor, kModesetMinor, false))
         node.control.push_back(*modeset);
 }
 
@@ -183,8 +186,8 @@ void discover_imex_channels(Node& node,
         return;
     }
     for (const auto& name : names) {
-        std::string_view digits = std::string_view(name).substr(
-            name.rfind("channel", 0) == 0 ? 7 : name.size());
+        std::string_view digits =
+            std::string_view(name).substr(name.rfind("channel", 0) == 0 ? 7 : name.size());
         auto n = !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos &&
                          (digits.size() == 1 || digits.front() != '0')
                      ? parse_unsigned(digits)
@@ -257,7 +260,8 @@ std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners) {
     for (std::size_t i = 0; i < parts.size(); ++i) {
         struct stat st {};
         if (::fstat(dir.get(), &st) != 0) return "cannot be checked (stat)";
-        if (!trusted(st.st_uid)) return "is in a directory not owned by root (or [policy] ipc-owners)";
+        if (!trusted(st.st_uid))
+            return "is in a directory not owned by root (or [policy] ipc-owners)";
         if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
             return "is in a directory other users may write";
         Fd next(::openat(dir.get(), parts[i].c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
@@ -312,9 +316,10 @@ void discover_other_files(Node& node, const Config& config) {
             break;
         }
         if (!found && skipped)
-            node.warnings.push_back(skipped->string() +
-                                    " is not an ELF program (a wrapper script?) and no driver program "
-                                    "of that name was found beside the driver's libraries; not given");
+            node.warnings.push_back(
+                skipped->string() +
+                " is not an ELF program (a wrapper script?) and no driver program "
+                "of that name was found beside the driver's libraries; not given");
     }
     for (const auto& entry : config.catalog.ipcs) {
         fs::path p = under(node.roots.driver, entry.name);
@@ -339,8 +344,8 @@ void discover_other_files(Node& node, const Config& config) {
                 return f.kind == FileKind::Firmware && f.name == rel.string();
             });
             if (dup) continue;
-            node.files.push_back({FileKind::Firmware, rel.string(), dir / name, dir / name,
-                                  entry.caps, false});
+            node.files.push_back(
+                {FileKind::Firmware, rel.string(), dir / name, dir / name, entry.caps, false});
         }
     }
     // A file listed under several capabilities is one entry bringing all of them.
@@ -392,8 +397,9 @@ std::string apply_nvml(Node& node, std::chrono::milliseconds timeout) {
         return f.kind == FileKind::Library && !f.compat32 && f.name == "libnvidia-ml.so.1";
     });
     if (lib == node.files.end()) {
-        const std::string why = "no libnvidia-ml.so.1: CUDA version, brand and compute "
-                                "capability are unknown";
+        const std::string why =
+            "no libnvidia-ml.so.1: CUDA version, brand and compute "
+            "capability are unknown";
         node.warnings.push_back(why);
         return why;
     }

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/node/node.hpp"
+#include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/strings.hpp"
 
@@ -155,8 +155,9 @@ ProcFiles read_proc_files(const Node& node) {
     files.version = read_file(dir / "version", detail::kMaxProcFile);
     files.params = read_optional(dir / "params");
     for (const auto& gpu : node.gpus) {
-        const std::filesystem::path gpu_dir =
-            gpu.proc_dir.empty() ? dir / "gpus" / gpu.pci_bus_id : std::filesystem::path(gpu.proc_dir);
+        const std::filesystem::path gpu_dir = gpu.proc_dir.empty()
+                                                  ? dir / "gpus" / gpu.pci_bus_id
+                                                  : std::filesystem::path(gpu.proc_dir);
         files.information[proc_dir_name(gpu)] = read_optional(gpu_dir / "information");
     }
     return files;

@@ -1,11 +1,11 @@
 #include "nvml.hpp"
 
 #include <dlfcn.h>
-#include <link.h>
-#include <sys/auxv.h>
 #include <fcntl.h>
+#include <link.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,13 +36,13 @@ constexpr unsigned kNvmlUuidBuffer = 96;
 
 // Brand names by nvmlBrandType_t value, spelled as NVIDIA_REQUIRE_BRAND expects.
 constexpr std::array<const char*, 17> kBrands = {
-    "unknown", "quadro",     "tesla",  "nvs",         "grid",      "geforce",
-    "titan",   "vapps",      "vpc",    "vcs",         "vws",       "cloudgaming",
+    "unknown",   "quadro",    "tesla",  "nvs",        "grid",    "geforce",
+    "titan",     "vapps",     "vpc",    "vcs",        "vws",     "cloudgaming",
     "quadrortx", "nvidiartx", "nvidia", "geforcertx", "titanrtx"};
 
 // Everything the child does; it writes its report to `out` and never throws.
 class Child {
-public:
+  public:
     explicit Child(int out) : out_(out) {}
 
     int run(const char* library) noexcept {
@@ -83,7 +83,7 @@ public:
         return 0;
     }
 
-private:
+  private:
     void report_mig(NvmlDevice dev, unsigned minor) noexcept {
         auto mode = sym<NvmlReturn (*)(NvmlDevice, unsigned*, unsigned*)>("nvmlDeviceGetMigMode");
         auto max = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMaxMigDeviceCount");
@@ -129,7 +129,7 @@ private:
         }
     }
 
-public:
+  public:
     [[gnu::format(printf, 2, 3)]] int fail(const char* fmt, ...) noexcept {
         char buf[400];
         va_list ap;
@@ -140,7 +140,7 @@ public:
         return 1;
     }
 
-private:
+  private:
     int out_;
     void* lib_ = nullptr;
 };

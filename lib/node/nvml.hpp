@@ -17,8 +17,8 @@ struct NvmlGpuFacts {
 };
 
 struct NvmlFacts {
-    std::string cuda_version;                 // "12.4"
-    std::map<unsigned, NvmlGpuFacts> gpus;    // by device minor
+    std::string cuda_version;               // "12.4"
+    std::map<unsigned, NvmlGpuFacts> gpus;  // by device minor
 };
 
 // Loads `library` (libnvidia-ml.so.1 of the node) in a forked child and reads

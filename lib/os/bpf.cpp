@@ -219,7 +219,8 @@ std::uint64_t run_device_program(const std::vector<Insn>& prog, DeviceRequest re
         } else if (cls == BPF_JMP || cls == BPF_JMP32) {
             const unsigned op = BPF_OP(in.code);
             if (op == BPF_EXIT && cls == BPF_JMP) return r[0];
-            if (op == BPF_CALL) throw Error(ENOTSUP, "run device program", "", "calls are not supported");
+            if (op == BPF_CALL)
+                throw Error(ENOTSUP, "run device program", "", "calls are not supported");
             std::uint64_t a = r[dst], b = BPF_SRC(in.code) == BPF_X ? r[src] : imm;
             if (cls == BPF_JMP32) {
                 a &= 0xffffffffu;
@@ -296,6 +297,5 @@ std::uint64_t run_device_program(const std::vector<Insn>& prog, DeviceRequest re
     }
     throw Error(ENOTSUP, "run device program", "", "runaway program");
 }
-
 
 }  // namespace gpubind::bpf

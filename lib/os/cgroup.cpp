@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/os/cgroup.hpp"
+#include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
 
 namespace gpubind::cgroup {

@@ -202,7 +202,7 @@ struct ChildArgs {
     char* const* argv;
     const Limits* limits;
     cap_t no_caps;
-    void* filter;  // scmp_filter_ctx or null
+    void* filter;        // scmp_filter_ctx or null
     bool groups_denied;  // setgroups is denied where we are (a rootless user namespace)
 };
 
@@ -238,9 +238,8 @@ struct ChildArgs {
     for (const char* hidden : {"/proc", "/sys", "/dev"})
         while (::umount2(hidden, MNT_DETACH | UMOUNT_NOFOLLOW) == 0) {
         }
-    if (a.scratch_fd >= 0 &&
-        ::syscall(SYS_move_mount, a.scratch_fd, "", AT_FDCWD, a.scratch,
-                  MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    if (a.scratch_fd >= 0 && ::syscall(SYS_move_mount, a.scratch_fd, "", AT_FDCWD, a.scratch,
+                                       MOVE_MOUNT_F_EMPTY_PATH) != 0)
         child_fail(e, "mount the scratch directory (the root needs that directory)", errno);
     static const char kHost[] = "gpubind-sandbox";
     if (::sethostname(kHost, sizeof kHost - 1) != 0) child_fail(e, "set the hostname", errno);
@@ -321,7 +320,8 @@ std::string blocked_opening(pid_t pid) {
     unsigned long addr = 0;
     if (nr == SYS_openat) addr = args[1];
 #ifdef SYS_open
-    else if (nr == SYS_open) addr = args[0];
+    else if (nr == SYS_open)
+        addr = args[0];
 #endif
     if (addr == 0) return {};
     constexpr std::size_t kMaxShown = 256;
@@ -442,8 +442,8 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
     argv.push_back(nullptr);
     const std::string root = options.root.string();
 
-    if (!options.output.empty() && (options.scratch.empty() ||
-                                    options.output.find('/') != std::string::npos))
+    if (!options.output.empty() &&
+        (options.scratch.empty() || options.output.find('/') != std::string::npos))
         throw_invalid("run", what, "the output is a file name in the scratch directory");
     if (!options.scratch.empty() && options.scratch.front() != '/')
         throw_invalid("run", what, "the scratch directory is an absolute path in the root");
@@ -562,8 +562,7 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
             ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
             reap();
             throw Error(ETIMEDOUT, "run", what,
-                        "killed after " + std::to_string(options.timeout.count()) + " ms" +
-                            where);
+                        "killed after " + std::to_string(options.timeout.count()) + " ms" + where);
         }
         if (out_open && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
             char buf[1024];

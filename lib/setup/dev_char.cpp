@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "gpubind/util/error.hpp"
-#include "gpubind/setup/setup.hpp"
 #include "gpubind/node/node_read.hpp"
+#include "gpubind/setup/setup.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind::setup {
 

@@ -92,9 +92,9 @@ struct LibraryDef {
     std::string_view stem;
     std::string_view soname_suffix;
     std::string_view capability;
-    bool compat32;              // also installed as a 32-bit copy
-    std::string_view subdir;    // below the library directory
-    Real real;                  // the compiled fake (64-bit only), else an ELF stub
+    bool compat32;            // also installed as a 32-bit copy
+    std::string_view subdir;  // below the library directory
+    Real real;                // the compiled fake (64-bit only), else an ELF stub
 };
 
 constexpr LibraryDef kLibraries[] = {
@@ -133,7 +133,7 @@ bool graphics_only(std::string_view capability) {
 struct BinaryDef {
     std::string_view name;
     std::string_view capability;
-    bool smi;                   // the fake nvidia-smi, else the stand-in tool
+    bool smi;  // the fake nvidia-smi, else the stand-in tool
 };
 
 constexpr BinaryDef kBinaries[] = {
@@ -189,10 +189,10 @@ constexpr std::pair<std::string_view, std::string_view> kParams[] = {
 // Character devices a typical host lists besides NVIDIA's (all below 195,
 // so never in the way of the dynamic majors chosen below).
 constexpr std::pair<unsigned, std::string_view> kOtherCharDevices[] = {
-    {1, "mem"},   {4, "/dev/vc/0"}, {4, "tty"},   {4, "ttyS"},   {5, "/dev/tty"},
-    {5, "/dev/console"}, {5, "/dev/ptmx"}, {7, "vcs"}, {10, "misc"}, {13, "input"},
-    {21, "sg"},   {29, "fb"},       {128, "ptm"}, {136, "pts"},  {180, "usb"},
-    {189, "usb_device"},
+    {1, "mem"},      {4, "/dev/vc/0"},    {4, "tty"},       {4, "ttyS"},
+    {5, "/dev/tty"}, {5, "/dev/console"}, {5, "/dev/ptmx"}, {7, "vcs"},
+    {10, "misc"},    {13, "input"},       {21, "sg"},       {29, "fb"},
+    {128, "ptm"},    {136, "pts"},        {180, "usb"},     {189, "usb_device"},
 };
 constexpr std::string_view kBlockDevices =
     "  7 loop\n  8 sd\n  9 md\n 11 sr\n 65 sd\n 66 sd\n 67 sd\n259 blkext\n";
@@ -203,26 +203,28 @@ constexpr std::string_view kBlockDevices =
 void check_spec(const Spec& spec) {
     const std::string what = "simulated node spec";
     if (spec.gpus < 1 || spec.gpus > kMaxGpus)
-        throw_invalid("simulate", what, fmt::format("gpus must be 1 to {}, not {}", kMaxGpus, spec.gpus));
+        throw_invalid("simulate", what,
+                      fmt::format("gpus must be 1 to {}, not {}", kMaxGpus, spec.gpus));
     const auto& v = spec.driver_version;
-    bool version_ok = !v.empty() && v.size() <= 32 && v.front() != '.' && v.back() != '.' &&
-                      v.find("..") == std::string::npos && v.find('.') != std::string::npos &&
-                      std::all_of(v.begin(), v.end(), [](char c) {
-                          return (c >= '0' && c <= '9') || c == '.';
-                      });
+    bool version_ok =
+        !v.empty() && v.size() <= 32 && v.front() != '.' && v.back() != '.' &&
+        v.find("..") == std::string::npos && v.find('.') != std::string::npos &&
+        std::all_of(v.begin(), v.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
     if (!version_ok)
         throw_invalid("simulate", what,
                       fmt::format("driver version \"{}\" is not numbers separated by dots "
-                                  "(like 550.54.15)", v));
+                                  "(like 550.54.15)",
+                                  v));
     const auto& m = spec.model;
-    bool model_ok = !m.empty() && m.size() < 96 && trim(m) == m &&
-                    std::none_of(m.begin(), m.end(), [](char c) {
-                        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-                    });
+    bool model_ok =
+        !m.empty() && m.size() < 96 && trim(m) == m && std::none_of(m.begin(), m.end(), [](char c) {
+            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+        });
     if (!model_ok)
         throw_invalid("simulate", what,
                       fmt::format("model \"{}\" must be 1 to 95 printable characters without "
-                                  "surrounding blanks", m));
+                                  "surrounding blanks",
+                                  m));
     const auto& prefix = spec.prefix;
     bool prefix_ok = prefix.size() < 128;
     if (!prefix.empty())
@@ -235,7 +237,8 @@ void check_spec(const Spec& spec) {
     if (!prefix_ok)
         throw_invalid("simulate", what,
                       fmt::format("prefix \"{}\" is not a relative path of names made of letters, "
-                                  "digits, '.', '_' and '-'", prefix));
+                                  "digits, '.', '_' and '-'",
+                                  prefix));
     std::set<std::tuple<unsigned, unsigned, unsigned>> seen;
     for (const auto& mig : spec.mig) {
         std::string id = fmt::format("{}:{}:{}", mig.gpu, mig.gi, mig.ci);
@@ -250,8 +253,8 @@ void check_spec(const Spec& spec) {
         if (mig.gi >= FAKE_MIG_MAX_GI || mig.ci >= FAKE_MIG_MAX_CI)
             throw_invalid("simulate", what,
                           fmt::format("MIG device {}: GPU instance must be 0 to {} and compute "
-                                      "instance 0 to {}", id, FAKE_MIG_MAX_GI - 1,
-                                      FAKE_MIG_MAX_CI - 1));
+                                      "instance 0 to {}",
+                                      id, FAKE_MIG_MAX_GI - 1, FAKE_MIG_MAX_CI - 1));
         if (!seen.insert({mig.gpu, mig.gi, mig.ci}).second)
             throw_invalid("simulate", what, fmt::format("MIG device {} is listed twice", id));
     }
@@ -266,12 +269,12 @@ void check_spec(const Spec& spec) {
 
 // Writes the node below `dir_`, recording every piece in the manifest.
 class Writer {
-public:
+  public:
     Writer(fs::path dir, const Spec& spec) : dir_(std::move(dir)) { manifest_.spec = spec; }
 
     Manifest run();
 
-private:
+  private:
     fs::path at(std::string_view rel) const { return dir_ / fs::path(rel); }
     // The library directory, relative to the node.
     std::string lib_dir(bool compat32) const {
@@ -353,8 +356,7 @@ void Writer::socket(std::string_view rel) const {
     std::string name = fmt::format("/proc/self/fd/{}/{}", dirfd.get(), path.filename().string());
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    if (name.size() >= sizeof addr.sun_path)
-        throw Error(ENAMETOOLONG, "bind", path.string());
+    if (name.size() >= sizeof addr.sun_path) throw Error(ENAMETOOLONG, "bind", path.string());
     std::copy(name.begin(), name.end(), addr.sun_path);
     Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) throw_errno("socket", path.string());
@@ -383,8 +385,10 @@ void Writer::choose_majors() {
             if (chars && number) used.insert(static_cast<unsigned>(*number));
         }
     } catch (const Error& e) {
-        logger().warn("simulate: cannot read this host's /proc/devices ({}); assuming majors "
-                      "235, 236 and 234 are free", e.what());
+        logger().warn(
+            "simulate: cannot read this host's /proc/devices ({}); assuming majors "
+            "235, 236 and 234 are free",
+            e.what());
     }
     std::vector<unsigned> candidates = {235, 236};
     for (unsigned m = 234; m >= 200; --m) candidates.push_back(m);
@@ -484,7 +488,8 @@ void Writer::proc_driver() const {
     std::set<std::pair<unsigned, unsigned>> gis;
     for (const auto& m : manifest_.migs) {
         unsigned minor = manifest_.gpus.at(m.gpu).minor;
-        std::string gi_dir = fmt::format("proc/driver/nvidia/capabilities/gpu{}/mig/gi{}", minor, m.gi);
+        std::string gi_dir =
+            fmt::format("proc/driver/nvidia/capabilities/gpu{}/mig/gi{}", minor, m.gi);
         if (gis.insert({m.gpu, m.gi}).second)
             write(at(gi_dir + "/access"), cap_file(m.gi_cap_minor, kCapAccessMode), 0444);
         write(at(fmt::format("{}/ci{}/access", gi_dir, m.ci)),
@@ -496,8 +501,8 @@ void Writer::proc_driver() const {
         for (unsigned gi = 0; gi < FAKE_MIG_MAX_GI; ++gi) {
             minors += fmt::format("gpu{}/gi{}/access {}\n", g, gi, gi_cap_minor(g, gi));
             for (unsigned ci = 0; ci < FAKE_MIG_MAX_CI; ++ci)
-                minors += fmt::format("gpu{}/gi{}/ci{}/access {}\n", g, gi, ci,
-                                      ci_cap_minor(g, gi, ci));
+                minors +=
+                    fmt::format("gpu{}/gi{}/ci{}/access {}\n", g, gi, ci, ci_cap_minor(g, gi, ci));
         }
     write(at("proc/driver/nvidia-caps/mig-minors"), minors, 0444);
 }
@@ -513,8 +518,8 @@ void Writer::libraries() {
             if (!spec.graphics && graphics_only(lib.capability)) continue;
             std::string stem(lib.stem);
             std::string file = stem + "." + version;
-            std::string soname = lib.soname_suffix.empty() ? file
-                                                           : stem + "." + std::string(lib.soname_suffix);
+            std::string soname =
+                lib.soname_suffix.empty() ? file : stem + "." + std::string(lib.soname_suffix);
             std::string rel_dir(libdir);
             if (!lib.subdir.empty()) rel_dir += "/" + std::string(lib.subdir);
             fs::path dir = at(rel_dir);
@@ -641,8 +646,10 @@ Manifest Writer::run() {
         node(fmt::format("dev/nvidia{}", gpu.minor), kFrontendMajor, gpu.minor, 0666);
     struct statvfs fs_info {};
     if (::statvfs(dir_.c_str(), &fs_info) == 0 && (fs_info.f_flag & ST_NODEV) != 0)
-        logger().warn("simulate: {} is on a filesystem mounted nodev: its device nodes cannot "
-                      "be opened, so the fake driver will see no GPU there", dir_.string());
+        logger().warn(
+            "simulate: {} is on a filesystem mounted nodev: its device nodes cannot "
+            "be opened, so the fake driver will see no GPU there",
+            dir_.string());
     node("dev/nvidiactl", kFrontendMajor, kCtlMinor, 0666);
     node("dev/nvidia-modeset", kFrontendMajor, kModesetMinor, 0666);
     node("dev/nvidia-uvm", uvm_major_, 0, 0666);
@@ -758,7 +765,8 @@ Manifest simulate(const fs::path& dir_arg, const Spec& spec) {
         } else if (!fs::is_empty(dir, ec) || ec) {
             throw Error(ENOTEMPTY, "simulate", dir.string(),
                         fmt::format("not empty and not a simulated node (no {}): refusing to "
-                                    "write into it", kManifestName));
+                                    "write into it",
+                                    kManifestName));
         }
     } else if (errno == ENOENT) {
         std::error_code mk;

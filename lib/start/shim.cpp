@@ -13,12 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "gpubind/cdi/cdi.hpp"
+#include "gpubind/cdi/runtime.hpp"
+#include "gpubind/decide/oci.hpp"
+#include "gpubind/start/start.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
-#include "gpubind/start/start.hpp"
 #include "gpubind/util/log.hpp"
-#include "gpubind/decide/oci.hpp"
-#include "gpubind/cdi/runtime.hpp"
 
 namespace gpubind::runtime {
 

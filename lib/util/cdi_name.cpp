@@ -17,7 +17,8 @@ std::optional<std::string> label_error(std::string_view what, std::string_view s
     if (!alnum(s.back())) return std::string(what) + " must end with a letter or digit";
     for (char c : s)
         if (!alnum(c) && c != '_' && c != '-' && c != '.')
-            return std::string(what) + " holds a character other than letters, digits, '_', '-', '.'";
+            return std::string(what) +
+                   " holds a character other than letters, digits, '_', '-', '.'";
     return std::nullopt;
 }
 

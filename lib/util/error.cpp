@@ -38,8 +38,7 @@ void throw_invalid(std::string op, std::string path, std::string detail) {
 }
 
 void throw_refused(std::string op, std::string path, std::string detail) {
-    throw Error(ErrorKind::Refused, ECANCELED, std::move(op), std::move(path),
-                std::move(detail));
+    throw Error(ErrorKind::Refused, ECANCELED, std::move(op), std::move(path), std::move(detail));
 }
 
 int exit_code_for(ErrorKind kind) noexcept {

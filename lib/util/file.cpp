@@ -18,8 +18,7 @@ Fd open_or_throw(const std::filesystem::path& path, int flags, unsigned mode) {
     return Fd(fd);
 }
 
-Fd openat_or_throw(int dirfd, const char* rel, int flags, const std::string& what,
-                   unsigned mode) {
+Fd openat_or_throw(int dirfd, const char* rel, int flags, const std::string& what, unsigned mode) {
     int fd = ::openat(dirfd, rel, flags | O_CLOEXEC, mode);
     if (fd < 0) throw_errno("open", what);
     return Fd(fd);

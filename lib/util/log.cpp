@@ -15,12 +15,18 @@ std::shared_ptr<spdlog::logger>& slot() {
 
 spdlog::level::level_enum to_spdlog(LogLevel level) noexcept {
     switch (level) {
-    case LogLevel::Trace: return spdlog::level::trace;
-    case LogLevel::Debug: return spdlog::level::debug;
-    case LogLevel::Info: return spdlog::level::info;
-    case LogLevel::Warn: return spdlog::level::warn;
-    case LogLevel::Error: return spdlog::level::err;
-    case LogLevel::Off: break;
+        case LogLevel::Trace:
+            return spdlog::level::trace;
+        case LogLevel::Debug:
+            return spdlog::level::debug;
+        case LogLevel::Info:
+            return spdlog::level::info;
+        case LogLevel::Warn:
+            return spdlog::level::warn;
+        case LogLevel::Error:
+            return spdlog::level::err;
+        case LogLevel::Off:
+            break;
     }
     return spdlog::level::off;
 }
@@ -29,13 +35,19 @@ spdlog::level::level_enum to_spdlog(LogLevel level) noexcept {
 
 namespace log_detail {
 
-bool enabled(LogLevel level) noexcept { return slot()->should_log(to_spdlog(level)); }
+bool enabled(LogLevel level) noexcept {
+    return slot()->should_log(to_spdlog(level));
+}
 
-void write(LogLevel level, std::string_view message) { slot()->log(to_spdlog(level), message); }
+void write(LogLevel level, std::string_view message) {
+    slot()->log(to_spdlog(level), message);
+}
 
 }  // namespace log_detail
 
-spdlog::logger& spdlog_logger() { return *slot(); }
+spdlog::logger& spdlog_logger() {
+    return *slot();
+}
 
 void set_logger(std::shared_ptr<spdlog::logger> logger) {
     if (logger) slot() = std::move(logger);

@@ -7,8 +7,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "gpubind/util/file.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/util/file.hpp"
 
 namespace {
 

@@ -62,8 +62,8 @@ class CdiTest : public ::testing::Test {
         write_runc_recorder(recorder(), runc_got());
         node_->write_config("[runtime]\nruntimes = [\"" + recorder().string() +
                             "\"]\n[cdi]\nhook = \"" + hook() + "\"\ndir = \"" + run_cdi().string() +
-                            "\"\nspec-dirs = [\"" + etc_cdi().string() +
-                            "\", \"" + run_cdi().string() + "\"]\n");
+                            "\"\nspec-dirs = [\"" + etc_cdi().string() + "\", \"" +
+                            run_cdi().string() + "\"]\n");
         ::setenv("GPUBIND_CONFIG", config().c_str(), 1);
     }
     static void TearDownTestSuite() {
@@ -88,7 +88,8 @@ class CdiTest : public ::testing::Test {
 
     // Libraries and the loader, the GPUs' nodes and the control nodes, NVML,
     // nvidia-smi, the device cgroup and /proc/driver/nvidia.
-    static inline const GpuChecks kChecks{.lib_dir = "/usr/lib/x86_64-linux-gnu", .all_nodes = true};
+    static inline const GpuChecks kChecks{.lib_dir = "/usr/lib/x86_64-linux-gnu",
+                                          .all_nodes = true};
 
     RunResult podman(const std::vector<std::string>& devices, const std::string& script) {
         std::vector<std::string> options;
@@ -154,7 +155,8 @@ TEST_F(CdiTest, PodmanMigDeviceSeesExactlyItsNodes) {
         for (const auto& x : m().migs)
             for (unsigned minor : {x.gi_cap_minor, x.ci_cap_minor}) {
                 const std::string path = "/dev/nvidia-caps/nvidia-cap" + std::to_string(minor);
-                EXPECT_THAT(r.out, HasSubstr(&x == &mig ? path + " c " : path + " ENOENT")) << r.out;
+                EXPECT_THAT(r.out, HasSubstr(&x == &mig ? path + " c " : path + " ENOENT"))
+                    << r.out;
             }
         EXPECT_THAT(r.out, HasSubstr(m().gpus[2].pci_bus_id));
         EXPECT_THAT(r.out, ::testing::Not(HasSubstr(m().gpus[0].pci_bus_id)));
@@ -200,9 +202,10 @@ TEST_F(CdiTest, ContainerdRefusesAHostileSpecNamingIt) {
     fs::create_directories(etc);
     json hostile = {{"cdiVersion", "0.5.0"},
                     {"kind", "example.com/evil"},
-                    {"devices", {{{"name", "x"},
-                                  {"containerEdits",
-                                   {{"mounts", {{{"hostPath", "etc"}, {"containerPath", "/host-etc"}}}}}}}}}};
+                    {"devices",
+                     {{{"name", "x"},
+                       {"containerEdits",
+                        {{"mounts", {{{"hostPath", "etc"}, {"containerPath", "/host-etc"}}}}}}}}}};
     write_text(etc / "evil.json", hostile.dump());
     Containerd containerd(dir_ / "containerd");
     ASSERT_TRUE(containerd.ready()) << containerd.error();

@@ -221,7 +221,8 @@ TEST_F(Cgroup2E2e, TheDeviceProgramMadeOnceIsKeptForTheNextContainers) {
             kept.push_back(e.path().filename().string());
         ASSERT_EQ(kept.size(), 1u);
         EXPECT_THAT(kept[0], ::testing::StartsWith("dev-"));
-        EXPECT_EQ((fs::status(node_->bpf_dir()).permissions() & fs::perms::all), fs::perms::owner_all);
+        EXPECT_EQ((fs::status(node_->bpf_dir()).permissions() & fs::perms::all),
+                  fs::perms::owner_all);
         auto [args, want] = open_check();
         for (Detached* c : {&first, &second}) {
             auto r = c->exec(args);

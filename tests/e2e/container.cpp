@@ -2,11 +2,11 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,11 +14,11 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <cstdint>
-#include <set>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -52,8 +52,10 @@ std::map<std::string, std::vector<std::string>> sections(const std::string& out)
     std::string current, line;
     std::istringstream in(out);
     while (std::getline(in, line)) {
-        if (line.rfind("== ", 0) == 0) current = line.substr(3);
-        else s[current].push_back(line);
+        if (line.rfind("== ", 0) == 0)
+            current = line.substr(3);
+        else
+            s[current].push_back(line);
     }
     return s;
 }
@@ -123,8 +125,7 @@ Bundle::Bundle(fs::path dir, Layout layout) : dir_(std::move(dir)) {
           {"args", {"/bin/sh", "-c", "true"}},
           {"env", {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}},
           {"cwd", "/"},
-          {"capabilities",
-           {{"bounding", caps}, {"effective", caps}, {"permitted", caps}}},
+          {"capabilities", {{"bounding", caps}, {"effective", caps}, {"permitted", caps}}},
           {"noNewPrivileges", true}}},
         {"root", {{"path", "rootfs"}, {"readonly", false}}},
         {"hostname", "gpubind-test"},
@@ -149,7 +150,10 @@ Bundle::Bundle(fs::path dir, Layout layout) : dir_(std::move(dir)) {
         {"linux",
          {{"resources", {{"devices", {{{"allow", false}, {"access", "rwm"}}}}}},
           {"namespaces",
-           {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}},
+           {{{"type", "pid"}},
+            {{"type", "ipc"}},
+            {{"type", "uts"}},
+            {{"type", "mount"}},
             {{"type", "network"}}}},
           {"maskedPaths", {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"}},
           {"readonlyPaths", {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"}}}},
@@ -177,8 +181,9 @@ void Bundle::make_rootfs(Layout layout) {
         write(root / "etc/debian_version", "12.0\n");
         fs::create_directories(root / "usr/lib/x86_64-linux-gnu");
         write(root / "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n");
-        write(root / "etc/ld.so.conf.d/x86_64-linux-gnu.conf",
-              "/usr/local/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n");
+        write(
+            root / "etc/ld.so.conf.d/x86_64-linux-gnu.conf",
+            "/usr/local/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n");
     } else {
         write(root / "etc/redhat-release", "Simulated Linux release 9\n");
         write(root / "etc/ld.so.conf", "include ld.so.conf.d/*.conf\n");
@@ -229,9 +234,10 @@ Bundle& Bundle::hook(const fs::path& hook, const fs::path& config, const std::st
 
 Bundle& Bundle::no_proc_mount() {
     auto& mounts = spec_["mounts"];
-    mounts.erase(std::remove_if(mounts.begin(), mounts.end(),
-                                [](const nlohmann::json& m) { return m["destination"] == "/proc"; }),
-                 mounts.end());
+    mounts.erase(
+        std::remove_if(mounts.begin(), mounts.end(),
+                       [](const nlohmann::json& m) { return m["destination"] == "/proc"; }),
+        mounts.end());
     return *this;
 }
 
@@ -240,14 +246,16 @@ Bundle& Bundle::command(const std::string& shell_script) {
     return *this;
 }
 
-void Bundle::write_spec() const { std::ofstream(dir_ / "config.json") << spec_.dump(2); }
+void Bundle::write_spec() const {
+    std::ofstream(dir_ / "config.json") << spec_.dump(2);
+}
 
 Detached::Detached(const Bundle& b, const std::string& id)
     : state_(b.state_root().string()), id_(id) {
     const fs::path log = b.dir() / (id + ".out");
-    auto r = run_command({"sh", "-c", "exec \"$0\" \"$@\" >" + log.string() + " 2>&1",
-                          runtime_binary(), "--root", state_, "create", "--bundle",
-                          b.dir().string(), id});
+    auto r =
+        run_command({"sh", "-c", "exec \"$0\" \"$@\" >" + log.string() + " 2>&1", runtime_binary(),
+                     "--root", state_, "create", "--bundle", b.dir().string(), id});
     created_ = r.exit_code == 0;
     std::ifstream in(log, std::ios::binary);
     error_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -282,7 +290,9 @@ std::string runtime_binary() {
     return env_or(name == "crun" ? "GPUBIND_CRUN" : "GPUBIND_RUNC", suite_runtime());
 }
 
-RunResult Bundle::run() { return run_with(runtime_binary()); }
+RunResult Bundle::run() {
+    return run_with(runtime_binary());
+}
 
 RunResult Bundle::run_with(const std::string& runtime) {
     static std::atomic<int> counter{0};
@@ -295,8 +305,8 @@ RunResult Bundle::run_with(const std::string& runtime) {
         spec_["annotations"]["run.oci.hooks.stderr"] = hooks_stderr.string();
     }
     write_spec();
-    const std::string id = "gpubind-e2e-" + std::to_string(::getpid()) + "-" +
-                           std::to_string(counter++);
+    const std::string id =
+        "gpubind-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     const std::string state = state_root().string();
     auto result = run_command({runtime, "--root", state, "run", "--bundle", dir_.string(), id});
     run_command({runtime_binary(), "--root", state, "delete", "--force", id});
@@ -310,7 +320,8 @@ RunResult Bundle::run_with(const std::string& runtime) {
 }
 
 SimNode::SimNode(const sim::Spec& spec, const std::string& prefix)
-    : dir_(prefix), manifest_(sim::simulate(dir_.path(), spec)),
+    : dir_(prefix),
+      manifest_(sim::simulate(dir_.path(), spec)),
       config_(dir_.path().parent_path() / (dir_.path().filename().string() + "-config.toml")),
       state_dir_(dir_.path().parent_path() / (dir_.path().filename().string() + "-state")),
       cdi_dir_(dir_.path().parent_path() / (dir_.path().filename().string() + "-cdi")) {
@@ -334,8 +345,7 @@ void SimNode::write_config(const std::string& extra) const {
     std::ofstream(config_) << "[node]\ndriver-root = \"" << r << "\"\ndev-root = \"" << r
                            << "\"\nproc-root = \"" << r << "/proc\"\nstate-dir = \""
                            << state_dir_.string() << "\"\nbpf-dir = \"" << bpf_dir().string()
-                           << "\"\n[log]\nfile = \""
-                           << log().string() << "\"\nlevel = \"debug\"\n"
+                           << "\"\n[log]\nfile = \"" << log().string() << "\"\nlevel = \"debug\"\n"
                            << (extra.find("[cdi]") == std::string::npos
                                    ? "[cdi]\ndir = \"" + cdi_dir_.string() + "\"\n"
                                    : std::string())
@@ -406,7 +416,8 @@ std::map<std::string, std::vector<std::string>> gpu_problems(const sim::Manifest
                                                              const GpuChecks& checks) {
     std::map<std::string, std::vector<std::string>> problems;
     auto s = sections(out);
-    auto expect = [&](const std::string& check, const std::string& section, const std::string& line) {
+    auto expect = [&](const std::string& check, const std::string& section,
+                      const std::string& line) {
         if (!contains(s[section], line))
             problems[check].push_back("missing line in " + section + ": " + line);
     };
@@ -416,14 +427,16 @@ std::map<std::string, std::vector<std::string>> gpu_problems(const sim::Manifest
     // Device nodes: exactly the selected GPUs and the control nodes, host numbers.
     for (const auto& g : m.gpus) {
         const std::string path = "/dev/nvidia" + std::to_string(g.minor);
-        expect("devices", "dev", given(g.index) ? path + " c 195:" + std::to_string(g.minor) : path + " ENOENT");
+        expect("devices", "dev",
+               given(g.index) ? path + " c 195:" + std::to_string(g.minor) : path + " ENOENT");
     }
     expect("devices", "dev", "/dev/nvidiactl c 195:255");
     if (checks.all_nodes) {
         expect("devices", "dev",
                "/dev/nvidia-uvm c " + std::to_string(node_major(m, "/dev/nvidia-uvm")) + ":0");
         expect("devices", "dev",
-               "/dev/nvidia-uvm-tools c " + std::to_string(node_major(m, "/dev/nvidia-uvm-tools")) + ":1");
+               "/dev/nvidia-uvm-tools c " + std::to_string(node_major(m, "/dev/nvidia-uvm-tools")) +
+                   ":1");
     }
     // Libraries of the driver version in the image's library directory, read-only.
     if (!checks.lib_dir.empty()) {
@@ -439,13 +452,16 @@ std::map<std::string, std::vector<std::string>> gpu_problems(const sim::Manifest
                 }
             if (!read_only) problems["libraries"].push_back(file + " is not a read-only mount");
             if (checks.mounted_once && mounts != 1)
-                problems["libraries"].push_back(file + " is mounted " + std::to_string(mounts) + " times");
+                problems["libraries"].push_back(file + " is mounted " + std::to_string(mounts) +
+                                                " times");
         }
         // Loaded by soname through the container's loader, and answering.
         const auto dot = m.cuda_version.find('.');
-        const int cuda = std::stoi(m.cuda_version) * 1000 + std::stoi(m.cuda_version.substr(dot + 1)) * 10;
-        expect("loader", "cuda", "cuda init=0 version=" + std::to_string(cuda) +
-                                     "(0) count=" + std::to_string(selected.size()) + "(0)");
+        const int cuda =
+            std::stoi(m.cuda_version) * 1000 + std::stoi(m.cuda_version.substr(dot + 1)) * 10;
+        expect("loader", "cuda",
+               "cuda init=0 version=" + std::to_string(cuda) +
+                   "(0) count=" + std::to_string(selected.size()) + "(0)");
     }
     expect("loader", "cuda", "nvml init=0 count=" + std::to_string(selected.size()) + "(0)");
     // nvidia-smi -L lists exactly the selected GPUs, by the manifest's UUIDs.
@@ -463,12 +479,14 @@ std::map<std::string, std::vector<std::string>> gpu_problems(const sim::Manifest
     if (checks.cgroup)
         for (const auto& g : m.gpus)
             expect("cgroup", "open",
-                   "/hostdev/nvidia" + std::to_string(g.minor) + (given(g.index) ? " ENXIO" : " EPERM"));
+                   "/hostdev/nvidia" + std::to_string(g.minor) +
+                       (given(g.index) ? " ENXIO" : " EPERM"));
     // /proc/driver/nvidia/gpus: only the selected GPUs.
     std::set<std::string> want_bus, got_bus(s["proc"].begin(), s["proc"].end());
     for (unsigned i : selected) want_bus.insert(m.gpus.at(i).pci_bus_id);
     if (got_bus != want_bus)
-        problems["proc"].push_back("/proc/driver/nvidia/gpus does not list exactly the selected GPUs");
+        problems["proc"].push_back(
+            "/proc/driver/nvidia/gpus does not list exactly the selected GPUs");
     return problems;
 }
 
@@ -485,15 +503,16 @@ std::string snapshot_tree(const fs::path& root) {
     std::error_code ec;
     if (!fs::exists(fs::symlink_status(root, ec))) return "(missing)\n";
     std::vector<std::string> lines;
-    for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+    for (auto it = fs::recursive_directory_iterator(
+             root, fs::directory_options::skip_permission_denied, ec);
          it != fs::recursive_directory_iterator(); it.increment(ec)) {
         struct stat st {};
         if (::lstat(it->path().c_str(), &st) != 0) continue;
         std::ostringstream line;
         line << it->path().lexically_relative(root).string() << " mode=" << std::oct << st.st_mode
-             << std::dec << " ino=" << st.st_ino << " size=" << (S_ISDIR(st.st_mode) ? 0 : st.st_size)
-             << " mtime=" << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec
-             << " rdev=" << st.st_rdev;
+             << std::dec << " ino=" << st.st_ino
+             << " size=" << (S_ISDIR(st.st_mode) ? 0 : st.st_size) << " mtime=" << st.st_mtim.tv_sec
+             << "." << st.st_mtim.tv_nsec << " rdev=" << st.st_rdev;
         if (S_ISLNK(st.st_mode)) line << " -> " << fs::read_symlink(it->path(), ec).string();
         lines.push_back(line.str());
     }
@@ -598,10 +617,10 @@ bool mkdtemp_shaped(const std::string& name) {
 
 Tripwire::Tripwire(fs::path dir) : dir_(std::move(dir)) {
     fs::create_directory(dir_);
-    for (const char* sub : {"usr/bin", "usr/sbin", "usr/lib/x86_64-linux-gnu",
-                            "usr/lib/i386-linux-gnu", "usr/lib64", "lib64", "dev",
-                            "proc/driver/nvidia", "etc/ld.so.conf.d", "lib/firmware/nvidia",
-                            "run/nvidia-persistenced", "var/run", "tmp", "sbin"}) {
+    for (const char* sub :
+         {"usr/bin", "usr/sbin", "usr/lib/x86_64-linux-gnu", "usr/lib/i386-linux-gnu", "usr/lib64",
+          "lib64", "dev", "proc/driver/nvidia", "etc/ld.so.conf.d", "lib/firmware/nvidia",
+          "run/nvidia-persistenced", "var/run", "tmp", "sbin"}) {
         fs::create_directories(dir_ / sub);
         write(dir_ / sub / "host-data", std::string("host data in ") + sub + "\n");
     }
@@ -610,8 +629,8 @@ Tripwire::Tripwire(fs::path dir) : dir_(std::move(dir)) {
     fs::create_symlink("host-data", dir_ / "usr/bin/host-link");
     watch_tree(dir_);
     watch_tree("/etc/ld.so.cache");
-    for (const char* d : {"/", "/tmp", "/dev", "/etc", "/usr/bin", "/usr/lib/x86_64-linux-gnu",
-                          "/lib64", "/sbin"})
+    for (const char* d :
+         {"/", "/tmp", "/dev", "/etc", "/usr/bin", "/usr/lib/x86_64-linux-gnu", "/lib64", "/sbin"})
         watch_new_entries(d);
 }
 
@@ -648,15 +667,19 @@ Tripwire::Record Tripwire::record() const {
     return r;
 }
 
-void Tripwire::arm() { armed_ = record(); }
+void Tripwire::arm() {
+    armed_ = record();
+}
 
 std::string Tripwire::changes() const {
     const Record now = record();
     std::string out;
     for (const auto& [path, line] : armed_.trees) {
         auto it = now.trees.find(path);
-        if (it == now.trees.end()) out += "removed " + path + " (" + line + ")\n";
-        else if (it->second != line) out += "changed " + path + ": " + line + " => " + it->second + "\n";
+        if (it == now.trees.end())
+            out += "removed " + path + " (" + line + ")\n";
+        else if (it->second != line)
+            out += "changed " + path + ": " + line + " => " + it->second + "\n";
     }
     for (const auto& [path, line] : now.trees)
         if (!armed_.trees.count(path)) out += "new " + path + " (" + line + ")\n";

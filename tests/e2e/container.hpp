@@ -18,8 +18,8 @@ namespace gpubind::test {
 
 struct RunResult {
     int exit_code = -1;
-    std::string out;   // the container's stdout
-    std::string err;   // runc's and the container's stderr
+    std::string out;  // the container's stdout
+    std::string err;  // runc's and the container's stderr
 };
 
 // Runs argv with an empty stdin, capturing stdout and stderr.
@@ -28,18 +28,19 @@ RunResult run_command(const std::vector<std::string>& argv);
 enum class Layout { Multiarch, Lib64 };
 
 class Bundle {
-public:
+  public:
     // `dir` is created; the bundle's rootfs is dir/rootfs.
     explicit Bundle(std::filesystem::path dir, Layout layout = Layout::Multiarch);
 
     Bundle& env(const std::string& key_value);
-    Bundle& volume_device(const std::string& id);  // /dev/null -> /var/run/nvidia-container-devices/<id>
+    Bundle& volume_device(
+        const std::string& id);  // /dev/null -> /var/run/nvidia-container-devices/<id>
     Bundle& bind(const std::filesystem::path& host, const std::string& dest);
     Bundle& privileged(bool on = true);
     Bundle& hook(const std::filesystem::path& hook, const std::filesystem::path& config,
                  const std::string& stage = "prestart");
     Bundle& no_proc_mount();
-    Bundle& command(const std::string& shell_script);   // run by /bin/sh -c
+    Bundle& command(const std::string& shell_script);  // run by /bin/sh -c
     nlohmann::json& spec() { return spec_; }
 
     const std::filesystem::path& dir() const { return dir_; }
@@ -54,7 +55,7 @@ public:
     // The runtime state directory run() passes as --root.
     std::filesystem::path state_root() const { return dir_ / "runc-state"; }
 
-private:
+  private:
     void make_rootfs(Layout layout);
 
     std::filesystem::path dir_;
@@ -65,7 +66,7 @@ private:
 // from a bundle, left running (its command should sleep); deleted, by force,
 // when it goes.
 class Detached {
-public:
+  public:
     Detached(const Bundle& b, const std::string& id);
     ~Detached() { remove(); }
     Detached(const Detached&) = delete;
@@ -80,7 +81,7 @@ public:
     int pid() const;
     std::string proc_cgroup() const;  // its /proc/<pid>/cgroup
 
-private:
+  private:
     std::string state_, id_;
     bool created_ = false;
     std::string error_;
@@ -103,7 +104,7 @@ bool contains(const std::vector<std::string>& lines, const std::string& line);
 // node's roots and logs at debug level to log(), then whatever write_config's
 // `extra` adds.
 class SimNode {
-public:
+  public:
     explicit SimNode(const sim::Spec& spec, const std::string& prefix = "gpubind-e2e-node");
     ~SimNode();
     SimNode(const SimNode&) = delete;
@@ -130,7 +131,7 @@ public:
     // (/hostdev/nvidia<minor>) to try the ones a container was not given.
     std::vector<std::pair<std::filesystem::path, std::string>> host_gpus() const;
 
-private:
+  private:
     TempDir dir_;
     sim::Manifest manifest_;
     std::filesystem::path config_;
@@ -144,10 +145,10 @@ struct GpuChecks {
     // Where the image's loader finds libraries; empty: the libraries and the
     // loader are not checked.
     std::string lib_dir = "/usr/lib/x86_64-linux-gnu";
-    bool all_nodes = true;     // every node of the manifest (false: the GPUs and nvidiactl)
-    bool cgroup = true;        // host_gpus() are bound at /hostdev: only the given ones open
-    bool smi = true;           // nvidia-smi -L lists exactly the given GPUs
-    bool mounted_once = false; // each library is mounted exactly once
+    bool all_nodes = true;      // every node of the manifest (false: the GPUs and nvidiactl)
+    bool cgroup = true;         // host_gpus() are bound at /hostdev: only the given ones open
+    bool smi = true;            // nvidia-smi -L lists exactly the given GPUs
+    bool mounted_once = false;  // each library is mounted exactly once
 };
 
 // A shell script for the container printing what expect_gpus() reads.
@@ -155,9 +156,10 @@ std::string gpu_script(const sim::Manifest& m, const GpuChecks& checks = {});
 // Problems by check ("devices", "libraries", "loader", "nvidia-smi", "cgroup",
 // "proc") of a container given exactly `selected` (GPU indices) whose output
 // of gpu_script() is `out`; empty when all is well.
-std::map<std::string, std::vector<std::string>> gpu_problems(
-    const sim::Manifest& m, const std::string& out, const std::vector<unsigned>& selected,
-    const GpuChecks& checks = {});
+std::map<std::string, std::vector<std::string>> gpu_problems(const sim::Manifest& m,
+                                                             const std::string& out,
+                                                             const std::vector<unsigned>& selected,
+                                                             const GpuChecks& checks = {});
 // The same as lines of text ("check: problem"); empty when all is well.
 std::string expect_gpus(const sim::Manifest& m, const std::string& out,
                         const std::vector<unsigned>& selected, const GpuChecks& checks = {});
@@ -172,7 +174,7 @@ std::string host_mounts();
 // a runc started meanwhile runs in unified (cgroup v2) mode, and so does the
 // hook it runs. Back in the original namespace and directory when it goes.
 class PrivateCgroup2 {
-public:
+  public:
     PrivateCgroup2();
     ~PrivateCgroup2();
     PrivateCgroup2(const PrivateCgroup2&) = delete;
@@ -180,7 +182,7 @@ public:
     // Empty when set up.
     const std::string& error() const { return error_; }
 
-private:
+  private:
     int own_ns_, cwd_;
     bool entered_ = false;
     std::string error_;
@@ -197,7 +199,7 @@ private:
 // inode, mtime, size, content hash, link target, device numbers); changes()
 // says what differs since, "" when nothing did.
 class Tripwire {
-public:
+  public:
     // Creates the bait tree at `dir` (made; it must not exist yet).
     explicit Tripwire(std::filesystem::path dir);
 
@@ -212,7 +214,7 @@ public:
     void arm();
     std::string changes() const;
 
-private:
+  private:
     struct Record {
         std::map<std::string, std::string> trees;    // path -> snapshot line
         std::map<std::string, std::string> entries;  // dir/name -> type

@@ -13,10 +13,10 @@
 #include <gtest/gtest.h>
 
 #include "container.hpp"
-#include "gpubind/os/bpf.hpp"
 #include "gpubind/doctor/doctor.hpp"
-#include "gpubind/os/cgroup.hpp"
 #include "gpubind/exec/exec.hpp"
+#include "gpubind/os/bpf.hpp"
+#include "gpubind/os/cgroup.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {

@@ -99,8 +99,8 @@ Containerd::Containerd(const fs::path& dir) : dir_(dir) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    error_ = "containerd did not answer on " + socket().string() + " within 60 s:\n" +
-             read_text(log());
+    error_ =
+        "containerd did not answer on " + socket().string() + " within 60 s:\n" + read_text(log());
 }
 
 Containerd::~Containerd() {
@@ -120,8 +120,9 @@ RunResult Containerd::ctr(std::vector<std::string> args) const {
                 {"ctr", "--address", socket().string(), "--namespace", "gpubind-e2e"});
     return run_command(args);
 }
-RunResult Containerd::run(const std::string& runc_binary, const fs::path& rootfs, const std::string& id,
-              const std::vector<std::string>& options, const std::string& script) const {
+RunResult Containerd::run(const std::string& runc_binary, const fs::path& rootfs,
+                          const std::string& id, const std::vector<std::string>& options,
+                          const std::string& script) const {
     std::vector<std::string> args = {"run",
                                      "--rm",
                                      "--rootfs",

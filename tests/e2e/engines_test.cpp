@@ -36,7 +36,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-
 class EnginesTest : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {

@@ -145,7 +145,8 @@ HookRun run_hook(const fs::path& config, const std::function<std::string(pid_t)>
     });
     const auto deadline = t0 + std::chrono::seconds(limit_s);
     for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         if (left.count() <= 0) {
             result.killed = true;
             ::kill(pid, SIGKILL);
@@ -178,7 +179,7 @@ std::string state_json(pid_t pid, const fs::path& bundle) {
 }
 
 class HostileTest : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         ::signal(SIGPIPE, SIG_IGN);  // the hook may stop reading a 100 MB state
         sim::Spec spec;
@@ -204,8 +205,8 @@ protected:
         static std::atomic<int> counter{0};
         b.write_spec();
         const std::string runc = env_or("GPUBIND_RUNC", "runc");
-        const std::string id = "gpubind-hostile-" + std::to_string(::getpid()) + "-" +
-                               std::to_string(counter++);
+        const std::string id =
+            "gpubind-hostile-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
         const std::string state = b.state_root().string();
         auto r = run_command({"timeout", "-k", "5", std::to_string(limit_s),
                               runtime.empty() ? runc : runtime, "--root", state, "run", "--bundle",
@@ -223,7 +224,8 @@ protected:
         const auto t0 = Clock::now();
         auto r = start(b, kStartLimitSeconds, runtime);
         const double took = seconds_since(t0);
-        EXPECT_NE(r.exit_code, 124) << "the start did not end within " << kStartLimitSeconds << " s";
+        EXPECT_NE(r.exit_code, 124)
+            << "the start did not end within " << kStartLimitSeconds << " s";
         EXPECT_LT(took, kStartLimitSeconds);
         EXPECT_EQ(trip_->changes(), "");
         return r;
@@ -244,8 +246,10 @@ protected:
     }
     // Whatever the outcome, it is one of the two good ones.
     static void expect_refused_or_contained(const RunResult& r) {
-        if (r.exit_code == 0) EXPECT_THAT(r.out, HasSubstr("started"));
-        else EXPECT_FALSE(hook_message(r.err).empty()) << "not refused by gpubind: " << r.err;
+        if (r.exit_code == 0)
+            EXPECT_THAT(r.out, HasSubstr("started"));
+        else
+            EXPECT_FALSE(hook_message(r.err).empty()) << "not refused by gpubind: " << r.err;
     }
 
     static const sim::Manifest& m() { return node_->manifest(); }
@@ -438,7 +442,8 @@ TEST_F(HostileTest, MountTargetEscapesWithARelativeLink) {
 // replaced by the driver's, never followed.
 TEST_F(HostileTest, SonameLinkPointsAtAHostFile) {
     Bundle b = bundle();
-    plant_link(b.rootfs() / "usr/lib/x86_64-linux-gnu/libcuda.so.1", trip_->dir() / "etc/ld.so.cache");
+    plant_link(b.rootfs() / "usr/lib/x86_64-linux-gnu/libcuda.so.1",
+               trip_->dir() / "etc/ld.so.cache");
     auto r = run_case(b);
     expect_started(r);
     EXPECT_EQ(fs::read_symlink(b.rootfs() / "usr/lib/x86_64-linux-gnu/libcuda.so.1"),
@@ -512,8 +517,8 @@ Bundle& without_dev_tmpfs(Bundle& b) {
 
 struct TargetCase {
     const char* name;
-    const char* path;        // in the image
-    const char* kind;        // "fifo", or "device" with major:minor
+    const char* path;  // in the image
+    const char* kind;  // "fifo", or "device" with major:minor
     unsigned major = 0, minor = 0;
     bool private_dev = false;  // the image's own /dev (no tmpfs on it)
 };
@@ -545,10 +550,13 @@ INSTANTIATE_TEST_SUITE_P(
     Targets, TargetTest,
     ::testing::Values(TargetCase{"DeviceNodeIsAFifo", "/dev/nvidia0", "fifo", 0, 0, true},
                       // /dev/null's numbers where nvidiactl goes.
-                      TargetCase{"DeviceNodeIsAnotherDevice", "/dev/nvidiactl", "device", 1, 3, true},
+                      TargetCase{"DeviceNodeIsAnotherDevice", "/dev/nvidiactl", "device", 1, 3,
+                                 true},
                       TargetCase{"LibraryIsAFifo", "/usr/lib/x86_64-linux-gnu/%lib%", "fifo"},
                       TargetCase{"BinaryIsADevice", "/usr/bin/nvidia-smi", "device", 1, 5}),
-    [](const ::testing::TestParamInfo<TargetCase>& param) { return std::string(param.param.name); });
+    [](const ::testing::TestParamInfo<TargetCase>& param) {
+        return std::string(param.param.name);
+    });
 
 // --- image files gpubind (or its ldconfig) reads ---
 
@@ -565,9 +573,12 @@ TEST_P(ImageFileTest, EndsQuickly) {
     const ReadCase c = GetParam();
     Bundle b = bundle();
     const fs::path p = b.rootfs() / fs::path(c.path).relative_path();
-    if (std::string(c.kind) == "fifo") plant_fifo(p);
-    else if (std::string(c.kind) == "dev-zero-link") plant_link(p, "/dev/zero");
-    else plant_device(p, 1, 5);
+    if (std::string(c.kind) == "fifo")
+        plant_fifo(p);
+    else if (std::string(c.kind) == "dev-zero-link")
+        plant_link(p, "/dev/zero");
+    else
+        plant_device(p, 1, 5);
     auto r = run_case(b);
     expect_refused_or_contained(r);
     std::printf("%s as %s: %s\n", c.path, c.kind,
@@ -580,24 +591,24 @@ TEST_P(ImageFileTest, EndsQuickly) {
         // Replaced by the refresh: a regular file the system's ldconfig reads.
         EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(p)));
         auto cache = run_command({"ldconfig", "-p", "-C", p.string()});
-        EXPECT_THAT(cache.out, HasSubstr("libcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+        EXPECT_THAT(
+            cache.out,
+            HasSubstr("libcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1"));
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Files, ImageFileTest,
-    ::testing::Values(ReadCase{"/etc/ld.so.cache", "fifo"},
-                      ReadCase{"/etc/ld.so.cache", "dev-zero-link"},
-                      ReadCase{"/etc/ld.so.cache", "zero-device"},
-                      ReadCase{"/etc/ld.so.conf", "fifo"},
-                      ReadCase{"/etc/ld.so.conf", "dev-zero-link"},
-                      ReadCase{"/etc/ld.so.conf.d/x86_64-linux-gnu.conf", "fifo"},
-                      ReadCase{"/etc/ld.so.conf.d/x86_64-linux-gnu.conf", "dev-zero-link"},
-                      ReadCase{"/var/cache/ldconfig/aux-cache", "fifo"},
-                      ReadCase{"/var/cache/ldconfig/aux-cache", "dev-zero-link"},
-                      ReadCase{"/etc/debian_version", "fifo"},
-                      ReadCase{"/etc/debian_version", "dev-zero-link"},
-                      ReadCase{"/usr/lib/x86_64-linux-gnu/libhang.so.1", "dev-zero-link"}),
+    ::testing::Values(
+        ReadCase{"/etc/ld.so.cache", "fifo"}, ReadCase{"/etc/ld.so.cache", "dev-zero-link"},
+        ReadCase{"/etc/ld.so.cache", "zero-device"}, ReadCase{"/etc/ld.so.conf", "fifo"},
+        ReadCase{"/etc/ld.so.conf", "dev-zero-link"},
+        ReadCase{"/etc/ld.so.conf.d/x86_64-linux-gnu.conf", "fifo"},
+        ReadCase{"/etc/ld.so.conf.d/x86_64-linux-gnu.conf", "dev-zero-link"},
+        ReadCase{"/var/cache/ldconfig/aux-cache", "fifo"},
+        ReadCase{"/var/cache/ldconfig/aux-cache", "dev-zero-link"},
+        ReadCase{"/etc/debian_version", "fifo"}, ReadCase{"/etc/debian_version", "dev-zero-link"},
+        ReadCase{"/usr/lib/x86_64-linux-gnu/libhang.so.1", "dev-zero-link"}),
     [](const ::testing::TestParamInfo<ReadCase>& param) {
         std::string name = std::string(param.param.path) + "_" + param.param.kind;
         for (char& ch : name)
@@ -611,15 +622,20 @@ TEST_F(HostileTest, CorruptLoaderCacheIsReplacedByTheRefresh) {
         Bundle b = bundle();
         const fs::path cache = b.rootfs() / "etc/ld.so.cache";
         std::string bytes = read_text(cache);
-        if (how == "garbage") bytes = std::string(4096, '\x5a');
-        else if (how == "truncated") bytes.resize(bytes.size() / 3);
-        else if (bytes.size() > 24) bytes.replace(20, 4, "\xff\xff\xff\x7f");  // nlibs
+        if (how == "garbage")
+            bytes = std::string(4096, '\x5a');
+        else if (how == "truncated")
+            bytes.resize(bytes.size() / 3);
+        else if (bytes.size() > 24)
+            bytes.replace(20, 4, "\xff\xff\xff\x7f");  // nlibs
         std::ofstream(cache, std::ios::trunc) << bytes;
         auto r = run_case(b, "echo started; probe cuda");
         expect_refused_or_contained(r);
         if (r.exit_code == 0) {
             auto listed = run_command({"ldconfig", "-p", "-C", cache.string()});
-            EXPECT_THAT(listed.out, HasSubstr("libcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+            EXPECT_THAT(
+                listed.out,
+                HasSubstr("libcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1"));
             EXPECT_THAT(r.out, HasSubstr("cuda init=0"));  // the container's loader finds it
         }
     }
@@ -644,7 +660,8 @@ TEST_F(HostileTest, BlockDeviceAtTheCacheTempFileIsNeverWritten) {
     struct stat st {};
     ASSERT_EQ(::stat(dev.c_str(), &st), 0);
     const fs::path ldconfig_config = dir_.path() / "ldconfig.toml";
-    std::ofstream(ldconfig_config) << read_text(node_->config()) << "[policy]\nldcache = \"ldconfig\"\n";
+    std::ofstream(ldconfig_config)
+        << read_text(node_->config()) << "[policy]\nldcache = \"ldconfig\"\n";
     for (const fs::path& config : {node_->config(), ldconfig_config}) {
         SCOPED_TRACE(config.filename().string());
         Bundle b = bundle(Layout::Multiarch, false);
@@ -669,8 +686,8 @@ void plant_hostile_ldconfig(const fs::path& rootfs, const fs::path& host_marker)
         fs::create_directories((rootfs / p).parent_path());
         std::ofstream(rootfs / p) << "#!/bin/sh\necho ran > /ldconfig-ran\necho ran > "
                                   << host_marker.string() << "\nexit 0\n";
-        fs::permissions(rootfs / p, fs::perms::owner_all | fs::perms::group_exec |
-                                        fs::perms::others_exec);
+        fs::permissions(rootfs / p,
+                        fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
     }
 }
 
@@ -726,7 +743,7 @@ TEST_F(HostileTest, LdPreloadInTheHooksOwnEnvironmentIsCleared) {
 // --- hostile state on the hook's stdin ---
 
 class HostileStateTest : public HostileTest {
-protected:
+  protected:
     void SetUp() override {
         HostileTest::SetUp();
         gpu_ = std::make_unique<Bundle>(bundle());
@@ -750,7 +767,8 @@ protected:
 };
 
 TEST_F(HostileStateTest, Garbage) {
-    auto h = run_hook(node_->config(), [](pid_t) { return std::string("\x01\xff garbage {{{", 14); });
+    auto h =
+        run_hook(node_->config(), [](pid_t) { return std::string("\x01\xff garbage {{{", 14); });
     expect_one_line(h, {"parse state stdin", "not valid JSON"});
 }
 
@@ -830,7 +848,11 @@ std::vector<EnvCase> env_cases() {
     return {
         {"HundredThousandIds", ids, "bytes, more than"},
         {"OneMegabyte", std::string(1u << 20, '0'), "bytes, more than"},
-        {"NulByte", std::string("0\0" "1", 3), "NVIDIA_VISIBLE_DEVICES"},
+        {"NulByte",
+         std::string("0\0"
+                     "1",
+                     3),
+         "NVIDIA_VISIBLE_DEVICES"},
         {"Newline", "0\n1", "select device 0\\n1: not a device id"},  // escaped: one line
     };
 }
@@ -868,7 +890,7 @@ TEST_F(HostileTest, EnvironmentValuesThroughRunc) {
 // --- the race: a directory and a link to the host swapped while containers start ---
 
 class Swapper {
-public:
+  public:
     // Exchanges `a` and `b` (a directory and a symlink) as fast as it can.
     Swapper(std::vector<std::pair<fs::path, fs::path>> pairs) : pairs_(std::move(pairs)) {
         thread_ = std::thread([this] {
@@ -894,14 +916,15 @@ public:
     }
     long swaps() const { return swaps_; }
 
-private:
+  private:
     std::vector<std::pair<fs::path, fs::path>> pairs_;
     std::atomic<bool> stop_{false};
     std::atomic<long> swaps_{0};
     std::thread thread_;
 };
 
-std::vector<std::pair<fs::path, fs::path>> plant_swaps(const fs::path& rootfs, const fs::path& bait) {
+std::vector<std::pair<fs::path, fs::path>> plant_swaps(const fs::path& rootfs,
+                                                       const fs::path& bait) {
     std::vector<std::pair<fs::path, fs::path>> pairs;
     for (const char* d : {"usr/bin", "usr/lib/x86_64-linux-gnu"}) {
         const fs::path dir = rootfs / d, link = rootfs / (std::string(d) + ".swap");
@@ -935,17 +958,20 @@ TEST_F(HostileTest, RaceSwappingADirectoryAndAHostLinkWhileContainersStart) {
                     std::istringstream f(line);
                     std::string field, mount_point;
                     for (int k = 0; k < 5 && f >> field; ++k) mount_point = field;
-                    if (mount_point == "/usr/bin/nvidia-smi" || mount_point == "/usr/bin.swap/nvidia-smi")
+                    if (mount_point == "/usr/bin/nvidia-smi" ||
+                        mount_point == "/usr/bin.swap/nvidia-smi")
                         ++smi;
                     else
                         bad.push_back("start " + std::to_string(i) + ": mount at " + mount_point);
                 }
-                if (smi != 1) bad.push_back("start " + std::to_string(i) + ": nvidia-smi mounted " +
-                                            std::to_string(smi) + " times");
+                if (smi != 1)
+                    bad.push_back("start " + std::to_string(i) + ": nvidia-smi mounted " +
+                                  std::to_string(smi) + " times");
             } else if (!hook_message(r.err).empty()) {
                 ++refused;
             } else {
-                bad.push_back("start " + std::to_string(i) + ": neither started nor refused: " + r.err);
+                bad.push_back("start " + std::to_string(i) +
+                              ": neither started nor refused: " + r.err);
             }
             if (bad.size() > 20) break;
         }
@@ -968,30 +994,43 @@ TEST_F(HostileTest, SelfProofTripwireSeesEveryChange) {
         change();
         EXPECT_THAT(trip_->changes(), HasSubstr(expect));
     };
-    seen([&] { std::ofstream(d / "usr/bin/nvidia-smi"); }, "new " + (d / "usr/bin/nvidia-smi").string());
+    seen([&] { std::ofstream(d / "usr/bin/nvidia-smi"); },
+         "new " + (d / "usr/bin/nvidia-smi").string());
     seen([&] { fs::create_directory(d / "usr/lib64/x"); }, "new " + (d / "usr/lib64/x").string());
-    seen([&] {  // same size, same mtime: only the content hash differs
-        struct stat st {};
-        ::stat((d / "etc/ld.so.cache").c_str(), &st);
-        std::string s = read_text(d / "etc/ld.so.cache");
-        s[0] = 'T';
-        std::ofstream(d / "etc/ld.so.cache", std::ios::trunc) << s;
-        timespec times[2] = {st.st_atim, st.st_mtim};
-        ::utimensat(AT_FDCWD, (d / "etc/ld.so.cache").c_str(), times, 0);
-    }, "changed " + (d / "etc/ld.so.cache").string());
-    seen([&] {  // replaced by another inode with the same content
-        fs::copy_file(d / "usr/bin/host-data", d / "usr/bin/copy");
-        fs::rename(d / "usr/bin/copy", d / "usr/bin/host-data");
-    }, "changed " + (d / "usr/bin/host-data").string());
-    seen([&] { fs::remove(d / "usr/bin/host-link"); plant_link(d / "usr/bin/host-link", "/"); },
-         "changed " + (d / "usr/bin/host-link").string());
+    seen(
+        [&] {  // same size, same mtime: only the content hash differs
+            struct stat st {};
+            ::stat((d / "etc/ld.so.cache").c_str(), &st);
+            std::string s = read_text(d / "etc/ld.so.cache");
+            s[0] = 'T';
+            std::ofstream(d / "etc/ld.so.cache", std::ios::trunc) << s;
+            timespec times[2] = {st.st_atim, st.st_mtim};
+            ::utimensat(AT_FDCWD, (d / "etc/ld.so.cache").c_str(), times, 0);
+        },
+        "changed " + (d / "etc/ld.so.cache").string());
+    seen(
+        [&] {  // replaced by another inode with the same content
+            fs::copy_file(d / "usr/bin/host-data", d / "usr/bin/copy");
+            fs::rename(d / "usr/bin/copy", d / "usr/bin/host-data");
+        },
+        "changed " + (d / "usr/bin/host-data").string());
+    seen(
+        [&] {
+            fs::remove(d / "usr/bin/host-link");
+            plant_link(d / "usr/bin/host-link", "/");
+        },
+        "changed " + (d / "usr/bin/host-link").string());
     seen([&] { fs::remove(d / "dev/host-data"); }, "removed " + (d / "dev/host-data").string());
     const fs::path tmp_entry = "/tmp/libcuda.so.1-gpubind-tripwire-proof";
     seen([&] { std::ofstream{tmp_entry}; }, "new " + tmp_entry.string());
     fs::remove(tmp_entry);
-    seen([&] {
-        ASSERT_EQ(run_command({"mount", "-t", "tmpfs", "tripwire-proof", (d / "tmp").string()}).exit_code, 0);
-    }, "new mount: ");
+    seen(
+        [&] {
+            ASSERT_EQ(run_command({"mount", "-t", "tmpfs", "tripwire-proof", (d / "tmp").string()})
+                          .exit_code,
+                      0);
+        },
+        "new mount: ");
     run_command({"umount", (d / "tmp").string()});
 }
 
@@ -1074,7 +1113,7 @@ fs::path issue12_config(const fs::path& dir, const std::string& name, const fs::
 
 // A loop device over a file: stands for a host disk.
 class LoopDevice {
-public:
+  public:
     explicit LoopDevice(const fs::path& backing) {
         std::string bytes(1 << 20, '\0');
         for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>('a' + i % 23);
@@ -1100,7 +1139,7 @@ public:
     dev_t rdev() const { return rdev_; }
     const std::string& path() const { return dev_; }
 
-private:
+  private:
     std::string dev_;
     dev_t rdev_ = 0;
 };
@@ -1130,15 +1169,15 @@ TEST_F(HostileTest, Issue12LoaderCacheTempIsAHostBlockDevice) {
                 {{"containerID", 0}, {"hostID", kHostRoot}, {"size", 65536}}};
             linux_["uidMappings"] = map;
             linux_["gidMappings"] = map;
-            ASSERT_EQ(run_command({"chown", "-hR", std::to_string(kHostRoot) + ":" +
-                                                      std::to_string(kHostRoot),
+            ASSERT_EQ(run_command({"chown", "-hR",
+                                   std::to_string(kHostRoot) + ":" + std::to_string(kHostRoot),
                                    b.rootfs().string()})
                           .exit_code,
                       0);
         }
         auto r = run_case(b);
-        EXPECT_EQ(disk.hash(), before) << "the host disk was written: it begins with "
-                                       << disk.head(20);
+        EXPECT_EQ(disk.hash(), before)
+            << "the host disk was written: it begins with " << disk.head(20);
         EXPECT_TRUE(fs::is_block_file(fs::symlink_status(node_path)));
         EXPECT_FALSE(fs::is_block_file(fs::symlink_status(b.rootfs() / "etc/ld.so.cache")))
             << "the block device was renamed to ld.so.cache";
@@ -1156,8 +1195,8 @@ TEST_F(HostileTest, Issue12SandboxedProgramCannotWriteAHostSysctl) {
     const fs::path probe = dir_.path() / "ldconfig-probe";
     fs::copy_file(env_or("GPUBIND_SYSCTL_PROBE", GPUBIND_SYSCTL_PROBE), probe);
     fs::permissions(probe, fs::perms(0755));
-    const fs::path config = issue12_config(dir_.path(), "probe", node(),
-                                           "ldconfig = \"" + probe.string() + "\"\n");
+    const fs::path config =
+        issue12_config(dir_.path(), "probe", node(), "ldconfig = \"" + probe.string() + "\"\n");
     Bundle b(dir_.path() / "sysctl", Layout::Multiarch);
     b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
     b.env("NVIDIA_VISIBLE_DEVICES=0");
@@ -1227,8 +1266,8 @@ TEST_F(HostileTest, Issue12MpsDirectoryOfAUserOrBehindALinkIsNotMounted) {
     fs::create_directories(mps);
     std::ofstream(mps / "planted-by-user") << "x\n";
     ASSERT_EQ(::chown(mps.c_str(), 1000, 1000), 0);
-    const fs::path owned = issue12_config(dir_.path(), "mps-owned", node(), "",
-                                          "ipc-owners = [1000]\n" + compute);
+    const fs::path owned =
+        issue12_config(dir_.path(), "mps-owned", node(), "", "ipc-owners = [1000]\n" + compute);
     Bundle b(dir_.path() / "mps-owned", Layout::Multiarch);
     b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), owned);
     b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
@@ -1384,9 +1423,9 @@ TEST_F(HostileTest, Issue12CreateContainerHookIgnoresTheImagesConfig) {
 // (A guard: every sink now escapes every message, hook/log_format.hpp.)
 TEST_F(HostileTest, Issue12LogFileGetsImageTextEscaped) {
     const fs::path log = dir_.path() / "hook.log";
-    const fs::path config = issue12_config(dir_.path(), "log", node(), "",
-                                           "[log]\nfile = \"" + log.string() +
-                                               "\"\nlevel = \"debug\"\n");
+    const fs::path config =
+        issue12_config(dir_.path(), "log", node(), "",
+                       "[log]\nfile = \"" + log.string() + "\"\nlevel = \"debug\"\n");
     Bundle b(dir_.path() / "logged", Layout::Multiarch);
     b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
     b.env("NVIDIA_VISIBLE_DEVICES=0\n* * * * * root touch /forged\n");

@@ -256,7 +256,8 @@ TEST_F(NodeTest, TheShimsFinishHookDoesNotRediscover) {
     ASSERT_EQ(loads_current_driver(r), "");
     const std::string log = log_text();
     EXPECT_EQ(count(log, "discovering the node"), 1u) << log;  // the shim, at create
-    EXPECT_EQ(count(log, "node description " + (node_.state_dir() / kNodeDescriptionName).string()), 1u)
+    EXPECT_EQ(count(log, "node description " + (node_.state_dir() / kNodeDescriptionName).string()),
+              1u)
         << log;  // the finish hook read it
 }
 

@@ -13,9 +13,9 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
-#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,8 +106,11 @@ static void probe_stat(const char* path) {
     } else if (S_ISCHR(st.st_mode)) {
         printf("%s c %u:%u\n", path, major(st.st_rdev), minor(st.st_rdev));
     } else {
-        printf("%s %s\n", path, S_ISREG(st.st_mode) ? "f" : S_ISDIR(st.st_mode) ? "d"
-                                : S_ISLNK(st.st_mode) ? "l" : "other");
+        printf("%s %s\n", path,
+               S_ISREG(st.st_mode)   ? "f"
+               : S_ISDIR(st.st_mode) ? "d"
+               : S_ISLNK(st.st_mode) ? "l"
+                                     : "other");
     }
 }
 
@@ -120,13 +123,18 @@ int main(int argc, char** argv) {
     if (!strcmp(cmd, "cuda")) return probe_cuda();
     if (!strcmp(cmd, "nvml")) return probe_nvml();
     for (int i = 2; i < argc; ++i) {
-        if (!strcmp(cmd, "open")) probe_open(argv[i]);
-        else if (!strcmp(cmd, "stat")) probe_stat(argv[i]);
-        else if (!strcmp(cmd, "loaded")) probe_loaded(argv[i]);
+        if (!strcmp(cmd, "open"))
+            probe_open(argv[i]);
+        else if (!strcmp(cmd, "stat"))
+            probe_stat(argv[i]);
+        else if (!strcmp(cmd, "loaded"))
+            probe_loaded(argv[i]);
         else if (!strcmp(cmd, "env")) {
             const char* v = getenv(argv[i]);
-            if (v) printf("%s=%s\n", argv[i], v);
-            else printf("%s unset\n", argv[i]);
+            if (v)
+                printf("%s=%s\n", argv[i], v);
+            else
+                printf("%s unset\n", argv[i]);
         } else {
             fprintf(stderr, "probe: unknown command %s\n", cmd);
             return 2;

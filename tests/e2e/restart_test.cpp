@@ -92,7 +92,8 @@ class RestartTest : public ::testing::Test {
         if (smi.find("Driver Version: " + m().spec.driver_version + " ") == std::string::npos)
             problems += "nvidia-smi does not show driver " + m().spec.driver_version + "\n";
         if (s["cuda"].empty() || s["cuda"][0].rfind("cuda init=0 ", 0) != 0)
-            problems += "cuda: " + (s["cuda"].empty() ? std::string("no output") : s["cuda"][0]) + "\n";
+            problems +=
+                "cuda: " + (s["cuda"].empty() ? std::string("no output") : s["cuda"][0]) + "\n";
         return problems.empty() ? "" : problems + r.out;
     }
 

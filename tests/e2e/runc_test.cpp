@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 class RuncTest : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         sim::Spec spec;
         spec.gpus = 4;
@@ -105,8 +105,9 @@ TEST_F(RuncTest, VisibleDevicesByIndexGivesExactlyThoseGpus) {
 }
 
 TEST_F(RuncTest, PoststopIsANoOp) {
-    auto r = run_command({"/bin/sh", "-c", "echo garbage | " + env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH) +
-                                               " poststop"});
+    auto r =
+        run_command({"/bin/sh", "-c",
+                     "echo garbage | " + env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH) + " poststop"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.err, "");
 }
@@ -165,8 +166,8 @@ TEST_F(RuncTest, ChecksFailWithoutTheHook) {
 }
 
 TEST_F(RuncTest, NonGpuContainersAreLeftAlone) {
-    for (std::string env : {"NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=",
-                                   "UNRELATED=1", "CUDA_VERSION=12.0|NVIDIA_REQUIRE_CUDA=cuda>=12.0"}) {
+    for (std::string env : {"NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=", "UNRELATED=1",
+                            "CUDA_VERSION=12.0|NVIDIA_REQUIRE_CUDA=cuda>=12.0"}) {
         SCOPED_TRACE(env);
         Bundle b = bundle();
         std::string rest = env;
@@ -186,7 +187,8 @@ TEST_F(RuncTest, NonGpuContainersAreLeftAlone) {
 
 TEST_F(RuncTest, NoneGivesDriverFilesButNoGpu) {
     Bundle b = bundle();
-    b.env("NVIDIA_VISIBLE_DEVICES=none").command("echo '== dev'; ls /dev; echo '== cuda'; probe cuda");
+    b.env("NVIDIA_VISIBLE_DEVICES=none")
+        .command("echo '== dev'; ls /dev; echo '== cuda'; probe cuda");
     auto r = b.run();
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto s = sections(r.out);
@@ -204,7 +206,8 @@ TEST_F(RuncTest, LegacyCudaImageGetsAllGpusAndAllCapabilities) {
     std::string script = "echo '== dev'; ls /dev; echo '== libs'; probe stat";
     for (const auto& f : m().files)
         if (f.kind == "library")
-            script += std::string(" ") + (f.compat32 ? "/usr/lib/i386-linux-gnu/" : "/usr/lib/x86_64-linux-gnu/") +
+            script += std::string(" ") +
+                      (f.compat32 ? "/usr/lib/i386-linux-gnu/" : "/usr/lib/x86_64-linux-gnu/") +
                       fs::path(f.real_path).filename().string();
     auto r = b.command(script).run();
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -257,8 +260,9 @@ TEST_F(RuncTest, ConfigureCommandFromAScriptedHook) {
     Bundle b = bundle(Layout::Multiarch, /*with_hook=*/false);
     std::ofstream(script) << "#!/bin/sh\n"
                           << "pid=$(sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p')\n"
-                          << "exec " << env_or("GPUBIND_CLI", GPUBIND_CLI_PATH) << " configure --config "
-                          << config().string() << " --pid \"$pid\" --device 1 --compute --utility "
+                          << "exec " << env_or("GPUBIND_CLI", GPUBIND_CLI_PATH)
+                          << " configure --config " << config().string()
+                          << " --pid \"$pid\" --device 1 --compute --utility "
                           << b.rootfs().string() << "\n";
     fs::permissions(script, fs::perms::owner_all);
     b.spec()["hooks"]["prestart"] = {{{"path", script.string()}, {"args", {"my-hook.sh"}}}};
@@ -285,14 +289,16 @@ TEST(MigE2e, MigDeviceReachesTheContainerWithExactlyItsNodes) {
     Bundle b(work / "bundle");
     b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), config);
     b.env("NVIDIA_VISIBLE_DEVICES=0:1");
-    b.command("echo '== caps'; ls /dev/nvidia-caps; echo '== dev'; ls /dev; echo '== smi'; "
-              "nvidia-smi -L; echo '== access'; cat /proc/driver/nvidia/capabilities/gpu" +
-              std::to_string(m.gpus[0].minor) + "/mig/gi2/access; true");
+    b.command(
+        "echo '== caps'; ls /dev/nvidia-caps; echo '== dev'; ls /dev; echo '== smi'; "
+        "nvidia-smi -L; echo '== access'; cat /proc/driver/nvidia/capabilities/gpu" +
+        std::to_string(m.gpus[0].minor) + "/mig/gi2/access; true");
     auto r = b.run();
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto s = sections(r.out);
-    EXPECT_EQ(s["caps"], (std::vector<std::string>{"nvidia-cap" + std::to_string(want.gi_cap_minor),
-                                                   "nvidia-cap" + std::to_string(want.ci_cap_minor)}))
+    EXPECT_EQ(s["caps"],
+              (std::vector<std::string>{"nvidia-cap" + std::to_string(want.gi_cap_minor),
+                                        "nvidia-cap" + std::to_string(want.ci_cap_minor)}))
         << r.out;
     EXPECT_TRUE(contains(s["dev"], "nvidia" + std::to_string(m.gpus[0].minor))) << r.out;
     EXPECT_FALSE(contains(s["dev"], "nvidia" + std::to_string(m.gpus[1].minor))) << r.out;
@@ -319,21 +325,24 @@ TEST(PrefixE2e, ADriverInItsOwnPrefixGivesTheProgramsNotTheirWrappers) {
     TempDir work("gpubind-e2e-prefix-bundle");
     Bundle b(work / "bundle");
     b.hook(env_or("GPUBIND_HOOK", GPUBIND_HOOK_PATH), node.config());
-    for (const auto& [host, dest] : node.host_gpus()) b.bind(host, dest);  // what the cgroup check opens
+    for (const auto& [host, dest] : node.host_gpus())
+        b.bind(host, dest);  // what the cgroup check opens
     b.env("NVIDIA_VISIBLE_DEVICES=all");
     b.command(gpu_script(node.manifest(), {.lib_dir = kMultiarch}) +
               "; echo '== head'; head -c 4 /usr/bin/nvidia-smi");
     auto r = b.run();
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(expect_gpus(node.manifest(), r.out, {0, 1}, {.lib_dir = kMultiarch}), "") << r.out;
-    EXPECT_THAT(r.out, HasSubstr("== head\n\x7f" "ELF")) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("== head\n\x7f"
+                                 "ELF"))
+        << r.out;
 }
 
 // IMEX channels: the container gets exactly the channels it asks for (by
 // variable or by volume mount), the device cgroup lets it open them (ENXIO: no
 // driver behind the node) and refuses the others (EPERM).
 class ImexE2e : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         sim::Spec spec;
         spec.gpus = 1;
@@ -361,8 +370,7 @@ protected:
                    "/hostdev/channel" + std::to_string(n));
         std::string script =
             std::string("echo '== ls'; ls ") + kDir + "; echo '== stat'; probe stat";
-        for (unsigned n = 0; n < m().spec.imex_channels; ++n)
-            script += " " + channel(n).path;
+        for (unsigned n = 0; n < m().spec.imex_channels; ++n) script += " " + channel(n).path;
         script += "; echo '== open'; probe open";
         for (unsigned n = 0; n < m().spec.imex_channels; ++n)
             script += " /hostdev/channel" + std::to_string(n);
@@ -380,9 +388,9 @@ protected:
                                std::to_string(want));
         for (unsigned n = 0; n < m().spec.imex_channels; ++n) {
             const auto& c = channel(n);
-            std::string stat = n == want ? c.path + " c " + std::to_string(c.major) + ":" +
-                                               std::to_string(c.minor)
-                                         : c.path + " ENOENT";
+            std::string stat =
+                n == want ? c.path + " c " + std::to_string(c.major) + ":" + std::to_string(c.minor)
+                          : c.path + " ENOENT";
             if (!contains(s["stat"], stat)) problems.push_back("missing: " + stat);
             std::string open =
                 "/hostdev/channel" + std::to_string(n) + (n == want ? " ENXIO" : " EPERM");
@@ -402,8 +410,8 @@ TEST_F(ImexE2e, ChannelByVariableReachesTheContainerWithExactlyItsNode) {
     auto r = b.run();
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(check_channel(r, 1), ::testing::IsEmpty()) << r.out;
-    EXPECT_TRUE(contains(sections(r.out)["gpu"], "/dev/nvidia0 c 195:" +
-                                                     std::to_string(m().gpus[0].minor)))
+    EXPECT_TRUE(
+        contains(sections(r.out)["gpu"], "/dev/nvidia0 c 195:" + std::to_string(m().gpus[0].minor)))
         << r.out;
 }
 
@@ -427,8 +435,8 @@ TEST_F(ImexE2e, ChecksFailWithoutTheHook) {
 
 TEST_F(ImexE2e, AChannelTheNodeLacksIsRefusedNamingIt) {
     Bundle b = bundle();
-    b.env("NVIDIA_VISIBLE_DEVICES=0").env("NVIDIA_IMEX_CHANNELS=1," +
-                                          std::to_string(m().spec.imex_channels));
+    b.env("NVIDIA_VISIBLE_DEVICES=0")
+        .env("NVIDIA_IMEX_CHANNELS=1," + std::to_string(m().spec.imex_channels));
     b.command("echo started");
     auto r = b.run();
     EXPECT_NE(r.exit_code, 0);
@@ -443,7 +451,7 @@ TEST_F(ImexE2e, AChannelTheNodeLacksIsRefusedNamingIt) {
 // cache lists the compat libcuda.so.1 before the injected one. The order is
 // read with the system's ldconfig and proven by the container's own loader.
 class CudaCompatE2e : public RuncTest {
-protected:
+  protected:
     // The driver's major version plus `delta`, as a version string.
     static std::string version_beside(int delta) {
         return std::to_string(std::stoi(m().spec.driver_version) + delta) + ".10.01";
@@ -457,8 +465,9 @@ protected:
         // As CUDA images ship it.
         fs::create_symlink("libcuda.so." + version, compat / "libcuda.so.1");
         b.env("NVIDIA_VISIBLE_DEVICES=0")
-            .command("echo '== conf'; cat /etc/ld.so.conf.d/000-cuda-compat.conf; "
-                     "echo '== cuda'; probe cuda; true");
+            .command(
+                "echo '== conf'; cat /etc/ld.so.conf.d/000-cuda-compat.conf; "
+                "echo '== cuda'; probe cuda; true");
         return b;
     }
     // The cache's libcuda.so.1 entries, in order, read by the system's ldconfig.
@@ -500,8 +509,8 @@ TEST_F(CudaCompatE2e, OlderCompatLibcudaOrTheSwitchOffWritesNothing) {
         Bundle b = compat_bundle(version_beside(switch_off ? +1 : -1));
         auto r = b.run();
         ASSERT_EQ(r.exit_code, 0) << r.err;
-        EXPECT_FALSE(fs::exists(
-            fs::symlink_status(b.rootfs() / "etc/ld.so.conf.d/000-cuda-compat.conf")));
+        EXPECT_FALSE(
+            fs::exists(fs::symlink_status(b.rootfs() / "etc/ld.so.conf.d/000-cuda-compat.conf")));
         EXPECT_EQ(cached_libcuda(b),
                   std::vector<std::string>{std::string(kMultiarch) + "/libcuda.so.1"});
         auto s = sections(r.out);
@@ -521,7 +530,7 @@ TEST_F(CudaCompatE2e, ChecksFailWithoutTheHook) {
 // A refused start: runc fails with gpubind's one line, and nothing on the
 // host changed (mount table, the node, the rootfs).
 class RefusedTest : public RuncTest {
-protected:
+  protected:
     void expect_refused(Bundle& b, const std::string& message) {
         const std::string mounts = host_mounts(), node_tree = snapshot_tree(node()),
                           rootfs = snapshot_tree(b.rootfs());

@@ -192,9 +192,10 @@ TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
 TEST_F(RuntimeTest, AFreshRunTmpfsGetsTheSocketsFromTheFinishHook) {
     Bundle b = bundle();
     bind_all_gpus(b);
-    b.spec()["mounts"].push_back(
-        {{"destination", "/run"}, {"type", "tmpfs"}, {"source", "tmpfs"},
-         {"options", {"nosuid", "nodev", "mode=755"}}});
+    b.spec()["mounts"].push_back({{"destination", "/run"},
+                                  {"type", "tmpfs"},
+                                  {"source", "tmpfs"},
+                                  {"options", {"nosuid", "nodev", "mode=755"}}});
     std::set<std::string> sockets;
     for (const auto& f : m().files)
         if (f.path.rfind("/run/", 0) == 0) sockets.insert(f.path);
@@ -385,7 +386,8 @@ TEST_F(RuntimeTest, HookRegisteredAsWellInjectsNothingTwice) {
         std::istringstream fields(line);
         std::string id, parent, dev, root, point, word;
         fields >> id >> parent >> dev >> root >> point;
-        while (fields >> word && word != "-") {}
+        while (fields >> word && word != "-") {
+        }
         fields >> word;  // the filesystem type
         if ((point == "/proc/driver" || point == "/proc/driver/nvidia") && word == "tmpfs")
             proc_views.insert(id);

@@ -4,6 +4,8 @@
 
 namespace gpubind::test {
 
-const char* suite_runtime() noexcept { return GPUBIND_E2E_RUNTIME; }
+const char* suite_runtime() noexcept {
+    return GPUBIND_E2E_RUNTIME;
+}
 
 }  // namespace gpubind::test

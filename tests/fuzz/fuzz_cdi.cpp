@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpubind/cdi/cdi.hpp"
+#include "gpubind/cdi/yaml.hpp"
+#include "gpubind/decide/oci.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
-#include "gpubind/decide/oci.hpp"
-#include "gpubind/cdi/yaml.hpp"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/util/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace gpubind;

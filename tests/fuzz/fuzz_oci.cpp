@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/request.hpp"
+#include "gpubind/util/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace gpubind;

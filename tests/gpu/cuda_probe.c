@@ -47,13 +47,13 @@ static void* sym(const char* name) {
     return f;
 }
 
-#define CALL(name, sig, ...)                                                    \
-    do {                                                                        \
-        CUresult r_ = ((CUresult(*) sig)sym(#name))(__VA_ARGS__);               \
-        if (r_ != 0) {                                                          \
+#define CALL(name, sig, ...)                                                        \
+    do {                                                                            \
+        CUresult r_ = ((CUresult(*) sig)sym(#name))(__VA_ARGS__);                   \
+        if (r_ != 0) {                                                              \
             fprintf(stderr, "cuda-probe: %s failed with CUresult %d\n", #name, r_); \
-            exit(3);                                                            \
-        }                                                                       \
+            exit(3);                                                                \
+        }                                                                           \
     } while (0)
 
 int main(void) {
@@ -66,7 +66,8 @@ int main(void) {
     CALL(cuInit, (unsigned), 0);
     CALL(cuDriverGetVersion, (int*), &version);
     CALL(cuDeviceGetCount, (int*), &count);
-    printf("cuda-probe: driver API %d.%d, %d device(s)\n", version / 1000, version % 1000 / 10, count);
+    printf("cuda-probe: driver API %d.%d, %d device(s)\n", version / 1000, version % 1000 / 10,
+           count);
     if (count == 0) return 4;
     for (int i = 0; i < count; ++i) {
         CUdevice dev;
@@ -94,7 +95,8 @@ int main(void) {
         CALL(cuMemcpyDtoH_v2, (void*, CUdeviceptr, size_t), host, buf, sizeof host);
         for (unsigned k = 0; k < N; ++k) {
             if (host[k] != 3 * k) {
-                fprintf(stderr, "cuda-probe: device %d: the kernel wrote %u at %u\n", i, host[k], k);
+                fprintf(stderr, "cuda-probe: device %d: the kernel wrote %u at %u\n", i, host[k],
+                        k);
                 return 5;
             }
         }

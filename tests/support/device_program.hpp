@@ -1,7 +1,7 @@
 // For tests of cgroup v2 device programs without the kernel: the library's
-// interpreter (bpf::run_device_program), and a program built the way runtimes build theirs (runc's and crun's
-// generated filters: the context read into r2..r5, one block per rule, deny
-// at the end), written here from the documented context layout.
+// interpreter (bpf::run_device_program), and a program built the way runtimes build theirs (runc's
+// and crun's generated filters: the context read into r2..r5, one block per rule, deny at the end),
+// written here from the documented context layout.
 #pragma once
 
 #include <linux/bpf.h>

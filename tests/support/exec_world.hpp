@@ -17,10 +17,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "errors.hpp"
-#include "gpubind/util/error.hpp"
-#include "gpubind/exec/exec.hpp"
 #include "device_program.hpp"
+#include "errors.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/util/error.hpp"
 #include "recording_system.hpp"
 
 namespace gpubind::exec_test {
@@ -115,8 +115,7 @@ inline std::string undo_of(const std::string& line) {
 
 inline bool is_undo(const std::string& line) {
     return starts(line, "remove ") || starts(line, "detach ") || starts(line, "rename_at ") ||
-           starts(line, "exchange_at ") ||
-           starts(line, "write_rule " + kDeny);
+           starts(line, "exchange_at ") || starts(line, "write_rule " + kDeny);
 }
 
 }  // namespace gpubind::exec_test

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/exec/exec.hpp"
 #include "gpubind/os/system.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind::test {
 
@@ -47,7 +47,7 @@ inline Target recording_target() {
 }
 
 class RecordingSystem : public System {
-public:
+  public:
     using Type = FileInfo::Type;
 
     struct Mount {
@@ -66,7 +66,7 @@ public:
     std::vector<std::string> ldconfig_args;       // of the last run
     std::string ldconfig_output = "glibc-ld.so.cache1.1";  // the cache a run returns
     std::map<std::string, std::uint64_t> mount_ids;  // label prefix ("root:/data") -> mount id
-    std::set<std::uint64_t> shared_mounts;            // mount ids whose propagation is shared
+    std::set<std::uint64_t> shared_mounts;           // mount ids whose propagation is shared
     std::string proc_cgroup = "5:devices:/ctr\n0::/\n";
     // The container's /proc/<pid>/uid_map and gid_map: no user namespace of its own.
     std::string uid_map = "         0          0 4294967295\n";
@@ -93,9 +93,9 @@ public:
     std::map<std::string, std::uint32_t> kept_programs;
     int program_dir_errno = 0;
     bool program_dir_taken = false;  // there, but made by another user
-    bool shares_namespace = false;  // the container is in our mount namespace
-    bool in_container = false;      // which mount namespace we are in
-    bool in_user_ns = false;        // joined the container's user namespace (rootless)
+    bool shares_namespace = false;   // the container is in our mount namespace
+    bool in_container = false;       // which mount namespace we are in
+    bool in_user_ns = false;         // joined the container's user namespace (rootless)
 
     // --- The record ---
     std::vector<std::string> calls;
@@ -337,7 +337,8 @@ public:
                          const std::string& data, unsigned mode,
                          const std::optional<Owner>& chown_to) override {
         std::string t = child(dir, temp), p = child(dir, name);
-        std::string line = "replace_file_at " + p + " via " + temp + " mode " + std::to_string(mode);
+        std::string line =
+            "replace_file_at " + p + " via " + temp + " mode " + std::to_string(mode);
         if (chown_to)
             line += " owner " + std::to_string(chown_to->uid) + ":" + std::to_string(chown_to->gid);
         call(line, true);
@@ -538,8 +539,7 @@ public:
         std::string text;
         for (std::uint64_t id : shared_mounts)
             text += std::to_string(id) + " 1 0:" + std::to_string(id) + " / /m" +
-                    std::to_string(id) + " rw shared:" + std::to_string(id) +
-                    " - tmpfs tmpfs rw\n";
+                    std::to_string(id) + " rw shared:" + std::to_string(id) + " - tmpfs tmpfs rw\n";
 
         return text;
     }
@@ -563,7 +563,7 @@ public:
         return static_cast<std::uint32_t>(std::stoul(label(prog_fd).substr(5)));
     }
 
-private:
+  private:
     // Records the call, fails it when told to, and checks the namespace:
     // true: only inside the container's; false: only in our own; nullopt: either.
     void call(const std::string& line, std::optional<bool> container) {

@@ -10,7 +10,7 @@
 namespace gpubind::test {
 
 class TempDir {
-public:
+  public:
     explicit TempDir(const std::string& prefix = "gpubind-test") {
         std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
         if (::mkdtemp(tmpl.data()) == nullptr)
@@ -27,7 +27,7 @@ public:
     const std::filesystem::path& path() const { return path_; }
     std::filesystem::path operator/(const std::filesystem::path& rel) const { return path_ / rel; }
 
-private:
+  private:
     std::filesystem::path path_;
 };
 

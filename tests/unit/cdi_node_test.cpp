@@ -13,10 +13,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "files.hpp"
+#include "gpubind/cdi/yaml.hpp"
 #include "gpubind/node/node.hpp"
 #include "gpubind/sim/sim.hpp"
-#include "gpubind/cdi/yaml.hpp"
-#include "files.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -104,9 +104,9 @@ TEST_F(CdiNodeTest, CommonEditsHoldTheControlNodesDriverFilesAndTheHook) {
     const json spec = cdi::gpu_spec(node, config());
     const json& edits = spec["containerEdits"];
     EXPECT_EQ(edits["env"], json({"NVIDIA_VISIBLE_DEVICES=void"}));
-    EXPECT_EQ(nodes_of(edits), (std::set<std::string>{expected("/dev/nvidiactl"),
-                                                      expected("/dev/nvidia-uvm"),
-                                                      expected("/dev/nvidia-uvm-tools")}));
+    EXPECT_EQ(nodes_of(edits),
+              (std::set<std::string>{expected("/dev/nvidiactl"), expected("/dev/nvidia-uvm"),
+                                     expected("/dev/nvidia-uvm-tools")}));
     // The utility and compute files of the manifest: libraries (64-bit) at their
     // own file's path, binaries, sockets and firmware at theirs, read-only.
     std::map<std::string, std::string> want;
@@ -127,15 +127,15 @@ TEST_F(CdiNodeTest, CommonEditsHoldTheControlNodesDriverFilesAndTheHook) {
     }
     EXPECT_EQ(got, want);
     ASSERT_EQ(edits["hooks"].size(), 1u);
-    EXPECT_EQ(edits["hooks"][0],
-              json({{"hookName", "createRuntime"},
-                    {"path", "/opt/gpubind/bin/gpubind-hook"},
-                    {"args", {"gpubind-hook", "cdi"}},
-                    {"env", {"GPUBIND_CONFIG=/etc/gpubind/test.toml"}}}));
+    EXPECT_EQ(edits["hooks"][0], json({{"hookName", "createRuntime"},
+                                       {"path", "/opt/gpubind/bin/gpubind-hook"},
+                                       {"args", {"gpubind-hook", "cdi"}},
+                                       {"env", {"GPUBIND_CONFIG=/etc/gpubind/test.toml"}}}));
     // Devices named by index and hostPath need 0.5.0, and nothing more.
     EXPECT_EQ(spec["cdiVersion"], "0.5.0");
     EXPECT_NO_THROW(cdi::validate(spec, "generated"));
-    EXPECT_NO_THROW(cdi::validate(yaml::parse(yaml::dump(spec), "generated.yaml"), "generated.yaml"));
+    EXPECT_NO_THROW(
+        cdi::validate(yaml::parse(yaml::dump(spec), "generated.yaml"), "generated.yaml"));
 }
 
 TEST_F(CdiNodeTest, ImexChannelsAreAKindOfTheirOwn) {

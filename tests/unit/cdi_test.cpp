@@ -9,9 +9,9 @@
 #include <gtest/gtest.h>
 
 #include "files.hpp"
+#include "gpubind/cdi/yaml.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
-#include "gpubind/cdi/yaml.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -40,7 +40,8 @@ TEST(CdiVersion, EachFeatureNeedsItsVersion) {
     json s = base_spec();
     EXPECT_EQ(cdi::minimum_version(s), "0.3.0");
     json t = s;
-    t["containerEdits"]["mounts"] = {{{"hostPath", "/a"}, {"containerPath", "/b"}, {"type", "bind"}}};
+    t["containerEdits"]["mounts"] = {
+        {{"hostPath", "/a"}, {"containerPath", "/b"}, {"type", "bind"}}};
     EXPECT_EQ(cdi::minimum_version(t), "0.4.0");
     t = s;
     t["devices"][0]["name"] = "0";
@@ -107,7 +108,10 @@ TEST(CdiYaml, DumpReadsBackAsTheSameDocument) {
         {"env", {"A=1", "QUOTE=\"x\" 'y' #z: - [x] {y}", "NL=a\nb\tc", "UNI=\xc3\xa9"}},
         {"mounts", {{{"hostPath", "/a b"}, {"containerPath", "/c"}, {"options", {"ro", "rbind"}}}}},
         {"hooks",
-         {{{"hookName", "createRuntime"}, {"path", "/h"}, {"args", json::array()}, {"env", {"E="}}}}}};
+         {{{"hookName", "createRuntime"},
+           {"path", "/h"},
+           {"args", json::array()},
+           {"env", {"E="}}}}}};
     s["devices"][0]["containerEdits"]["deviceNodes"][0]["fileMode"] = 438;
     s["devices"].push_back({{"name", "true"}, {"containerEdits", json::object()}});
     s["devices"].push_back({{"name", "0"}, {"containerEdits", {{"env", {"null=~"}}}}});
@@ -116,11 +120,12 @@ TEST(CdiYaml, DumpReadsBackAsTheSameDocument) {
 }
 
 // Characters YAML does not let stand raw (DEL, C0 and C1 controls, the BOM,
-// U+FFFE) and its line breaks (NEL, U+2028) are escaped, in values and keys, and read back as they were (the
-// fuzzer's first finding: a DEL written raw, which libyaml refused).
+// U+FFFE) and its line breaks (NEL, U+2028) are escaped, in values and keys, and read back as they
+// were (the fuzzer's first finding: a DEL written raw, which libyaml refused).
 TEST(CdiYaml, UnprintableCharactersAreEscapedAndReadBack) {
     json s = base_spec();
-    const std::string odd = std::string("d\x7f\x01\x1b") + "\xc2\x80\xc2\x9f\xef\xbb\xbf\xef\xbf\xbe" +
+    const std::string odd = std::string("d\x7f\x01\x1b") +
+                            "\xc2\x80\xc2\x9f\xef\xbb\xbf\xef\xbf\xbe" +
                             "\xc2\x85\xe2\x80\xa8\xf0\x9f\x98\x80\\\"";
     s["containerEdits"] = {{"env", {"V=" + odd}}};
     s["annotations"] = {{odd, odd}};
@@ -152,9 +157,8 @@ TEST(CdiYaml, ReadsTheUsualShapesOfAHandWrittenSpec) {
 }
 
 TEST(CdiYaml, RefusesWhatASpecNeverNeeds) {
-    for (const char* text :
-         {"a: &x 1\nb: *x\n", "a: !!str 1\n", "a: 1\na: 2\n", "<<: {a: 1}\n", "a: 1\n---\nb: 2\n",
-          "[a, [b, {c: d}]]: 1\n", "a: [\n", "a: 'x\n"}) {
+    for (const char* text : {"a: &x 1\nb: *x\n", "a: !!str 1\n", "a: 1\na: 2\n", "<<: {a: 1}\n",
+                             "a: 1\n---\nb: 2\n", "[a, [b, {c: d}]]: 1\n", "a: [\n", "a: 'x\n"}) {
         try {
             yaml::parse(text, "/etc/cdi/t.yaml");
             ADD_FAILURE() << "accepted: " << text;
@@ -202,7 +206,8 @@ TEST(CdiRequests, AnnotationsEveryKeyUnderTheirPrefix) {
 
 TEST(CdiRequests, VisibleDevicesHoldingCdiNames) {
     Policy policy;
-    auto s = spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,nvidia.com/gpu=all"}}}}});
+    auto s = spec_of(
+        {{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,nvidia.com/gpu=all"}}}}});
     EXPECT_EQ(cdi::read_requests(s, policy_config(policy)).devices,
               (std::vector<std::string>{"nvidia.com/gpu=1", "nvidia.com/gpu=all"}));
     // The legacy reading leaves them alone: not a request of its own.
@@ -224,12 +229,13 @@ TEST(CdiRequests, VisibleDevicesHoldingCdiNames) {
 }
 
 TEST(CdiRequests, VolumeMountsUnderTheirPolicy) {
-    const json mounts = {{{"destination", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/0"},
-                          {"source", "/dev/null"}},
-                         {{"destination", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/all"},
-                          {"source", "/dev/null"}}};
-    auto s = spec_of({{"mounts", mounts},
-                      {"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=3"}}}}});
+    const json mounts = {
+        {{"destination", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/0"},
+         {"source", "/dev/null"}},
+        {{"destination", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/all"},
+         {"source", "/dev/null"}}};
+    auto s = spec_of(
+        {{"mounts", mounts}, {"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=3"}}}}});
     Policy policy;
     policy.accept_volume_mounts = true;
     EXPECT_EQ(cdi::read_requests(s, policy_config(policy)).devices,
@@ -241,13 +247,15 @@ TEST(CdiRequests, VolumeMountsUnderTheirPolicy) {
               (std::vector<std::string>{"nvidia.com/gpu=3"}));
     // A path that is not vendor/class/name.
     policy.accept_volume_mounts = true;
-    s = spec_of({{"mounts", {{{"destination", "/var/run/nvidia-container-devices/cdi/nvidia.com/0"},
-                              {"source", "/dev/null"}}}}});
+    s = spec_of({{"mounts",
+                  {{{"destination", "/var/run/nvidia-container-devices/cdi/nvidia.com/0"},
+                    {"source", "/dev/null"}}}}});
     EXPECT_THROW(cdi::read_requests(s, policy_config(policy)), Error);
 }
 
 TEST(CdiRequests, MalformedNamesAreOneLineErrors) {
-    for (const char* value : {"nvidia.com/gpu=", "nvidia.com/gpu=a/b", "nvidia.com/=1", "x/y=a\nb"}) {
+    for (const char* value :
+         {"nvidia.com/gpu=", "nvidia.com/gpu=a/b", "nvidia.com/=1", "x/y=a\nb"}) {
         const auto s = spec_of({{"annotations", {{"cdi.k8s.io/x", value}}}});
         try {
             cdi::read_requests(s, Config{});
@@ -442,29 +450,35 @@ cdi::Registry registry(std::vector<std::pair<json, int>> specs) {
 }
 
 json gpu_like_spec() {
-    json s = {{"cdiVersion", "0.7.0"},  // names starting with digits, additionalGids
-              {"kind", "vendor.example/gpu"},
-              {"containerEdits",
-               {{"env", {"VISIBLE=void"}},
-                {"deviceNodes", {node("/dev/ctl", 195, 255)}},
-                {"mounts",
-                 {{{"hostPath", "/drv/lib/liba.so.1"},
-                   {"containerPath", "/usr/lib/liba.so.1"},
-                   {"options", {"ro", "rbind"}}},
-                  {{"hostPath", "/drv/run"}, {"containerPath", "/run"}, {"options", {"rbind"}}}}},
-                {"hooks", {{{"hookName", "createRuntime"}, {"path", "/bin/hook"}, {"args", {"hook", "x"}}}}}}},
-              {"devices",
-               {{{"name", "0"}, {"containerEdits", {{"deviceNodes", {node("/dev/g0", 195, 0)}}}}},
-                {{"name", "1"},
-                 {"containerEdits",
-                  {{"deviceNodes", {node("/dev/g1", 195, 1)}}, {"additionalGids", {44}}}}}}}};
+    json s = {
+        {"cdiVersion", "0.7.0"},  // names starting with digits, additionalGids
+        {"kind", "vendor.example/gpu"},
+        {"containerEdits",
+         {{"env", {"VISIBLE=void"}},
+          {"deviceNodes", {node("/dev/ctl", 195, 255)}},
+          {"mounts",
+           {{{"hostPath", "/drv/lib/liba.so.1"},
+             {"containerPath", "/usr/lib/liba.so.1"},
+             {"options", {"ro", "rbind"}}},
+            {{"hostPath", "/drv/run"}, {"containerPath", "/run"}, {"options", {"rbind"}}}}},
+          {"hooks",
+           {{{"hookName", "createRuntime"}, {"path", "/bin/hook"}, {"args", {"hook", "x"}}}}}}},
+        {"devices",
+         {{{"name", "0"}, {"containerEdits", {{"deviceNodes", {node("/dev/g0", 195, 0)}}}}},
+          {{"name", "1"},
+           {"containerEdits",
+            {{"deviceNodes", {node("/dev/g1", 195, 1)}}, {"additionalGids", {44}}}}}}}};
     return s;
 }
 
 TEST(CdiApply, MergesEditsAsTheSpecificationSays) {
     const json oci = {{"ociVersion", "1.0.2"},
-                      {"process", {{"env", {"PATH=/bin", "VISIBLE=vendor.example/gpu=0"}}, {"user", {{"uid", 1000}, {"gid", 100}}}}},
-                      {"mounts", {{{"destination", "/usr/lib/deep/x"}, {"source", "/s"}}, {{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}}}}};
+                      {"process",
+                       {{"env", {"PATH=/bin", "VISIBLE=vendor.example/gpu=0"}},
+                        {"user", {{"uid", 1000}, {"gid", 100}}}}},
+                      {"mounts",
+                       {{{"destination", "/usr/lib/deep/x"}, {"source", "/s"}},
+                        {{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}}}}};
     const json out = cdi::apply(oci, {"vendor.example/gpu=0", "vendor.example/gpu=1"},
                                 registry({{gpu_like_spec(), 0}}));
     EXPECT_EQ(out["process"]["env"], json({"PATH=/bin", "VISIBLE=void"}));
@@ -477,7 +491,8 @@ TEST(CdiApply, MergesEditsAsTheSpecificationSays) {
     // Mounts sorted by depth, the container's own kept.
     std::vector<std::string> dests;
     for (const auto& m : out["mounts"]) dests.push_back(m["destination"]);
-    EXPECT_EQ(dests, (std::vector<std::string>{"/proc", "/run", "/usr/lib/liba.so.1", "/usr/lib/deep/x"}));
+    EXPECT_EQ(dests,
+              (std::vector<std::string>{"/proc", "/run", "/usr/lib/liba.so.1", "/usr/lib/deep/x"}));
     EXPECT_EQ(out["hooks"]["createRuntime"].size(), 1u);
     EXPECT_EQ(out["process"]["user"]["additionalGids"], json({44}));
     EXPECT_EQ(out["annotations"][std::string(cdi::kAppliedAnnotation)], "applied");
@@ -524,9 +539,11 @@ TEST(CdiApply, PriorityAndConflicts) {
              {"vendor.example/gpu=0", "other.example/y=dev-a"}, oci, "/dev/g0");
     conflict(registry({{gpu_like_spec(), 0}}), {"vendor.example/gpu=0"},
              json{{"mounts", {{{"destination", "/run/"}, {"source", "/elsewhere"}}}}}, "/run");
-    conflict(registry({{gpu_like_spec(), 0}}), {"vendor.example/gpu=1"},
-             json{{"linux", {{"devices", {{{"path", "/dev/g1"}, {"type", "c"}, {"major", 1}, {"minor", 1}}}}}}},
-             "/dev/g1");
+    conflict(
+        registry({{gpu_like_spec(), 0}}), {"vendor.example/gpu=1"},
+        json{{"linux",
+              {{"devices", {{{"path", "/dev/g1"}, {"type", "c"}, {"major", 1}, {"minor", 1}}}}}}},
+        "/dev/g1");
     // Unknown names.
     try {
         cdi::apply(oci, {"vendor.example/gpu=9"}, registry({{gpu_like_spec(), 0}}));

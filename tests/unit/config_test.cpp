@@ -9,8 +9,8 @@
 #include "built.hpp"
 #include "config_builtin.hpp"
 #include "gpubind/config/config.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/exec/exec.hpp"
+#include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 #include "temp_dir.hpp"
 
@@ -209,7 +209,8 @@ path = "nvidia-container-runtime-hook"
 }
 
 TEST(Config, ErrorsNameTheKey) {
-    EXPECT_EQ(error_of("[node]\nflavour = 1\n"), "load config test.toml: node.flavour: unknown key");
+    EXPECT_EQ(error_of("[node]\nflavour = 1\n"),
+              "load config test.toml: node.flavour: unknown key");
     EXPECT_EQ(error_of("colour = 1\n"), "load config test.toml: colour: unknown key");
     EXPECT_EQ(error_of("[policy]\naccept-volume-mounts = \"yes\"\n"),
               "load config test.toml: policy.accept-volume-mounts: expected true or false");
@@ -239,7 +240,8 @@ TEST(Config, CharactersTomlPlusPlusCannotParseSafelyAreAnErrorNotUndefinedBehavi
               "load config test.toml: line 3: character U+00E9 is not supported here; inside a "
               "string write it as \\u00E9");
     // Written as an escape it is fine, and so are the characters toml++ handles.
-    Config c = parse_config("# \xe4\xb8\xad\n[log]\nfile = \"/var/log/caf\\u00e9.log\"\n", "ok.toml");
+    Config c =
+        parse_config("# \xe4\xb8\xad\n[log]\nfile = \"/var/log/caf\\u00e9.log\"\n", "ok.toml");
     EXPECT_EQ(c.log.file, "/var/log/caf\xc3\xa9.log");
 }
 

@@ -72,7 +72,8 @@ TEST(SelectDevices, ListIsInNodeOrderWithoutDuplicates) {
 
 TEST(SelectDevices, MigByIndexPairAndUuid) {
     Node node = make_node();
-    auto sel = select_devices(node, parse_device_ids("2:1,MIG-11111110-aaaa-bbbb-cccc-dddddddddddd"));
+    auto sel =
+        select_devices(node, parse_device_ids("2:1,MIG-11111110-aaaa-bbbb-cccc-dddddddddddd"));
     ASSERT_EQ(sel.migs.size(), 2u);
     EXPECT_EQ(sel.migs[0]->index, 0u);
     EXPECT_EQ(sel.migs[1]->index, 1u);
@@ -90,8 +91,7 @@ TEST(SelectDevices, UnknownIdsAreErrorsNamingThem) {
         }
         return "no error";
     };
-    EXPECT_EQ(message("0,7"),
-              "select device 7: no GPU with this index (the node has 3)");
+    EXPECT_EQ(message("0,7"), "select device 7: no GPU with this index (the node has 3)");
     EXPECT_EQ(message("GPU-deadbeef"), "select device GPU-deadbeef: no GPU with this UUID");
     EXPECT_EQ(message("0:0"), "select device 0:0: GPU 0 has no MIG device 0");
     EXPECT_EQ(message("0000:99:00.0"), "select device 0000:99:00.0: no GPU at this PCI bus id");

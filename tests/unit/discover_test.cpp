@@ -45,11 +45,13 @@ json cli_json(const std::string& args) {
 using Item = std::tuple<std::string, std::string, bool>;  // name, host path, compat32
 
 class Shape : public ::testing::TestWithParam<sim::Spec> {
-protected:
+  protected:
     void SetUp() override { manifest_ = sim::simulate(dir_.path(), GetParam()); }
 
     std::string root() const { return "--root " + dir_.path().string(); }
-    std::string host(const std::string& p) const { return (dir_.path() / fs::path(p).relative_path()).string(); }
+    std::string host(const std::string& p) const {
+        return (dir_.path() / fs::path(p).relative_path()).string();
+    }
 
     // The manifest's files of `kind` brought by any of `caps`.
     std::set<Item> expected(const std::string& kind, const std::set<std::string>& caps,
@@ -57,16 +59,17 @@ protected:
         std::set<Item> out;
         for (const auto& f : manifest_.files)
             if (f.kind == kind && caps.count(f.capability) && (compat32 || !f.compat32))
-                out.emplace(kind == "ipc" ? f.path : f.name, host(kind == "library" ? f.real_path : f.path),
-                            f.compat32);
+                out.emplace(kind == "ipc" ? f.path : f.name,
+                            host(kind == "library" ? f.real_path : f.path), f.compat32);
         return out;
     }
     static std::set<Item> listed(const json& list, const std::string& key, bool by_path) {
         std::set<Item> out;
         for (const auto& e : list[key])
-            out.emplace(by_path ? e["path"].get<std::string>().substr(0) : e["name"].get<std::string>(),
-                        e[key == "libraries" ? "real_path" : "path"].get<std::string>(),
-                        e.value("compat32", false));
+            out.emplace(
+                by_path ? e["path"].get<std::string>().substr(0) : e["name"].get<std::string>(),
+                e[key == "libraries" ? "real_path" : "path"].get<std::string>(),
+                e.value("compat32", false));
         return out;
     }
     std::set<Item> listed_ipcs(const json& list) const {
@@ -116,9 +119,9 @@ TEST_P(Shape, InfoShowsTheNodesGpus) {
     auto text = cli("info " + root());
     EXPECT_EQ(text.code, 0) << text.out;
     if (manifest_.spec.imex_channels > 0) {
-        EXPECT_THAT(text.out, ::testing::HasSubstr(
-                                  "IMEX channels:    0-" +
-                                  std::to_string(manifest_.spec.imex_channels - 1) + "\n"));
+        EXPECT_THAT(text.out,
+                    ::testing::HasSubstr("IMEX channels:    0-" +
+                                         std::to_string(manifest_.spec.imex_channels - 1) + "\n"));
     } else {
         EXPECT_THAT(text.out, ::testing::Not(::testing::HasSubstr("IMEX")));
     }
@@ -149,7 +152,8 @@ TEST_P(Shape, ListsExactlyWhatTheNodeHolds) {
     // Devices: the control nodes and every GPU, with the node's numbers.
     std::set<std::tuple<std::string, unsigned, unsigned>> want_dev, got_dev;
     for (const auto& n : manifest_.nodes)
-        if (n.path.rfind("/dev/nvidia-caps/", 0) != 0) want_dev.emplace(host(n.path), n.major, n.minor);
+        if (n.path.rfind("/dev/nvidia-caps/", 0) != 0)
+            want_dev.emplace(host(n.path), n.major, n.minor);
     for (const auto& d : all["devices"]) got_dev.emplace(d["host_path"], d["major"], d["minor"]);
     EXPECT_EQ(got_dev, want_dev);
 }
@@ -187,11 +191,13 @@ TEST_P(Shape, MigDevicesBringTheirCapabilityNodes) {
         unsigned index = 0;  // position among the parent's MIG devices, by (gi, ci)
         for (const auto& o : manifest_.migs)
             if (o.gpu == m.gpu && std::tie(o.gi, o.ci) < std::tie(m.gi, m.ci)) ++index;
-        for (const std::string& id : {std::to_string(m.gpu) + ":" + std::to_string(index), m.uuid}) {
+        for (const std::string& id :
+             {std::to_string(m.gpu) + ":" + std::to_string(index), m.uuid}) {
             json l = cli_json("list --json -d " + id + " " + root());
             std::set<unsigned> caps;
             for (const auto& d : l["devices"])
-                if (std::string(d["path"]).rfind("/dev/nvidia-caps/", 0) == 0) caps.insert(d["minor"].get<unsigned>());
+                if (std::string(d["path"]).rfind("/dev/nvidia-caps/", 0) == 0)
+                    caps.insert(d["minor"].get<unsigned>());
             EXPECT_EQ(caps, (std::set<unsigned>{m.gi_cap_minor, m.ci_cap_minor})) << id;
         }
     }
@@ -293,9 +299,8 @@ TEST(Discover, ImexChannels) {
         return out;
     };
     const std::string ch = "/dev/nvidia-caps-imex-channels/channel";
-    EXPECT_EQ(channels_listed(""),
-              (std::set<std::pair<std::string, unsigned>>{
-                  {ch + "0", 0}, {ch + "1", 1}, {ch + "2", 2}}));
+    EXPECT_EQ(channels_listed(""), (std::set<std::pair<std::string, unsigned>>{
+                                       {ch + "0", 0}, {ch + "1", 1}, {ch + "2", 2}}));
     EXPECT_EQ(channels_listed("--imex-channels 2,0"),
               (std::set<std::pair<std::string, unsigned>>{{ch + "0", 0}, {ch + "2", 2}}));
     EXPECT_TRUE(channels_listed("--imex-channels none").empty());

@@ -18,9 +18,9 @@
 #include "command.hpp"
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/doctor/doctor.hpp"
-#include "gpubind/start/start.hpp"
 #include "gpubind/setup/setup.hpp"
 #include "gpubind/sim/sim.hpp"
+#include "gpubind/start/start.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {
@@ -86,9 +86,9 @@ class Doctor : public ::testing::Test {
         const fs::path p = dir_.path() / "config.toml";
         const std::string r = dir_.path().string();
         const std::string k = kept_.path().string();
-        write(p, "[node]\ndriver-root = \"" + r + "\"\ndev-root = \"" + r +
-                     "\"\nproc-root = \"" + r + "/proc\"\nstate-dir = \"" + k +
-                     "/state\"\n[cdi]\ndir = \"" + k + "/cdi\"\n");
+        write(p, "[node]\ndriver-root = \"" + r + "\"\ndev-root = \"" + r + "\"\nproc-root = \"" +
+                     r + "/proc\"\nstate-dir = \"" + k + "/state\"\n[cdi]\ndir = \"" + k +
+                     "/cdi\"\n");
         return p.string();
     }
     void own_state_dirs() {
@@ -376,7 +376,7 @@ TEST_F(Doctor, DescriptionAndCdiSpecFollowTheDriverState) {
     const NodeKnowledge known = know_node(config_, {});  // what a start does
     ASSERT_TRUE(known.stored);
     const fs::path spec = config_.cdi.dir / "nvidia.com-gpu.json";
-    EXPECT_FALSE(fs::exists(spec));  // a start creates no CDI spec
+    EXPECT_FALSE(fs::exists(spec));     // a start creates no CDI spec
     cdi::refresh(known.node, config_);  // `gpubind cdi refresh`, the boot unit
     ASSERT_TRUE(fs::exists(spec));
     checks = state_checks();

@@ -109,8 +109,8 @@ void expect_extended(const std::vector<bpf::Insn>& prog) {
                 SCOPED_TRACE(std::to_string(major) + ":" + std::to_string(minor) + " access " +
                              std::to_string(access));
                 test::DeviceRequest req{bpf::kDevChar, access, major, minor};
-                const bool ours = major == 195 && (minor == 0 || minor == 255) &&
-                                  (access & bpf::kAccMknod) == 0;
+                const bool ours =
+                    major == 195 && (minor == 0 || minor == 255) && (access & bpf::kAccMknod) == 0;
                 EXPECT_EQ(test::run_device_program(prog, req),
                           ours ? 1u : test::run_device_program(original, req));
             }
@@ -132,7 +132,8 @@ TEST(ExecuteV2, RuntimesProgramIsExtendedOnTheHostSideAndSwappedInTheCgroupStep)
         EXPECT_LE(previous, i) << line;
         previous = i;
     }
-    const std::size_t swap = index_of(c, "replace_device_program " + kV2Label + " prog:1000 for prog:7");
+    const std::size_t swap =
+        index_of(c, "replace_device_program " + kV2Label + " prog:1000 for prog:7");
     EXPECT_LT(index_of(c, "attach tree:/host/dev/nvidia0 -> root:/dev/nvidia0"), swap);
     EXPECT_LT(swap, index_of(c, "make_tmpfs"));
     for (const auto& line : c) {
@@ -182,7 +183,8 @@ TEST(ExecuteV2, EveryProgramAttachedHereIsExtendedOnceEvenWithoutMulti) {
         EXPECT_THAT(e.what(), HasSubstr("changed while gpubind extended it"));
     }
     EXPECT_EQ(raced.device_programs.ids, std::vector<std::uint32_t>{77});
-    for (const auto& line : raced.calls) EXPECT_FALSE(starts(line, "replace_device_program")) << line;
+    for (const auto& line : raced.calls)
+        EXPECT_FALSE(starts(line, "replace_device_program")) << line;
 }
 
 TEST(ExecuteV2, NoProgramAttachedMeansNothingToDo) {
@@ -214,10 +216,9 @@ TEST(ExecuteV2, FailureAtAnyStepPutsTheRuntimesProgramBack) {
         sys.fail_at(k);
         EXPECT_THROW(execute(plan, target(), sys), Error);
         EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{7});
-        const bool restored =
-            std::find(sys.calls.begin(), sys.calls.end(),
-                      "replace_device_program " + kV2Label + " prog:7 for prog:1000") !=
-            sys.calls.end();
+        const bool restored = std::find(sys.calls.begin(), sys.calls.end(),
+                                        "replace_device_program " + kV2Label +
+                                            " prog:7 for prog:1000") != sys.calls.end();
         EXPECT_EQ(restored, k > swap) << "swapped back exactly when it had been swapped";
         EXPECT_EQ(sys.root, root_before);
         EXPECT_TRUE(sys.mounted.empty());
@@ -270,8 +271,8 @@ TEST(ExecuteV2, AProgramKeptByAnEarlierStartIsAttachedInsteadOfLoadingItAgain) {
         EXPECT_EQ(count_starting(next.calls, "load_device_program"), 0u);
         EXPECT_EQ(count_starting(next.calls, "keep_program"), 0u);
         EXPECT_NE(std::find(next.calls.begin(), next.calls.end(),
-                            "replace_device_program " + kV2Label + " prog:1000 for prog:" +
-                                std::to_string(runtime_id)),
+                            "replace_device_program " + kV2Label +
+                                " prog:1000 for prog:" + std::to_string(runtime_id)),
                   next.calls.end());
         EXPECT_EQ(next.device_programs.ids, std::vector<std::uint32_t>{1000});
         EXPECT_EQ(next.programs.size(), known);
@@ -371,8 +372,9 @@ TEST(ExecuteV2, AProgramDirectoryAnotherUserMadeIsAWarning) {
 // gets its devices, and a program is kept only when all of them worked.
 TEST(ExecuteV2, AFailingKeepStepCostsOnlyTheReuse) {
     const Plan plan = sample_plan();
-    for (const char* step : {"open_program_dir", "open_kept_program", "program_instructions prog:1000",
-                             "list_dir progdir:", "keep_program"}) {
+    for (const char* step :
+         {"open_program_dir", "open_kept_program", "program_instructions prog:1000",
+          "list_dir progdir:", "keep_program"}) {
         SCOPED_TRACE(step);
         RecordingSystem sys = v2_world(plan);
         sys.fail_if = [&](std::size_t, const std::string& l) { return starts(l, step); };
@@ -462,9 +464,9 @@ TEST(DeviceAccess, ReportsEachStepWithItsUndo) {
 
 TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
     const Plan plan = sample_plan();
-    for (const char* step : {"open_cgroup_dir", "query_device_programs", "open_program",
-                                   "program_instructions", "load_device_program",
-                                   "replace_device_program"}) {
+    for (const char* step :
+         {"open_cgroup_dir", "query_device_programs", "open_program", "program_instructions",
+          "load_device_program", "replace_device_program"}) {
         SCOPED_TRACE(step);
         for (int err : {EPERM, EACCES}) {
             RecordingSystem sys = v2_world(plan);
@@ -495,7 +497,9 @@ TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
     }
     // Not a refusal: an error whatever the policy.
     RecordingSystem sys = v2_world(plan);
-    sys.fail_if = [](std::size_t, const std::string& l) { return starts(l, "load_device_program"); };
+    sys.fail_if = [](std::size_t, const std::string& l) {
+        return starts(l, "load_device_program");
+    };
     Target t = target();
     t.on_refused = OnRefused::Warn;
     EXPECT_THROW(execute(plan, t, sys), Error);

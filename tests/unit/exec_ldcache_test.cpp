@@ -156,15 +156,18 @@ TEST(LoaderCache, RollbackRestoresOrRemovesTheCache) {
         RecordingSystem ok;
         world(ok);
         execute(plan, writer_target(), ok);
-        const std::size_t write = index_of(
-            ok.calls, "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420");
+        const std::size_t write =
+            index_of(ok.calls, "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420");
         for (std::size_t k = write; k < ok.calls.size(); ++k) {
             SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
             RecordingSystem sys;
             world(sys);
             const auto before = sys.root;
             sys.fail_if = [k](std::size_t i, const std::string& line) {
-                return i == k && !starts(line, "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420 owner");
+                return i == k &&
+                       !starts(
+                           line,
+                           "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420 owner");
             };
             EXPECT_THROW(execute(plan, writer_target(), sys), Error);
             EXPECT_EQ(sys.root, before);
@@ -184,15 +187,21 @@ TEST(LoaderCache, NonRegularFilesAreRefusedBeforeAnyOpen) {
         FileInfo info;
         const char* says;
     };
-    for (const Case& k : {Case{"/etc/ld.so.cache~", {Type::Fifo, 0, 0}, "/etc/ld.so.cache~: is a FIFO"},
-                          Case{"/etc/ld.so.cache~", {Type::BlockDevice, 7, 0}, "/etc/ld.so.cache~: is a block device"},
-                          Case{"/etc/ld.so.cache", {Type::CharDevice, 1, 3}, "/etc/ld.so.cache: is a character device"},
-                          Case{"/etc/ld.so.cache", {Type::Symlink, 0, 0}, "/etc/ld.so.cache: is a symbolic link"},
-                          Case{"/etc/ld.so.cache", {Type::Socket, 0, 0}, "/etc/ld.so.cache: is a socket"},
-                          Case{"/etc", {Type::Symlink, 0, 0}, "/etc: is a symbolic link"},
-                          Case{"/etc", {Type::Fifo, 0, 0}, "/etc: is a FIFO"}}) {
+    for (const Case& k :
+         {Case{"/etc/ld.so.cache~", {Type::Fifo, 0, 0}, "/etc/ld.so.cache~: is a FIFO"},
+          Case{"/etc/ld.so.cache~",
+               {Type::BlockDevice, 7, 0},
+               "/etc/ld.so.cache~: is a block device"},
+          Case{"/etc/ld.so.cache",
+               {Type::CharDevice, 1, 3},
+               "/etc/ld.so.cache: is a character device"},
+          Case{"/etc/ld.so.cache", {Type::Symlink, 0, 0}, "/etc/ld.so.cache: is a symbolic link"},
+          Case{"/etc/ld.so.cache", {Type::Socket, 0, 0}, "/etc/ld.so.cache: is a socket"},
+          Case{"/etc", {Type::Symlink, 0, 0}, "/etc: is a symbolic link"},
+          Case{"/etc", {Type::Fifo, 0, 0}, "/etc: is a FIFO"}}) {
         for (const LdcacheMethod method : {LdcacheMethod::Gpubind, LdcacheMethod::Ldconfig}) {
-            SCOPED_TRACE(std::string(k.path) + (method == LdcacheMethod::Gpubind ? " gpubind" : " ldconfig"));
+            SCOPED_TRACE(std::string(k.path) +
+                         (method == LdcacheMethod::Gpubind ? " gpubind" : " ldconfig"));
             const Plan plan = writer_plan();
             RecordingSystem sys;
             setup_world(sys, plan);
@@ -222,8 +231,9 @@ TEST(LoaderCache, ScanOfTheImagesDirectoriesFallsBackToLdconfig) {
     RecordingSystem sys;
     setup_world(sys, plan);
     execute(plan, writer_target(), sys);
-    EXPECT_EQ(sys.ldconfig_args, (std::vector<std::string>{"-r", "/rootfs", "-X", "-C", "/dev/ld.so.cache",
-                                                           "/usr/lib/x86_64-linux-gnu"}));
+    EXPECT_EQ(sys.ldconfig_args,
+              (std::vector<std::string>{"-r", "/rootfs", "-X", "-C", "/dev/ld.so.cache",
+                                        "/usr/lib/x86_64-linux-gnu"}));
     for (const auto& line : sys.calls) EXPECT_FALSE(starts(line, "replace_file_at")) << line;
 }
 

@@ -30,14 +30,14 @@
 #include <gtest/gtest.h>
 
 #include "command.hpp"
+#include "files.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/os/cgroup.hpp"
 #include "gpubind/sim/elf_stub.hpp"
 #include "gpubind/util/error.hpp"
-#include "gpubind/exec/exec.hpp"
 #include "gpubind/util/file.hpp"
-#include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/util/strings.hpp"
-#include "files.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -51,7 +51,7 @@ using test::write;
 
 // A child in a private mount namespace, alive until the object goes.
 class FakeContainer {
-public:
+  public:
     FakeContainer() {
         int ready[2], hold[2];
         if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0)
@@ -99,7 +99,7 @@ public:
         return read_file("/proc/" + std::to_string(pid_) + "/mountinfo", 16u << 20);
     }
 
-private:
+  private:
     pid_t pid_ = -1;
     int hold_ = -1;
 };
@@ -184,7 +184,9 @@ std::set<std::string> lines_of(const std::string& text) {
     return out;
 }
 
-std::string run_command(const std::string& cmd) { return test::run(cmd).text; }
+std::string run_command(const std::string& cmd) {
+    return test::run(cmd).text;
+}
 
 constexpr unsigned kLibFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
 constexpr const char* kLib = "libgpubind-exec-test.so.1";
@@ -192,7 +194,7 @@ constexpr const char* kLibDir = "/usr/lib/x86_64-linux-gnu";
 constexpr const char* kLibDirRel = "usr/lib/x86_64-linux-gnu";
 
 class ExecLinux : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
         rootfs_ = dir_ / "rootfs";
@@ -462,7 +464,7 @@ TEST_F(ExecLinux, DeviceMountPointOfTheWrongKindIsRefused) {
 
 // A v1 devices cgroup of our own, removed afterwards (after the container).
 class DevicesCgroup {
-public:
+  public:
     DevicesCgroup() {
         path_ = fs::path("/sys/fs/cgroup/devices") / ("gpubind-test-" + std::to_string(::getpid()));
         ::rmdir(path_.c_str());
@@ -480,7 +482,7 @@ public:
     }
     std::set<std::string> list() const { return lines_of(slurp(path_ / "devices.list")); }
 
-private:
+  private:
     fs::path path_;
 };
 
@@ -615,8 +617,8 @@ TEST(LinuxSystemRun, ConfinedToTheRootExitStatusAndTimeout) {
     fs::create_directories(root / "etc");
     const std::string host_cache = slurp("/etc/ld.so.cache");
     std::string cache;
-    EXPECT_NO_THROW(cache = sys.run(ldconfig.get(), "/sbin/ldconfig", args,
-                                    std::chrono::seconds(10)));
+    EXPECT_NO_THROW(cache =
+                        sys.run(ldconfig.get(), "/sbin/ldconfig", args, std::chrono::seconds(10)));
     EXPECT_EQ(cache.rfind("glibc-ld.so.cache", 0), 0u) << cache.substr(0, 32);
     EXPECT_FALSE(fs::exists(root / "etc/ld.so.cache"));
     EXPECT_FALSE(fs::exists(root / "dev/ld.so.cache"));

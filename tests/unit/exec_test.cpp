@@ -209,8 +209,9 @@ TEST(Execute, RootlessJoinsTheUserNamespaceFirstAndStays) {
     }
     EXPECT_EQ(std::count(c.begin(), c.end(), "enter_mount_ns ns:container"), 1);
     // ldconfig's user namespace root is the container's root (0 where we are).
-    EXPECT_LT(index_of(c, "run_as 0:0 exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache "
-                          "/usr/lib/x86_64-linux-gnu"),
+    EXPECT_LT(index_of(c,
+                       "run_as 0:0 exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache "
+                       "/usr/lib/x86_64-linux-gnu"),
               c.size() - 1);
     EXPECT_TRUE(starts(c.back(), "rename_at ")) << c.back();
     EXPECT_EQ(sys.mounted.size(), plan.devices.size() + plan.mounts.size() + 2);
@@ -268,8 +269,8 @@ TEST(MapId, ReadsTheKernelsIdMaps) {
     EXPECT_EQ(map_id(rootless, 1, "m"), 100000u);
     EXPECT_EQ(map_id("1 100000 10", 0, "m"), std::nullopt);
     EXPECT_EQ(map_id("", 0, "m"), std::nullopt);  // not written yet: nothing is mapped
-    for (const char* bad : {"0 100000\n", "0 100000 10 4\n", "0 x 10\n", "-1 0 10\n",
-                            "0 4294967296 1\n"}) {
+    for (const char* bad :
+         {"0 100000\n", "0 100000 10 4\n", "0 x 10\n", "-1 0 10\n", "0 4294967296 1\n"}) {
         SCOPED_TRACE(bad);
         auto e = test::error_of([&] { map_id(std::string("0 5 0\n") + bad, 0, "pid 9 uid_map"); });
         EXPECT_EQ(e.code().value(), EINVAL);
@@ -629,8 +630,8 @@ TEST(Execute, NoLdconfigUnlessAskedAndEmptyPlanTouchesNothingInside) {
 TEST(Execute, NonRegularLoaderCacheFilesRefuseBeforeAnythingIsDone) {
     const Plan plan = sample_plan();
     for (const auto& [dir, name, info] :
-         {std::tuple<std::string, std::string, FileInfo>{"/etc", "ld.so.cache~",
-                                                         {Type::BlockDevice, 7, 0}},
+         {std::tuple<std::string, std::string, FileInfo>{
+              "/etc", "ld.so.cache~", {Type::BlockDevice, 7, 0}},
           {"/etc", "ld.so.conf", {Type::Fifo, 0, 0}},
           {"/etc", "ld.so.cache", {Type::Symlink, 0, 0}},
           {"/var/cache/ldconfig", "aux-cache~", {Type::CharDevice, 1, 5}}}) {
@@ -698,7 +699,8 @@ TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
     }
     EXPECT_EQ(sys.root, before);
     EXPECT_TRUE(sys.mounted.empty());
-    for (const auto& line : sys.calls) EXPECT_FALSE(starts(line, "make_file root:/usr/bin")) << line;
+    for (const auto& line : sys.calls)
+        EXPECT_FALSE(starts(line, "make_file root:/usr/bin")) << line;
 
     RecordingSystem dev_only;
     setup_world(dev_only, plan);
@@ -788,24 +790,24 @@ TEST(Execute, TargetsOnATmpfsTheRuntimeMountedAreTheContainersOwn) {
 TEST(Execute, TargetsOnASharedMountAreRefused) {
     const Plan plan = sample_plan();
     for (bool statmount : {false, true})
-    for (std::uint64_t shared : {std::uint64_t{1}, std::uint64_t{5}}) {  // the root's, /dev's
-        SCOPED_TRACE(std::to_string(shared) + (statmount ? " statmount" : " mountinfo"));
-        RecordingSystem sys;
-        sys.statmount = statmount;
-        setup_world(sys, plan);
-        sys.mount_ids["root:/dev"] = 5;
-        sys.shared_mounts = {shared};
-        const auto before = sys.root;
-        try {
-            execute(plan, target(), sys);
-            ADD_FAILURE() << "not refused";
-        } catch (const Error& e) {
-            EXPECT_THAT(e.what(), HasSubstr("shared mount"));
-            EXPECT_THAT(e.what(), HasSubstr(shared == 5 ? "/dev/nvidia" : "/usr/"));
+        for (std::uint64_t shared : {std::uint64_t{1}, std::uint64_t{5}}) {  // the root's, /dev's
+            SCOPED_TRACE(std::to_string(shared) + (statmount ? " statmount" : " mountinfo"));
+            RecordingSystem sys;
+            sys.statmount = statmount;
+            setup_world(sys, plan);
+            sys.mount_ids["root:/dev"] = 5;
+            sys.shared_mounts = {shared};
+            const auto before = sys.root;
+            try {
+                execute(plan, target(), sys);
+                ADD_FAILURE() << "not refused";
+            } catch (const Error& e) {
+                EXPECT_THAT(e.what(), HasSubstr("shared mount"));
+                EXPECT_THAT(e.what(), HasSubstr(shared == 5 ? "/dev/nvidia" : "/usr/"));
+            }
+            EXPECT_EQ(sys.root, before);
+            EXPECT_TRUE(sys.mounted.empty());
         }
-        EXPECT_EQ(sys.root, before);
-        EXPECT_TRUE(sys.mounted.empty());
-    }
 }
 
 // The container's mountinfo is read once per start, however many mounts
@@ -866,8 +868,9 @@ TEST(Execute, PlannedFileIsWrittenInsideTheRootBeforeTheCacheRefresh) {
     EXPECT_LT(index_of(c, "stat_at " + file), write);
     EXPECT_LT(index_of(c, "make_symlink root:/usr/lib/x86_64-linux-gnu/libcuda.so -> libcuda.so.1"),
               write);
-    EXPECT_LT(write, index_of(c, "run exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache "
-                                 "/usr/local/cuda/compat /usr/lib/x86_64-linux-gnu"));
+    EXPECT_LT(write, index_of(c,
+                              "run exe:/sbin/ldconfig -r /rootfs -X -C /dev/ld.so.cache "
+                              "/usr/local/cuda/compat /usr/lib/x86_64-linux-gnu"));
     EXPECT_EQ(sys.contents[file], "/usr/local/cuda/compat\n");
     EXPECT_EQ(sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"].type, Type::Regular);
 }
@@ -917,7 +920,8 @@ TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
         sys.root["/etc/ld.so.conf.d"] = {Type::Directory, 0, 0};
         sys.root["/etc/ld.so.conf.d/000-cuda-compat.conf"] = {earlier, 0, 0, 5};
         sys.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/old\n";
-        if (earlier == Type::Symlink) sys.links["/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/etc/passwd";
+        if (earlier == Type::Symlink)
+            sys.links["/etc/ld.so.conf.d/000-cuda-compat.conf"] = "/etc/passwd";
         execute(plan, target(), sys);
         EXPECT_EQ(sys.contents["root:/etc/ld.so.conf.d/000-cuda-compat.conf"],
                   "/usr/local/cuda/compat\n");

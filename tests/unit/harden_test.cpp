@@ -30,12 +30,12 @@
 #include "built.hpp"
 #include "command.hpp"
 #include "files.hpp"
-#include "gpubind/sim/elf_stub.hpp"
-#include "gpubind/util/error.hpp"
+#include "gpubind/decide/oci.hpp"
 #include "gpubind/exec/exec.hpp"
 #include "gpubind/os/harden.hpp"
-#include "gpubind/decide/oci.hpp"
 #include "gpubind/os/sandbox.hpp"
+#include "gpubind/sim/elf_stub.hpp"
+#include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
 #include "temp_dir.hpp"
 
@@ -51,7 +51,9 @@ using ::testing::Not;
 using test::slurp;
 using test::write;
 
-std::string run_command(const std::string& cmd) { return test::run(cmd).text; }
+std::string run_command(const std::string& cmd) {
+    return test::run(cmd).text;
+}
 
 std::set<std::string> lines_of(const std::string& text) {
     std::set<std::string> out;
@@ -130,9 +132,9 @@ TEST(HardenedHook, IsNotADynamicExecutable) {
                 HasSubstr("libc.so.6"));
 #ifdef GPUBIND_HOOK_STATIC
     // ... and says so of a static one (-static-pie: "statically linked").
-    EXPECT_THAT(run_command(std::string("ldd ") + GPUBIND_HOOK_PATH + " 2>&1"),
-                ::testing::AnyOf(HasSubstr("not a dynamic executable"),
-                                 HasSubstr("statically linked")));
+    EXPECT_THAT(
+        run_command(std::string("ldd ") + GPUBIND_HOOK_PATH + " 2>&1"),
+        ::testing::AnyOf(HasSubstr("not a dynamic executable"), HasSubstr("statically linked")));
 #else
     // A sanitizer build links the hook dynamically (the sanitizers need it).
     EXPECT_THAT(run_command(std::string("ldd ") + GPUBIND_HOOK_PATH + " 2>&1"),
@@ -455,12 +457,13 @@ TEST_F(Sandbox, RunsAsTheIdsItIsGiven) {
     o.uid = 100000;
     o.gid = 100001;
     std::string out;
-    ASSERT_NO_THROW(out = sandbox::run(busybox_.get(), "busybox",
-                                       {"sh", "-c",
-                                        "{ busybox cat /hostproc/self/uid_map /hostproc/self/gid_map;"
-                                        "busybox id -G; busybox stat -c %u:%g /out;"
-                                        "busybox cat /hostproc/self/status; } > /out/result"},
-                                       o));
+    ASSERT_NO_THROW(out =
+                        sandbox::run(busybox_.get(), "busybox",
+                                     {"sh", "-c",
+                                      "{ busybox cat /hostproc/self/uid_map /hostproc/self/gid_map;"
+                                      "busybox id -G; busybox stat -c %u:%g /out;"
+                                      "busybox cat /hostproc/self/status; } > /out/result"},
+                                     o));
     EXPECT_THAT(out, HasSubstr("         0     100000          1\n"
                                "         0     100001          1\n0\n0:0\n"));
     for (const char* line : {"CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
@@ -541,7 +544,8 @@ TEST(HostileLdconfig, ConfigurationCannotLeadOutsideTheRoot) {
                                      "/usr/lib/x86_64-linux-gnu", "/usr/lib/slash"},
                                     std::chrono::seconds(30)));
     write(dir / "result.cache", cache);
-    const std::string listing = run_command("/sbin/ldconfig -p -C " + (dir / "result.cache").string());
+    const std::string listing =
+        run_command("/sbin/ldconfig -p -C " + (dir / "result.cache").string());
     EXPECT_THAT(listing, HasSubstr("libgpubindinside.so.1 (libc6,x86-64) => "
                                    "/usr/lib/x86_64-linux-gnu/libgpubindinside.so.1"));
     EXPECT_THAT(listing, Not(HasSubstr("libgpubindhost")));

@@ -12,8 +12,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/decide/image.hpp"
+#include "gpubind/util/error.hpp"
 #include "recording_system.hpp"
 #include "temp_dir.hpp"
 
@@ -155,11 +155,11 @@ TEST(InspectImage, EveryAccessIsARecordedCallFromTheOneRoot) {
     std::size_t roots = 0;
     for (const auto& line : w.sys.calls) {
         if (line.starts_with("open_root ")) ++roots;
-        const bool known = line.starts_with("open_root ") || line.starts_with("open_dir_in_root ") ||
-                           line.starts_with("stat_in_root ") ||
-                           line.starts_with("stat_at root:") || line.starts_with("open_at root:") ||
-                           line.starts_with("list_dir root:") ||
-                           line == "read_regular_at root:/etc/ld.so.conf";
+        const bool known =
+            line.starts_with("open_root ") || line.starts_with("open_dir_in_root ") ||
+            line.starts_with("stat_in_root ") || line.starts_with("stat_at root:") ||
+            line.starts_with("open_at root:") || line.starts_with("list_dir root:") ||
+            line == "read_regular_at root:/etc/ld.so.conf";
         EXPECT_TRUE(known) << line;
     }
     EXPECT_EQ(roots, 1u);

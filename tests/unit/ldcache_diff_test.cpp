@@ -23,10 +23,10 @@
 
 #include "command.hpp"
 #include "files.hpp"
+#include "gpubind/decide/request.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/sim/elf_stub.hpp"
 #include "gpubind/util/file.hpp"
-#include "gpubind/ldcache/ldcache.hpp"
-#include "gpubind/decide/request.hpp"
 #include "gpubind/util/strings.hpp"
 #include "temp_dir.hpp"
 
@@ -102,7 +102,8 @@ class Image {
         // glibc: the loaders, libc where the loader finds it.
         copy_in("/lib64/ld-linux-x86-64.so.2", root / "lib64/ld-linux-x86-64.so.2");
         copy_in("/usr/lib32/ld-linux.so.2", root / "lib/ld-linux.so.2");
-        const std::string libc_dir = s.multiarch || !has_cache ? "/lib/x86_64-linux-gnu" : s.lib_dir;
+        const std::string libc_dir =
+            s.multiarch || !has_cache ? "/lib/x86_64-linux-gnu" : s.lib_dir;
         copy_in("/lib/x86_64-linux-gnu/libc.so.6", root / libc_dir.substr(1) / "libc.so.6");
         copy_in("/usr/lib32/libc.so.6", root / "usr/lib32/libc.so.6");
         put(root / "probe64.so", elf::make_shared_object(elf::Machine::X86_64, "probe64.so"));
@@ -136,10 +137,11 @@ class Image {
         // (this loader, Debian's, does not search /usr/lib64).
         dirs.push_back(s.multiarch || has_cache ? s.lib_dir : "/lib/x86_64-linux-gnu");
 
-        std::vector<std::string> pool = {"libz.so.1", "libGL.so.1", "libfoo.so.2", "libfoo.so.10",
-                                         "libbar-3.so", "libA.so.1", "libx1.so.9"};
+        std::vector<std::string> pool = {"libz.so.1",   "libGL.so.1", "libfoo.so.2", "libfoo.so.10",
+                                         "libbar-3.so", "libA.so.1",  "libx1.so.9"};
         for (std::size_t i = 0, n = pick(1, 5); i < n; ++i)
-            pool.push_back("libr" + std::to_string(pick(0, 99)) + ".so." + std::to_string(pick(0, 20)));
+            pool.push_back("libr" + std::to_string(pick(0, 99)) + ".so." +
+                           std::to_string(pick(0, 20)));
         for (const std::string& dir : dirs) {
             // 32-bit libraries in their own directories, not in a 64-bit one
             // of the loader (where it would not look for them).
@@ -154,7 +156,8 @@ class Image {
             // The image's own copies of driver sonames, outside the lib dir.
             if (pick(0, 2) == 0 && dir != s.lib_dir)
                 plant(root, dir + "/libcuda.so.1", false, "libcuda.so.1", s);
-            if (pick(0, 3) == 0 && other) plant(root, dir + "/libcuda.so.1", true, "libcuda.so.1", s);
+            if (pick(0, 3) == 0 && other)
+                plant(root, dir + "/libcuda.so.1", true, "libcuda.so.1", s);
             if (pick(0, 1)) {  // glibc-hwcaps subdirectories
                 static const char* const kSub[] = {"x86-64-v2", "x86-64-v3", "x86-64-v4"};
                 for (std::size_t i = 0, n = pick(1, 4); i < n; ++i) {
@@ -179,7 +182,8 @@ class Image {
         }
 
         if (has_cache) {
-            const Output out = run("ldconfig -X -r " + quote(root.string()) + " -c " + s.cache + " 2>&1");
+            const Output out =
+                run("ldconfig -X -r " + quote(root.string()) + " -c " + s.cache + " 2>&1");
             EXPECT_EQ(out.status, 0) << out.text;
         }
         return s;
@@ -250,8 +254,8 @@ std::string chroot_path() {
 std::string resolve(const fs::path& root, const std::string& soname, bool is32) {
     const std::string loader = is32 ? "/lib/ld-linux.so.2" : "/lib64/ld-linux-x86-64.so.2";
     const std::string probe = is32 ? "/probe32.so" : "/probe64.so";
-    const Output out = run("env -i " + chroot_path() + " " + quote(root.string()) + " " + loader + " --preload " +
-                           quote(soname) + " --list " + probe + " 2>&1");
+    const Output out = run("env -i " + chroot_path() + " " + quote(root.string()) + " " + loader +
+                           " --preload " + quote(soname) + " --list " + probe + " 2>&1");
     static const std::regex address(R"( \(0x[0-9a-f]+\))");
     return std::regex_replace(out.text, address, "");
 }
@@ -261,7 +265,8 @@ class Differential : public ::testing::TestWithParam<unsigned> {};
 TEST_P(Differential, LoaderResolvesEverySonameAsAfterLdconfig) {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root (chroot)";
     test::TempDir dir("gpubind-lddiff");
-    const fs::path base = dir / "image", by_ldconfig = dir / "ldconfig", by_gpubind = dir / "gpubind";
+    const fs::path base = dir / "image", by_ldconfig = dir / "ldconfig",
+                   by_gpubind = dir / "gpubind";
     Image image(GetParam());
     const Scenario s = image.generate(base);
     SCOPED_TRACE(std::string(s.multiarch ? "multiarch" : "lib64") + ", cache " +

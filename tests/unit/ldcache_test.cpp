@@ -22,9 +22,9 @@
 #include <fmt/format.h>
 
 #include "command.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/sim/elf_stub.hpp"
 #include "gpubind/util/error.hpp"
-#include "gpubind/ldcache/ldcache.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {

@@ -14,9 +14,9 @@
 
 #include "command.hpp"
 #include "files.hpp"
+#include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/sim/elf_stub.hpp"
 #include "gpubind/util/error.hpp"
-#include "gpubind/ldcache/ldcache.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -70,11 +70,12 @@ void populate(LdconfigRoot& root, unsigned seed) {
     auto pick = [&rng](std::size_t lo, std::size_t hi) {
         return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
     };
-    std::vector<std::string> pool = {"libcuda.so.1", "libcuda.so.10", "libcuda.so.2",
-                                     "libnvidia-ml.so.1", "libGL.so.1", "libz.so.1",
-                                     "libA.so.1", "lib_x.so.3", "libfoo-9.so", "libfoo-10.so"};
+    std::vector<std::string> pool = {
+        "libcuda.so.1", "libcuda.so.10", "libcuda.so.2", "libnvidia-ml.so.1", "libGL.so.1",
+        "libz.so.1",    "libA.so.1",     "lib_x.so.3",   "libfoo-9.so",       "libfoo-10.so"};
     for (std::size_t i = 0, n = pick(2, 8); i < n; ++i)
-        pool.push_back("libr" + std::to_string(pick(0, 300)) + ".so." + std::to_string(pick(0, 12)));
+        pool.push_back("libr" + std::to_string(pick(0, 300)) + ".so." +
+                       std::to_string(pick(0, 12)));
     for (std::size_t d = 0, nd = pick(1, 4); d < nd; ++d) {
         const std::string dir = "/opt/d" + std::to_string(d);
         root.conf += dir + "\n";

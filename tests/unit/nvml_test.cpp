@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "built.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/sim/sim.hpp"
+#include "gpubind/util/error.hpp"
 #include "nvml.hpp"
 #include "temp_dir.hpp"
 
@@ -20,8 +20,8 @@ TEST(Nvml, ReadsTheSimulatedNodesFacts) {
     spec.gpus = 3;
     spec.mig = {{1, 2, 0}};
     auto manifest = sim::simulate(dir.path(), spec);
-    auto facts = query_nvml(dir / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
-                            std::chrono::seconds(10));
+    auto facts =
+        query_nvml(dir / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", std::chrono::seconds(10));
     EXPECT_EQ(facts.cuda_version, manifest.cuda_version);
     ASSERT_EQ(facts.gpus.size(), manifest.gpus.size());
     for (const auto& g : manifest.gpus) {
@@ -52,7 +52,8 @@ TEST(Nvml, MissingOrBrokenLibraryIsAnError) {
         query_nvml("/nonexistent/libnvidia-ml.so.1", std::chrono::seconds(5));
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_THAT(e.what(), ::testing::StartsWith("query NVML /nonexistent/libnvidia-ml.so.1: dlopen"));
+        EXPECT_THAT(e.what(),
+                    ::testing::StartsWith("query NVML /nonexistent/libnvidia-ml.so.1: dlopen"));
     }
 }
 

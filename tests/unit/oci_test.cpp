@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/decide/oci.hpp"
+#include "gpubind/util/error.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -58,10 +58,10 @@ TEST(OciState, ParsesCrunsState) {
     EXPECT_EQ(st.root, "rootfs");
     EXPECT_EQ(st.annotations, (std::map<std::string, std::string>{{"foo", "bar"}}));
     // runc 1.1.5's, for comparison: "creating" in prestart, no root.
-    auto runc = oci::parse_state(
-        R"({"ociVersion":"1.0.2-dev","id":"t4","status":"creating","pid":27448,)"
-        R"("bundle":"/tmp/crun-try","annotations":{"foo":"bar"}})",
-        "stdin");
+    auto runc =
+        oci::parse_state(R"({"ociVersion":"1.0.2-dev","id":"t4","status":"creating","pid":27448,)"
+                         R"("bundle":"/tmp/crun-try","annotations":{"foo":"bar"}})",
+                         "stdin");
     EXPECT_EQ(runc.status, "creating");
     EXPECT_EQ(runc.root, "");
     EXPECT_EQ(runc.annotations.at("foo"), "bar");
@@ -259,17 +259,19 @@ TEST(OciSpec, RejectsWrongTypesNamingTheField) {
 // reads a value cut at a NUL byte as something else.
 TEST(OciSpec, RejectsNulBytesAndOversizedEntriesNamingTheVariable) {
     json doc = minimal_spec();
-    doc["process"]["env"] = {"PATH=/bin", std::string("NVIDIA_VISIBLE_DEVICES=0\0" "1", 26)};
+    doc["process"]["env"] = {"PATH=/bin", std::string("NVIDIA_VISIBLE_DEVICES=0\0"
+                                                      "1",
+                                                      26)};
     auto e = error_of([&] { spec_of(doc); });
     EXPECT_EQ(e.code().value(), EINVAL);
-    EXPECT_THAT(e.what(), HasSubstr("process.env[1] (NVIDIA_VISIBLE_DEVICES): contains a NUL byte"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("process.env[1] (NVIDIA_VISIBLE_DEVICES): contains a NUL byte"));
 
     const std::string big = "NVIDIA_VISIBLE_DEVICES=" + std::string(oci::kMaxEnvEntrySize, '0');
     doc["process"]["env"][1] = big;
     EXPECT_THAT(error_of([&] { spec_of(doc); }).what(),
-                HasSubstr("process.env[1] (NVIDIA_VISIBLE_DEVICES): " +
-                          std::to_string(big.size()) + " bytes, more than " +
-                          std::to_string(oci::kMaxEnvEntrySize)));
+                HasSubstr("process.env[1] (NVIDIA_VISIBLE_DEVICES): " + std::to_string(big.size()) +
+                          " bytes, more than " + std::to_string(oci::kMaxEnvEntrySize)));
     // A name that is itself odd is not repeated.
     doc["process"]["env"][1] = std::string("BAD\nNAME=1\0", 11);
     EXPECT_THAT(error_of([&] { spec_of(doc); }).what(),

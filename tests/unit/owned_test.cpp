@@ -10,9 +10,9 @@
 
 #include "errors.hpp"
 #include "exec_world.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/exec/exec.hpp"
 #include "gpubind/exec/owned.hpp"
+#include "gpubind/util/error.hpp"
 #include "recording_system.hpp"
 
 namespace gpubind {
@@ -217,7 +217,8 @@ TEST_F(ExecuteRestart, EarlierStartIsBroughtUpToDateBeforeTheCacheRefreshNothing
     EXPECT_LT(index_of(c, "remove " + link),
               index_of(c, "make_symlink " + link + " -> libcuda.so.560.35.03"));
     // Nothing read through a link: only readlink on them.
-    for (const auto& line : c) EXPECT_FALSE(line.starts_with("read_regular_at root:" + lib)) << line;
+    for (const auto& line : c)
+        EXPECT_FALSE(line.starts_with("read_regular_at root:" + lib)) << line;
 }
 
 TEST_F(ExecuteRestart, FailureRestoresWhatWasReplacedAndRemoved) {

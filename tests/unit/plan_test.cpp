@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/decide/plan.hpp"
 #include "gpubind/decide/request.hpp"
+#include "gpubind/util/error.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -499,9 +499,9 @@ TEST_F(PlanTest, OwnedNamesCoverEveryDriverFileOfTheNode) {
     auto p = plan(request(DeviceIdsKind::List, kCapUtility), gpus({0}), multiarch);
     ASSERT_EQ(p.owned.size(), 3u);
     EXPECT_EQ(p.owned[0].dir, "/usr/lib/x86_64-linux-gnu");
-    EXPECT_THAT(p.owned[0].stems,
-                UnorderedElementsAre("libcuda.so.", "libnvidia-ml.so.", "libnvcuvid.so.",
-                                     "libGLX_nvidia.so.", "libnvidia-fbc.so.", "libnvidia-ngx.so."));
+    EXPECT_THAT(p.owned[0].stems, UnorderedElementsAre("libcuda.so.", "libnvidia-ml.so.",
+                                                       "libnvcuvid.so.", "libGLX_nvidia.so.",
+                                                       "libnvidia-fbc.so.", "libnvidia-ngx.so."));
     EXPECT_THAT(p.owned[0].links,
                 UnorderedElementsAre("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1",
                                      "libnvidia-ml.so", "libnvcuvid.so.1", "libGLX_nvidia.so.0",
@@ -534,8 +534,8 @@ TEST_F(PlanTest, CompatEntryOfAnEarlierDecisionIsStaleWhenNotWrittenNow) {
 TEST(Versions, CompareNumericallyComponentByComponent) {
     EXPECT_TRUE(is_version("550.54.15"));
     EXPECT_TRUE(is_version("12"));
-    for (const char* bad : {"", ".", "550.", ".550", "550..54", "550.x", "5 50", "-1", "1e3",
-                            "1234567890.1"})
+    for (const char* bad :
+         {"", ".", "550.", ".550", "550..54", "550.x", "5 50", "-1", "1e3", "1234567890.1"})
         EXPECT_FALSE(is_version(bad)) << bad;
     EXPECT_LT(compare_versions("550.54.15", "550.100.1"), 0);
     EXPECT_GT(compare_versions("560", "550.999"), 0);

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/request.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind {
 namespace {
@@ -304,8 +304,8 @@ TEST(ReadRequest, ImexChannelsAsUsersWriteThem) {
     EXPECT_THAT(channels("none,2"), ElementsAre("2"));
     EXPECT_THAT(channels("all,none"), ElementsAre("all"));
     EXPECT_THAT(read({"NVIDIA_VISIBLE_DEVICES=0"}).imex_channels, IsEmpty());
-    for (const char* bad : {"-1", "+1", "0x1", "1.0", "1 2", "1048576", "99999999999999999999",
-                            "ALL", "channel1"}) {
+    for (const char* bad :
+         {"-1", "+1", "0x1", "1.0", "1 2", "1048576", "99999999999999999999", "ALL", "channel1"}) {
         auto e = error_of([&] { channels(bad); });
         EXPECT_EQ(e.code().value(), EINVAL) << bad;
         EXPECT_THAT(e.what(), HasSubstr(std::string("NVIDIA_IMEX_CHANNELS: '") + bad +
@@ -314,11 +314,11 @@ TEST(ReadRequest, ImexChannelsAsUsersWriteThem) {
     // By volume mount: one channel a mount, normalised like the variable.
     Policy policy;
     policy.accept_volume_mounts = true;
-    auto req = read_request(make_spec({}, false,
-                                      {std::string(kDeviceDir) + "imex/01",
-                                       std::string(kDeviceDir) + "imex/1",
-                                       std::string(kDeviceDir) + "imex/4"}),
-                            policy);
+    auto req = read_request(
+        make_spec({}, false,
+                  {std::string(kDeviceDir) + "imex/01", std::string(kDeviceDir) + "imex/1",
+                   std::string(kDeviceDir) + "imex/4"}),
+        policy);
     EXPECT_TRUE(req.gpu_container());
     EXPECT_EQ(req.devices.kind, DeviceIdsKind::None);
     EXPECT_THAT(req.imex_channels, ElementsAre("1", "4"));

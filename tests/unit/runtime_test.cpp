@@ -9,9 +9,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/start/shim.hpp"
+#include "gpubind/util/error.hpp"
 
 namespace gpubind {
 namespace {
@@ -384,11 +384,12 @@ TEST(RuntimeEditSpec, ImexChannelsAndTheCudaCompatFile) {
                              {"gid", 0}}),
               out["linux"]["devices"].end())
         << out["linux"]["devices"].dump();
-    EXPECT_NE(std::find(out["linux"]["resources"]["devices"].begin(),
-                        out["linux"]["resources"]["devices"].end(),
-                        json{{"allow", true}, {"type", "c"}, {"major", 508}, {"minor", 1},
-                             {"access", "rw"}}),
-              out["linux"]["resources"]["devices"].end());
+    EXPECT_NE(
+        std::find(
+            out["linux"]["resources"]["devices"].begin(),
+            out["linux"]["resources"]["devices"].end(),
+            json{{"allow", true}, {"type", "c"}, {"major", 508}, {"minor", 1}, {"access", "rw"}}),
+        out["linux"]["resources"]["devices"].end());
     EXPECT_EQ(out.dump().find("000-cuda-compat"), std::string::npos);
     const Plan finish = runtime::finish_plan(plan);
     ASSERT_EQ(finish.files.size(), 1u);

@@ -15,10 +15,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "gpubind/os/safe_path.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
-#include "gpubind/os/safe_path.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -66,7 +66,7 @@ int via_walk(int root, const fs::path& p, int flags, unsigned mode) {
 
 // A root full of traps, and a host directory beside it with a secret.
 class SafePath : public ::testing::TestWithParam<const char*> {
-protected:
+  protected:
     void SetUp() override {
         open_ = std::string(GetParam()) == "openat2" ? via_open_in_root : via_walk;
         if (open_ == via_open_in_root) {
@@ -219,7 +219,7 @@ INSTANTIATE_TEST_SUITE_P(Both, SafePath, ::testing::Values("openat2", "walk"),
 // --- The public helpers ---
 
 class SafePathApi : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         root_ = dir_ / "root";
         fs::create_directories(root_ / "etc");

@@ -29,11 +29,11 @@
 
 #include "built.hpp"
 #include "command.hpp"
-#include "gpubind/util/error.hpp"
-#include "gpubind/setup/setup.hpp"
 #include "gpubind/cdi/yaml.hpp"
-#include "temp_dir.hpp"
+#include "gpubind/setup/setup.hpp"
+#include "gpubind/util/error.hpp"
 #include "gpubind/util/toml.hpp"  // toml++ as the library includes it
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -747,7 +747,8 @@ TEST(DocsKubernetes, EveryConfigurationIsWhatSetupWritesOrParses) {
     for (const auto& [lang, text] : blocks) {
         if (lang == "toml") {
             ++toml_blocks;
-            const std::string containerd = without_comments(containerd_drop_in(std::nullopt, o, "doc"));
+            const std::string containerd =
+                without_comments(containerd_drop_in(std::nullopt, o, "doc"));
             const std::string crio = without_comments(crio_drop_in(o));
             EXPECT_TRUE(text == containerd || text == crio) << text;
             if (text == containerd) {

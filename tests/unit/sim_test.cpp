@@ -25,8 +25,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpubind/util/error.hpp"
 #include "gpubind/sim/sim.hpp"
+#include "gpubind/util/error.hpp"
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -58,8 +58,8 @@ std::string trim(const std::string& s) {
 }
 
 struct Ran {
-    int status = -1;     // exit status, or -1 when it did not exit normally
-    std::string out;     // stdout and stderr together
+    int status = -1;  // exit status, or -1 when it did not exit normally
+    std::string out;  // stdout and stderr together
 };
 
 // Runs a program with exactly `env` as its environment.
@@ -127,7 +127,8 @@ std::string in_child(F body) {
     ::close(fds[1]);
     std::string out;
     char buf[4096];
-    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+        out.append(buf, static_cast<std::size_t>(n));
     ::close(fds[0]);
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -140,7 +141,9 @@ Spec small_spec(unsigned gpus) {
     return spec;
 }
 
-std::string lib64(const fs::path& dir) { return (dir / "usr/lib/x86_64-linux-gnu").string(); }
+std::string lib64(const fs::path& dir) {
+    return (dir / "usr/lib/x86_64-linux-gnu").string();
+}
 
 // The fake nvidia-smi of the node, finding the node's NVML through LD_LIBRARY_PATH.
 Ran nvidia_smi(const fs::path& dir, const std::string& arg = "-L") {
@@ -149,12 +152,14 @@ Ran nvidia_smi(const fs::path& dir, const std::string& arg = "-L") {
 
 // What `nvidia-smi -L` must print for these GPUs of the manifest (and their
 // MIG devices), numbered in order as the real tool numbers visible GPUs.
-std::vector<std::string> expected_gpu_lines(const Manifest& m, const std::set<unsigned>& hidden = {}) {
+std::vector<std::string> expected_gpu_lines(const Manifest& m,
+                                            const std::set<unsigned>& hidden = {}) {
     std::vector<std::string> out;
     unsigned n = 0;
     for (const auto& gpu : m.gpus)
         if (!hidden.count(gpu.index))
-            out.push_back("GPU " + std::to_string(n++) + ": " + gpu.model + " (UUID: " + gpu.uuid + ")");
+            out.push_back("GPU " + std::to_string(n++) + ": " + gpu.model + " (UUID: " + gpu.uuid +
+                          ")");
     return out;
 }
 
@@ -232,10 +237,10 @@ TEST(Sim, DeviceNodesMatchManifestAndProcDevices) {
         EXPECT_EQ(fd, -1);
         EXPECT_EQ(err, ENXIO) << std::strerror(err);
     }
-    for (const char* name : {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3",
-                             "/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm",
-                             "/dev/nvidia-uvm-tools", "/dev/nvidia-caps/nvidia-cap1",
-                             "/dev/nvidia-caps/nvidia-cap2"})
+    for (const char* name :
+         {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3", "/dev/nvidiactl",
+          "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+          "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2"})
         EXPECT_TRUE(paths.count(name)) << name;
     for (const auto& mig : m.migs) {
         EXPECT_TRUE(paths.count("/dev/nvidia-caps/nvidia-cap" + std::to_string(mig.gi_cap_minor)));
@@ -323,10 +328,10 @@ TEST(Sim, InformationFilesParseBackToManifest) {
         EXPECT_LT(previous, gpu.pci_bus_id);  // bus ids ascend with the index
         previous = gpu.pci_bus_id;
         EXPECT_TRUE(std::regex_match(
-            gpu.uuid, std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")));
+            gpu.uuid,
+            std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")));
         EXPECT_TRUE(uuids.insert(gpu.uuid).second);
-        std::string text =
-            slurp(tmp / "proc/driver/nvidia/gpus" / gpu.pci_bus_id / "information");
+        std::string text = slurp(tmp / "proc/driver/nvidia/gpus" / gpu.pci_bus_id / "information");
         auto f = fields(text);
         EXPECT_EQ(f["Model"], spec.model);
         EXPECT_EQ(f["GPU UUID"], gpu.uuid);
@@ -454,7 +459,8 @@ TEST(Sim, NvidiaSmiListsTheManifestGpus) {
 
     Ran summary = nvidia_smi(tmp.path(), "-q");
     EXPECT_EQ(summary.status, 2);  // the fake knows -L only, and says so
-    summary = run({(tmp / "usr/bin/nvidia-smi").string()}, {"LD_LIBRARY_PATH=" + lib64(tmp.path())});
+    summary =
+        run({(tmp / "usr/bin/nvidia-smi").string()}, {"LD_LIBRARY_PATH=" + lib64(tmp.path())});
     ASSERT_EQ(summary.status, 0) << summary.out;
     EXPECT_NE(summary.out.find("Driver Version: " + m.spec.driver_version), std::string::npos);
     EXPECT_NE(summary.out.find("CUDA Version: " + m.cuda_version), std::string::npos);
@@ -560,8 +566,8 @@ TEST(Sim, MigDevicesAppearInNvidiaSmi) {
         EXPECT_EQ(gi_file["DeviceFileMinor"], std::to_string(mig.gi_cap_minor));
         EXPECT_EQ(gi_file["DeviceFileModify"], "1");
         auto ci_file = fields(slurp(caps / ("gpu" + std::to_string(gpu_minor)) / "mig" /
-                                    ("gi" + std::to_string(mig.gi)) / ("ci" + std::to_string(mig.ci)) /
-                                    "access"));
+                                    ("gi" + std::to_string(mig.gi)) /
+                                    ("ci" + std::to_string(mig.ci)) / "access"));
         EXPECT_EQ(ci_file["DeviceFileMinor"], std::to_string(mig.ci_cap_minor));
     }
     auto config = fields(slurp(caps / "mig/config"));
@@ -596,7 +602,8 @@ TEST(Sim, FakeNvmlAndCudaAnswerFromTheNode) {
         auto sym = [&](const char* name) { return ::dlsym(lib, name); };
         auto init = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
         auto count = reinterpret_cast<int (*)(unsigned*)>(sym("nvmlDeviceGetCount_v2"));
-        auto by_index = reinterpret_cast<int (*)(unsigned, Dev*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+        auto by_index =
+            reinterpret_cast<int (*)(unsigned, Dev*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
         auto uuid = reinterpret_cast<int (*)(Dev, char*, unsigned)>(sym("nvmlDeviceGetUUID"));
         auto get_minor = reinterpret_cast<int (*)(Dev, unsigned*)>(sym("nvmlDeviceGetMinorNumber"));
         struct Pci {
@@ -605,16 +612,21 @@ TEST(Sim, FakeNvmlAndCudaAnswerFromTheNode) {
             char bus_id[32];
         };
         auto pci = reinterpret_cast<int (*)(Dev, Pci*)>(sym("nvmlDeviceGetPciInfo_v3"));
-        auto by_bus = reinterpret_cast<int (*)(const char*, Dev*)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
-        auto by_uuid = reinterpret_cast<int (*)(const char*, Dev*)>(sym("nvmlDeviceGetHandleByUUID"));
+        auto by_bus =
+            reinterpret_cast<int (*)(const char*, Dev*)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
+        auto by_uuid =
+            reinterpret_cast<int (*)(const char*, Dev*)>(sym("nvmlDeviceGetHandleByUUID"));
         auto cuda = reinterpret_cast<int (*)(int*)>(sym("nvmlSystemGetCudaDriverVersion_v2"));
         auto driver = reinterpret_cast<int (*)(char*, unsigned)>(sym("nvmlSystemGetDriverVersion"));
-        auto cc = reinterpret_cast<int (*)(Dev, int*, int*)>(sym("nvmlDeviceGetCudaComputeCapability"));
-        auto mig_by_index = reinterpret_cast<int (*)(Dev, unsigned, Dev*)>(sym("nvmlDeviceGetMigDeviceHandleByIndex"));
+        auto cc =
+            reinterpret_cast<int (*)(Dev, int*, int*)>(sym("nvmlDeviceGetCudaComputeCapability"));
+        auto mig_by_index = reinterpret_cast<int (*)(Dev, unsigned, Dev*)>(
+            sym("nvmlDeviceGetMigDeviceHandleByIndex"));
         auto gi_id = reinterpret_cast<int (*)(Dev, unsigned*)>(sym("nvmlDeviceGetGpuInstanceId"));
-        auto parent = reinterpret_cast<int (*)(Dev, Dev*)>(sym("nvmlDeviceGetDeviceHandleFromMigDeviceHandle"));
-        if (!init || !count || !by_index || !uuid || !get_minor || !pci || !by_bus || !by_uuid || !cuda ||
-            !driver || !cc || !mig_by_index || !gi_id || !parent)
+        auto parent = reinterpret_cast<int (*)(Dev, Dev*)>(
+            sym("nvmlDeviceGetDeviceHandleFromMigDeviceHandle"));
+        if (!init || !count || !by_index || !uuid || !get_minor || !pci || !by_bus || !by_uuid ||
+            !cuda || !driver || !cc || !mig_by_index || !gi_id || !parent)
             return "missing symbol";
         std::ostringstream out;
         if (int rc = init(); rc != 0) return "init " + std::to_string(rc);
@@ -648,7 +660,8 @@ TEST(Sim, FakeNvmlAndCudaAnswerFromTheNode) {
                 out << "mig " << text << " " << gi << " " << (back == d) << "\n";
             }
         }
-        void* cudalib = ::dlopen((lib64(tmp.path()) + "/libcuda.so.1").c_str(), RTLD_NOW | RTLD_LOCAL);
+        void* cudalib =
+            ::dlopen((lib64(tmp.path()) + "/libcuda.so.1").c_str(), RTLD_NOW | RTLD_LOCAL);
         if (!cudalib) return std::string("dlopen: ") + ::dlerror();
         auto cu_init = reinterpret_cast<int (*)(unsigned)>(::dlsym(cudalib, "cuInit"));
         auto cu_count = reinterpret_cast<int (*)(int*)>(::dlsym(cudalib, "cuDeviceGetCount"));
@@ -684,7 +697,8 @@ TEST(Sim, RefusesANonEmptyForeignDirectory) {
         FAIL() << "wrote into a foreign directory";
     } catch (const Error& e) {
         EXPECT_EQ(e.code().value(), ENOTEMPTY);
-        EXPECT_NE(std::string(e.what()).find("not a simulated node"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("not a simulated node"), std::string::npos)
+            << e.what();
     }
     EXPECT_EQ(slurp(tmp / "precious"), "keep me\n");
     EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 1);
@@ -780,10 +794,12 @@ TEST(Sim, CommandLine) {
     EXPECT_TRUE(fs::exists(dir / "dev/nvidia-caps-imex-channels/channel1"));
     EXPECT_FALSE(fs::exists(dir / "dev/nvidia-caps-imex-channels/channel2"));
 
-    for (std::vector<std::string> args :
-         {std::vector<std::string>{"--gpus", "2", "--mig", "2:0:0"}, {"--mig", "0:x:0"},
-          {"--gpus", "65"}, {"--driver-version", "abc"}, {"--imex-channels", "2049"},
-          {"--imex-channels", "-1"}}) {
+    for (std::vector<std::string> args : {std::vector<std::string>{"--gpus", "2", "--mig", "2:0:0"},
+                                          {"--mig", "0:x:0"},
+                                          {"--gpus", "65"},
+                                          {"--driver-version", "abc"},
+                                          {"--imex-channels", "2049"},
+                                          {"--imex-channels", "-1"}}) {
         std::vector<std::string> argv = {cli, "simulate", (tmp / "other").string()};
         argv.insert(argv.end(), args.begin(), args.end());
         Ran bad = run(argv);

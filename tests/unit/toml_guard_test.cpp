@@ -24,7 +24,7 @@ bool g_reached_unreachable = false;
 #undef TOML_CONST_INLINE_GETTER
 #define TOML_CONST_INLINE_GETTER
 #undef TOML_UNREACHABLE
-#define TOML_UNREACHABLE    \
+#define TOML_UNREACHABLE          \
     g_reached_unreachable = true; \
     return false
 #include <toml++/impl/forward_declarations.h>

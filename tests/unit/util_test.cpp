@@ -327,8 +327,7 @@ TEST(Strings, PathHelpersAgreeWithStdFilesystemOnThePlansPaths) {
     EXPECT_EQ(join_path("/usr/lib", "libcuda.so"), "/usr/lib/libcuda.so");
     EXPECT_EQ(join_path("/", "etc"), "/etc");
     EXPECT_EQ(join_path("/usr/lib/", "/x"), "/usr/lib/x");
-    EXPECT_EQ(join_path("/usr/lib", "a/b"),
-              (std::filesystem::path("/usr/lib") / "a/b").string());
+    EXPECT_EQ(join_path("/usr/lib", "a/b"), (std::filesystem::path("/usr/lib") / "a/b").string());
 }
 
 TEST(Strings, NormalPathIsLexicallyNormalWithoutATrailingSlash) {

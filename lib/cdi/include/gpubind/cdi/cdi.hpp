@@ -24,12 +24,12 @@
 #include <nlohmann/json.hpp>
 
 #include "gpubind/config/config.hpp"
-#include "gpubind/node/devices.hpp"
 #include "gpubind/decide/image.hpp"
-#include "gpubind/node/node.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/plan.hpp"
 #include "gpubind/decide/request.hpp"
+#include "gpubind/node/devices.hpp"
+#include "gpubind/node/node.hpp"
 
 namespace gpubind::cdi {
 
@@ -165,7 +165,7 @@ nlohmann::json parse_spec(std::string_view text, bool yaml, const std::string& w
 
 struct LoadedSpec {
     std::filesystem::path file;
-    int priority = 0;                  // index of its directory in the list
+    int priority = 0;  // index of its directory in the list
     nlohmann::json spec;
 };
 struct Registry {

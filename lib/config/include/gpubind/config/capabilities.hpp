@@ -24,7 +24,8 @@ inline constexpr Capabilities kCapDefault = kCapUtility | kCapCompute;
 
 // Parses a comma list of names ("compute,utility", "all"); empty fields are
 // ignored. An unknown name is returned through `unknown` and yields nullopt.
-std::optional<Capabilities> parse_capabilities(std::string_view csv, std::string* unknown = nullptr);
+std::optional<Capabilities> parse_capabilities(std::string_view csv,
+                                               std::string* unknown = nullptr);
 // Canonical comma list in a fixed order: "utility,compute,video,...".
 std::string capability_names(Capabilities caps);
 

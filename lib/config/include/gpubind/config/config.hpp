@@ -13,7 +13,8 @@ namespace gpubind {
 
 // Every host path gpubind reads goes through one of these roots.
 struct Roots {
-    std::filesystem::path driver = "/";    // holds etc/ld.so.cache, usr/lib*, usr/bin, lib/firmware, run/
+    std::filesystem::path driver =
+        "/";  // holds etc/ld.so.cache, usr/lib*, usr/bin, lib/firmware, run/
     std::filesystem::path dev = "/";       // holds dev/nvidia*
     std::filesystem::path proc = "/proc";  // holds driver/nvidia, devices
 
@@ -52,18 +53,19 @@ enum class OnRefused { Fail, Warn };
 enum class LdcacheMethod { Gpubind, Ldconfig };
 
 struct Policy {
-    bool accept_envvar_unprivileged = true;   // may a container without CAP_SYS_ADMIN ask by variable
+    bool accept_envvar_unprivileged =
+        true;  // may a container without CAP_SYS_ADMIN ask by variable
     // May a container without CAP_SYS_ADMIN ask for CDI devices by cdi.k8s.io/* annotations.
     bool accept_cdi_annotations_unprivileged = true;
     // The vendors whose CDI devices NVIDIA_VISIBLE_DEVICES may name (anyone) and a
     // container without CAP_SYS_ADMIN may name at all; empty: the vendor of [cdi] kind.
     std::vector<std::string> cdi_vendors;
-    bool accept_volume_mounts = false;        // honour /var/run/nvidia-container-devices mounts
-    bool disable_require = false;             // ignore every NVIDIA_REQUIRE_*
-    Capabilities supported = kCapAll;         // what containers may ask for
-    bool cgroups = true;                      // write device cgroup rules for injected nodes
-    OnRefused on_refused = OnRefused::Fail;   // [policy] on-refused
-    bool cuda_compat = true;                  // prefer the image's newer CUDA compat libcuda
+    bool accept_volume_mounts = false;       // honour /var/run/nvidia-container-devices mounts
+    bool disable_require = false;            // ignore every NVIDIA_REQUIRE_*
+    Capabilities supported = kCapAll;        // what containers may ask for
+    bool cgroups = true;                     // write device cgroup rules for injected nodes
+    OnRefused on_refused = OnRefused::Fail;  // [policy] on-refused
+    bool cuda_compat = true;                 // prefer the image's newer CUDA compat libcuda
     LdcacheMethod ldcache = LdcacheMethod::Gpubind;  // [policy] ldcache
     // Users besides root who may own the node's IPCs and their directories
     // (a persistenced run with --user): [policy] ipc-owners, numeric uids.
@@ -73,8 +75,8 @@ struct Policy {
 };
 
 struct LogConfig {
-    std::string file;              // empty: stderr only
-    std::string level = "info";    // trace, debug, info, warn, error, off
+    std::string file;            // empty: stderr only
+    std::string level = "info";  // trace, debug, info, warn, error, off
 
     bool operator==(const LogConfig&) const = default;
 };
@@ -83,9 +85,9 @@ struct LogConfig {
 // node's specs, under which kind, with which driver files, and where
 // gpubind-runtime reads specs (every vendor's) for CDI requests.
 struct CdiConfig {
-    std::filesystem::path dir = "/var/run/cdi";        // gpubind's specs are written here
-    std::string kind = "nvidia.com/gpu";               // vendor/class of the GPU devices
-    Capabilities caps = kCapUtility | kCapCompute;     // driver files in the spec
+    std::filesystem::path dir = "/var/run/cdi";            // gpubind's specs are written here
+    std::string kind = "nvidia.com/gpu";                   // vendor/class of the GPU devices
+    Capabilities caps = kCapUtility | kCapCompute;         // driver files in the spec
     std::filesystem::path hook = "/usr/bin/gpubind-hook";  // the createContainer hook
     // Read by gpubind-runtime, lowest priority first (CDI's order).
     std::vector<std::filesystem::path> spec_dirs = {"/etc/cdi", "/var/run/cdi"};
@@ -95,7 +97,7 @@ struct CdiConfig {
 
 struct Config {
     Roots roots;
-    std::filesystem::path ldcache;       // empty: <driver root>/etc/ld.so.cache
+    std::filesystem::path ldcache;                      // empty: <driver root>/etc/ld.so.cache
     std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, run for the container
     // Where the node description lives ([node] state-dir; description.hpp).
     std::filesystem::path state_dir = "/run/gpubind";
@@ -105,9 +107,9 @@ struct Config {
     Catalog catalog;
     Policy policy;
     LogConfig log;
-    std::vector<std::string> runtimes = {"runc", "crun"};   // for gpubind-runtime
+    std::vector<std::string> runtimes = {"runc", "crun"};  // for gpubind-runtime
     CdiConfig cdi;
-    std::filesystem::path source;        // the file it was read from, empty for defaults
+    std::filesystem::path source;  // the file it was read from, empty for defaults
 
     std::filesystem::path ldcache_path() const {
         return ldcache.empty() ? roots.driver / "etc/ld.so.cache" : ldcache;

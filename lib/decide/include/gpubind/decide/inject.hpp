@@ -8,19 +8,19 @@
 #include <string>
 
 #include "gpubind/config/config.hpp"
-#include "gpubind/node/description.hpp"
-#include "gpubind/node/node.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/plan.hpp"
 #include "gpubind/decide/request.hpp"
+#include "gpubind/node/description.hpp"
+#include "gpubind/node/node.hpp"
 
 namespace gpubind {
 
 struct Decision {
     Request request;
-    std::unique_ptr<Node> node;   // null when this is not a GPU container
-    Plan plan;                    // empty when this is not a GPU container
-    std::string reason;           // why gpubind does what it does, for logs and `gpubind plan`
+    std::unique_ptr<Node> node;  // null when this is not a GPU container
+    Plan plan;                   // empty when this is not a GPU container
+    std::string reason;          // why gpubind does what it does, for logs and `gpubind plan`
 
     bool gpu_container() const { return request.gpu_container(); }
 };

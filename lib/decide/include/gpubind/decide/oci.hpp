@@ -16,8 +16,8 @@
 
 namespace gpubind::oci {
 
-inline constexpr std::size_t kMaxStateSize = 1u << 20;   // 1 MiB
-inline constexpr std::size_t kMaxSpecSize = 16u << 20;   // 16 MiB
+inline constexpr std::size_t kMaxStateSize = 1u << 20;  // 1 MiB
+inline constexpr std::size_t kMaxSpecSize = 16u << 20;  // 16 MiB
 // The deepest nesting of arrays and objects a state or spec may have (a
 // real spec has under 10; a document is copied and compared recursively).
 inline constexpr std::size_t kMaxJsonDepth = 1000;
@@ -53,19 +53,19 @@ struct IdMapping {
 struct Spec {
     std::shared_ptr<const nlohmann::json> doc;  // the whole document, untouched
     std::filesystem::path bundle;
-    std::filesystem::path rootfs;          // absolute: a relative root.path is relative to the bundle
+    std::filesystem::path rootfs;  // absolute: a relative root.path is relative to the bundle
     bool rootfs_readonly = false;
-    std::vector<std::string> env;          // process.env, in order ("KEY=VALUE")
+    std::vector<std::string> env;  // process.env, in order ("KEY=VALUE")
     std::vector<Mount> mounts;
     std::vector<std::string> bounding_caps;  // process.capabilities.bounding
-    std::vector<IdMapping> uid_mappings;   // linux.uidMappings
+    std::vector<IdMapping> uid_mappings;     // linux.uidMappings
     std::vector<IdMapping> gid_mappings;
-    std::string cgroups_path;              // linux.cgroupsPath
-    std::string rootfs_propagation;        // linux.rootfsPropagation ("rshared", ...)
+    std::string cgroups_path;        // linux.cgroupsPath
+    std::string rootfs_propagation;  // linux.rootfsPropagation ("rshared", ...)
 
     // The last value of `name` in env (later entries win, as execve sees them).
     std::optional<std::string> getenv(std::string_view name) const;
-    bool privileged() const;               // CAP_SYS_ADMIN in the bounding set
+    bool privileged() const;  // CAP_SYS_ADMIN in the bounding set
     // Where the spec has the runtime mount a new tmpfs (type "tmpfs", only
     // the options of one: no bind, no remount), under no later mount at its
     // path or above it, as normal paths ("/run" of containerd's default

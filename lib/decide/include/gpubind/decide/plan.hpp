@@ -12,31 +12,31 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "gpubind/config/config.hpp"
-#include "gpubind/node/devices.hpp"
+#include "gpubind/decide/request.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/node/devices.hpp"
 #include "gpubind/node/node.hpp"
 #include "gpubind/util/mount_flags.hpp"
-#include "gpubind/decide/request.hpp"
 
 namespace gpubind {
 
 struct PlannedMount {
-    std::string source;             // host path, absolute
-    std::string target;             // container path, absolute (inside the rootfs)
-    bool directory = false;         // the mount point is a directory, else a file
-    unsigned flags = 0;             // MountFlag bits
-    std::string why;                // "compute library libcuda.so.1", ...
+    std::string source;      // host path, absolute
+    std::string target;      // container path, absolute (inside the rootfs)
+    bool directory = false;  // the mount point is a directory, else a file
+    unsigned flags = 0;      // MountFlag bits
+    std::string why;         // "compute library libcuda.so.1", ...
 };
 
 struct PlannedDevice {
-    DeviceNode node;                // node.host_path is bound onto node.path in the container
-    std::string why;                // "GPU 0", "nvidiactl", ...
-    bool bind = true;               // false: cgroup access only (gpubind configure --no-devbind)
+    DeviceNode node;   // node.host_path is bound onto node.path in the container
+    std::string why;   // "GPU 0", "nvidiactl", ...
+    bool bind = true;  // false: cgroup access only (gpubind configure --no-devbind)
 };
 
 struct PlannedSymlink {
-    std::string path;               // container path of the link
-    std::string target;             // what it points to (relative, in the same directory)
+    std::string path;    // container path of the link
+    std::string target;  // what it points to (relative, in the same directory)
 };
 
 // A small file gpubind writes into the container's rootfs (never a host file):
@@ -55,11 +55,11 @@ inline constexpr const char* kCudaCompatConf = "/etc/ld.so.conf.d/000-cuda-compa
 // files, with params saying ModifyDeviceFiles: 0, and only the selected GPUs.
 struct ProcView {
     std::string target = "/proc/driver/nvidia";
-    std::string version;            // content of version
-    std::string params;             // content of params (ModifyDeviceFiles: 0)
+    std::string version;  // content of version
+    std::string params;   // content of params (ModifyDeviceFiles: 0)
     struct GpuDir {
-        std::string bus_id;         // directory name under gpus/
-        std::string information;    // content of information
+        std::string bus_id;       // directory name under gpus/
+        std::string information;  // content of information
     };
     std::vector<GpuDir> gpus;
     std::vector<std::string> capability_files;  // MIG access files (host paths under the proc root)
@@ -70,9 +70,11 @@ struct ProcView {
 // earlier start for another driver version, other capabilities or another
 // image left at them is brought up to date by the executor (stale_entries()).
 struct OwnedDir {
-    std::string dir;                 // container directory (libraries, binaries)
-    std::vector<std::string> stems;  // each node library's file name less the driver version: "libcuda.so."
-    std::vector<std::string> links;  // their sonames and development links: "libcuda.so.1", "libcuda.so"
+    std::string dir;  // container directory (libraries, binaries)
+    std::vector<std::string>
+        stems;  // each node library's file name less the driver version: "libcuda.so."
+    std::vector<std::string>
+        links;  // their sonames and development links: "libcuda.so.1", "libcuda.so"
     std::vector<std::string> files;  // binaries' names: "nvidia-smi"
 };
 
@@ -138,11 +140,10 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
 
 // JSON with stable field names:
 //   {"devices": [{"path", "host_path", "major", "minor", "why"}],
-//    "mounts": [{"source", "target", "directory", "flags": ["ro","nosuid","nodev","noexec"], "why"}],
-//    "symlinks": [{"path", "target"}],
-//    "files": [{"path", "content", "why"}],
-//    "proc": null | {"target", "gpus": [bus ids], "capability_files": [host paths]},
-//    "library_dirs": [...], "refresh_ldcache": bool}
+//    "mounts": [{"source", "target", "directory", "flags": ["ro","nosuid","nodev","noexec"],
+//    "why"}], "symlinks": [{"path", "target"}], "files": [{"path", "content", "why"}], "proc": null
+//    | {"target", "gpus": [bus ids], "capability_files": [host paths]}, "library_dirs": [...],
+//    "refresh_ldcache": bool}
 void to_json(nlohmann::json& j, const Plan& plan);
 // Human-readable, one line per item, with the reason.
 std::string describe(const Plan& plan);

@@ -8,10 +8,10 @@
 
 #include "gpubind/config/capabilities.hpp"
 #include "gpubind/config/config.hpp"
-#include "gpubind/node/devices.hpp"
 #include "gpubind/decide/image.hpp"
-#include "gpubind/node/node.hpp"
 #include "gpubind/decide/oci.hpp"
+#include "gpubind/node/devices.hpp"
+#include "gpubind/node/node.hpp"
 
 namespace gpubind {
 

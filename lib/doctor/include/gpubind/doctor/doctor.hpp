@@ -101,7 +101,7 @@ struct NodeFacts {
     std::string ldcache_path;
     std::string ldcache_error;
     std::vector<LibraryFact> libraries;  // catalog libraries found in the cache
-    std::string persistenced_socket;  // host path
+    std::string persistenced_socket;     // host path
     FileFact persistenced;
     std::string ldconfig;    // the configured one ([node] ldconfig, '@' taken off)
     FileFact ldconfig_fact;  // stat through links
@@ -144,8 +144,8 @@ std::vector<Check> check_engines(const EnginesFacts& facts);
 
 // --- gpubind itself ---
 struct GpubindFacts {
-    std::string config_path;   // "" for the built-in defaults
-    std::string config_error;  // why it does not load ("" when it does)
+    std::string config_path;           // "" for the built-in defaults
+    std::string config_error;          // why it does not load ("" when it does)
     bool config_env_relative = false;  // GPUBIND_CONFIG names it by a relative path
 };
 std::vector<Check> check_gpubind(const GpubindFacts& facts);
@@ -158,7 +158,7 @@ struct StateFacts {
     struct Spec {
         std::string path;
         FileFact file;
-        std::string state;  // "current", "stale", "missing", "left over"
+        std::string state;    // "current", "stale", "missing", "left over"
         bool wanted = false;  // refresh() would write it (false: would remove it)
     };
     std::vector<Spec> cdi;

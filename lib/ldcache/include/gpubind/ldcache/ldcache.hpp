@@ -47,7 +47,7 @@ struct Entry {
 
 struct Cache {
     Layout layout = Layout::New;
-    std::vector<Entry> entries;      // in file order (the order ldconfig -p prints)
+    std::vector<Entry> entries;  // in file order (the order ldconfig -p prints)
     // New table only: the generator extension section ("ldconfig (...) release
     // version 2.36"), byte for byte; ldconfig -p prints it last.
     std::optional<std::string> generator;
@@ -101,9 +101,9 @@ const Entry* lookup(const Cache& cache, std::string_view soname, Arch arch);
 // A library gpubind adds to a container's cache: an injected driver library,
 // or one of the image's CUDA forward-compat libraries.
 struct Library {
-    std::string soname;          // the key, e.g. "libcuda.so.1"
-    std::string path;            // the file in the container, e.g. "/usr/lib64/libcuda.so.1"
-    Arch arch = Arch::X86_64;    // X86_64 (flags "libc6,x86-64") or I386 ("libc6")
+    std::string soname;        // the key, e.g. "libcuda.so.1"
+    std::string path;          // the file in the container, e.g. "/usr/lib64/libcuda.so.1"
+    Arch arch = Arch::X86_64;  // X86_64 (flags "libc6,x86-64") or I386 ("libc6")
 };
 
 // What a refresh by `ldconfig -r ROOT <dirs>` would make of the image's cache,

@@ -14,7 +14,7 @@ enum class DeviceIdsKind { Void, None, All, List };
 
 struct DeviceIds {
     DeviceIdsKind kind = DeviceIdsKind::Void;
-    std::vector<std::string> ids;   // for List: trimmed, duplicates dropped, first order kept
+    std::vector<std::string> ids;  // for List: trimmed, duplicates dropped, first order kept
 };
 
 // "void" or empty: Void; "none": None; "all" anywhere in the list: All.

@@ -26,27 +26,27 @@ struct DeviceNode {
     std::string host_path;  // where it is on this host (under the dev root)
     unsigned major = 0;
     unsigned minor = 0;
-    mode_t mode = 0666;               // permission bits of the host node
+    mode_t mode = 0666;  // permission bits of the host node
 };
 
 struct MigDevice {
-    unsigned gpu_index = 0;           // parent GPU's index
-    unsigned index = 0;               // position among the parent's MIG devices ("G:M")
-    unsigned gi = 0;                  // GPU instance id
-    unsigned ci = 0;                  // compute instance id
-    std::string uuid;                 // "MIG-..." (from NVML; empty without it)
-    std::string gi_access;            // proc .../gpu<minor>/mig/gi<G>/access
-    std::string ci_access;            // proc .../gpu<minor>/mig/gi<G>/ci<C>/access
-    DeviceNode gi_cap;                // /dev/nvidia-caps/nvidia-cap<N>
+    unsigned gpu_index = 0;  // parent GPU's index
+    unsigned index = 0;      // position among the parent's MIG devices ("G:M")
+    unsigned gi = 0;         // GPU instance id
+    unsigned ci = 0;         // compute instance id
+    std::string uuid;        // "MIG-..." (from NVML; empty without it)
+    std::string gi_access;   // proc .../gpu<minor>/mig/gi<G>/access
+    std::string ci_access;   // proc .../gpu<minor>/mig/gi<G>/ci<C>/access
+    DeviceNode gi_cap;       // /dev/nvidia-caps/nvidia-cap<N>
     DeviceNode ci_cap;
 };
 
 struct Gpu {
-    unsigned index = 0;               // enumeration order (PCI bus id order, as NVML)
-    unsigned minor = 0;               // /dev/nvidia<minor>
+    unsigned index = 0;  // enumeration order (PCI bus id order, as NVML)
+    unsigned minor = 0;  // /dev/nvidia<minor>
     std::string model;
-    std::string uuid;                 // "GPU-..."
-    std::string pci_bus_id;           // "0000:3b:00.0"
+    std::string uuid;        // "GPU-..."
+    std::string pci_bus_id;  // "0000:3b:00.0"
     std::string vbios;
     std::string bus_type;
     bool excluded = false;
@@ -55,38 +55,40 @@ struct Gpu {
     std::vector<MigDevice> mig;
     // From NVML, empty when it is not available.
     std::string brand;
-    std::string compute_capability;   // "9.0"
+    std::string compute_capability;  // "9.0"
 };
 
 enum class FileKind { Library, Binary, Ipc, Firmware };
 
 struct DriverFile {
     FileKind kind = FileKind::Library;
-    std::string name;                 // soname (libraries) or file name
-    std::string host_path;            // as found: the cache's path, the binary, the socket
+    std::string name;       // soname (libraries) or file name
+    std::string host_path;  // as found: the cache's path, the binary, the socket
     std::string real_path;  // host_path with every symlink resolved (within the driver root)
-    Capabilities caps = 0;            // what brings it
-    bool compat32 = false;            // a 32-bit library
+    Capabilities caps = 0;  // what brings it
+    bool compat32 = false;  // a 32-bit library
 };
 
 struct Node {
     Roots roots;
-    std::string driver_version;       // "550.54.15"
-    std::string cuda_version;         // "12.4" from NVML, empty without it
+    std::string driver_version;  // "550.54.15"
+    std::string cuda_version;    // "12.4" from NVML, empty without it
     std::vector<Gpu> gpus;
-    std::vector<DeviceNode> control;  // nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset (those present)
-    std::vector<DeviceNode> mig_control;  // nvidia-caps config and monitor nodes (when MIG is present)
+    std::vector<DeviceNode>
+        control;  // nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset (those present)
+    std::vector<DeviceNode>
+        mig_control;  // nvidia-caps config and monitor nodes (when MIG is present)
     // IMEX channels: /dev/nvidia-caps-imex-channels/channel<n> (the minor is n,
     // the major "nvidia-caps-imex-channels" in proc/devices), by channel number.
     std::vector<DeviceNode> imex_channels;
     std::vector<DriverFile> files;
-    std::vector<std::string> warnings;    // optional things that were missing or odd
+    std::vector<std::string> warnings;  // optional things that were missing or odd
 
     const DeviceNode* control_node(std::string_view name) const;  // "nvidiactl", "nvidia-uvm", ...
 };
 
 struct DiscoverOptions {
-    bool nvml = true;                                   // ask NVML for what procfs lacks
+    bool nvml = true;  // ask NVML for what procfs lacks
     std::chrono::milliseconds nvml_timeout{5000};
 };
 

@@ -74,6 +74,6 @@ struct Options {
 // deadline (the child is killed) is an Error; its message ends with the last
 // lines the program wrote. Returns the contents of Options::output, if any.
 std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
-         const Options& options);
+                const Options& options);
 
 }  // namespace gpubind::sandbox

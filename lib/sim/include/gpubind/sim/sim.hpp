@@ -65,12 +65,12 @@ struct Spec {
     unsigned gpus = 8;
     std::string driver_version = "550.54.15";
     std::string model = "NVIDIA H100 80GB HBM3";
-    std::vector<MigSpec> mig;       // empty: MIG off everywhere; a GPU with MIG devices has MIG on
-    bool compat32 = true;           // write the 32-bit (i386) libraries
-    bool ipcs = true;               // persistenced and fabricmanager sockets, MPS pipe directory
-    bool firmware = true;           // lib/firmware/nvidia/<ver>/gsp*.bin
-    bool graphics = true;           // graphics, display, video and ngx libraries
-    unsigned imex_channels = 0;     // IMEX channel nodes 0 .. imex_channels-1
+    std::vector<MigSpec> mig;    // empty: MIG off everywhere; a GPU with MIG devices has MIG on
+    bool compat32 = true;        // write the 32-bit (i386) libraries
+    bool ipcs = true;            // persistenced and fabricmanager sockets, MPS pipe directory
+    bool firmware = true;        // lib/firmware/nvidia/<ver>/gsp*.bin
+    bool graphics = true;        // graphics, display, video and ngx libraries
+    unsigned imex_channels = 0;  // IMEX channel nodes 0 .. imex_channels-1
     // "": a distribution's layout (above). Else the driver in a prefix of its
     // own, as GPU sandboxes ship it ("usr/local/nvidia"): <prefix>/lib64 and
     // <prefix>/lib (32-bit) in etc/ld.so.conf, the programs in <prefix>/bin,
@@ -83,45 +83,45 @@ inline constexpr unsigned kMaxImexChannels = 2048;  // the driver's default chan
 // gpubind discovers against this, never against gpubind's own output.
 struct ManifestGpu {
     unsigned index = 0;
-    unsigned minor = 0;             // equal to the index
-    std::string uuid;               // a function of index and driver version
-    std::string pci_bus_id;         // as procfs names it: "0000:18:00.0"
+    unsigned minor = 0;      // equal to the index
+    std::string uuid;        // a function of index and driver version
+    std::string pci_bus_id;  // as procfs names it: "0000:18:00.0"
     std::string model;
-    std::string brand;              // as the fake NVML reports it, spelled as
-                                    // NVIDIA_REQUIRE_BRAND does: "nvidia", "tesla"
-    std::string compute_capability; // likewise, "9.0"
+    std::string brand;               // as the fake NVML reports it, spelled as
+                                     // NVIDIA_REQUIRE_BRAND does: "nvidia", "tesla"
+    std::string compute_capability;  // likewise, "9.0"
 };
 // In order of GPU, GPU instance, compute instance (NVML's order).
 struct ManifestMig {
-    unsigned gpu = 0;               // parent index
+    unsigned gpu = 0;  // parent index
     unsigned gi = 0;
     unsigned ci = 0;
-    std::string uuid;               // "MIG-..."
-    unsigned gi_cap_minor = 0;      // /dev/nvidia-caps/nvidia-cap<minor>
+    std::string uuid;           // "MIG-..."
+    unsigned gi_cap_minor = 0;  // /dev/nvidia-caps/nvidia-cap<minor>
     unsigned ci_cap_minor = 0;
 };
 struct ManifestNode {
-    std::string path;               // "/dev/nvidia0" (relative to the dev root); IMEX
-                                    // channels "/dev/nvidia-caps-imex-channels/channel<n>"
+    std::string path;  // "/dev/nvidia0" (relative to the dev root); IMEX
+                       // channels "/dev/nvidia-caps-imex-channels/channel<n>"
     unsigned major = 0;
     unsigned minor = 0;
 };
 struct ManifestFile {
-    std::string kind;               // "library", "binary", "ipc", "firmware"
-    std::string name;               // soname; file name; for ipcs the daemon
-                                    // ("nvidia-persistenced", "nvidia-fabricmanager",
-                                    // "nvidia-mps")
-    std::string path;               // absolute path as seen from the node's root: the soname
-                                    // link for libraries, the file for the rest
-    std::string real_path;          // the file it ends at (versioned name for libraries)
-    std::string capability;         // "utility", "compute", "video", "graphics", "display", "ngx";
-                                    // the daemons' sockets and the firmware are "utility",
-                                    // the MPS directory "compute"
+    std::string kind;        // "library", "binary", "ipc", "firmware"
+    std::string name;        // soname; file name; for ipcs the daemon
+                             // ("nvidia-persistenced", "nvidia-fabricmanager",
+                             // "nvidia-mps")
+    std::string path;        // absolute path as seen from the node's root: the soname
+                             // link for libraries, the file for the rest
+    std::string real_path;   // the file it ends at (versioned name for libraries)
+    std::string capability;  // "utility", "compute", "video", "graphics", "display", "ngx";
+                             // the daemons' sockets and the firmware are "utility",
+                             // the MPS directory "compute"
     bool compat32 = false;
 };
 struct Manifest {
     Spec spec;
-    std::string cuda_version;       // "12.4", what the driver branch ships (lib/fake/fake_node.h)
+    std::string cuda_version;  // "12.4", what the driver branch ships (lib/fake/fake_node.h)
     std::vector<ManifestGpu> gpus;
     std::vector<ManifestMig> migs;
     std::vector<ManifestNode> nodes;

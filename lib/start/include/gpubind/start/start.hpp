@@ -7,10 +7,10 @@
 #include <filesystem>
 
 #include "gpubind/config/config.hpp"
-#include "gpubind/node/description.hpp"
 #include "gpubind/decide/inject.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/request.hpp"
+#include "gpubind/node/description.hpp"
 
 namespace gpubind {
 

@@ -21,8 +21,8 @@ std::string_view vendor_of(std::string_view kind);
 std::optional<std::string> device_name_error(std::string_view name);
 
 struct QualifiedName {
-    std::string kind;   // "nvidia.com/gpu"
-    std::string name;   // "0"
+    std::string kind;  // "nvidia.com/gpu"
+    std::string name;  // "0"
     std::string text() const { return kind + "=" + name; }
 };
 // "vendor/class=name" with every part valid, else nullopt.

@@ -22,18 +22,17 @@ enum class ErrorKind {
 // malformed spec) is ErrorKind::Invalid (throw_invalid: EINVAL and a detail
 // saying what is wrong), a refusal ErrorKind::Refused (throw_refused: ECANCELED).
 class Error : public std::system_error {
-public:
+  public:
     // A system failure.
     Error(int err, std::string op, std::string path = {}, std::string detail = {});
-    Error(ErrorKind kind, int err, std::string op, std::string path = {},
-          std::string detail = {});
+    Error(ErrorKind kind, int err, std::string op, std::string path = {}, std::string detail = {});
 
     ErrorKind kind() const noexcept { return kind_; }
     const std::string& op() const noexcept { return op_; }
     const std::string& path() const noexcept { return path_; }
     const char* what() const noexcept override { return message_.c_str(); }
 
-private:
+  private:
     ErrorKind kind_;
     std::string op_;
     std::string path_;
@@ -50,10 +49,10 @@ private:
 // Documented process exit codes (docs/ARCHITECTURE.md, README).
 enum ExitCode : int {
     kExitOk = 0,
-    kExitFailure = 1,   // a system call failed (I/O, mount, permission, ...)
-    kExitUsage = 2,     // bad command line
-    kExitInvalid = 3,   // bad input: config, spec, state, device id, cache
-    kExitRefused = 4,   // the request is well-formed but refused (policy, requirement)
+    kExitFailure = 1,  // a system call failed (I/O, mount, permission, ...)
+    kExitUsage = 2,    // bad command line
+    kExitInvalid = 3,  // bad input: config, spec, state, device id, cache
+    kExitRefused = 4,  // the request is well-formed but refused (policy, requirement)
 };
 
 // Maps an error kind to the exit code above.

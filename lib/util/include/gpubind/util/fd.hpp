@@ -11,7 +11,7 @@
 namespace gpubind {
 
 class Fd {
-public:
+  public:
     Fd() noexcept = default;
     explicit Fd(int fd) noexcept : fd_(fd) {}
     ~Fd() { reset(); }
@@ -28,7 +28,7 @@ public:
     int release() noexcept { return std::exchange(fd_, -1); }
     void reset(int fd = -1) noexcept;
 
-private:
+  private:
     int fd_ = -1;
 };
 

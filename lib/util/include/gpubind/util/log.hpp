@@ -21,7 +21,7 @@ void write(LogLevel level, std::string_view message);
 }  // namespace log_detail
 
 class Logger {
-public:
+  public:
     template <typename... Args>
     void trace(fmt::format_string<Args...> f, Args&&... args) const {
         emit(LogLevel::Trace, f, std::forward<Args>(args)...);
@@ -44,15 +44,18 @@ public:
     }
     bool should_log(LogLevel level) const noexcept { return log_detail::enabled(level); }
 
-private:
+  private:
     template <typename... Args>
     static void emit(LogLevel level, fmt::format_string<Args...> f, Args&&... args) {
-        if (log_detail::enabled(level)) log_detail::write(level, fmt::format(f, std::forward<Args>(args)...));
+        if (log_detail::enabled(level))
+            log_detail::write(level, fmt::format(f, std::forward<Args>(args)...));
     }
 };
 
 // The logger the library writes to. Until an executable installs a sink, it
 // writes nowhere (library code never prints on its own).
-inline Logger logger() noexcept { return {}; }
+inline Logger logger() noexcept {
+    return {};
+}
 
 }  // namespace gpubind

@@ -40,9 +40,10 @@ inline std::optional<std::string> toml_unsafe_text(std::string_view text) {
         for (std::size_t k = 1; k < length; ++k)
             c = (c << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
         if (toml_unsafe_code_point(c))
-            return fmt::format("line {}: character U+{:04X} is not supported here; inside a "
-                               "string write it as \\u{:04X}",
-                               line, static_cast<unsigned>(c), static_cast<unsigned>(c));
+            return fmt::format(
+                "line {}: character U+{:04X} is not supported here; inside a "
+                "string write it as \\u{:04X}",
+                line, static_cast<unsigned>(c), static_cast<unsigned>(c));
     }
     return std::nullopt;
 }
