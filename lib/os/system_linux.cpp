@@ -30,11 +30,11 @@
 
 #include <fmt/format.h>
 
-#include "gpubind/util/error.hpp"
-#include "gpubind/util/file.hpp"
 #include "gpubind/os/safe_path.hpp"
 #include "gpubind/os/sandbox.hpp"
 #include "gpubind/os/system.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/file.hpp"
 
 #include "gpubind/util/dir_entries.hpp"
 #include "mount_api.hpp"
@@ -236,8 +236,8 @@ Fd LinuxSystem::open_executable(const std::filesystem::path& path) {
 }
 
 Fd LinuxSystem::clone_tree(int tree_fd) {
-    int fd = sys_int(::syscall(SYS_open_tree, tree_fd, "",
-                               OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+    int fd = sys_int(
+        ::syscall(SYS_open_tree, tree_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
     if (fd < 0) throw_errno("clone mount", "descriptor " + std::to_string(tree_fd));
     return Fd(fd);
 }
@@ -359,8 +359,8 @@ Fd LinuxSystem::load_device_program(const std::vector<bpf::Insn>& insns, const s
                 last.empty() ? std::string(std::strerror(err)) : "verifier: " + last);
 }
 
-void LinuxSystem::replace_device_program(int cgroup_fd, int new_prog, int old_prog,
-                                         unsigned flags, const std::string& what) {
+void LinuxSystem::replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
+                                         const std::string& what) {
     union bpf_attr attr;
     std::memset(&attr, 0, sizeof attr);
     attr.target_fd = static_cast<std::uint32_t>(cgroup_fd);
@@ -391,6 +391,16 @@ Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& 
         if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
             return unusable(dir, std::string("mkdir: ") + std::strerror(errno));
         fd = Fd(::open(dir.c_str(), flags));
+    }
+    if (!fd && (errno == ELOOP || errno == ENOTDIR)) {
+        // Something other than a directory holds the name (a link, a pinned
+        // object): put there by someone else, as a directory of theirs would be.
+        const int err = errno;
+        struct stat st {};
+        if (::lstat(dir.c_str(), &st) != 0) return unusable(dir, std::strerror(err));
+        taken = true;
+        return unusable(
+            dir, S_ISLNK(st.st_mode) ? "a symbolic link, not a directory" : "not a directory");
     }
     if (!fd) return unusable(dir, std::strerror(errno));
     struct stat st {};
@@ -516,7 +526,8 @@ RegularFile LinuxSystem::read_regular_at(int dir_fd, const std::string& name,
                                          std::size_t max_size) {
     // O_NONBLOCK: a FIFO swapped in after the caller's check does not block the
     // open; fstat then refuses it before any read.
-    Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    Fd fd(
+        ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
         if (errno == ELOOP) throw Error(ELOOP, "read", name, "is a symbolic link (not followed)");
         throw_errno("open", name);
@@ -572,8 +583,7 @@ void LinuxSystem::set_fs_ids(unsigned uid, unsigned gid) {
     ::setfsuid(static_cast<uid_t>(uid));
     if (static_cast<unsigned>(::setfsgid(static_cast<gid_t>(-1))) != gid ||
         static_cast<unsigned>(::setfsuid(static_cast<uid_t>(-1))) != uid)
-        throw Error(EPERM, "set file system ids",
-                    std::to_string(uid) + ":" + std::to_string(gid));
+        throw Error(EPERM, "set file system ids", std::to_string(uid) + ":" + std::to_string(gid));
 }
 
 void LinuxSystem::set_mount_flags(int mount_fd, unsigned flags) {
@@ -632,12 +642,14 @@ bool mount_is_shared(std::string_view mountinfo, std::uint64_t id) {
         std::string_view fields = line.substr(0, dash);
         for (int skip = 0; skip < 6; ++skip) {
             const auto space = fields.find(' ');
-            fields = space == std::string_view::npos ? std::string_view{} : fields.substr(space + 1);
+            fields =
+                space == std::string_view::npos ? std::string_view{} : fields.substr(space + 1);
         }
         while (!fields.empty()) {
             const auto space = fields.find(' ');
             if (fields.substr(0, space).starts_with("shared:")) return true;
-            fields = space == std::string_view::npos ? std::string_view{} : fields.substr(space + 1);
+            fields =
+                space == std::string_view::npos ? std::string_view{} : fields.substr(space + 1);
         }
         return false;
     }
@@ -746,8 +758,8 @@ std::optional<std::string> LinuxSystem::cgroup_mounts(bool v1_devices) {
     static constexpr const char* kV1[] = {"/sys/fs/cgroup/devices"};
     static constexpr const char* kV2[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
     std::string out;
-    for (const char* candidate : v1_devices ? std::span<const char* const>(kV1)
-                                            : std::span<const char* const>(kV2)) {
+    for (const char* candidate :
+         v1_devices ? std::span<const char* const>(kV1) : std::span<const char* const>(kV2)) {
         Fd fd(::open(candidate, O_PATH | O_DIRECTORY | O_CLOEXEC));
         if (!fd) continue;
         const auto m = statmount_of(fd.get(), kStatmountMntBasic | kStatmountMntRoot |
@@ -756,7 +768,8 @@ std::optional<std::string> LinuxSystem::cgroup_mounts(bool v1_devices) {
         const std::string type = m->text(m->fixed.fs_type);
         if (type != "cgroup" && type != "cgroup2") continue;  // the tmpfs holding v1 hierarchies
         // A v1 hierarchy with the devices controller has devices.list at its root.
-        const bool devices = type == "cgroup" && ::faccessat(fd.get(), "devices.list", F_OK, 0) == 0;
+        const bool devices =
+            type == "cgroup" && ::faccessat(fd.get(), "devices.list", F_OK, 0) == 0;
         out += fmt::format("{} {} 0:0 {} {} rw - {} {} rw{}\n", m->fixed.mnt_id_old,
                            m->fixed.mnt_parent_id_old, mountinfo_escape(m->text(m->fixed.mnt_root)),
                            mountinfo_escape(m->text(m->fixed.mnt_point)), type, type,

@@ -35,8 +35,8 @@
 #include <gtest/gtest.h>
 
 #include "device_program.hpp"
-#include "gpubind/util/error.hpp"
 #include "gpubind/exec/exec.hpp"
+#include "gpubind/util/error.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -371,6 +371,47 @@ TEST_F(Cgroup2Test, BpfRefusedFailsNamingTheCgroupOrIsSkippedWhenTheConfigSaysSo
     // Without the rule: the runtime's program is still the one, the node refused.
     EXPECT_EQ(attached(), std::vector<std::uint32_t>{runtime_id});
     EXPECT_EQ(child_->open((nodes_ / "granted").string()), EPERM);
+}
+
+// The directory device programs are kept in, on a bpffs of the test's own:
+// made 0700 where missing; refused, and said to be someone else's (`taken`:
+// the hook then warns), where the name holds a link or another user's
+// directory; refused quietly off bpffs.
+TEST(ProgramDir, OnlyRootsOwnDirectoryOnBpffsIsUsed) {
+    test::TempDir tmp;
+    const fs::path bpffs = tmp / "bpffs";
+    fs::create_directories(bpffs);
+    ASSERT_EQ(::mount("bpf", bpffs.c_str(), "bpf", 0, "mode=0700"), 0) << std::strerror(errno);
+    LinuxSystem sys;
+    std::string why;
+    bool taken = true;
+
+    Fd made = sys.open_program_dir(bpffs / "gpubind", why, taken);
+    EXPECT_TRUE(made) << why;
+    EXPECT_FALSE(taken);
+    struct stat st {};
+    ASSERT_EQ(::lstat((bpffs / "gpubind").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+
+    fs::create_directory_symlink(bpffs / "gpubind", bpffs / "linked");
+    EXPECT_FALSE(sys.open_program_dir(bpffs / "linked", why, taken));
+    EXPECT_TRUE(taken);
+    EXPECT_EQ(why, (bpffs / "linked").string() + ": a symbolic link, not a directory");
+
+    fs::create_directory(bpffs / "theirs");
+    ASSERT_EQ(::chown((bpffs / "theirs").c_str(), 1000, 1000), 0) << std::strerror(errno);
+    EXPECT_FALSE(sys.open_program_dir(bpffs / "theirs", why, taken));
+    EXPECT_TRUE(taken);
+    EXPECT_THAT(why, ::testing::HasSubstr("owned by uid 1000"));
+
+    EXPECT_FALSE(sys.open_program_dir(tmp / "elsewhere", why, taken));
+    EXPECT_FALSE(taken);
+    EXPECT_EQ(why, tmp.path().string() + ": not a bpffs");
+    EXPECT_FALSE(fs::exists(tmp / "elsewhere"));
+
+    made = Fd();
+    EXPECT_EQ(::umount2(bpffs.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
 
 }  // namespace

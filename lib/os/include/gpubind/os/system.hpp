@@ -76,7 +76,7 @@ using NameFilter = std::function<bool(std::string_view)>;
 // The system calls the executor makes. Every directory argument is a
 // descriptor; names are single path components. Failures throw Error.
 class System {
-public:
+  public:
     virtual ~System() = default;
 
     // --- The container process (host side) ---
@@ -124,20 +124,22 @@ public:
     virtual std::vector<bpf::Insn> program_instructions(int prog_fd) = 0;
     // BPF_PROG_LOAD of a BPF_PROG_TYPE_CGROUP_DEVICE program named `name`;
     // the verifier's complaint is in the Error.
-    virtual Fd load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) = 0;
+    virtual Fd load_device_program(const std::vector<bpf::Insn>& insns,
+                                   const std::string& name) = 0;
     // BPF_PROG_ATTACH(BPF_CGROUP_DEVICE) of `new_prog` in place of `old_prog`,
     // atomically: with BPF_F_ALLOW_MULTI in `flags`, BPF_F_REPLACE naming the
     // old program; otherwise (a single program per cgroup) the attach itself
     // replaces it. `what` names the cgroup.
-    virtual void replace_device_program(int cgroup_fd, int new_prog, int old_prog,
-                                        unsigned flags, const std::string& what) = 0;
+    virtual void replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
+                                        const std::string& what) = 0;
     // The directory where device programs are kept (pinned) for reuse, a host
     // path: opened O_RDONLY|O_DIRECTORY|O_NOFOLLOW, made (0700) first when it
     // is missing. It must be a directory on bpffs, root's and writable by no
     // one else; otherwise an empty Fd, and `why` says what it is (no
     // exception: a node without bpffs takes this path at every start);
-    // `taken` is then whether the directory is there on bpffs but another
-    // user's or writable by others (made first by someone else).
+    // `taken` is then whether the name is held by someone else: a directory
+    // another user's or writable by others, or something not a directory (a
+    // symbolic link, a pinned object) at the name.
     virtual Fd open_program_dir(const std::filesystem::path& dir, std::string& why,
                                 bool& taken) = 0;
     // BPF_OBJ_GET of the program kept at `path` (in that directory); an
@@ -269,7 +271,7 @@ inline constexpr std::string_view kLdconfigOutput = "ld.so.cache";
 
 // The real thing.
 class LinuxSystem final : public System {
-public:
+  public:
     // Opens this process's /proc (the sandbox's id maps are written there,
     // whatever mount namespace the executor is in by then).
     LinuxSystem();
@@ -310,8 +312,7 @@ public:
     void write_file_at(int dir_fd, const std::string& name, const std::string& data,
                        unsigned mode) override;
     void make_symlink(const std::string& target, int dir_fd, const std::string& name) override;
-    RegularFile read_regular_at(int dir_fd, const std::string& name,
-                                std::size_t max_size) override;
+    RegularFile read_regular_at(int dir_fd, const std::string& name, std::size_t max_size) override;
     void replace_file_at(int dir_fd, const std::string& temp, const std::string& name,
                          const std::string& data, unsigned mode,
                          const std::optional<Owner>& chown_to) override;
@@ -339,7 +340,7 @@ public:
                        const std::vector<std::string>& args,
                        std::chrono::milliseconds timeout) override;
 
-private:
+  private:
     Fd proc_;
 };
 
