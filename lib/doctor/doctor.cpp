@@ -18,6 +18,8 @@
 
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/process.hpp"
 
 namespace gpubind::doctor {
 
@@ -139,6 +141,9 @@ std::string describe(const FileFact& f) {
 
 namespace {
 
+// The most a group's encoded checks may take: more is a runaway child.
+constexpr std::size_t kMaxAnswer = 16u << 20;
+
 // The checks as the child writes them.
 std::string encode(const std::vector<Check>& checks) {
     nlohmann::json j = nlohmann::json::array();
@@ -175,67 +180,51 @@ Check failed(const std::string& group, const std::string& why) {
 std::vector<Check> run_bounded(const std::string& group,
                                const std::function<std::vector<Check>()>& fn,
                                std::chrono::milliseconds deadline) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe");
-    Fd read_end(fds[0]), write_end(fds[1]);
-    const pid_t child = ::fork();
-    if (child < 0) throw_errno("fork");
-    if (child == 0) {
-        // No exception leaves the child.
-        std::string out;
-        try {
-            out = encode(fn());
-        } catch (const std::exception& e) {
-            out = encode({failed(group, e.what())});
-        } catch (...) {
-            out = encode({failed(group, "unknown error")});
-        }
-        const char* p = out.data();
-        std::size_t left = out.size();
-        while (left > 0) {
-            const ssize_t n = ::write(write_end.get(), p, left);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) ::_exit(1);
-            p += n;
-            left -= static_cast<std::size_t>(n);
-        }
-        ::_exit(0);
+    const std::string what = "doctor's " + group + " checks";
+    const ReportingChild child = fork_reporting(
+        [&](int out) {
+            std::string answer;
+            try {
+                answer = encode(fn());
+            } catch (const std::exception& e) {
+                answer = encode({failed(group, e.what())});
+            } catch (...) {
+                answer = encode({failed(group, "unknown error")});
+            }
+            const char* p = answer.data();
+            std::size_t left = answer.size();
+            while (left > 0) {
+                const ssize_t n = ::write(out, p, left);
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) return 1;
+                p += n;
+                left -= static_cast<std::size_t>(n);
+            }
+            return 0;
+        },
+        what);
+    BoundedRead answer;
+    try {
+        answer = read_bounded(child.report.get(), kMaxAnswer, what,
+                              std::chrono::steady_clock::now() + deadline);
+    } catch (const Error&) {
+        answer.end = ReadEnd::TooLarge;  // a failed read: decoded below as no answer
     }
-    write_end = Fd();
-    std::string data;
-    const auto end = std::chrono::steady_clock::now() + deadline;
-    bool timed_out = false;
-    for (;;) {
-        pollfd p{read_end.get(), POLLIN, 0};
-        bool ready = false;
-        try {
-            ready = poll_until({&p, 1}, end, "doctor's " + group + " checks");
-        } catch (const Error&) {
-            break;  // decoded below as no answer
-        }
-        if (!ready) {
-            timed_out = true;
-            break;
-        }
-        char buf[65536];
-        const ssize_t n = ::read(read_end.get(), buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        data.append(buf, static_cast<std::size_t>(n));
-    }
-    if (timed_out) {
-        ::kill(child, SIGKILL);
+    if (answer.end == ReadEnd::Deadline) {
+        ::kill(child.pid, SIGKILL);
         // A child stuck in the kernel (a hung mount) may not die at once: not waited for.
-        ::waitpid(child, nullptr, WNOHANG);
+        ::waitpid(child.pid, nullptr, WNOHANG);
         return {failed(group, fmt::format("no answer within {} ms (a hung driver or mount?); "
                                           "what it was looking at is still stuck",
                                           deadline.count()))};
     }
-    int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    if (answer.end == ReadEnd::TooLarge) {
+        kill_and_reap(child.pid);
+        return {failed(group, "its child process died without an answer")};
     }
+    reap(child.pid);
     try {
-        return decode(data);
+        return decode(answer.data);
     } catch (const std::exception&) {
         return {failed(group, "its child process died without an answer")};
     }

@@ -19,6 +19,8 @@
 
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/process.hpp"
 #include "gpubind/util/strings.hpp"
 
 namespace gpubind {
@@ -218,57 +220,33 @@ NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::millisec
     std::vector<std::string> argv_s = {kNvmlHelperName, what};
     std::vector<char*> argv = {argv_s[0].data(), argv_s[1].data(), nullptr};
     char* envp[] = {nullptr};
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe", what);
-    Fd read_end(fds[0]), write_end(fds[1]);
-    pid_t pid = ::fork();
-    if (pid < 0) throw_errno("fork", what);
-    if (pid == 0) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        read_end.reset();
-        if (helper.empty()) ::_exit(Child(write_end.get()).run(what.c_str()));
-        // The helper, with an empty environment, its report on stdout.
-        if (::dup2(write_end.get(), STDOUT_FILENO) < 0) ::_exit(127);
-        ::execve(helper.c_str(), argv.data(), envp);
-        Child(write_end.get()).fail("execute %s: %s", helper.c_str(), std::strerror(errno));
-        ::_exit(127);
-    }
-    write_end.reset();
+    const ReportingChild child = fork_reporting(
+        [&](int out) {
+            if (helper.empty()) return Child(out).run(what.c_str());
+            // The helper, with an empty environment, its report on stdout.
+            if (::dup2(out, STDOUT_FILENO) < 0) return 127;
+            ::execve(helper.c_str(), argv.data(), envp);
+            Child(out).fail("execute %s: %s", helper.c_str(), std::strerror(errno));
+            return 127;
+        },
+        what);
 
-    std::string report;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    bool timed_out = false;
+    BoundedRead report;
     try {
-        for (;;) {
-            pollfd p{read_end.get(), POLLIN, 0};
-            if (!poll_until({&p, 1}, deadline, what)) {
-                timed_out = true;
-                break;
-            }
-            char buf[4096];
-            ssize_t n = ::read(read_end.get(), buf, sizeof buf);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) break;
-            report.append(buf, static_cast<std::size_t>(n));
-            if (report.size() > kMaxReport) {
-                timed_out = true;  // a runaway child is treated like a hung one
-                break;
-            }
-        }
+        report = read_bounded(child.report.get(), kMaxReport, what, deadline);
     } catch (...) {
-        ::kill(pid, SIGKILL);
-        while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-        }
+        kill_and_reap(child.pid);
         throw;
     }
-    if (timed_out) ::kill(pid, SIGKILL);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (timed_out)
+    // A runaway child (too large a report) is treated like a hung one.
+    if (report.end != ReadEnd::Eof) {
+        kill_and_reap(child.pid);
         throw Error(ETIMEDOUT, "query NVML", what,
                     "no answer within " + std::to_string(timeout.count()) + " ms");
-    NvmlFacts facts = parse_nvml_report(report, what);
+    }
+    const int status = reap(child.pid);
+    NvmlFacts facts = parse_nvml_report(report.data, what);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         throw Error(EIO, "query NVML", what, "the NVML child failed");
     return facts;

@@ -13,6 +13,7 @@
 
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
 
 namespace gpubind::harden {
 
@@ -47,25 +48,14 @@ void Deadline::check(const std::string& next) const {
 
 std::string read_stream(int fd, std::size_t max_size, const std::string& what,
                         const Deadline& deadline) {
-    std::string out;
-    char buf[8192];
-    for (;;) {
-        pollfd p{fd, POLLIN, 0};
-        if (!poll_until({&p, 1}, deadline.end(), what))
-            throw Error(
-                ETIMEDOUT, "read", what,
-                "no end of input within " + std::to_string(deadline.budget().count()) + " ms");
-        const ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN) continue;
-            throw_errno("read", what);
-        }
-        if (n == 0) return out;
-        if (out.size() + static_cast<std::size_t>(n) > max_size)
-            throw Error(ErrorKind::Invalid, EFBIG, "read", what,
-                        "larger than " + std::to_string(max_size) + " bytes");
-        out.append(buf, static_cast<std::size_t>(n));
-    }
+    BoundedRead read = read_bounded(fd, max_size, what, deadline.end());
+    if (read.end == ReadEnd::Deadline)
+        throw Error(ETIMEDOUT, "read", what,
+                    "no end of input within " + std::to_string(deadline.budget().count()) + " ms");
+    if (read.end == ReadEnd::TooLarge)
+        throw Error(ErrorKind::Invalid, EFBIG, "read", what,
+                    "larger than " + std::to_string(max_size) + " bytes");
+    return std::move(read.data);
 }
 
 }  // namespace gpubind::harden

@@ -31,6 +31,7 @@
 
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
+#include "gpubind/util/process.hpp"
 #include "gpubind/util/strings.hpp"
 #include "mount_api.hpp"
 
@@ -505,17 +506,10 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
     ready_w.reset();
     go_r.reset();
 
-    auto reap = [&] {
-        int status = 0;
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        return status;
-    };
     Fd child(sys_int(::syscall(SYS_pidfd_open, pid, 0)));
     if (!child) {
         int err = errno;
-        ::kill(pid, SIGKILL);
-        reap();
+        kill_and_reap(pid);
         throw Error(err, "pidfd_open", what);
     }
 
@@ -530,14 +524,12 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
             try {
                 map_ids(proc_fd, pid, options, what);
             } catch (...) {
-                ::kill(pid, SIGKILL);
-                reap();
+                kill_and_reap(pid);
                 throw;
             }
             if (::write(go_w.get(), &sync, 1) != 1) {
                 int err = errno;
-                ::kill(pid, SIGKILL);
-                reap();
+                kill_and_reap(pid);
                 throw Error(err, "sandbox: release the child", what);
             }
         }
@@ -553,14 +545,13 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
         try {
             ready = poll_until({pfd, out_open ? 2u : 1u}, deadline, what);
         } catch (...) {
-            ::kill(pid, SIGKILL);
-            reap();
+            kill_and_reap(pid);
             throw;
         }
         if (!ready) {
             const std::string where = blocked_opening(pid);
             ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
-            reap();
+            reap(pid);
             throw Error(ETIMEDOUT, "run", what,
                         "killed after " + std::to_string(options.timeout.count()) + " ms" + where);
         }
@@ -574,7 +565,7 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
         }
         if ((pfd[0].revents & POLLIN) != 0) exited = true;
     }
-    const int status = reap();
+    const int status = reap(pid);
     if (out_open && ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK) == 0) {
         char buf[1024];
         ssize_t r;

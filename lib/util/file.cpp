@@ -1,6 +1,7 @@
 #include "gpubind/util/file.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,21 +25,38 @@ Fd openat_or_throw(int dirfd, const char* rel, int flags, const std::string& wha
     return Fd(fd);
 }
 
-std::string read_stream(int fd, std::size_t max_size, const std::string& what) {
-    std::string out;
+BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
+                         std::optional<std::chrono::steady_clock::time_point> deadline) {
+    BoundedRead out;
     char buf[16384];
     for (;;) {
-        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (deadline) {
+            pollfd p{fd, POLLIN, 0};
+            if (!poll_until({&p, 1}, *deadline, what)) {
+                out.end = ReadEnd::Deadline;
+                return out;
+            }
+        }
+        const ssize_t n = ::read(fd, buf, sizeof buf);
         if (n < 0) {
-            if (errno == EINTR) continue;
+            if (errno == EINTR || errno == EAGAIN) continue;
             throw_errno("read", what);
         }
         if (n == 0) return out;
-        if (out.size() + static_cast<std::size_t>(n) > max_size)
-            throw Error(ErrorKind::Invalid, EFBIG, "read", what,
-                        "larger than the limit of " + std::to_string(max_size) + " bytes");
-        out.append(buf, static_cast<std::size_t>(n));
+        if (out.data.size() + static_cast<std::size_t>(n) > max_size) {
+            out.end = ReadEnd::TooLarge;
+            return out;
+        }
+        out.data.append(buf, static_cast<std::size_t>(n));
     }
+}
+
+std::string read_stream(int fd, std::size_t max_size, const std::string& what) {
+    BoundedRead read = read_bounded(fd, max_size, what);
+    if (read.end == ReadEnd::TooLarge)
+        throw Error(ErrorKind::Invalid, EFBIG, "read", what,
+                    "larger than the limit of " + std::to_string(max_size) + " bytes");
+    return std::move(read.data);
 }
 
 std::string read_fd(int fd, std::size_t max_size, const std::string& what) {

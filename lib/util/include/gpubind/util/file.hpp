@@ -1,8 +1,10 @@
 // Bounded, descriptor-based file reading.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,6 +25,19 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_size);
 std::string read_fd(int fd, std::size_t max_size, const std::string& what);
 // Reads a stream (pipe, stdin) until EOF, failing once more than max_size arrives.
 std::string read_stream(int fd, std::size_t max_size, const std::string& what);
+
+// The one bounded read every other read is made of: `fd` read until end of
+// file, more than `max_size` bytes (data then holds what came before the
+// read that overflowed), or, where one is given, the deadline (waited for
+// with poll_until). EINTR and EAGAIN are retried; a failing read or poll is
+// an Error naming `what`.
+enum class ReadEnd { Eof, TooLarge, Deadline };
+struct BoundedRead {
+    std::string data;
+    ReadEnd end = ReadEnd::Eof;
+};
+BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
+                         std::optional<std::chrono::steady_clock::time_point> deadline = {});
 
 // Why the directory open at `dirfd` may not hold files gpubind trusts or
 // writes as root ("" when it may): not a directory, owned by another user
