@@ -1,7 +1,7 @@
-// CDI requests and specs for gpubind-runtime: reading what a container asks
-// for by CDI name, the cdiVersion rule, reading the node's CDI specs (every
-// vendor's) as hostile input, and applying the named devices to an OCI spec
-// (rules in cdi.hpp). Needs no node: the fuzzer builds it alone.
+// CDI specs for gpubind-runtime: the cdiVersion rule, reading the node's CDI
+// specs (every vendor's) as hostile input, and applying the named devices to
+// an OCI spec (rules in cdi.hpp); what a container asks for is
+// cdi_requests.cpp. Needs no node: the fuzzer builds it alone.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -32,63 +32,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-constexpr std::string_view kAnnotationPrefix = "cdi.k8s.io/";
-constexpr std::string_view kCdiMountDir = "/var/run/nvidia-container-devices/cdi";
-
-// The CDI names a container asks for, each once in the order first given,
-// each checked against who may name what.
-class Names {
-  public:
-    Names(std::string where, bool privileged, std::vector<std::string> vendors)
-        : where_(std::move(where)), privileged_(privileged), vendors_(std::move(vendors)) {}
-
-    // Each field of a comma list (`what`: where it came from), each a valid
-    // qualified name; `any_vendor`: whether the list may name other vendors'
-    // devices than the configured ones.
-    void add(std::vector<std::string>& out, std::string_view list, const std::string& what,
-             bool any_vendor) {
-        for (auto field : split(list, ',')) {
-            field = trim(field);
-            if (field.empty()) continue;
-            // Counted before they are told apart: a list of a million copies
-            // of one name costs no more than one of distinct names.
-            if (++fields_ > kMaxRequestNames)
-                throw Error(ErrorKind::Invalid, E2BIG, "read CDI request", where_,
-                            fmt::format("more than {} CDI device names asked for; refused",
-                                        kMaxRequestNames));
-            auto q = parse_qualified(field);
-            if (!q)
-                throw_invalid("read CDI request", where_,
-                              fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)",
-                                          what, std::string(field)));
-            const std::string_view vendor = vendor_of(q->kind);
-            if (!any_vendor &&
-                std::find(vendors_.begin(), vendors_.end(), vendor) == vendors_.end())
-                throw Error(ECANCELED, "refuse request", where_,
-                            fmt::format("{} names {}, a device of vendor {}; {} may name only "
-                                        "devices of {} ([policy] cdi-vendors)",
-                                        what, q->text(), std::string(vendor),
-                                        privileged_ ? "it" : "a container without CAP_SYS_ADMIN",
-                                        join(vendors_, ", ")));
-            std::string name = q->text();
-            if (seen_.insert(name).second) out.push_back(std::move(name));
-        }
-    }
-
-  private:
-    static std::string join(const std::vector<std::string>& list, std::string_view sep) {
-        std::string out;
-        for (const auto& s : list) out += (out.empty() ? "" : std::string(sep)) + s;
-        return out;
-    }
-
-    std::string where_;
-    bool privileged_;
-    std::vector<std::string> vendors_;
-    std::size_t fields_ = 0;
-    std::unordered_set<std::string> seen_;
-};
 
 bool non_empty(const json& obj, const char* key) {
     auto it = obj.find(key);
@@ -481,96 +424,6 @@ std::vector<std::string> device_names(const json& spec) {
     for (const auto& d : spec["devices"])
         if (d.is_object() && d.contains("name") && d["name"].is_string())
             out.push_back(kind + "=" + d["name"].get<std::string>());
-    return out;
-}
-
-Requests read_requests(const oci::Spec& spec, const Config& config) {
-    const Policy& policy = config.policy;
-    Requests out;
-    const std::string where = (spec.bundle / "config.json").string();
-    const bool privileged = spec.privileged();
-    Names names(where, privileged,
-                policy.cdi_vendors.empty()
-                    ? std::vector<std::string>{std::string(vendor_of(config.cdi.kind))}
-                    : policy.cdi_vendors);
-    std::vector<std::string> sources;
-    // Annotations: the device plugin's cdi-annotations strategy, CRI's CDI field.
-    if (spec.doc && spec.doc->is_object() && spec.doc->contains("annotations") &&
-        (*spec.doc)["annotations"].is_object())
-        for (const auto& [key, value] : (*spec.doc)["annotations"].items()) {
-            if (!key.starts_with(kAnnotationPrefix) || !value.is_string()) continue;
-            const std::string what = "annotation " + key;
-            const std::string& list = value.get_ref<const std::string&>();
-            if (!privileged && !policy.accept_cdi_annotations_unprivileged &&
-                list.find_first_not_of(" \t,") != std::string::npos)
-                throw Error(ECANCELED, "refuse request", spec.bundle.string(),
-                            what +
-                                " names CDI devices, but the container is not privileged (no "
-                                "CAP_SYS_ADMIN) and policy accept-cdi-annotations-unprivileged "
-                                "is off");
-            names.add(out.devices, list, what, privileged);
-            sources.push_back(what);
-        }
-    // Volume mounts: /var/run/nvidia-container-devices/cdi/<vendor>/<class>/<name>.
-    std::vector<std::string> mounted;
-    for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
-        const auto& m = spec.mounts[i];
-        if (m.source != "/dev/null") continue;
-        const fs::path rel =
-            fs::path(m.destination).lexically_normal().lexically_relative(kCdiMountDir);
-        std::vector<std::string> parts;
-        for (const auto& part : rel)
-            if (!part.empty()) parts.push_back(part.string());
-        if (parts.empty() || parts[0] == "." || parts[0] == "..") continue;
-        if (parts.size() != 3)
-            throw_invalid("read CDI request", where,
-                          fmt::format("mounts[{}].destination {}: not {}/<vendor>/<class>/<name>",
-                                      i, m.destination, kCdiMountDir));
-        const std::string name = parts[0] + "/" + parts[1] + "=" + parts[2];
-        const std::string what = fmt::format("mounts[{}].destination", i);
-        if (policy.accept_volume_mounts) {
-            names.add(out.devices, name, what, privileged);
-        } else if (!parse_qualified(name)) {
-            throw_invalid(
-                "read CDI request", where,
-                fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)", what, name));
-        }
-        if (mounted.empty() && policy.accept_volume_mounts) sources.push_back("volume mounts");
-        mounted.push_back(m.destination);
-    }
-    if (!mounted.empty() && policy.accept_volume_mounts) {
-        // The mounts replace the variable.
-    } else {
-        if (!mounted.empty())
-            logger().warn(
-                "{}: ignoring the CDI device mounts under {}: policy does not accept them",
-                spec.bundle.string(), kCdiMountDir);
-        if (auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES")) {
-            bool cdi = false, other = false;
-            for (auto field : split(*visible, ',')) {
-                field = trim(field);
-                if (field.empty()) continue;
-                (looks_qualified(field) ? cdi : other) = true;
-            }
-            if (cdi && other)
-                throw_invalid(
-                    "read CDI request", where,
-                    "NVIDIA_VISIBLE_DEVICES mixes CDI names and device ids: '" + *visible + "'");
-            if (cdi) {
-                if (!privileged && !policy.accept_envvar_unprivileged)
-                    throw Error(
-                        ECANCELED, "refuse request", spec.bundle.string(),
-                        "NVIDIA_VISIBLE_DEVICES names CDI devices, but the container is not "
-                        "privileged (no CAP_SYS_ADMIN) and policy accept_envvar_unprivileged is "
-                        "off");
-                // NVIDIA's variable names NVIDIA's devices (the configured
-                // vendors), whoever sets it.
-                names.add(out.devices, *visible, "NVIDIA_VISIBLE_DEVICES", false);
-                sources.push_back("NVIDIA_VISIBLE_DEVICES");
-            }
-        }
-    }
-    for (const auto& s : sources) out.source += (out.source.empty() ? "" : ", ") + s;
     return out;
 }
 
