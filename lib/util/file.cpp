@@ -39,7 +39,8 @@ BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
         }
         const ssize_t n = ::read(fd, buf, sizeof buf);
         if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN) continue;
+            // EAGAIN waits in poll: only with a deadline (no busy loop without one).
+            if (errno == EINTR || (errno == EAGAIN && deadline)) continue;
             throw_errno("read", what);
         }
         if (n == 0) return out;

@@ -29,8 +29,8 @@ std::string read_stream(int fd, std::size_t max_size, const std::string& what);
 // The one bounded read every other read is made of: `fd` read until end of
 // file, more than `max_size` bytes (data then holds what came before the
 // read that overflowed), or, where one is given, the deadline (waited for
-// with poll_until). EINTR and EAGAIN are retried; a failing read or poll is
-// an Error naming `what`.
+// with poll_until). EINTR is retried, and EAGAIN where a deadline lets poll
+// wait for more; a failing read or poll is an Error naming `what`.
 enum class ReadEnd { Eof, TooLarge, Deadline };
 struct BoundedRead {
     std::string data;
