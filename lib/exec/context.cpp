@@ -1,0 +1,354 @@
+// The context the executor's steps share (context.hpp): the checks on what
+// the plan names, the namespaces, the ids things are created as, the
+// container's root and the rule for where gpubind may act in it.
+#include "context.hpp"
+
+#include <cerrno>
+#include <exception>
+
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/strings.hpp"
+
+namespace gpubind::exec {
+
+void check_container_path(std::string_view p, std::string_view kind) {
+    auto fail = [&](std::string_view why) {
+        throw_invalid("execute", std::string(p), fmt::format("{} {} {}", kind, p, why));
+    };
+    if (!p.starts_with('/')) fail("is not an absolute path");
+    if (p == "/") fail("is the root itself");
+    for (std::string_view rest = p.substr(1);;) {
+        const std::size_t slash = rest.find('/');
+        const std::string_view c = rest.substr(0, slash);
+        if (c.empty() || c == "." || c == "..") fail("has a '.', '..' or empty component");
+        if (slash == std::string_view::npos) break;
+        rest.remove_prefix(slash + 1);
+    }
+}
+
+void check_name(const std::string& name, const std::string& what) {
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+        name.find('\0') != std::string::npos)
+        throw_invalid("execute", name, what + " is not a single file name");
+}
+
+std::vector<std::string> proc_relative(const std::string& host_path) {
+    std::vector<std::string> parts;
+    for (std::string_view c : split(host_path, '/'))
+        if (!c.empty()) parts.emplace_back(c);
+    for (std::size_t i = parts.size(); i-- > 1;) {
+        if (parts[i - 1] == "driver" && parts[i] == "nvidia") {
+            std::vector<std::string> rel(parts.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                         parts.end());
+            if (rel.empty()) break;
+            for (const auto& r : rel) check_name(r, "capability file " + host_path);
+            return rel;
+        }
+    }
+    throw_invalid("execute", host_path, "capability file is not under a driver/nvidia directory");
+}
+
+std::string describe(const FileInfo& info) {
+    std::string s(to_string(info.type));
+    if (info.type == Type::CharDevice || info.type == Type::BlockDevice)
+        s += " " + std::to_string(info.major) + ":" + std::to_string(info.minor);
+    return s;
+}
+
+bool within(std::string_view p, std::string_view dir) {
+    return p.starts_with(dir) && (p.size() == dir.size() || dir == "/" || p[dir.size()] == '/');
+}
+
+bool use_ldconfig(const Plan& plan, const Target& target) {
+    return target.ldcache == LdcacheMethod::Ldconfig || plan.ldcache_scan;
+}
+
+// --- timing ---
+
+Timing::Timing() : timed_(logger().should_log(LogLevel::Debug)) {}
+
+void Timing::mark(const char* step) {
+    if (timed_) marks_.emplace_back(step, Clock::now());
+}
+
+void Timing::log() const {
+    if (!timed_) return;
+    std::string text;
+    for (std::size_t i = 1; i < marks_.size(); ++i)
+        text += fmt::format("{}{} {} us", i > 1 ? ", " : "", marks_[i].first,
+                            std::chrono::duration_cast<std::chrono::microseconds>(
+                                marks_[i].second - marks_[i - 1].second)
+                                .count());
+    logger().debug("execution: {}", text);
+}
+
+// --- namespaces ---
+
+void Context::enter() {
+    if (target.join_user_ns && !host.in_user_ns) {
+        sys.enter_user_ns(host.user_ns.get());
+        host.in_user_ns = true;
+    }
+    sys.enter_mount_ns(host.container_ns.get());
+    host.in_container = true;
+}
+
+void Context::leave() {
+    // Nothing leads back out of a user namespace: the caller stays (and exits).
+    if (host.in_user_ns) return;
+    sys.enter_mount_ns(host.own_ns.get());
+    host.in_container = false;
+    sys.change_dir(host.cwd.get());
+}
+
+// --- ids ---
+
+void Context::set_owner(Owner owner) {
+    owner_ = owner;
+    chown_ = owner.uid != 0 || owner.gid != 0;
+}
+
+void Context::switch_fs_ids(Owner to) {
+    sys.set_fs_ids(to.uid, to.gid);
+    fs_ids_switched_ = to != Owner{};
+}
+
+void Context::restore_fs_ids() noexcept {
+    if (!fs_ids_switched_) return;
+    try {
+        switch_fs_ids({});
+    } catch (const std::exception& e) {
+        logger().error("cannot switch the file system ids back: {}", e.what());
+    }
+}
+
+// --- inside the root ---
+
+void Context::open_root() {
+    root_ = std::make_shared<Fd>(sys.open_root(target.rootfs));
+    mounts.set_root(root_);
+    mounts.find_fresh_tmpfs(host.fresh_candidates, host.host_mountinfo);
+}
+
+SharedFd Context::resolve_dir(std::string_view p) {
+    if (SharedFd found = find_dir(p)) return found;
+    Fd fd;
+    SharedFd parent = resolve_dir(dir_name(p));
+    std::string name(base_name(p));
+    FileInfo info = sys.stat_at(parent->get(), name);
+    if (info.type == Type::Symlink)
+        throw Error(ENOENT, "create directory", std::string(p),
+                    "is a symbolic link that leads nowhere inside the container; "
+                    "not following it");
+    if (info.type != Type::Missing)
+        throw Error(ENOTDIR, "create directory", std::string(p), "exists and is " + describe(info));
+    mounts.check(parent, p);
+    as_owner([&] {
+        fd = sys.make_dir(parent->get(), name, 0755);
+        undo.push_back({Undo::Kind::RemoveDir, parent, name, std::string(p)});
+    });
+    auto shared = std::make_shared<Fd>(std::move(fd));
+    dirs_.emplace(p, shared);
+    return shared;
+}
+
+SharedFd Context::find_dir(std::string_view p) {
+    if (p == "/") return root_;
+    auto it = dirs_.find(p);
+    if (it != dirs_.end()) return it->second;
+    Fd fd = sys.open_dir_in_root(root_->get(), p);
+    if (!fd) return {};
+    auto shared = std::make_shared<Fd>(std::move(fd));
+    dirs_.emplace(p, shared);
+    return shared;
+}
+
+Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kind, unsigned major,
+                        unsigned minor) {
+    return mount_point(dir, p, kind, sys.stat_at(dir->get(), std::string(base_name(p))), major,
+                       minor);
+}
+
+Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kind, FileInfo info,
+                        unsigned major, unsigned minor) {
+    const std::string name(base_name(p));
+    if (info.type == Type::Symlink && kind == PointKind::File) {
+        // A link at a driver file's name (the image's, or one of an
+        // earlier start): replaced by the mount point, never followed.
+        replace_link(dir, p, "an empty mount point");
+        info.type = Type::Missing;
+    }
+    bool ok = false;
+    switch (info.type) {
+        case Type::Missing: {
+            // What we create is the mount point: its own descriptor, no
+            // second lookup that something swapped in could answer.
+            Fd created;
+            as_owner([&] {
+                const bool directory = kind == PointKind::Directory;
+                created = directory ? sys.make_dir(dir->get(), name, 0755)
+                                    : sys.make_file(dir->get(), name, 0644);
+                undo.push_back(
+                    {directory ? Undo::Kind::RemoveDir : Undo::Kind::RemoveFile, dir, name, p});
+            });
+            return created;
+        }
+        case Type::Regular:
+            ok = kind != PointKind::Directory;
+            break;
+        case Type::Directory:
+            ok = kind == PointKind::Directory;
+            break;
+        case Type::CharDevice:
+            ok = kind == PointKind::Device && info.major == major && info.minor == minor;
+            break;
+        default:
+            break;
+    }
+    if (!ok)
+        throw Error(EEXIST, "create mount point", p,
+                    "exists and is " + describe(info) + "; refusing to mount over it");
+    Fd fd = sys.open_at(dir->get(), name);
+    // The inode we mount onto is the one just checked, not one swapped in meanwhile.
+    FileInfo now = sys.stat_fd(fd.get());
+    if (now.type != info.type)
+        throw Error(EEXIST, "create mount point", p,
+                    "changed to " + describe(now) + " while being prepared");
+    return fd;
+}
+
+void Context::bind(Fd& tree, const std::string& target_path, PointKind kind, unsigned flags,
+                   unsigned major, unsigned minor) {
+    SharedFd dir = resolve_dir(dir_name(target_path));
+    mounts.check(dir, target_path);
+    Fd point = mount_point(dir, target_path, kind, major, minor);
+    // Flags go on the detached mount: it never appears without them.
+    if (flags != 0) sys.set_mount_flags(tree.get(), flags);
+    sys.attach(tree.get(), point.get());
+    undo.push_back({Undo::Kind::Detach, dir, std::string(base_name(target_path)), target_path});
+    // A directory mounted over a path hides what was resolved below it.
+    if (kind == PointKind::Directory) dirs_.clear();
+}
+
+void Context::replace_link(const SharedFd& dir, const std::string& p, const std::string& with) {
+    const std::string name(base_name(p));
+    std::string old = sys.read_link_at(dir->get(), name);
+    logger().info("{}: replaced the link to {} with {}", p, old, with);
+    sys.remove(dir->get(), name, false);
+    undo.push_back({Undo::Kind::RestoreLink, dir, name, p, std::move(old)});
+}
+
+void Context::remove_file(const SharedFd& dir, const std::string& p, std::string old) {
+    const std::string name(base_name(p));
+    sys.remove(dir->get(), name, false);
+    undo.push_back({Undo::Kind::RestoreFile, dir, name, p, std::move(old)});
+}
+
+DirNames Context::list_names(const SharedFd& dir, std::string_view path, const NameFilter& keep) {
+    DirNames listed = sys.list_dir(dir->get(), kMaxDirEntries, keep);
+    if (listed.more)
+        throw Error(ErrorKind::Invalid, E2BIG, "list directory", std::string(path),
+                    fmt::format("has more than {} entries; refusing", kMaxDirEntries));
+    return listed;
+}
+
+// --- where gpubind may act ---
+
+void OwnMounts::set_root(const SharedFd& root) {
+    root_ = root;
+    root_mount_ = sys_.mount_id(root->get());
+}
+
+// The mounts at Target::fresh_tmpfs's paths that are the container's own
+// memory: a tmpfs no mount of the runtime's namespace (host_mountinfo)
+// shows. Looked at before anything is mounted, so nothing of ours is
+// what a path there resolves to.
+void OwnMounts::find_fresh_tmpfs(const std::vector<std::string>& candidates,
+                                 const Fd& host_mountinfo) {
+    std::vector<std::uint64_t> ids;
+    std::vector<std::pair<unsigned, unsigned>> devices;
+    for (const std::string& at : candidates) {
+        Fd top;
+        try {
+            top = sys_.open_dir_in_root(root_->get(), at);
+        } catch (const Error& e) {
+            logger().debug("{}: not taken as the runtime's tmpfs: {}", at, e.what());
+            continue;
+        }
+        if (!top) continue;
+        const auto device = sys_.tmpfs_device(top.get());
+        if (!device) {
+            logger().debug("{}: not a tmpfs", at);
+            continue;
+        }
+        ids.push_back(sys_.mount_id(top.get()));
+        devices.push_back(*device);
+    }
+    if (ids.empty()) return;
+    // Read after the mounts were looked at: a host mount made meanwhile
+    // is in it too.
+    const std::vector<bool> shown = sys_.mountinfo_shows(host_mountinfo.get(), devices);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (shown[i]) {
+            logger().debug("mount {}: a tmpfs the runtime's namespace shows too", ids[i]);
+            continue;
+        }
+        fresh_tmpfs_.insert(ids[i]);
+    }
+}
+
+std::uint64_t OwnMounts::check(const SharedFd& dir, std::string_view p) {
+    std::uint64_t id = 0;
+    if (const char* why = problem(dir, p, id)) throw Error(EXDEV, "refuse", std::string(p), why);
+    return id;
+}
+
+bool OwnMounts::may_clean(const SharedFd& dir, std::string_view p) {
+    std::uint64_t id = 0;
+    const char* why = problem(dir, p, id);
+    if (why) logger().debug("{}: left as it is: {}", p, why);
+    return why == nullptr;
+}
+
+const char* OwnMounts::problem(const SharedFd& dir, std::string_view p, std::uint64_t& id) {
+    // Asked once per directory descriptor: it pins its mount (and the
+    // key keeps the descriptor, so no other takes its place meanwhile).
+    auto [cached, fresh] = dir_mounts_.try_emplace(dir, 0);
+    if (fresh) cached->second = sys_.mount_id(dir->get());
+    id = cached->second;
+    if (id != root_mount_) {
+        // The path's first component: "dev" of "/dev/nvidia0".
+        const std::string_view rest = p.substr(p.starts_with('/') ? 1 : 0);
+        const std::string_view first = rest.substr(0, rest.find('/'));
+        bool runtime_mount = false;
+        if (first == "dev" || first == "proc") {
+            auto& known = first == "dev" ? dev_mount_ : proc_mount_;
+            if (!known) {
+                Fd top = sys_.open_dir_in_root(root_->get(), join_path("/", first));
+                known = top ? sys_.mount_id(top.get()) : root_mount_;
+            }
+            runtime_mount = id == *known;
+        }
+        if (!runtime_mount) runtime_mount = fresh_tmpfs_.contains(id);
+        if (!runtime_mount)
+            return "is on another mount than the container's root (a volume); gpubind "
+                   "creates and mounts only on the rootfs's own mount";
+    }
+    auto [known, added] = shared_mounts_.try_emplace(id, false);
+    if (added) {
+        if (const auto shared = sys_.mount_shared(dir->get())) {
+            known->second = *shared;
+        } else {
+            if (!mountinfo_) mountinfo_ = sys_.read_mountinfo();  // once per start
+            known->second = mount_is_shared(*mountinfo_, id);
+        }
+    }
+    if (known->second)
+        return "is on a shared mount (rootfsPropagation or a shared /dev): what gpubind "
+               "mounts there would propagate to its peers, the host's mount table "
+               "among them";
+    return nullptr;
+}
+
+}  // namespace gpubind::exec

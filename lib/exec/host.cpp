@@ -1,0 +1,165 @@
+// The executor's host side: everything checked and opened before anything in
+// the container changes (exec.hpp, step 1).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/log.hpp"
+
+#include "context.hpp"
+#include "device_access.hpp"
+
+namespace gpubind::exec {
+
+namespace {
+
+void validate_plan(const Plan& plan) {
+    for (const auto& d : plan.devices) {
+        check_container_path(d.node.path, "device");
+        if (d.bind && !d.node.host_path.starts_with('/'))
+            throw_invalid("execute", d.node.host_path, "device source is not an absolute path");
+    }
+    for (const auto& m : plan.mounts) {
+        check_container_path(m.target, "mount target");
+        if (!m.source.starts_with('/'))
+            throw_invalid("execute", m.source, "mount source is not an absolute path");
+    }
+    for (const auto& s : plan.symlinks) {
+        check_container_path(s.path, "symlink");
+        if (s.target.empty() || s.target.find('\0') != std::string::npos)
+            throw_invalid("execute", s.path, "symlink has an empty target");
+    }
+    if (plan.proc) {
+        check_container_path(plan.proc->target, "proc view");
+        for (const auto& g : plan.proc->gpus) check_name(g.bus_id, "GPU directory");
+        for (const auto& cap : plan.proc->capability_files) proc_relative(cap);
+    }
+    for (const auto& d : plan.library_dirs)
+        if (d != "/") check_container_path(d, "library directory");
+}
+
+// Whether the plan creates, mounts or writes anything at or below `at`.
+bool plan_reaches(const Plan& plan, std::string_view at) {
+    auto in = [&](std::string_view p) { return within(p, at); };
+    return std::any_of(plan.mounts.begin(), plan.mounts.end(),
+                       [&](const auto& m) { return in(m.target); }) ||
+           std::any_of(plan.symlinks.begin(), plan.symlinks.end(),
+                       [&](const auto& l) { return in(l.path); }) ||
+           std::any_of(plan.files.begin(), plan.files.end(),
+                       [&](const auto& f) { return in(f.path); }) ||
+           std::any_of(plan.stale_files.begin(), plan.stale_files.end(),
+                       [&](const auto& f) { return in(f.path); }) ||
+           std::any_of(plan.owned.begin(), plan.owned.end(),
+                       [&](const auto& o) { return in(o.dir); }) ||
+           std::any_of(plan.library_dirs.begin(), plan.library_dirs.end(), in) ||
+           (plan.refresh_ldcache && in("/etc/ld.so.cache")) || (plan.proc && in(plan.proc->target));
+}
+
+// The container's root as the host sees it: a container with a user
+// namespace gets what we create owned by the ids its root maps to (an
+// unmapped root leaves them the host root's, "nobody" inside).
+void prepare_owner(Context& c, const std::string& who) {
+    if (c.target.join_user_ns) {
+        // What this process creates there is the container root's already.
+        c.host.user_ns = c.sys.open_user_ns(c.host.pidfd.get(), c.target.pid);
+        return;
+    }
+    const int pidfd = c.host.pidfd.get();
+    const auto uid = map_id(c.sys.read_proc(pidfd, c.target.pid, "uid_map"), 0, who + " uid_map");
+    const auto gid = map_id(c.sys.read_proc(pidfd, c.target.pid, "gid_map"), 0, who + " gid_map");
+    if (!uid || !gid) {
+        logger().warn(
+            "{}: the container's root is not mapped in its user namespace; "
+            "what gpubind creates stays owned by the host's root",
+            who);
+        return;
+    }
+    c.set_owner({*uid, *gid});
+    if (c.chown())
+        logger().debug("{}: user namespace, its root is {}:{} on the host", who, *uid, *gid);
+}
+
+// Each planned source as a detached mount, checked to be what the plan says.
+void open_sources(Context& c) {
+    const Plan& plan = c.plan;
+    Host& host = c.host;
+    for (const auto& dev : plan.devices) {
+        if (!dev.bind) {  // cgroup access only
+            host.device_trees.emplace_back();
+            continue;
+        }
+        Fd tree = c.sys.open_tree(dev.node.host_path);
+        FileInfo info = c.sys.stat_fd(tree.get());
+        if (info.type != Type::CharDevice || info.major != dev.node.major ||
+            info.minor != dev.node.minor)
+            throw Error(ErrorKind::Invalid, EINVAL, "bind device", dev.node.host_path,
+                        "is " + describe(info) + ", not the character device " +
+                            std::to_string(dev.node.major) + ":" + std::to_string(dev.node.minor));
+        host.device_trees.push_back(std::move(tree));
+    }
+    for (const auto& m : plan.mounts) {
+        Fd tree = c.sys.open_tree(m.source);
+        FileInfo info = c.sys.stat_fd(tree.get());
+        if (m.directory != (info.type == Type::Directory))
+            throw Error(m.directory ? ENOTDIR : EISDIR, "bind", m.source,
+                        "is " + describe(info) + ", the plan wants " +
+                            (m.directory ? "a directory" : "a file"));
+        host.mount_trees.push_back(std::move(tree));
+    }
+    if (plan.proc) {
+        for (const auto& cap : plan.proc->capability_files) {
+            Fd tree = c.sys.open_tree(cap);
+            FileInfo info = c.sys.stat_fd(tree.get());
+            if (info.type == Type::Directory)
+                throw Error(EISDIR, "bind", cap, "is a directory, not a file");
+            host.cap_trees.push_back(std::move(tree));
+        }
+    }
+}
+
+}  // namespace
+
+void prepare_host(Context& c, DeviceAccess& devices) {
+    const pid_t pid = c.target.pid;
+    const std::string who = "pid " + std::to_string(pid);
+    if (pid <= 1) throw_invalid("execute", who, "refusing to act on pid <= 1");
+    if (pid == ::getpid()) throw_invalid("execute", who, "refusing to act on this process");
+    if (!c.target.rootfs.is_absolute() || c.target.rootfs.relative_path().empty())
+        throw_invalid("execute", c.target.rootfs.string(),
+                      "the rootfs must be an absolute path other than /");
+    validate_plan(c.plan);
+    // What the runtime's namespace shows, to tell the container's own
+    // tmpfs from a host one: opened here, before any namespace is
+    // entered, and only where a fresh tmpfs would take something of the plan
+    // (containerd's /run; not the /dev every spec has, which is the
+    // runtime's already): ~2 us per mount of the host's.
+    for (const std::string& at : c.target.fresh_tmpfs)
+        if (!within(at, "/dev") && !within(at, "/proc") && plan_reaches(c.plan, at))
+            c.host.fresh_candidates.push_back(at);
+    if (!c.host.fresh_candidates.empty()) c.host.host_mountinfo = c.sys.open_mountinfo();
+
+    c.host.pidfd = c.sys.open_process(pid);
+    c.host.container_ns = c.sys.open_mount_ns(c.host.pidfd.get(), pid);
+    c.host.own_ns = c.sys.open_own_mount_ns();
+    prepare_owner(c, who);
+    if (c.sys.same_file(c.host.container_ns.get(), c.host.own_ns.get()))
+        throw Error(EPERM, "execute", who,
+                    "the container shares this process's mount namespace; refusing");
+    c.timing.mark("process and namespaces");
+    if (c.target.cgroups && !c.plan.devices.empty()) devices.prepare(c.host.pidfd.get(), pid, who);
+    c.timing.mark("device cgroup prepared");
+    // Rootless: the host's files are opened where this process may clone
+    // mounts, the container's namespace before its pivot_root.
+    if (c.target.join_user_ns) c.enter();
+
+    open_sources(c);
+    if (c.plan.refresh_ldcache && use_ldconfig(c.plan, c.target))
+        c.host.ldconfig = c.sys.open_executable(c.target.ldconfig);
+    c.host.cwd = c.sys.open_cwd();
+    c.timing.mark("driver files opened");
+}
+
+}  // namespace gpubind::exec

@@ -1,0 +1,191 @@
+// The container's loader cache: its files checked before anything is done,
+// then /etc/ld.so.cache written by gpubind's writer or by the host's ldconfig
+// (sandboxed) and put in place by descriptor (exec.hpp, step 4).
+#include <unistd.h>
+
+#include <cerrno>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/strings.hpp"
+
+#include "context.hpp"
+
+namespace gpubind::exec {
+
+// The files ldconfig reads or writes under fixed names: missing or
+// regular files, else the container is refused before anything is done
+// (an image's block device named ld.so.cache~, a FIFO for ld.so.conf).
+// Each directory is opened once and each name looked at once per start:
+// what the cache refresh later needs (/etc's type, the cache's) is kept.
+void LoaderCache::check_files() {
+    etc_type_ = check_etc();
+    static const std::pair<const char*, std::vector<const char*>> kFiles[] = {
+        {"/etc", {kCache, kCacheTemp, "ld.so.conf"}},
+        {"/var/cache/ldconfig", {"aux-cache", "aux-cache~"}},
+    };
+    for (const auto& [dir_path, names] : kFiles) {
+        if (dir_path == std::string_view("/etc") && etc_type_ == Type::Missing) continue;
+        const SharedFd dir = c_.find_dir(dir_path);
+        if (!dir) continue;
+        for (const char* name : names) {
+            const FileInfo info = c_.sys.stat_at(dir->get(), name);
+            if (info.type != Type::Missing && info.type != Type::Regular)
+                throw Error(ErrorKind::Invalid, EINVAL, "refresh the loader cache",
+                            join_path(dir_path, name),
+                            "is " + describe(info) + ", not a regular file; refusing");
+            if (std::string_view(name) == kCache) cache_type_ = info.type;
+            if (std::string_view(name) == kCacheTemp) cache_temp_type_ = info.type;
+        }
+    }
+}
+
+// /etc/ld.so.cache and what ldconfig writes it through are regular files
+// or missing, /etc a directory (or missing: the writer creates it,
+// ldconfig fails without it): anything else is refused here, before any
+// open, whichever method writes the cache.
+Type LoaderCache::check_etc() {
+    const FileInfo etc = c_.sys.stat_at(c_.root()->get(), "etc");
+    if (etc.type != Type::Directory && etc.type != Type::Missing)
+        throw Error(
+            ENOTDIR, "check", "/etc",
+            "is " + describe(etc) + ", not a directory (refusing to write the cache there)");
+    return etc.type;
+}
+
+// /etc, as check_files() found it; null: no /etc for ldconfig.
+SharedFd LoaderCache::cache_dir() {
+    if (etc_type_ == Type::Missing && use_ldconfig(c_.plan, c_.target)) return nullptr;
+    return c_.resolve_dir("/etc");
+}
+
+void LoaderCache::refresh() {
+    SharedFd etc = cache_dir();
+    if (use_ldconfig(c_.plan, c_.target)) {
+        run_ldconfig();
+        return;
+    }
+    c_.mounts.check(etc, "/etc/ld.so.cache");
+    // The image's cache, if any: read by descriptor, never following a link.
+    std::optional<RegularFile> original;
+    std::optional<ldcache::Cache> image;
+    if (cache_type_ == Type::Regular) {
+        original = c_.sys.read_regular_at(etc->get(), kCache, ldcache::kMaxCacheSize);
+        try {
+            image = ldcache::parse(original->data, "/etc/ld.so.cache");
+        } catch (const Error& e) {
+            logger().warn("{}; writing a cache of the injected libraries alone", e.what());
+        }
+    }
+    // ldconfig rescans the refreshed directories: an image entry there
+    // whose file is gone (an earlier start's driver file, removed above)
+    // goes too. One listing per directory (a real image's cache names
+    // hundreds of files there), never following anything.
+    if (image) drop_gone_entries(*image);
+    const std::size_t image_entries = image ? image->entries.size() : 0;
+    const std::string bytes = ldcache::serialize(
+        ldcache::merge(std::move(image), c_.plan.ldcache_libraries, c_.plan.library_dirs));
+    // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
+    if (cache_temp_type_ == Type::Regular)
+        c_.as_owner([&] { c_.sys.remove(etc->get(), kCacheTemp, false); });
+    // The new file is created as the container's root; it keeps the
+    // original's owner (set by the host's root where that is someone else)
+    // and permissions, or gets 0644 as ldconfig gives it.
+    const Owner creator = c_.chown() ? c_.owner() : Owner{};
+    const unsigned mode = original ? (original->mode & 0777) : 0644;
+    std::optional<Owner> chown_to;
+    if (original && (Owner{original->uid, original->gid} != creator) && !c_.target.join_user_ns)
+        chown_to = Owner{original->uid, original->gid};
+    logger().debug("loader cache: {} entries, {} bytes ({} injected)", image_entries, bytes.size(),
+                   c_.plan.ldcache_libraries.size());
+    if (chown_to)
+        c_.sys.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, chown_to);
+    else
+        c_.as_owner([&] {
+            c_.sys.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, std::nullopt);
+        });
+    Undo undo{original ? Undo::Kind::RestoreCache : Undo::Kind::RemoveFile, etc, kCache,
+              "/etc/ld.so.cache"};
+    if (original) undo.original = std::make_shared<const RegularFile>(std::move(*original));
+    c_.undo.push_back(std::move(undo));
+}
+
+// ldconfig, confined (System::run), writes the cache into its own scratch
+// and reads the image without writing to it; the cache comes back here
+// and is put in place by descriptor.
+void LoaderCache::run_ldconfig() {
+    const Target& target = c_.target;
+    const std::string out = std::string(kLdconfigScratch) + "/" + std::string(kLdconfigOutput);
+    std::vector<std::string> args = {"-r", target.rootfs.string(), "-X", "-C", out};
+    for (const auto& d : c_.plan.library_dirs) args.push_back(d);
+    // The root of ldconfig's user namespace: the container's root where it
+    // has a user namespace (its host ids; itself when rootless), else an
+    // unprivileged host id (System::run).
+    const int exe = c_.host.ldconfig.get();
+    const std::string path = target.ldconfig.string();
+    std::string cache;
+    if (c_.chown())
+        cache = c_.sys.run_as(c_.owner(), exe, path, args, target.ldconfig_timeout);
+    else if (target.join_user_ns)
+        cache = c_.sys.run_as(Owner{}, exe, path, args, target.ldconfig_timeout);
+    else
+        cache = c_.sys.run(exe, path, args, target.ldconfig_timeout);
+    install_cache(cache);
+}
+
+// /etc/ld.so.cache replaced: written under a new name (O_CREAT|O_EXCL|
+// O_NOFOLLOW) in /etc on the root's own mount, then renamed over a missing
+// one or exchanged with the image's (whose old contents are removed once
+// in place). Undone like the rest until then.
+void LoaderCache::install_cache(const std::string& cache) {
+    SharedFd etc = c_.resolve_dir("/etc");
+    c_.mounts.check(etc, "/etc/ld.so.cache");
+    const std::string name = kCache;  // missing or regular (check_files)
+    const std::string temp = "ld.so.cache.gpubind-" + std::to_string(::getpid());
+    c_.as_owner([&] {
+        c_.sys.write_file_at(etc->get(), temp, cache, 0644);
+        c_.undo.push_back({Undo::Kind::RemoveFile, etc, temp, "/etc/" + temp});
+    });
+    if (cache_type_ == Type::Missing) {
+        c_.sys.rename_at(etc->get(), temp, name);
+        Undo back{Undo::Kind::RenameBack, etc, temp, "/etc/ld.so.cache"};
+        back.other = name;
+        c_.undo.push_back(std::move(back));
+        return;
+    }
+    c_.sys.exchange_at(etc->get(), temp, name);
+    Undo back{Undo::Kind::ExchangeBack, etc, temp, "/etc/ld.so.cache"};
+    back.other = name;
+    c_.undo.push_back(std::move(back));
+    // The image's old cache, now under the temporary name.
+    c_.sys.remove(etc->get(), temp, false);
+    c_.undo.pop_back();
+    c_.undo.pop_back();
+}
+
+// The image's cache entries for files of the refreshed library
+// directories that are no longer there, dropped: each directory listed
+// once, only the names the cache mentions kept.
+void LoaderCache::drop_gone_entries(ldcache::Cache& image) {
+    for (const auto& d : c_.plan.library_dirs) {
+        std::set<std::string_view> named;
+        for (const auto& e : image.entries)
+            if (dir_name(e.path) == d) named.insert(base_name(e.path));
+        if (named.empty()) continue;
+        DirNames listed;
+        if (const SharedFd dir = c_.find_dir(d))
+            listed = c_.list_names(dir, d, [&](std::string_view n) { return named.contains(n); });
+        // Views of `listed`: those of `named` point into the entries erase_if moves.
+        const std::set<std::string_view> there(listed.names.begin(), listed.names.end());
+        std::erase_if(image.entries, [&](const ldcache::Entry& e) {
+            return dir_name(e.path) == d && !there.contains(base_name(e.path));
+        });
+    }
+}
+
+}  // namespace gpubind::exec

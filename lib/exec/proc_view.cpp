@@ -1,0 +1,119 @@
+// The proc view: a read-only tmpfs over /proc/driver/nvidia holding the
+// driver's version and params, the container's GPUs' information files, and
+// the capability files bound from the host (exec.hpp, step 4).
+#include <cerrno>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/strings.hpp"
+
+#include "context.hpp"
+
+namespace gpubind::exec {
+
+namespace {
+
+constexpr unsigned kProcFlags = kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec;
+
+// An empty file in the tmpfs where a capability file is bound once it is attached.
+struct CapPoint {
+    SharedFd dir;
+    std::string name;
+    std::string container_path;
+};
+
+// Where the view goes: the mount point at view.target, or (the tmpfs then
+// going over the parent) at its parent. procfs has driver/nvidia only while
+// the driver is loaded and refuses new directories: on a host without it
+// (a simulated node) the tmpfs goes over the parent instead, holding the
+// view. Known beforehand on the runtime's /proc; learnt from the refusal
+// elsewhere. Returns the mount point; `target` and `dir` say where it is.
+Fd view_point(Context& c, std::string& target, SharedFd& dir, bool& one_level_down) {
+    dir = c.resolve_dir(dir_name(target));
+    const std::uint64_t mount = c.mounts.check(dir, target);
+    const std::string name(base_name(target));
+    const FileInfo there = c.sys.stat_at(dir->get(), name);
+    one_level_down = c.mounts.is_runtime_proc(mount) && there.type == Type::Missing;
+    if (!one_level_down) {
+        try {
+            return c.mount_point(dir, target, Context::PointKind::Directory, there);
+        } catch (const Error& e) {
+            const int err = e.code().value();
+            if (err != ENOENT && err != EPERM && err != EACCES && err != EROFS) throw;
+            if (c.sys.stat_at(dir->get(), name).type != Type::Missing) throw;
+            one_level_down = true;
+        }
+    }
+    // The view is the tmpfs's "nvidia" directory.
+    target = std::string(dir_name(target));
+    dir = c.resolve_dir(dir_name(target));
+    c.mounts.check(dir, target);
+    return c.mount_point(dir, target, Context::PointKind::Directory);
+}
+
+// The view's files written into `base` (a directory of the new tmpfs), and
+// the empty files the capability files are bound onto.
+std::vector<CapPoint> fill_view(Context& c, const ProcView& view, const SharedFd& base) {
+    c.sys.write_file_at(base->get(), "version", view.version, 0444);
+    c.sys.write_file_at(base->get(), "params", view.params, 0444);
+    if (!view.gpus.empty()) {
+        Fd gpus = c.sys.make_dir(base->get(), "gpus", 0555);
+        for (const auto& g : view.gpus) {
+            Fd gdir = c.sys.make_dir(gpus.get(), g.bus_id, 0555);
+            c.sys.write_file_at(gdir.get(), "information", g.information, 0444);
+        }
+    }
+    std::map<std::string, SharedFd> tmp_dirs;
+    std::vector<CapPoint> cap_points;
+    for (const auto& cap : view.capability_files) {
+        std::vector<std::string> rel = proc_relative(cap);
+        SharedFd cur = base;
+        std::string key;
+        for (std::size_t k = 0; k + 1 < rel.size(); ++k) {
+            key += "/" + rel[k];
+            auto it = tmp_dirs.find(key);
+            if (it == tmp_dirs.end())
+                it = tmp_dirs
+                         .emplace(key,
+                                  std::make_shared<Fd>(c.sys.make_dir(cur->get(), rel[k], 0555)))
+                         .first;
+            cur = it->second;
+        }
+        c.sys.make_file(cur->get(), rel.back(), 0444);
+        std::string where = view.target;  // where it shows in the container either way
+        for (const auto& r : rel) where = join_path(where, r);
+        cap_points.push_back({cur, rel.back(), where});
+    }
+    return cap_points;
+}
+
+}  // namespace
+
+void mount_proc_view(Context& c) {
+    const ProcView& view = *c.plan.proc;
+    std::string target = view.target;
+    SharedFd dir;
+    bool one_level_down = false;
+    Fd point = view_point(c, target, dir, one_level_down);
+
+    auto shared_fs = std::make_shared<Fd>(c.sys.make_tmpfs());
+    SharedFd base = shared_fs;
+    if (one_level_down)
+        base = std::make_shared<Fd>(
+            c.sys.make_dir(shared_fs->get(), std::string(base_name(view.target)), 0555));
+    const std::vector<CapPoint> cap_points = fill_view(c, view, base);
+    c.sys.set_mount_flags(shared_fs->get(), kProcFlags);
+    c.sys.attach(shared_fs->get(), point.get());
+    c.undo.push_back({Undo::Kind::Detach, dir, std::string(base_name(target)), target});
+    for (std::size_t i = 0; i < cap_points.size(); ++i) {
+        const CapPoint& cp = cap_points[i];
+        Fd cpoint = c.sys.open_at(cp.dir->get(), cp.name);
+        c.sys.set_mount_flags(c.host.cap_trees[i].get(), kProcFlags);
+        c.sys.attach(c.host.cap_trees[i].get(), cpoint.get());
+        c.undo.push_back({Undo::Kind::Detach, cp.dir, cp.name, cp.container_path});
+    }
+}
+
+}  // namespace gpubind::exec
