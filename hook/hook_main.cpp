@@ -88,9 +88,11 @@ struct Times {
     Clock::time_point started = Clock::now(), read{}, decided{};
 };
 
-// Carries out `plan` in the container (the state's pid).
+// Carries out `plan` in the container (the state's pid), through the System
+// the decision read the image with.
 void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
-               const Config& config, const harden::Deadline& deadline, const Times& times) {
+               const Config& config, System& sys, const harden::Deadline& deadline,
+               const Times& times) {
     Target target = make_target(config, state.pid, spec.rootfs);
     target.fresh_tmpfs = spec.fresh_tmpfs();
     // A rootless runtime runs its hooks as the user: no privilege over the
@@ -99,7 +101,7 @@ void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
     if (target.join_user_ns) logger().debug("rootless: joining the container's user namespace");
     deadline.check("configure the container");
     target.ldconfig_timeout = std::min(target.ldconfig_timeout, deadline.left());
-    execute(plan, target);
+    execute(plan, target, sys);
     const auto done = Clock::now();
     logger().info("container configured");
     logger().debug("timing: config, state and spec {} us, decision {} us, execution {} us",
@@ -110,17 +112,16 @@ void configure(const Plan& plan, const oci::State& state, const oci::Spec& spec,
 // The "cdi" stage (the createRuntime hook of gpubind's CDI spec): the
 // engine applied the spec's devices and mounts; the links, the loader cache
 // and the /proc/driver/nvidia view of the GPUs the spec gave are done here.
-int run_cdi(const Config& config, const oci::State& state, const oci::Spec& spec,
+int run_cdi(const Config& config, const oci::State& state, const oci::Spec& spec, System& sys,
             const harden::Deadline& deadline, Times times) {
-    const Node node = know_node(config, {}).node;
-    const cdi::HookDecision decision = cdi::hook_plan(node, spec, config);
+    const cdi::HookDecision decision = cdi::hook_plan(know_node(config, {}), spec, config, sys);
     times.decided = Clock::now();
     if (!decision.gpu_container) {
         logger().info("{}: nothing to do", decision.reason);
         return kExitOk;
     }
     logger().info("{}: {} links", decision.reason, decision.plan.symlinks.size());
-    configure(decision.plan, state, spec, config, deadline, times);
+    configure(decision.plan, state, spec, config, sys, deadline, times);
     return kExitOk;
 }
 
@@ -148,23 +149,28 @@ int run(const std::string& stage, bool inherited) {
     deadline.check("read the spec");
     const oci::Spec spec = oci::load_spec(state.bundle);
     times.read = Clock::now();
-    if (cdi_stage) return run_cdi(config, state, spec, deadline, times);
+    if (cdi_stage) {
+        LinuxSystem sys;  // one per process: the decision reads the image through it, then acts
+        return run_cdi(config, state, spec, sys, deadline, times);
+    }
     if (runtime::marked(*spec.doc) != finish) {
         if (finish) throw_invalid("run hook", stage, "the spec was not edited by gpubind-runtime");
         logger().debug("edited by gpubind-runtime: its finish hook completes the container");
         return kExitOk;
     }
-    Decision decision = decide(spec, config);
-    times.decided = Clock::now();
-    if (!decision.gpu_container()) {
-        logger().debug("{}: nothing to do", decision.reason);
+    Request request = read_request(spec, config.policy);
+    if (!request.gpu_container()) {
+        logger().debug("{}: nothing to do", describe_request(request));
         return kExitOk;
     }
+    LinuxSystem sys;  // one per process: the decision reads the image through it, then acts
+    Decision decision = decide(std::move(request), spec.rootfs, config, sys);
+    times.decided = Clock::now();
     const Plan plan =
         finish ? runtime::edited_finish_plan(std::move(decision.plan)) : std::move(decision.plan);
     logger().info("{}: {} devices, {} mounts, {} links", decision.reason, plan.devices.size(),
                   plan.mounts.size(), plan.symlinks.size());
-    configure(plan, state, spec, config, deadline, times);
+    configure(plan, state, spec, config, sys, deadline, times);
     return kExitOk;
 }
 

@@ -332,7 +332,9 @@ SpecSelection selection_in_spec(const Node& node, const json& spec) {
     return out;
 }
 
-HookDecision hook_plan(const Node& node, const oci::Spec& spec, const Config& config) {
+HookDecision hook_plan(const NodeKnowledge& known, const oci::Spec& spec, const Config& config,
+                       System& sys) {
+    const Node& node = known.node;
     HookDecision out;
     const SpecSelection found = selection_in_spec(node, *spec.doc);
     if (found.selection.empty() && found.imex_channels.empty()) {
@@ -345,9 +347,9 @@ HookDecision hook_plan(const Node& node, const oci::Spec& spec, const Config& co
     request.imex_channels = found.imex_channels;
     request.devices = {found.selection.empty() ? DeviceIdsKind::None : DeviceIdsKind::List,
                        found.names};
-    const Image image = image_for(node, inspect_image(spec.rootfs));
-    out.plan = runtime::finish_plan(
-        make_plan(request, node, found.selection, image, config, read_proc_files(node)));
+    const Image image = image_for(node, inspect_image(sys, sys.open_root(spec.rootfs).get()));
+    out.plan =
+        runtime::finish_plan(make_plan(request, node, found.selection, image, config, known.proc));
     std::string names;
     for (const auto& n : found.names) names += (names.empty() ? "" : ", ") + n;
     out.reason = fmt::format("CDI devices in the spec: {}; capabilities {}", names,

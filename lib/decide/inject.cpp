@@ -59,14 +59,14 @@ LoadOptions node_needs(const Request& request, bool store) {
     return options;
 }
 
-Decision decide_on(Request request, const std::filesystem::path& rootfs, const Config& config,
-                   NodeKnowledge known) {
+Decision decide_on(Request request, System& sys, const std::filesystem::path& rootfs,
+                   const Config& config, NodeKnowledge known) {
     Decision d = leave_alone(std::move(request));
     if (!d.request.gpu_container()) return d;
     d.node = std::make_unique<Node>(std::move(known.node));
     const Selection selection = select_devices(*d.node, d.request.devices);
     check_requirements(d.request, *d.node, selection);
-    const Image image = inspect_image(rootfs);
+    const Image image = inspect_image(sys, sys.open_root(rootfs).get());
     d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
     logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),
                    d.plan.mounts.size(), d.plan.symlinks.size());

@@ -15,14 +15,17 @@ NodeKnowledge know_node(const Config& config, const LoadOptions& options) {
 
 namespace {
 
-// decide() with, where given, a node this process knew already.
+// decide() with, where given, a node this process knew already, the image
+// read through `sys` (LinuxSystem when none is given).
 Decision decide_with(Request request, const std::filesystem::path& rootfs, const Config& config,
-                     bool store, std::optional<NodeKnowledge> known) {
+                     bool store, std::optional<NodeKnowledge> known, System* sys = nullptr) {
     if (!request.gpu_container()) return leave_alone(std::move(request));
     const LoadOptions options = node_needs(request, store);
     if (!known || (options.need_nvml && known->nvml.status == NvmlStatus::NotAsked))
         known = know_node(config, options);
-    return decide_on(std::move(request), rootfs, config, std::move(*known));
+    if (sys) return decide_on(std::move(request), *sys, rootfs, config, std::move(*known));
+    LinuxSystem linux_sys;
+    return decide_on(std::move(request), linux_sys, rootfs, config, std::move(*known));
 }
 
 }  // namespace
@@ -34,6 +37,11 @@ Decision decide(Request request, const std::filesystem::path& rootfs, const Conf
 
 Decision decide(const oci::Spec& spec, const Config& config, bool store) {
     return decide_with(read_request(spec, config.policy), spec.rootfs, config, store, std::nullopt);
+}
+
+Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
+                System& sys) {
+    return decide_with(std::move(request), rootfs, config, true, std::nullopt, &sys);
 }
 
 Decision decide(const oci::Spec& spec, const Config& config, NodeKnowledge known) {

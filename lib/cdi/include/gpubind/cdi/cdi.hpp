@@ -28,8 +28,10 @@
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/plan.hpp"
 #include "gpubind/decide/request.hpp"
+#include "gpubind/node/description.hpp"
 #include "gpubind/node/devices.hpp"
 #include "gpubind/node/node.hpp"
+#include "gpubind/os/system.hpp"
 
 namespace gpubind::cdi {
 
@@ -118,14 +120,17 @@ SpecSelection selection_in_spec(const Node& node, const nlohmann::json& spec);
 // of the node's spec: the plan for selection_in_spec()'s devices with
 // config.cdi.caps and image_for(the image), less the devices and mounts the
 // engine made (runtime::finish_plan): links, the /proc/driver/nvidia view
-// of those GPUs, the loader cache. Not a GPU container (empty plan, reason
-// saying so) when the spec holds none of the node's devices.
+// of those GPUs (the driver's files as `known` read them), the loader cache.
+// The image is read through `sys`, the System the hook executes with. Not a
+// GPU container (empty plan, reason saying so) when the spec holds none of
+// the node's devices.
 struct HookDecision {
     Plan plan;
     std::string reason;
     bool gpu_container = false;
 };
-HookDecision hook_plan(const Node& node, const oci::Spec& spec, const Config& config);
+HookDecision hook_plan(const NodeKnowledge& known, const oci::Spec& spec, const Config& config,
+                       System& sys);
 
 // --- CDI requests (cdi_apply.cpp) ---
 

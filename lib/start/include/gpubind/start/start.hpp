@@ -11,6 +11,7 @@
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/node/description.hpp"
+#include "gpubind/os/system.hpp"
 
 namespace gpubind {
 
@@ -33,6 +34,10 @@ Decision decide(const oci::Spec& spec, const Config& config, bool store = true);
 // it is unless the request needs NVML's facts and NVML was never asked in
 // this driver state.
 Decision decide(const oci::Spec& spec, const Config& config, NodeKnowledge known);
+// The same for a request read already, the image read through `sys`:
+// gpubind-hook decides and executes with one System.
+Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
+                System& sys);
 // The same for a request made by hand (gpubind configure) and a rootfs.
 Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
                 bool store = true);
