@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"

@@ -1,5 +1,6 @@
 #include "gpubind/decide/inject.hpp"
 
+#include "gpubind/decide/image.hpp"
 #include "gpubind/node/description.hpp"
 #include "gpubind/node/devices.hpp"
 #include "gpubind/util/log.hpp"

@@ -23,6 +23,7 @@
 
 #include "command.hpp"
 #include "files.hpp"
+#include "gpubind/decide/image.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/sim/elf_stub.hpp"

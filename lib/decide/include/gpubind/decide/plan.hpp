@@ -12,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "gpubind/config/config.hpp"
+#include "gpubind/decide/image.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/node/devices.hpp"

@@ -8,7 +8,6 @@
 
 #include "gpubind/config/capabilities.hpp"
 #include "gpubind/config/config.hpp"
-#include "gpubind/decide/image.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/node/devices.hpp"
 #include "gpubind/node/node.hpp"
