@@ -223,6 +223,24 @@ void run_alu(Machine& m, const Insn& in) {
     m.r[in.dst()] = is64 ? v : (v & 0xffffffffu);
 }
 
+// Whether ordering jump `op` (unsigned or signed, as T is) is taken for a and b.
+template <typename T>
+bool ordered(unsigned op, T a, T b) {
+    switch (op) {
+        case BPF_JGT:
+        case BPF_JSGT:
+            return a > b;
+        case BPF_JGE:
+        case BPF_JSGE:
+            return a >= b;
+        case BPF_JLT:
+        case BPF_JSLT:
+            return a < b;
+        default:  // BPF_JLE, BPF_JSLE
+            return a <= b;
+    }
+}
+
 // Whether conditional jump `op` is taken for a and b (sa and sb: the same, signed).
 bool jump_taken(unsigned op, std::uint64_t a, std::uint64_t b, std::int64_t sa, std::int64_t sb) {
     switch (op) {
@@ -232,24 +250,18 @@ bool jump_taken(unsigned op, std::uint64_t a, std::uint64_t b, std::int64_t sa, 
             return a == b;
         case BPF_JNE:
             return a != b;
-        case BPF_JGT:
-            return a > b;
-        case BPF_JGE:
-            return a >= b;
-        case BPF_JLT:
-            return a < b;
-        case BPF_JLE:
-            return a <= b;
         case BPF_JSET:
             return (a & b) != 0;
+        case BPF_JGT:
+        case BPF_JGE:
+        case BPF_JLT:
+        case BPF_JLE:
+            return ordered(op, a, b);
         case BPF_JSGT:
-            return sa > sb;
         case BPF_JSGE:
-            return sa >= sb;
         case BPF_JSLT:
-            return sa < sb;
         case BPF_JSLE:
-            return sa <= sb;
+            return ordered(op, sa, sb);
         default:
             throw Error(ENOTSUP, "run device program", "", "unsupported jump");
     }
