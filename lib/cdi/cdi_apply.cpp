@@ -341,6 +341,233 @@ std::size_t depth(std::string_view path) {
     return n;
 }
 
+// A qualified name's definitions: each spec that defines it, with its device.
+using DefinedDevices =
+    std::unordered_map<std::string, std::vector<std::pair<const LoadedSpec*, const json*>>>;
+
+// Every device of every spec by its qualified name, once: a request of
+// many names costs a lookup each, not a pass over the node's specs.
+DefinedDevices index_devices(const Registry& registry) {
+    DefinedDevices defined;
+    for (const auto& s : registry.specs)
+        for (const auto& d : s.spec["devices"])
+            defined[s.spec["kind"].get<std::string>() + "=" + d["name"].get<std::string>()]
+                .emplace_back(&s, &d);
+    return defined;
+}
+
+// The spec and the device a requested name resolves to: the highest priority
+// wins; two at that priority conflict.
+std::pair<const LoadedSpec*, const json*> resolve(const std::string& name,
+                                                  const DefinedDevices& defined,
+                                                  const Registry& registry) {
+    const auto q = parse_qualified(name);
+    if (!q) throw_invalid("apply CDI device", name, "not a CDI device name (vendor/class=name)");
+    const LoadedSpec* best = nullptr;
+    const json* best_device = nullptr;
+    if (const auto it = defined.find(q->text()); it != defined.end())
+        for (const auto& [s, d] : it->second) {
+            if (best && best->priority == s->priority)
+                throw Error(EEXIST, "apply CDI device", name,
+                            fmt::format("conflict: defined by {} and {}", best->file.string(),
+                                        s->file.string()));
+            if (!best || s->priority > best->priority) {
+                best = s;
+                best_device = d;
+            }
+        }
+    if (!best) {
+        std::string refused;
+        for (const auto& r : registry.refused) refused += (refused.empty() ? "" : "; ") + r;
+        throw Error(ENOENT, "apply CDI device", name,
+                    refused.empty() ? "no CDI spec on this node defines it"
+                                    : "no valid CDI spec defines it (" + refused + ")");
+    }
+    return {best, best_device};
+}
+
+// The edits of the requested devices: each name resolved, the common edits
+// of its spec (once a spec) and its own gathered.
+Gathered gather_requested(const std::vector<std::string>& devices, const Registry& registry) {
+    const DefinedDevices defined = index_devices(registry);
+    Gathered g;
+    std::set<const LoadedSpec*> common_done;
+    for (const auto& name : devices) {
+        const auto [best, best_device] = resolve(name, defined, registry);
+        if (common_done.insert(best).second && best->spec.contains("containerEdits"))
+            gather(g, best->spec["containerEdits"], name);
+        if (best_device->contains("containerEdits"))
+            gather(g, (*best_device)["containerEdits"], name);
+        logger().info("CDI device {} from {}", name, best->file.string());
+    }
+    return g;
+}
+
+// The gathered variables in process.env: each replaces the entries of its
+// name, or is added at the end.
+void apply_env(json& process, const Gathered& g) {
+    json& env = member(process, "env", json::array(), "process.env");
+    const auto at = index_by(env, [](const json& e) -> std::optional<std::string> {
+        if (!e.is_string()) return std::nullopt;
+        return env_name(e.get<std::string>());
+    });
+    for (const auto& entry : g.env) {
+        const auto it = at.find(env_name(entry));
+        if (it == at.end()) {
+            env.push_back(entry);
+            continue;
+        }
+        for (const std::size_t i : it->second) env[i] = entry;
+    }
+}
+
+// `entry` added at the end of `list` unless the entries at its place (the
+// indices `same_place`, kept up to date) have it already; one there that
+// `differs` from it is a conflict (`who` asked for it; the container's spec
+// already `has` something else at `place`). Returns whether it was added.
+template <typename Differs>
+bool add_once(json& list, std::vector<std::size_t>& same_place, const json& entry,
+              Differs&& differs, const std::string& who, std::string_view has,
+              const std::string& place) {
+    bool present = false;
+    for (const std::size_t i : same_place) {
+        if (differs(list[i]))
+            throw Error(EEXIST, "apply CDI device", who,
+                        fmt::format("conflict: the container's spec already {} at {}", has, place));
+        present = true;
+    }
+    if (present) return false;
+    same_place.push_back(list.size());
+    list.push_back(entry);
+    return true;
+}
+
+// A gathered device node as linux.devices lists it: ids it leaves out are
+// those of the process's user, when not root.
+json oci_node(const json& d, const json& user) {
+    json oci = {{"path", d["path"]}, {"type", d["type"]}};
+    if (d.contains("major")) oci["major"] = d["major"];
+    if (d.contains("minor")) oci["minor"] = d["minor"];
+    if (d.contains("fileMode")) oci["fileMode"] = d["fileMode"];
+    if (d.contains("uid"))
+        oci["uid"] = d["uid"];
+    else if (user.value("uid", 0u) > 0)
+        oci["uid"] = user["uid"];
+    if (d.contains("gid"))
+        oci["gid"] = d["gid"];
+    else if (user.value("gid", 0u) > 0)
+        oci["gid"] = user["gid"];
+    return oci;
+}
+
+// The gathered device nodes in linux.devices (one already at the same path
+// must be the same device), each character or block device allowed by a
+// rule of linux.resources.devices.
+void apply_nodes(json& out, const Gathered& g, const json& user) {
+    json& linux = member(out, "linux", json::object(), "linux");
+    json& list = member(linux, "devices", json::array(), "linux.devices");
+    json& resources = member(linux, "resources", json::object(), "linux.resources");
+    json& rules = member(resources, "devices", json::array(), "linux.resources.devices");
+    // The spec's devices by their paths, normal.
+    auto listed = index_by(list, [](const json& e) -> std::optional<std::string> {
+        if (!e.is_object() || !e.contains("path") || !e["path"].is_string()) return std::nullopt;
+        return normal(e["path"]);
+    });
+    std::unordered_set<std::string> ruled;  // the rules, dumped
+    for (const auto& r : rules) ruled.insert(r.dump());
+    for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+        const auto& [d, who] = g.nodes[n];
+        const json oci = oci_node(d, user);
+        add_once(
+            list, listed[g.node_paths[n]], oci,
+            [&](const json& e) {
+                return e.value("type", "") != oci["type"] ||
+                       e.value("major", json()) != oci.value("major", json()) ||
+                       e.value("minor", json()) != oci.value("minor", json());
+            },
+            who, "has another device", d["path"].get<std::string>());
+        const std::string type = d["type"];
+        if (type == "c" || type == "b") {
+            std::string access = d.value("permissions", "");
+            if (access.empty()) access = "rwm";
+            if (access == "none") access.clear();
+            json rule = {{"allow", true},
+                         {"type", type},
+                         {"major", d["major"]},
+                         {"minor", d["minor"]},
+                         {"access", access}};
+            if (ruled.insert(rule.dump()).second) rules.push_back(std::move(rule));
+        }
+    }
+}
+
+// The mounts sorted by depth (of their normal `destinations`), each
+// destination's depth counted once; equal depths keep their order.
+void sort_by_depth(json& mounts, const std::vector<std::string>& destinations) {
+    std::vector<std::pair<std::size_t, json>> by_depth;
+    by_depth.reserve(mounts.size());
+    for (std::size_t i = 0; i < mounts.size(); ++i)
+        by_depth.emplace_back(depth(destinations[i]), std::move(mounts[i]));
+    std::stable_sort(by_depth.begin(), by_depth.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = 0; i < mounts.size(); ++i) mounts[i] = std::move(by_depth[i].second);
+}
+
+// The gathered mounts in the spec's mounts (one already at the same
+// destination must have the same source), then all sorted by depth.
+void apply_mounts(json& out, const Gathered& g) {
+    json& mounts = member(out, "mounts", json::array(), "mounts");
+    // The destinations of the spec's mounts, normal, each once.
+    std::vector<std::string> destinations;
+    for (const auto& e : mounts)
+        destinations.push_back(e.is_object() && e.contains("destination") &&
+                                       e["destination"].is_string()
+                                   ? normal(e["destination"])
+                                   : std::string());
+    std::unordered_map<std::string, std::vector<std::size_t>> at_destination;
+    for (std::size_t i = 0; i < destinations.size(); ++i)
+        if (!destinations[i].empty()) at_destination[destinations[i]].push_back(i);
+    for (std::size_t n = 0; n < g.mounts.size(); ++n) {
+        const auto& [m, who] = g.mounts[n];
+        json oci = {{"destination", m["containerPath"]}, {"source", m["hostPath"]}};
+        if (m.contains("type")) oci["type"] = m["type"];
+        oci["options"] = m.value("options", json::array());
+        if (add_once(
+                mounts, at_destination[g.mount_paths[n]], oci,
+                [&](const json& e) { return e.value("source", json()) != oci["source"]; }, who,
+                "mounts something else", m["containerPath"].get<std::string>()))
+            destinations.push_back(g.mount_paths[n]);
+    }
+    sort_by_depth(mounts, destinations);
+}
+
+// The gathered hooks in the spec's hooks by stage, each once.
+void apply_hooks(json& out, const Gathered& g) {
+    json& hooks = member(out, "hooks", json::object(), "hooks");
+    std::unordered_map<std::string, std::unordered_set<std::string>> have;  // stage -> dumped
+    for (const auto& h : g.hooks) {
+        const std::string stage = h["hookName"];
+        json& list = member(hooks, stage.c_str(), json::array(), "hooks." + stage);
+        auto [there, fresh] = have.try_emplace(stage);
+        if (fresh)
+            for (const auto& e : list) there->second.insert(e.dump());
+        json oci = {{"path", h["path"]}};
+        for (const char* k : {"args", "env", "timeout"})
+            if (h.contains(k)) oci[k] = h[k];
+        if (there->second.insert(oci.dump()).second) list.push_back(std::move(oci));
+    }
+}
+
+// The gathered group ids in process.user.additionalGids, each once.
+void apply_gids(json& process, const Gathered& g) {
+    json& u = member(process, "user", json::object(), "process.user");
+    json& gids = member(u, "additionalGids", json::array(), "process.user.additionalGids");
+    std::unordered_set<std::string> had;
+    for (const auto& e : gids) had.insert(e.dump());
+    for (auto gid : g.gids)
+        if (had.insert(json(gid).dump()).second) gids.push_back(gid);
+}
+
 }  // namespace
 
 std::vector<const json*> all_edits(const json& spec) {
@@ -519,193 +746,17 @@ json apply(json spec, const std::vector<std::string>& devices, const Registry& r
         throw Error(
             ErrorKind::Invalid, E2BIG, "apply CDI device", "config.json",
             fmt::format("{} CDI devices, more than {}; refused", devices.size(), kMaxRequestNames));
-    // Every device of every spec by its qualified name, once: a request of
-    // many names costs a lookup each, not a pass over the node's specs.
-    std::unordered_map<std::string, std::vector<std::pair<const LoadedSpec*, const json*>>> defined;
-    for (const auto& s : registry.specs)
-        for (const auto& d : s.spec["devices"])
-            defined[s.spec["kind"].get<std::string>() + "=" + d["name"].get<std::string>()]
-                .emplace_back(&s, &d);
-    // Resolve each name: the highest priority wins; two at that priority conflict.
-    Gathered g;
-    std::set<const LoadedSpec*> common_done;
-    for (const auto& name : devices) {
-        const auto q = parse_qualified(name);
-        if (!q)
-            throw_invalid("apply CDI device", name, "not a CDI device name (vendor/class=name)");
-        const LoadedSpec* best = nullptr;
-        const json* best_device = nullptr;
-        if (const auto it = defined.find(q->text()); it != defined.end())
-            for (const auto& [s, d] : it->second) {
-                if (best && best->priority == s->priority)
-                    throw Error(EEXIST, "apply CDI device", name,
-                                fmt::format("conflict: defined by {} and {}", best->file.string(),
-                                            s->file.string()));
-                if (!best || s->priority > best->priority) {
-                    best = s;
-                    best_device = d;
-                }
-            }
-        if (!best) {
-            std::string refused;
-            for (const auto& r : registry.refused) refused += (refused.empty() ? "" : "; ") + r;
-            throw Error(ENOENT, "apply CDI device", name,
-                        refused.empty() ? "no CDI spec on this node defines it"
-                                        : "no valid CDI spec defines it (" + refused + ")");
-        }
-        if (common_done.insert(best).second && best->spec.contains("containerEdits"))
-            gather(g, best->spec["containerEdits"], name);
-        if (best_device->contains("containerEdits"))
-            gather(g, (*best_device)["containerEdits"], name);
-        logger().info("CDI device {} from {}", name, best->file.string());
-    }
+    const Gathered g = gather_requested(devices, registry);
 
     json out = std::move(spec);
     json& process = member(out, "process", json::object(), "process");
-    if (!g.env.empty()) {
-        json& env = member(process, "env", json::array(), "process.env");
-        const auto at = index_by(env, [](const json& e) -> std::optional<std::string> {
-            if (!e.is_string()) return std::nullopt;
-            return env_name(e.get<std::string>());
-        });
-        for (const auto& entry : g.env) {
-            const auto it = at.find(env_name(entry));
-            if (it == at.end()) {
-                env.push_back(entry);
-                continue;
-            }
-            for (const std::size_t i : it->second) env[i] = entry;
-        }
-    }
+    if (!g.env.empty()) apply_env(process, g);
     const json user =
         process.contains("user") && process["user"].is_object() ? process["user"] : json::object();
-    if (!g.nodes.empty()) {
-        json& linux = member(out, "linux", json::object(), "linux");
-        json& list = member(linux, "devices", json::array(), "linux.devices");
-        json& resources = member(linux, "resources", json::object(), "linux.resources");
-        json& rules = member(resources, "devices", json::array(), "linux.resources.devices");
-        // The spec's devices by their paths, normal.
-        auto listed = index_by(list, [](const json& e) -> std::optional<std::string> {
-            if (!e.is_object() || !e.contains("path") || !e["path"].is_string())
-                return std::nullopt;
-            return normal(e["path"]);
-        });
-        std::unordered_set<std::string> ruled;  // the rules, dumped
-        for (const auto& r : rules) ruled.insert(r.dump());
-        for (std::size_t n = 0; n < g.nodes.size(); ++n) {
-            const auto& [d, who] = g.nodes[n];
-            json oci = {{"path", d["path"]}, {"type", d["type"]}};
-            if (d.contains("major")) oci["major"] = d["major"];
-            if (d.contains("minor")) oci["minor"] = d["minor"];
-            if (d.contains("fileMode")) oci["fileMode"] = d["fileMode"];
-            if (d.contains("uid"))
-                oci["uid"] = d["uid"];
-            else if (user.value("uid", 0u) > 0)
-                oci["uid"] = user["uid"];
-            if (d.contains("gid"))
-                oci["gid"] = d["gid"];
-            else if (user.value("gid", 0u) > 0)
-                oci["gid"] = user["gid"];
-            bool present = false;
-            auto& same_path = listed[g.node_paths[n]];
-            for (const std::size_t i : same_path) {
-                const json& e = list[i];
-                if (e.value("type", "") != oci["type"] ||
-                    e.value("major", json()) != oci.value("major", json()) ||
-                    e.value("minor", json()) != oci.value("minor", json()))
-                    throw Error(
-                        EEXIST, "apply CDI device", who,
-                        fmt::format(
-                            "conflict: the container's spec already has another device at {}",
-                            d["path"].get<std::string>()));
-                present = true;
-            }
-            if (!present) {
-                same_path.push_back(list.size());
-                list.push_back(oci);
-            }
-            const std::string type = d["type"];
-            if (type == "c" || type == "b") {
-                std::string access = d.value("permissions", "");
-                if (access.empty()) access = "rwm";
-                if (access == "none") access.clear();
-                json rule = {{"allow", true},
-                             {"type", type},
-                             {"major", d["major"]},
-                             {"minor", d["minor"]},
-                             {"access", access}};
-                if (ruled.insert(rule.dump()).second) rules.push_back(std::move(rule));
-            }
-        }
-    }
-    if (!g.mounts.empty()) {
-        json& mounts = member(out, "mounts", json::array(), "mounts");
-        // The destinations of the spec's mounts, normal, each once.
-        std::vector<std::string> destinations;
-        for (const auto& e : mounts)
-            destinations.push_back(e.is_object() && e.contains("destination") &&
-                                           e["destination"].is_string()
-                                       ? normal(e["destination"])
-                                       : std::string());
-        std::unordered_map<std::string, std::vector<std::size_t>> at_destination;
-        for (std::size_t i = 0; i < destinations.size(); ++i)
-            if (!destinations[i].empty()) at_destination[destinations[i]].push_back(i);
-        for (std::size_t n = 0; n < g.mounts.size(); ++n) {
-            const auto& [m, who] = g.mounts[n];
-            json oci = {{"destination", m["containerPath"]}, {"source", m["hostPath"]}};
-            if (m.contains("type")) oci["type"] = m["type"];
-            oci["options"] = m.value("options", json::array());
-            bool present = false;
-            auto& same_path = at_destination[g.mount_paths[n]];
-            for (const std::size_t i : same_path) {
-                const json& e = mounts[i];
-                if (e.value("source", json()) != oci["source"])
-                    throw Error(
-                        EEXIST, "apply CDI device", who,
-                        fmt::format(
-                            "conflict: the container's spec already mounts something else at {}",
-                            m["containerPath"].get<std::string>()));
-                present = true;
-            }
-            if (!present) {
-                same_path.push_back(mounts.size());
-                mounts.push_back(oci);
-                destinations.push_back(g.mount_paths[n]);
-            }
-        }
-        // Sorted by depth, each destination's depth counted once; equal
-        // depths keep their order.
-        std::vector<std::pair<std::size_t, json>> by_depth;
-        by_depth.reserve(mounts.size());
-        for (std::size_t i = 0; i < mounts.size(); ++i)
-            by_depth.emplace_back(depth(destinations[i]), std::move(mounts[i]));
-        std::stable_sort(by_depth.begin(), by_depth.end(),
-                         [](const auto& a, const auto& b) { return a.first < b.first; });
-        for (std::size_t i = 0; i < mounts.size(); ++i) mounts[i] = std::move(by_depth[i].second);
-    }
-    if (!g.hooks.empty()) {
-        json& hooks = member(out, "hooks", json::object(), "hooks");
-        std::unordered_map<std::string, std::unordered_set<std::string>> have;  // stage -> dumped
-        for (const auto& h : g.hooks) {
-            const std::string stage = h["hookName"];
-            json& list = member(hooks, stage.c_str(), json::array(), "hooks." + stage);
-            auto [there, fresh] = have.try_emplace(stage);
-            if (fresh)
-                for (const auto& e : list) there->second.insert(e.dump());
-            json oci = {{"path", h["path"]}};
-            for (const char* k : {"args", "env", "timeout"})
-                if (h.contains(k)) oci[k] = h[k];
-            if (there->second.insert(oci.dump()).second) list.push_back(std::move(oci));
-        }
-    }
-    if (!g.gids.empty()) {
-        json& u = member(process, "user", json::object(), "process.user");
-        json& gids = member(u, "additionalGids", json::array(), "process.user.additionalGids");
-        std::unordered_set<std::string> had;
-        for (const auto& e : gids) had.insert(e.dump());
-        for (auto gid : g.gids)
-            if (had.insert(json(gid).dump()).second) gids.push_back(gid);
-    }
+    if (!g.nodes.empty()) apply_nodes(out, g, user);
+    if (!g.mounts.empty()) apply_mounts(out, g);
+    if (!g.hooks.empty()) apply_hooks(out, g);
+    if (!g.gids.empty()) apply_gids(process, g);
     member(out, "annotations", json::object(), "annotations")[std::string(kAppliedAnnotation)] =
         "applied";
     return out;

@@ -76,21 +76,23 @@ class Names {
     std::unordered_set<std::string> seen_;
 };
 
-}  // namespace
-
-Requests read_requests(const oci::Spec& spec, const Config& config) {
-    const Policy& policy = config.policy;
+// One container's CDI requests being read: where they are, who may name
+// what, and what has been found so far (the names, and the sources that gave
+// them).
+struct RequestReader {
+    const oci::Spec& spec;
+    const Policy& policy;
+    const std::string where;
+    const bool privileged;
+    Names names;
     Requests out;
-    const std::string where = (spec.bundle / "config.json").string();
-    const bool privileged = spec.privileged();
-    Names names(where, privileged,
-                policy.cdi_vendors.empty()
-                    ? std::vector<std::string>{std::string(vendor_of(config.cdi.kind))}
-                    : policy.cdi_vendors);
     std::vector<std::string> sources;
+
     // Annotations: the device plugin's cdi-annotations strategy, CRI's CDI field.
-    if (spec.doc && spec.doc->is_object() && spec.doc->contains("annotations") &&
-        (*spec.doc)["annotations"].is_object())
+    void read_annotations() {
+        if (!spec.doc || !spec.doc->is_object() || !spec.doc->contains("annotations") ||
+            !(*spec.doc)["annotations"].is_object())
+            return;
         for (const auto& [key, value] : (*spec.doc)["annotations"].items()) {
             if (!key.starts_with(kAnnotationPrefix) || !value.is_string()) continue;
             const std::string what = "annotation " + key;
@@ -105,33 +107,84 @@ Requests read_requests(const oci::Spec& spec, const Config& config) {
             names.add(out.devices, list, what, privileged);
             sources.push_back(what);
         }
-    // Volume mounts: /var/run/nvidia-container-devices/cdi/<vendor>/<class>/<name>.
-    std::vector<std::string> mounted;
-    for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
-        const auto& m = spec.mounts[i];
-        if (m.source != "/dev/null") continue;
-        const fs::path rel =
-            fs::path(m.destination).lexically_normal().lexically_relative(kCdiMountDir);
-        std::vector<std::string> parts;
-        for (const auto& part : rel)
-            if (!part.empty()) parts.push_back(part.string());
-        if (parts.empty() || parts[0] == "." || parts[0] == "..") continue;
-        if (parts.size() != 3)
-            throw_invalid("read CDI request", where,
-                          fmt::format("mounts[{}].destination {}: not {}/<vendor>/<class>/<name>",
-                                      i, m.destination, kCdiMountDir));
-        const std::string name = parts[0] + "/" + parts[1] + "=" + parts[2];
-        const std::string what = fmt::format("mounts[{}].destination", i);
-        if (policy.accept_volume_mounts) {
-            names.add(out.devices, name, what, privileged);
-        } else if (!parse_qualified(name)) {
+    }
+
+    // Volume mounts: /var/run/nvidia-container-devices/cdi/<vendor>/<class>/<name>,
+    // read when policy accepts them, else only checked. Returns their
+    // destinations.
+    std::vector<std::string> read_volume_mounts() {
+        std::vector<std::string> mounted;
+        for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
+            const auto& m = spec.mounts[i];
+            if (m.source != "/dev/null") continue;
+            const fs::path rel =
+                fs::path(m.destination).lexically_normal().lexically_relative(kCdiMountDir);
+            std::vector<std::string> parts;
+            for (const auto& part : rel)
+                if (!part.empty()) parts.push_back(part.string());
+            if (parts.empty() || parts[0] == "." || parts[0] == "..") continue;
+            if (parts.size() != 3)
+                throw_invalid(
+                    "read CDI request", where,
+                    fmt::format("mounts[{}].destination {}: not {}/<vendor>/<class>/<name>", i,
+                                m.destination, kCdiMountDir));
+            const std::string name = parts[0] + "/" + parts[1] + "=" + parts[2];
+            const std::string what = fmt::format("mounts[{}].destination", i);
+            if (policy.accept_volume_mounts) {
+                names.add(out.devices, name, what, privileged);
+            } else if (!parse_qualified(name)) {
+                throw_invalid("read CDI request", where,
+                              fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)",
+                                          what, name));
+            }
+            if (mounted.empty() && policy.accept_volume_mounts) sources.push_back("volume mounts");
+            mounted.push_back(m.destination);
+        }
+        return mounted;
+    }
+
+    // NVIDIA_VISIBLE_DEVICES, when it names CDI devices (not mixed with device ids).
+    void read_visible_devices() {
+        auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES");
+        if (!visible) return;
+        bool cdi = false, other = false;
+        for (auto field : split(*visible, ',')) {
+            field = trim(field);
+            if (field.empty()) continue;
+            (looks_qualified(field) ? cdi : other) = true;
+        }
+        if (cdi && other)
             throw_invalid(
                 "read CDI request", where,
-                fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)", what, name));
+                "NVIDIA_VISIBLE_DEVICES mixes CDI names and device ids: '" + *visible + "'");
+        if (cdi) {
+            if (!privileged && !policy.accept_envvar_unprivileged)
+                throw Error(
+                    ECANCELED, "refuse request", spec.bundle.string(),
+                    "NVIDIA_VISIBLE_DEVICES names CDI devices, but the container is not "
+                    "privileged (no CAP_SYS_ADMIN) and policy accept_envvar_unprivileged is "
+                    "off");
+            // NVIDIA's variable names NVIDIA's devices (the configured
+            // vendors), whoever sets it.
+            names.add(out.devices, *visible, "NVIDIA_VISIBLE_DEVICES", false);
+            sources.push_back("NVIDIA_VISIBLE_DEVICES");
         }
-        if (mounted.empty() && policy.accept_volume_mounts) sources.push_back("volume mounts");
-        mounted.push_back(m.destination);
     }
+};
+
+}  // namespace
+
+Requests read_requests(const oci::Spec& spec, const Config& config) {
+    const Policy& policy = config.policy;
+    const std::string where = (spec.bundle / "config.json").string();
+    const bool privileged = spec.privileged();
+    Names names(where, privileged,
+                policy.cdi_vendors.empty()
+                    ? std::vector<std::string>{std::string(vendor_of(config.cdi.kind))}
+                    : policy.cdi_vendors);
+    RequestReader reader{spec, policy, where, privileged, std::move(names), {}, {}};
+    reader.read_annotations();
+    const std::vector<std::string> mounted = reader.read_volume_mounts();
     if (!mounted.empty() && policy.accept_volume_mounts) {
         // The mounts replace the variable.
     } else {
@@ -139,33 +192,11 @@ Requests read_requests(const oci::Spec& spec, const Config& config) {
             logger().warn(
                 "{}: ignoring the CDI device mounts under {}: policy does not accept them",
                 spec.bundle.string(), kCdiMountDir);
-        if (auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES")) {
-            bool cdi = false, other = false;
-            for (auto field : split(*visible, ',')) {
-                field = trim(field);
-                if (field.empty()) continue;
-                (looks_qualified(field) ? cdi : other) = true;
-            }
-            if (cdi && other)
-                throw_invalid(
-                    "read CDI request", where,
-                    "NVIDIA_VISIBLE_DEVICES mixes CDI names and device ids: '" + *visible + "'");
-            if (cdi) {
-                if (!privileged && !policy.accept_envvar_unprivileged)
-                    throw Error(
-                        ECANCELED, "refuse request", spec.bundle.string(),
-                        "NVIDIA_VISIBLE_DEVICES names CDI devices, but the container is not "
-                        "privileged (no CAP_SYS_ADMIN) and policy accept_envvar_unprivileged is "
-                        "off");
-                // NVIDIA's variable names NVIDIA's devices (the configured
-                // vendors), whoever sets it.
-                names.add(out.devices, *visible, "NVIDIA_VISIBLE_DEVICES", false);
-                sources.push_back("NVIDIA_VISIBLE_DEVICES");
-            }
-        }
+        reader.read_visible_devices();
     }
-    for (const auto& s : sources) out.source += (out.source.empty() ? "" : ", ") + s;
-    return out;
+    Requests& out = reader.out;
+    for (const auto& s : reader.sources) out.source += (out.source.empty() ? "" : ", ") + s;
+    return std::move(out);
 }
 
 }  // namespace gpubind::cdi

@@ -172,6 +172,88 @@ std::vector<Requirement> read_requirements(const oci::Spec& spec, bool legacy,
     return out;
 }
 
+// The request of device mounts policy accepts: their devices (none but
+// IMEX channels: the driver without a GPU) and IMEX channels.
+Request request_by_mounts(MountRequest mounts) {
+    Request req;
+    req.source = RequestSource::VolumeMounts;
+    bool all = false;
+    for (const auto& id : mounts.devices) all = all || id == "all";
+    if (all)
+        req.devices = {DeviceIdsKind::All, {}};
+    else if (mounts.devices.empty())
+        req.devices = {DeviceIdsKind::None, {}};  // only IMEX channels: the driver, no GPU
+    else
+        req.devices = {DeviceIdsKind::List, std::move(mounts.devices)};
+    bool all_channels = false;
+    for (const auto& c : mounts.imex) all_channels = all_channels || c == "all";
+    if (all_channels)
+        req.imex_channels = {"all"};
+    else
+        req.imex_channels = std::move(mounts.imex);
+    return req;
+}
+
+// The request of the variables: NVIDIA_VISIBLE_DEVICES (or a legacy CUDA
+// image) and NVIDIA_IMEX_CHANNELS; none (not a GPU container) when they ask
+// for no GPU or name CDI devices.
+Request request_by_variables(const oci::Spec& spec, const Policy& policy, bool legacy,
+                             const std::string& container, const std::string& where) {
+    Request req;
+    std::string asked_by;
+    auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES");
+    if (visible && names_cdi_devices(*visible)) {
+        logger().debug(
+            "{}: NVIDIA_VISIBLE_DEVICES names CDI devices: the engine or "
+            "gpubind-runtime applies them",
+            container);
+        return Request{};
+    }
+    if (visible) {
+        req.devices = parse_device_ids(*visible);
+        if (req.devices.kind == DeviceIdsKind::Void) return Request{};
+        req.source = RequestSource::Env;
+        asked_by = fmt::format("NVIDIA_VISIBLE_DEVICES={}", *visible);
+    } else if (legacy) {
+        req.source = RequestSource::LegacyCuda;
+        req.devices = {DeviceIdsKind::All, {}};
+        asked_by = "a legacy CUDA image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA)";
+    } else {
+        return Request{};
+    }
+    if (!spec.privileged() && !policy.accept_envvar_unprivileged)
+        throw_refused("refuse request", container,
+                      fmt::format("{} asks for GPUs by environment variable, but the container "
+                                  "is not privileged (no CAP_SYS_ADMIN) and policy "
+                                  "accept_envvar_unprivileged is off",
+                                  asked_by));
+    req.imex_channels = read_imex_channels(spec, where);
+    return req;
+}
+
+// NVIDIA_DRIVER_CAPABILITIES (unset or empty: utility,compute, all for a
+// legacy CUDA image), limited to those policy supports.
+Capabilities read_capabilities(const oci::Spec& spec, const Policy& policy, bool legacy,
+                               const std::string& container, const std::string& where) {
+    Capabilities wanted;
+    auto caps = spec.getenv("NVIDIA_DRIVER_CAPABILITIES");
+    if (!caps || trim(*caps).empty()) {
+        wanted = legacy ? kCapAll : kCapDefault;
+    } else {
+        std::string unknown;
+        auto parsed = parse_capabilities(*caps, &unknown);
+        if (!parsed)
+            throw_invalid(
+                "read request", where,
+                fmt::format("NVIDIA_DRIVER_CAPABILITIES: unknown capability '{}'", unknown));
+        wanted = *parsed;
+    }
+    if (Capabilities dropped = wanted & ~policy.supported)
+        logger().warn("{}: capabilities {} are not supported by policy and are left out", container,
+                      capability_names(dropped));
+    return wanted & policy.supported;
+}
+
 }  // namespace
 
 std::vector<std::string> parse_imex_channels(std::string_view value, std::string_view what,
@@ -208,73 +290,18 @@ Request read_request(const oci::Spec& spec, const Policy& policy) {
 
     MountRequest mounts = read_device_mounts(spec, where);
     if (mounts.present && policy.accept_volume_mounts) {
-        req.source = RequestSource::VolumeMounts;
-        bool all = false;
-        for (const auto& id : mounts.devices) all = all || id == "all";
-        if (all)
-            req.devices = {DeviceIdsKind::All, {}};
-        else if (mounts.devices.empty())
-            req.devices = {DeviceIdsKind::None, {}};  // only IMEX channels: the driver, no GPU
-        else
-            req.devices = {DeviceIdsKind::List, std::move(mounts.devices)};
-        bool all_channels = false;
-        for (const auto& c : mounts.imex) all_channels = all_channels || c == "all";
-        if (all_channels)
-            req.imex_channels = {"all"};
-        else
-            req.imex_channels = std::move(mounts.imex);
+        req = request_by_mounts(std::move(mounts));
     } else {
         if (mounts.present)
             logger().warn(
                 "{}: ignoring the device mounts under {}: policy does not accept them; "
                 "reading NVIDIA_VISIBLE_DEVICES instead",
                 container, kDeviceMountDir);
-        std::string asked_by;
-        auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES");
-        if (visible && names_cdi_devices(*visible)) {
-            logger().debug(
-                "{}: NVIDIA_VISIBLE_DEVICES names CDI devices: the engine or "
-                "gpubind-runtime applies them",
-                container);
-            return Request{};
-        }
-        if (visible) {
-            req.devices = parse_device_ids(*visible);
-            if (req.devices.kind == DeviceIdsKind::Void) return Request{};
-            req.source = RequestSource::Env;
-            asked_by = fmt::format("NVIDIA_VISIBLE_DEVICES={}", *visible);
-        } else if (legacy) {
-            req.source = RequestSource::LegacyCuda;
-            req.devices = {DeviceIdsKind::All, {}};
-            asked_by = "a legacy CUDA image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA)";
-        } else {
-            return Request{};
-        }
-        if (!spec.privileged() && !policy.accept_envvar_unprivileged)
-            throw_refused("refuse request", container,
-                          fmt::format("{} asks for GPUs by environment variable, but the container "
-                                      "is not privileged (no CAP_SYS_ADMIN) and policy "
-                                      "accept_envvar_unprivileged is off",
-                                      asked_by));
-        req.imex_channels = read_imex_channels(spec, where);
+        req = request_by_variables(spec, policy, legacy, container, where);
+        if (!req.gpu_container()) return req;
     }
 
-    auto caps = spec.getenv("NVIDIA_DRIVER_CAPABILITIES");
-    if (!caps || trim(*caps).empty()) {
-        req.caps = legacy ? kCapAll : kCapDefault;
-    } else {
-        std::string unknown;
-        auto parsed = parse_capabilities(*caps, &unknown);
-        if (!parsed)
-            throw_invalid(
-                "read request", where,
-                fmt::format("NVIDIA_DRIVER_CAPABILITIES: unknown capability '{}'", unknown));
-        req.caps = *parsed;
-    }
-    if (Capabilities dropped = req.caps & ~policy.supported)
-        logger().warn("{}: capabilities {} are not supported by policy and are left out", container,
-                      capability_names(dropped));
-    req.caps &= policy.supported;
+    req.caps = read_capabilities(spec, policy, legacy, container, where);
 
     auto disable = spec.getenv("NVIDIA_DISABLE_REQUIRE");
     if (!policy.disable_require && !(disable && truthy(*disable)))

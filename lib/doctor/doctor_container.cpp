@@ -132,6 +132,123 @@ void judge_programs(ContainerFacts& c, const fs::path& dir) {
     }
 }
 
+Check make(std::string name) {
+    Check k;
+    k.group = "container";
+    k.name = std::move(name);
+    return k;
+}
+
+// Whether the container was found and planned: a problem that ends the
+// checks when it was not.
+Check check_request(const ContainerFacts& c) {
+    Check req = make("container-request");
+    req.evidence.push_back("bundle: " + (c.bundle.empty() ? std::string("?") : c.bundle));
+    if (c.pid > 0) req.evidence.push_back("pid: " + std::to_string(c.pid));
+    if (!c.find_error.empty() && c.request.empty()) {
+        req.verdict = Verdict::Problem;
+        req.summary = "the container cannot be found";
+        req.evidence.push_back(c.find_error);
+        req.fix = "give its bundle with --bundle DIR (and its init process with --pid PID)";
+        return req;
+    }
+    if (!c.plan_error.empty()) {
+        req.verdict = Verdict::Problem;
+        req.summary = "gpubind refuses or cannot plan this container";
+        req.evidence.push_back(c.plan_error);
+        req.fix =
+            "correct what it names (the request, the node or the config); `gpubind plan "
+            "--bundle " +
+            c.bundle + "` shows the decision";
+        return req;
+    }
+    req.summary = c.request;
+    return req;
+}
+
+// Whether its planned device nodes are there, each a character device of
+// the planned numbers.
+Check check_devices(const ContainerFacts& c) {
+    Check devs = make("container-devices");
+    std::size_t bad_nodes = 0;
+    for (const auto& d : c.devices) {
+        if (!d.now) continue;
+        if (d.now->type == FileFact::Type::CharDevice && d.now->major == d.major &&
+            d.now->minor == d.minor)
+            continue;
+        ++bad_nodes;
+        devs.evidence.push_back(
+            fmt::format("{}: {}, planned {}:{}", d.path, describe(*d.now), d.major, d.minor));
+    }
+    if (bad_nodes) {
+        devs.verdict = Verdict::Problem;
+        devs.summary = fmt::format("{} of its {} device nodes are missing or wrong", bad_nodes,
+                                   c.devices.size());
+        devs.fix =
+            "restart the container (its devices are made at each start); if they are "
+            "still missing, read gpubind-hook's log";
+    } else {
+        devs.summary = fmt::format("all {} planned device nodes are there", c.devices.size());
+    }
+    return devs;
+}
+
+// Whether its planned driver mounts are mount points.
+Check check_mounts(const ContainerFacts& c) {
+    Check mounts = make("container-mounts");
+    std::size_t missing = 0;
+    for (const auto& m : c.mounts)
+        if (!m.present) {
+            ++missing;
+            mounts.evidence.push_back(m.target + " is not a mount point (" + m.why + ")");
+        }
+    if (missing) {
+        mounts.verdict = Verdict::Problem;
+        mounts.summary =
+            fmt::format("{} of its {} driver mounts are missing", missing, c.mounts.size());
+        mounts.fix = "restart the container; if they are still missing, read gpubind-hook's log";
+    } else {
+        mounts.summary = fmt::format("all {} driver mounts are there", c.mounts.size());
+    }
+    return mounts;
+}
+
+// Whether its device cgroup still allows its devices; `nodes_there`: whether
+// its device nodes are (access lost with the nodes there is what a daemon
+// reload does).
+Check check_cgroup(const ContainerFacts& c, bool nodes_there) {
+    Check cg = make("device-cgroup");
+    cg.evidence.push_back("cgroup " + (c.cgroup_kind.empty() ? std::string("?") : c.cgroup_kind) +
+                          ": " + (c.cgroup_dir.empty() ? std::string("?") : c.cgroup_dir));
+    for (const auto& e : c.cgroup_evidence) cg.evidence.push_back(e);
+    if (!c.cgroup_error.empty()) {
+        cg.verdict = Verdict::Warning;
+        cg.summary = "its device cgroup could not be read";
+        cg.evidence.push_back(c.cgroup_error);
+        cg.fix = "run doctor as root on the host (the kernel shows device programs only to root)";
+        return cg;
+    }
+    std::vector<std::string> denied;
+    for (const auto& d : c.devices)
+        if (d.allowed == false) denied.push_back(d.path);
+    if (denied.empty()) {
+        cg.summary = fmt::format("allows all {} of its devices", c.devices.size());
+        return cg;
+    }
+    cg.verdict = Verdict::Problem;
+    cg.summary = fmt::format(
+        "device access lost: its device cgroup no longer allows {} ({}){}", fmt::join(denied, ", "),
+        c.cgroup_kind == "v1" ? "the rules were denied" : "the runtime's own program is back",
+        nodes_there ? ", while the nodes are still there: what `systemctl daemon-reload` does to "
+                      "a container given GPUs by the bare hook (NVML: \"Unknown Error\")"
+                    : "");
+    cg.fix =
+        "restart the container to get them back; to keep them across reloads, start GPU "
+        "containers through gpubind-runtime (`gpubind setup --engine docker|containerd|crio`) "
+        "or CDI, and run `gpubind setup --dev-char-links`";
+    return cg;
+}
+
 }  // namespace
 
 ContainerFacts gather_container(const ContainerOptions& options, const Config& config) {
@@ -199,35 +316,8 @@ ContainerFacts gather_container(const ContainerOptions& options, const Config& c
 
 std::vector<Check> check_container(const ContainerFacts& c) {
     std::vector<Check> out;
-    auto make = [](std::string name) {
-        Check k;
-        k.group = "container";
-        k.name = std::move(name);
-        return k;
-    };
-    Check req = make("container-request");
-    req.evidence.push_back("bundle: " + (c.bundle.empty() ? std::string("?") : c.bundle));
-    if (c.pid > 0) req.evidence.push_back("pid: " + std::to_string(c.pid));
-    if (!c.find_error.empty() && c.request.empty()) {
-        req.verdict = Verdict::Problem;
-        req.summary = "the container cannot be found";
-        req.evidence.push_back(c.find_error);
-        req.fix = "give its bundle with --bundle DIR (and its init process with --pid PID)";
-        return {std::move(req)};
-    }
-    if (!c.plan_error.empty()) {
-        req.verdict = Verdict::Problem;
-        req.summary = "gpubind refuses or cannot plan this container";
-        req.evidence.push_back(c.plan_error);
-        req.fix =
-            "correct what it names (the request, the node or the config); `gpubind plan "
-            "--bundle " +
-            c.bundle + "` shows the decision";
-        return {std::move(req)};
-    }
-    req.summary = c.request;
-    out.push_back(std::move(req));
-    if (!c.gpu) return out;
+    out.push_back(check_request(c));
+    if (out.back().verdict == Verdict::Problem || !c.gpu) return out;
 
     Check plan = make("container-plan");
     plan.summary =
@@ -245,79 +335,10 @@ std::vector<Check> check_container(const ContainerFacts& c) {
         return out;
     }
 
-    Check devs = make("container-devices");
-    std::size_t bad_nodes = 0;
-    for (const auto& d : c.devices) {
-        if (!d.now) continue;
-        if (d.now->type == FileFact::Type::CharDevice && d.now->major == d.major &&
-            d.now->minor == d.minor)
-            continue;
-        ++bad_nodes;
-        devs.evidence.push_back(
-            fmt::format("{}: {}, planned {}:{}", d.path, describe(*d.now), d.major, d.minor));
-    }
-    if (bad_nodes) {
-        devs.verdict = Verdict::Problem;
-        devs.summary = fmt::format("{} of its {} device nodes are missing or wrong", bad_nodes,
-                                   c.devices.size());
-        devs.fix =
-            "restart the container (its devices are made at each start); if they are "
-            "still missing, read gpubind-hook's log";
-    } else {
-        devs.summary = fmt::format("all {} planned device nodes are there", c.devices.size());
-    }
-    out.push_back(std::move(devs));
-
-    Check mounts = make("container-mounts");
-    std::size_t missing = 0;
-    for (const auto& m : c.mounts)
-        if (!m.present) {
-            ++missing;
-            mounts.evidence.push_back(m.target + " is not a mount point (" + m.why + ")");
-        }
-    if (missing) {
-        mounts.verdict = Verdict::Problem;
-        mounts.summary =
-            fmt::format("{} of its {} driver mounts are missing", missing, c.mounts.size());
-        mounts.fix = "restart the container; if they are still missing, read gpubind-hook's log";
-    } else {
-        mounts.summary = fmt::format("all {} driver mounts are there", c.mounts.size());
-    }
-    out.push_back(std::move(mounts));
-
-    Check cg = make("device-cgroup");
-    cg.evidence.push_back("cgroup " + (c.cgroup_kind.empty() ? std::string("?") : c.cgroup_kind) +
-                          ": " + (c.cgroup_dir.empty() ? std::string("?") : c.cgroup_dir));
-    for (const auto& e : c.cgroup_evidence) cg.evidence.push_back(e);
-    if (!c.cgroup_error.empty()) {
-        cg.verdict = Verdict::Warning;
-        cg.summary = "its device cgroup could not be read";
-        cg.evidence.push_back(c.cgroup_error);
-        cg.fix = "run doctor as root on the host (the kernel shows device programs only to root)";
-        out.push_back(std::move(cg));
-        return out;
-    }
-    std::vector<std::string> denied;
-    for (const auto& d : c.devices)
-        if (d.allowed == false) denied.push_back(d.path);
-    if (denied.empty()) {
-        cg.summary = fmt::format("allows all {} of its devices", c.devices.size());
-        out.push_back(std::move(cg));
-        return out;
-    }
-    cg.verdict = Verdict::Problem;
-    const bool nodes_there = bad_nodes == 0;
-    cg.summary = fmt::format(
-        "device access lost: its device cgroup no longer allows {} ({}){}", fmt::join(denied, ", "),
-        c.cgroup_kind == "v1" ? "the rules were denied" : "the runtime's own program is back",
-        nodes_there ? ", while the nodes are still there: what `systemctl daemon-reload` does to "
-                      "a container given GPUs by the bare hook (NVML: \"Unknown Error\")"
-                    : "");
-    cg.fix =
-        "restart the container to get them back; to keep them across reloads, start GPU "
-        "containers through gpubind-runtime (`gpubind setup --engine docker|containerd|crio`) "
-        "or CDI, and run `gpubind setup --dev-char-links`";
-    out.push_back(std::move(cg));
+    out.push_back(check_devices(c));
+    const bool nodes_there = out.back().verdict != Verdict::Problem;
+    out.push_back(check_mounts(c));
+    out.push_back(check_cgroup(c, nodes_there));
     return out;
 }
 

@@ -51,12 +51,9 @@ void add_mig_caps(NodeFacts& f, const fs::path& access) {
     if (minor) f.dev.emplace(cap_node(*minor), FileFact{});
 }
 
-}  // namespace
-
-NodeFacts gather_node(const Config& config) {
-    NodeFacts f;
-    f.roots = config.roots;
-    const fs::path& proc = config.roots.proc;
+// What the driver's procfs says: its version, the device majors, its
+// parameters and its GPUs (each GPU's node named in f.dev).
+void read_driver_proc(NodeFacts& f, const fs::path& proc) {
     try {
         f.module_version = detail::read_driver_version(proc / "driver/nvidia/version");
     } catch (const Error& e) {
@@ -85,10 +82,10 @@ NodeFacts gather_node(const Config& config) {
         if (g.minor) f.dev.emplace(gpu_node(*g.minor), FileFact{});
         f.gpus.push_back(std::move(g));
     }
-    for (const char* name : {"nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"})
-        f.dev.emplace(std::string("/dev/") + name, FileFact{});
-    // MIG: capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access and capabilities/mig/{config,monitor}.
-    const fs::path caps = proc / "driver/nvidia/capabilities";
+}
+
+// MIG: capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access and capabilities/mig/{config,monitor}.
+void add_all_mig_caps(NodeFacts& f, const fs::path& caps) {
     for (const auto& gpu : detail::list_dir(caps)) {
         if (gpu.rfind("gpu", 0) != 0) continue;
         for (const auto& gi : detail::list_dir(caps / gpu / "mig")) {
@@ -101,13 +98,10 @@ NodeFacts gather_node(const Config& config) {
     }
     for (const char* which : {"config", "monitor"})
         if (stat_path(caps / "mig" / which).exists()) add_mig_caps(f, caps / "mig" / which);
-    for (const auto& name : detail::list_dir(under(config.roots.dev, kImexDir))) {
-        f.imex_names.push_back(name);
-        f.dev.emplace(std::string(kImexDir) + "/" + name, FileFact{});
-    }
-    for (auto& [path, fact] : f.dev) fact = stat_path(under(config.roots.dev, path));
+}
 
-    // Libraries: the catalog's, as the host's ld.so.cache resolves them.
+// Libraries: the catalog's, as the host's ld.so.cache resolves them.
+void read_libraries(NodeFacts& f, const Config& config) {
     f.ldcache_path = config.ldcache_path().string();
     try {
         const auto cache = ldcache::load(config.ldcache_path());
@@ -135,6 +129,37 @@ NodeFacts gather_node(const Config& config) {
     } catch (const Error& e) {
         f.ldcache_error = e.what();
     }
+}
+
+// The /dev/char/<major>:<minor> link of each character device found, and
+// where it leads.
+void read_dev_char(NodeFacts& f, const Config& config) {
+    for (const auto& [path, fact] : f.dev) {
+        if (fact.type != FileFact::Type::CharDevice) continue;
+        const std::string link = fmt::format("/dev/char/{}:{}", fact.major, fact.minor);
+        f.dev_char.emplace(link, stat_path(under(config.roots.dev, link)));
+        auto target = detail::resolve_in(config.roots.dev, link);
+        f.dev_char_target.emplace(link, target ? std::optional(target->string()) : std::nullopt);
+    }
+}
+
+}  // namespace
+
+NodeFacts gather_node(const Config& config) {
+    NodeFacts f;
+    f.roots = config.roots;
+    const fs::path& proc = config.roots.proc;
+    read_driver_proc(f, proc);
+    for (const char* name : {"nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"})
+        f.dev.emplace(std::string("/dev/") + name, FileFact{});
+    add_all_mig_caps(f, proc / "driver/nvidia/capabilities");
+    for (const auto& name : detail::list_dir(under(config.roots.dev, kImexDir))) {
+        f.imex_names.push_back(name);
+        f.dev.emplace(std::string(kImexDir) + "/" + name, FileFact{});
+    }
+    for (auto& [path, fact] : f.dev) fact = stat_path(under(config.roots.dev, path));
+
+    read_libraries(f, config);
 
     f.persistenced_socket = under(config.roots.driver, kPersistencedSocket).string();
     f.persistenced = stat_path(f.persistenced_socket);
@@ -144,13 +169,7 @@ NodeFacts gather_node(const Config& config) {
     const fs::path real_ldconfig = fs::canonical(config.ldconfig, ec);
     f.ldconfig_fact = ec ? FileFact{} : stat_path(real_ldconfig);
 
-    for (const auto& [path, fact] : f.dev) {
-        if (fact.type != FileFact::Type::CharDevice) continue;
-        const std::string link = fmt::format("/dev/char/{}:{}", fact.major, fact.minor);
-        f.dev_char.emplace(link, stat_path(under(config.roots.dev, link)));
-        auto target = detail::resolve_in(config.roots.dev, link);
-        f.dev_char_target.emplace(link, target ? std::optional(target->string()) : std::nullopt);
-    }
+    read_dev_char(f, config);
     return f;
 }
 

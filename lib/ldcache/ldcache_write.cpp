@@ -71,6 +71,100 @@ void put(std::string& out, std::size_t at, T v) {
     std::memcpy(out.data() + at, &v, sizeof v);
 }
 
+[[noreturn]] void refuse(const std::string& detail) {
+    throw_invalid("write ld.so.cache", "new layout", detail);
+}
+
+// glibc-hwcaps subdirectories in use, numbered in strcmp order; `text`
+// grows by the size of every string the table will hold, at most.
+std::map<std::string, std::uint32_t> number_hwcaps(const Cache& cache, std::size_t& text) {
+    std::map<std::string, std::uint32_t> hwcaps;
+    for (const Entry& e : cache.entries) {
+        if (e.has_hwcaps_subdir) hwcaps.emplace(e.hwcaps_subdir, 0);
+        text += e.soname.size() + e.path.size() + 2;
+    }
+    std::uint32_t i = 0;
+    for (auto& [name, index] : hwcaps) {
+        index = i++;
+        text += name.size() + 1;
+    }
+    return hwcaps;
+}
+
+// `s` added at the end of the string table (entry `index`'s): its offset.
+std::uint32_t add_string(std::string& out, std::string_view s, std::size_t index) {
+    if (s.find('\0') != std::string_view::npos)
+        refuse(fmt::format("entry {}: a string holds a NUL byte", index));
+    if (out.size() + s.size() + 1 > std::numeric_limits<std::uint32_t>::max())
+        refuse("the string table does not fit in 4 GiB");
+    const auto at = static_cast<std::uint32_t>(out.size());
+    out.append(s);
+    out.push_back('\0');
+    return at;
+}
+
+// The header and the entries, their strings added to the table. An entry's
+// soname equal to the one before it (equal sonames are adjacent in glibc's
+// order) is shared; every other string is written where it is first used.
+void write_entries(std::string& out, const Cache& cache,
+                   const std::map<std::string, std::uint32_t>& hwcaps) {
+    const std::size_t n = cache.entries.size();
+    std::memcpy(out.data(), kNewMagic.data(), kNewMagic.size());
+    put(out, kNewNlibsAt, static_cast<std::uint32_t>(n));
+    put(out, kNewFlagsAt, kEndianCurrent);
+    std::uint32_t soname_at = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const Entry& e = cache.entries[i];
+        const std::size_t at = kNewHeaderSize + i * kNewEntrySize;
+        std::uint64_t hwcap = e.hwcap;
+        if (e.has_hwcaps_subdir) {
+            const std::uint64_t isa =
+                is_hwcaps_index(e.hwcap) ? (e.hwcap >> 32) & kIsaLevelMask : 0;
+            hwcap = kHwcapExtension | (isa << 32) | hwcaps.at(e.hwcaps_subdir);
+        } else if (is_hwcaps_index(hwcap)) {
+            refuse(fmt::format("entry {} ({}): a glibc-hwcaps index without a name", i, e.path));
+        }
+        if (i == 0 || e.soname != cache.entries[i - 1].soname)
+            soname_at = add_string(out, e.soname, i);
+        put(out, at, e.flags);
+        put(out, at + 4, soname_at);
+        put(out, at + 8, add_string(out, e.path, i));
+        put(out, at + 12, e.osversion);
+        put(out, at + 16, hwcap);
+    }
+}
+
+// Extension directory after the strings, aligned to 4: its header and
+// sections, the glibc-hwcaps array (`names`: their offsets in the string
+// table), the generator text.
+void write_extensions(std::string& out, const Cache& cache,
+                      const std::vector<std::uint32_t>& names) {
+    out.resize((out.size() + 3) & ~std::size_t{3}, '\0');
+    const std::size_t ext_at = out.size();
+    const std::uint32_t count = (cache.generator ? 1u : 0u) + (names.empty() ? 0u : 1u);
+    const std::size_t data_at = ext_at + kExtensionHeaderSize + kSectionSize * count;
+    const std::size_t gen_at = data_at + 4 * names.size();
+    const std::size_t end = gen_at + (cache.generator ? cache.generator->size() : 0);
+    if (end > std::numeric_limits<std::uint32_t>::max()) refuse("the file does not fit in 4 GiB");
+    out.resize(end, '\0');
+    put(out, kNewExtensionAt, static_cast<std::uint32_t>(ext_at));
+    put(out, ext_at, kExtensionMagic);
+    put(out, ext_at + 4, count);
+    std::size_t section = ext_at + kExtensionHeaderSize;
+    auto put_section = [&](std::uint32_t tag, std::size_t offset, std::size_t size) {
+        put(out, section, tag);
+        put(out, section + 4, std::uint32_t{0});
+        put(out, section + 8, static_cast<std::uint32_t>(offset));
+        put(out, section + 12, static_cast<std::uint32_t>(size));
+        section += 16;
+    };
+    if (cache.generator) put_section(kTagGenerator, gen_at, cache.generator->size());
+    if (!names.empty()) put_section(kTagGlibcHwcaps, data_at, 4 * names.size());
+    for (std::size_t i = 0; i < names.size(); ++i) put(out, data_at + 4 * i, names[i]);
+    if (cache.generator)
+        std::memcpy(out.data() + gen_at, cache.generator->data(), cache.generator->size());
+}
+
 }  // namespace
 
 int libcmp(std::string_view a, std::string_view b) noexcept {
@@ -195,98 +289,23 @@ Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
 
 std::string serialize(const Cache& cache) {
     const std::size_t n = cache.entries.size();
-    auto fail = [](const std::string& detail) -> void {
-        throw_invalid("write ld.so.cache", "new layout", detail);
-    };
     if (n > (std::numeric_limits<std::uint32_t>::max() - kNewHeaderSize) / kNewEntrySize)
-        fail(fmt::format("{} entries", n));
+        refuse(fmt::format("{} entries", n));
     const std::size_t strings_at = kNewHeaderSize + n * kNewEntrySize;
-
-    // glibc-hwcaps subdirectories in use, numbered in strcmp order.
-    std::map<std::string, std::uint32_t> hwcaps;
     std::size_t text = 0;  // the string table's size, at most
-    for (const Entry& e : cache.entries) {
-        if (e.has_hwcaps_subdir) hwcaps.emplace(e.hwcaps_subdir, 0);
-        text += e.soname.size() + e.path.size() + 2;
-    }
-    {
-        std::uint32_t i = 0;
-        for (auto& [name, index] : hwcaps) {
-            index = i++;
-            text += name.size() + 1;
-        }
-    }
+    const auto hwcaps = number_hwcaps(cache, text);
 
     // Header and entries, then the string table (offsets count from the
-    // file's start), in one buffer sized once. An entry's soname equal to
-    // the one before it (equal sonames are adjacent in glibc's order) is
-    // shared; every other string is written where it is first used.
+    // file's start), in one buffer sized once.
     std::string out;
     out.reserve(strings_at + text + 3 + kExtensionHeaderSize + 2 * kSectionSize +
                 4 * hwcaps.size() + (cache.generator ? cache.generator->size() : 0));
     out.resize(strings_at, '\0');
-    auto add = [&](std::string_view s, std::size_t index) -> std::uint32_t {
-        if (s.find('\0') != std::string_view::npos)
-            fail(fmt::format("entry {}: a string holds a NUL byte", index));
-        if (out.size() + s.size() + 1 > std::numeric_limits<std::uint32_t>::max())
-            fail("the string table does not fit in 4 GiB");
-        const auto at = static_cast<std::uint32_t>(out.size());
-        out.append(s);
-        out.push_back('\0');
-        return at;
-    };
-    std::memcpy(out.data(), kNewMagic.data(), kNewMagic.size());
-    put(out, kNewNlibsAt, static_cast<std::uint32_t>(n));
-    put(out, kNewFlagsAt, kEndianCurrent);
-    std::uint32_t soname_at = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-        const Entry& e = cache.entries[i];
-        const std::size_t at = kNewHeaderSize + i * kNewEntrySize;
-        std::uint64_t hwcap = e.hwcap;
-        if (e.has_hwcaps_subdir) {
-            const std::uint64_t isa =
-                is_hwcaps_index(e.hwcap) ? (e.hwcap >> 32) & kIsaLevelMask : 0;
-            hwcap = kHwcapExtension | (isa << 32) | hwcaps.at(e.hwcaps_subdir);
-        } else if (is_hwcaps_index(hwcap)) {
-            fail(fmt::format("entry {} ({}): a glibc-hwcaps index without a name", i, e.path));
-        }
-        if (i == 0 || e.soname != cache.entries[i - 1].soname) soname_at = add(e.soname, i);
-        put(out, at, e.flags);
-        put(out, at + 4, soname_at);
-        put(out, at + 8, add(e.path, i));
-        put(out, at + 12, e.osversion);
-        put(out, at + 16, hwcap);
-    }
+    write_entries(out, cache, hwcaps);
     std::vector<std::uint32_t> names;
-    for (const auto& [name, index] : hwcaps) names.push_back(add(name, n));
+    for (const auto& [name, index] : hwcaps) names.push_back(add_string(out, name, n));
     put(out, kNewLenStringsAt, static_cast<std::uint32_t>(out.size() - strings_at));
-
-    // Extension directory after the strings, aligned to 4: its header and
-    // sections, the glibc-hwcaps array, the generator text.
-    out.resize((out.size() + 3) & ~std::size_t{3}, '\0');
-    const std::size_t ext_at = out.size();
-    const std::uint32_t count = (cache.generator ? 1u : 0u) + (hwcaps.empty() ? 0u : 1u);
-    const std::size_t data_at = ext_at + kExtensionHeaderSize + kSectionSize * count;
-    const std::size_t gen_at = data_at + 4 * names.size();
-    const std::size_t end = gen_at + (cache.generator ? cache.generator->size() : 0);
-    if (end > std::numeric_limits<std::uint32_t>::max()) fail("the file does not fit in 4 GiB");
-    out.resize(end, '\0');
-    put(out, kNewExtensionAt, static_cast<std::uint32_t>(ext_at));
-    put(out, ext_at, kExtensionMagic);
-    put(out, ext_at + 4, count);
-    std::size_t section = ext_at + kExtensionHeaderSize;
-    auto put_section = [&](std::uint32_t tag, std::size_t offset, std::size_t size) {
-        put(out, section, tag);
-        put(out, section + 4, std::uint32_t{0});
-        put(out, section + 8, static_cast<std::uint32_t>(offset));
-        put(out, section + 12, static_cast<std::uint32_t>(size));
-        section += 16;
-    };
-    if (cache.generator) put_section(kTagGenerator, gen_at, cache.generator->size());
-    if (!hwcaps.empty()) put_section(kTagGlibcHwcaps, data_at, 4 * names.size());
-    for (std::size_t i = 0; i < names.size(); ++i) put(out, data_at + 4 * i, names[i]);
-    if (cache.generator)
-        std::memcpy(out.data() + gen_at, cache.generator->data(), cache.generator->size());
+    write_extensions(out, cache, names);
     return out;
 }
 

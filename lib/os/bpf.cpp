@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "gpubind/util/error.hpp"
 
@@ -131,163 +132,195 @@ void check_reloadable(const std::vector<Insn>& insns, const std::string& what) {
     }
 }
 
-std::uint64_t run_device_program(const std::vector<Insn>& prog, DeviceRequest req) {
-    constexpr std::uint64_t kCtxBase = 0x100000, kStackTop = 0x200000;
+namespace {
+
+// The memory and registers a device program runs with: its context (the
+// request, read-only) and a stack of 512 bytes, at made-up addresses.
+struct Machine {
+    static constexpr std::uint64_t kCtxBase = 0x100000, kStackTop = 0x200000;
     std::uint8_t ctx[12];
-    const std::uint32_t words[3] = {(req.access << 16) | req.type, req.major, req.minor};
-    std::memcpy(ctx, words, sizeof ctx);
     std::uint8_t stack[512] = {};
     std::uint64_t r[11] = {};
-    r[1] = kCtxBase;
-    r[10] = kStackTop;
-    auto mem = [&](std::uint64_t addr, unsigned size, bool write) -> std::uint8_t* {
+
+    explicit Machine(const DeviceRequest& req) {
+        const std::uint32_t words[3] = {(req.access << 16) | req.type, req.major, req.minor};
+        std::memcpy(ctx, words, sizeof ctx);
+        r[1] = kCtxBase;
+        r[10] = kStackTop;
+    }
+
+    std::uint8_t* mem(std::uint64_t addr, unsigned size, bool write) {
         if (addr >= kCtxBase && addr + size <= kCtxBase + sizeof ctx && !write)
             return ctx + (addr - kCtxBase);
         if (addr >= kStackTop - sizeof stack && addr + size <= kStackTop)
             return stack + (addr - (kStackTop - sizeof stack));
         throw Error(ENOTSUP, "run device program", "", "memory access out of bounds");
-    };
-    auto size_of = [](unsigned code) -> unsigned {
-        switch (BPF_SIZE(code)) {
-            case BPF_B:
-                return 1;
-            case BPF_H:
-                return 2;
-            case BPF_W:
-                return 4;
-            default:
-                return 8;
+    }
+
+    // An instruction's operands: its destination register and its source
+    // register or immediate, cut to 32 bits for a 32-bit operation.
+    std::pair<std::uint64_t, std::uint64_t> operands(const Insn& in, bool is32) const {
+        const std::uint64_t imm = static_cast<std::uint64_t>(static_cast<std::int64_t>(in.imm));
+        std::uint64_t a = r[in.dst()], b = BPF_SRC(in.code) == BPF_X ? r[in.src()] : imm;
+        if (is32) {
+            a &= 0xffffffffu;
+            b &= 0xffffffffu;
         }
-    };
+        return {a, b};
+    }
+};
+
+unsigned size_of(unsigned code) {
+    switch (BPF_SIZE(code)) {
+        case BPF_B:
+            return 1;
+        case BPF_H:
+            return 2;
+        case BPF_W:
+            return 4;
+        default:
+            return 8;
+    }
+}
+
+// The result of ALU operation `op` on a and b (already cut to 32 bits when not is64).
+std::uint64_t alu_result(unsigned op, std::uint64_t a, std::uint64_t b, bool is64) {
+    switch (op) {
+        case BPF_ADD:
+            return a + b;
+        case BPF_SUB:
+            return a - b;
+        case BPF_MUL:
+            return a * b;
+        case BPF_DIV:
+            return b ? a / b : 0;
+        case BPF_MOD:
+            return b ? a % b : a;
+        case BPF_OR:
+            return a | b;
+        case BPF_AND:
+            return a & b;
+        case BPF_XOR:
+            return a ^ b;
+        case BPF_LSH:
+            return a << (b & (is64 ? 63 : 31));
+        case BPF_RSH:
+            return a >> (b & (is64 ? 63 : 31));
+        case BPF_NEG:
+            return 0 - a;
+        case BPF_MOV:
+            return b;
+        default:
+            throw Error(ENOTSUP, "run device program", "", "unsupported ALU operation");
+    }
+}
+
+// An ALU or ALU64 instruction run.
+void run_alu(Machine& m, const Insn& in) {
+    const bool is64 = BPF_CLASS(in.code) == BPF_ALU64;
+    const auto [a, b] = m.operands(in, !is64);
+    const std::uint64_t v = alu_result(BPF_OP(in.code), a, b, is64);
+    m.r[in.dst()] = is64 ? v : (v & 0xffffffffu);
+}
+
+// Whether ordering jump `op` (unsigned or signed, as T is) is taken for a and b.
+template <typename T>
+bool ordered(unsigned op, T a, T b) {
+    switch (op) {
+        case BPF_JGT:
+        case BPF_JSGT:
+            return a > b;
+        case BPF_JGE:
+        case BPF_JSGE:
+            return a >= b;
+        case BPF_JLT:
+        case BPF_JSLT:
+            return a < b;
+        default:  // BPF_JLE, BPF_JSLE
+            return a <= b;
+    }
+}
+
+// Whether conditional jump `op` is taken for a and b (sa and sb: the same, signed).
+bool jump_taken(unsigned op, std::uint64_t a, std::uint64_t b, std::int64_t sa, std::int64_t sb) {
+    switch (op) {
+        case BPF_JA:
+            return true;
+        case BPF_JEQ:
+            return a == b;
+        case BPF_JNE:
+            return a != b;
+        case BPF_JSET:
+            return (a & b) != 0;
+        case BPF_JGT:
+        case BPF_JGE:
+        case BPF_JLT:
+        case BPF_JLE:
+            return ordered(op, a, b);
+        case BPF_JSGT:
+        case BPF_JSGE:
+        case BPF_JSLT:
+        case BPF_JSLE:
+            return ordered(op, sa, sb);
+        default:
+            throw Error(ENOTSUP, "run device program", "", "unsupported jump");
+    }
+}
+
+// A jump (JMP or JMP32, not exit) at pc run: the pc it leads to.
+std::size_t run_jump(const Machine& m, const Insn& in, std::size_t pc) {
+    const unsigned cls = BPF_CLASS(in.code);
+    const unsigned op = BPF_OP(in.code);
+    if (op == BPF_CALL) throw Error(ENOTSUP, "run device program", "", "calls are not supported");
+    const auto [a, b] = m.operands(in, cls == BPF_JMP32);
+    const auto sa = cls == BPF_JMP32 ? static_cast<std::int64_t>(static_cast<std::int32_t>(a))
+                                     : static_cast<std::int64_t>(a);
+    const auto sb = cls == BPF_JMP32 ? static_cast<std::int64_t>(static_cast<std::int32_t>(b))
+                                     : static_cast<std::int64_t>(b);
+    return jump_taken(op, a, b, sa, sb)
+               ? static_cast<std::size_t>(static_cast<std::int64_t>(pc) + 1 + in.off)
+               : pc + 1;
+}
+
+// An LDX (MEM) instruction run: a register loaded from memory.
+void run_load(Machine& m, const Insn& in) {
+    const unsigned n = size_of(in.code);
+    std::uint64_t v = 0;
+    std::memcpy(&v, m.mem(m.r[in.src()] + static_cast<std::uint64_t>(in.off), n, false), n);
+    m.r[in.dst()] = v;
+}
+
+// An ST or STX (MEM) instruction run: an immediate or a register stored.
+void run_store(Machine& m, const Insn& in) {
+    const unsigned n = size_of(in.code);
+    const std::uint64_t imm = static_cast<std::uint64_t>(static_cast<std::int64_t>(in.imm));
+    std::uint64_t v = BPF_CLASS(in.code) == BPF_STX ? m.r[in.src()] : imm;
+    std::memcpy(m.mem(m.r[in.dst()] + static_cast<std::uint64_t>(in.off), n, true), &v, n);
+}
+
+}  // namespace
+
+std::uint64_t run_device_program(const std::vector<Insn>& prog, DeviceRequest req) {
+    Machine m(req);
     std::size_t pc = 0;
     for (int steps = 0; steps < 100000; ++steps) {
         if (pc >= prog.size()) throw Error(ENOTSUP, "run device program", "", "fell off the end");
         const Insn& in = prog[pc];
         const unsigned cls = BPF_CLASS(in.code);
-        const unsigned dst = in.dst(), src = in.src();
-        const std::uint64_t imm = static_cast<std::uint64_t>(static_cast<std::int64_t>(in.imm));
         if (cls == BPF_ALU || cls == BPF_ALU64) {
-            const bool is64 = cls == BPF_ALU64;
-            std::uint64_t a = r[dst], b = BPF_SRC(in.code) == BPF_X ? r[src] : imm;
-            if (!is64) {
-                a &= 0xffffffffu;
-                b &= 0xffffffffu;
-            }
-            std::uint64_t v;
-            switch (BPF_OP(in.code)) {
-                case BPF_ADD:
-                    v = a + b;
-                    break;
-                case BPF_SUB:
-                    v = a - b;
-                    break;
-                case BPF_MUL:
-                    v = a * b;
-                    break;
-                case BPF_DIV:
-                    v = b ? a / b : 0;
-                    break;
-                case BPF_MOD:
-                    v = b ? a % b : a;
-                    break;
-                case BPF_OR:
-                    v = a | b;
-                    break;
-                case BPF_AND:
-                    v = a & b;
-                    break;
-                case BPF_XOR:
-                    v = a ^ b;
-                    break;
-                case BPF_LSH:
-                    v = a << (b & (is64 ? 63 : 31));
-                    break;
-                case BPF_RSH:
-                    v = a >> (b & (is64 ? 63 : 31));
-                    break;
-                case BPF_NEG:
-                    v = 0 - a;
-                    break;
-                case BPF_MOV:
-                    v = b;
-                    break;
-                default:
-                    throw Error(ENOTSUP, "run device program", "", "unsupported ALU operation");
-            }
-            r[dst] = is64 ? v : (v & 0xffffffffu);
+            run_alu(m, in);
             ++pc;
         } else if (cls == BPF_JMP || cls == BPF_JMP32) {
-            const unsigned op = BPF_OP(in.code);
-            if (op == BPF_EXIT && cls == BPF_JMP) return r[0];
-            if (op == BPF_CALL)
-                throw Error(ENOTSUP, "run device program", "", "calls are not supported");
-            std::uint64_t a = r[dst], b = BPF_SRC(in.code) == BPF_X ? r[src] : imm;
-            if (cls == BPF_JMP32) {
-                a &= 0xffffffffu;
-                b &= 0xffffffffu;
-            }
-            const auto sa = cls == BPF_JMP32
-                                ? static_cast<std::int64_t>(static_cast<std::int32_t>(a))
-                                : static_cast<std::int64_t>(a);
-            const auto sb = cls == BPF_JMP32
-                                ? static_cast<std::int64_t>(static_cast<std::int32_t>(b))
-                                : static_cast<std::int64_t>(b);
-            bool take;
-            switch (op) {
-                case BPF_JA:
-                    take = true;
-                    break;
-                case BPF_JEQ:
-                    take = a == b;
-                    break;
-                case BPF_JNE:
-                    take = a != b;
-                    break;
-                case BPF_JGT:
-                    take = a > b;
-                    break;
-                case BPF_JGE:
-                    take = a >= b;
-                    break;
-                case BPF_JLT:
-                    take = a < b;
-                    break;
-                case BPF_JLE:
-                    take = a <= b;
-                    break;
-                case BPF_JSET:
-                    take = (a & b) != 0;
-                    break;
-                case BPF_JSGT:
-                    take = sa > sb;
-                    break;
-                case BPF_JSGE:
-                    take = sa >= sb;
-                    break;
-                case BPF_JSLT:
-                    take = sa < sb;
-                    break;
-                case BPF_JSLE:
-                    take = sa <= sb;
-                    break;
-                default:
-                    throw Error(ENOTSUP, "run device program", "", "unsupported jump");
-            }
-            pc = take ? static_cast<std::size_t>(static_cast<std::int64_t>(pc) + 1 + in.off)
-                      : pc + 1;
+            if (BPF_OP(in.code) == BPF_EXIT && cls == BPF_JMP) return m.r[0];
+            pc = run_jump(m, in, pc);
         } else if (cls == BPF_LDX && BPF_MODE(in.code) == BPF_MEM) {
-            const unsigned n = size_of(in.code);
-            std::uint64_t v = 0;
-            std::memcpy(&v, mem(r[src] + static_cast<std::uint64_t>(in.off), n, false), n);
-            r[dst] = v;
+            run_load(m, in);
             ++pc;
         } else if ((cls == BPF_ST || cls == BPF_STX) && BPF_MODE(in.code) == BPF_MEM) {
-            const unsigned n = size_of(in.code);
-            std::uint64_t v = cls == BPF_STX ? r[src] : imm;
-            std::memcpy(mem(r[dst] + static_cast<std::uint64_t>(in.off), n, true), &v, n);
+            run_store(m, in);
             ++pc;
         } else if (in.code == (BPF_LD | BPF_IMM | BPF_DW) && pc + 1 < prog.size()) {
-            r[dst] =
+            m.r[in.dst()] =
                 static_cast<std::uint32_t>(in.imm) |
                 (static_cast<std::uint64_t>(static_cast<std::uint32_t>(prog[pc + 1].imm)) << 32);
             pc += 2;

@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
@@ -397,6 +398,146 @@ void append_capped(std::string& out, const char* data, std::size_t n) {
     if (out.size() > kMaxOutput) out.erase(0, out.size() - kMaxOutput);
 }
 
+// What run needs of its options before anything is made: an absolute root,
+// and an output only as a file name in an absolute scratch directory.
+void check_options(const Options& options, const std::string& what) {
+    if (options.root.empty() || !options.root.is_absolute())
+        throw_invalid("run", what, "the sandbox needs an absolute root directory");
+    if (!options.output.empty() &&
+        (options.scratch.empty() || options.output.find('/') != std::string::npos))
+        throw_invalid("run", what, "the output is a file name in the scratch directory");
+    if (!options.scratch.empty() && options.scratch.front() != '/')
+        throw_invalid("run", what, "the scratch directory is an absolute path in the root");
+}
+
+// A close-on-exec pipe: its read end, then its write end.
+std::pair<Fd, Fd> make_pipe(const std::string& what) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe", what);
+    return {Fd(fds[0]), Fd(fds[1])};
+}
+
+// The child, started: its pid here (child_main runs in it and never returns).
+pid_t start_child(const ChildArgs& child_args, const std::string& what) {
+    // Like fork, into new namespaces at once: the child is pid 1 of its own
+    // pid namespace, and killing it takes everything it could have started.
+    const long flags =
+        CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | SIGCHLD;
+    pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, flags, nullptr, nullptr, nullptr, 0));
+    if (pid < 0) throw_errno("clone (new namespaces)", what);
+    if (pid == 0) child_main(child_args);
+    return pid;
+}
+
+// A pidfd of the child; without one, the child is killed.
+Fd open_pidfd(pid_t pid, const std::string& what) {
+    Fd child(sys_int(::syscall(SYS_pidfd_open, pid, 0)));
+    if (!child) {
+        int err = errno;
+        kill_and_reap(pid);
+        throw Error(err, "pidfd_open", what);
+    }
+    return child;
+}
+
+// The child's user namespace, once it has one (nothing comes on `ready_fd`
+// when its set-up failed before: the error pipe says why), mapped, then the
+// child released through `go_fd`; on failure, the child is killed.
+void map_child(int ready_fd, int go_fd, int proc_fd, pid_t pid, const Options& options,
+               const std::string& what) {
+    char sync = 0;
+    ssize_t n;
+    while ((n = ::read(ready_fd, &sync, 1)) < 0 && errno == EINTR) {
+    }
+    if (n == 1) {
+        try {
+            map_ids(proc_fd, pid, options, what);
+        } catch (...) {
+            kill_and_reap(pid);
+            throw;
+        }
+        if (::write(go_fd, &sync, 1) != 1) {
+            int err = errno;
+            kill_and_reap(pid);
+            throw Error(err, "sandbox: release the child", what);
+        }
+    }
+}
+
+// How the child ended: its wait status, and the last of what it wrote.
+struct Outcome {
+    int status = 0;
+    std::string output;
+};
+
+// The child's output read until it exits (it is killed at the deadline),
+// then the child reaped and what it left in the pipe read.
+Outcome wait_child(const Fd& child, int out_fd, pid_t pid, const Options& options,
+                   const std::string& what) {
+    std::string output;
+    const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    bool exited = false, out_open = true;
+    while (!exited) {
+        struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_fd, POLLIN, 0}};
+        bool ready = false;
+        try {
+            ready = poll_until({pfd, out_open ? 2u : 1u}, deadline, what);
+        } catch (...) {
+            kill_and_reap(pid);
+            throw;
+        }
+        if (!ready) {
+            const std::string where = blocked_opening(pid);
+            ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
+            reap(pid);
+            throw Error(ETIMEDOUT, "run", what,
+                        "killed after " + std::to_string(options.timeout.count()) + " ms" + where);
+        }
+        if (out_open && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+            char buf[1024];
+            ssize_t r = ::read(out_fd, buf, sizeof buf);
+            if (r > 0)
+                append_capped(output, buf, static_cast<std::size_t>(r));
+            else if (r == 0 || errno != EINTR)
+                out_open = false;
+        }
+        if ((pfd[0].revents & POLLIN) != 0) exited = true;
+    }
+    const int status = reap(pid);
+    if (out_open && ::fcntl(out_fd, F_SETFL, O_NONBLOCK) == 0) {
+        char buf[1024];
+        ssize_t r;
+        while ((r = ::read(out_fd, buf, sizeof buf)) > 0)
+            append_capped(output, buf, static_cast<std::size_t>(r));
+    }
+    return {status, std::move(output)};
+}
+
+// A failed set-up (its error as the child sent it on `err_fd`), a signal or
+// a non-zero exit thrown as an Error ending with the program's last lines.
+void check_outcome(int err_fd, Outcome outcome, const std::string& what) {
+    char setup[kMaxSetupError];
+    ssize_t setup_n = ::read(err_fd, setup, sizeof setup);
+    if (setup_n > static_cast<ssize_t>(sizeof(int))) {
+        int err = 0;
+        std::memcpy(&err, setup, sizeof err);
+        throw Error(err,
+                    "sandbox: " + std::string(setup + sizeof err,
+                                              static_cast<std::size_t>(setup_n) - sizeof err),
+                    what);
+    }
+    std::string& output = outcome.output;
+    const int status = outcome.status;
+    while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
+    const std::string tail = output.empty() ? "" : ": " + output;
+    if (WIFSIGNALED(status))
+        throw Error(EIO, "run", what,
+                    "killed by signal " + std::to_string(WTERMSIG(status)) + tail);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw Error(EIO, "run", what,
+                    "exited with status " + std::to_string(WEXITSTATUS(status)) + tail);
+}
+
 }  // namespace
 
 Fd seal_executable(const std::filesystem::path& path) {
@@ -433,8 +574,7 @@ Fd seal_executable(const std::filesystem::path& path) {
 
 std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                 const Options& options) {
-    if (options.root.empty() || !options.root.is_absolute())
-        throw_invalid("run", what, "the sandbox needs an absolute root directory");
+    check_options(options, what);
     std::vector<std::string> argv_s;
     argv_s.push_back(std::filesystem::path(what).filename().string());
     argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -443,11 +583,6 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
     argv.push_back(nullptr);
     const std::string root = options.root.string();
 
-    if (!options.output.empty() &&
-        (options.scratch.empty() || options.output.find('/') != std::string::npos))
-        throw_invalid("run", what, "the output is a file name in the scratch directory");
-    if (!options.scratch.empty() && options.scratch.front() != '/')
-        throw_invalid("run", what, "the scratch directory is an absolute path in the root");
     Fd proc_own;
     int proc_fd = options.proc_fd;
     if (proc_fd < 0) {
@@ -461,23 +596,14 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
     CapPtr no_caps(cap_init());
     if (!no_caps) throw_errno("cap_init", what);
 
-    int err_pipe[2], out_pipe[2];
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
-    Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
-    Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
+    auto [err_r, err_w] = make_pipe(what);
+    auto [out_r, out_w] = make_pipe(what);
     // stdin: a pipe with no writer (end of input at once; the container's
     // namespace may have no /dev/null to open).
-    int in_pipe[2];
-    if (::pipe2(in_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
-    Fd null_fd(in_pipe[0]);
-    ::close(in_pipe[1]);
-
-    int ready_pipe[2], go_pipe[2];
-    if (::pipe2(ready_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
-    Fd ready_r(ready_pipe[0]), ready_w(ready_pipe[1]);
-    if (::pipe2(go_pipe, O_CLOEXEC) != 0) throw_errno("pipe", what);
-    Fd go_r(go_pipe[0]), go_w(go_pipe[1]);
+    auto [null_fd, null_w] = make_pipe(what);
+    null_w.reset();
+    auto [ready_r, ready_w] = make_pipe(what);
+    auto [go_r, go_w] = make_pipe(what);
 
     const ChildArgs child_args{exe_fd,
                                err_w.get(),
@@ -493,104 +619,17 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
                                no_caps.get(),
                                filter.get(),
                                setgroups_denied(proc_fd)};
-    // Like fork, into new namespaces at once: the child is pid 1 of its own
-    // pid namespace, and killing it takes everything it could have started.
-    const long flags =
-        CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | SIGCHLD;
-    pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, flags, nullptr, nullptr, nullptr, 0));
-    if (pid < 0) throw_errno("clone (new namespaces)", what);
-    if (pid == 0) child_main(child_args);
+    const pid_t pid = start_child(child_args, what);
     err_w.reset();
     out_w.reset();
     null_fd.reset();
     ready_w.reset();
     go_r.reset();
 
-    Fd child(sys_int(::syscall(SYS_pidfd_open, pid, 0)));
-    if (!child) {
-        int err = errno;
-        kill_and_reap(pid);
-        throw Error(err, "pidfd_open", what);
-    }
-
-    // The child's user namespace, once it has one (nothing comes when its
-    // set-up failed before: the error pipe says why, below).
-    {
-        char sync = 0;
-        ssize_t n;
-        while ((n = ::read(ready_r.get(), &sync, 1)) < 0 && errno == EINTR) {
-        }
-        if (n == 1) {
-            try {
-                map_ids(proc_fd, pid, options, what);
-            } catch (...) {
-                kill_and_reap(pid);
-                throw;
-            }
-            if (::write(go_w.get(), &sync, 1) != 1) {
-                int err = errno;
-                kill_and_reap(pid);
-                throw Error(err, "sandbox: release the child", what);
-            }
-        }
-        go_w.reset();
-    }
-
-    std::string output;
-    const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    bool exited = false, out_open = true;
-    while (!exited) {
-        struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_r.get(), POLLIN, 0}};
-        bool ready = false;
-        try {
-            ready = poll_until({pfd, out_open ? 2u : 1u}, deadline, what);
-        } catch (...) {
-            kill_and_reap(pid);
-            throw;
-        }
-        if (!ready) {
-            const std::string where = blocked_opening(pid);
-            ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
-            reap(pid);
-            throw Error(ETIMEDOUT, "run", what,
-                        "killed after " + std::to_string(options.timeout.count()) + " ms" + where);
-        }
-        if (out_open && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-            char buf[1024];
-            ssize_t r = ::read(out_r.get(), buf, sizeof buf);
-            if (r > 0)
-                append_capped(output, buf, static_cast<std::size_t>(r));
-            else if (r == 0 || errno != EINTR)
-                out_open = false;
-        }
-        if ((pfd[0].revents & POLLIN) != 0) exited = true;
-    }
-    const int status = reap(pid);
-    if (out_open && ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK) == 0) {
-        char buf[1024];
-        ssize_t r;
-        while ((r = ::read(out_r.get(), buf, sizeof buf)) > 0)
-            append_capped(output, buf, static_cast<std::size_t>(r));
-    }
-
-    char setup[kMaxSetupError];
-    ssize_t setup_n = ::read(err_r.get(), setup, sizeof setup);
-    if (setup_n > static_cast<ssize_t>(sizeof(int))) {
-        int err = 0;
-        std::memcpy(&err, setup, sizeof err);
-        throw Error(err,
-                    "sandbox: " + std::string(setup + sizeof err,
-                                              static_cast<std::size_t>(setup_n) - sizeof err),
-                    what);
-    }
-    while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
-    const std::string tail = output.empty() ? "" : ": " + output;
-    if (WIFSIGNALED(status))
-        throw Error(EIO, "run", what,
-                    "killed by signal " + std::to_string(WTERMSIG(status)) + tail);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        throw Error(EIO, "run", what,
-                    "exited with status " + std::to_string(WEXITSTATUS(status)) + tail);
+    const Fd child = open_pidfd(pid, what);
+    map_child(ready_r.get(), go_w.get(), proc_fd, pid, options, what);
+    go_w.reset();
+    check_outcome(err_r.get(), wait_child(child, out_r.get(), pid, options, what), what);
     if (options.output.empty()) return {};
     return read_result(scratch.get(), options.output, what);
 }

@@ -36,13 +36,61 @@ constexpr std::size_t align_up(std::size_t n, std::size_t a) {
 // rather than plain ELF; 64-bit x86 libraries are libc6 regardless.
 constexpr std::string_view kLibc = "libc.so.6";
 
+// A dynamic section entry.
+template <class E>
+typename E::Dyn dyn(decltype(E::Dyn::d_tag) tag, std::size_t val) {
+    using Addr = decltype(E::Phdr::p_vaddr);
+    typename E::Dyn d{};
+    d.d_tag = tag;
+    d.d_un.d_val = static_cast<Addr>(val);
+    return d;
+}
+
+// A read-write segment of `len` bytes at `at`, in the file and in memory alike.
+template <class E>
+typename E::Phdr segment(Elf32_Word type, std::size_t at, std::size_t len, std::size_t align) {
+    using Addr = decltype(E::Phdr::p_vaddr);
+    typename E::Phdr ph{};
+    ph.p_type = type;
+    ph.p_flags = PF_R | PF_W;
+    ph.p_offset = static_cast<Addr>(at);
+    ph.p_vaddr = static_cast<Addr>(at);
+    ph.p_paddr = static_cast<Addr>(at);
+    ph.p_filesz = static_cast<Addr>(len);
+    ph.p_memsz = static_cast<Addr>(len);
+    ph.p_align = static_cast<Addr>(align);
+    return ph;
+}
+
+// The ELF header of a shared object with `phnum` program headers at
+// `phdr_at` and no section headers.
+template <class E>
+typename E::Ehdr elf_header(std::size_t phdr_at, std::size_t phnum) {
+    typename E::Ehdr eh{};
+    std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
+    eh.e_ident[EI_CLASS] = E::kClass;
+    eh.e_ident[EI_DATA] = ELFDATA2LSB;
+    eh.e_ident[EI_VERSION] = EV_CURRENT;
+    eh.e_ident[EI_OSABI] = ELFOSABI_SYSV;
+    eh.e_type = ET_DYN;
+    eh.e_machine = E::kMachine;
+    eh.e_version = EV_CURRENT;
+    eh.e_phoff = static_cast<decltype(eh.e_phoff)>(phdr_at);
+    eh.e_ehsize = sizeof eh;
+    eh.e_phentsize = sizeof(typename E::Phdr);
+    eh.e_phnum = static_cast<decltype(eh.e_phnum)>(phnum);
+    eh.e_shentsize = 0;
+    eh.e_shnum = 0;
+    eh.e_shstrndx = SHN_UNDEF;
+    return eh;
+}
+
 // One read-write PT_LOAD maps the whole file at address 0, so file offsets are
 // addresses. Contents: ELF header, program headers, the null symbol, a SysV
 // hash table with one bucket and no symbols, the string table, the dynamic
 // section.
 template <class E>
 std::string build(std::string_view soname) {
-    using Addr = decltype(E::Phdr::p_vaddr);
     constexpr std::size_t kPhnum = 3;  // PT_LOAD, PT_DYNAMIC, PT_GNU_STACK
 
     std::string dynstr(1, '\0');
@@ -58,56 +106,22 @@ std::string build(std::string_view soname) {
     const std::size_t str_at = hash_at + sizeof hash;
     const std::size_t dyn_at = align_up(str_at + dynstr.size(), 8);
 
-    auto dyn = [](auto tag, std::size_t val) {
-        typename E::Dyn d{};
-        d.d_tag = tag;
-        d.d_un.d_val = static_cast<Addr>(val);
-        return d;
-    };
     const typename E::Dyn dynamic[] = {
-        dyn(DT_NEEDED, needed_name),
-        dyn(DT_SONAME, soname_name),
-        dyn(DT_HASH, hash_at),
-        dyn(DT_STRTAB, str_at),
-        dyn(DT_SYMTAB, sym_at),
-        dyn(DT_STRSZ, dynstr.size()),
-        dyn(DT_SYMENT, sizeof(typename E::Sym)),
-        dyn(DT_NULL, 0),
+        dyn<E>(DT_NEEDED, needed_name),
+        dyn<E>(DT_SONAME, soname_name),
+        dyn<E>(DT_HASH, hash_at),
+        dyn<E>(DT_STRTAB, str_at),
+        dyn<E>(DT_SYMTAB, sym_at),
+        dyn<E>(DT_STRSZ, dynstr.size()),
+        dyn<E>(DT_SYMENT, sizeof(typename E::Sym)),
+        dyn<E>(DT_NULL, 0),
     };
     const std::size_t size = dyn_at + sizeof dynamic;
 
-    typename E::Ehdr eh{};
-    std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
-    eh.e_ident[EI_CLASS] = E::kClass;
-    eh.e_ident[EI_DATA] = ELFDATA2LSB;
-    eh.e_ident[EI_VERSION] = EV_CURRENT;
-    eh.e_ident[EI_OSABI] = ELFOSABI_SYSV;
-    eh.e_type = ET_DYN;
-    eh.e_machine = E::kMachine;
-    eh.e_version = EV_CURRENT;
-    eh.e_phoff = phdr_at;
-    eh.e_ehsize = sizeof eh;
-    eh.e_phentsize = sizeof(typename E::Phdr);
-    eh.e_phnum = kPhnum;
-    eh.e_shentsize = 0;
-    eh.e_shnum = 0;
-    eh.e_shstrndx = SHN_UNDEF;
-
-    auto segment = [](Elf32_Word type, std::size_t at, std::size_t len, std::size_t align) {
-        typename E::Phdr ph{};
-        ph.p_type = type;
-        ph.p_flags = PF_R | PF_W;
-        ph.p_offset = static_cast<Addr>(at);
-        ph.p_vaddr = static_cast<Addr>(at);
-        ph.p_paddr = static_cast<Addr>(at);
-        ph.p_filesz = static_cast<Addr>(len);
-        ph.p_memsz = static_cast<Addr>(len);
-        ph.p_align = static_cast<Addr>(align);
-        return ph;
-    };
+    const typename E::Ehdr eh = elf_header<E>(phdr_at, kPhnum);
     const typename E::Phdr phdrs[kPhnum] = {
-        segment(PT_LOAD, 0, size, 0x1000), segment(PT_DYNAMIC, dyn_at, sizeof dynamic, 8),
-        segment(PT_GNU_STACK, 0, 0, 16),  // non-executable stack
+        segment<E>(PT_LOAD, 0, size, 0x1000), segment<E>(PT_DYNAMIC, dyn_at, sizeof dynamic, 8),
+        segment<E>(PT_GNU_STACK, 0, 0, 16),  // non-executable stack
     };
 
     std::string out(size, '\0');
