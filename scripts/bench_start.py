@@ -311,6 +311,9 @@ timed = [("hook", hook, ["gpubind-hook", "prestart"], config),
 if cgroup_v2:  # the same hook with no program kept: loaded at every start
     write_config(f"{work}/config-loaded.toml", "")
     timed.append(("hook-loaded", hook, ["gpubind-hook", "prestart"], f"{work}/config-loaded.toml"))
+if baseline:  # the baseline's hook in the same rounds, with its own node description
+    timed.append(("hook-base", f"{baseline}/hook/gpubind-hook", ["gpubind-hook", "prestart"],
+                  f"{work}/config-base.toml"))
 lifetimes = {}
 for name, target, args, hook_config in timed:
     log = f"{work}/{name}-lifetime.log"
@@ -335,9 +338,12 @@ for name, log in lifetimes.items():
         life[name] = [float(x) / 1e3 for x in f]
     line({"hook": "gpubind-hook", "hook-400": "gpubind-hook, image of 400 libraries",
           "noop": "busybox true (any hook)",
-          "hook-loaded": "gpubind-hook, program loaded each start (v2)"}[name],
+          "hook-loaded": "gpubind-hook, program loaded each start (v2)",
+          "hook-base": "gpubind-hook, the baseline build"}[name],
          life[name])
 print(f"{'gpubind-hook beyond any hook':<44} median {statistics.median(life['hook']) - statistics.median(life['noop']):7.2f} ms")
+if baseline:  # the log's i-th lines were written in the same round
+    paired("gpubind-hook lifetime minus the baseline's", life["hook-base"], life["hook"])
 
 # gpubind-runtime's own work at `create`, with /bin/true as the real runtime:
 # the spec edited for NVIDIA_VISIBLE_DEVICES, and for a CDI annotation (the
@@ -361,21 +367,44 @@ edits = {"NVIDIA_VISIBLE_DEVICES": bundles["shim"], "a CDI annotation": cdi_requ
 create_bundle = f"{work}/shim-create"
 if not os.path.isdir(f"{create_bundle}/rootfs"):  # read, never written: /bin/true runs
     shutil.copytree(rootfs, f"{create_bundle}/rootfs", symlinks=True)
-create = {name: [] for name in [*edits, "/bin/true"]}
+# With --baseline, the baseline's shim edits the same specs in the same
+# rounds, with a state directory of its own (its config digest may differ).
+shim_base_env = shim_env
+if baseline:
+    os.makedirs(f"{shim_state}-base", mode=0o755, exist_ok=True)
+    with open(shim_config) as f:
+        text = f.read().replace(f'state-dir = "{shim_state}"', f'state-dir = "{shim_state}-base"')
+    with open(f"{work}/config-shim-base.toml", "w") as f:
+        f.write(text)
+    os.chmod(f"{work}/config-shim-base.toml", 0o644)
+    shim_base_env = dict(os.environ, GPUBIND_CONFIG=f"{work}/config-shim-base.toml")
+shims = [("", shim, shim_env)] + ([(" (baseline)", f"{baseline}/hook/gpubind-runtime",
+                                    shim_base_env)] if baseline else [])
+create = {"/bin/true": []}
+for name in edits:
+    for suffix, _, _ in shims:
+        create[name + suffix] = []
 for _ in range(max(50, runs // 2)):
-    for name in create:
-        if name in edits:
+    for name in edits:
+        for suffix, binary, binary_env in shims:
             with open(f"{create_bundle}/config.json", "w") as f:
                 json.dump(edits[name], f)
-        argv = ["/bin/true"] if name == "/bin/true" else [shim, "create", "--bundle",
-                                                           create_bundle, "bench"]
-        t = time.perf_counter()
-        subprocess.run(argv, env=shim_env, check=True, stdin=subprocess.DEVNULL,
-                       capture_output=True)
-        create[name].append((time.perf_counter() - t) * 1e3)
+            t = time.perf_counter()
+            subprocess.run([binary, "create", "--bundle", create_bundle, "bench"],
+                           env=binary_env, check=True, stdin=subprocess.DEVNULL,
+                           capture_output=True)
+            create[name + suffix].append((time.perf_counter() - t) * 1e3)
+    t = time.perf_counter()
+    subprocess.run(["/bin/true"], env=shim_env, check=True, stdin=subprocess.DEVNULL,
+                   capture_output=True)
+    create["/bin/true"].append((time.perf_counter() - t) * 1e3)
 print("-- gpubind-runtime create alone (the real runtime: /bin/true):")
 for name, xs in create.items():
     line(f"{name} (the spawn alone)" if name == "/bin/true" else f"spec edited for {name}", xs)
+if baseline:
+    for name in edits:
+        paired(f"create for {name} minus the baseline's", create[name + " (baseline)"],
+               create[name])
 
 # The same on an overlay root: every file, link and directory created in the
 # rootfs goes through overlayfs (tens of microseconds each on this disk), for

@@ -27,11 +27,6 @@ constexpr unsigned kFirmwareFlags = kReadOnlyFlags | kMountNoExec;
 // Development links made beside the library whose soname is "<name>.1".
 constexpr std::array<std::string_view, 2> kDevLinks = {"libcuda.so", "libnvidia-ml.so"};
 
-std::string gpu_name(const Gpu& gpu) {
-    return gpu.uuid.empty() ? fmt::format("GPU {}", gpu.index)
-                            : fmt::format("GPU {} ({})", gpu.index, gpu.uuid);
-}
-
 // The params file with ModifyDeviceFiles set to 0 (added when missing), so
 // that nothing in the container makes device nodes.
 std::string params_without_device_files(std::string_view params) {

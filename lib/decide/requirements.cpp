@@ -140,11 +140,6 @@ std::vector<Alternative> parse_expression(const Requirement& r) {
     return out;
 }
 
-std::string gpu_name(const Gpu& gpu) {
-    return gpu.uuid.empty() ? fmt::format("GPU {}", gpu.index)
-                            : fmt::format("GPU {} ({})", gpu.index, gpu.uuid);
-}
-
 // Why `c` does not hold, or nullopt when it does.
 std::optional<std::string> failure(const Condition& c, const Node& node, const Gpu* gpu) {
     auto version_check = [&](const std::string& have, std::string_view what,

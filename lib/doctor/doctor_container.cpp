@@ -132,7 +132,7 @@ void judge_programs(ContainerFacts& c, const fs::path& dir) {
     }
 }
 
-Check make(std::string name) {
+Check container_check(std::string name) {
     Check k;
     k.group = "container";
     k.name = std::move(name);
@@ -142,7 +142,7 @@ Check make(std::string name) {
 // Whether the container was found and planned: a problem that ends the
 // checks when it was not.
 Check check_request(const ContainerFacts& c) {
-    Check req = make("container-request");
+    Check req = container_check("container-request");
     req.evidence.push_back("bundle: " + (c.bundle.empty() ? std::string("?") : c.bundle));
     if (c.pid > 0) req.evidence.push_back("pid: " + std::to_string(c.pid));
     if (!c.find_error.empty() && c.request.empty()) {
@@ -169,7 +169,7 @@ Check check_request(const ContainerFacts& c) {
 // Whether its planned device nodes are there, each a character device of
 // the planned numbers.
 Check check_devices(const ContainerFacts& c) {
-    Check devs = make("container-devices");
+    Check devs = container_check("container-devices");
     std::size_t bad_nodes = 0;
     for (const auto& d : c.devices) {
         if (!d.now) continue;
@@ -195,7 +195,7 @@ Check check_devices(const ContainerFacts& c) {
 
 // Whether its planned driver mounts are mount points.
 Check check_mounts(const ContainerFacts& c) {
-    Check mounts = make("container-mounts");
+    Check mounts = container_check("container-mounts");
     std::size_t missing = 0;
     for (const auto& m : c.mounts)
         if (!m.present) {
@@ -217,7 +217,7 @@ Check check_mounts(const ContainerFacts& c) {
 // its device nodes are (access lost with the nodes there is what a daemon
 // reload does).
 Check check_cgroup(const ContainerFacts& c, bool nodes_there) {
-    Check cg = make("device-cgroup");
+    Check cg = container_check("device-cgroup");
     cg.evidence.push_back("cgroup " + (c.cgroup_kind.empty() ? std::string("?") : c.cgroup_kind) +
                           ": " + (c.cgroup_dir.empty() ? std::string("?") : c.cgroup_dir));
     for (const auto& e : c.cgroup_evidence) cg.evidence.push_back(e);
@@ -319,14 +319,14 @@ std::vector<Check> check_container(const ContainerFacts& c) {
     out.push_back(check_request(c));
     if (out.back().verdict == Verdict::Problem || !c.gpu) return out;
 
-    Check plan = make("container-plan");
+    Check plan = container_check("container-plan");
     plan.summary =
         fmt::format("{} devices and {} mounts planned", c.devices.size(), c.mounts.size());
     for (const auto& d : c.devices)
         plan.evidence.push_back(fmt::format("{} {}:{} ({})", d.path, d.major, d.minor, d.why));
     out.push_back(std::move(plan));
     if (c.pid <= 0 || !c.find_error.empty()) {
-        Check now = make("container-process");
+        Check now = container_check("container-process");
         now.verdict = Verdict::Warning;
         now.summary = "no running process looked at: only the plan is shown";
         if (!c.find_error.empty()) now.evidence.push_back(c.find_error);

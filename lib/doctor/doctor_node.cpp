@@ -175,7 +175,7 @@ NodeFacts gather_node(const Config& config) {
 
 namespace {
 
-Check make(std::string name) {
+Check node_check(std::string name) {
     Check c;
     c.group = kGroup;
     c.name = std::move(name);
@@ -245,7 +245,7 @@ std::vector<std::string> params_evidence(const NodeFacts& f) {
 }
 
 Check check_module(const NodeFacts& f) {
-    Check c = make("kernel-module");
+    Check c = node_check("kernel-module");
     const std::string file = (f.roots.proc / "driver/nvidia/version").string();
     if (!f.version_error.empty())
         return said(c, Verdict::Problem,
@@ -258,7 +258,7 @@ Check check_module(const NodeFacts& f) {
 }
 
 Check check_driver_libraries(const NodeFacts& f) {
-    Check c = make("driver-libraries");
+    Check c = node_check("driver-libraries");
     if (!f.ldcache_error.empty())
         return said(c, Verdict::Problem, "the host's loader cache cannot be read",
                     {f.ldcache_error},
@@ -303,7 +303,7 @@ Check check_driver_libraries(const NodeFacts& f) {
 }
 
 Check check_gpu_nodes(const NodeFacts& f) {
-    Check c = make("gpu-device-nodes");
+    Check c = node_check("gpu-device-nodes");
     BadNodes bad;
     unsigned gpus = 0;
     for (const auto& g : f.gpus) {
@@ -337,7 +337,7 @@ Check check_gpu_nodes(const NodeFacts& f) {
 }
 
 Check check_uvm_nodes(const NodeFacts& f) {
-    Check c = make("uvm-device-nodes");
+    Check c = node_check("uvm-device-nodes");
     auto major = f.majors.find("nvidia-uvm");
     if (major == f.majors.end())
         return said(c, Verdict::Warning, "nvidia-uvm is not loaded: CUDA in containers will fail",
@@ -361,7 +361,7 @@ Check check_uvm_nodes(const NodeFacts& f) {
 }
 
 Check check_mig(const NodeFacts& f) {
-    Check c = make("mig-capability-nodes");
+    Check c = node_check("mig-capability-nodes");
     if (f.mig_caps.empty()) {
         c.summary = "MIG is off (the driver exposes no MIG capability)";
         return c;
@@ -397,7 +397,7 @@ Check check_mig(const NodeFacts& f) {
 }
 
 Check check_imex(const NodeFacts& f) {
-    Check c = make("imex-channels");
+    Check c = node_check("imex-channels");
     auto major = f.majors.find("nvidia-caps-imex-channels");
     if (f.imex_names.empty()) {
         c.summary = major == f.majors.end() ? "no IMEX channels (the driver has none)"
@@ -436,7 +436,7 @@ Check check_imex(const NodeFacts& f) {
 // file of the module's version; utility and compute need NVML and CUDA.
 Check check_capability(const NodeFacts& f, Capabilities cap) {
     const std::string name = capability_names(cap);
-    Check c = make("capability-" + name);
+    Check c = node_check("capability-" + name);
     std::vector<std::string> bad;
     unsigned found = 0;
     for (const auto& lib : f.libraries) {
@@ -476,7 +476,7 @@ Check check_capability(const NodeFacts& f, Capabilities cap) {
 }
 
 Check check_persistenced(const NodeFacts& f) {
-    Check c = make("persistence-daemon");
+    Check c = node_check("persistence-daemon");
     c.evidence = {f.persistenced_socket + ": " + describe(f.persistenced)};
     if (f.persistenced.type == FileFact::Type::Socket) {
         c.summary = "nvidia-persistenced is running";
@@ -491,7 +491,7 @@ Check check_persistenced(const NodeFacts& f) {
 }
 
 Check check_ldconfig(const NodeFacts& f) {
-    Check c = make("ldconfig");
+    Check c = node_check("ldconfig");
     c.evidence = {"[node] ldconfig = " + f.ldconfig + " (a leading @ means a host path)",
                   f.ldconfig + ": " + describe(f.ldconfig_fact)};
     if (f.ldconfig_fact.type == FileFact::Type::Regular && f.ldconfig_fact.executable) {
@@ -509,7 +509,7 @@ Check check_ldconfig(const NodeFacts& f) {
 }
 
 Check check_dev_char(const NodeFacts& f) {
-    Check c = make("dev-char-links");
+    Check c = node_check("dev-char-links");
     unsigned ok = 0;
     for (const auto& [path, fact] : f.dev) {
         if (fact.type != FileFact::Type::CharDevice) continue;

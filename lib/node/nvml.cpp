@@ -56,10 +56,10 @@ class Child {
         auto cuda = sym<NvmlReturn (*)(int*)>("nvmlSystemGetCudaDriverVersion_v2");
         auto count = sym<NvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2");
         auto by_index = sym<NvmlReturn (*)(unsigned, NvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
-        auto minor = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMinorNumber");
+        auto minor_number = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMinorNumber");
         auto brand = sym<NvmlReturn (*)(NvmlDevice, int*)>("nvmlDeviceGetBrand");
         auto cc = sym<NvmlReturn (*)(NvmlDevice, int*, int*)>("nvmlDeviceGetCudaComputeCapability");
-        if (!init || !shutdown || !cuda || !count || !by_index || !minor)
+        if (!init || !shutdown || !cuda || !count || !by_index || !minor_number)
             return fail("%s lacks a required NVML function", library);
         if (NvmlReturn r = init(); r != kNvmlSuccess) return fail("nvmlInit_v2 returned %d", r);
         int version = 0;
@@ -71,7 +71,8 @@ class Child {
         for (unsigned i = 0; i < n; ++i) {
             NvmlDevice dev = nullptr;
             unsigned m = 0;
-            if (by_index(i, &dev) != kNvmlSuccess || minor(dev, &m) != kNvmlSuccess) continue;
+            if (by_index(i, &dev) != kNvmlSuccess || minor_number(dev, &m) != kNvmlSuccess)
+                continue;
             int b = 0, major_cc = 0, minor_cc = 0;
             const char* brand_name = "unknown";
             if (brand && brand(dev, &b) == kNvmlSuccess && b >= 0 &&

@@ -57,6 +57,8 @@ struct Gpu {
     std::string brand;
     std::string compute_capability;  // "9.0"
 };
+// "GPU 0 (GPU-<uuid>)", "GPU 0" without a UUID: how logs and errors name one.
+std::string gpu_name(const Gpu& gpu);
 
 enum class FileKind { Library, Binary, Ipc, Firmware };
 
