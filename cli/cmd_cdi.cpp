@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "gpubind/cdi/apply.hpp"
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/node/description.hpp"
 #include "gpubind/start/start.hpp"

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gpubind/cdi/runtime.hpp"
 #include "gpubind/cdi/yaml.hpp"

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "gpubind/cdi/apply.hpp"
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/cdi/yaml.hpp"
 #include "gpubind/util/cdi_name.hpp"

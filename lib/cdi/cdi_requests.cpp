@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/util/cdi_name.hpp"

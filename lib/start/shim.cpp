@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpubind/cdi/apply.hpp"
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/cdi/runtime.hpp"
 #include "gpubind/decide/oci.hpp"

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpubind/cdi/apply.hpp"
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/cdi/yaml.hpp"
 #include "gpubind/decide/oci.hpp"

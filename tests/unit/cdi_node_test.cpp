@@ -2,6 +2,7 @@
 // gpubind's own output): every device name and its nodes, the common edits,
 // the driver files, the version; applying each name gives exactly its nodes;
 // refresh rewrites only on change and follows a driver upgrade.
+#include "gpubind/cdi/apply.hpp"
 #include "gpubind/cdi/cdi.hpp"
 
 #include <sys/stat.h>

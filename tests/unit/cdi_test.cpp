@@ -1,6 +1,7 @@
 // CDI without a node: the cdiVersion rule, YAML, request parsing, spec
 // validation of hostile files, and applying devices (merge and conflicts).
 #include "gpubind/cdi/cdi.hpp"
+#include "gpubind/cdi/apply.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,7 +1,8 @@
 // The Container Device Interface (CDI): the node described as CDI specs
 // (`gpubind cdi generate`, kept current by every container start that reads
 // the node), and CDI requests honoured by gpubind-runtime for engines that do
-// not apply CDI themselves (cdi_apply.cpp).
+// not apply CDI themselves (cdi_apply.cpp; reading and applying specs is
+// apply.hpp).
 //
 // The GPU spec (kind config.cdi.kind) holds, at the top level, what every
 // device needs: NVIDIA_VISIBLE_DEVICES=void (a legacy hook injects nothing
@@ -21,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "gpubind/config/config.hpp"
 #include "gpubind/decide/image.hpp"
@@ -160,44 +161,6 @@ Requests read_requests(const oci::Spec& spec, const Config& config);
 
 // The limits on a spec file gpubind-runtime reads.
 inline constexpr std::size_t kMaxSpecFileSize = 1u << 20;
-
-// Checks a parsed spec by the CDI rules (and gpubind's: absolute paths
-// without "..", device nodes under /dev, no NUL in strings, no field the
-// runtime cannot apply); throws Error(EINVAL, "read CDI spec", what, why).
-void validate(const nlohmann::json& spec, const std::string& what);
-// Parses (JSON, or YAML when `yaml`) and validates a spec file's text.
-nlohmann::json parse_spec(std::string_view text, bool yaml, const std::string& what);
-
-struct LoadedSpec {
-    std::filesystem::path file;
-    int priority = 0;  // index of its directory in the list
-    nlohmann::json spec;
-};
-struct Registry {
-    std::vector<LoadedSpec> specs;
-    std::vector<std::string> refused;  // "<file>: <why>", one per refused file
-};
-// Reads every *.json and *.yaml entry of `dirs` (a missing directory is
-// empty). A file that is a symbolic link, not a regular file, not root's, or
-// writable by others, larger than kMaxSpecFileSize, or that fails
-// parse_spec is refused (recorded and logged), never read in part.
-Registry load_specs(const std::vector<std::filesystem::path>& dirs);
-
-// `spec` (an OCI config.json) with the named devices' edits applied as the
-// CDI specification says: each spec's common edits once, then each device's;
-// env replaces a variable of the same name; device nodes go to linux.devices
-// with a linux.resources.devices rule (their "permissions", default "rwm"),
-// their type and numbers read from hostPath (never followed) when the spec
-// omits them; mounts are appended, then sorted by depth; hooks appended to
-// their stage; additionalGids added to process.user. An edit identical to
-// what the spec already has is not repeated. Throws Error(EINVAL,
-// "apply CDI device", name, why) for a name no valid spec offers (naming the
-// refused files, if any), Error(EEXIST, "apply CDI device", ...) for a
-// conflict: the same device in two specs of the same priority, two edits
-// setting the same device path, mount target or variable differently, or an
-// edit at a device path or mount target the spec already uses differently.
-nlohmann::json apply(nlohmann::json spec, const std::vector<std::string>& devices,
-                     const Registry& registry);
 
 // The annotation marking a spec gpubind-runtime applied CDI devices to.
 inline constexpr std::string_view kAppliedAnnotation = "gpubind.cdi";
