@@ -154,16 +154,23 @@ for name, s in bundles.items():
     os.makedirs(f"{work}/{name}", exist_ok=True)
     with open(f"{work}/{name}/config.json", "w") as f:
         json.dump(s, f)
-env = dict(os.environ, GPUBIND_CONFIG=config)
-base_env = env
-if baseline:  # a node description of its own: the two builds' config digests may differ
-    os.makedirs(f"{state}-base", mode=0o755, exist_ok=True)
-    with open(config) as f:
-        text = f.read().replace(f'state-dir = "{state}"', f'state-dir = "{state}-base"')
-    with open(f"{work}/config-base.toml", "w") as f:
+
+
+def baseline_env(config_path, state_dir, out_path):
+    """The environment of the baseline build: `config_path` with a state
+    directory of its own (the two builds' config digests may differ, and
+    each keeps its node description)."""
+    os.makedirs(f"{state_dir}-base", mode=0o755, exist_ok=True)
+    with open(config_path) as f:
+        text = f.read().replace(f'state-dir = "{state_dir}"', f'state-dir = "{state_dir}-base"')
+    with open(out_path, "w") as f:
         f.write(text)
-    os.chmod(f"{work}/config-base.toml", 0o644)
-    base_env = dict(os.environ, GPUBIND_CONFIG=f"{work}/config-base.toml")
+    os.chmod(out_path, 0o644)
+    return dict(os.environ, GPUBIND_CONFIG=out_path)
+
+
+env = dict(os.environ, GPUBIND_CONFIG=config)
+base_env = baseline_env(config, state, f"{work}/config-base.toml") if baseline else env
 counter = 0
 
 
@@ -369,15 +376,8 @@ if not os.path.isdir(f"{create_bundle}/rootfs"):  # read, never written: /bin/tr
     shutil.copytree(rootfs, f"{create_bundle}/rootfs", symlinks=True)
 # With --baseline, the baseline's shim edits the same specs in the same
 # rounds, with a state directory of its own (its config digest may differ).
-shim_base_env = shim_env
-if baseline:
-    os.makedirs(f"{shim_state}-base", mode=0o755, exist_ok=True)
-    with open(shim_config) as f:
-        text = f.read().replace(f'state-dir = "{shim_state}"', f'state-dir = "{shim_state}-base"')
-    with open(f"{work}/config-shim-base.toml", "w") as f:
-        f.write(text)
-    os.chmod(f"{work}/config-shim-base.toml", 0o644)
-    shim_base_env = dict(os.environ, GPUBIND_CONFIG=f"{work}/config-shim-base.toml")
+shim_base_env = (baseline_env(shim_config, shim_state, f"{work}/config-shim-base.toml")
+                 if baseline else shim_env)
 shims = [("", shim, shim_env)] + ([(" (baseline)", f"{baseline}/hook/gpubind-runtime",
                                     shim_base_env)] if baseline else [])
 create = {"/bin/true": []}
