@@ -3,10 +3,17 @@
 #include <algorithm>
 #include <cerrno>
 
+#include <fmt/format.h>
+
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
 
 namespace gpubind {
+
+std::string gpu_name(const Gpu& gpu) {
+    return gpu.uuid.empty() ? fmt::format("GPU {}", gpu.index)
+                            : fmt::format("GPU {} ({})", gpu.index, gpu.uuid);
+}
 
 namespace {
 

@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 
-#include <fmt/format.h>
-
 #include "gpubind/node/node.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
@@ -132,11 +130,6 @@ std::optional<fs::path> resolve_in(const fs::path& root, const fs::path& path) {
 }  // namespace gpubind::detail
 
 namespace gpubind {
-
-std::string gpu_name(const Gpu& gpu) {
-    return gpu.uuid.empty() ? fmt::format("GPU {}", gpu.index)
-                            : fmt::format("GPU {} ({})", gpu.index, gpu.uuid);
-}
 
 namespace {
 
