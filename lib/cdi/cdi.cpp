@@ -348,7 +348,7 @@ HookDecision hook_plan(const NodeKnowledge& known, const oci::Spec& spec, const 
     request.imex_channels = found.imex_channels;
     request.devices = {found.selection.empty() ? DeviceIdsKind::None : DeviceIdsKind::List,
                        found.names};
-    const Image image = image_for(node, inspect_image(sys, sys.open_root(spec.rootfs).get()));
+    const Image image = image_for(node, inspect_image(sys, spec.rootfs));
     out.plan =
         runtime::finish_plan(make_plan(request, node, found.selection, image, config, known.proc));
     std::string names;

@@ -177,10 +177,14 @@ Image inspect_image(System& sys, int root_fd) {
     return image;
 }
 
-Image inspect_image(const std::filesystem::path& rootfs) {
-    LinuxSystem sys;
+Image inspect_image(System& sys, const std::filesystem::path& rootfs) {
     const Fd root = sys.open_root(rootfs);
     return inspect_image(sys, root.get());
+}
+
+Image inspect_image(const std::filesystem::path& rootfs) {
+    LinuxSystem sys;
+    return inspect_image(sys, rootfs);
 }
 
 }  // namespace gpubind

@@ -67,7 +67,7 @@ Decision decide_on(Request request, System& sys, const std::filesystem::path& ro
     d.node = std::make_unique<Node>(std::move(known.node));
     const Selection selection = select_devices(*d.node, d.request.devices);
     check_requirements(d.request, *d.node, selection);
-    const Image image = inspect_image(sys, sys.open_root(rootfs).get());
+    const Image image = inspect_image(sys, rootfs);
     d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
     logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),
                    d.plan.mounts.size(), d.plan.symlinks.size());

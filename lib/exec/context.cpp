@@ -104,11 +104,6 @@ void Context::leave() {
 
 // --- ids ---
 
-void Context::set_owner(Owner owner) {
-    owner_ = owner;
-    chown_ = owner.uid != 0 || owner.gid != 0;
-}
-
 void Context::switch_fs_ids(Owner to) {
     sys.set_fs_ids(to.uid, to.gid);
     fs_ids_switched_ = to != Owner{};

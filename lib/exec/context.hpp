@@ -166,9 +166,10 @@ class Context {
     // --- the ids what is created belongs to ---
     // The container's root as the host sees it (a container with a user
     // namespace gets what we create owned by the ids its root maps to).
-    void set_owner(Owner owner);
+    void set_owner(Owner owner) { owner_ = owner; }
     const Owner& owner() const { return owner_; }
-    bool chown() const { return chown_; }
+    // Whether what we create is created as other ids than root's.
+    bool chown() const { return owner_ != Owner{}; }
     // Creates something in the root (and records its undo) as the container's
     // root: with the file system ids switched to its host ids, so that it is
     // theirs from the start (a file system the container mounted in its user
@@ -176,7 +177,7 @@ class Context {
     // then switched back.
     template <class F>
     void as_owner(F&& create) {
-        if (!chown_) {
+        if (!chown()) {
             create();
             return;
         }
@@ -227,8 +228,7 @@ class Context {
   private:
     void switch_fs_ids(Owner to);
 
-    Owner owner_;         // the host ids of the container's root
-    bool chown_ = false;  // they are not 0:0: what we create is created as them
+    Owner owner_;  // the host ids of the container's root
     bool fs_ids_switched_ = false;
     SharedFd root_;
     std::map<std::string, SharedFd, std::less<>> dirs_;  // container path -> directory

@@ -96,7 +96,7 @@ void LoaderCache::refresh() {
     // The new file is created as the container's root; it keeps the
     // original's owner (set by the host's root where that is someone else)
     // and permissions, or gets 0644 as ldconfig gives it.
-    const Owner creator = c_.chown() ? c_.owner() : Owner{};
+    const Owner creator = c_.owner();
     const unsigned mode = original ? (original->mode & 0777) : 0644;
     std::optional<Owner> chown_to;
     if (original && (Owner{original->uid, original->gid} != creator) && !c_.target.join_user_ns)

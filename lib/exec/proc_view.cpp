@@ -24,33 +24,43 @@ struct CapPoint {
     std::string container_path;
 };
 
-// Where the view goes: the mount point at view.target, or (the tmpfs then
-// going over the parent) at its parent. procfs has driver/nvidia only while
-// the driver is loaded and refuses new directories: on a host without it
-// (a simulated node) the tmpfs goes over the parent instead, holding the
-// view. Known beforehand on the runtime's /proc; learnt from the refusal
-// elsewhere. Returns the mount point; `target` and `dir` say where it is.
-Fd view_point(Context& c, std::string& target, SharedFd& dir, bool& one_level_down) {
-    dir = c.resolve_dir(dir_name(target));
-    const std::uint64_t mount = c.mounts.check(dir, target);
-    const std::string name(base_name(target));
-    const FileInfo there = c.sys.stat_at(dir->get(), name);
-    one_level_down = c.mounts.is_runtime_proc(mount) && there.type == Type::Missing;
-    if (!one_level_down) {
+// Where the tmpfs is attached: `point` at the container path `target` in
+// `dir`; `one_level_down` when that is the parent of the view's path.
+struct ViewPoint {
+    Fd point;
+    SharedFd dir;
+    std::string target;
+    bool one_level_down = false;
+};
+
+// The mount point at view.target, or (the tmpfs then going over the parent)
+// at its parent. procfs has driver/nvidia only while the driver is loaded
+// and refuses new directories: on a host without it (a simulated node) the
+// tmpfs goes over the parent instead, holding the view. Known beforehand on
+// the runtime's /proc; learnt from the refusal elsewhere.
+ViewPoint view_point(Context& c, const std::string& view_target) {
+    ViewPoint v{{}, c.resolve_dir(dir_name(view_target)), view_target};
+    const std::uint64_t mount = c.mounts.check(v.dir, v.target);
+    const std::string name(base_name(v.target));
+    const FileInfo there = c.sys.stat_at(v.dir->get(), name);
+    v.one_level_down = c.mounts.is_runtime_proc(mount) && there.type == Type::Missing;
+    if (!v.one_level_down) {
         try {
-            return c.mount_point(dir, target, Context::PointKind::Directory, there);
+            v.point = c.mount_point(v.dir, v.target, Context::PointKind::Directory, there);
+            return v;
         } catch (const Error& e) {
             const int err = e.code().value();
             if (err != ENOENT && err != EPERM && err != EACCES && err != EROFS) throw;
-            if (c.sys.stat_at(dir->get(), name).type != Type::Missing) throw;
-            one_level_down = true;
+            if (c.sys.stat_at(v.dir->get(), name).type != Type::Missing) throw;
+            v.one_level_down = true;
         }
     }
     // The view is the tmpfs's "nvidia" directory.
-    target = std::string(dir_name(target));
-    dir = c.resolve_dir(dir_name(target));
-    c.mounts.check(dir, target);
-    return c.mount_point(dir, target, Context::PointKind::Directory);
+    v.target = std::string(dir_name(v.target));
+    v.dir = c.resolve_dir(dir_name(v.target));
+    c.mounts.check(v.dir, v.target);
+    v.point = c.mount_point(v.dir, v.target, Context::PointKind::Directory);
+    return v;
 }
 
 // The view's files written into `base` (a directory of the new tmpfs), and
@@ -93,20 +103,17 @@ std::vector<CapPoint> fill_view(Context& c, const ProcView& view, const SharedFd
 
 void mount_proc_view(Context& c) {
     const ProcView& view = *c.plan.proc;
-    std::string target = view.target;
-    SharedFd dir;
-    bool one_level_down = false;
-    Fd point = view_point(c, target, dir, one_level_down);
+    const ViewPoint at = view_point(c, view.target);
 
     auto shared_fs = std::make_shared<Fd>(c.sys.make_tmpfs());
     SharedFd base = shared_fs;
-    if (one_level_down)
+    if (at.one_level_down)
         base = std::make_shared<Fd>(
             c.sys.make_dir(shared_fs->get(), std::string(base_name(view.target)), 0555));
     const std::vector<CapPoint> cap_points = fill_view(c, view, base);
     c.sys.set_mount_flags(shared_fs->get(), kProcFlags);
-    c.sys.attach(shared_fs->get(), point.get());
-    c.undo.push_back({Undo::Kind::Detach, dir, std::string(base_name(target)), target});
+    c.sys.attach(shared_fs->get(), at.point.get());
+    c.undo.push_back({Undo::Kind::Detach, at.dir, std::string(base_name(at.target)), at.target});
     for (std::size_t i = 0; i < cap_points.size(); ++i) {
         const CapPoint& cp = cap_points[i];
         Fd cpoint = c.sys.open_at(cp.dir->get(), cp.name);

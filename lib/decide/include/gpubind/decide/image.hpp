@@ -49,7 +49,9 @@ int compare_versions(std::string_view a, std::string_view b);
 // (System::open_dir_in_root, stat_in_root). Throws Error when a lookup fails
 // otherwise than by a missing file.
 Image inspect_image(System& sys, int root_fd);
-// The same through LinuxSystem, the rootfs opened with System::open_root.
+// The same with the rootfs at `rootfs` opened through `sys` (System::open_root).
+Image inspect_image(System& sys, const std::filesystem::path& rootfs);
+// The same through LinuxSystem.
 Image inspect_image(const std::filesystem::path& rootfs);
 
 }  // namespace gpubind
