@@ -51,8 +51,24 @@ real = "--real" in sys.argv
 baseline = (os.path.abspath(sys.argv[sys.argv.index("--baseline") + 1])
             if "--baseline" in sys.argv else None)
 cli = f"{build}/cli/gpubind"
-hook = f"{build}/hook/gpubind-hook"
-shim = f"{build}/hook/gpubind-runtime"
+
+
+def staged(build_dir, name):
+    """The build's hook, shim and NVML helper copied side by side (each runs
+    the next from beside itself) into the work directory. The same bytes started from the file
+    the linker wrote and from a copy of it differed here by up to 0.6 ms a
+    start (2026-11-28): each build compared runs from a copy made alike."""
+    bin_dir = f"{work}/bin-{name}"
+    os.makedirs(bin_dir, exist_ok=True)
+    for exe in ("gpubind-hook", "gpubind-runtime", "gpubind-nvml"):
+        shutil.copy(f"{build_dir}/hook/{exe}", f"{bin_dir}/{exe}.new")
+        os.rename(f"{bin_dir}/{exe}.new", f"{bin_dir}/{exe}")
+    return bin_dir
+
+
+hook = f"{staged(build, 'new')}/gpubind-hook"
+shim = f"{work}/bin-new/gpubind-runtime"
+base_bin = staged(baseline, "base") if baseline else None
 node = f"{work}/node"
 state = f"{work}/state"
 config = f"{work}/config.toml"
@@ -191,7 +207,7 @@ def start(name, overlay=False, image=rootfs):
     if name.startswith("shim"):  # the shim edits config.json in place: each start gets the original
         with open(f"{bundle}/config.json", "w") as f:
             json.dump(bundles[name], f)
-    binary = {"shim": shim, "shim-base": f"{baseline}/hook/gpubind-runtime"}.get(name, runc)
+    binary = {"shim": shim, "shim-base": f"{base_bin}/gpubind-runtime"}.get(name, runc)
     cid = f"gpubind-bench-{os.getpid()}-{counter}"
     layer = f"{work}/layer"
     if overlay:
@@ -228,6 +244,15 @@ def start(name, overlay=False, image=rootfs):
     return ms
 
 
+def in_turn(names, rounds):
+    """Each round's names, the order reversed every other round: whatever a
+    start leaves behind (a BPF program to free, a page cache warmed) falls on
+    each of the names compared alike."""
+    names = list(names)
+    for i in range(rounds):
+        yield names if i % 2 == 0 else names[::-1]
+
+
 def stats(xs):
     xs = sorted(xs)
     if len(xs) < 2:
@@ -261,8 +286,8 @@ for name in ("bare", "noop", "hook", "shim", "hook+cuda") + (("shim-base",) if b
 times = {"bare": [], "noop": [], "hook": [], "shim": []}
 if baseline:
     times["shim-base"] = []
-for _ in range(runs):
-    for name in times:
+for order in in_turn(times, runs):
+    for name in order:
         times[name].append(start(name))
 what = "the real node" if real else "4-GPU simulated node"
 print(f"== container start, {what}, compute,utility, cgroups on ({runc})")
@@ -319,7 +344,7 @@ if cgroup_v2:  # the same hook with no program kept: loaded at every start
     write_config(f"{work}/config-loaded.toml", "")
     timed.append(("hook-loaded", hook, ["gpubind-hook", "prestart"], f"{work}/config-loaded.toml"))
 if baseline:  # the baseline's hook in the same rounds, with its own node description
-    timed.append(("hook-base", f"{baseline}/hook/gpubind-hook", ["gpubind-hook", "prestart"],
+    timed.append(("hook-base", f"{base_bin}/gpubind-hook", ["gpubind-hook", "prestart"],
                   f"{work}/config-base.toml"))
 lifetimes = {}
 for name, target, args, hook_config in timed:
@@ -335,8 +360,8 @@ for name, target, args, hook_config in timed:
     with open(f"{work}/{name}-timed/config.json", "w") as f:
         json.dump(s, f)
     lifetimes[name] = log
-for _ in range(max(50, runs // 4)):
-    for name in lifetimes:
+for order in in_turn(lifetimes, max(50, runs // 4)):
+    for name in order:
         start(f"{name}-timed", image=big_rootfs if name == "hook-400" else rootfs)
 print("-- each hook's lifetime, fork to exit, as runc waits for it:")
 life = {}
@@ -378,22 +403,21 @@ if not os.path.isdir(f"{create_bundle}/rootfs"):  # read, never written: /bin/tr
 # rounds, with a state directory of its own (its config digest may differ).
 shim_base_env = (baseline_env(shim_config, shim_state, f"{work}/config-shim-base.toml")
                  if baseline else shim_env)
-shims = [("", shim, shim_env)] + ([(" (baseline)", f"{baseline}/hook/gpubind-runtime",
+shims = [("", shim, shim_env)] + ([(" (baseline)", f"{base_bin}/gpubind-runtime",
                                     shim_base_env)] if baseline else [])
 create = {"/bin/true": []}
 for name in edits:
     for suffix, _, _ in shims:
         create[name + suffix] = []
-for _ in range(max(50, runs // 2)):
-    for name in edits:
-        for suffix, binary, binary_env in shims:
-            with open(f"{create_bundle}/config.json", "w") as f:
-                json.dump(edits[name], f)
-            t = time.perf_counter()
-            subprocess.run([binary, "create", "--bundle", create_bundle, "bench"],
-                           env=binary_env, check=True, stdin=subprocess.DEVNULL,
-                           capture_output=True)
-            create[name + suffix].append((time.perf_counter() - t) * 1e3)
+for order in in_turn([(n, shim) for n in edits for shim in shims], max(50, runs // 2)):
+    for name, (suffix, binary, binary_env) in order:
+        with open(f"{create_bundle}/config.json", "w") as f:
+            json.dump(edits[name], f)
+        t = time.perf_counter()
+        subprocess.run([binary, "create", "--bundle", create_bundle, "bench"],
+                       env=binary_env, check=True, stdin=subprocess.DEVNULL,
+                       capture_output=True)
+        create[name + suffix].append((time.perf_counter() - t) * 1e3)
     t = time.perf_counter()
     subprocess.run(["/bin/true"], env=shim_env, check=True, stdin=subprocess.DEVNULL,
                    capture_output=True)
