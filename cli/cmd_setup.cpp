@@ -2,10 +2,12 @@
 // CRI-O, podman, runc), or take it out again with --remove.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "gpubind/doctor/doctor.hpp"
 #include "gpubind/setup/setup.hpp"
 #include "gpubind/util/error.hpp"
 
@@ -18,8 +20,27 @@ struct SetupOptions {
     setup::Request request;
     bool dry_run = false;
     bool dev_char_links = false;
+    bool device_nodes = false;
+    bool control_only = false;
+    bool all_nodes = false;
+    std::string mode = "0666";
+    bool load_modules = false;
+    std::string modprobe{setup::kModprobe};
+    setup::DeviceNodeOptions nodes;
     std::filesystem::path dev_root = "/";
 };
+
+// "0666", "666", "0600": an octal permission mode; nullopt for anything else.
+std::optional<mode_t> parse_mode(const std::string& text) {
+    if (text.empty() || text.size() > 4) return std::nullopt;
+    mode_t mode = 0;
+    for (char c : text) {
+        if (c < '0' || c > '7') return std::nullopt;
+        mode = static_cast<mode_t>(mode * 8 + static_cast<mode_t>(c - '0'));
+    }
+    if (mode > 0777) return std::nullopt;
+    return mode;
+}
 
 int run_setup(const SetupOptions& o) {
     // Every engine's files are read and checked before any is written.
@@ -39,13 +60,34 @@ int run_setup(const SetupOptions& o) {
     for (const auto& plan : plans)
         for (const auto& line : setup::apply_setup(plan, o.dry_run))
             std::printf("%s\n", line.c_str());
+    const std::filesystem::path proc_root =
+        o.dev_root == "/" ? std::filesystem::path("/proc") : o.dev_root / "proc";
+    unsigned left = 0;
+    if (o.device_nodes) {  // before the links, which the new nodes get too
+        if (o.load_modules && !o.dry_run)
+            setup::load_modules(
+                o.modprobe, o.all_nodes
+                                ? std::vector<std::string>{"nvidia", "nvidia-uvm", "nvidia-modeset"}
+                                : std::vector<std::string>{"nvidia", "nvidia-uvm"});
+        setup::DeviceNodeOptions nodes = o.nodes;
+        nodes.dry_run = o.dry_run;
+        nodes.which = o.control_only ? setup::NodeSet::Control
+                      : o.all_nodes  ? setup::NodeSet::All
+                                     : setup::NodeSet::Gpus;
+        nodes.mode = *parse_mode(o.mode);  // checked when parsed
+        const auto report = setup::make_device_nodes(o.dev_root, proc_root, nodes);
+        for (const auto& line : report.lines) std::printf("%s\n", line.c_str());
+        left = report.left;
+    }
     if (o.dev_char_links)
-        for (const auto& line : setup::dev_char_links(
-                 o.dev_root,
-                 o.dev_root == "/" ? std::filesystem::path("/proc") : o.dev_root / "proc",
-                 o.dry_run))
+        for (const auto& line : setup::dev_char_links(o.dev_root, proc_root, o.dry_run))
             std::printf("%s\n", line.c_str());
     if (std::fflush(stdout) != 0) throw_errno("write", "standard output");
+    if (left > 0) {
+        std::fprintf(stderr, "gpubind setup: %u device nodes are not the driver's and were left\n",
+                     left);
+        return doctor::kExitProblem;
+    }
     return kExitOk;
 }
 
@@ -80,11 +122,41 @@ void register_setup(CLI::App& app, Action& action) {
         "--dev-char-links", o->dev_char_links,
         "Create the /dev/char/MAJOR:MINOR links of the NVIDIA device nodes (systemd needs them to "
         "keep device rules across `systemctl daemon-reload`)");
+    auto* nodes = cmd->add_flag(
+        "--device-nodes", o->device_nodes,
+        "Create the driver's missing device nodes (nvidiactl, nvidia-uvm, nvidia-uvm-tools and "
+        "each GPU's) with the numbers its procfs gives; exit 5 when one exists with others");
+    auto* control = cmd->add_flag("--control", o->control_only,
+                                  "With --device-nodes: the control nodes only (no GPU node)");
+    auto* all = cmd->add_flag("--all", o->all_nodes,
+                              "With --device-nodes: also nvidia-modeset and the MIG capability "
+                              "nodes");
+    control->excludes(all)->needs(nodes);
+    all->needs(nodes);
+    cmd->add_flag("--force", o->nodes.force,
+                  "With --device-nodes: replace a character device that has other numbers")
+        ->needs(nodes);
+    cmd->add_option("--mode", o->mode, "With --device-nodes: the new nodes' mode (default 0666)")
+        ->needs(nodes)
+        ->check(CLI::Validator(
+            [](const std::string& text) {
+                return parse_mode(text) ? std::string()
+                                        : "'" + text + "' is not an octal mode (0 to 0777)";
+            },
+            "MODE"));
+    cmd->add_flag("--load-modules", o->load_modules,
+                  "With --device-nodes: modprobe nvidia and nvidia-uvm first (and nvidia-modeset "
+                  "with --all)")
+        ->needs(nodes);
+    cmd->add_option("--modprobe", o->modprobe, "With --load-modules: the modprobe to run")
+        ->needs(nodes)
+        ->capture_default_str();
     cmd->add_option("--root", o->dev_root,
-                    "With --dev-char-links: the dev root, and ROOT/proc the proc root (default /)");
-    cmd->callback([o, engine, links, &action] {
-        if (engine->count() == 0 && links->count() == 0)
-            throw CLI::RequiredError("--engine or --dev-char-links");
+                    "With --dev-char-links or --device-nodes: the dev root, and ROOT/proc the proc "
+                    "root (default /)");
+    cmd->callback([o, engine, links, nodes, &action] {
+        if (engine->count() == 0 && links->count() == 0 && nodes->count() == 0)
+            throw CLI::RequiredError("--engine, --device-nodes or --dev-char-links");
         action = [o] { return run_setup(*o); };
     });
 }

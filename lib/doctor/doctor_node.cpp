@@ -198,9 +198,29 @@ std::string node_problem(const NodeFacts& f, const std::string& path, unsigned m
                        under(f.roots.dev, path).string(), describe(fact), major, minor);
 }
 
-// How to create (or recreate) the nodes in `bad` ((path, major, minor)).
-std::string nodes_fix(const NodeFacts& f,
-                      const std::vector<std::tuple<std::string, unsigned, unsigned>>& bad) {
+using BadNodes = std::vector<std::tuple<std::string, unsigned, unsigned>>;
+
+// `gpubind setup --device-nodes` for the nodes in `bad` (`extra`: "--all"
+// for those beyond the GPUs and control nodes): --force when one exists with
+// other numbers, --root for a node that is not the host's. "" when the node's
+// proc root is not <dev root>/proc, which --root cannot say.
+std::string setup_command(const NodeFacts& f, const BadNodes& bad, std::string_view extra) {
+    const bool host = f.roots.dev == "/" && f.roots.proc == "/proc";
+    if (!host && f.roots.proc != f.roots.dev / "proc") return {};
+    bool force = false;
+    for (const auto& node : bad)
+        if (auto it = f.dev.find(std::get<0>(node)); it != f.dev.end() && it->second.exists())
+            force = true;
+    return fmt::format("gpubind setup --device-nodes{}{}{}", extra.empty() ? "" : " ", extra,
+                       force ? " --force" : "") +
+           (host ? "" : " --root " + f.roots.dev.string());
+}
+
+// How to create (or recreate) the nodes in `bad` ((path, major, minor)): the
+// setup command (with `setup_extra`; none for the nodes it does not make),
+// and the same by hand.
+std::string nodes_fix(const NodeFacts& f, const BadNodes& bad,
+                      std::optional<std::string_view> setup_extra = std::nullopt) {
     std::string cmds;
     for (const auto& [path, major, minor] : bad) {
         const std::string host = under(f.roots.dev, path).string();
@@ -209,13 +229,14 @@ std::string nodes_fix(const NodeFacts& f,
         cmds += fmt::format("{}{}mknod -m 666 {} c {} {}", cmds.empty() ? "" : "; ",
                             exists ? "rm " + host + " && " : "", host, major, minor);
     }
+    if (const std::string setup = setup_extra ? setup_command(f, bad, *setup_extra) : "";
+        !setup.empty())
+        cmds = setup + " (or by hand: " + cmds + ")";
     if (modify_device_files_off(f))
         return "the driver does not create its device files here (ModifyDeviceFiles: 0): " + cmds +
                " (or nvidia-modprobe with the node's options, at boot)";
     return cmds + " (or run nvidia-modprobe / nvidia-smi once as root, which creates them)";
 }
-
-using BadNodes = std::vector<std::tuple<std::string, unsigned, unsigned>>;
 
 // Adds the node at `path` to `bad` (and its problem to c's evidence) unless
 // it is major:minor.
@@ -323,7 +344,7 @@ Check check_gpu_nodes(const NodeFacts& f) {
         c.verdict = Verdict::Problem;
         c.summary = fmt::format("{} of the GPU and control nodes are missing or wrong", bad.size());
         for (auto& e : params_evidence(f)) c.evidence.push_back(e);
-        c.fix = nodes_fix(f, bad);
+        c.fix = nodes_fix(f, bad, "");
     } else if (gpus == 0) {
         c.verdict = f.version_error.empty() ? Verdict::Warning : Verdict::Problem;
         c.summary = "the driver lists no GPU";
@@ -356,7 +377,7 @@ Check check_uvm_nodes(const NodeFacts& f) {
     for (auto& e : params_evidence(f)) c.evidence.push_back(e);
     c.verdict = Verdict::Problem;
     c.summary = "the nvidia-uvm nodes are missing or wrong: CUDA fails in containers";
-    c.fix = nodes_fix(f, bad);
+    c.fix = nodes_fix(f, bad, "");
     return c;
 }
 
@@ -392,7 +413,7 @@ Check check_mig(const NodeFacts& f) {
         "given to containers",
         bad.size());
     c.fix = "nvidia-modprobe -f " + (f.roots.proc / "driver/nvidia/capabilities").string() +
-            "/... for each, or: " + nodes_fix(f, bad);
+            "/... for each, or: " + nodes_fix(f, bad, "--all");
     return c;
 }
 

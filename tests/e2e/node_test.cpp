@@ -5,6 +5,7 @@
 // node's (lib/fake/nvml.c: it counts its initialisations in a file and
 // sleeps as long as another says); expectations come from the manifest.
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -188,6 +189,28 @@ TEST_F(NodeTest, AMigChangeIsSeenByTheNextStart) {
     auto gone = bundle(old_uuid)->run();
     EXPECT_NE(gone.exit_code, 0);
     EXPECT_THAT(gone.err, HasSubstr("no MIG device with this UUID"));
+}
+
+// A fresh node without its device nodes (the driver did not make them:
+// ModifyDeviceFiles 0, or a container started before anything opened the
+// GPUs): no GPU container starts; `gpubind setup --device-nodes` makes them
+// with the driver's numbers, and the next start works.
+TEST_F(NodeTest, DeviceNodesMadeBySetupLetTheNextContainerStart) {
+    for (const auto& n : node_.manifest().nodes) fs::remove(node_.root() / n.path.substr(1));
+    auto refused = bundle()->run();
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_THAT(refused.err, HasSubstr((node_.root() / "dev/nvidia").string()));
+
+    auto made = run_command({env_or("GPUBIND_CLI", GPUBIND_CLI_PATH), "setup", "--device-nodes",
+                             "--all", "--root", node_.root().string()});
+    ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+    for (const auto& n : node_.manifest().nodes) {
+        struct stat st {};
+        ASSERT_EQ(::lstat((node_.root() / n.path.substr(1)).c_str(), &st), 0) << n.path;
+        EXPECT_TRUE(S_ISCHR(st.st_mode)) << n.path;
+        EXPECT_EQ(st.st_rdev, ::makedev(n.major, n.minor)) << n.path;
+    }
+    ASSERT_EQ(loads_current_driver(bundle()->run()), "");
 }
 
 TEST_F(NodeTest, AConfigChangeIsSeenByTheNextStart) {

@@ -168,6 +168,12 @@ TEST_F(Doctor, MissingUvmNode) {
                                  std::to_string(uvm.major) + " " + std::to_string(uvm.minor)));
     // Its /dev/char link now leads nowhere: that is said too, nothing else.
     only_this(checks, {"uvm-device-nodes", "dev-char-links"});
+    // The fix gpubind offers first, run as given: the node is right again.
+    const std::string setup = "gpubind setup --device-nodes --root " + dir_.path().string();
+    ASSERT_THAT(c.fix, HasSubstr(setup + " (or by hand: mknod"));
+    const auto r = test::run(GPUBIND_CLI_PATH + setup.substr(std::string_view("gpubind").size()));
+    EXPECT_EQ(r.status, 0) << r.text;
+    EXPECT_EQ(named(node_checks(), "uvm-device-nodes").verdict, Verdict::Ok);
 }
 
 TEST_F(Doctor, WrongMajor) {
@@ -184,6 +190,9 @@ TEST_F(Doctor, WrongMajor) {
                           std::to_string(gpu.major) + ":" + std::to_string(gpu.minor)));
     EXPECT_THAT(c.fix, HasSubstr("rm " + host(gpu.path).string() + " && mknod -m 666 " +
                                  host(gpu.path).string() + " c " + std::to_string(gpu.major)));
+    // The node has other numbers: the setup command replaces it only with --force.
+    EXPECT_THAT(c.fix,
+                HasSubstr("gpubind setup --device-nodes --force --root " + dir_.path().string()));
 }
 
 TEST_F(Doctor, MissingLibraryOfACapability) {

@@ -7,6 +7,8 @@
 // apply_setup() writes any.
 #pragma once
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -126,5 +128,64 @@ std::string runc_hooks_snippet(const Options& o);
 // skipped with a line saying so (its link would replace a system device's).
 std::vector<std::string> dev_char_links(const std::filesystem::path& dev_root,
                                         const std::filesystem::path& proc_root, bool dry_run);
+
+// --- the driver's device nodes (`gpubind setup --device-nodes`) ---
+
+// A character device the driver's procfs says the node has, with its numbers.
+struct DriverNode {
+    std::string path;  // "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap1"
+    unsigned major = 0;
+    unsigned minor = 0;
+    std::string why;  // "GPU 0000:3b:00.0", "nvidiactl", "MIG capability <access file>"
+};
+
+enum class NodeSet {
+    Control,  // nvidiactl, nvidia-uvm, nvidia-uvm-tools
+    Gpus,     // those and each GPU's /dev/nvidia<minor> (Device Minor of its information file)
+    All,      // those, nvidia-modeset and the MIG capability nodes (DeviceFileMinor of each
+              // access file under driver/nvidia/capabilities; the major of nvidia-caps)
+};
+
+struct DriverNodes {
+    std::vector<DriverNode> nodes;
+    std::vector<std::string> notes;  // what the driver lacks: "nvidia-uvm is not loaded ..."
+};
+
+// Reads <proc_root>/devices and <proc_root>/driver/nvidia (never writes).
+// nvidia-uvm's major is the one /proc/devices gives (dynamic); without it the
+// uvm nodes are left out with a note. A GPU excluded by the driver or with no
+// Device Minor is left out with a note; a missing driver/nvidia/version throws.
+DriverNodes driver_nodes(const std::filesystem::path& proc_root, NodeSet which);
+
+// Runs `<modprobe> <module>` for each module in turn (an empty environment
+// but PATH; its messages go to this process's stderr). The first that fails
+// throws Error(EIO, "load module", <module>, "<modprobe> exited with N").
+void load_modules(const std::string& modprobe, const std::vector<std::string>& modules);
+inline constexpr std::string_view kModprobe = "/sbin/modprobe";
+
+struct DeviceNodeOptions {
+    NodeSet which = NodeSet::Gpus;
+    mode_t mode = 0666;  // the driver's default (NVreg_DeviceFileMode)
+    bool force = false;  // replace a character device that has other numbers
+    bool dry_run = false;
+};
+
+struct DeviceNodeReport {
+    std::vector<std::string> lines;  // "created", "unchanged", "replaced", "left", notes
+    unsigned left = 0;               // nodes found wrong and left as they were
+};
+
+// Makes the nodes driver_nodes() names under <dev_root>/dev, root-owned with
+// exactly `mode`, as the driver would: a missing node is created (mknodat in
+// the directory opened without following links; nvidia-caps/ made 0755 when
+// missing). A node with the right numbers is left (its mode too). A character
+// device with other numbers is left and counted in `left`, or with force
+// replaced (a new node renamed over it); anything that is not a character
+// device is always left and counted. The directories must be owned by this
+// user and writable by nobody else, else Error(EPERM). Errors of the system
+// (EPERM from mknod for a user without CAP_MKNOD) throw, naming the path.
+DeviceNodeReport make_device_nodes(const std::filesystem::path& dev_root,
+                                   const std::filesystem::path& proc_root,
+                                   const DeviceNodeOptions& options);
 
 }  // namespace gpubind::setup

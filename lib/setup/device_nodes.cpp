@@ -1,0 +1,264 @@
+// `gpubind setup --device-nodes`: see setup.hpp.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "gpubind/node/node.hpp"
+#include "gpubind/node/node_read.hpp"
+#include "gpubind/setup/setup.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+#include "gpubind/util/process.hpp"
+#include "gpubind/util/strings.hpp"
+
+namespace gpubind::setup {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Fields = std::map<std::string, std::string, std::less<>>;
+
+// A "Key: N" field; nullopt when absent or not a minor number (20 bits).
+std::optional<unsigned> minor_field(const Fields& fields, std::string_view key) {
+    const auto it = fields.find(key);
+    if (it == fields.end()) return std::nullopt;
+    const auto n = parse_unsigned(it->second);
+    if (!n || *n > 0xfffff) return std::nullopt;
+    return static_cast<unsigned>(*n);
+}
+
+void add_gpus(DriverNodes& out, const fs::path& proc) {
+    const fs::path gpus = proc / "driver/nvidia/gpus";
+    for (const auto& bus_id : detail::list_dir(gpus)) {
+        const fs::path info = gpus / bus_id / "information";
+        const Fields fields = detail::read_fields(info);
+        if (const auto it = fields.find("GPU Excluded");
+            it != fields.end() && it->second == "Yes") {
+            out.notes.push_back("GPU " + bus_id + " is excluded by the driver: no node");
+            continue;
+        }
+        const auto minor = minor_field(fields, "Device Minor");
+        if (!minor || *minor >= kModesetMinor) {
+            out.notes.push_back(info.string() + ": no usable \"Device Minor\": no node");
+            continue;
+        }
+        out.nodes.push_back(
+            {"/dev/nvidia" + std::to_string(*minor), kNvidiaMajor, *minor, "GPU " + bus_id});
+    }
+}
+
+// capabilities/gpu<N>/mig/gi<G>[/ci<C>]/access and capabilities/mig/{config,monitor}.
+void add_mig_caps(DriverNodes& out, const fs::path& proc,
+                  const std::map<std::string, unsigned, std::less<>>& majors) {
+    const fs::path caps = proc / "driver/nvidia/capabilities";
+    std::vector<fs::path> access;
+    for (const auto& gpu : detail::list_dir(caps)) {
+        if (!gpu.starts_with("gpu")) continue;
+        for (const auto& gi : detail::list_dir(caps / gpu / "mig")) {
+            if (!gi.starts_with("gi")) continue;
+            access.push_back(caps / gpu / "mig" / gi / "access");
+            for (const auto& ci : detail::list_dir(caps / gpu / "mig" / gi))
+                if (ci.starts_with("ci")) access.push_back(caps / gpu / "mig" / gi / ci / "access");
+        }
+    }
+    for (const char* which : {"config", "monitor"}) {
+        struct stat st {};
+        if (::stat((caps / "mig" / which).c_str(), &st) == 0)
+            access.push_back(caps / "mig" / which);
+    }
+    if (access.empty()) return;
+    const auto major = majors.find("nvidia-caps");
+    if (major == majors.end()) {
+        out.notes.push_back("the driver exposes MIG capabilities but " +
+                            (proc / "devices").string() + " has no nvidia-caps: no MIG node");
+        return;
+    }
+    for (const auto& file : access) {
+        const auto minor = minor_field(detail::read_fields(file), "DeviceFileMinor");
+        if (!minor) {
+            out.notes.push_back(file.string() + ": no usable DeviceFileMinor: no node");
+            continue;
+        }
+        out.nodes.push_back({"/dev/nvidia-caps/nvidia-cap" + std::to_string(*minor), major->second,
+                             *minor, "MIG capability " + file.string()});
+    }
+}
+
+// The directory `rel` under dev (made 0755 when missing unless dry_run),
+// opened without following links, owned by this user and writable by nobody
+// else. An invalid Fd when it is missing in a dry run.
+Fd open_dir(int dev_fd, const fs::path& dev, const std::string& rel, bool dry_run) {
+    const fs::path path = rel.empty() ? dev : dev / rel;
+    int fd = rel.empty()
+                 ? ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                 : ::openat(dev_fd, rel.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && !rel.empty()) {
+        if (dry_run) return Fd();
+        if (::mkdirat(dev_fd, rel.c_str(), 0755) != 0 && errno != EEXIST)
+            throw_errno("mkdir", path.string());
+        fd = ::openat(dev_fd, rel.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) throw_errno("open directory", path.string());
+    Fd dir(fd);
+    struct stat st {};
+    if (::fstat(dir.get(), &st) != 0) throw_errno("stat", path.string());
+    if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+        throw Error(EPERM, "make device nodes", path.string(),
+                    fmt::format("the directory is owned by uid {} with mode {:04o}: only one "
+                                "owned by this user and writable by nobody else is used",
+                                st.st_uid, st.st_mode & 07777));
+    return dir;
+}
+
+// Sets the umask to 0 while it lives: the nodes get exactly the mode asked.
+class NoUmask {
+  public:
+    NoUmask() : old_(::umask(0)) {}
+    ~NoUmask() { ::umask(old_); }
+    NoUmask(const NoUmask&) = delete;
+    NoUmask& operator=(const NoUmask&) = delete;
+
+  private:
+    mode_t old_;
+};
+
+std::string what_is(const struct stat& st) {
+    if (S_ISCHR(st.st_mode))
+        return fmt::format("character device {}:{}", ::major(st.st_rdev), ::minor(st.st_rdev));
+    if (S_ISLNK(st.st_mode)) return "a symbolic link";
+    if (S_ISDIR(st.st_mode)) return "a directory";
+    if (S_ISREG(st.st_mode)) return "a regular file";
+    if (S_ISBLK(st.st_mode)) return "a block device";
+    return "a special file";
+}
+
+// One node in the directory `dir` (its host path `host`).
+void make_one(int dir, const std::string& name, const fs::path& host, const DriverNode& node,
+              const DeviceNodeOptions& o, DeviceNodeReport& report) {
+    const dev_t want = ::makedev(node.major, node.minor);
+    const std::string numbers = fmt::format("c {}:{}", node.major, node.minor);
+    struct stat st {};
+    const bool exists = ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (!exists && errno != ENOENT) throw_errno("stat", host.string());
+    if (exists && S_ISCHR(st.st_mode) && st.st_rdev == want) {
+        report.lines.push_back(
+            fmt::format("unchanged {} {} ({})", host.string(), numbers, node.why));
+        return;
+    }
+    if (exists && (!S_ISCHR(st.st_mode) || !o.force)) {
+        ++report.left;
+        report.lines.push_back(fmt::format("left {}: {}, the driver's is {} ({}){}", host.string(),
+                                           what_is(st), numbers, node.why,
+                                           S_ISCHR(st.st_mode) ? "; --force replaces it" : ""));
+        return;
+    }
+    const std::string verb = exists ? "replaced" : "created";
+    if (o.dry_run) {
+        report.lines.push_back(fmt::format("would be {} {} {} mode {:04o} ({})", verb,
+                                           host.string(), numbers, o.mode, node.why));
+        return;
+    }
+    const NoUmask no_umask;
+    if (!exists) {
+        if (::mknodat(dir, name.c_str(), S_IFCHR | o.mode, want) != 0)
+            throw_errno("mknod", host.string());
+    } else {  // a new node renamed over the old one: never a moment without one
+        const std::string temp = name + ".gpubind-new";
+        if (::mknodat(dir, temp.c_str(), S_IFCHR | o.mode, want) != 0)
+            throw_errno("mknod", (host.parent_path() / temp).string());
+        if (::renameat(dir, temp.c_str(), dir, name.c_str()) != 0) {
+            const int err = errno;
+            ::unlinkat(dir, temp.c_str(), 0);
+            throw Error(err, "rename", host.string());
+        }
+    }
+    report.lines.push_back(fmt::format("{} {} {} mode {:04o} ({}){}", verb, host.string(), numbers,
+                                       o.mode, node.why, exists ? ", was " + what_is(st) : ""));
+}
+
+}  // namespace
+
+void load_modules(const std::string& modprobe, const std::vector<std::string>& modules) {
+    for (const auto& module : modules) {
+        std::vector<char*> argv = {const_cast<char*>(modprobe.c_str()),
+                                   const_cast<char*>(module.c_str()), nullptr};
+        char path[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+        char* envp[] = {path, nullptr};
+        pid_t pid = -1;
+        if (const int err =
+                ::posix_spawn(&pid, modprobe.c_str(), nullptr, nullptr, argv.data(), envp);
+            err != 0)
+            throw Error(err, "run", modprobe);
+        const int status = reap(pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            throw Error(
+                EIO, "load module", module,
+                WIFEXITED(status)
+                    ? fmt::format("{} exited with {}", modprobe, WEXITSTATUS(status))
+                    : fmt::format("{} was killed by signal {}", modprobe, WTERMSIG(status)));
+    }
+}
+
+DriverNodes driver_nodes(const fs::path& proc_root, NodeSet which) {
+    DriverNodes out;
+    // The module must be there: its version file says so (throws when missing).
+    (void)detail::read_driver_version(proc_root / "driver/nvidia/version");
+    const auto majors = detail::read_majors(proc_root / "devices");
+    out.nodes.push_back({"/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor, "nvidiactl"});
+    if (const auto uvm = majors.find("nvidia-uvm"); uvm != majors.end()) {
+        out.nodes.push_back({"/dev/nvidia-uvm", uvm->second, 0, "nvidia-uvm"});
+        out.nodes.push_back({"/dev/nvidia-uvm-tools", uvm->second, 1, "nvidia-uvm-tools"});
+    } else {
+        out.notes.push_back("nvidia-uvm is not loaded (no major in " +
+                            (proc_root / "devices").string() +
+                            "): no nvidia-uvm nodes; modprobe nvidia-uvm first");
+    }
+    if (which == NodeSet::Control) return out;
+    add_gpus(out, proc_root);
+    if (which == NodeSet::Gpus) return out;
+    out.nodes.push_back({"/dev/nvidia-modeset", kNvidiaMajor, kModesetMinor, "nvidia-modeset"});
+    add_mig_caps(out, proc_root, majors);
+    return out;
+}
+
+DeviceNodeReport make_device_nodes(const fs::path& dev_root, const fs::path& proc_root,
+                                   const DeviceNodeOptions& options) {
+    if ((options.mode & ~mode_t{0777}) != 0)
+        throw Error(EINVAL, "make device nodes", {},
+                    fmt::format("mode {:o} is not a permission mode (0 to 0777)", options.mode));
+    const DriverNodes wanted = driver_nodes(proc_root, options.which);
+    DeviceNodeReport report;
+    for (const auto& note : wanted.notes) report.lines.push_back("note: " + note);
+    const fs::path dev = dev_root / "dev";
+    const Fd dev_fd = open_dir(-1, dev, "", options.dry_run);
+    Fd caps_fd;
+    for (const auto& node : wanted.nodes) {
+        const fs::path rel = fs::path(node.path).lexically_relative("/dev");
+        const std::string sub = rel.parent_path().string();
+        int dir = dev_fd.get();
+        if (!sub.empty()) {  // nvidia-caps/, the only subdirectory
+            if (!caps_fd) caps_fd = open_dir(dev_fd.get(), dev, sub, options.dry_run);
+            dir = caps_fd.get();
+        }
+        if (dir < 0) {  // a dry run, the directory not there yet
+            report.lines.push_back(fmt::format("would be created {} c {}:{} mode {:04o} ({})",
+                                               (dev / rel).string(), node.major, node.minor,
+                                               options.mode, node.why));
+            continue;
+        }
+        make_one(dir, rel.filename().string(), dev / rel, node, options, report);
+    }
+    return report;
+}
+
+}  // namespace gpubind::setup
