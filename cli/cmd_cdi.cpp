@@ -4,12 +4,14 @@
 //   refresh   the node's specs under [cdi] dir, rewritten only when they change
 //   remove    those specs removed (package removal)
 //   list      the qualified device names the node's specs (or --spec files) offer
+//   check     every spec an engine would read, whoever wrote it, against the node now
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "gpubind/cdi/apply.hpp"
 #include "gpubind/cdi/cdi.hpp"
+#include "gpubind/doctor/doctor.hpp"
 #include "gpubind/node/description.hpp"
 #include "gpubind/start/start.hpp"
 #include "gpubind/util/error.hpp"
@@ -26,6 +28,7 @@ struct CdiOptions {
     std::filesystem::path hook;
     std::filesystem::path dir;
     bool imex = false;
+    bool json = false;
     std::vector<std::filesystem::path> specs;
 };
 
@@ -112,6 +115,20 @@ int list(const CdiOptions& o) {
     return 0;
 }
 
+// Every spec in [cdi] spec-dirs (or the files named) against this node now.
+int check(const CdiOptions& o) {
+    doctor::Report report;
+    report.checks = doctor::check_cdi_specs(doctor::gather_cdi_specs(cdi_config(o), o.specs));
+    if (o.json) {
+        const nlohmann::json j = report;
+        fmt::print("{}\n", j.dump(2));
+    } else {
+        fmt::print("{}", doctor::format_text(report));
+    }
+    if (std::fflush(stdout) != 0) throw_errno("write", "standard output");
+    return doctor::exit_code(report);
+}
+
 }  // namespace
 
 void register_cdi(CLI::App& app, Action& action) {
@@ -145,6 +162,16 @@ void register_cdi(CLI::App& app, Action& action) {
     add_node_options(*ls, o->node);
     ls->add_option("--spec", o->specs, "Spec files to read instead of the node (JSON or .yaml)");
     ls->callback([o, &action] { action = [o] { return list(*o); }; });
+
+    auto* chk = cdi_cmd->add_subcommand(
+        "check",
+        "Check every CDI spec of [cdi] spec-dirs (or FILEs), whoever wrote it, against "
+        "this node; exit 5 on a problem");
+    add_node_options(*chk, o->node);
+    chk->add_option("files", o->specs, "Spec files to check instead ([cdi] spec-dirs)");
+    chk->add_flag("--json", o->json,
+                  "JSON output (schema gpubind.doctor/v1, docs/doctor.schema.json)");
+    chk->callback([o, &action] { action = [o] { return check(*o); }; });
 }
 
 }  // namespace gpubind::cli

@@ -734,8 +734,28 @@ Registry load_specs(const std::vector<fs::path>& dirs) {
                                      parse_spec(text, name.ends_with(".yaml"), file.string())});
             } catch (const Error& e) {
                 reg.refused.push_back(e.what());
+                reg.refused_files.push_back(file);
                 logger().warn("{}", e.what());
             }
+        }
+    }
+    return reg;
+}
+
+Registry load_spec_files(const std::vector<fs::path>& files) {
+    Registry reg;
+    for (const auto& file : files) {
+        try {
+            const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+            const Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+            if (!dirfd) throw_errno("open CDI spec directory", dir.string());
+            const std::string name = file.filename().string();
+            const std::string text = read_entry(dirfd.get(), name, file);
+            reg.specs.push_back(
+                {file, 0, parse_spec(text, name.ends_with(".yaml"), file.string())});
+        } catch (const Error& e) {
+            reg.refused.push_back(e.what());
+            reg.refused_files.push_back(file);
         }
     }
     return reg;

@@ -90,10 +90,10 @@ std::string format_text(const Report& report) {
     return out;
 }
 
-FileFact stat_path(const fs::path& path) {
+FileFact stat_path(const fs::path& path, bool follow) {
     FileFact f;
     struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) return f;
+    if ((follow ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) != 0) return f;
     f.mode = st.st_mode & 07777;
     f.uid = st.st_uid;
     if (S_ISLNK(st.st_mode)) {
@@ -250,6 +250,9 @@ Report run(const Config& config, const Options& options) {
         "gpubind", [&] { return check_state(gather_state(config)); }, options.deadline));
     add(run_bounded(
         "engines", [&] { return check_engines(gather_engines(options.engines)); },
+        options.deadline));
+    add(run_bounded(
+        "cdi-specs", [&] { return check_cdi_specs(gather_cdi_specs(config, {})); },
         options.deadline));
     return report;
 }

@@ -26,13 +26,16 @@ struct LoadedSpec {
 };
 struct Registry {
     std::vector<LoadedSpec> specs;
-    std::vector<std::string> refused;  // "<file>: <why>", one per refused file
+    std::vector<std::string> refused;                  // "<file>: <why>", one per refused file
+    std::vector<std::filesystem::path> refused_files;  // the file of each, in the same order
 };
 // Reads every *.json and *.yaml entry of `dirs` (a missing directory is
 // empty). A file that is a symbolic link, not a regular file, not root's, or
 // writable by others, larger than kMaxSpecFileSize, or that fails
 // parse_spec is refused (recorded and logged), never read in part.
 Registry load_specs(const std::vector<std::filesystem::path>& dirs);
+// The same for files named one by one (priority 0 each): `gpubind cdi check FILE...`.
+Registry load_spec_files(const std::vector<std::filesystem::path>& files);
 
 // `spec` (an OCI config.json) with the named devices' edits applied as the
 // CDI specification says: each spec's common edits once, then each device's;

@@ -28,7 +28,7 @@ std::string_view to_string(Verdict v);
 
 // One check's answer.
 struct Check {
-    std::string group;  // "node", "gpubind", "engines", "container"
+    std::string group;  // "node", "gpubind", "engines", "cdi-specs", "container"
     std::string name;   // stable, e.g. "driver-libraries"
     Verdict verdict = Verdict::Ok;
     std::string summary;                // one line: what was found
@@ -68,8 +68,8 @@ struct FileFact {
     bool executable = false;  // a regular file with an x bit
     bool exists() const { return type != Type::Missing; }
 };
-// lstat of `path` (not following a final link).
-FileFact stat_path(const std::filesystem::path& path);
+// lstat of `path` (not following a final link; stat with `follow`).
+FileFact stat_path(const std::filesystem::path& path, bool follow = false);
 std::string describe(const FileFact& f);  // "character device 195:0", "missing", ...
 
 // --- node ---
@@ -165,6 +165,40 @@ struct StateFacts {
 };
 StateFacts gather_state(const Config& config);
 std::vector<Check> check_state(const StateFacts& facts);
+
+// --- CDI specs on the node, whoever wrote them (`gpubind cdi check`) ---
+struct CdiSpecFacts {
+    Roots roots;
+    std::string module_version;                           // the running driver's ("" when unknown)
+    std::map<std::string, unsigned, std::less<>> majors;  // proc/devices
+    // The device nodes the driver's procfs says the node has (path -> why):
+    // a missing one of these is made by `gpubind setup --device-nodes`.
+    std::map<std::string, std::string, std::less<>> driver_nodes;
+    struct Edit {
+        std::string device;  // "nvidia.com/gpu=0"; "nvidia.com/gpu" for the common edits
+        enum class What { Node, Mount, Hook } what = What::Node;
+        std::string path;                      // host path (a node's hostPath, else its path)
+        std::optional<unsigned> major, minor;  // a node's, when the spec gives them
+        FileFact now;                          // stat through links
+    };
+    struct File {
+        std::string path;
+        std::string refused;               // why no engine would use it ("" when it loads)
+        std::vector<std::string> devices;  // qualified names
+        std::vector<Edit> edits;
+    };
+    std::vector<File> files;
+};
+// The files named, or every spec in config.cdi.spec_dirs when none is.
+CdiSpecFacts gather_cdi_specs(const Config& config,
+                              const std::vector<std::filesystem::path>& files);
+// One check per file (group "cdi-specs", named by its path): a problem when
+// it cannot be loaded, a device node is missing, of another type or numbers
+// or of a major /proc/devices does not list, a mounted path is missing or a
+// driver library (or firmware) of another version than the module's, a hook's
+// program is missing or not executable, or a device name is defined in
+// another file too.
+std::vector<Check> check_cdi_specs(const CdiSpecFacts& facts);
 
 // --- a container ---
 struct ContainerOptions {

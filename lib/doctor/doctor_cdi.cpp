@@ -1,0 +1,226 @@
+// doctor's cdi-specs group and `gpubind cdi check`: every CDI spec an engine
+// would read, whoever wrote it, against this node now.
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "gpubind/cdi/apply.hpp"
+#include "gpubind/doctor/doctor.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/node/node_read.hpp"
+#include "gpubind/setup/setup.hpp"
+#include "gpubind/util/error.hpp"
+
+namespace gpubind::doctor {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kGroup = "cdi-specs";
+
+std::optional<unsigned> number(const json& edit, const char* key) {
+    if (!edit.contains(key) || !edit[key].is_number_unsigned()) return std::nullopt;
+    return edit[key].get<unsigned>();
+}
+
+// The edits of one containerEdits object, for `device`.
+void add_edits(CdiSpecFacts::File& file, const std::string& device, const json& edits) {
+    using What = CdiSpecFacts::Edit::What;
+    auto each = [&](const char* key, auto&& fn) {
+        if (edits.contains(key) && edits[key].is_array())
+            for (const auto& item : edits[key])
+                if (item.is_object()) fn(item);
+    };
+    each("deviceNodes", [&](const json& n) {
+        const std::string path = n.value("hostPath", n.value("path", std::string()));
+        file.edits.push_back({device, What::Node, path, number(n, "major"), number(n, "minor"),
+                              stat_path(path, true)});
+    });
+    each("mounts", [&](const json& m) {
+        const std::string path = m.value("hostPath", std::string());
+        file.edits.push_back({device, What::Mount, path, {}, {}, stat_path(path, true)});
+    });
+    each("hooks", [&](const json& h) {
+        const std::string path = h.value("path", std::string());
+        file.edits.push_back({device, What::Hook, path, {}, {}, stat_path(path, true)});
+    });
+}
+
+CdiSpecFacts::File file_facts(const cdi::LoadedSpec& loaded) {
+    CdiSpecFacts::File f;
+    f.path = loaded.file.string();
+    const json& spec = loaded.spec;
+    const std::string kind = spec.value("kind", std::string());
+    if (spec.contains("containerEdits")) add_edits(f, kind, spec["containerEdits"]);
+    for (const auto& device : spec.value("devices", json::array())) {
+        const std::string name = kind + "=" + device.value("name", std::string());
+        f.devices.push_back(name);
+        if (device.contains("containerEdits")) add_edits(f, name, device["containerEdits"]);
+    }
+    return f;
+}
+
+// The version a driver file's path carries: "libcuda.so.550.54.15" and
+// "/lib/firmware/nvidia/550.54.15/gsp.bin" -> "550.54.15"; "" for any other
+// path (another vendor's library, a socket, a binary).
+std::string driver_version_of(const fs::path& path) {
+    const std::string name = path.filename().string();
+    const bool nvidia = name.find("nvidia") != std::string::npos || name.starts_with("libcuda.") ||
+                        name.starts_with("libnvcuvid.") || name.starts_with("libnvoptix.");
+    if (const auto so = name.find(".so."); nvidia && so != std::string::npos) {
+        const std::string version = name.substr(so + 4);
+        if (detail::is_version(version) && version.find('.') != version.rfind('.')) return version;
+    }
+    const std::string p = path.string();
+    if (const auto at = p.find("/firmware/nvidia/"); at != std::string::npos) {
+        const std::string rest = p.substr(at + 17);
+        const std::string version = rest.substr(0, rest.find('/'));
+        if (detail::is_version(version)) return version;
+    }
+    return {};
+}
+
+bool registered(const CdiSpecFacts& f, unsigned major) {
+    if (major == kNvidiaMajor) return true;  // listed as nvidia-frontend (or nvidia)
+    for (const auto& [driver, m] : f.majors)
+        if (m == major) return true;
+    return false;
+}
+
+// What is wrong with one edit ("" when nothing), and whether a missing node is
+// one `gpubind setup --device-nodes` makes.
+std::string edit_problem(const CdiSpecFacts& f, const CdiSpecFacts::Edit& e, bool& setup_fixes) {
+    using What = CdiSpecFacts::Edit::What;
+    const std::string at = e.device + ": " + e.path;
+    if (e.path.empty()) return e.device + ": an edit without a host path";
+    switch (e.what) {
+        case What::Node: {
+            const std::string rel = "/" + fs::path(e.path).lexically_relative(f.roots.dev).string();
+            const bool drivers = f.driver_nodes.contains(f.roots.dev == "/" ? e.path : rel);
+            if (!e.now.exists()) {
+                setup_fixes = setup_fixes || drivers;
+                return at + ": missing" +
+                       (drivers ? "" : " (the driver's procfs names no such device)");
+            }
+            if (e.now.type != FileFact::Type::CharDevice)
+                return at + ": " + describe(e.now) + ", not a character device";
+            if ((e.major && *e.major != e.now.major) || (e.minor && *e.minor != e.now.minor))
+                return fmt::format("{}: {}, the spec says {}:{}", at, describe(e.now),
+                                   e.major ? std::to_string(*e.major) : "*",
+                                   e.minor ? std::to_string(*e.minor) : "*");
+            if (!registered(f, e.now.major))
+                return fmt::format("{}: major {} is no driver's in {}", at, e.now.major,
+                                   (f.roots.proc / "devices").string());
+            return {};
+        }
+        case What::Mount: {
+            const std::string version = driver_version_of(e.path);
+            if (!version.empty() && !f.module_version.empty() && version != f.module_version)
+                return fmt::format("{}: of driver {}, the module is {}{}", at, version,
+                                   f.module_version, e.now.exists() ? "" : " (and it is gone)");
+            if (!e.now.exists()) return at + ": missing";
+            return {};
+        }
+        case What::Hook:
+            if (e.now.type != FileFact::Type::Regular || !e.now.executable)
+                return at + ": the hook's program is " + describe(e.now);
+            return {};
+    }
+    return {};
+}
+
+}  // namespace
+
+CdiSpecFacts gather_cdi_specs(const Config& config, const std::vector<fs::path>& files) {
+    CdiSpecFacts f;
+    f.roots = config.roots;
+    try {
+        f.module_version = detail::read_driver_version(config.roots.proc / "driver/nvidia/version");
+        f.majors = detail::read_majors(config.roots.proc / "devices");
+        for (auto& node : setup::driver_nodes(config.roots.proc, setup::NodeSet::All).nodes)
+            f.driver_nodes.emplace(node.path, node.why);
+    } catch (const Error&) {  // no driver: every node is judged by what is there
+    }
+    const cdi::Registry reg =
+        files.empty() ? cdi::load_specs(config.cdi.spec_dirs) : cdi::load_spec_files(files);
+    for (const auto& loaded : reg.specs) f.files.push_back(file_facts(loaded));
+    for (std::size_t i = 0; i < reg.refused.size(); ++i) {
+        CdiSpecFacts::File file;
+        file.path = reg.refused_files[i].string();
+        file.refused = reg.refused[i];
+        f.files.push_back(std::move(file));
+    }
+    return f;
+}
+
+std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
+    // Which files define each device name.
+    std::map<std::string, std::vector<std::string>> defined;
+    for (const auto& file : f.files)
+        for (const auto& name : file.devices) defined[name].push_back(file.path);
+
+    std::vector<Check> checks;
+    for (const auto& file : f.files) {
+        Check c{kGroup, file.path, Verdict::Ok, {}, {}, {}};
+        if (!file.refused.empty()) {
+            c.verdict = Verdict::Problem;
+            c.summary = "no engine will use it";
+            c.evidence.push_back(file.refused);
+            c.fix =
+                "write it again as a regular file owned by root and writable by root alone "
+                "(gpubind cdi refresh for the node's own specs)";
+            checks.push_back(std::move(c));
+            continue;
+        }
+        bool setup_fixes = false, stale = false, twice = false, hook = false, common = false;
+        std::set<std::string> bad_devices;
+        for (const auto& e : file.edits)
+            if (auto p = edit_problem(f, e, setup_fixes); !p.empty()) {
+                stale = stale || p.find(", the module is ") != std::string::npos;
+                hook = hook || e.what == CdiSpecFacts::Edit::What::Hook;
+                common = common || e.device.find('=') == std::string::npos;
+                c.evidence.push_back(std::move(p));
+                bad_devices.insert(e.device);
+            }
+        for (const auto& name : file.devices)
+            for (const auto& other : defined[name])
+                if (other != file.path) {
+                    c.evidence.push_back(name + ": also defined in " + other);
+                    bad_devices.insert(name);
+                    twice = true;
+                }
+        if (c.evidence.empty()) {
+            c.summary =
+                fmt::format("{} devices, every node, mount and hook present", file.devices.size());
+        } else {
+            c.verdict = Verdict::Problem;
+            c.summary = common ? fmt::format(
+                                     "none of its {} devices can be given as the spec says (its "
+                                     "common edits)",
+                                     file.devices.size())
+                               : fmt::format("{} of {} devices cannot be given as the spec says",
+                                             bad_devices.size(), file.devices.size());
+            std::vector<std::string> fixes;
+            if (setup_fixes) fixes.emplace_back("gpubind setup --device-nodes --all");
+            if (hook) fixes.emplace_back("install the hook's program where the spec says");
+            if (stale || (!setup_fixes && !hook && !twice))
+                fixes.emplace_back(
+                    "regenerate it for this driver (gpubind cdi refresh; "
+                    "nvidia-ctk cdi generate for NVIDIA's)");
+            if (twice) fixes.emplace_back("keep each device name in one file");
+            c.fix = fmt::format("{}", fmt::join(fixes, "; "));
+        }
+        checks.push_back(std::move(c));
+    }
+    if (checks.empty()) checks.push_back({kGroup, kGroup, Verdict::Ok, "no CDI spec", {}, {}});
+    return checks;
+}
+
+}  // namespace gpubind::doctor
