@@ -168,17 +168,17 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
 
     std::vector<Check> checks;
     for (const auto& file : f.files) {
-        Check c{kGroup, file.path, Verdict::Ok, {}, {}, {}};
         if (!file.refused.empty()) {
-            c.verdict = Verdict::Problem;
-            c.summary = "no engine will use it";
-            c.evidence.push_back(file.refused);
-            c.fix =
-                "write it again as a regular file owned by root and writable by root alone "
-                "(gpubind cdi refresh for the node's own specs)";
-            checks.push_back(std::move(c));
+            checks.push_back({kGroup,
+                              file.path,
+                              Verdict::Problem,
+                              "no engine will use it",
+                              {file.refused},
+                              "write it again as a regular file owned by root and writable by "
+                              "root alone (gpubind cdi refresh for the node's own specs)"});
             continue;
         }
+        Check c{kGroup, file.path, Verdict::Ok, {}, {}, {}};
         bool setup_fixes = false, stale = false, twice = false, hook = false, common = false;
         std::set<std::string> bad_devices;
         for (const auto& e : file.edits)
