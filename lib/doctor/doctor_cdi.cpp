@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpubind/cdi/apply.hpp"
+#include "gpubind/cdi/cdi.hpp"
 #include "gpubind/doctor/doctor.hpp"
 #include "gpubind/node/node.hpp"
 #include "gpubind/node/node_read.hpp"
@@ -58,6 +59,8 @@ CdiSpecFacts::File file_facts(const cdi::LoadedSpec& loaded) {
     f.path = loaded.file.string();
     const json& spec = loaded.spec;
     const std::string kind = spec.value("kind", std::string());
+    f.version = spec.value("cdiVersion", std::string());
+    f.needed = cdi::minimum_version(spec);
     if (spec.contains("containerEdits")) add_edits(f, kind, spec["containerEdits"]);
     for (const auto& device : spec.value("devices", json::array())) {
         const std::string name = kind + "=" + device.value("name", std::string());
@@ -199,6 +202,14 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
         if (c.evidence.empty()) {
             c.summary =
                 fmt::format("{} devices, every node, mount and hook present", file.devices.size());
+            if (cdi::version_index(file.version) > cdi::version_index(file.needed)) {
+                c.verdict = Verdict::Warning;
+                c.evidence.push_back(fmt::format(
+                    "cdiVersion {}: its features need only {}; an engine whose CDI library "
+                    "predates {} refuses the file (Debian 12's podman 4.3 refuses 0.6.0)",
+                    file.version, file.needed, file.version));
+                c.fix = fmt::format("declare cdiVersion {}", file.needed);
+            }
         } else {
             c.verdict = Verdict::Problem;
             c.summary = common ? fmt::format(

@@ -7,12 +7,16 @@
 // manifest; each check also runs where it must fail.
 #include <unistd.h>
 
+#include <fstream>
+#include <map>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "binaries.hpp"
 #include "container.hpp"
 #include "engines.hpp"
+#include "gpubind/cdi/cdi.hpp"
 #include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
@@ -167,6 +171,89 @@ TEST_F(CdiTest, PodmanWithoutTheSpecRefusesTheDevice) {
     auto r = podman({"nvidia.com/gpu=1"}, "true");
     EXPECT_NE(r.exit_code, 0);
     EXPECT_THAT(r.err, HasSubstr("nvidia.com/gpu=1"));
+}
+
+// Specs in /var/run/cdi beside gpubind's (issue 25): the broken kinds
+// `gpubind cdi check` reports, and a current DRA-style one, each declaring the
+// lowest cdiVersion its features need. podman refuses or fails exactly the
+// devices `check` calls a problem, and runs the others.
+TEST_F(CdiTest, PodmanRunsExactlyWhatCdiCheckPasses) {
+    RunCdiSpec current(config(), "json");
+    ASSERT_EQ(current.result().exit_code, 0) << current.result().err;
+    const fs::path dir = current.file().parent_path();
+    const fs::path dev = node_->root() / "dev";
+    auto node_edit = [&](const std::string& path) {
+        return json{
+            {"deviceNodes", {{{"path", path}, {"hostPath", (dev / path.substr(5)).string()}}}}};
+    };
+    auto spec = [](const std::string& kind, const std::string& name, const json& edits) {
+        json s = {{"kind", kind}, {"devices", {{{"name", name}, {"containerEdits", edits}}}}};
+        s["cdiVersion"] = cdi::minimum_version(s);  // podman 4.3's CDI library refuses 0.6.0
+        return s;
+    };
+    auto lib_edit = [&](const std::string& version) {
+        json e = node_edit("/dev/nvidia0");
+        const std::string lib = "/usr/lib/x86_64-linux-gnu/libcuda.so." + version;
+        e["mounts"] = {{{"hostPath", (node_->root() / lib.substr(1)).string()},
+                        {"containerPath", lib},
+                        {"options", {"ro", "nosuid", "nodev", "bind"}}}};
+        return e;
+    };
+    json hooked = spec("example.com/hooked", "0", node_edit("/dev/nvidia0"));
+    hooked["containerEdits"] = {
+        {"hooks", {{{"hookName", "createContainer"}, {"path", "/nonexistent/bin/hook"}}}}};
+    hooked["cdiVersion"] = cdi::minimum_version(hooked);
+    // file name -> (the device asked of podman, the spec)
+    const std::map<std::string, std::pair<std::string, json>> files = {
+        {"dra-current.json",
+         {"k8s.gpu.nvidia.com/device=claim-1",
+          spec("k8s.gpu.nvidia.com/device", "claim-1", lib_edit(m().spec.driver_version))}},
+        {"dra-stale.json",
+         {"k8s.gpu.nvidia.com/device=claim-0",
+          spec("k8s.gpu.nvidia.com/device", "claim-0", lib_edit("535.104.05"))}},
+        {"nvidia3.json",
+         {"example.com/gpu=3", spec("example.com/gpu", "3", node_edit("/dev/nvidia3"))}},
+        {"again.json",
+         {"example.com/twice=0", spec("example.com/twice", "0", node_edit("/dev/nvidia1"))}},
+        {"again-too.json",
+         {"example.com/twice=0", spec("example.com/twice", "0", node_edit("/dev/nvidia2"))}},
+        {"hook-gone.json", {"example.com/hooked=0", hooked}},
+    };
+    for (const auto& [name, what] : files) std::ofstream(dir / name) << what.second.dump(2);
+    struct Remove {
+        const fs::path& dir;
+        const std::map<std::string, std::pair<std::string, json>>& files;
+        ~Remove() {
+            for (const auto& [name, what] : files) fs::remove(dir / name);
+        }
+    } remove{dir, files};
+
+    std::vector<std::string> args = {
+        cli(), "cdi", "check", "--json", "--config", config().string(), current.file().string()};
+    for (const auto& [name, what] : files) args.push_back((dir / name).string());
+    const auto checked = run_command(args);
+    EXPECT_EQ(checked.exit_code, 5) << checked.out << checked.err;
+    std::map<std::string, std::string> verdict;  // file name -> "ok", "warning", "problem"
+    const json report = json::parse(checked.out);
+    for (const auto& c : report.at("checks"))
+        verdict[fs::path(c.at("name").get<std::string>()).filename()] =
+            c.at("verdict").get<std::string>();
+    EXPECT_EQ(verdict[current.file().filename()], "ok");
+    EXPECT_EQ(verdict["dra-current.json"], "ok");
+    for (const char* broken :
+         {"dra-stale.json", "nvidia3.json", "again.json", "again-too.json", "hook-gone.json"})
+        EXPECT_EQ(verdict[broken], "problem") << broken;
+
+    // podman, device by device: a container runs exactly where check said ok.
+    std::vector<std::pair<std::string, std::string>> devices = {
+        {"nvidia.com/gpu=0", current.file().filename()}};
+    for (const auto& [name, what] : files) devices.emplace_back(what.first, name);
+    for (const auto& [device, file] : devices) {
+        const auto r = podman({device}, "true");
+        EXPECT_EQ(r.exit_code == 0, verdict[file] == "ok")
+            << device << " (" << file << ", check said " << verdict[file] << "): exit "
+            << r.exit_code << ": " << r.err;
+    }
 }
 
 // --- containerd 1.6: gpubind-runtime applies the annotation ---

@@ -19,6 +19,7 @@
 
 #include "built.hpp"
 #include "command.hpp"
+#include "gpubind/cdi/cdi.hpp"
 #include "gpubind/config/config.hpp"
 #include "gpubind/doctor/doctor.hpp"
 #include "gpubind/sim/sim.hpp"
@@ -70,25 +71,32 @@ class CdiCheck : public testing::Test {
     json dra_spec(const std::string& claim, const std::string& node,
                   const std::string& version) const {
         const std::string lib = "/usr/lib/x86_64-linux-gnu/libcuda.so." + version;
-        return {{"cdiVersion", "0.6.0"},
-                {"kind", "k8s.gpu.nvidia.com/device"},
-                {"devices",
-                 {{{"name", claim},
-                   {"containerEdits",
-                    {{"deviceNodes", {{{"path", node}, {"hostPath", host(node).string()}}}},
-                     {"mounts",
-                      {{{"hostPath", host(lib).string()},
-                        {"containerPath", lib},
-                        {"options", {"ro", "nosuid", "nodev", "bind"}}}}}}}}}}};
+        return lowest({{"cdiVersion", "0.6.0"},
+                       {"kind", "k8s.gpu.nvidia.com/device"},
+                       {"devices",
+                        {{{"name", claim},
+                          {"containerEdits",
+                           {{"deviceNodes", {{{"path", node}, {"hostPath", host(node).string()}}}},
+                            {"mounts",
+                             {{{"hostPath", host(lib).string()},
+                               {"containerPath", lib},
+                               {"options", {"ro", "nosuid", "nodev", "bind"}}}}}}}}}}});
     }
     static json one_node(const std::string& kind, const std::string& name,
                          const fs::path& host_path, const std::string& path) {
-        return {{"cdiVersion", "0.6.0"},
-                {"kind", kind},
-                {"devices",
-                 {{{"name", name},
-                   {"containerEdits",
-                    {{"deviceNodes", {{{"path", path}, {"hostPath", host_path.string()}}}}}}}}}};
+        return lowest(
+            {{"cdiVersion", "0.6.0"},
+             {"kind", kind},
+             {"devices",
+              {{{"name", name},
+                {"containerEdits",
+                 {{"deviceNodes", {{{"path", path}, {"hostPath", host_path.string()}}}}}}}}}});
+    }
+    // `spec` declaring the lowest cdiVersion its features need, as every
+    // engine's CDI library reads it.
+    static json lowest(json spec) {
+        spec["cdiVersion"] = cdi::minimum_version(spec);
+        return spec;
     }
     std::vector<Check> checks() const {
         return doctor::check_cdi_specs(doctor::gather_cdi_specs(config(), {}));
@@ -115,6 +123,7 @@ TEST_F(CdiCheck, TheCurrentSpecsPassAndEachBrokenOneIsReportedWithItsReason) {
     json hooked = one_node("example.com/hooked", "0", host("/dev/nvidia0"), "/dev/nvidia0");
     hooked["containerEdits"] = {
         {"hooks", {{{"hookName", "createContainer"}, {"path", "/nonexistent/bin/hook"}}}}};
+    hooked = lowest(hooked);
     write("hook-gone.json", hooked);
 
     const auto all = checks();
@@ -154,6 +163,19 @@ TEST_F(CdiCheck, TheCurrentSpecsPassAndEachBrokenOneIsReportedWithItsReason) {
     EXPECT_EQ(hook.verdict, Verdict::Problem);
     EXPECT_THAT(evidence(hook), HasSubstr("/nonexistent/bin/hook: the hook's program is missing"));
     EXPECT_THAT(hook.summary, HasSubstr("its common edits"));
+}
+
+TEST_F(CdiCheck, AVersionAboveWhatTheFeaturesNeedIsAWarning) {
+    json spec = one_node("example.com/gpu", "0", host("/dev/nvidia0"), "/dev/nvidia0");
+    const std::string needed = spec["cdiVersion"];
+    ASSERT_NE(needed, "0.6.0");
+    spec["cdiVersion"] = "0.6.0";
+    write("newer.json", spec);
+    const auto all = checks();
+    const Check& c = of(all, "newer.json");
+    EXPECT_EQ(c.verdict, Verdict::Warning);
+    EXPECT_THAT(evidence(c), HasSubstr("cdiVersion 0.6.0: its features need only " + needed));
+    EXPECT_EQ(c.fix, "declare cdiVersion " + needed);
 }
 
 TEST_F(CdiCheck, AMissingDriverNodeNamesSetupAsTheFix) {

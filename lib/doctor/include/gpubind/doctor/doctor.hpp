@@ -184,6 +184,8 @@ struct CdiSpecFacts {
     struct File {
         std::string path;
         std::string refused;               // why no engine would use it ("" when it loads)
+        std::string version;               // its cdiVersion
+        std::string needed;                // the lowest cdiVersion its features need
         std::vector<std::string> devices;  // qualified names
         std::vector<Edit> edits;
     };
@@ -197,7 +199,8 @@ CdiSpecFacts gather_cdi_specs(const Config& config,
 // or of a major /proc/devices does not list, a mounted path is missing or a
 // driver library (or firmware) of another version than the module's, a hook's
 // program is missing or not executable, or a device name is defined in
-// another file too.
+// another file too. A warning when it declares a cdiVersion above the lowest
+// its features need: an engine with an older CDI library refuses the file.
 std::vector<Check> check_cdi_specs(const CdiSpecFacts& facts);
 
 // --- a container ---
