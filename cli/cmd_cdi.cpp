@@ -5,6 +5,8 @@
 //   remove    those specs removed (package removal)
 //   list      the qualified device names the node's specs (or --spec files) offer
 //   check     every spec an engine would read, whoever wrote it, against the node now
+#include <chrono>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,7 @@ struct CdiOptions {
     std::filesystem::path dir;
     bool imex = false;
     bool json = false;
+    double timeout = 10;
     std::vector<std::filesystem::path> specs;
 };
 
@@ -117,8 +120,14 @@ int list(const CdiOptions& o) {
 
 // Every spec in [cdi] spec-dirs (or the files named) against this node now.
 int check(const CdiOptions& o) {
+    // In a child with a deadline, as doctor's groups: a spec naming a path on
+    // a hung mount never hangs the command.
+    const Config config = cdi_config(o);
     doctor::Report report;
-    report.checks = doctor::check_cdi_specs(doctor::gather_cdi_specs(cdi_config(o), o.specs));
+    report.checks = doctor::run_bounded(
+        "cdi-specs",
+        [&] { return doctor::check_cdi_specs(doctor::gather_cdi_specs(config, o.specs)); },
+        std::chrono::milliseconds(static_cast<long>(o.timeout * 1000)));
     if (o.json) {
         const nlohmann::json j = report;
         fmt::print("{}\n", j.dump(2));
@@ -171,6 +180,8 @@ void register_cdi(CLI::App& app, Action& action) {
     chk->add_option("files", o->specs, "Spec files to check instead ([cdi] spec-dirs)");
     chk->add_flag("--json", o->json,
                   "JSON output (schema gpubind.doctor/v1, docs/doctor.schema.json)");
+    chk->add_option("--timeout", o->timeout, "Seconds the checks may take (default 10)")
+        ->check(CLI::Range(0.1, 3600.0));
     chk->callback([o, &action] { action = [o] { return check(*o); }; });
 }
 
