@@ -379,7 +379,7 @@ std::pair<const LoadedSpec*, const json*> resolve(const std::string& name,
         }
     if (!best) {
         std::string refused;
-        for (const auto& r : registry.refused) refused += (refused.empty() ? "" : "; ") + r;
+        for (const auto& r : registry.refused) refused += (refused.empty() ? "" : "; ") + r.why;
         throw Error(ENOENT, "apply CDI device", name,
                     refused.empty() ? "no CDI spec on this node defines it"
                                     : "no valid CDI spec defines it (" + refused + ")");
@@ -569,6 +569,21 @@ void apply_gids(json& process, const Gathered& g) {
         if (had.insert(json(gid).dump()).second) gids.push_back(gid);
 }
 
+// Reads and parses one entry of `dirfd` into reg.specs, or records why not in
+// reg.refused (false).
+bool load_entry(Registry& reg, int dirfd, const std::string& name, const fs::path& file,
+                int priority) {
+    try {
+        const std::string text = read_entry(dirfd, name, file);
+        reg.specs.push_back(
+            {file, priority, parse_spec(text, name.ends_with(".yaml"), file.string())});
+        return true;
+    } catch (const Error& e) {
+        reg.refused.push_back({file, e.what()});
+        return false;
+    }
+}
+
 }  // namespace
 
 std::vector<const json*> all_edits(const json& spec) {
@@ -726,18 +741,9 @@ Registry load_specs(const std::vector<fs::path>& dirs) {
             ::closedir(d);
         }
         std::sort(names.begin(), names.end());
-        for (const auto& name : names) {
-            const fs::path file = dir / name;
-            try {
-                const std::string text = read_entry(dirfd.get(), name, file);
-                reg.specs.push_back({file, static_cast<int>(priority),
-                                     parse_spec(text, name.ends_with(".yaml"), file.string())});
-            } catch (const Error& e) {
-                reg.refused.push_back(e.what());
-                reg.refused_files.push_back(file);
-                logger().warn("{}", e.what());
-            }
-        }
+        for (const auto& name : names)
+            if (!load_entry(reg, dirfd.get(), name, dir / name, static_cast<int>(priority)))
+                logger().warn("{}", reg.refused.back().why);
     }
     return reg;
 }
@@ -745,18 +751,14 @@ Registry load_specs(const std::vector<fs::path>& dirs) {
 Registry load_spec_files(const std::vector<fs::path>& files) {
     Registry reg;
     for (const auto& file : files) {
-        try {
-            const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
-            const Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-            if (!dirfd) throw_errno("open CDI spec directory", dir.string());
-            const std::string name = file.filename().string();
-            const std::string text = read_entry(dirfd.get(), name, file);
-            reg.specs.push_back(
-                {file, 0, parse_spec(text, name.ends_with(".yaml"), file.string())});
-        } catch (const Error& e) {
-            reg.refused.push_back(e.what());
-            reg.refused_files.push_back(file);
+        const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+        const Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!dirfd) {
+            reg.refused.push_back(
+                {file, Error(errno, "open CDI spec directory", dir.string()).what()});
+            continue;
         }
+        load_entry(reg, dirfd.get(), file.filename().string(), file, 0);
     }
     return reg;
 }

@@ -97,46 +97,58 @@ bool registered(const CdiSpecFacts& f, unsigned major) {
     return false;
 }
 
-// What is wrong with one edit ("" when nothing), and whether a missing node is
-// one `gpubind setup --device-nodes` makes.
-std::string edit_problem(const CdiSpecFacts& f, const CdiSpecFacts::Edit& e, bool& setup_fixes) {
+// What is wrong with one edit, and what mends it.
+struct Problem {
+    std::string text;
+    enum class Remedy { SetupNodes, InstallHook, NewDriver, Regenerate } remedy;
+};
+
+std::optional<Problem> edit_problem(const CdiSpecFacts& f, const CdiSpecFacts::Edit& e) {
     using What = CdiSpecFacts::Edit::What;
+    using Remedy = Problem::Remedy;
     const std::string at = e.device + ": " + e.path;
-    if (e.path.empty()) return e.device + ": an edit without a host path";
+    if (e.path.empty())
+        return Problem{e.device + ": an edit without a host path", Remedy::Regenerate};
     switch (e.what) {
         case What::Node: {
-            const std::string rel = "/" + fs::path(e.path).lexically_relative(f.roots.dev).string();
-            const bool drivers = f.driver_nodes.contains(f.roots.dev == "/" ? e.path : rel);
-            if (!e.now.exists()) {
-                setup_fixes = setup_fixes || drivers;
-                return at + ": missing" +
-                       (drivers ? "" : " (the driver's procfs names no such device)");
-            }
+            const bool drivers = f.driver_nodes.contains(
+                "/" + fs::path(e.path).lexically_relative(f.roots.dev).string());
+            if (!e.now.exists())
+                return drivers
+                           ? Problem{at + ": missing", Remedy::SetupNodes}
+                           : Problem{at + ": missing (the driver's procfs names no such device)",
+                                     Remedy::Regenerate};
             if (e.now.type != FileFact::Type::CharDevice)
-                return at + ": " + describe(e.now) + ", not a character device";
+                return Problem{at + ": " + describe(e.now) + ", not a character device",
+                               Remedy::Regenerate};
             if ((e.major && *e.major != e.now.major) || (e.minor && *e.minor != e.now.minor))
-                return fmt::format("{}: {}, the spec says {}:{}", at, describe(e.now),
-                                   e.major ? std::to_string(*e.major) : "*",
-                                   e.minor ? std::to_string(*e.minor) : "*");
+                return Problem{fmt::format("{}: {}, the spec says {}:{}", at, describe(e.now),
+                                           e.major ? std::to_string(*e.major) : "*",
+                                           e.minor ? std::to_string(*e.minor) : "*"),
+                               Remedy::Regenerate};
             if (!registered(f, e.now.major))
-                return fmt::format("{}: major {} is no driver's in {}", at, e.now.major,
-                                   (f.roots.proc / "devices").string());
-            return {};
+                return Problem{fmt::format("{}: major {} is no driver's in {}", at, e.now.major,
+                                           (f.roots.proc / "devices").string()),
+                               Remedy::Regenerate};
+            return std::nullopt;
         }
         case What::Mount: {
             const std::string version = driver_version_of(e.path);
             if (!version.empty() && !f.module_version.empty() && version != f.module_version)
-                return fmt::format("{}: of driver {}, the module is {}{}", at, version,
-                                   f.module_version, e.now.exists() ? "" : " (and it is gone)");
-            if (!e.now.exists()) return at + ": missing";
-            return {};
+                return Problem{
+                    fmt::format("{}: of driver {}, the module is {}{}", at, version,
+                                f.module_version, e.now.exists() ? "" : " (and it is gone)"),
+                    Remedy::NewDriver};
+            if (!e.now.exists()) return Problem{at + ": missing", Remedy::Regenerate};
+            return std::nullopt;
         }
         case What::Hook:
             if (e.now.type != FileFact::Type::Regular || !e.now.executable)
-                return at + ": the hook's program is " + describe(e.now);
-            return {};
+                return Problem{at + ": the hook's program is " + describe(e.now),
+                               Remedy::InstallHook};
+            return std::nullopt;
     }
-    return {};
+    return std::nullopt;
 }
 
 }  // namespace
@@ -154,10 +166,10 @@ CdiSpecFacts gather_cdi_specs(const Config& config, const std::vector<fs::path>&
     const cdi::Registry reg =
         files.empty() ? cdi::load_specs(config.cdi.spec_dirs) : cdi::load_spec_files(files);
     for (const auto& loaded : reg.specs) f.files.push_back(file_facts(loaded));
-    for (std::size_t i = 0; i < reg.refused.size(); ++i) {
+    for (const auto& r : reg.refused) {
         CdiSpecFacts::File file;
-        file.path = reg.refused_files[i].string();
-        file.refused = reg.refused[i];
+        file.path = r.file.string();
+        file.refused = r.why;
         f.files.push_back(std::move(file));
     }
     return f;
@@ -182,14 +194,14 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
             continue;
         }
         Check c{kGroup, file.path, Verdict::Ok, {}, {}, {}};
-        bool setup_fixes = false, stale = false, twice = false, hook = false, common = false;
+        std::set<Problem::Remedy> remedies;
+        bool twice = false, common = false;
         std::set<std::string> bad_devices;
         for (const auto& e : file.edits)
-            if (auto p = edit_problem(f, e, setup_fixes); !p.empty()) {
-                stale = stale || p.find(", the module is ") != std::string::npos;
-                hook = hook || e.what == CdiSpecFacts::Edit::What::Hook;
+            if (auto p = edit_problem(f, e)) {
+                remedies.insert(p->remedy);
                 common = common || e.device.find('=') == std::string::npos;
-                c.evidence.push_back(std::move(p));
+                c.evidence.push_back(std::move(p->text));
                 bad_devices.insert(e.device);
             }
         for (const auto& name : file.devices)
@@ -218,10 +230,13 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
                                      file.devices.size())
                                : fmt::format("{} of {} devices cannot be given as the spec says",
                                              bad_devices.size(), file.devices.size());
+            using Remedy = Problem::Remedy;
+            const bool setup = remedies.contains(Remedy::SetupNodes);
+            const bool hook = remedies.contains(Remedy::InstallHook);
             std::vector<std::string> fixes;
-            if (setup_fixes) fixes.emplace_back("gpubind setup --device-nodes --all");
+            if (setup) fixes.emplace_back("gpubind setup --device-nodes --all");
             if (hook) fixes.emplace_back("install the hook's program where the spec says");
-            if (stale || (!setup_fixes && !hook && !twice))
+            if (remedies.contains(Remedy::NewDriver) || (!setup && !hook && !twice))
                 fixes.emplace_back(
                     "regenerate it for this driver (gpubind cdi refresh; "
                     "nvidia-ctk cdi generate for NVIDIA's)");

@@ -84,22 +84,6 @@ void read_driver_proc(NodeFacts& f, const fs::path& proc) {
     }
 }
 
-// MIG: capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access and capabilities/mig/{config,monitor}.
-void add_all_mig_caps(NodeFacts& f, const fs::path& caps) {
-    for (const auto& gpu : detail::list_dir(caps)) {
-        if (gpu.rfind("gpu", 0) != 0) continue;
-        for (const auto& gi : detail::list_dir(caps / gpu / "mig")) {
-            if (gi.rfind("gi", 0) != 0) continue;
-            add_mig_caps(f, caps / gpu / "mig" / gi / "access");
-            for (const auto& ci : detail::list_dir(caps / gpu / "mig" / gi))
-                if (ci.rfind("ci", 0) == 0)
-                    add_mig_caps(f, caps / gpu / "mig" / gi / ci / "access");
-        }
-    }
-    for (const char* which : {"config", "monitor"})
-        if (stat_path(caps / "mig" / which).exists()) add_mig_caps(f, caps / "mig" / which);
-}
-
 // Libraries: the catalog's, as the host's ld.so.cache resolves them.
 void read_libraries(NodeFacts& f, const Config& config) {
     f.ldcache_path = config.ldcache_path().string();
@@ -152,7 +136,8 @@ NodeFacts gather_node(const Config& config) {
     read_driver_proc(f, proc);
     for (const char* name : {"nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"})
         f.dev.emplace(std::string("/dev/") + name, FileFact{});
-    add_all_mig_caps(f, proc / "driver/nvidia/capabilities");
+    for (const auto& access : detail::mig_access_files(proc / "driver/nvidia/capabilities"))
+        add_mig_caps(f, access);
     for (const auto& name : detail::list_dir(under(config.roots.dev, kImexDir))) {
         f.imex_names.push_back(name);
         f.dev.emplace(std::string(kImexDir) + "/" + name, FileFact{});

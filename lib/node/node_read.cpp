@@ -34,6 +34,25 @@ std::map<std::string, std::string, std::less<>> read_fields(const fs::path& path
     return fields;
 }
 
+std::vector<fs::path> mig_access_files(const fs::path& caps) {
+    std::vector<fs::path> files;
+    for (const auto& gpu : list_dir(caps)) {
+        if (!gpu.starts_with("gpu")) continue;
+        for (const auto& gi : list_dir(caps / gpu / "mig")) {
+            if (!gi.starts_with("gi")) continue;
+            files.push_back(caps / gpu / "mig" / gi / "access");
+            for (const auto& ci : list_dir(caps / gpu / "mig" / gi))
+                if (ci.starts_with("ci")) files.push_back(caps / gpu / "mig" / gi / ci / "access");
+        }
+    }
+    for (const char* which : {"config", "monitor"}) {
+        struct stat st {};
+        if (::lstat((caps / "mig" / which).c_str(), &st) == 0)
+            files.push_back(caps / "mig" / which);
+    }
+    return files;
+}
+
 std::vector<std::string> list_dir(const fs::path& dir) {
     std::vector<std::string> names;
     DIR* d = ::opendir(dir.c_str());

@@ -57,25 +57,10 @@ void add_gpus(DriverNodes& out, const fs::path& proc) {
     }
 }
 
-// capabilities/gpu<N>/mig/gi<G>[/ci<C>]/access and capabilities/mig/{config,monitor}.
+// Each MIG capability's node: the DeviceFileMinor of its access file.
 void add_mig_caps(DriverNodes& out, const fs::path& proc,
                   const std::map<std::string, unsigned, std::less<>>& majors) {
-    const fs::path caps = proc / "driver/nvidia/capabilities";
-    std::vector<fs::path> access;
-    for (const auto& gpu : detail::list_dir(caps)) {
-        if (!gpu.starts_with("gpu")) continue;
-        for (const auto& gi : detail::list_dir(caps / gpu / "mig")) {
-            if (!gi.starts_with("gi")) continue;
-            access.push_back(caps / gpu / "mig" / gi / "access");
-            for (const auto& ci : detail::list_dir(caps / gpu / "mig" / gi))
-                if (ci.starts_with("ci")) access.push_back(caps / gpu / "mig" / gi / ci / "access");
-        }
-    }
-    for (const char* which : {"config", "monitor"}) {
-        struct stat st {};
-        if (::stat((caps / "mig" / which).c_str(), &st) == 0)
-            access.push_back(caps / "mig" / which);
-    }
+    const auto access = detail::mig_access_files(proc / "driver/nvidia/capabilities");
     if (access.empty()) return;
     const auto major = majors.find("nvidia-caps");
     if (major == majors.end()) {
@@ -142,14 +127,15 @@ std::string what_is(const struct stat& st) {
     return "a special file";
 }
 
-// One node in the directory `dir` (its host path `host`).
+// One node in the directory `dir` (its host path `host`); `dir` is -1 in a
+// dry run whose directory is not there yet (nothing in it exists).
 void make_one(int dir, const std::string& name, const fs::path& host, const DriverNode& node,
               const DeviceNodeOptions& o, DeviceNodeReport& report) {
     const dev_t want = ::makedev(node.major, node.minor);
     const std::string numbers = fmt::format("c {}:{}", node.major, node.minor);
     struct stat st {};
-    const bool exists = ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-    if (!exists && errno != ENOENT) throw_errno("stat", host.string());
+    const bool exists = dir >= 0 && ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (!exists && dir >= 0 && errno != ENOENT) throw_errno("stat", host.string());
     if (exists && S_ISCHR(st.st_mode) && st.st_rdev == want) {
         report.lines.push_back(
             fmt::format("unchanged {} {} ({})", host.string(), numbers, node.why));
@@ -249,12 +235,6 @@ DeviceNodeReport make_device_nodes(const fs::path& dev_root, const fs::path& pro
         if (!sub.empty()) {  // nvidia-caps/, the only subdirectory
             if (!caps_fd) caps_fd = open_dir(dev_fd.get(), dev, sub, options.dry_run);
             dir = caps_fd.get();
-        }
-        if (dir < 0) {  // a dry run, the directory not there yet
-            report.lines.push_back(fmt::format("would be created {} c {}:{} mode {:04o} ({})",
-                                               (dev / rel).string(), node.major, node.minor,
-                                               options.mode, node.why));
-            continue;
         }
         make_one(dir, rel.filename().string(), dev / rel, node, options, report);
     }

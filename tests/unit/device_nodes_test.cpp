@@ -130,9 +130,8 @@ TEST_F(DeviceNodes, TheModeAskedIsTheModeMadeWhateverTheUmask) {
     remove_all_nodes();
     const mode_t old_umask = ::umask(077);
     make(NodeSet::Gpus, false, false, 0660);
-    ::umask(old_umask);
+    EXPECT_EQ(::umask(old_umask), mode_t{077}) << "the caller's umask is given back";
     EXPECT_EQ(is_drivers(node("/dev/nvidia0"), 0660), "");
-    EXPECT_EQ(::umask(old_umask), old_umask) << "the caller's umask is given back";
     EXPECT_THROW(make(NodeSet::Gpus, false, false, 04666), Error);
 }
 

@@ -26,8 +26,11 @@ struct LoadedSpec {
 };
 struct Registry {
     std::vector<LoadedSpec> specs;
-    std::vector<std::string> refused;                  // "<file>: <why>", one per refused file
-    std::vector<std::filesystem::path> refused_files;  // the file of each, in the same order
+    struct Refusal {
+        std::filesystem::path file;
+        std::string why;  // the error, naming the file: "read CDI spec <file>: ..."
+    };
+    std::vector<Refusal> refused;  // one per refused file
 };
 // Reads every *.json and *.yaml entry of `dirs` (a missing directory is
 // empty). A file that is a symbolic link, not a regular file, not root's, or

@@ -24,6 +24,10 @@ std::filesystem::path under(const std::filesystem::path& root, const std::filesy
 std::map<std::string, std::string, std::less<>> read_fields(const std::filesystem::path& path);
 // The names in a directory, sorted; empty when it does not exist.
 std::vector<std::string> list_dir(const std::filesystem::path& dir);
+// The MIG capabilities' access files under a driver/nvidia/capabilities
+// directory, in order: gpu<N>/mig/gi<G>/access and gi<G>/ci<C>/access, then
+// mig/config and mig/monitor where they exist. Empty without MIG.
+std::vector<std::filesystem::path> mig_access_files(const std::filesystem::path& caps_dir);
 // Digits and dots with at least one dot ("550.54.15").
 bool is_version(std::string_view s);
 // The module's version from a driver/nvidia/version file ("NVRM version:" line).
