@@ -8,7 +8,9 @@
 
 #include "commands.hpp"
 #include "gpubind/doctor/doctor.hpp"
+#include "gpubind/setup/host.hpp"
 #include "gpubind/setup/setup.hpp"
+#include "gpubind/util/file.hpp"
 #include "gpubind/util/error.hpp"
 
 namespace gpubind::cli {
@@ -28,7 +30,38 @@ struct SetupOptions {
     std::string modprobe{setup::kModprobe};
     setup::DeviceNodeOptions nodes;
     std::filesystem::path dev_root = "/";
+    setup::HostInstall host;
+    std::filesystem::path install_config = "/etc/gpubind/config.toml";
 };
+
+// Into a host mounted here (the Kubernetes node installer): the programs
+// found beside this one (or in ../libexec/gpubind) unless --programs says.
+std::vector<std::string> run_host_install(const SetupOptions& o) {
+    setup::HostInstall in = o.host;
+    for (const auto& name : o.engines) {
+        const auto engine = *setup::parse_engine(name);
+        if (engine == setup::Engine::Runc)
+            throw_invalid("parse arguments", "--engine runc",
+                          "has no host config to register in; use --bundle without --host-root");
+        in.engines.push_back(engine);
+    }
+    if (in.program_dirs.empty()) {
+        const auto self = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+        in.program_dirs = {self, self.parent_path() / "libexec/gpubind"};
+    }
+    std::error_code ec;
+    if (!in.remove && (std::filesystem::exists(o.install_config, ec) ||
+                       o.install_config != "/etc/gpubind/config.toml")) {
+        in.config_text = read_file(o.install_config, 1u << 20);
+        in.config_what = o.install_config.string();
+    } else {
+        in.config_what = "the built-in config";
+    }
+    in.set_default = o.request.options.set_default;
+    in.cdi = o.request.options.cdi;
+    in.remove = o.request.remove;
+    return setup::install_host(in, o.dry_run);
+}
 
 // "0666", "666", "0600": an octal permission mode; nullopt for anything else.
 std::optional<mode_t> parse_mode(const std::string& text) {
@@ -43,6 +76,11 @@ std::optional<mode_t> parse_mode(const std::string& text) {
 }
 
 int run_setup(const SetupOptions& o) {
+    if (!o.host.host_root.empty()) {
+        for (const auto& line : run_host_install(o)) std::printf("%s\n", line.c_str());
+        if (std::fflush(stdout) != 0) throw_errno("write", "standard output");
+        return kExitOk;
+    }
     // Every engine's files are read and checked before any is written.
     std::vector<std::vector<setup::Change>> plans;
     for (const auto& name : o.engines) {
@@ -154,7 +192,29 @@ void register_setup(CLI::App& app, Action& action) {
     cmd->add_option("--root", o->dev_root,
                     "With --dev-char-links or --device-nodes: the dev root, and ROOT/proc the proc "
                     "root (default /)");
-    cmd->callback([o, engine, links, nodes, &action] {
+    auto* host = cmd->add_option(
+        "--host-root", o->host.host_root,
+        "Install into the host whose / is mounted at DIR (from a container: the Kubernetes node "
+        "installer): the programs and config into --install-dir, registered with --engine; with "
+        "--cdi the node's CDI specs too; --remove takes out exactly what it put there");
+    cmd->add_option("--install-dir", o->host.install_dir,
+                    "With --host-root: where the host gets the programs and config")
+        ->needs(host)
+        ->capture_default_str();
+    cmd->add_option("--install-config", o->install_config,
+                    "With --host-root: the config to install (its [cdi] hook set to the installed "
+                    "hook); default this one's, else the built-in")
+        ->needs(host);
+    cmd->add_option("--programs", o->host.program_dirs,
+                    "With --host-root: where gpubind-hook, gpubind-runtime and gpubind-nvml are "
+                    "(repeatable; default beside this program and ../libexec/gpubind)")
+        ->needs(host);
+    for (const char* name : {"--prefix", "--runtime-path", "--hook-path", "--config-path",
+                             "--bundle"})
+        host->excludes(cmd->get_option(name));
+    cmd->callback([o, engine, links, nodes, host, &action] {
+        if (host->count() > 0 && engine->count() == 0)
+            throw CLI::RequiredError("--engine (with --host-root)");
         if (engine->count() == 0 && links->count() == 0 && nodes->count() == 0)
             throw CLI::RequiredError("--engine, --device-nodes or --dev-char-links");
         action = [o] { return run_setup(*o); };

@@ -174,11 +174,11 @@ int main(int argc, char** argv) {
     try {
         const runtime::Invocation args = runtime::parse_invocation(argc, argv);
         set_up_logging(args);
-        const Config config = load_trusted_config();
+        const fs::path own_dir = self_exe().parent_path();
+        const Config config = load_trusted_config_beside(own_dir);
         add_config_log(config, args.id);
         if (args.command == "create" || args.command == "run")
-            runtime::edit_bundle(args.bundle, args.id, config,
-                                 self_exe().parent_path() / "gpubind-hook");
+            runtime::edit_bundle(args.bundle, args.id, config, own_dir / "gpubind-hook");
         exec_runtime(find_runtime(config), argc, argv);
     } catch (const std::system_error& e) {
         gpubind::logger().error("{}", e.what());

@@ -80,6 +80,14 @@ Config load_trusted_config() {
     return load_trusted(kDefaultConfigPath, true);
 }
 
+Config load_trusted_config_beside(const std::filesystem::path& own_dir) {
+    const char* env = std::getenv(std::string(kConfigEnv).c_str());
+    const auto beside = own_dir / "config.toml";
+    struct stat st {};
+    if (!(env && *env) && ::lstat(beside.c_str(), &st) == 0) return load_trusted(beside, false);
+    return load_trusted_config();
+}
+
 Config load_trusted_config(const std::filesystem::path& path) {
     return load_trusted(std::filesystem::absolute(path), false);
 }

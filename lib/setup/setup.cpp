@@ -14,15 +14,16 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/toml.hpp"
+#include "gpubind/setup/host.hpp"
+#include "setup_files.hpp"
 
 namespace gpubind::setup {
 
-namespace {
+// The helpers host.cpp shares (setup_files.hpp) and those only this file uses.
+namespace detail {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
-
-constexpr std::size_t kMaxFileSize = 4u << 20;
 constexpr std::string_view kCriPlugin = "io.containerd.grpc.v1.cri";
 const std::string kName{kRuntimeName};
 
@@ -82,7 +83,7 @@ Json hook_entry(const Options& o) {
 // --- TOML ---
 
 toml::table parse_toml(std::string_view text, const std::string& what) {
-    if (auto unsafe = detail::toml_unsafe_text(text))
+    if (auto unsafe = gpubind::detail::toml_unsafe_text(text))
         throw_invalid("read", what, "invalid TOML at " + *unsafe);
     try {
         return toml::parse(text, what);
@@ -184,7 +185,7 @@ bool imports(const std::string& entry, std::string_view path) {
 // regular file owned by root (or this user) that no one else may write,
 // opened without following a link. Anything else there is an Error naming
 // it: a link at a backup could hand another file's content to --remove.
-Text read_text(const fs::path& path) {
+Text read_text(const fs::path& path, std::size_t max_size) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
         if (errno == ENOENT) return std::nullopt;
@@ -203,7 +204,7 @@ Text read_text(const fs::path& path) {
     if (st.st_mode & (S_IWGRP | S_IWOTH))
         throw Error(ErrorKind::Refused, EACCES, "read", path.string(),
                     "is writable by others than its owner; refusing to use it");
-    return read_fd(fd.get(), kMaxFileSize, path.string());
+    return read_fd(fd.get(), max_size, path.string());
 }
 
 fs::path backup_of(const fs::path& path) {
@@ -248,7 +249,9 @@ void unlink_if_there(const fs::path& path) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("unlink", path.string());
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 std::optional<Engine> parse_engine(std::string_view name) {
     if (name == "docker") return Engine::Docker;
@@ -451,7 +454,14 @@ std::string runc_hooks_snippet(const Options& o) {
 std::vector<Change> plan_setup(const Request& r) {
     const auto& o = r.options;
     const bool rm = r.remove;
-    const auto at = [&](std::string_view rel) { return r.prefix / rel; };
+    // Under a prefix, a directory symlink of that tree (/var/run -> /run)
+    // resolves inside it, as on the host whose "/" it is (a prefix not made
+    // yet has none).
+    std::error_code ec;
+    const bool inside = r.prefix != "/" && fs::is_directory(r.prefix, ec);
+    const auto at = [&](std::string_view rel) {
+        return inside ? host_path(r.prefix, "/" + std::string(rel)) : r.prefix / rel;
+    };
     const auto gone = [](const Text&) -> Text { return std::nullopt; };
     std::vector<Change> changes;
     switch (r.engine) {
@@ -523,14 +533,15 @@ std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dr
         if (c.before == c.after) {
             report.push_back((dry_run ? "would leave " : "unchanged ") + p);
         } else if (dry_run) {
-            report.push_back(c.after ? "would write " + p + what + ":\n" + *c.after
-                                     : "would remove " + p + what);
+            report.push_back(!c.after   ? "would remove " + p + what
+                             : c.binary ? "would write " + p + what
+                                        : "would write " + p + what + ":\n" + *c.after);
         } else if (!c.after) {
             unlink_if_there(c.path);
             report.push_back("removed " + p + what);
         } else {
             make_directories(c.path.parent_path());
-            const unsigned mode = c.before ? mode_of(c.path) : 0644;
+            const unsigned mode = c.before ? mode_of(c.path) : c.mode;
             std::string saved;
             if (c.keep_backup && c.before && !read_text(backup)) {
                 // Made only where nothing is: never over another's file.

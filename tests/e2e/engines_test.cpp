@@ -157,6 +157,75 @@ TEST_F(EnginesTest, ContainerdNonGpuContainerIsByteForByteUnaffected) {
     EXPECT_NE(read_text(runc_got()), direct_spec);
 }
 
+// --- the Kubernetes node installer: deploy/kubernetes/entrypoint.sh ---
+
+// The DaemonSet's entrypoint, run with the simulated node's root as the
+// host's "/": containerd reads the config it leaves (its own parser, in a
+// mount namespace where that host's /etc is /etc), runs a GPU container
+// through the runtime that config registers (the installed copy, which
+// runs the installed hook), and `entrypoint.sh remove` leaves the node as
+// it was.
+TEST_F(EnginesTest, NodeInstallerRegistersARuntimeContainerdRunsThenRemovesIt) {
+    const fs::path host = node_->root();
+    write_text(host / "etc/containerd/config.toml",
+               "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n"
+               "  sandbox_image = \"registry.k8s.io/pause:3.9\"\n");
+    // Every path with its mode and bytes (a link: its target); not what the
+    // container's start itself writes beside the node (its log, runc's spec).
+    const auto contents = [&] {
+        std::string out;
+        for (const auto& e : fs::recursive_directory_iterator(host)) {
+            const std::string rel = fs::relative(e.path(), host).string();
+            if (rel == "gpubind.log" || rel == "runc-got.json") continue;
+            struct stat st {};
+            ::lstat(e.path().c_str(), &st);
+            out += rel + " " + std::to_string(st.st_mode) + " " +
+                   (S_ISLNK(st.st_mode)   ? fs::read_symlink(e.path()).string()
+                    : S_ISREG(st.st_mode) ? read_text(e.path())
+                                          : "") +
+                   "\n";
+        }
+        return out;
+    };
+    const std::string before = contents();
+    const auto entrypoint = [&](const std::string& action) {
+        return run_command(
+            {"env", "GPUBIND_HOST_ROOT=" + host.string(), "GPUBIND_ONESHOT=1",
+             "GPUBIND_SETUP_ARGS=--programs " + fs::path(hook()).parent_path().string(),
+             "PATH=" + fs::path(cli()).parent_path().string() + ":" + env_or("PATH", "/usr/bin"),
+             "sh", std::string(GPUBIND_SOURCE_DIR) + "/deploy/kubernetes/entrypoint.sh", action});
+    };
+    auto r = entrypoint("install");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+
+    const auto dump =
+        run_command({"unshare", "--mount", "--propagation", "private", "sh", "-c",
+                     "mount --bind " + (host / "etc").string() +
+                         " /etc && containerd --config /etc/containerd/config.toml config dump"});
+    ASSERT_EQ(dump.exit_code, 0) << dump.err;
+    const std::string key = "BinaryName = \"";
+    const auto at = dump.out.find(key, dump.out.find("containerd.runtimes.gpubind.options]"));
+    ASSERT_NE(at, std::string::npos) << dump.out;
+    const std::string binary =
+        dump.out.substr(at + key.size(), dump.out.find('"', at + key.size()) - at - key.size());
+    EXPECT_EQ(binary, "/usr/local/gpubind/gpubind-runtime");
+
+    Containerd containerd(dir_ / "containerd");
+    ASSERT_TRUE(containerd.ready()) << containerd.error();
+    std::vector<std::string> options = ctr_mounts(host_gpus());
+    options.insert(options.end(), {"--env", "NVIDIA_VISIBLE_DEVICES=0,2"});
+    Bundle b = bundle();
+    r = containerd.run((host / binary.substr(1)).string(), b.rootfs(), "gpu", options,
+                       inspect_script());
+    ASSERT_EQ(r.exit_code, 0) << r.err << read_text(containerd.log());
+    EXPECT_EQ(check_given(r.out, {0, 2}), "") << r.out;
+
+    r = entrypoint("remove");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(contents(), before) << r.out;
+    fs::remove_all(host / "etc/containerd");
+}
+
 // --- podman: the hooks.d file from `gpubind setup --engine podman` ---
 
 TEST_F(EnginesTest, PodmanHooksDirGivesAContainerItsGpus) {

@@ -142,6 +142,10 @@ Config load_effective_config(const std::filesystem::path& explicit_path);
 // this process's user) and writable by no one else; otherwise an
 // Error(EINVAL/EACCES) naming it.
 Config load_trusted_config();
+// gpubind-runtime's: $GPUBIND_CONFIG, else the config.toml in `own_dir`
+// (its own directory) when there is one, as a host install from a container
+// puts it (engines hand a runtime no environment of its own), else as above.
+Config load_trusted_config_beside(const std::filesystem::path& own_dir);
 // The same checks and parse of the file at `path`, which must exist
 // (gpubind doctor judges a config as the hook would).
 Config load_trusted_config(const std::filesystem::path& path);

@@ -102,6 +102,8 @@ struct Change {
     std::string what;          // what changes, for the report
     bool keep_backup = false;  // save `before` as PATH.gpubind-backup first (once)
     bool drop_backup = false;  // `after` is the backup's content: delete the backup after
+    unsigned mode = 0644;      // a new file's (one that exists keeps its own)
+    bool binary = false;       // a program: a dry run does not print it
 };
 
 // Reads the engine's files and works out every change; throws (changing nothing) when a

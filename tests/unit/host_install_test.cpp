@@ -1,0 +1,391 @@
+// gpubind setup --host-root (issue 25): what the Kubernetes node installer
+// does, into a directory that stands for the host's "/": a simulated 2-GPU
+// node (its device nodes, procfs, driver files and ld.so.cache) with a
+// containerd config and Debian's absolute /var/run -> /run link. Installed,
+// installed again (nothing changes), removed (the tree is as it was, byte
+// for byte); what it writes is read by containerd 1.6's own parser and by
+// gpubind-runtime; bad host roots and bad host files are refused with
+// nothing written.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "built.hpp"
+#include "command.hpp"
+#include "gpubind/cdi/cdi.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/setup/host.hpp"
+#include "gpubind/sim/sim.hpp"
+#include "gpubind/util/error.hpp"
+#include "temp_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace gpubind;
+using gpubind::test::TempDir;
+using json = nlohmann::json;
+using testing::HasSubstr;
+using testing::Not;
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void put(const fs::path& p, const std::string& text, fs::perms mode = fs::perms(0644)) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << text;
+    fs::permissions(p, mode);
+}
+
+// Every entry under `dir`: a file's mode and bytes, a link's target, a
+// directory's mode.
+using Tree = std::map<std::string, std::string>;
+Tree tree(const fs::path& dir) {
+    Tree out;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        struct stat st {};
+        ::lstat(e.path().c_str(), &st);
+        const std::string mode = std::to_string(st.st_mode);
+        const std::string rel = fs::relative(e.path(), dir).string();
+        if (S_ISLNK(st.st_mode))
+            out[rel] = "link " + fs::read_symlink(e.path()).string();
+        else if (S_ISREG(st.st_mode))
+            out[rel] = mode + " " + slurp(e.path());
+        else
+            out[rel] = mode;
+    }
+    return out;
+}
+
+const char* const kContainerdConfig =
+    "version = 2\n"
+    "# the node's own settings\n"
+    "[plugins.\"io.containerd.grpc.v1.cri\"]\n"
+    "  sandbox_image = \"registry.k8s.io/pause:3.9\"\n";
+
+const char* const kInstallConfig =
+    "# the cluster's gpubind config\n"
+    "[log]\n"
+    "level = \"debug\"\n"
+    "\n"
+    "[cdi]\n"
+    "kind = \"nvidia.com/gpu\"\n";
+
+class HostInstall : public testing::Test {
+  protected:
+    HostInstall() {
+        sim::Spec spec;
+        spec.gpus = 2;
+        manifest_ = sim::simulate(host(), spec);
+        put(host() / "etc/containerd/config.toml", kContainerdConfig);
+        fs::create_directories(host() / "var");
+        fs::create_directory_symlink("/run", host() / "var/run");
+        put(dir_ / "config.toml", kInstallConfig);
+    }
+
+    fs::path host() const { return dir_ / "host"; }
+    static fs::path programs() { return fs::path(GPUBIND_HOOK_PATH).parent_path(); }
+    fs::path installed(const std::string& name) const { return host() / "usr/local/gpubind" / name; }
+    fs::path spec_file() const { return host() / "run/cdi/nvidia.com-gpu.json"; }
+
+    // gpubind setup --host-root HOST -e containerd --cdi ARGS; stderr too.
+    test::Output setup(const std::string& args = "", const std::string& env = "") const {
+        return test::run(env + " " + std::string(GPUBIND_CLI_PATH) + " setup --host-root " +
+                         host().string() + " -e containerd --cdi --programs " +
+                         programs().string() + " --install-config " +
+                         (dir_ / "config.toml").string() + " " + args + " 2>&1");
+    }
+
+    TempDir dir_{"gpubind-host"};
+    sim::Manifest manifest_;
+};
+
+TEST_F(HostInstall, InstallsOnceRegistersAndRemoveLeavesTheHostAsItWas) {
+    const Tree before = tree(host());
+    const auto first = setup();
+    ASSERT_EQ(first.status, 0) << first.text;
+
+    // The programs, byte for byte, executable; the list of what it wrote.
+    for (const char* name : {"gpubind-hook", "gpubind-runtime", "gpubind-nvml"}) {
+        EXPECT_EQ(slurp(installed(name)), slurp(programs() / name)) << name;
+        EXPECT_EQ(fs::status(installed(name)).permissions(), fs::perms(0755)) << name;
+        EXPECT_THAT(first.text, HasSubstr("wrote " + installed(name).string())) << name;
+    }
+    // The cluster's config, its bytes kept, with the installed hook.
+    const std::string config = slurp(installed("config.toml"));
+    std::string want = kInstallConfig;
+    want.insert(want.find("[cdi]\n") + 6, "hook = \"/usr/local/gpubind/gpubind-hook\"\n");
+    EXPECT_EQ(config, want);
+    const Config parsed = parse_config(config, "installed");
+    EXPECT_EQ(parsed.cdi.hook, "/usr/local/gpubind/gpubind-hook");
+    EXPECT_EQ(parsed.log.level, "debug");
+    // containerd: the drop-in names the installed runtime; config.toml imports it.
+    const std::string drop_in = slurp(host() / "etc/containerd/conf.d/gpubind.toml");
+    EXPECT_THAT(drop_in, HasSubstr("BinaryName = \"/usr/local/gpubind/gpubind-runtime\""));
+    EXPECT_THAT(drop_in, HasSubstr("sandbox_image = \"registry.k8s.io/pause:3.9\""));
+    EXPECT_THAT(slurp(host() / "etc/containerd/config.toml"),
+                HasSubstr("imports = [\"/etc/containerd/conf.d/gpubind.toml\"]"));
+    // The CDI spec went where the host's /var/run/cdi is (its /run/cdi), and
+    // names what the host sees: nothing under the directory it was read from.
+    ASSERT_TRUE(fs::exists(spec_file())) << first.text;
+    EXPECT_FALSE(fs::exists("/run/cdi/nvidia.com-gpu.json"));
+    const std::string spec_text = slurp(spec_file());
+    EXPECT_THAT(spec_text, Not(HasSubstr(host().string())));
+    const json spec = json::parse(spec_text);
+    const auto listed = test::run(std::string(GPUBIND_CLI_PATH) + " cdi list --root " +
+                                  host().string() + " --config " + (dir_ / "config.toml").string());
+    std::string names;
+    for (const auto& n : cdi::device_names(spec)) names += n + "\n";
+    EXPECT_EQ(names, listed.text);
+    const json& hook = spec["containerEdits"]["hooks"][0];
+    EXPECT_EQ(hook["path"], "/usr/local/gpubind/gpubind-hook");
+    EXPECT_EQ(hook["env"][0], "GPUBIND_CONFIG=/usr/local/gpubind/config.toml");
+    EXPECT_THAT(first.text, HasSubstr("restart containerd"));
+
+    // Again: nothing to do, and it says so for every file.
+    const Tree once = tree(host());
+    const auto second = setup();
+    ASSERT_EQ(second.status, 0) << second.text;
+    EXPECT_EQ(tree(host()), once);
+    EXPECT_THAT(second.text, Not(HasSubstr("wrote")));
+    EXPECT_THAT(second.text, HasSubstr("unchanged " + spec_file().string()));
+
+    // Removed: the host as it was, byte for byte, modes and links too.
+    const auto removed = setup("--remove");
+    ASSERT_EQ(removed.status, 0) << removed.text;
+    EXPECT_EQ(tree(host()), before) << removed.text;
+    EXPECT_THAT(removed.text, HasSubstr("removed directory " + installed("").parent_path().string()));
+}
+
+// The spec is the node's as gpubind reads it through the host root, with
+// only the root taken off: put back, it is what `cdi generate --root` says.
+TEST_F(HostInstall, TheSpecIsTheNodesWithOnlyTheRootTakenOff) {
+    ASSERT_EQ(setup().status, 0);
+    json got = json::parse(slurp(spec_file()));
+    const auto gen = test::run(std::string(GPUBIND_CLI_PATH) + " cdi generate --root " +
+                               host().string() + " --config " + installed("config.toml").string() +
+                               " --hook-path /usr/local/gpubind/gpubind-hook");
+    ASSERT_EQ(gen.status, 0);
+    json want = json::parse(gen.text);
+    EXPECT_EQ(got["cdiVersion"], cdi::minimum_version(got));
+    const std::string root = host().string();
+    std::size_t nodes = 0, mounts = 0;
+    for (json* edits : {&got["containerEdits"]}) {
+        for (auto& n : (*edits)["deviceNodes"]) {
+            ASSERT_FALSE(n.contains("hostPath")) << n;  // the host's own /dev
+            n["hostPath"] = root + n["path"].get<std::string>();
+            ++nodes;
+        }
+        for (auto& m : (*edits)["mounts"]) {
+            m["hostPath"] = root + m["hostPath"].get<std::string>();
+            ++mounts;
+        }
+    }
+    for (auto& d : got["devices"])
+        for (auto& n : d["containerEdits"]["deviceNodes"]) {
+            n["hostPath"] = root + n["path"].get<std::string>();
+            ++nodes;
+        }
+    EXPECT_GT(nodes, 3u);
+    EXPECT_GT(mounts, 10u);
+    // The hook's config is the installed one, as the host names it.
+    want["containerEdits"]["hooks"][0]["env"] = got["containerEdits"]["hooks"][0]["env"];
+    got.erase("cdiVersion");
+    want.erase("cdiVersion");
+    EXPECT_EQ(got, want);
+}
+
+// A spec that was there (the device plugin's) is kept aside and put back.
+TEST_F(HostInstall, AFileThatWasThereIsKeptAndPutBack) {
+    put(host() / "run/cdi/nvidia.com-gpu.json", "{\"cdiVersion\":\"0.5.0\",\"kind\":\"x/y\"}");
+    const Tree before = tree(host());
+    const auto r = setup();
+    ASSERT_EQ(r.status, 0) << r.text;
+    EXPECT_THAT(r.text, HasSubstr("the original is in " + spec_file().string() + ".gpubind-backup"));
+    ASSERT_EQ(setup("--remove").status, 0);
+    EXPECT_EQ(tree(host()), before);
+}
+
+TEST_F(HostInstall, ADryRunWritesNothingAndPrintsNoProgram) {
+    const Tree before = tree(host());
+    const auto r = setup("--dry-run");
+    ASSERT_EQ(r.status, 0) << r.text;
+    EXPECT_EQ(tree(host()), before);
+    EXPECT_THAT(r.text, HasSubstr("would write " + installed("gpubind-hook").string() + " (from"));
+    EXPECT_THAT(r.text, Not(HasSubstr("ELF")));
+    EXPECT_LT(r.text.size(), 64u << 10);
+}
+
+// Bad host roots and bad host files: one line naming what, nothing written.
+TEST_F(HostInstall, RefusesWhatIsNotAHostWithNothingWritten) {
+    put(dir_ / "file", "x");
+    fs::create_directory_symlink(host(), dir_ / "link");
+    const struct {
+        std::string root, env, why;
+    } cases[] = {
+        {(dir_ / "missing").string(), "", "No such file or directory"},
+        {(dir_ / "file").string(), "", "is not a directory"},
+        {(dir_ / "link").string(), "", "is a symbolic link"},
+        {"relative/host", "", "is not an absolute path"},
+        {"/", "container=podman", "is this container's own root, not the host's"},
+    };
+    const Tree before = tree(dir_.path());
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.root);
+        const auto r = test::run(c.env + " " + std::string(GPUBIND_CLI_PATH) +
+                                 " setup --host-root " + c.root + " -e containerd --programs " +
+                                 programs().string() + " 2>&1");
+        EXPECT_NE(r.status, 0);
+        EXPECT_THAT(r.text, HasSubstr(c.root));
+        EXPECT_THAT(r.text, HasSubstr(c.why));
+        EXPECT_EQ(std::count(r.text.begin(), r.text.end(), '\n'), 1) << r.text;
+    }
+    EXPECT_EQ(tree(dir_.path()), before);
+}
+
+TEST_F(HostInstall, RefusesBadHostFilesWithNothingWritten) {
+    const struct {
+        std::string file, text, why;
+    } cases[] = {
+        {"etc/containerd/config.toml", "version = 2\n[plugins\n", "invalid TOML at line 2"},
+        {"usr/local/gpubind/installed", "f relative/path\n", "line 1 is not"},
+        {"usr/local/gpubind/installed", "f /usr/../etc/passwd\n", "line 1 is not"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.file + ": " + c.text);
+        const std::string was = slurp(host() / "etc/containerd/config.toml");
+        put(host() / c.file, c.text);
+        const Tree before = tree(host());
+        const auto r = setup();
+        EXPECT_NE(r.status, 0);
+        EXPECT_THAT(r.text, HasSubstr((host() / c.file).string()));
+        EXPECT_THAT(r.text, HasSubstr(c.why));
+        EXPECT_EQ(tree(host()), before);
+        put(host() / "etc/containerd/config.toml", was);
+        fs::remove_all(host() / "usr/local");
+    }
+    // A host file others may write is never replaced.
+    put(host() / "etc/containerd/config.toml", kContainerdConfig, fs::perms(0666));
+    const auto r = setup();
+    EXPECT_NE(r.status, 0);
+    EXPECT_THAT(r.text, HasSubstr("writable by others"));
+    EXPECT_FALSE(fs::exists(installed("gpubind-hook")));
+    // runc has no host config to register in.
+    const auto runc = test::run(std::string(GPUBIND_CLI_PATH) + " setup --host-root " +
+                                host().string() + " -e runc 2>&1");
+    EXPECT_NE(runc.status, 0);
+    EXPECT_THAT(runc.text, HasSubstr("--engine runc"));
+}
+
+// containerd 1.6 reads what the install wrote: config.toml with its import,
+// the runtime gpubind, and the node's own cri settings kept.
+TEST_F(HostInstall, ContainerdParsesTheInstalledConfig) {
+    ASSERT_EQ(setup().status, 0);
+    // In a mount namespace of its own, the host's /etc is where containerd
+    // looks for the import.
+    const auto dump = test::run("unshare --mount --propagation private sh -c 'mount --bind " +
+                                (host() / "etc").string() +
+                                " /etc && containerd --config /etc/containerd/config.toml "
+                                "config dump' 2>&1");
+    ASSERT_EQ(dump.status, 0) << dump.text;
+    EXPECT_THAT(dump.text, HasSubstr("/etc/containerd/conf.d/gpubind.toml"));
+    EXPECT_THAT(dump.text, HasSubstr("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes."
+                                     "gpubind.options]"));
+    EXPECT_THAT(dump.text, HasSubstr("BinaryName = \"/usr/local/gpubind/gpubind-runtime\""));
+    EXPECT_THAT(dump.text, HasSubstr("sandbox_image = \"registry.k8s.io/pause:3.9\""));
+}
+
+// gpubind-runtime reads the config.toml beside it (engines hand it no
+// environment of its own); $GPUBIND_CONFIG still wins, and a config there
+// others may write is refused.
+TEST_F(HostInstall, TheRuntimeReadsTheConfigBesideIt) {
+    const fs::path bin = dir_ / "bin";
+    fs::create_directories(bin);
+    fs::copy_file(GPUBIND_RUNTIME_PATH, bin / "gpubind-runtime");
+    const auto recorder = [&](const std::string& name) {
+        put(dir_ / name, "#!/bin/sh\necho " + name + " \"$@\" > " + (dir_ / "ran").string() + "\n",
+            fs::perms(0755));
+        return "[runtime]\nruntimes = [\"" + (dir_ / name).string() + "\"]\n";
+    };
+    put(bin / "config.toml", recorder("beside"));
+    put(dir_ / "env.toml", recorder("named"));
+    const std::string runtime = (bin / "gpubind-runtime").string() + " state c1 2>&1";
+
+    auto r = test::run("env -u GPUBIND_CONFIG " + runtime);
+    EXPECT_EQ(r.status, 0) << r.text;
+    EXPECT_EQ(slurp(dir_ / "ran"), "beside state c1\n");
+    r = test::run("GPUBIND_CONFIG=" + (dir_ / "env.toml").string() + " " + runtime);
+    EXPECT_EQ(r.status, 0) << r.text;
+    EXPECT_EQ(slurp(dir_ / "ran"), "named state c1\n");
+    fs::permissions(bin / "config.toml", fs::perms(0666));
+    r = test::run("env -u GPUBIND_CONFIG " + runtime);
+    EXPECT_NE(r.status, 0);
+    EXPECT_THAT(r.text, HasSubstr((bin / "config.toml").string()));
+}
+
+// --- the pure parts ---
+
+TEST(HostConfig, TheHookIsSetAndEveryOtherByteKept) {
+    const std::string hook = "/usr/local/gpubind/gpubind-hook";
+    const std::string line = "hook = \"" + hook + "\"\n";
+    EXPECT_EQ(setup::config_with_hook("", hook, "c"), "[cdi]\n" + line);
+    EXPECT_EQ(setup::config_with_hook("[log]\nlevel = \"warn\"", hook, "c"),
+              "[log]\nlevel = \"warn\"\n\n[cdi]\n" + line);
+    EXPECT_EQ(setup::config_with_hook("# c\n[cdi] # x\nkind = \"a/b\"\n", hook, "c"),
+              "# c\n[cdi] # x\n" + line + "kind = \"a/b\"\n");
+    EXPECT_EQ(setup::config_with_hook("[cdi]\nhook = '/usr/bin/gpubind-hook' # ours\n", hook, "c"),
+              "[cdi]\nhook = \"" + hook + "\" # ours\n");
+    for (const char* bad : {"cdi = { kind = \"a/b\" }\n", "cdi.kind = \"a/b\"\n",
+                            "[cdi]\nhook = 3\n", "[cdi.x]\ny = 1\n", "[cdi\n"}) {
+        SCOPED_TRACE(bad);
+        EXPECT_THROW(setup::config_with_hook(bad, hook, "c"), Error);
+    }
+}
+
+TEST(HostSpec, TheRootIsTakenOffAndTheVersionLowered) {
+    const json spec = {
+        {"cdiVersion", "0.5.0"},
+        {"kind", "nvidia.com/gpu"},
+        {"devices",
+         {{{"name", "gpu0"},
+           {"containerEdits",
+            {{"deviceNodes", {{{"path", "/dev/nvidia0"}, {"hostPath", "/host/dev/nvidia0"}}}}}}}}},
+        {"containerEdits",
+         {{"deviceNodes", {{{"path", "/dev/x"}, {"hostPath", "/hostile/dev/x"}}}},
+          {"mounts", {{{"hostPath", "/host/usr/lib/libcuda.so.1"}, {"containerPath", "/l"}}}},
+          {"hooks", {{{"hookName", "createRuntime"}, {"path", "/host"}}}}}}};
+    const json got = setup::spec_for_host(spec, "/host/");
+    EXPECT_FALSE(got["devices"][0]["containerEdits"]["deviceNodes"][0].contains("hostPath"));
+    // Only whole components: /hostile is not under /host.
+    EXPECT_EQ(got["containerEdits"]["deviceNodes"][0]["hostPath"], "/hostile/dev/x");
+    EXPECT_EQ(got["containerEdits"]["mounts"][0]["hostPath"], "/usr/lib/libcuda.so.1");
+    EXPECT_EQ(got["containerEdits"]["hooks"][0]["path"], "/");
+    EXPECT_EQ(got["cdiVersion"], "0.5.0");  // the hostPath left needs it
+    json plain = spec;
+    plain["containerEdits"]["deviceNodes"][0]["hostPath"] = "/host/dev/x";
+    EXPECT_EQ(setup::spec_for_host(plain, "/host")["cdiVersion"], "0.3.0");
+}
+
+TEST_F(HostInstall, HostPathsResolveInsideTheHost) {
+    // /var/run -> /run (absolute) is the host's /run, never this machine's.
+    EXPECT_EQ(setup::host_path(host(), "/var/run/cdi/x.json"), host() / "run/cdi/x.json");
+    EXPECT_EQ(setup::host_path(host(), "/var/run/../../../etc/y"), host() / "etc/y");
+    EXPECT_EQ(setup::host_path(host(), "/"), host());
+    fs::create_directory_symlink("../../..", host() / "etc/up");
+    EXPECT_EQ(setup::host_path(host(), "/etc/up/dev/nvidia0"), host() / "dev/nvidia0");
+}
+
+}  // namespace
