@@ -10,8 +10,8 @@
 #include "gpubind/doctor/doctor.hpp"
 #include "gpubind/setup/host.hpp"
 #include "gpubind/setup/setup.hpp"
-#include "gpubind/util/file.hpp"
 #include "gpubind/util/error.hpp"
+#include "gpubind/util/file.hpp"
 
 namespace gpubind::cli {
 
@@ -171,6 +171,10 @@ void register_setup(CLI::App& app, Action& action) {
                               "nodes");
     control->excludes(all)->needs(nodes);
     all->needs(nodes);
+    cmd->add_option("--imex-channel", o->nodes.imex_channels,
+                    "With --device-nodes: also IMEX channel N's node (repeatable)")
+        ->needs(nodes)
+        ->check(CLI::Range(0u, setup::kMaxImexChannel - 1));
     cmd->add_flag("--force", o->nodes.force,
                   "With --device-nodes: replace a character device that has other numbers")
         ->needs(nodes);
@@ -209,8 +213,8 @@ void register_setup(CLI::App& app, Action& action) {
                     "With --host-root: where gpubind-hook, gpubind-runtime and gpubind-nvml are "
                     "(repeatable; default beside this program and ../libexec/gpubind)")
         ->needs(host);
-    for (const char* name : {"--prefix", "--runtime-path", "--hook-path", "--config-path",
-                             "--bundle"})
+    for (const char* name :
+         {"--prefix", "--runtime-path", "--hook-path", "--config-path", "--bundle"})
         host->excludes(cmd->get_option(name));
     cmd->callback([o, engine, links, nodes, host, &action] {
         if (host->count() > 0 && engine->count() == 0)

@@ -195,7 +195,8 @@ void load_modules(const std::string& modprobe, const std::vector<std::string>& m
     }
 }
 
-DriverNodes driver_nodes(const fs::path& proc_root, NodeSet which) {
+DriverNodes driver_nodes(const fs::path& proc_root, NodeSet which,
+                         const std::vector<unsigned>& imex_channels) {
     DriverNodes out;
     // The module must be there: its version file says so (throws when missing).
     (void)detail::read_driver_version(proc_root / "driver/nvidia/version");
@@ -208,6 +209,15 @@ DriverNodes driver_nodes(const fs::path& proc_root, NodeSet which) {
         out.notes.push_back("nvidia-uvm is not loaded (no major in " +
                             (proc_root / "devices").string() +
                             "): no nvidia-uvm nodes; modprobe nvidia-uvm first");
+    }
+    if (!imex_channels.empty()) {
+        const auto imex = majors.find("nvidia-caps-imex-channels");
+        if (imex == majors.end())
+            out.notes.push_back("the driver registered no nvidia-caps-imex-channels in " +
+                                (proc_root / "devices").string() + ": no IMEX channel node");
+        for (const unsigned n : imex == majors.end() ? std::vector<unsigned>{} : imex_channels)
+            out.nodes.push_back({"/dev/nvidia-caps-imex-channels/channel" + std::to_string(n),
+                                 imex->second, n, "IMEX channel " + std::to_string(n)});
     }
     if (which == NodeSet::Control) return out;
     add_gpus(out, proc_root);
@@ -222,19 +232,26 @@ DeviceNodeReport make_device_nodes(const fs::path& dev_root, const fs::path& pro
     if ((options.mode & ~mode_t{0777}) != 0)
         throw Error(EINVAL, "make device nodes", {},
                     fmt::format("mode {:o} is not a permission mode (0 to 0777)", options.mode));
-    const DriverNodes wanted = driver_nodes(proc_root, options.which);
+    for (const unsigned n : options.imex_channels)
+        if (n >= kMaxImexChannel)
+            throw Error(EINVAL, "make device nodes", {},
+                        fmt::format("IMEX channel {} is not one the driver makes (0 to {})", n,
+                                    kMaxImexChannel - 1));
+    const DriverNodes wanted = driver_nodes(proc_root, options.which, options.imex_channels);
     DeviceNodeReport report;
     for (const auto& note : wanted.notes) report.lines.push_back("note: " + note);
     const fs::path dev = dev_root / "dev";
     const Fd dev_fd = open_dir(-1, dev, "", options.dry_run);
-    Fd caps_fd;
+    std::map<std::string, Fd> subdirs;  // nvidia-caps/, nvidia-caps-imex-channels/
     for (const auto& node : wanted.nodes) {
         const fs::path rel = fs::path(node.path).lexically_relative("/dev");
         const std::string sub = rel.parent_path().string();
         int dir = dev_fd.get();
-        if (!sub.empty()) {  // nvidia-caps/, the only subdirectory
-            if (!caps_fd) caps_fd = open_dir(dev_fd.get(), dev, sub, options.dry_run);
-            dir = caps_fd.get();
+        if (!sub.empty()) {
+            auto it = subdirs.find(sub);
+            if (it == subdirs.end())
+                it = subdirs.emplace(sub, open_dir(dev_fd.get(), dev, sub, options.dry_run)).first;
+            dir = it->second.get();
         }
         make_one(dir, rel.filename().string(), dev / rel, node, options, report);
     }

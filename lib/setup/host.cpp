@@ -41,8 +41,8 @@ Installed parse_installed(const Text& text, const std::string& what) {
     std::size_t at = 0, line = 0;
     while (at < text->size()) {
         const auto nl = text->find('\n', at);
-        const std::string_view l = std::string_view(*text).substr(
-            at, (nl == std::string::npos ? text->size() : nl) - at);
+        const std::string_view l =
+            std::string_view(*text).substr(at, (nl == std::string::npos ? text->size() : nl) - at);
         at = nl == std::string::npos ? text->size() : nl + 1;
         ++line;
         const fs::path p = l.size() > 2 ? fs::path(l.substr(2)) : fs::path();
@@ -143,7 +143,8 @@ bool in_container() {
 void check_host_root(const fs::path& root) {
     const std::string r = root.string();
     if (!root.is_absolute()) throw_invalid("use host root", r, "is not an absolute path");
-    struct stat st {}, own {};
+    struct stat st {
+    }, own{};
     if (::lstat(root.c_str(), &st) != 0) throw_errno("use host root", r);
     if (S_ISLNK(st.st_mode))
         throw_invalid("use host root", r, "is a symbolic link; name the directory itself");
@@ -231,8 +232,12 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     const auto host_of = [&](const fs::path& here) {
         return "/" / here.lexically_relative(real_root);
     };
+    if (!in.install_dir.is_absolute() || in.install_dir.lexically_normal() != in.install_dir)
+        throw_invalid("install into host", in.install_dir.string(),
+                      "the install dir must be an absolute path without . or ..");
     const fs::path list_path = local(in.install_dir / kInstalledList);
-    const Installed was = parse_installed(read_text(list_path), list_path.string());
+    const Text list_text = read_text(list_path);
+    const Installed was = parse_installed(list_text, list_path.string());
     Installed now = was;
 
     Options o;
@@ -253,8 +258,8 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     }
     // gpubind's own files: written over a file that is not (kept as a backup),
     // or with remove, each the list names taken out (its backup put back).
-    const auto ours = [&](const fs::path& host, Text after, const std::string& what,
-                          unsigned mode, bool text) {
+    const auto ours = [&](const fs::path& host, Text after, const std::string& what, unsigned mode,
+                          bool text) {
         Change c;
         c.path = local(host);
         c.before = read_text(c.path, kMaxProgramSize);
@@ -322,8 +327,10 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     }
     std::vector<std::string> report = apply_setup(changes, dry_run);
     if (in.remove) {
-        if (!dry_run) unlink_if_there(list_path);
-        report.push_back((dry_run ? "would remove " : "removed ") + list_path.string());
+        if (list_text) {
+            if (!dry_run) unlink_if_there(list_path);
+            report.push_back((dry_run ? "would remove " : "removed ") + list_path.string());
+        }
         for (auto d = was.dirs.rbegin(); d != was.dirs.rend(); ++d) {
             const fs::path here = local(*d);
             if (dry_run) {
@@ -340,7 +347,7 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     }
     for (const auto& d : now.dirs)
         if (!listed(was.dirs, d)) report.push_back("made directory " + local(d).string());
-    if (now != was || !read_text(list_path)) {
+    if (now != was || !list_text) {
         if (!dry_run) write_file_atomic(list_path, format_installed(now), {.mode = 0644});
         report.push_back((dry_run ? "would write " : "wrote ") + list_path.string() +
                          " (what --remove takes out)");

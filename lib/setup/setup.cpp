@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpubind/setup/host.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/toml.hpp"
-#include "gpubind/setup/host.hpp"
 #include "setup_files.hpp"
 
 namespace gpubind::setup {

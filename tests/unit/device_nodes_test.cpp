@@ -111,6 +111,39 @@ TEST_F(DeviceNodes, EveryDeletedNodeComesBackWithTheDriversNumbers) {
     EXPECT_EQ(lines_starting(again, "created "), 0u);
 }
 
+// IMEX channels are made when asked, on the major the driver registered.
+TEST_F(DeviceNodes, AskedImexChannelsAreMadeOnTheirMajor) {
+    std::vector<const sim::ManifestNode*> channels;
+    for (const auto& n : m_.nodes)
+        if (imex(n)) channels.push_back(&n), fs::remove(host(n.path));
+    ASSERT_EQ(channels.size(), 2u);
+    fs::remove(host("/dev/nvidia-caps-imex-channels"));
+    DeviceNodeOptions o;
+    o.which = NodeSet::Control;
+    o.imex_channels = {1};
+    auto report = make_device_nodes(dir_.path(), proc(), o);
+    EXPECT_EQ(is_drivers(*channels[1]), "") << testing::PrintToString(report.lines);
+    EXPECT_FALSE(fs::exists(fs::symlink_status(host(channels[0]->path))));
+    EXPECT_EQ(fs::status(host("/dev/nvidia-caps-imex-channels")).permissions(), fs::perms(0755));
+    // The CLI, the same.
+    const auto cli = test::run(std::string(GPUBIND_CLI_PATH) + " setup --device-nodes --control " +
+                               "--imex-channel 0 --root " + dir_.path().string() + " 2>&1");
+    EXPECT_EQ(cli.status, 0) << cli.text;
+    EXPECT_EQ(is_drivers(*channels[0]), "") << cli.text;
+    // Beyond the driver's channels, refused with nothing made.
+    o.imex_channels = {kMaxImexChannel};
+    EXPECT_THROW(make_device_nodes(dir_.path(), proc(), o), Error);
+    // A driver without IMEX: none, and a note says why.
+    sim::Spec plain;
+    plain.gpus = 1;
+    TempDir other;
+    sim::simulate(other.path(), plain);
+    o.imex_channels = {0};
+    report = make_device_nodes(other.path(), other.path() / "proc", o);
+    EXPECT_THAT(testing::PrintToString(report.lines), HasSubstr("no nvidia-caps-imex-channels"));
+    EXPECT_FALSE(fs::exists(other.path() / "dev/nvidia-caps-imex-channels"));
+}
+
 TEST_F(DeviceNodes, TheDefaultSetIsTheGpusAndControlNodesAndControlIsControlOnly) {
     remove_all_nodes();
     make(NodeSet::Control);

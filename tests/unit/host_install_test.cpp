@@ -98,7 +98,9 @@ class HostInstall : public testing::Test {
 
     fs::path host() const { return dir_ / "host"; }
     static fs::path programs() { return fs::path(GPUBIND_HOOK_PATH).parent_path(); }
-    fs::path installed(const std::string& name) const { return host() / "usr/local/gpubind" / name; }
+    fs::path installed(const std::string& name) const {
+        return host() / "usr/local/gpubind" / name;
+    }
     fs::path spec_file() const { return host() / "run/cdi/nvidia.com-gpu.json"; }
 
     // gpubind setup --host-root HOST -e containerd --cdi ARGS; stderr too.
@@ -167,7 +169,31 @@ TEST_F(HostInstall, InstallsOnceRegistersAndRemoveLeavesTheHostAsItWas) {
     const auto removed = setup("--remove");
     ASSERT_EQ(removed.status, 0) << removed.text;
     EXPECT_EQ(tree(host()), before) << removed.text;
-    EXPECT_THAT(removed.text, HasSubstr("removed directory " + installed("").parent_path().string()));
+    EXPECT_THAT(removed.text,
+                HasSubstr("removed directory " + installed("").parent_path().string()));
+}
+
+// CRI-O: its drop-in names the installed runtime; --remove takes it out.
+TEST_F(HostInstall, CrioGetsItsDropInAndLosesItAgain) {
+    const Tree before = tree(host());
+    const auto r =
+        test::run(std::string(GPUBIND_CLI_PATH) + " setup --host-root " + host().string() +
+                  " -e crio --programs " + programs().string() + " 2>&1");
+    ASSERT_EQ(r.status, 0) << r.text;
+    const std::string drop_in = slurp(host() / "etc/crio/crio.conf.d/99-gpubind.conf");
+    EXPECT_THAT(drop_in, HasSubstr("runtime_path = \"/usr/local/gpubind/gpubind-runtime\""));
+    EXPECT_THAT(r.text, HasSubstr("restart it on the host (systemctl restart crio)"));
+    EXPECT_FALSE(fs::exists(spec_file()));  // no --cdi: no spec
+    const auto removed = test::run(std::string(GPUBIND_CLI_PATH) + " setup --remove --host-root " +
+                                   host().string() + " -e crio 2>&1");
+    ASSERT_EQ(removed.status, 0) << removed.text;
+    EXPECT_EQ(tree(host()), before) << removed.text;
+    // Removed again: nothing there, nothing to do.
+    const auto again = test::run(std::string(GPUBIND_CLI_PATH) + " setup --remove --host-root " +
+                                 host().string() + " -e crio 2>&1");
+    EXPECT_EQ(again.status, 0) << again.text;
+    EXPECT_THAT(again.text, Not(HasSubstr("removed")));
+    EXPECT_EQ(tree(host()), before);
 }
 
 // The spec is the node's as gpubind reads it through the host root, with
@@ -214,7 +240,8 @@ TEST_F(HostInstall, AFileThatWasThereIsKeptAndPutBack) {
     const Tree before = tree(host());
     const auto r = setup();
     ASSERT_EQ(r.status, 0) << r.text;
-    EXPECT_THAT(r.text, HasSubstr("the original is in " + spec_file().string() + ".gpubind-backup"));
+    EXPECT_THAT(r.text,
+                HasSubstr("the original is in " + spec_file().string() + ".gpubind-backup"));
     ASSERT_EQ(setup("--remove").status, 0);
     EXPECT_EQ(tree(host()), before);
 }
@@ -245,9 +272,9 @@ TEST_F(HostInstall, RefusesWhatIsNotAHostWithNothingWritten) {
     const Tree before = tree(dir_.path());
     for (const auto& c : cases) {
         SCOPED_TRACE(c.root);
-        const auto r = test::run(c.env + " " + std::string(GPUBIND_CLI_PATH) +
-                                 " setup --host-root " + c.root + " -e containerd --programs " +
-                                 programs().string() + " 2>&1");
+        const auto r =
+            test::run(c.env + " " + std::string(GPUBIND_CLI_PATH) + " setup --host-root " + c.root +
+                      " -e containerd --programs " + programs().string() + " 2>&1");
         EXPECT_NE(r.status, 0);
         EXPECT_THAT(r.text, HasSubstr(c.root));
         EXPECT_THAT(r.text, HasSubstr(c.why));

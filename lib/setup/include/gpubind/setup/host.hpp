@@ -30,8 +30,8 @@ inline constexpr std::string_view kHostPrograms[] = {"gpubind-hook", "gpubind-ru
 inline constexpr std::string_view kInstalledList = "installed";
 
 struct HostInstall {
-    std::filesystem::path host_root;                 // the host's "/" here
-    std::filesystem::path install_dir{kInstallDir};  // the host's view
+    std::filesystem::path host_root;                  // the host's "/" here
+    std::filesystem::path install_dir{kInstallDir};   // the host's view
     std::vector<std::filesystem::path> program_dirs;  // where the programs are here, in order
     std::string config_text;  // the config to install (empty: the built-in defaults)
     std::string config_what;  // where it came from, for errors

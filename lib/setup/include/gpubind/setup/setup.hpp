@@ -153,11 +153,17 @@ struct DriverNodes {
     std::vector<std::string> notes;  // what the driver lacks: "nvidia-uvm is not loaded ..."
 };
 
+// The IMEX channels the driver makes by default (NVreg_ImexChannelCount).
+inline constexpr unsigned kMaxImexChannel = 2048;
+
 // Reads <proc_root>/devices and <proc_root>/driver/nvidia (never writes).
+// Each of `imex_channels` (any set) is /dev/nvidia-caps-imex-channels/channel<n>
+// on the major of nvidia-caps-imex-channels (none, with a note, without it).
 // nvidia-uvm's major is the one /proc/devices gives (dynamic); without it the
 // uvm nodes are left out with a note. A GPU excluded by the driver or with no
 // Device Minor is left out with a note; a missing driver/nvidia/version throws.
-DriverNodes driver_nodes(const std::filesystem::path& proc_root, NodeSet which);
+DriverNodes driver_nodes(const std::filesystem::path& proc_root, NodeSet which,
+                         const std::vector<unsigned>& imex_channels = {});
 
 // Runs `<modprobe> <module>` for each module in turn (an empty environment
 // but PATH; its messages go to this process's stderr). The first that fails
@@ -170,6 +176,7 @@ struct DeviceNodeOptions {
     mode_t mode = 0666;  // the driver's default (NVreg_DeviceFileMode)
     bool force = false;  // replace a character device that has other numbers
     bool dry_run = false;
+    std::vector<unsigned> imex_channels;  // channel numbers, each below kMaxImexChannel
 };
 
 struct DeviceNodeReport {
@@ -179,9 +186,9 @@ struct DeviceNodeReport {
 
 // Makes the nodes driver_nodes() names under <dev_root>/dev, root-owned with
 // exactly `mode`, as the driver would: a missing node is created (mknodat in
-// the directory opened without following links; nvidia-caps/ made 0755 when
-// missing). A node with the right numbers is left (its mode too). A character
-// device with other numbers is left and counted in `left`, or with force
+// the directory opened without following links; nvidia-caps/ and
+// nvidia-caps-imex-channels/ made 0755 when missing). A node with the right numbers is left (its
+// mode too). A character device with other numbers is left and counted in `left`, or with force
 // replaced (a new node renamed over it); anything that is not a character
 // device is always left and counted. The directories must be owned by this
 // user and writable by nobody else, else Error(EPERM). Errors of the system
