@@ -188,14 +188,18 @@ using BadNodes = std::vector<std::tuple<std::string, unsigned, unsigned>>;
 // `gpubind setup --device-nodes` for the nodes in `bad` (`extra`: "--all"
 // for those beyond the GPUs and control nodes): --force when one exists with
 // other numbers, --root for a node that is not the host's. "" when the node's
-// proc root is not <dev root>/proc, which --root cannot say.
+// proc root is not <dev root>/proc, which --root cannot say, or when one is
+// there and is not a character device, which setup never replaces.
 std::string setup_command(const NodeFacts& f, const BadNodes& bad, std::string_view extra) {
     const bool host = f.roots.dev == "/" && f.roots.proc == "/proc";
     if (!host && f.roots.proc != f.roots.dev / "proc") return {};
     bool force = false;
-    for (const auto& node : bad)
-        if (auto it = f.dev.find(std::get<0>(node)); it != f.dev.end() && it->second.exists())
-            force = true;
+    for (const auto& node : bad) {
+        const auto it = f.dev.find(std::get<0>(node));
+        if (it == f.dev.end() || !it->second.exists()) continue;
+        if (it->second.type != FileFact::Type::CharDevice) return {};
+        force = true;
+    }
     return fmt::format("gpubind setup --device-nodes{}{}{}", extra.empty() ? "" : " ", extra,
                        force ? " --force" : "") +
            (host ? "" : " --root " + f.roots.dev.string());

@@ -159,7 +159,11 @@ void make_one(int dir, const std::string& name, const fs::path& host, const Driv
         if (::mknodat(dir, name.c_str(), S_IFCHR | o.mode, want) != 0)
             throw_errno("mknod", host.string());
     } else {  // a new node renamed over the old one: never a moment without one
+        // The directory is this user's and no one else's (open_dir): a
+        // temporary left by a run that died is ours to take away.
         const std::string temp = name + ".gpubind-new";
+        if (::unlinkat(dir, temp.c_str(), 0) != 0 && errno != ENOENT)
+            throw_errno("unlink", (host.parent_path() / temp).string());
         if (::mknodat(dir, temp.c_str(), S_IFCHR | o.mode, want) != 0)
             throw_errno("mknod", (host.parent_path() / temp).string());
         if (::renameat(dir, temp.c_str(), dir, name.c_str()) != 0) {

@@ -180,6 +180,8 @@ TEST_F(DeviceNodes, ANodeWithOtherNumbersIsLeftUnlessForced) {
     EXPECT_THAT(testing::PrintToString(left.lines), HasSubstr("--force replaces it"));
     EXPECT_EQ(is_drivers(gpu1), gpu1.path + ": other numbers");
 
+    // A temporary a run that died left behind does not stand in the way.
+    std::ofstream(host(gpu1.path + ".gpubind-new")) << "left by a crash";
     const auto forced = make(NodeSet::Gpus, true);
     EXPECT_EQ(forced.left, 0u);
     EXPECT_EQ(is_drivers(gpu1), "");

@@ -195,6 +195,18 @@ TEST_F(Doctor, WrongMajor) {
                 HasSubstr("gpubind setup --device-nodes --force --root " + dir_.path().string()));
 }
 
+// A regular file where a node should be: setup never replaces it, so only
+// the command by hand is offered.
+TEST_F(Doctor, AFileWhereANodeShouldBeIsFixedByHandOnly) {
+    const auto& gpu = node("/dev/nvidia" + std::to_string(m_.gpus[1].minor));
+    fs::remove(host(gpu.path));
+    std::ofstream(host(gpu.path)) << "not a device\n";
+    const Check c = named(node_checks(), "gpu-device-nodes");
+    EXPECT_EQ(c.verdict, Verdict::Problem);
+    EXPECT_THAT(c.fix, HasSubstr("rm " + host(gpu.path).string() + " && mknod -m 666 "));
+    EXPECT_THAT(c.fix, Not(HasSubstr("gpubind setup --device-nodes")));
+}
+
 TEST_F(Doctor, MissingLibraryOfACapability) {
     const auto& lib = file("libnvidia-ptxjitcompiler.so.1");
     ASSERT_EQ(lib.capability, "compute");
