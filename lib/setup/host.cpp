@@ -35,7 +35,16 @@ struct Installed {
     bool operator==(const Installed&) const = default;
 };
 
-Installed parse_installed(const Text& text, const std::string& what) {
+// Whether `file` is one an install writes: in the install dir, or a CDI
+// spec (a .json file in a directory named cdi). Nothing else is ever taken
+// out, whatever a list says.
+bool installable(const fs::path& file, const fs::path& install_dir) {
+    const auto rel = file.lexically_relative(install_dir);
+    if (!rel.empty() && *rel.begin() != ".." && rel != ".") return true;
+    return file.extension() == ".json" && file.parent_path().filename() == "cdi";
+}
+
+Installed parse_installed(const Text& text, const std::string& what, const fs::path& install_dir) {
     Installed out;
     if (!text) return out;
     std::size_t at = 0, line = 0;
@@ -50,6 +59,11 @@ Installed parse_installed(const Text& text, const std::string& what) {
             p.lexically_normal() != p || p == "/")
             throw_invalid("read", what,
                           "line " + std::to_string(line) + " is not \"f PATH\" or \"d PATH\"");
+        if (l[0] == 'f' && !installable(p, install_dir))
+            throw_invalid("read", what,
+                          "line " + std::to_string(line) + " names " + p.string() +
+                              ", which no install writes (not in " + install_dir.string() +
+                              " nor a CDI spec)");
         (l[0] == 'f' ? out.files : out.dirs).push_back(p);
     }
     return out;
@@ -237,7 +251,7 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
                       "the install dir must be an absolute path without . or ..");
     const fs::path list_path = local(in.install_dir / kInstalledList);
     const Text list_text = read_text(list_path);
-    const Installed was = parse_installed(list_text, list_path.string());
+    const Installed was = parse_installed(list_text, list_path.string(), in.install_dir);
     Installed now = was;
 
     Options o;

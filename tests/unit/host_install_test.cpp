@@ -290,6 +290,7 @@ TEST_F(HostInstall, RefusesBadHostFilesWithNothingWritten) {
         {"etc/containerd/config.toml", "version = 2\n[plugins\n", "invalid TOML at line 2"},
         {"usr/local/gpubind/installed", "f relative/path\n", "line 1 is not"},
         {"usr/local/gpubind/installed", "f /usr/../etc/passwd\n", "line 1 is not"},
+        {"usr/local/gpubind/installed", "f /etc/passwd\n", "which no install writes"},
     };
     for (const auto& c : cases) {
         SCOPED_TRACE(c.file + ": " + c.text);
