@@ -376,6 +376,13 @@ TEST(HostConfig, TheHookIsSetAndEveryOtherByteKept) {
               "# c\n[cdi] # x\n" + line + "kind = \"a/b\"\n");
     EXPECT_EQ(setup::config_with_hook("[cdi]\nhook = '/usr/bin/gpubind-hook' # ours\n", hook, "c"),
               "[cdi]\nhook = \"" + hook + "\" # ours\n");
+    // The package's config (what the image has): one line changes.
+    const std::string package = slurp(fs::path(GPUBIND_SOURCE_DIR) / "config/config.toml");
+    std::string want = package;
+    const std::string old_line = "hook = \"/usr/bin/gpubind-hook\"\n";
+    ASSERT_NE(want.find(old_line), std::string::npos);
+    want.replace(want.find(old_line), old_line.size(), line);
+    EXPECT_EQ(setup::config_with_hook(package, hook, "config.toml"), want);
     for (const char* bad : {"cdi = { kind = \"a/b\" }\n", "cdi.kind = \"a/b\"\n",
                             "[cdi]\nhook = 3\n", "[cdi.x]\ny = 1\n", "[cdi\n"}) {
         SCOPED_TRACE(bad);
