@@ -72,11 +72,10 @@ void read_driver_proc(NodeFacts& f, const fs::path& proc) {
         NodeFacts::ProcGpu g;
         g.bus_id = bus_id;
         try {
-            auto fields = detail::read_fields(gpus_dir / bus_id / "information");
-            if (auto it = fields.find("Device Minor"); it != fields.end())
-                if (auto n = parse_unsigned(it->second)) g.minor = static_cast<unsigned>(*n);
-            if (auto it = fields.find("GPU Excluded"); it != fields.end())
-                g.excluded = it->second == "Yes";
+            const auto node_fields =
+                detail::gpu_node_fields(detail::read_fields(gpus_dir / bus_id / "information"));
+            g.minor = node_fields.minor;
+            g.excluded = node_fields.excluded;
         } catch (const Error&) {
         }
         if (g.minor) f.dev.emplace(gpu_node(*g.minor), FileFact{});

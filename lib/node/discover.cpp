@@ -80,11 +80,12 @@ void discover_gpus(Node& node, const std::map<std::string, unsigned, std::less<>
         gpu.uuid = get("GPU UUID", true);
         gpu.vbios = get("Video BIOS", false);
         gpu.bus_type = get("Bus Type", false);
-        gpu.excluded = get("GPU Excluded", false) == "Yes";
-        auto minor = parse_unsigned(get("Device Minor", true));
-        if (!minor || *minor >= kModesetMinor)
+        get("Device Minor", true);  // there, else an error saying so
+        const auto node_fields = gpu_node_fields(fields);
+        gpu.excluded = node_fields.excluded;
+        if (!node_fields.minor)
             throw_invalid("read GPU information", info.string(), "bad \"Device Minor\"");
-        gpu.minor = static_cast<unsigned>(*minor);
+        gpu.minor = *node_fields.minor;
         if (gpu.excluded) {
             node.warnings.push_back("GPU " + gpu.pci_bus_id + " is excluded by the driver");
             continue;

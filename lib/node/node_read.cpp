@@ -53,6 +53,16 @@ std::vector<fs::path> mig_access_files(const fs::path& caps) {
     return files;
 }
 
+GpuNodeFields gpu_node_fields(const std::map<std::string, std::string, std::less<>>& fields) {
+    GpuNodeFields out;
+    if (const auto it = fields.find("GPU Excluded"); it != fields.end())
+        out.excluded = it->second == "Yes";
+    if (const auto it = fields.find("Device Minor"); it != fields.end())
+        if (const auto n = parse_unsigned(it->second); n && *n < kModesetMinor)
+            out.minor = static_cast<unsigned>(*n);
+    return out;
+}
+
 std::vector<std::string> list_dir(const fs::path& dir) {
     std::vector<std::string> names;
     DIR* d = ::opendir(dir.c_str());

@@ -41,14 +41,12 @@ void add_gpus(DriverNodes& out, const fs::path& proc) {
     const fs::path gpus = proc / "driver/nvidia/gpus";
     for (const auto& bus_id : detail::list_dir(gpus)) {
         const fs::path info = gpus / bus_id / "information";
-        const Fields fields = detail::read_fields(info);
-        if (const auto it = fields.find("GPU Excluded");
-            it != fields.end() && it->second == "Yes") {
+        const auto [minor, excluded] = detail::gpu_node_fields(detail::read_fields(info));
+        if (excluded) {
             out.notes.push_back("GPU " + bus_id + " is excluded by the driver: no node");
             continue;
         }
-        const auto minor = minor_field(fields, "Device Minor");
-        if (!minor || *minor >= kModesetMinor) {
+        if (!minor) {
             out.notes.push_back(info.string() + ": no usable \"Device Minor\": no node");
             continue;
         }

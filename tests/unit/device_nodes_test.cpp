@@ -111,6 +111,33 @@ TEST_F(DeviceNodes, EveryDeletedNodeComesBackWithTheDriversNumbers) {
     EXPECT_EQ(lines_starting(again, "created "), 0u);
 }
 
+// A GPU the driver excludes, and one whose Device Minor is not a GPU's,
+// get no node, each with a note saying why.
+TEST_F(DeviceNodes, ExcludedGpusAndBadMinorsGetNoNode) {
+    remove_all_nodes();
+    const auto info = [&](unsigned i) {
+        return proc() / "driver/nvidia/gpus" / m_.gpus[i].pci_bus_id / "information";
+    };
+    const auto edit = [&](unsigned i, const std::string& from, const std::string& to) {
+        std::ifstream in(info(i));
+        std::string text{std::istreambuf_iterator<char>(in), {}};
+        ASSERT_NE(text.find(from), std::string::npos) << text;
+        text.replace(text.find(from), from.size(), to);
+        fs::permissions(info(i), fs::perms(0644));
+        std::ofstream(info(i)) << text;
+    };
+    edit(0, "GPU Excluded:\t No", "GPU Excluded:\t Yes");
+    edit(1, "Device Minor: \t " + std::to_string(m_.gpus[1].minor), "Device Minor: \t 254");
+    const auto report = make(NodeSet::Gpus);
+    const std::string lines = testing::PrintToString(report.lines);
+    EXPECT_THAT(lines, HasSubstr("GPU " + m_.gpus[0].pci_bus_id + " is excluded by the driver"));
+    EXPECT_THAT(lines, HasSubstr(info(1).string() + ": no usable \\\"Device Minor\\\""));
+    for (const auto& gpu : m_.gpus)
+        EXPECT_FALSE(
+            fs::exists(fs::symlink_status(host("/dev/nvidia" + std::to_string(gpu.minor)))));
+    EXPECT_EQ(is_drivers(node("/dev/nvidiactl")), "");
+}
+
 // IMEX channels are made when asked, on the major the driver registered.
 TEST_F(DeviceNodes, AskedImexChannelsAreMadeOnTheirMajor) {
     std::vector<const sim::ManifestNode*> channels;

@@ -22,6 +22,14 @@ inline constexpr std::size_t kMaxProcFile = 64u << 10;
 std::filesystem::path under(const std::filesystem::path& root, const std::filesystem::path& path);
 // "Key: value" lines (procfs information, params, capability files).
 std::map<std::string, std::string, std::less<>> read_fields(const std::filesystem::path& path);
+// What a GPU's information file (driver/nvidia/gpus/<bus id>/information)
+// says of its device node: its "Device Minor" when that is a GPU's (a
+// number below the modeset minor), and whether "GPU Excluded" is "Yes".
+struct GpuNodeFields {
+    std::optional<unsigned> minor;
+    bool excluded = false;
+};
+GpuNodeFields gpu_node_fields(const std::map<std::string, std::string, std::less<>>& fields);
 // The names in a directory, sorted; empty when it does not exist.
 std::vector<std::string> list_dir(const std::filesystem::path& dir);
 // The MIG capabilities' access files under a driver/nvidia/capabilities
