@@ -14,6 +14,7 @@
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -594,6 +595,13 @@ std::vector<const json*> all_edits(const json& spec) {
             if (dev.is_object())
                 if (auto e = dev.find("containerEdits"); e != dev.end() && e->is_object())
                     out.push_back(&*e);
+    return out;
+}
+
+std::vector<json*> all_edits(json& spec) {
+    std::vector<json*> out;
+    // Pointers into `spec`, which the caller may change.
+    for (const json* e : all_edits(std::as_const(spec))) out.push_back(const_cast<json*>(e));
     return out;
 }
 

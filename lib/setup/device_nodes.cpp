@@ -217,9 +217,10 @@ DriverNodes driver_nodes(const fs::path& proc_root, NodeSet which,
         if (imex == majors.end())
             out.notes.push_back("the driver registered no nvidia-caps-imex-channels in " +
                                 (proc_root / "devices").string() + ": no IMEX channel node");
-        for (const unsigned n : imex == majors.end() ? std::vector<unsigned>{} : imex_channels)
-            out.nodes.push_back({"/dev/nvidia-caps-imex-channels/channel" + std::to_string(n),
-                                 imex->second, n, "IMEX channel " + std::to_string(n)});
+        else
+            for (const unsigned n : imex_channels)
+                out.nodes.push_back({"/dev/nvidia-caps-imex-channels/channel" + std::to_string(n),
+                                     imex->second, n, "IMEX channel " + std::to_string(n)});
     }
     if (which == NodeSet::Control) return out;
     add_gpus(out, proc_root);

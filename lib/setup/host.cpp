@@ -16,6 +16,7 @@
 #include "gpubind/os/safe_path.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
+#include "gpubind/util/strings.hpp"
 #include "setup_files.hpp"
 
 namespace gpubind::setup {
@@ -47,21 +48,18 @@ bool installable(const fs::path& file, const fs::path& install_dir) {
 Installed parse_installed(const Text& text, const std::string& what, const fs::path& install_dir) {
     Installed out;
     if (!text) return out;
-    std::size_t at = 0, line = 0;
-    while (at < text->size()) {
-        const auto nl = text->find('\n', at);
-        const std::string_view l =
-            std::string_view(*text).substr(at, (nl == std::string::npos ? text->size() : nl) - at);
-        at = nl == std::string::npos ? text->size() : nl + 1;
-        ++line;
+    auto lines = split(*text, '\n');
+    if (!lines.empty() && lines.back().empty()) lines.pop_back();  // the final newline
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        const std::string_view l = lines[i];
+        const std::string line = std::to_string(i + 1);
         const fs::path p = l.size() > 2 ? fs::path(l.substr(2)) : fs::path();
         if (l.size() < 3 || (l[0] != 'f' && l[0] != 'd') || l[1] != ' ' || !p.is_absolute() ||
             p.lexically_normal() != p || p == "/")
-            throw_invalid("read", what,
-                          "line " + std::to_string(line) + " is not \"f PATH\" or \"d PATH\"");
+            throw_invalid("read", what, "line " + line + " is not \"f PATH\" or \"d PATH\"");
         if (l[0] == 'f' && !installable(p, install_dir))
             throw_invalid("read", what,
-                          "line " + std::to_string(line) + " names " + p.string() +
+                          "line " + line + " names " + p.string() +
                               ", which no install writes (not in " + install_dir.string() +
                               " nor a CDI spec)");
         (l[0] == 'f' ? out.files : out.dirs).push_back(p);
@@ -217,24 +215,19 @@ json spec_for_host(json spec, const fs::path& host_root) {
         for (auto& item : edits[key])
             if (item.is_object()) f(item);
     };
-    const auto edit = [&](json& edits) {
-        if (!edits.is_object()) return;
-        each(edits, "deviceNodes", [&](json& n) {
+    for (json* edits : cdi::all_edits(spec)) {
+        each(*edits, "deviceNodes", [&](json& n) {
             if (!n.contains("hostPath")) return;
             strip(n["hostPath"]);
             if (n.contains("path") && n["hostPath"] == n["path"]) n.erase("hostPath");
         });
-        each(edits, "mounts", [&](json& m) {
+        each(*edits, "mounts", [&](json& m) {
             if (m.contains("hostPath")) strip(m["hostPath"]);
         });
-        each(edits, "hooks", [&](json& h) {
+        each(*edits, "hooks", [&](json& h) {
             if (h.contains("path")) strip(h["path"]);
         });
-    };
-    if (spec.contains("containerEdits")) edit(spec["containerEdits"]);
-    if (spec.contains("devices") && spec["devices"].is_array())
-        for (auto& d : spec["devices"])
-            if (d.is_object() && d.contains("containerEdits")) edit(d["containerEdits"]);
+    }
     spec["cdiVersion"] = cdi::minimum_version(spec);
     return spec;
 }
@@ -274,24 +267,14 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     // or with remove, each the list names taken out (its backup put back).
     const auto ours = [&](const fs::path& host, Text after, const std::string& what, unsigned mode,
                           bool text) {
-        Change c;
-        c.path = local(host);
-        c.before = read_text(c.path, kMaxProgramSize);
+        const bool mine = listed(was.files, host);
+        Change c = edit(
+            local(host), in.remove, [&](const Text&) { return after; },
+            [](const Text&) -> Text { return std::nullopt; }, what, "", kMaxProgramSize);
+        c.keep_backup = c.keep_backup && !mine;
         c.mode = mode;
         c.binary = !text;
-        const bool mine = listed(was.files, host);
-        if (!in.remove) {
-            c.after = std::move(after);
-            c.what = what;
-            c.keep_backup = c.before && !mine;
-            if (!mine) now.files.push_back(host);
-        } else if (Text saved = read_text(backup_of(c.path), kMaxProgramSize)) {
-            c.after = std::move(saved);
-            c.drop_backup = true;
-            c.what = "restored from " + backup_of(c.path).string();
-        } else {
-            c.after = std::nullopt;
-        }
+        if (!in.remove && !mine) now.files.push_back(host);
         changes.push_back(std::move(c));
     };
     if (in.remove) {

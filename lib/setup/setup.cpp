@@ -217,10 +217,10 @@ using Edit = std::function<Text(const Text&)>;
 
 // The change to `path`: `add`, or with remove the backup if there is one, else `remove`.
 Change edit(const fs::path& path, bool remove, const Edit& add, const Edit& del,
-            const std::string& what_add, const std::string& what_remove) {
+            const std::string& what_add, const std::string& what_remove, std::size_t max_size) {
     Change c;
     c.path = path;
-    c.before = read_text(path);
+    c.before = read_text(path, max_size);
     if (!remove) {
         c.after = add(c.before);
         c.what = what_add;
@@ -228,7 +228,7 @@ Change edit(const fs::path& path, bool remove, const Edit& add, const Edit& del,
         return c;
     }
     const fs::path backup = backup_of(path);
-    if (Text saved = read_text(backup)) {
+    if (Text saved = read_text(backup, max_size)) {
         c.after = std::move(saved);
         c.drop_backup = true;
         c.what = "restored from " + backup.string();

@@ -24,9 +24,11 @@ Text read_text(const std::filesystem::path& path, std::size_t max_size = kMaxFil
 std::filesystem::path backup_of(const std::filesystem::path& path);
 
 using Edit = std::function<Text(const Text&)>;
-// The change to `path`: `add`, or with remove the backup if there is one, else `del`.
+// The change to `path`: `add`, or with remove the backup if there is one,
+// else `del` (the file and its backup read up to `max_size`).
 Change edit(const std::filesystem::path& path, bool remove, const Edit& add, const Edit& del,
-            const std::string& what_add, const std::string& what_remove);
+            const std::string& what_add, const std::string& what_remove,
+            std::size_t max_size = kMaxFileSize);
 
 void unlink_if_there(const std::filesystem::path& path);
 

@@ -23,6 +23,7 @@
 #include "binaries.hpp"
 #include "container.hpp"
 #include "engines.hpp"
+#include "files.hpp"
 #include "gpubind/cdi/runtime.hpp"
 #include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
@@ -170,24 +171,15 @@ TEST_F(EnginesTest, NodeInstallerRegistersARuntimeContainerdRunsThenRemovesIt) {
     write_text(host / "etc/containerd/config.toml",
                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n"
                "  sandbox_image = \"registry.k8s.io/pause:3.9\"\n");
-    // Every path with its mode and bytes (a link: its target); not what the
-    // container's start itself writes beside the node (its log, runc's spec).
+    // The node's tree, but what the container's start itself writes beside
+    // it (its log, runc's spec).
     const auto contents = [&] {
-        std::string out;
-        for (const auto& e : fs::recursive_directory_iterator(host)) {
-            const std::string rel = fs::relative(e.path(), host).string();
-            if (rel == "gpubind.log" || rel == "runc-got.json") continue;
-            struct stat st {};
-            ::lstat(e.path().c_str(), &st);
-            out += rel + " " + std::to_string(st.st_mode) + " " +
-                   (S_ISLNK(st.st_mode)   ? fs::read_symlink(e.path()).string()
-                    : S_ISREG(st.st_mode) ? read_text(e.path())
-                                          : "") +
-                   "\n";
-        }
+        auto out = tree(host);
+        out.erase("gpubind.log");
+        out.erase("runc-got.json");
         return out;
     };
-    const std::string before = contents();
+    const auto before = contents();
     const auto entrypoint = [&](const std::string& action) {
         return run_command(
             {"env", "GPUBIND_HOST_ROOT=" + host.string(), "GPUBIND_ONESHOT=1",

@@ -1,10 +1,13 @@
 // Writing and reading whole files in tests.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -29,6 +32,26 @@ inline std::string slurp(const std::filesystem::path& p) {
     std::stringstream ss;
     ss << in.rdbuf();
     return ss.str();
+}
+
+// Every entry under `dir` by relative path: a file's mode and bytes, a
+// link's target, another entry's mode (inodes and times left out: a tree
+// put back as it was compares equal).
+inline std::map<std::string, std::string> tree(const std::filesystem::path& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+        struct stat st {};
+        ::lstat(e.path().c_str(), &st);
+        const std::string mode = std::to_string(st.st_mode);
+        const std::string rel = std::filesystem::relative(e.path(), dir).string();
+        if (S_ISLNK(st.st_mode))
+            out[rel] = "link " + std::filesystem::read_symlink(e.path()).string();
+        else if (S_ISREG(st.st_mode))
+            out[rel] = mode + " " + slurp(e.path());
+        else
+            out[rel] = mode;
+    }
+    return out;
 }
 
 }  // namespace gpubind::test

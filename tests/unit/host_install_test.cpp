@@ -10,9 +10,7 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -21,6 +19,7 @@
 
 #include "built.hpp"
 #include "command.hpp"
+#include "files.hpp"
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/config/config.hpp"
 #include "gpubind/setup/host.hpp"
@@ -37,38 +36,15 @@ using json = nlohmann::json;
 using testing::HasSubstr;
 using testing::Not;
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using test::slurp;
 
 void put(const fs::path& p, const std::string& text, fs::perms mode = fs::perms(0644)) {
     fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary) << text;
-    fs::permissions(p, mode);
+    test::write(p, text, mode);
 }
 
-// Every entry under `dir`: a file's mode and bytes, a link's target, a
-// directory's mode.
+using test::tree;
 using Tree = std::map<std::string, std::string>;
-Tree tree(const fs::path& dir) {
-    Tree out;
-    for (const auto& e : fs::recursive_directory_iterator(dir)) {
-        struct stat st {};
-        ::lstat(e.path().c_str(), &st);
-        const std::string mode = std::to_string(st.st_mode);
-        const std::string rel = fs::relative(e.path(), dir).string();
-        if (S_ISLNK(st.st_mode))
-            out[rel] = "link " + fs::read_symlink(e.path()).string();
-        else if (S_ISREG(st.st_mode))
-            out[rel] = mode + " " + slurp(e.path());
-        else
-            out[rel] = mode;
-    }
-    return out;
-}
 
 const char* const kContainerdConfig =
     "version = 2\n"
@@ -147,11 +123,19 @@ TEST_F(HostInstall, InstallsOnceRegistersAndRemoveLeavesTheHostAsItWas) {
     const std::string spec_text = slurp(spec_file());
     EXPECT_THAT(spec_text, Not(HasSubstr(host().string())));
     const json spec = json::parse(spec_text);
-    const auto listed = test::run(std::string(GPUBIND_CLI_PATH) + " cdi list --root " +
-                                  host().string() + " --config " + (dir_ / "config.toml").string());
-    std::string names;
-    for (const auto& n : cdi::device_names(spec)) names += n + "\n";
-    EXPECT_EQ(names, listed.text);
+    // The node's GPUs, as the simulated node says it has them, by index and
+    // UUID; every path the spec names is there on the host.
+    const auto names = cdi::device_names(spec);
+    for (const auto& gpu : manifest_.gpus)
+        for (const std::string& id : {std::to_string(gpu.index), gpu.uuid})
+            EXPECT_THAT(names, testing::Contains("nvidia.com/gpu=" + id));
+    EXPECT_THAT(names, testing::Contains("nvidia.com/gpu=all"));
+    for (const json* edits : cdi::all_edits(spec)) {
+        for (const auto& m : edits->value("mounts", json::array()))
+            EXPECT_TRUE(fs::exists(host() / m["hostPath"].get<std::string>().substr(1))) << m;
+        for (const auto& n : edits->value("deviceNodes", json::array()))
+            EXPECT_TRUE(fs::exists(host() / n["path"].get<std::string>().substr(1))) << n;
+    }
     const json& hook = spec["containerEdits"]["hooks"][0];
     EXPECT_EQ(hook["path"], "/usr/local/gpubind/gpubind-hook");
     EXPECT_EQ(hook["env"][0], "GPUBIND_CONFIG=/usr/local/gpubind/config.toml");

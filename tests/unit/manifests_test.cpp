@@ -6,7 +6,6 @@
 // apiVersion/kind is an error); they agree with what the installer does;
 // and docs/kubernetes.md shows these very files.
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <regex>
 #include <set>
@@ -19,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "built.hpp"
+#include "files.hpp"
 #include "gpubind/cdi/yaml.hpp"
 #include "gpubind/setup/setup.hpp"
 
@@ -29,12 +29,7 @@ using json = nlohmann::json;
 using testing::ElementsAre;
 using testing::HasSubstr;
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using gpubind::test::slurp;
 
 fs::path source(const std::string& rel) {
     return fs::path(GPUBIND_SOURCE_DIR) / rel;

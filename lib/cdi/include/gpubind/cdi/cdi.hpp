@@ -100,6 +100,8 @@ std::vector<std::filesystem::path> remove(const Config& config);
 void refresh_quietly(const Node& node, const Config& config);
 // Every containerEdits of a spec: the top level's, then each device's.
 std::vector<const nlohmann::json*> all_edits(const nlohmann::json& spec);
+// The same, to change them.
+std::vector<nlohmann::json*> all_edits(nlohmann::json& spec);
 // Whether the spec text is one refresh() wrote for the node of `config`:
 // JSON whose every device node's hostPath (its path where it has none, as
 // refresh() writes them for a dev root of "/") lies under its dev root's /dev.
