@@ -31,7 +31,7 @@ Config load_trusted(const std::filesystem::path& path, bool missing_is_defaults)
     if (!S_ISREG(st.st_mode))
         throw Error(ErrorKind::Invalid, EINVAL, "load config", path.string(),
                     "not a regular file; refusing");
-    if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    if (!host_root_owns(st.st_uid) && st.st_uid != ::geteuid())
         throw Error(EACCES, "load config", path.string(),
                     "owned by uid " + std::to_string(st.st_uid) + ", not root; refusing");
     if ((st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0))

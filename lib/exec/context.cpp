@@ -90,14 +90,14 @@ void Context::enter() {
         sys.enter_user_ns(host.user_ns.get());
         host.in_user_ns = true;
     }
-    sys.enter_mount_ns(host.container_ns.get());
+    if (!target.in_place) sys.enter_mount_ns(host.container_ns.get());
     host.in_container = true;
 }
 
 void Context::leave() {
     // Nothing leads back out of a user namespace: the caller stays (and exits).
     if (host.in_user_ns) return;
-    sys.enter_mount_ns(host.own_ns.get());
+    if (!target.in_place) sys.enter_mount_ns(host.own_ns.get());
     host.in_container = false;
     sys.change_dir(host.cwd.get());
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <string>
 
 #include "gpubind/util/error.hpp"
@@ -67,6 +68,7 @@ void prepare_owner(Context& c, const std::string& who) {
         c.host.user_ns = c.sys.open_user_ns(c.host.pidfd.get(), c.target.pid);
         return;
     }
+    if (c.target.in_place) return;  // the same: this process acts as the container's root
     const int pidfd = c.host.pidfd.get();
     const auto uid = map_id(c.sys.read_proc(pidfd, c.target.pid, "uid_map"), 0, who + " uid_map");
     const auto gid = map_id(c.sys.read_proc(pidfd, c.target.pid, "gid_map"), 0, who + " gid_map");
@@ -80,6 +82,39 @@ void prepare_owner(Context& c, const std::string& who) {
     c.set_owner({*uid, *gid});
     if (c.chown())
         logger().debug("{}: user namespace, its root is {}:{} on the host", who, *uid, *gid);
+}
+
+// In place: the pid shares this process's mount namespace, and that is not
+// the host's own. A process of the initial user namespace (its uid_map is the
+// identity over every id) compares with pid 1's; one in another user
+// namespace cannot be in the host's, or could not mount there.
+void check_in_place(Context& c, bool shared, const std::string& who) {
+    if (!shared)
+        throw Error(EPERM, "execute", who,
+                    "is in another mount namespace than this process; refusing to act in place");
+    const std::string map = c.sys.read_proc(c.host.pidfd.get(), c.target.pid, "uid_map");
+    unsigned long inside = 1, outside = 1, count = 0;
+    char rest = 0;
+    const bool identity =
+        std::sscanf(map.c_str(), "%lu %lu %lu %c", &inside, &outside, &count, &rest) == 3 &&
+        inside == 0 && outside == 0 && count == 4294967295ul;
+    if (!identity) return;
+    Fd init_ns;
+    try {
+        Fd init = c.sys.open_process(1);
+        init_ns = c.sys.open_mount_ns(init.get(), 1);
+    } catch (const Error& e) {
+        // Hidden from root (a sandbox of this machine's, yama): not compared;
+        // a shared mount below the root still refuses the container.
+        if (e.code().value() != EACCES && e.code().value() != EPERM) throw;
+        logger().debug("pid 1's mount namespace cannot be compared: {}", e.what());
+        return;
+    }
+    if (c.sys.same_file(init_ns.get(), c.host.own_ns.get()))
+        throw Error(EPERM, "execute", c.target.rootfs.string(),
+                    "this process is in the host's mount namespace (pid 1's); refusing to "
+                    "mount there (give the container's --pid, or run it in the container's "
+                    "namespaces)");
 }
 
 // Each planned source as a detached mount, checked to be what the plan says.
@@ -145,7 +180,10 @@ void prepare_host(Context& c, DeviceAccess& devices) {
     c.host.container_ns = c.sys.open_mount_ns(c.host.pidfd.get(), pid);
     c.host.own_ns = c.sys.open_own_mount_ns();
     prepare_owner(c, who);
-    if (c.sys.same_file(c.host.container_ns.get(), c.host.own_ns.get()))
+    const bool shared = c.sys.same_file(c.host.container_ns.get(), c.host.own_ns.get());
+    if (c.target.in_place)
+        check_in_place(c, shared, who);
+    else if (shared)
         throw Error(EPERM, "execute", who,
                     "the container shares this process's mount namespace; refusing");
     c.timing.mark("process and namespaces");

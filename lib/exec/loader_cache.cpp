@@ -99,7 +99,8 @@ void LoaderCache::refresh() {
     const Owner creator = c_.owner();
     const unsigned mode = original ? (original->mode & 0777) : 0644;
     std::optional<Owner> chown_to;
-    if (original && (Owner{original->uid, original->gid} != creator) && !c_.target.join_user_ns)
+    if (original && (Owner{original->uid, original->gid} != creator) && !c_.target.join_user_ns &&
+        !c_.target.in_place)
         chown_to = Owner{original->uid, original->gid};
     logger().debug("loader cache: {} entries, {} bytes ({} injected)", image_entries, bytes.size(),
                    c_.plan.ldcache_libraries.size());
@@ -131,7 +132,7 @@ void LoaderCache::run_ldconfig() {
     std::string cache;
     if (c_.chown())
         cache = c_.sys.run_as(c_.owner(), exe, path, args, target.ldconfig_timeout);
-    else if (target.join_user_ns)
+    else if (target.join_user_ns || target.in_place)
         cache = c_.sys.run_as(Owner{}, exe, path, args, target.ldconfig_timeout);
     else
         cache = c_.sys.run(exe, path, args, target.ldconfig_timeout);

@@ -440,7 +440,7 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
         why = path.string() + " is not a regular file";
         return std::nullopt;
     }
-    if (st.st_uid != 0) {
+    if (!host_root_owns(st.st_uid)) {
         why = path.string() + " is not owned by root";
         return std::nullopt;
     }

@@ -251,7 +251,7 @@ void discover_libraries(Node& node, const Config& config) {
 // "missing" when it is not there.
 std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners) {
     auto trusted = [&](uid_t uid) {
-        return uid == 0 || std::find(owners.begin(), owners.end(), uid) != owners.end();
+        return host_root_owns(uid) || std::find(owners.begin(), owners.end(), uid) != owners.end();
     };
     if (!p.is_absolute()) return "is not an absolute path";
     Fd dir(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));

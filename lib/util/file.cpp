@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 
 #include "gpubind/util/error.hpp"
 
@@ -76,11 +77,42 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_size) {
     return read_fd(fd.get(), max_size, path.string());
 }
 
+namespace {
+
+// The uid the host's root shows as here; nullopt where that is 0 or unknown.
+std::optional<unsigned> host_root_shown_as() {
+    Fd map(::open("/proc/self/uid_map", O_RDONLY | O_CLOEXEC));
+    if (!map) return std::nullopt;
+    const BoundedRead read = read_bounded(map.get(), 64 * 1024, "/proc/self/uid_map");
+    const char* p = read.data.c_str();
+    unsigned long inside = 0, outside = 0, count = 0;
+    int used = 0;
+    while (std::sscanf(p, " %lu %lu %lu%n", &inside, &outside, &count, &used) == 3) {
+        if (outside == 0 && count > 0)
+            return inside == 0 ? std::nullopt : std::optional<unsigned>(inside);
+        p += used;
+    }
+    Fd overflow(::open("/proc/sys/kernel/overflowuid", O_RDONLY | O_CLOEXEC));
+    if (!overflow) return std::nullopt;
+    const BoundedRead text = read_bounded(overflow.get(), 64, "overflowuid");
+    unsigned long uid = 0;
+    if (std::sscanf(text.data.c_str(), "%lu", &uid) != 1) return std::nullopt;
+    return static_cast<unsigned>(uid);
+}
+
+}  // namespace
+
+bool host_root_owns(unsigned uid) {
+    if (uid == 0) return true;
+    static const std::optional<unsigned> shown = host_root_shown_as();
+    return shown && *shown == uid;
+}
+
 std::string untrusted_dir(int dirfd, bool own_ok) {
     struct stat st {};
     if (::fstat(dirfd, &st) != 0) return "cannot be checked";
     if (!S_ISDIR(st.st_mode)) return "is not a directory";
-    if (st.st_uid != 0 && !(own_ok && st.st_uid == ::geteuid()))
+    if (!host_root_owns(st.st_uid) && !(own_ok && st.st_uid == ::geteuid()))
         return own_ok ? "is owned by another user" : "is not owned by root";
     if (st.st_mode & (S_IWGRP | S_IWOTH)) return "is writable by others than its owner";
     return {};

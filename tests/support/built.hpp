@@ -11,6 +11,7 @@ namespace gpubind::test::built {
 extern const char* const cli;
 extern const char* const hook;
 extern const char* const runtime;
+extern const char* const nvc;
 extern const char* const probe;
 extern const char* const hung_nvml;
 extern const char* const test_preload;
@@ -22,6 +23,7 @@ extern const char* const source_dir;
 #define GPUBIND_CLI_PATH (::gpubind::test::built::cli)
 #define GPUBIND_HOOK_PATH (::gpubind::test::built::hook)
 #define GPUBIND_RUNTIME_PATH (::gpubind::test::built::runtime)
+#define GPUBIND_NVC_PATH (::gpubind::test::built::nvc)
 #define GPUBIND_PROBE_PATH (::gpubind::test::built::probe)
 #define GPUBIND_HUNG_NVML (::gpubind::test::built::hung_nvml)
 #define GPUBIND_TEST_PRELOAD (::gpubind::test::built::test_preload)

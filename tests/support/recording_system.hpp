@@ -94,6 +94,7 @@ class RecordingSystem : public System {
     int program_dir_errno = 0;
     bool program_dir_taken = false;  // there, but made by another user
     bool shares_namespace = false;   // the container is in our mount namespace
+    bool host_namespace = false;     // ours is pid 1's (the host's)
     bool in_container = false;       // which mount namespace we are in
     bool in_user_ns = false;         // joined the container's user namespace (rootless)
 
@@ -115,7 +116,7 @@ class RecordingSystem : public System {
     }
     Fd open_mount_ns(int, pid_t pid) override {
         call("open_mount_ns " + std::to_string(pid), false);
-        return make("ns:container");
+        return make(pid == 1 ? "ns:init" : "ns:container");
     }
     std::string read_proc(int, pid_t pid, const std::string& name) override {
         call("read_proc " + std::to_string(pid) + " " + name, false);
@@ -141,7 +142,10 @@ class RecordingSystem : public System {
     }
     bool same_file(int a, int b) override {
         call("same_file " + label(a) + " " + label(b), false);
-        return shares_namespace || label(a) == label(b);
+        const std::string la = label(a), lb = label(b);
+        if (la == "ns:init" || lb == "ns:init")
+            return host_namespace && (la == "ns:own" || lb == "ns:own");
+        return shares_namespace || la == lb;
     }
     std::string read_host_file(const std::filesystem::path& p) override {
         call("read_host_file " + p.string(), false);
@@ -569,7 +573,8 @@ class RecordingSystem : public System {
     void call(const std::string& line, std::optional<bool> container) {
         std::size_t index = calls.size();
         calls.push_back(line);
-        if (container && *container != in_container)
+        // Sharing the container's namespace, every call is in both.
+        if (container && !shares_namespace && *container != in_container)
             throw Error(EPERM, "wrong mount namespace", line,
                         *container ? "must run inside the container's mount namespace"
                                    : "must run in the host's mount namespace");

@@ -958,5 +958,67 @@ TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
     for (const auto& line : sys.calls) EXPECT_FALSE(starts(line, "write_file_at root:")) << line;
 }
 
+// In place (gpubind-nvc without --pid, as enroot's and Apptainer's hooks run
+// it): the pid shares this process's mount namespace, which is not pid 1's.
+// Everything is done here; no namespace is entered or left.
+TEST(Execute, InPlaceActsInThisNamespaceWithoutEnteringOne) {
+    Plan plan = sample_plan();
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    sys.shares_namespace = true;
+    Target t = target();
+    t.in_place = true;
+    execute(plan, t, sys);
+    for (const auto& line : sys.calls) {
+        EXPECT_FALSE(starts(line, "enter_mount_ns")) << line;
+        EXPECT_FALSE(starts(line, "set_fs_ids")) << line;  // created as this process
+    }
+    EXPECT_LT(index_of(sys.calls, "open_mount_ns 1"), index_of(sys.calls, "open_root /rootfs"));
+    for (const auto& m : plan.mounts)
+        EXPECT_NE(std::count(sys.calls.begin(), sys.calls.end(),
+                             "attach tree:" + m.source + " -> root:" + m.target),
+                  0)
+            << m.target;
+}
+
+TEST(Execute, InPlaceIsRefusedInTheHostsNamespaceOrAnothers) {
+    Plan plan = sample_plan();
+    auto refused = [&](RecordingSystem& sys, const std::string& why) {
+        setup_world(sys, plan);
+        Target t = target();
+        t.in_place = true;
+        try {
+            execute(plan, t, sys);
+            ADD_FAILURE() << "accepted; wanted: " << why;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code().value(), EPERM) << e.what();
+            EXPECT_THAT(e.what(), HasSubstr(why));
+        }
+        for (const auto& line : sys.calls) {
+            EXPECT_FALSE(starts(line, "attach")) << line;
+            EXPECT_FALSE(starts(line, "make_")) << line;
+            EXPECT_FALSE(starts(line, "open_root")) << line;
+        }
+    };
+    RecordingSystem host;
+    host.shares_namespace = true;
+    host.host_namespace = true;
+    refused(host, "this process is in the host's mount namespace (pid 1's)");
+    RecordingSystem elsewhere;  // the pid is in another mount namespace
+    refused(elsewhere, "is in another mount namespace than this process");
+
+    // In a user namespace of its own (enroot's), the host's namespace is out
+    // of reach: pid 1 is not asked.
+    RecordingSystem userns;
+    setup_world(userns, plan);
+    userns.shares_namespace = true;
+    userns.host_namespace = true;  // would refuse, were pid 1 compared
+    userns.uid_map = "         0       4343          1\n";
+    Target t = target();
+    t.in_place = true;
+    execute(plan, t, userns);
+    EXPECT_EQ(std::count(userns.calls.begin(), userns.calls.end(), "open_process 1"), 0);
+}
+
 }  // namespace
 }  // namespace gpubind

@@ -30,6 +30,13 @@ struct Target {
     // host's files in its mount namespace (before its pivot_root they are
     // there), and stay in both afterwards (no way back out; the hook exits).
     bool join_user_ns = false;
+    // In place: this process is in the container's mount namespace already
+    // (nvidia-container-cli's callers, enroot's and Apptainer's hooks, run it
+    // there with the pid of their own process). No namespace is entered or
+    // left; what is created there is this process's, as with join_user_ns.
+    // Refused unless the pid shares this process's mount namespace, and in
+    // the host's initial one (pid 1's, seen from the initial user namespace).
+    bool in_place = false;
     // Where the spec has the runtime mount a new tmpfs (oci::Spec::fresh_tmpfs).
     // What is there when the executor enters is taken as the container's own
     // mount, as the root's, only if it is a tmpfs that no mount of this

@@ -39,9 +39,18 @@ struct BoundedRead {
 BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
                          std::optional<std::chrono::steady_clock::time_point> deadline = {});
 
+// Whether a file owned by `uid` is the host root's as this process sees it:
+// uid 0, or, in a user namespace that does not map the host's root (enroot's,
+// a rootless engine's), the overflow uid every unmapped owner shows as. Read
+// once (/proc/self/uid_map, /proc/sys/kernel/overflowuid) and only for a
+// uid other than 0. Relative to the parent user namespace: a nested one's
+// mapping of the host's root is not followed.
+bool host_root_owns(unsigned uid);
+
 // Why the directory open at `dirfd` may not hold files gpubind trusts or
 // writes as root ("" when it may): not a directory, owned by another user
-// than root (or, when `own_ok`, this process's), writable by group or others.
+// than root (host_root_owns; or, when `own_ok`, this process's), writable by
+// group or others.
 std::string untrusted_dir(int dirfd, bool own_ok = false);
 
 struct WriteOptions {

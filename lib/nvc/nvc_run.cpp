@@ -1,0 +1,372 @@
+// gpubind-nvc's commands: info and list printed as nvidia-container-cli
+// prints them, configure carried out by gpubind's decision and executor.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "gpubind/decide/inject.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/nvc/nvc.hpp"
+#include "gpubind/os/system.hpp"
+#include "gpubind/start/start.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/strings.hpp"
+
+namespace gpubind::nvc {
+
+namespace {
+
+// nvidia-container-cli's brand names for NVML's (gpubind keeps
+// NVIDIA_REQUIRE_BRAND's spelling, lower case).
+std::string brand_text(const std::string& brand) {
+    static constexpr std::pair<std::string_view, std::string_view> kNames[] = {
+        {"quadro", "Quadro"},
+        {"tesla", "Tesla"},
+        {"nvs", "NVS"},
+        {"grid", "GRID"},
+        {"geforce", "GeForce"},
+        {"titan", "TITAN"},
+        {"vapps", "VApps"},
+        {"vpc", "VPC"},
+        {"vcs", "VCS"},
+        {"vws", "VWS"},
+        {"cloudgaming", "CloudGaming"},
+        {"quadrortx", "QuadroRTX"},
+        {"nvidiartx", "NvidiaRTX"},
+        {"nvidia", "Nvidia"},
+        {"geforcertx", "GeForceRTX"},
+        {"titanrtx", "TitanRTX"}};
+    for (auto [key, name] : kNames)
+        if (brand == key) return std::string(name);
+    return "Unknown";
+}
+
+// "0000:3b:00.0" as nvidia-container-cli prints a bus location: an 8-digit
+// domain, function 0.
+std::string bus_location(const std::string& bus_id) {
+    unsigned domain = 0, bus = 0, device = 0;
+    if (std::sscanf(bus_id.c_str(), "%x:%x:%x", &domain, &bus, &device) != 3) return bus_id;
+    return fmt::format("{:08x}:{:02x}:{:02x}.0", domain, bus, device);
+}
+
+// `path` (under `root`) as seen from the root: "/usr/lib/...".
+std::string relative_to(const std::string& path, const std::filesystem::path& root) {
+    const std::string r = root.string();
+    if (r.empty() || r == "/") return path;
+    const std::string prefix = r.back() == '/' ? r.substr(0, r.size() - 1) : r;
+    if (path.size() > prefix.size() && path.starts_with(prefix) && path[prefix.size()] == '/')
+        return path.substr(prefix.size());
+    return path;
+}
+
+// The kinds of IPC `select` leaves out.
+bool left_out(const DriverFile& f, const Selection& select) {
+    if (f.kind == FileKind::Firmware) return select.no_gsp_firmware;
+    if (f.kind != FileKind::Ipc) return false;
+    return (select.no_persistenced &&
+            f.host_path.find("/nvidia-persistenced/") != std::string::npos) ||
+           (select.no_fabricmanager &&
+            f.host_path.find("/nvidia-fabricmanager/") != std::string::npos);
+}
+
+std::vector<std::string> imex_channels(const Selection& select) {
+    return parse_imex_channels(select.imex_channels, "--imex-channel", "command line");
+}
+
+DeviceIds mig_ids(const std::string& value, const char* option) {
+    const DeviceIds ids = parse_device_ids(value);
+    if (ids.kind == DeviceIdsKind::List)
+        throw_invalid("select MIG devices", option,
+                      "only \"all\" is supported, as by nvidia-container-cli");
+    return ids;
+}
+
+bool in_initial_user_ns() {
+    const std::string map = read_file("/proc/self/uid_map", 64 * 1024);
+    unsigned long inside = 1, outside = 1, count = 0;
+    char rest = 0;
+    return std::sscanf(map.c_str(), "%lu %lu %lu %c", &inside, &outside, &count, &rest) == 3 &&
+           inside == 0 && outside == 0 && count == 4294967295ul;
+}
+
+// Whether process `pid` is in this process's mount namespace.
+bool shares_mount_ns(pid_t pid) {
+    const std::string theirs = "/proc/" + std::to_string(pid) + "/ns/mnt";
+    struct stat own {
+    }, other{};
+    if (::stat("/proc/self/ns/mnt", &own) != 0) throw_errno("stat", "/proc/self/ns/mnt");
+    if (::stat(theirs.c_str(), &other) != 0) {
+        if (errno == ENOENT)
+            throw Error(ErrorKind::Invalid, ESRCH, "configure", "pid " + std::to_string(pid),
+                        "no such process");
+        throw_errno("stat", theirs);
+    }
+    return own.st_dev == other.st_dev && own.st_ino == other.st_ino;
+}
+
+Request make_request(const ConfigureArgs& a) {
+    Request r;
+    r.source = RequestSource::Explicit;
+    r.devices = parse_device_ids(a.select.devices.empty() ? "none" : a.select.devices);
+    if (r.devices.kind == DeviceIdsKind::Void) r.devices.kind = DeviceIdsKind::None;
+    Capabilities caps = 0;
+    if (a.select.compat32) caps |= kCapCompat32;
+    for (const auto& name : a.capabilities) caps |= *parse_capabilities(name);
+    r.caps = caps;
+    for (const auto& expr : a.requires_) r.requirements.push_back({"--require", expr});
+    if (!a.select.mig_config.empty()) r.mig_config = mig_ids(a.select.mig_config, "--mig-config");
+    if (!a.select.mig_monitor.empty())
+        r.mig_monitor = mig_ids(a.select.mig_monitor, "--mig-monitor");
+    r.imex_channels = imex_channels(a.select);
+    return r;
+}
+
+// The plan less what the options leave out: the IPCs and firmware named,
+// the device binds (--no-devbind: cgroup access only).
+void trim_plan(Plan& plan, const Node& node, const ConfigureArgs& a) {
+    std::vector<std::string> dropped;
+    for (const auto& f : node.files)
+        if (left_out(f, a.select)) {
+            dropped.push_back(f.host_path);
+            dropped.push_back(f.real_path);
+        }
+    std::erase_if(plan.mounts, [&](const PlannedMount& m) {
+        return std::find(dropped.begin(), dropped.end(), m.source) != dropped.end();
+    });
+    if (a.no_devbind)
+        for (auto& d : plan.devices) d.bind = false;
+}
+
+int configure(const ConfigureArgs& a, const Global& g, const Config& config, bool store) {
+    const std::filesystem::path rootfs = std::filesystem::path(a.rootfs).lexically_normal();
+    if (!rootfs.is_absolute() || rootfs.relative_path().empty())
+        throw_invalid("configure", a.rootfs,
+                      "the container's root filesystem must be an absolute path other than /");
+    const bool privileged = ::geteuid() == 0 && in_initial_user_ns();
+    const bool cgroups = !a.no_cgroups && config.policy.cgroups;
+    if (cgroups && !privileged)
+        throw Error(ErrorKind::Refused, EPERM, "configure", a.rootfs,
+                    "device cgroups cannot be changed without privileges over the host; "
+                    "give --no-cgroups (the container stays in the caller's device cgroup)");
+    const pid_t pid = a.pid ? *a.pid : ::getppid();
+    const bool in_place = shares_mount_ns(pid);
+    if (g.user) logger().debug("--user: acting as this process's own ids");
+    for (const auto& word : g.ignored) logger().debug("{}: accepted, nothing to do", word);
+
+    Config decided = config;
+    if (a.no_cntlibs || a.cuda_compat_mode == "disabled") decided.policy.cuda_compat = false;
+    Target target = make_target(config, pid, rootfs);
+    target.cgroups = cgroups;
+    target.in_place = in_place;
+    target.join_user_ns = !in_place && !privileged;
+    if (a.ldconfig.starts_with('@'))
+        target.ldconfig = a.ldconfig.substr(1);
+    else if (!a.ldconfig.empty())
+        logger().debug("--ldconfig={}: a program of the image; not run (gpubind writes the cache)",
+                       a.ldconfig);
+
+    Request request = make_request(a);
+    NodeKnowledge known = know_node(config, node_needs(request, store));
+    LinuxSystem sys;  // the decision reads the image through it, then acts
+    Decision d = decide_on(std::move(request), sys, rootfs, decided, std::move(known));
+    trim_plan(d.plan, *d.node, a);
+    logger().debug("{}: {} devices, {} mounts, {} links{}", d.reason, d.plan.devices.size(),
+                   d.plan.mounts.size(), d.plan.symlinks.size(),
+                   in_place ? ", in this mount namespace" : "");
+    execute(d.plan, target, sys);
+    return kExitOk;
+}
+
+}  // namespace
+
+std::string help_text(const std::string& program, Command command) {
+    switch (command) {
+        case Command::Info:
+            return fmt::format(
+                "Usage: {} info [--csv]\n"
+                "The driver and its GPUs, as nvidia-container-cli prints them.\n"
+                "      --csv               comma-separated output\n",
+                program);
+        case Command::List:
+            return fmt::format(
+                "Usage: {} list [OPTION...]\n"
+                "The host files a container would get, one path a line (all without options).\n"
+                "  -d, --device=ID          devices: all, none, indexes, UUIDs, G:M, bus ids\n"
+                "  -l, --libraries          the driver's libraries\n"
+                "  -b, --binaries           its programs\n"
+                "  -i, --ipcs               its sockets and IPC directories\n"
+                "  -f, --firmwares          its GSP firmware\n"
+                "      --compat32           the 32-bit libraries too\n"
+                "      --mig-config=all, --mig-monitor=all, --imex-channel=N[,N...]\n"
+                "      --no-persistenced, --no-fabricmanager, --no-gsp-firmware\n",
+                program);
+        case Command::Configure:
+            return fmt::format(
+                "Usage: {} configure [OPTION...] ROOTFS\n"
+                "Give the container at ROOTFS its GPUs and driver files.\n"
+                "  -p, --pid=PID            the container's process (default: the parent)\n"
+                "  -d, --device=ID          devices: all, none, indexes, UUIDs, G:M, bus ids\n"
+                "  -r, --require=EXPR       a requirement (NVIDIA_REQUIRE_* syntax)\n"
+                "  -l, --ldconfig=@PATH     the host's ldconfig (a container path is not run)\n"
+                "  -c, --compute  -u, --utility  -v, --video  -g, --graphics  -D, --display\n"
+                "  -n, --ngx  --compat32    driver capabilities\n"
+                "      --mig-config=all, --mig-monitor=all, --imex-channel=N[,N...]\n"
+                "      --no-cgroups         leave the device cgroup alone (needed unprivileged)\n"
+                "      --no-devbind         device cgroup access only, no device nodes\n"
+                "      --no-persistenced, --no-fabricmanager, --no-gsp-firmware\n"
+                "      --no-cntlibs, --cuda-compat-mode=mount|ldconfig|disabled\n",
+                program);
+        default:
+            return fmt::format(
+                "Usage: {} [OPTION...] COMMAND [ARG...]\n"
+                "nvidia-container-cli's commands, by gpubind.\n\n"
+                "  -d, --debug=FILE         debug log appended to FILE\n"
+                "  -r, --root=PATH          the driver root\n"
+                "  -l, --ldcache=FILE       the driver root's loader cache\n"
+                "  -u, --user[=UID[:GID]]   run as the caller (unprivileged: see configure)\n"
+                "  -k, --load-kmods, -n, --no-pivot, --no-create-imex-channels: accepted\n"
+                "  -V, --version            print the version\n\n"
+                "Commands:\n"
+                "  info                     the driver and its GPUs\n"
+                "  list                     the files a container would get\n"
+                "  configure                give a container its GPUs\n",
+                program);
+    }
+}
+
+std::string version_text(const std::string& version) {
+#if defined(__x86_64__)
+    constexpr const char* kPlatform = "x86_64";
+#elif defined(__aarch64__)
+    constexpr const char* kPlatform = "aarch64";
+#else
+    constexpr const char* kPlatform = "unknown";
+#endif
+    return fmt::format("cli-version: {0}\nlib-version: {0}\nbuild platform: {1}\n", version,
+                       kPlatform);
+}
+
+std::string info_text(const Node& node, bool csv) {
+    std::string out;
+    if (csv) {
+        out += fmt::format("NVRM version,CUDA version\n{},{}\n", node.driver_version,
+                           node.cuda_version);
+        out += "\nDevice Index,Device Minor,Model,Brand,GPU UUID,Bus Location,Architecture\n";
+    } else {
+        out += fmt::format("{:<15} {}\n{:<15} {}\n", "NVRM version:", node.driver_version,
+                           "CUDA version:", node.cuda_version);
+    }
+    std::size_t i = 0;
+    for (const auto& gpu : node.gpus) {
+        const std::string brand = brand_text(gpu.brand), bus = bus_location(gpu.pci_bus_id);
+        if (csv)
+            out += fmt::format("{},{},{},{},{},{},{}\n", i, gpu.minor, gpu.model, brand, gpu.uuid,
+                               bus, gpu.compute_capability);
+        else
+            out += fmt::format(
+                "\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n",
+                "Device Index:", i, "Device Minor:", gpu.minor, "Model:", gpu.model,
+                "Brand:", brand, "GPU UUID:", gpu.uuid, "Bus Location:", bus,
+                "Architecture:", gpu.compute_capability);
+        ++i;
+    }
+    return out;
+}
+
+std::string list_text(const Node& node, const ListArgs& args) {
+    const Selection& s = args.select;
+    const bool all = args.everything;
+    std::string out;
+    auto line = [&](const std::string& path) { out += path + "\n"; };
+    if (all || !s.devices.empty()) {
+        const gpubind::Selection sel =
+            select_devices(node, parse_device_ids(all ? "all" : s.devices));
+        for (const char* name : {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"})
+            if (const DeviceNode* n = node.control_node(name)) line(n->path);
+        std::vector<const Gpu*> gpus = sel.gpus;
+        for (const MigDevice* mig : sel.migs) {
+            const Gpu* parent = &node.gpus[mig->gpu_index];
+            if (std::find(gpus.begin(), gpus.end(), parent) == gpus.end()) gpus.push_back(parent);
+        }
+        for (const Gpu* gpu : gpus) line(gpu->node.path);
+        if (s.mig_config.empty() && s.mig_monitor.empty())
+            for (const MigDevice* mig : sel.migs) {
+                line("/proc" + relative_to(mig->gi_access, node.roots.proc));
+                line(mig->gi_cap.path);
+                line("/proc" + relative_to(mig->ci_access, node.roots.proc));
+                line(mig->ci_cap.path);
+            }
+    }
+    for (const DeviceNode* c : select_imex_channels(node, imex_channels(s))) line(c->path);
+    const char* mig_files[] = {"config", "monitor"};
+    const std::string* mig_values[] = {&s.mig_config, &s.mig_monitor};
+    for (std::size_t i = 0; i < 2; ++i) {
+        if (mig_values[i]->empty()) continue;
+        mig_ids(*mig_values[i], i == 0 ? "--mig-config" : "--mig-monitor");
+        if (node.mig_control.size() <= i) continue;
+        line(std::string("/proc/driver/nvidia/capabilities/mig/") + mig_files[i]);
+        line(node.mig_control[i].path);
+    }
+    const bool compat32 = all || s.compat32;
+    // Each kind in the node's order; libraries 64-bit first, then 32-bit.
+    auto files = [&](FileKind kind, bool wanted, bool lib32 = false) {
+        if (!wanted) return;
+        for (const auto& f : node.files) {
+            if (f.kind != kind || f.compat32 != lib32 || left_out(f, s)) continue;
+            line(relative_to(kind == FileKind::Library ? f.real_path : f.host_path,
+                             node.roots.driver));
+        }
+    };
+    files(FileKind::Binary, all || args.binaries);
+    files(FileKind::Library, all || args.libraries);
+    files(FileKind::Library, (all || args.libraries) && compat32, true);
+    files(FileKind::Ipc, all || args.ipcs);
+    files(FileKind::Firmware, all || args.firmwares);
+    return out;
+}
+
+Config with_global(Config config, const Global& global) {
+    if (!global.root.empty()) {
+        const std::filesystem::path root = std::filesystem::absolute(global.root);
+        config.roots.driver = root;
+        if (!global.ldcache.empty())
+            config.ldcache = root / std::filesystem::path(global.ldcache).relative_path();
+    } else if (!global.ldcache.empty()) {
+        config.ldcache = std::filesystem::absolute(global.ldcache);
+    }
+    return config;
+}
+
+int run(const Args& args, const Config& config) {
+    // Another driver root is another node, whose knowledge is not stored.
+    const bool store = args.global.root.empty() && args.global.ldcache.empty();
+    switch (args.command) {
+        case Command::Info: {
+            LoadOptions load;
+            load.write = store;
+            load.need_nvml = true;
+            fmt::print("{}", info_text(know_node(config, load).node, args.csv));
+            return kExitOk;
+        }
+        case Command::List: {
+            LoadOptions load;
+            load.write = store;
+            load.need_nvml = args.list.select.devices.find("MIG-") != std::string::npos;
+            fmt::print("{}", list_text(know_node(config, load).node, args.list));
+            return kExitOk;
+        }
+        case Command::Configure:
+            return configure(args.configure, args.global, config, store);
+        default:
+            return kExitOk;
+    }
+}
+
+}  // namespace gpubind::nvc

@@ -1,0 +1,309 @@
+// End to end: gpubind-nvc reached as nvidia-container-cli, called the way
+// its users call it. NVIDIA's legacy hook (root, --pid, from a runc prestart
+// hook); enroot's hook (a user without privileges, in the user and mount
+// namespaces it made, no --pid: the parent's namespace, in place), then a
+// chroot into the rootfs as enroot's switchroot does; `info` and `list`
+// against the simulated node's manifest; and every refusal: one line, the
+// documented exit code, nothing mounted, the rootfs unchanged.
+// Expectations come from the manifest and the system's tools.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "container.hpp"
+
+namespace gpubind::test {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr unsigned kUser = 4343;  // a user without privileges; no passwd entry needed
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+}
+
+// A tree's snapshot less its directories' times: undoing what a start
+// created leaves each entry as it was, but a directory that held one for a
+// while has a new mtime.
+std::string entries_of(const fs::path& root) {
+    std::string out;
+    for (const auto& line : lines_of(snapshot_tree(root))) {
+        const auto mtime = line.find(" mtime=");
+        const bool directory = line.find(" mode=40") != std::string::npos;
+        if (!directory || mtime == std::string::npos) {
+            out += line + "\n";
+            continue;
+        }
+        out += line.substr(0, mtime) + line.substr(line.find(' ', mtime + 1)) + "\n";
+    }
+    return out;
+}
+
+class NvcTest : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        sim::Spec spec;
+        spec.gpus = 3;
+        spec.imex_channels = 2;
+        node_ = std::make_unique<SimNode>(spec, "gpubind-e2e-nvc-node");
+        // The user reaches the node through it, as the host's driver files.
+        fs::permissions(node_->root(), fs::perms(0755));
+        bin_ = std::make_unique<TempDir>("gpubind-e2e-nvc-bin");
+        fs::permissions(bin_->path(), fs::perms(0755));
+        // Installed as a package installs it beside its config (the program's
+        // own directory, as for gpubind-runtime), reached through the name
+        // the tools run.
+        const fs::path built = env_or("GPUBIND_NVC", GPUBIND_NVC_PATH);
+        fs::copy_file(built, bin_->path() / "gpubind-nvc");
+        fs::copy_file(built.parent_path() / "gpubind-nvml", bin_->path() / "gpubind-nvml");
+        fs::copy_file(node_->config(), bin_->path() / "config.toml");
+        fs::create_symlink("gpubind-nvc", bin_->path() / "nvidia-container-cli");
+    }
+    static void TearDownTestSuite() {
+        bin_.reset();
+        node_.reset();
+    }
+    void SetUp() override { fs::permissions(dir_.path(), fs::perms(0755)); }
+
+    static const sim::Manifest& m() { return node_->manifest(); }
+    static std::string cli() { return (bin_->path() / "nvidia-container-cli").string(); }
+
+    static RunResult nvc(std::vector<std::string> args) {
+        args.insert(args.begin(), cli());
+        return run_command(args);
+    }
+
+    Bundle bundle() { return Bundle(dir_.path() / ("b" + std::to_string(count_++))); }
+
+    static inline std::unique_ptr<SimNode> node_;
+    static inline std::unique_ptr<TempDir> bin_;
+    TempDir dir_{"gpubind-e2e-nvc"};
+    int count_ = 0;
+};
+
+// --- info and list: the node as nvidia-container-cli prints it ---
+
+TEST_F(NvcTest, InfoPrintsEachGpuOfTheNode) {
+    auto r = nvc({"info"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto text = lines_of(r.out);
+    EXPECT_TRUE(contains(text, "NVRM version:   " + m().spec.driver_version)) << r.out;
+    EXPECT_TRUE(contains(text, "CUDA version:   " + m().cuda_version)) << r.out;
+    for (const auto& g : m().gpus) {
+        unsigned domain = 0, bus = 0, dev = 0;
+        ASSERT_EQ(std::sscanf(g.pci_bus_id.c_str(), "%x:%x:%x", &domain, &bus, &dev), 3);
+        EXPECT_TRUE(contains(text, "Device Minor:   " + std::to_string(g.minor))) << r.out;
+        EXPECT_TRUE(contains(text, "GPU UUID:       " + g.uuid)) << r.out;
+        EXPECT_TRUE(contains(text, "Model:          " + g.model)) << r.out;
+        EXPECT_TRUE(contains(text, "Architecture:   " + g.compute_capability)) << r.out;
+        EXPECT_TRUE(
+            contains(text, fmt::format("Bus Location:   {:08x}:{:02x}:{:02x}.0", domain, bus, dev)))
+            << r.out;
+    }
+    r = nvc({"info", "--csv"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto csv = lines_of(r.out);
+    ASSERT_EQ(csv.size(), 4 + m().gpus.size()) << r.out;
+    EXPECT_EQ(csv[1], m().spec.driver_version + "," + m().cuda_version);
+    EXPECT_EQ(csv[3], "Device Index,Device Minor,Model,Brand,GPU UUID,Bus Location,Architecture");
+    for (std::size_t i = 0; i < m().gpus.size(); ++i)
+        EXPECT_THAT(csv[4 + i], HasSubstr("," + m().gpus[i].uuid + ",")) << r.out;
+}
+
+TEST_F(NvcTest, ListPrintsWhatTheNodeHolds) {
+    // Everything, without options: the control and GPU nodes, then each
+    // driver file (libraries by their real file), paths as on the node.
+    std::set<std::string> want;
+    for (const auto& n : m().nodes)
+        if (!n.path.starts_with("/dev/nvidia-caps")) want.insert(n.path);
+    for (const auto& f : m().files)
+        if (f.name != "nvidia-mps")  // given only where [catalog] names it
+            want.insert(f.kind == "library" ? f.real_path : f.path);
+    auto r = nvc({"list"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto all = lines_of(r.out);
+    EXPECT_EQ(std::set<std::string>(all.begin(), all.end()), want) << r.out;
+    EXPECT_EQ(all.size(), want.size()) << "a path printed twice:\n" << r.out;
+
+    // Libraries only, 64-bit ones first: the node's, none of its 32-bit copies.
+    r = nvc({"list", "--libraries"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::set<std::string> libs;
+    for (const auto& f : m().files)
+        if (f.kind == "library" && !f.compat32) libs.insert(f.real_path);
+    const auto listed = lines_of(r.out);
+    EXPECT_EQ(std::set<std::string>(listed.begin(), listed.end()), libs) << r.out;
+
+    // One GPU by UUID, and IMEX channel 1.
+    r = nvc({"list", "--device=" + m().gpus[1].uuid, "--imex-channel=1", "--no-persistenced"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto one = lines_of(r.out);
+    EXPECT_TRUE(contains(one, "/dev/nvidia" + std::to_string(m().gpus[1].minor))) << r.out;
+    EXPECT_FALSE(contains(one, "/dev/nvidia" + std::to_string(m().gpus[0].minor))) << r.out;
+    EXPECT_TRUE(contains(one, "/dev/nvidiactl")) << r.out;
+    EXPECT_TRUE(contains(one, "/dev/nvidia-caps-imex-channels/channel1")) << r.out;
+    EXPECT_EQ(one.size(), 6u) << r.out;  // ctl, uvm, uvm-tools, modeset, the GPU, the channel
+
+    // --root names another driver root: the same node seen through it.
+    r = nvc({"--root=" + node_->root().string(), "list", "-b"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const auto& f : m().files)
+        if (f.kind == "binary") {
+            EXPECT_TRUE(contains(lines_of(r.out), f.path)) << r.out;
+        }
+}
+
+// --- configure, as NVIDIA's legacy hook runs it: root, --pid, at prestart ---
+
+TEST_F(NvcTest, LegacyHookFormGivesTheContainerItsGpu) {
+    Bundle b = bundle();
+    const fs::path script = dir_.path() / "nvidia-container-runtime-hook";
+    // The hook's argv, in its order (nvidia-container-toolkit 1.17).
+    std::ofstream(script) << "#!/bin/sh\n"
+                          << "pid=$(sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p')\n"
+                          << "exec " << cli() << " --load-kmods --debug=" << dir_.path().string()
+                          << "/nvc.log configure --cuda-compat-mode=disabled "
+                          << "--ldconfig=@/sbin/ldconfig --device=" << m().gpus[1].uuid
+                          << " --compute --utility '--require=cuda>=12.0' --pid=\"$pid\" "
+                          << b.rootfs().string() << "\n";
+    fs::permissions(script, fs::perms::owner_all);
+    b.spec()["hooks"]["prestart"] = {{{"path", script.string()}, {"args", {"hook"}}}};
+    for (const auto& [host, dest] : node_->host_gpus()) b.bind(host, dest);
+    b.command(gpu_script(m()));
+    auto r = b.run();
+    std::ifstream log(dir_.path() / "nvc.log");
+    std::stringstream debug;
+    debug << log.rdbuf();
+    ASSERT_EQ(r.exit_code, 0) << r.err << debug.str();
+    EXPECT_EQ(expect_gpus(m(), r.out, {1}), "") << r.out;
+    EXPECT_THAT(debug.str(), HasSubstr("--load-kmods: accepted"));
+}
+
+// --- configure, as enroot's hook runs it: a user, in place ---
+
+void chown_tree(const fs::path& root, unsigned id) {
+    ASSERT_EQ(::lchown(root.c_str(), id, id), 0);
+    for (const auto& e : fs::recursive_directory_iterator(root))
+        ASSERT_EQ(::lchown(e.path().c_str(), id, id), 0) << e.path();
+}
+
+// The user's own user and mount namespaces (its uid mapped to itself, the
+// capabilities kept for its hooks, as enroot-unshare does), the rootfs bound
+// on itself and the host's /proc and /dev/null bound in; then the CLI as
+// enroot's 98-nvidia.sh hook runs it, then `script` in a chroot of the rootfs.
+RunResult run_as_enroot(const fs::path& rootfs, const std::string& cli_args,
+                        const std::string& script) {
+    const std::string r = rootfs.string();
+    const std::string inner = "set -e; mount --bind " + r + " " + r + "; mount --rbind /proc " + r +
+                              "/proc; mount --bind /dev/null " + r + "/dev/null; set +e; " +
+                              cli_args + " " + r + "; echo \"== nvc $?\"; chroot " + r +
+                              " /bin/sh -c \"$1\"";
+    return run_command({"setpriv", "--reuid=" + std::to_string(kUser),
+                        "--regid=" + std::to_string(kUser), "--clear-groups", "--", "unshare",
+                        "--user", "--map-current-user", "--mount", "--keep-caps", "sh", "-c", inner,
+                        "sh", script});
+}
+
+// An image as enroot unpacks it: the user's, with a /dev/null to bind over.
+void enroot_rootfs(const fs::path& rootfs) {
+    std::ofstream(rootfs / "dev/null").flush();
+    chown_tree(rootfs, kUser);
+}
+
+TEST_F(NvcTest, EnrootFormGivesAUserItsGpuInItsOwnNamespaces) {
+    Bundle b = bundle();
+    enroot_rootfs(b.rootfs());
+    const std::string mounts_before = host_mounts();
+    auto r = run_as_enroot(b.rootfs(),
+                           cli() +
+                               " --user configure --no-cgroups --ldconfig=@/sbin/ldconfig "
+                               "--device=2 --compute --utility",
+                           gpu_script(m(), {.cgroup = false}));
+    ASSERT_TRUE(contains(lines_of(r.out), "== nvc 0")) << r.out << r.err;
+    EXPECT_EQ(expect_gpus(m(), r.out, {2}, {.cgroup = false}), "") << r.out << r.err;
+    // Its namespaces went with it: nothing reached this one.
+    EXPECT_EQ(host_mounts(), mounts_before);
+    // What it made in the rootfs is the user's.
+    struct stat st {};
+    ASSERT_EQ(::lstat((b.rootfs() / "etc/ld.so.cache").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, kUser);
+}
+
+TEST_F(NvcTest, EnrootFormWithoutNoCgroupsIsRefusedBeforeAnythingIsDone) {
+    Bundle b = bundle();
+    enroot_rootfs(b.rootfs());
+    const std::string before = snapshot_tree(b.rootfs());
+    auto r = run_as_enroot(b.rootfs(), cli() + " --user configure --device=0 --utility",
+                           "echo '== dev'; ls /dev");
+    EXPECT_TRUE(contains(lines_of(r.out), "== nvc 4")) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("nvidia-container-cli: configure " + b.rootfs().string() +
+                                 ": device cgroups cannot be changed without privileges"));
+    EXPECT_FALSE(contains(sections(r.out)["dev"], "nvidia0")) << r.out;
+    EXPECT_EQ(snapshot_tree(b.rootfs()), before);
+}
+
+// --- refusals: one line, the exit code, nothing mounted, nothing changed ---
+
+TEST_F(NvcTest, BadInputIsOneLineAndChangesNothing) {
+    Bundle b = bundle();
+    const std::string rootfs = b.rootfs().string();
+    // A directory where the driver's library goes: found midway, after the
+    // devices and mounts are in, so everything done must be undone.
+    fs::create_directories(b.rootfs() / "usr/lib/x86_64-linux-gnu/libcuda.so.1");
+    const std::string before = entries_of(b.rootfs());
+    const std::string mounts = host_mounts();
+    struct Case {
+        std::vector<std::string> args;
+        int code;
+        std::string says;
+    };
+    const std::vector<Case> cases = {
+        {{"configure", "--no-cgroups", "/"}, 3, "absolute path other than /"},
+        {{"configure", "--no-cgroups", "relative/rootfs"}, 3, "absolute path other than /"},
+        {{"configure", "--no-mig", rootfs}, 2, "unrecognized option '--no-mig'"},
+        {{"-u", "5", "configure", rootfs}, 2, "unknown command '5'"},
+        {{"configure", "--no-cgroups", "--device=7", rootfs}, 3, "select device 7"},
+        {{"configure", "--no-cgroups", "--device=0", "--compute", "--require=cuda>=99.0", rootfs},
+         4,
+         "cuda>=99.0"},
+        {{"configure", "--no-cgroups", "--mig-config=0", rootfs}, 3, "only \"all\""},
+        {{"configure", "--no-cgroups", "--pid=2147483", rootfs}, 3, "no such process"},
+        {{"configure", "--no-cgroups", "--device=0", "--compute", rootfs}, 1, "libcuda.so.1"},
+    };
+    for (const auto& c : cases) {
+        auto r = nvc(c.args);
+        const std::string what = c.args.back() + " after " + c.args[c.args.size() - 2];
+        EXPECT_EQ(r.exit_code, c.code) << what << ": " << r.err;
+        EXPECT_THAT(r.err, HasSubstr(c.says)) << what;
+        EXPECT_TRUE(r.err.starts_with("nvidia-container-cli: ")) << r.err;
+        EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+        EXPECT_EQ(r.out, "");
+        EXPECT_EQ(host_mounts(), mounts) << what;
+        EXPECT_EQ(entries_of(b.rootfs()), before) << what;
+    }
+}
+
+// The image's environment never reaches it: enroot runs its hooks with the
+// container's variables, and a config named there is not read.
+TEST_F(NvcTest, TheCallersEnvironmentIsNotRead) {
+    const fs::path bad = dir_.path() / "config.toml";
+    std::ofstream(bad) << "this is not toml [";
+    auto r = run_command({"env", "GPUBIND_CONFIG=" + bad.string(), cli(), "info", "--csv"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(lines_of(r.out).size(), 4 + m().gpus.size()) << r.out;
+}
+
+}  // namespace
+}  // namespace gpubind::test
