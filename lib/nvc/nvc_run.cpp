@@ -155,8 +155,11 @@ int configure(const ConfigureArgs& a, const Global& g, const Config& config, boo
         throw Error(ErrorKind::Refused, EPERM, "configure", a.rootfs,
                     "device cgroups cannot be changed without privileges over the host; "
                     "give --no-cgroups (the container stays in the caller's device cgroup)");
+    // Without --pid the parent's namespace, as nvidia-container-cli takes it:
+    // enroot's and Apptainer's hooks run in the container's, and it acts in
+    // place. A --pid in this process's namespace is refused (the executor).
     const pid_t pid = a.pid ? *a.pid : ::getppid();
-    const bool in_place = shares_mount_ns(pid);
+    const bool in_place = shares_mount_ns(pid) && !a.pid;
     if (g.user) logger().debug("--user: acting as this process's own ids");
     for (const auto& word : g.ignored) logger().debug("{}: accepted, nothing to do", word);
 

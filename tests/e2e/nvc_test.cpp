@@ -280,6 +280,10 @@ TEST_F(NvcTest, BadInputIsOneLineAndChangesNothing) {
          "cuda>=99.0"},
         {{"configure", "--no-cgroups", "--mig-config=0", rootfs}, 3, "only \"all\""},
         {{"configure", "--no-cgroups", "--pid=2147483", rootfs}, 3, "no such process"},
+        // A --pid in the caller's own mount namespace (here, the test's).
+        {{"configure", "--no-cgroups", "--pid=" + std::to_string(::getpid()), rootfs},
+         1,
+         "shares this process's mount namespace"},
         {{"configure", "--no-cgroups", "--device=0", "--compute", rootfs}, 1, "libcuda.so.1"},
     };
     for (const auto& c : cases) {
