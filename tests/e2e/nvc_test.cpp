@@ -165,6 +165,47 @@ TEST_F(NvcTest, ListPrintsWhatTheNodeHolds) {
         }
 }
 
+// A MIG device: its parent's node, then each capability's access file and
+// node; --mig-config=all: the config capability's file and node.
+TEST_F(NvcTest, ListNamesAMigDevicesCapabilities) {
+    sim::Spec spec;
+    spec.gpus = 2;
+    spec.mig = {{1, 1, 0}, {1, 2, 0}};
+    const SimNode node(spec, "gpubind-e2e-nvc-mig");
+    fs::copy_file(node.config(), bin_->path() / "config.toml",
+                  fs::copy_options::overwrite_existing);
+    struct Restore {
+        ~Restore() {
+            fs::copy_file(node_->config(), bin_->path() / "config.toml",
+                          fs::copy_options::overwrite_existing);
+        }
+    } restore;
+    const sim::ManifestMig& mig = node.manifest().migs[1];  // GPU 1's second: "1:1"
+    const unsigned minor = node.manifest().gpus[1].minor;
+    auto r = nvc({"list", "--device=1:1"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto lines = lines_of(r.out);
+    const std::string gi =
+        fmt::format("/proc/driver/nvidia/capabilities/gpu{}/mig/gi{}", minor, mig.gi);
+    const std::vector<std::string> tail = {
+        "/dev/nvidia" + std::to_string(minor), gi + "/access",
+        "/dev/nvidia-caps/nvidia-cap" + std::to_string(mig.gi_cap_minor),
+        fmt::format("{}/ci{}/access", gi, mig.ci),
+        "/dev/nvidia-caps/nvidia-cap" + std::to_string(mig.ci_cap_minor)};
+    ASSERT_GE(lines.size(), tail.size()) << r.out;
+    EXPECT_EQ(std::vector<std::string>(lines.end() - tail.size(), lines.end()), tail) << r.out;
+    EXPECT_FALSE(contains(lines, "/dev/nvidia-caps/nvidia-cap" +
+                                     std::to_string(node.manifest().migs[0].gi_cap_minor)))
+        << r.out;
+
+    r = nvc({"list", "--device=0", "--mig-config=all"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(contains(lines_of(r.out), "/proc/driver/nvidia/capabilities/mig/config")) << r.out;
+    r = nvc({"list", "--mig-config=0"});
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_THAT(r.err, HasSubstr("--mig-config: only \"all\" is supported"));
+}
+
 // --- configure, as NVIDIA's legacy hook runs it: root, --pid, at prestart ---
 
 TEST_F(NvcTest, LegacyHookFormGivesTheContainerItsGpu) {
