@@ -1,5 +1,6 @@
 // gpubind setup: register gpubind with a container engine (docker, containerd,
-// CRI-O, podman, runc), or take it out again with --remove.
+// CRI-O, podman, runc), or take it out again with --remove; point
+// nvidia-container-cli at gpubind-nvc.
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -22,6 +23,8 @@ struct SetupOptions {
     setup::Request request;
     bool dry_run = false;
     bool dev_char_links = false;
+    bool nvc_link = false;
+    std::string nvc{setup::kNvcProgram};
     bool device_nodes = false;
     bool control_only = false;
     bool all_nodes = false;
@@ -95,6 +98,12 @@ int run_setup(const SetupOptions& o) {
         }
         plans.push_back(setup::plan_setup(r));
     }
+    // After every engine file was read and checked, before any is written: a
+    // refused link changes nothing.
+    if (o.nvc_link)
+        for (const auto& line : setup::nvc_link(
+                 {.prefix = o.request.prefix, .nvc = o.nvc, .remove = o.request.remove}, o.dry_run))
+            std::printf("%s\n", line.c_str());
     for (const auto& plan : plans)
         for (const auto& line : setup::apply_setup(plan, o.dry_run))
             std::printf("%s\n", line.c_str());
@@ -145,7 +154,9 @@ void register_setup(CLI::App& app, Action& action) {
     cmd->add_flag("--cdi", o->request.options.cdi,
                   "Also turn on the engine's own CDI support (containerd 1.7+, docker 25+, CRI-O)");
     cmd->add_flag("-n,--dry-run", o->dry_run, "Print what would change; write nothing");
-    cmd->add_option("--prefix", o->request.prefix, "Root the engines' files are under (default /)");
+    cmd->add_option(
+        "--prefix", o->request.prefix,
+        "Root the engines' files (and usr/bin/nvidia-container-cli) are under (default /)");
     cmd->add_option("--runtime-path", o->request.options.runtime_path,
                     "gpubind-runtime as the engine runs it (default /usr/bin/gpubind-runtime)");
     cmd->add_option("--config-path", o->request.options.config_path,
@@ -160,6 +171,16 @@ void register_setup(CLI::App& app, Action& action) {
         "--dev-char-links", o->dev_char_links,
         "Create the /dev/char/MAJOR:MINOR links of the NVIDIA device nodes (systemd needs them to "
         "keep device rules across `systemctl daemon-reload`)");
+    auto* nvc_link = cmd->add_flag(
+        "--nvidia-container-cli", o->nvc_link,
+        "Point PREFIX/usr/bin/nvidia-container-cli at gpubind-nvc (what was there kept as "
+        "nvidia-container-cli.gpubind-backup); with --remove take gpubind's link out and put "
+        "the backup back");
+    cmd->add_option("--nvc", o->nvc,
+                    "With --nvidia-container-cli: gpubind-nvc as the host runs it (what the "
+                    "link points at)")
+        ->needs(nvc_link)
+        ->capture_default_str();
     auto* nodes = cmd->add_flag(
         "--device-nodes", o->device_nodes,
         "Create the driver's missing device nodes (nvidiactl, nvidia-uvm, nvidia-uvm-tools and "
@@ -213,14 +234,16 @@ void register_setup(CLI::App& app, Action& action) {
                     "With --host-root: where gpubind-hook, gpubind-runtime and gpubind-nvml are "
                     "(repeatable; default beside this program and ../libexec/gpubind)")
         ->needs(host);
-    for (const char* name :
-         {"--prefix", "--runtime-path", "--hook-path", "--config-path", "--bundle"})
+    for (const char* name : {"--prefix", "--runtime-path", "--hook-path", "--config-path",
+                             "--bundle", "--nvidia-container-cli"})
         host->excludes(cmd->get_option(name));
-    cmd->callback([o, engine, links, nodes, host, &action] {
+    cmd->callback([o, engine, links, nodes, nvc_link, host, &action] {
         if (host->count() > 0 && engine->count() == 0)
             throw CLI::RequiredError("--engine (with --host-root)");
-        if (engine->count() == 0 && links->count() == 0 && nodes->count() == 0)
-            throw CLI::RequiredError("--engine, --device-nodes or --dev-char-links");
+        if (engine->count() == 0 && links->count() == 0 && nodes->count() == 0 &&
+            nvc_link->count() == 0)
+            throw CLI::RequiredError(
+                "--engine, --device-nodes, --dev-char-links or --nvidia-container-cli");
         action = [o] { return run_setup(*o); };
     });
 }

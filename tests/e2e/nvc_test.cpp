@@ -340,14 +340,34 @@ TEST_F(NvcTest, BadInputIsOneLineAndChangesNothing) {
     }
 }
 
-// The image's environment never reaches it: enroot runs its hooks with the
-// container's variables, and a config named there is not read.
-TEST_F(NvcTest, TheCallersEnvironmentIsNotRead) {
+// The image's environment never reaches it nor what it starts: enroot runs
+// its hooks with the container's variables. A config named there is not
+// read, and a library preloaded there is not loaded into the NVML helper it
+// runs (the description removed, so NVML is asked now).
+TEST_F(NvcTest, TheCallersEnvironmentReachesNothing) {
     const fs::path bad = dir_.path() / "config.toml";
     std::ofstream(bad) << "this is not toml [";
-    auto r = run_command({"env", "GPUBIND_CONFIG=" + bad.string(), cli(), "info", "--csv"});
+    const fs::path marker = dir_.path() / "preloaded";
+    const std::vector<std::string> env = {
+        "env", "GPUBIND_CONFIG=" + bad.string(),
+        "LD_PRELOAD=" + env_or("GPUBIND_TEST_PRELOAD", GPUBIND_TEST_PRELOAD),
+        "GPUBIND_TEST_MARKER=" + marker.string()};
+    // The control: the helper itself, given that environment, loads it.
+    auto with_env = [&](std::vector<std::string> argv) {
+        argv.insert(argv.begin(), env.begin(), env.end());
+        return run_command(argv);
+    };
+    with_env({(bin_->path() / "gpubind-nvml").string(), "--help"});
+    ASSERT_TRUE(fs::exists(marker)) << "the preload marker does not work";
+    fs::remove(marker);
+
+    fs::remove(node_->state_dir() / "node.desc");
+    auto r = with_env({cli(), "info", "--csv"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(lines_of(r.out).size(), 4 + m().gpus.size()) << r.out;
+    const auto lines = lines_of(r.out);
+    ASSERT_EQ(lines.size(), 4 + m().gpus.size()) << r.out;
+    EXPECT_EQ(lines[1], m().spec.driver_version + "," + m().cuda_version);  // NVML answered
+    EXPECT_FALSE(fs::exists(marker));
 }
 
 }  // namespace

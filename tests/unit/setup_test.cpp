@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -29,6 +30,7 @@
 
 #include "built.hpp"
 #include "command.hpp"
+#include "files.hpp"
 #include "gpubind/cdi/yaml.hpp"
 #include "gpubind/setup/setup.hpp"
 #include "gpubind/util/error.hpp"
@@ -780,6 +782,257 @@ TEST(DocsKubernetes, EveryConfigurationIsWhatSetupWritesOrParses) {
     }
     EXPECT_EQ(toml_blocks, 2);
     EXPECT_EQ(yaml_blocks, 2);
+}
+
+}  // namespace
+
+// --- nvidia-container-cli (`gpubind setup --nvidia-container-cli`) ---
+//
+// A prefix standing for the host: usr/bin with an executable gpubind-nvc, and
+// what each case puts at usr/bin/nvidia-container-cli. Every expectation is
+// the tree as `ls -l` shows it (test::tree: types, link texts, bytes, modes).
+namespace {
+
+const std::string kNvcText = "/usr/bin/gpubind-nvc";
+
+struct NvcHost {
+    TempDir dir;
+    fs::path bin = dir / "usr/bin";
+    fs::path link = bin / "nvidia-container-cli";
+    fs::path backup = bin / "nvidia-container-cli.gpubind-backup";
+    NvcHost() {
+        put(bin / "gpubind-nvc", "#!/bin/sh\necho gpubind-nvc\n");
+        fs::permissions(bin / "gpubind-nvc", fs::perms(0755));
+    }
+    std::vector<std::string> run(bool remove = false, bool dry_run = false) const {
+        return nvc_link({.prefix = dir.path(), .nvc = kNvcText, .remove = remove}, dry_run);
+    }
+};
+
+bool is_link(const fs::path& p) {
+    return fs::is_symlink(fs::symlink_status(p));
+}
+
+// libnvidia-container-tools' program: binary bytes (a NUL among them), 0755.
+const std::string kRealCli = std::string(
+    "\x7f"
+    "ELF\0\x02\x01 libnvidia-container",
+    27);
+
+TEST(SetupNvc, FreshInstallCreatesTheLinkAndRemoveTakesItOut) {
+    NvcHost h;
+    const Files before = test::tree(h.dir.path());
+    const auto report = h.run();
+    ASSERT_TRUE(is_link(h.link));
+    EXPECT_EQ(fs::read_symlink(h.link), kNvcText);
+    EXPECT_FALSE(fs::exists(fs::symlink_status(h.backup)));
+    EXPECT_EQ(report, std::vector<std::string>{"created " + h.link.string() + " -> " + kNvcText});
+
+    h.run(true);
+    EXPECT_EQ(test::tree(h.dir.path()), before);
+}
+
+TEST(SetupNvc, ARealFileIsKeptAsTheBackupAndPutBackByteForByte) {
+    NvcHost h;
+    put(h.link, kRealCli);
+    fs::permissions(h.link, fs::perms(0755));
+    struct stat orig {};
+    ASSERT_EQ(::lstat(h.link.c_str(), &orig), 0);
+    const Files before = test::tree(h.dir.path());
+
+    const auto report = h.run();
+    ASSERT_TRUE(is_link(h.link));
+    EXPECT_EQ(fs::read_symlink(h.link), kNvcText);
+    ASSERT_FALSE(is_link(h.backup));
+    EXPECT_EQ(slurp(h.backup), kRealCli);
+    ASSERT_EQ(report.size(), 1u);
+    EXPECT_THAT(report[0], HasSubstr(h.link.string()));
+    EXPECT_THAT(report[0], HasSubstr(h.backup.string()));
+
+    h.run(true);
+    EXPECT_EQ(test::tree(h.dir.path()), before);
+    struct stat now {};
+    ASSERT_EQ(::lstat(h.link.c_str(), &now), 0);
+    EXPECT_EQ(now.st_ino, orig.st_ino) << "not the original file put back";
+}
+
+// update-alternatives' link (to another program) is kept the same way; one
+// that already leads to gpubind-nvc is left as it is.
+TEST(SetupNvc, AnotherLinkIsKeptAsTheBackupAndOneLeadingToGpubindNvcIsLeft) {
+    NvcHost h;
+    const fs::path alt = h.dir / "etc/alternatives/nvidia-container-cli";
+    put(h.bin / "other-cli", "#!/bin/sh\n");
+    fs::permissions(h.bin / "other-cli", fs::perms(0755));
+    fs::create_directories(alt.parent_path());
+    fs::create_symlink("/usr/bin/other-cli", alt);
+    fs::create_symlink("/etc/alternatives/nvidia-container-cli", h.link);
+    const Files before = test::tree(h.dir.path());
+
+    h.run();
+    EXPECT_EQ(fs::read_symlink(h.link), kNvcText);
+    ASSERT_TRUE(is_link(h.backup));
+    EXPECT_EQ(fs::read_symlink(h.backup), "/etc/alternatives/nvidia-container-cli");
+    h.run(true);
+    EXPECT_EQ(test::tree(h.dir.path()), before);
+
+    // The alternative now selects gpubind-nvc: nothing to change, nor to remove.
+    fs::remove(alt);
+    fs::create_symlink(kNvcText, alt);
+    const Files selected = test::tree(h.dir.path());
+    for (const bool remove : {false, true}) {
+        const auto report = h.run(remove);
+        EXPECT_EQ(test::tree(h.dir.path()), selected);
+        ASSERT_EQ(report.size(), 1u);
+        EXPECT_THAT(report[0], testing::StartsWith("unchanged " + h.link.string()));
+    }
+}
+
+TEST(SetupNvc, TheSecondRunChangesNothing) {
+    for (const bool real : {false, true}) {
+        SCOPED_TRACE(real ? "over a real file" : "fresh");
+        NvcHost h;
+        if (real) put(h.link, kRealCli);
+        h.run();
+        const Files once = test::tree(h.dir.path());
+        const auto report = h.run();
+        EXPECT_EQ(test::tree(h.dir.path()), once);
+        EXPECT_EQ(report,
+                  std::vector<std::string>{"unchanged " + h.link.string() + " -> " + kNvcText});
+    }
+}
+
+TEST(SetupNvc, DryRunWritesNothing) {
+    for (const int start : {0, 1, 2}) {  // nothing, a real file, another link
+        SCOPED_TRACE(start);
+        NvcHost h;
+        if (start == 1) put(h.link, kRealCli);
+        if (start == 2) fs::create_symlink("/usr/bin/gpubind-hook", h.link);
+        const Files before = test::tree(h.dir.path());
+        auto report = h.run(false, true);
+        EXPECT_EQ(test::tree(h.dir.path()), before);
+        ASSERT_EQ(report.size(), 1u);
+        EXPECT_THAT(report[0], testing::StartsWith("would "));
+
+        h.run();
+        const Files set_up = test::tree(h.dir.path());
+        ASSERT_NE(set_up, before);
+        report = h.run(true, true);
+        EXPECT_EQ(test::tree(h.dir.path()), set_up);
+        ASSERT_EQ(report.size(), 1u);
+        EXPECT_THAT(report[0], testing::StartsWith("would "));
+    }
+}
+
+// --remove takes out only gpubind's link: another program's is left, and
+// where a backup waits too nothing is put back (it would lose what is there).
+TEST(SetupNvc, RemoveLeavesWhatIsNotGpubindsLink) {
+    NvcHost h;
+    fs::create_symlink("/usr/bin/gpubind-hook", h.link);
+    Files before = test::tree(h.dir.path());
+    auto report = h.run(true);
+    EXPECT_EQ(test::tree(h.dir.path()), before);
+    ASSERT_EQ(report.size(), 1u);
+    EXPECT_THAT(report[0], testing::StartsWith("unchanged " + h.link.string()));
+
+    // Set up over a real file, then the package put its file back over the link.
+    fs::remove(h.link);
+    put(h.link, kRealCli);
+    h.run();
+    fs::remove(h.link);
+    put(h.link, kRealCli + " 2.0");
+    before = test::tree(h.dir.path());
+    try {
+        h.run(true);
+        ADD_FAILURE() << "put the backup back over another file";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Refused);
+        EXPECT_THAT(e.what(), HasSubstr(h.link.string()));
+    }
+    EXPECT_EQ(test::tree(h.dir.path()), before);
+}
+
+// A directory (or anything but a file or a link) at the path is refused,
+// naming it, and nothing changes; so is a second backup, and a missing gpubind-nvc.
+TEST(SetupNvc, ADirectoryAtThePathIsRefusedAndNothingChanges) {
+    NvcHost h;
+    fs::create_directories(h.link);
+    put(h.link / "inside", "x");
+    Files before = test::tree(h.dir.path());
+    for (const bool dry_run : {false, true}) {
+        try {
+            h.run(false, dry_run);
+            ADD_FAILURE() << "replaced a directory";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::Refused);
+            EXPECT_THAT(e.what(), HasSubstr(h.link.string()));
+            EXPECT_THAT(e.what(), HasSubstr("directory"));
+        }
+        EXPECT_EQ(test::tree(h.dir.path()), before);
+    }
+
+    fs::remove_all(h.link);
+    put(h.link, kRealCli);
+    put(h.backup, "an older backup");
+    before = test::tree(h.dir.path());
+    EXPECT_THROW(h.run(), Error);
+    EXPECT_EQ(test::tree(h.dir.path()), before);
+
+    fs::remove(h.backup);
+    before = test::tree(h.dir.path());
+    try {
+        nvc_link({.prefix = h.dir.path(), .nvc = "/usr/bin/not-there"}, false);
+        ADD_FAILURE() << "linked to a missing program";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr((h.bin / "not-there").string()));
+    }
+    EXPECT_EQ(test::tree(h.dir.path()), before);
+}
+
+// The prefix's own links resolve inside it: usr -> /real lands in PREFIX/real.
+TEST(SetupNvc, ThePrefixsLinksResolveInsideIt) {
+    TempDir dir;
+    put(dir / "real/bin/gpubind-nvc", "#!/bin/sh\n");
+    fs::permissions(dir / "real/bin/gpubind-nvc", fs::perms(0755));
+    fs::create_symlink("/real", dir / "usr");
+    nvc_link({.prefix = dir.path()}, false);
+    const fs::path link = dir / "real/bin/nvidia-container-cli";
+    ASSERT_TRUE(is_link(link));
+    EXPECT_EQ(fs::read_symlink(link), kNvcText);
+}
+
+TEST(SetupNvcCli, NeedsNoEngineAndRefusesADirectoryInOneLine) {
+    const char* cli = std::getenv("GPUBIND_CLI");
+    ASSERT_NE(cli, nullptr);
+    NvcHost h;
+    const std::string cmd =
+        std::string(cli) + " setup --nvidia-container-cli --prefix " + h.dir.path().string();
+    Result r = sh(cmd);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(r.out, "created " + h.link.string() + " -> " + kNvcText + "\n");
+    EXPECT_EQ(fs::read_symlink(h.link), kNvcText);
+    r = sh(cmd + " --remove");
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_FALSE(fs::exists(fs::symlink_status(h.link)));
+
+    // --nvc names the program; the link's text is exactly it.
+    put(h.bin / "nvc2", "#!/bin/sh\n");
+    fs::permissions(h.bin / "nvc2", fs::perms(0755));
+    r = sh(cmd + " --nvc /usr/bin/nvc2");
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(fs::read_symlink(h.link), "/usr/bin/nvc2");
+    r = sh(cmd + " --nvc /usr/bin/nvc2 --remove");
+    EXPECT_EQ(r.rc, 0) << r.out;
+
+    fs::create_directories(h.link);
+    const Files before = test::tree(h.dir.path());
+    r = sh(cmd);
+    EXPECT_EQ(r.rc, 4) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(h.link.string()));
+    EXPECT_EQ(test::tree(h.dir.path()), before);
+
+    r = sh(std::string(cli) + " setup --nvc /usr/bin/nvc2");
+    EXPECT_EQ(r.rc, 2) << "--nvc without --nvidia-container-cli";
 }
 
 }  // namespace

@@ -118,6 +118,41 @@ std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dr
 // The runc hooks fragment for config.json, for `--engine runc` without a bundle.
 std::string runc_hooks_snippet(const Options& o);
 
+// --- nvidia-container-cli (`gpubind setup --nvidia-container-cli`) ---
+
+// The program the tools built on libnvidia-container run (enroot, Apptainer,
+// NVIDIA's legacy hook), relative to the prefix, and gpubind's drop-in for it.
+inline constexpr std::string_view kNvcLink = "usr/bin/nvidia-container-cli";
+inline constexpr std::string_view kNvcProgram = "/usr/bin/gpubind-nvc";
+
+struct NvcLinkRequest {
+    std::filesystem::path prefix = "/";  // the link is PREFIX/usr/bin/nvidia-container-cli
+    std::string nvc{kNvcProgram};        // what it points at, as the host sees it (absolute)
+    bool remove = false;
+};
+
+// Points PREFIX/usr/bin/nvidia-container-cli at `nvc` (a symbolic link whose
+// text is `nvc`), or with remove takes gpubind's link out again. The
+// directory is resolved inside the prefix by descriptor (usr/bin may be a
+// link of that tree) and must be root's, writable by nobody else; `nvc`
+// must be an executable file inside the prefix.
+//   - nothing there: the link is created (symlinkat: never over anything);
+//   - a regular file (libnvidia-container's program) or another symbolic
+//     link (update-alternatives'): kept as PATH.gpubind-backup (a hard link
+//     made exclusively, of the link itself, not its target), then the link
+//     renamed over it from a name created exclusively: PATH never missing;
+//   - the link already, or a symbolic link that resolves inside the prefix to
+//     `nvc` itself: nothing changes;
+//   - anything else (a directory, a device, a FIFO), or a backup already
+//     there while PATH is not gpubind's: refused (Error), nothing changed.
+// remove: gpubind's link (its text `nvc`) is removed, or replaced by the
+// backup when there is one (renamed over it); with nothing at PATH a backup
+// is put back. Anything else at PATH is not gpubind's: left, and refused when
+// a backup waits (putting it back would lose what is there now). Returns
+// the report, one line ("created", "replaced", "unchanged", "removed",
+// "restored"; with dry_run "would ..." and nothing written).
+std::vector<std::string> nvc_link(const NvcLinkRequest& request, bool dry_run);
+
 // The /dev/char/<major>:<minor> links systemd resolves device rules through
 // (a unit's DeviceAllow; a rule for a node without one is dropped at
 // `systemctl daemon-reload`), for every NVIDIA character device under
