@@ -2,12 +2,10 @@
 // pointed at gpubind-nvc, what was there kept beside it and put back by
 // --remove (setup.hpp, nvc_link).
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdint>
 #include <optional>
 
 #include "gpubind/os/safe_path.hpp"
@@ -50,17 +48,6 @@ std::optional<std::string> nvc_link_text(int dir, const std::string& name) {
     const ssize_t n = ::readlinkat(dir, name.c_str(), buf, sizeof buf);
     if (n < 0 || static_cast<std::size_t>(n) == sizeof buf) return std::nullopt;
     return std::string(buf, static_cast<std::size_t>(n));
-}
-
-// A name no other process can have guessed, for the new link before its rename.
-std::string nvc_temp_name(const std::string& name) {
-    std::uint64_t r = 0;
-    if (::getrandom(&r, sizeof r, 0) != static_cast<ssize_t>(sizeof r))
-        throw_errno("getrandom", name);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out = "." + name + ".";
-    for (int i = 0; i < 16; ++i, r >>= 4) out += kHex[r & 0xf];
-    return out;
 }
 
 }  // namespace
@@ -166,7 +153,7 @@ std::vector<std::string> nvc_link(const NvcLinkRequest& r, bool dry_run) {
     // (never followed) as the backup, made exclusively too; then the rename.
     std::string temp;
     for (int attempt = 0;; ++attempt) {
-        temp = nvc_temp_name(name);
+        temp = temporary_name(name);
         if (::symlinkat(r.nvc.c_str(), dir.get(), temp.c_str()) == 0) break;
         if (errno != EEXIST || attempt == 8)
             throw_errno("create link", (link.parent_path() / temp).string());

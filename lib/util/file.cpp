@@ -130,9 +130,6 @@ void make_directories(const std::filesystem::path& dir) {
     }
 }
 
-namespace {
-
-// A name no other process can have guessed: ".<name>.<16 random hex digits>".
 std::string temporary_name(const std::string& name) {
     std::uint64_t r = 0;
     if (::getrandom(&r, sizeof r, 0) != static_cast<ssize_t>(sizeof r))
@@ -142,8 +139,6 @@ std::string temporary_name(const std::string& name) {
     for (int i = 0; i < 16; ++i) out += kHex[(r >> (4 * i)) & 0xf];
     return out;
 }
-
-}  // namespace
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view data,
                        const WriteOptions& options) {

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "container.hpp"
+#include "files.hpp"
 
 namespace gpubind::test {
 namespace {
@@ -26,30 +27,6 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 constexpr unsigned kUser = 4343;  // a user without privileges; no passwd entry needed
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> out;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-}
-
-// A tree's snapshot less its directories' times: undoing what a start
-// created leaves each entry as it was, but a directory that held one for a
-// while has a new mtime.
-std::string entries_of(const fs::path& root) {
-    std::string out;
-    for (const auto& line : lines_of(snapshot_tree(root))) {
-        const auto mtime = line.find(" mtime=");
-        const bool directory = line.find(" mode=40") != std::string::npos;
-        if (!directory || mtime == std::string::npos) {
-            out += line + "\n";
-            continue;
-        }
-        out += line.substr(0, mtime) + line.substr(line.find(' ', mtime + 1)) + "\n";
-    }
-    return out;
-}
 
 class NvcTest : public ::testing::Test {
   protected:
@@ -303,7 +280,9 @@ TEST_F(NvcTest, BadInputIsOneLineAndChangesNothing) {
     // A directory where the driver's library goes: found midway, after the
     // devices and mounts are in, so everything done must be undone.
     fs::create_directories(b.rootfs() / "usr/lib/x86_64-linux-gnu/libcuda.so.1");
-    const std::string before = entries_of(b.rootfs());
+    // Every entry as it was (times left out: a directory that held a
+    // new entry for a while has a new mtime).
+    const auto before = tree(b.rootfs());
     const std::string mounts = host_mounts();
     struct Case {
         std::vector<std::string> args;
@@ -336,7 +315,7 @@ TEST_F(NvcTest, BadInputIsOneLineAndChangesNothing) {
         EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
         EXPECT_EQ(r.out, "");
         EXPECT_EQ(host_mounts(), mounts) << what;
-        EXPECT_EQ(entries_of(b.rootfs()), before) << what;
+        EXPECT_EQ(tree(b.rootfs()), before) << what;
     }
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -23,6 +24,14 @@ inline void write(const std::filesystem::path& p, const std::string& text,
         ASSERT_TRUE(out.good()) << p;
     }
     std::filesystem::permissions(p, perms);
+}
+
+// `text` split at newlines (a last line without one counted too).
+inline std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
 }
 
 // The file's bytes, or a marker saying why it could not be read.

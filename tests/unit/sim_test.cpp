@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "files.hpp"
 #include "gpubind/sim/sim.hpp"
 #include "gpubind/util/error.hpp"
 #include "temp_dir.hpp"
@@ -33,6 +34,7 @@ namespace fs = std::filesystem;
 using gpubind::Error;
 using gpubind::sim::Manifest;
 using gpubind::sim::Spec;
+using gpubind::test::lines_of;
 using gpubind::test::TempDir;
 
 namespace {
@@ -42,13 +44,6 @@ std::string slurp(const fs::path& path) {
     std::stringstream ss;
     ss << in.rdbuf();
     return ss.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-    std::vector<std::string> out;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
 }
 
 std::string trim(const std::string& s) {

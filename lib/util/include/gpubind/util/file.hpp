@@ -47,6 +47,10 @@ BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
 // mapping of the host's root is not followed.
 bool host_root_owns(unsigned uid);
 
+// A name for a file about to be created exclusively beside `name` that no
+// other process can have guessed: ".<name>.<16 random hex digits>".
+std::string temporary_name(const std::string& name);
+
 // Why the directory open at `dirfd` may not hold files gpubind trusts or
 // writes as root ("" when it may): not a directory, owned by another user
 // than root (host_root_owns; or, when `own_ok`, this process's), writable by
