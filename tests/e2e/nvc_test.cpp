@@ -217,21 +217,34 @@ void chown_tree(const fs::path& root, unsigned id) {
         ASSERT_EQ(::lchown(e.path().c_str(), id, id), 0) << e.path();
 }
 
-// The user's own user and mount namespaces (its uid mapped to itself, the
-// capabilities kept for its hooks, as enroot-unshare does), the rootfs bound
-// on itself and the host's /proc and /dev/null bound in; then the CLI as
-// enroot's 98-nvidia.sh hook runs it, then `script` in a chroot of the rootfs.
-RunResult run_as_enroot(const fs::path& rootfs, const std::string& cli_args,
-                        const std::string& script) {
+// The container's setup as a tool that runs the CLI in place makes it: the
+// rootfs bound on itself and the host's /proc and /dev/null bound in, in a
+// mount namespace of its own; then the CLI, then `script` in a chroot of the
+// rootfs. `prefix` runs all that: enroot's user and mount namespaces, or
+// Apptainer's mount namespace as root.
+RunResult run_in_place(std::vector<std::string> prefix, const fs::path& rootfs,
+                       const std::string& cli_args, const std::string& script) {
     const std::string r = rootfs.string();
     const std::string inner = "set -e; mount --bind " + r + " " + r + "; mount --rbind /proc " + r +
                               "/proc; mount --bind /dev/null " + r + "/dev/null; set +e; " +
                               cli_args + " " + r + "; echo \"== nvc $?\"; chroot " + r +
                               " /bin/sh -c \"$1\"";
-    return run_command({"setpriv", "--reuid=" + std::to_string(kUser),
-                        "--regid=" + std::to_string(kUser), "--clear-groups", "--", "unshare",
-                        "--user", "--map-current-user", "--mount", "--keep-caps", "sh", "-c", inner,
-                        "sh", script});
+    for (const char* word : {"sh", "-c"}) prefix.emplace_back(word);
+    prefix.push_back(inner);
+    prefix.emplace_back("sh");
+    prefix.push_back(script);
+    return run_command(prefix);
+}
+
+// enroot: the user's own user and mount namespaces (its uid mapped to
+// itself, the capabilities kept for its hooks, as enroot-unshare does), the
+// CLI as its 98-nvidia.sh hook runs it.
+RunResult run_as_enroot(const fs::path& rootfs, const std::string& cli_args,
+                        const std::string& script) {
+    return run_in_place({"setpriv", "--reuid=" + std::to_string(kUser),
+                         "--regid=" + std::to_string(kUser), "--clear-groups", "--", "unshare",
+                         "--user", "--map-current-user", "--mount", "--keep-caps"},
+                        rootfs, cli_args, script);
 }
 
 // An image as enroot unpacks it: the user's, with a /dev/null to bind over.
@@ -270,6 +283,22 @@ TEST_F(NvcTest, EnrootFormWithoutNoCgroupsIsRefusedBeforeAnythingIsDone) {
                                  ": device cgroups cannot be changed without privileges"));
     EXPECT_FALSE(contains(sections(r.out)["dev"], "nvidia0")) << r.out;
     EXPECT_EQ(snapshot_tree(b.rootfs()), before);
+}
+
+// Apptainer run by root (--nvccli without a user namespace): root, in place
+// in the container's own mount namespace, no --pid.
+TEST_F(NvcTest, ApptainerFormAsRootActsInItsMountNamespace) {
+    Bundle b = bundle();
+    std::ofstream(b.rootfs() / "dev/null").flush();
+    const std::string mounts_before = host_mounts();
+    auto r = run_in_place({"unshare", "--mount", "--propagation", "private"}, b.rootfs(),
+                          cli() +
+                              " configure --no-cgroups --device=0,2 --compute --utility "
+                              "--ldconfig=@/sbin/ldconfig",
+                          gpu_script(m(), {.cgroup = false}));
+    ASSERT_TRUE(contains(lines_of(r.out), "== nvc 0")) << r.out << r.err;
+    EXPECT_EQ(expect_gpus(m(), r.out, {0, 2}, {.cgroup = false}), "") << r.out << r.err;
+    EXPECT_EQ(host_mounts(), mounts_before);
 }
 
 // --- refusals: one line, the exit code, nothing mounted, nothing changed ---
