@@ -26,11 +26,15 @@ using namespace gpubind;
 // the caller: /dev/stderr is what enroot and NVIDIA's hook give).
 void set_up_logging(const nvc::Args& args) {
     std::vector<spdlog::sink_ptr> sinks;
+    // --debug=/dev/stderr (enroot's and NVIDIA's hook's) writes to the
+    // stderr this process has: reopening it (a pipe of another user's, say)
+    // may be refused.
+    const bool debug_to_stderr = args.global.debug == "/dev/stderr";
     auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
-    err->set_level(spdlog::level::warn);
+    err->set_level(debug_to_stderr ? spdlog::level::debug : spdlog::level::warn);
     set_escaped_pattern(*err, pattern_text(args.program) + ": %l: %v");
     sinks.push_back(err);
-    if (!args.global.debug.empty()) {
+    if (!args.global.debug.empty() && !debug_to_stderr) {
         try {
             auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(args.global.debug);
             set_escaped_pattern(*file, "%Y-%m-%dT%H:%M:%S.%e %l gpubind-nvc: %v");

@@ -70,14 +70,22 @@ std::string content_of(int at, const char* name) {
     }
 }
 
+// An owner as the fingerprint records it: the host's root as 0 wherever it
+// shows (host_root_owns: in a user namespace that does not map it, the
+// overflow uid), so that such a caller, enroot's gpubind-nvc, matches the
+// description root wrote. From the initial user namespace nothing changes.
+unsigned owner_key(uid_t uid) {
+    return host_root_owns(uid) ? 0u : uid;
+}
+
 // lstat identity: what changes when the entry is replaced, written, renamed
 // into or out of (a directory), or its owner or mode change (ctime).
 // (The format is compiled: every start writes one per watched entry.)
 std::string identity(const struct stat& st) {
     return fmt::format(FMT_COMPILE("{}:{}:{:o}:{}:{}:{}.{}:{}.{}:{}:{}"), major(st.st_dev),
                        minor(st.st_dev), st.st_mode, st.st_ino, st.st_size, st.st_mtim.tv_sec,
-                       st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec, st.st_uid,
-                       st.st_rdev);
+                       st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec,
+                       owner_key(st.st_uid), st.st_rdev);
 }
 
 std::string identity(int at, const char* path) {
@@ -142,7 +150,7 @@ std::string owner_identity(const char* path) {
     struct stat st {};
     if (::lstat(path, &st) != 0) return failure(errno);
     return fmt::format("{}:{}:{}:{:o}:{}", major(st.st_dev), minor(st.st_dev), st.st_ino,
-                       st.st_mode, st.st_uid);
+                       st.st_mode, owner_key(st.st_uid));
 }
 
 // Paths whose identity counts beside the fixed parts, by the prefix of their

@@ -256,13 +256,19 @@ void enroot_rootfs(const fs::path& rootfs) {
 TEST_F(NvcTest, EnrootFormGivesAUserItsGpuInItsOwnNamespaces) {
     Bundle b = bundle();
     enroot_rootfs(b.rootfs());
+    // The node's description as root keeps it (any root start writes it).
+    ASSERT_EQ(nvc({"list"}).exit_code, 0);
     const std::string mounts_before = host_mounts();
     auto r = run_as_enroot(b.rootfs(),
                            cli() +
-                               " --user configure --no-cgroups --ldconfig=@/sbin/ldconfig "
-                               "--device=2 --compute --utility",
+                               " --user --debug=/dev/stderr configure --no-cgroups "
+                               "--ldconfig=@/sbin/ldconfig --device=2 --compute --utility",
                            gpu_script(m(), {.cgroup = false}));
     ASSERT_TRUE(contains(lines_of(r.out), "== nvc 0")) << r.out << r.err;
+    // Read, not discovered again: root's files, seen from the user's
+    // namespace as the overflow uid's, are the same driver state.
+    EXPECT_THAT(r.err, HasSubstr("checked and read"));
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("discovering the node")));
     EXPECT_EQ(expect_gpus(m(), r.out, {2}, {.cgroup = false}), "") << r.out << r.err;
     // Its namespaces went with it: nothing reached this one.
     EXPECT_EQ(host_mounts(), mounts_before);
