@@ -17,6 +17,7 @@
 #include "gpubind/util/log_sink.hpp"
 #include "gpubind/util/strings.hpp"
 #include "log_format.hpp"
+#include "own_program.hpp"
 
 namespace {
 
@@ -50,13 +51,6 @@ void set_up_logging(const nvc::Args& args) {
     set_logger(std::move(logger));
 }
 
-std::filesystem::path own_dir() {
-    std::error_code ec;
-    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec) throw Error(ec.value(), "read link", "/proc/self/exe");
-    return self.parent_path();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,7 +73,8 @@ int main(int argc, char** argv) {
     }
     set_up_logging(args);
     try {
-        const Config config = nvc::with_global(load_trusted_config_beside(own_dir()), args.global);
+        const Config config =
+            nvc::with_global(load_trusted_config_beside(own_program().parent_path()), args.global);
         return nvc::run(args, config);
     } catch (const std::system_error& e) {
         logger().debug("failed: {}", e.what());

@@ -33,6 +33,7 @@
 #include "gpubind/util/log_sink.hpp"
 #include "gpubind/util/strings.hpp"
 #include "log_format.hpp"
+#include "own_program.hpp"
 
 extern char** environ;
 
@@ -116,13 +117,6 @@ void add_config_log(const Config& config, const std::string& id) {
     }
 }
 
-fs::path self_exe() {
-    std::error_code ec;
-    fs::path p = fs::read_symlink("/proc/self/exe", ec);
-    if (ec) throw Error(ec.value(), "read link", "/proc/self/exe");
-    return p;
-}
-
 // The real runtime: the first of config.runtimes that is an executable file
 // and not gpubind-runtime itself; names are searched in PATH.
 fs::path find_runtime(const Config& config) {
@@ -174,7 +168,7 @@ int main(int argc, char** argv) {
     try {
         const runtime::Invocation args = runtime::parse_invocation(argc, argv);
         set_up_logging(args);
-        const fs::path own_dir = self_exe().parent_path();
+        const fs::path own_dir = own_program().parent_path();
         const Config config = load_trusted_config_beside(own_dir);
         add_config_log(config, args.id);
         if (args.command == "create" || args.command == "run")

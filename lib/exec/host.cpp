@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <string>
 
 #include "gpubind/util/error.hpp"
+#include "gpubind/util/id_map.hpp"
 #include "gpubind/util/log.hpp"
 
 #include "context.hpp"
@@ -92,13 +92,9 @@ void check_in_place(Context& c, bool shared, const std::string& who) {
     if (!shared)
         throw Error(EPERM, "execute", who,
                     "is in another mount namespace than this process; refusing to act in place");
-    const std::string map = c.sys.read_proc(c.host.pidfd.get(), c.target.pid, "uid_map");
-    unsigned long inside = 1, outside = 1, count = 0;
-    char rest = 0;
-    const bool identity =
-        std::sscanf(map.c_str(), "%lu %lu %lu %c", &inside, &outside, &count, &rest) == 3 &&
-        inside == 0 && outside == 0 && count == 4294967295ul;
-    if (!identity) return;
+    if (!is_initial_id_map(c.sys.read_proc(c.host.pidfd.get(), c.target.pid, "uid_map"),
+                           who + " uid_map"))
+        return;
     Fd init_ns;
     try {
         Fd init = c.sys.open_process(1);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "gpubind/nvc/nvc.hpp"
 #include "gpubind/util/strings.hpp"
@@ -95,6 +96,11 @@ constexpr option kConfigureOptions[] = {
 };
 
 #undef GPUBIND_NVC_SELECTION_OPTIONS
+
+// configure's capability flags, by their short option.
+constexpr std::pair<int, const char*> kCapabilityFlags[] = {{'c', "compute"}, {'u', "utility"},
+                                                            {'v', "video"},   {'g', "graphics"},
+                                                            {'D', "display"}, {'n', "ngx"}};
 
 // One pass of getopt_long over `words` (words[0] stands for the program),
 // each option found going to `on`. `shorts` starting with "+" stops at the
@@ -281,6 +287,11 @@ Args parse(int argc, char* const* argv) {
         rest = scan(args, words, ":d:p:r:l:cuvgDn", kConfigureOptions, who,
                     [&](int key, const char* value) {
                         if (select_option(c.select, key, value)) return true;
+                        for (const auto& [flag, capability] : kCapabilityFlags)
+                            if (key == flag) {
+                                c.capabilities.emplace_back(capability);
+                                return true;
+                            }
                         switch (key) {
                             case 'p':
                                 c.pid = parse_pid(value);
@@ -299,24 +310,6 @@ Args parse(int argc, char* const* argv) {
                                 break;
                             case 'l':
                                 c.ldconfig = value;
-                                break;
-                            case 'c':
-                                c.capabilities.emplace_back("compute");
-                                break;
-                            case 'u':
-                                c.capabilities.emplace_back("utility");
-                                break;
-                            case 'v':
-                                c.capabilities.emplace_back("video");
-                                break;
-                            case 'g':
-                                c.capabilities.emplace_back("graphics");
-                                break;
-                            case 'D':
-                                c.capabilities.emplace_back("display");
-                                break;
-                            case 'n':
-                                c.capabilities.emplace_back("ngx");
                                 break;
                             case kNoCgroups:
                                 c.no_cgroups = true;

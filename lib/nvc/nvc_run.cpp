@@ -16,6 +16,7 @@
 #include "gpubind/start/start.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
+#include "gpubind/util/id_map.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
 
@@ -89,11 +90,7 @@ DeviceIds mig_ids(const std::string& value, const char* option) {
 }
 
 bool in_initial_user_ns() {
-    const std::string map = read_file("/proc/self/uid_map", 64 * 1024);
-    unsigned long inside = 1, outside = 1, count = 0;
-    char rest = 0;
-    return std::sscanf(map.c_str(), "%lu %lu %lu %c", &inside, &outside, &count, &rest) == 3 &&
-           inside == 0 && outside == 0 && count == 4294967295ul;
+    return is_initial_id_map(read_file("/proc/self/uid_map", 64 * 1024), "/proc/self/uid_map");
 }
 
 // Whether process `pid` is in this process's mount namespace.
@@ -308,13 +305,18 @@ std::string list_text(const Node& node, const ListArgs& args) {
             }
     }
     for (const DeviceNode* c : select_imex_channels(node, imex_channels(s))) line(c->path);
-    const char* mig_files[] = {"config", "monitor"};
-    const std::string* mig_values[] = {&s.mig_config, &s.mig_monitor};
-    for (std::size_t i = 0; i < 2; ++i) {
-        if (mig_values[i]->empty()) continue;
-        mig_ids(*mig_values[i], i == 0 ? "--mig-config" : "--mig-monitor");
-        if (node.mig_control.size() <= i) continue;
-        line(std::string("/proc/driver/nvidia/capabilities/mig/") + mig_files[i]);
+    // The MIG config and monitor capabilities (node.mig_control's order).
+    const struct {
+        const std::string& value;
+        const char* option;
+        const char* file;
+    } mig_caps[] = {{s.mig_config, "--mig-config", "config"},
+                    {s.mig_monitor, "--mig-monitor", "monitor"}};
+    for (std::size_t i = 0; i < std::size(mig_caps); ++i) {
+        if (mig_caps[i].value.empty()) continue;
+        mig_ids(mig_caps[i].value, mig_caps[i].option);  // only "all"
+        if (i >= node.mig_control.size()) continue;
+        line(std::string("/proc/driver/nvidia/capabilities/mig/") + mig_caps[i].file);
         line(node.mig_control[i].path);
     }
     const bool compat32 = all || s.compat32;

@@ -35,6 +35,7 @@
 #include "gpubind/os/system.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
+#include "gpubind/util/id_map.hpp"
 
 #include "gpubind/util/dir_entries.hpp"
 #include "mount_api.hpp"
@@ -134,36 +135,12 @@ std::string_view to_string(FileInfo::Type type) {
 }
 
 std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::string& what) {
-    constexpr std::string_view kBlank = " \t";
-    std::size_t line_no = 0;
-    while (!id_map.empty()) {
-        const std::size_t nl = id_map.find('\n');
-        std::string_view line = id_map.substr(0, nl);
-        id_map.remove_prefix(nl == std::string_view::npos ? id_map.size() : nl + 1);
-        ++line_no;
-        auto bad = [&](const char* detail) {
-            throw_invalid("read id map", what, "line " + std::to_string(line_no) + ": " + detail);
-        };
-        std::vector<unsigned long long> v;
-        while (true) {
-            const std::size_t start = line.find_first_not_of(kBlank);
-            if (start == std::string_view::npos) break;
-            line.remove_prefix(start);
-            const std::string_view word = line.substr(0, line.find_first_of(kBlank));
-            unsigned long long n = 0;
-            const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), n);
-            if (ec != std::errc() || ptr != word.data() + word.size() || n > 0xffffffffull)
-                bad("not a 32-bit unsigned number");
-            v.push_back(n);
-            line.remove_prefix(word.size());
+    for (const IdRange& r : id_ranges(id_map, what))
+        if (id >= r.inside && id - r.inside < r.count) {
+            if (r.outside + (id - r.inside) > 0xffffffffull)
+                throw_invalid("read id map", what, "maps outside the 32-bit id range");
+            return static_cast<unsigned>(r.outside + (id - r.inside));
         }
-        if (v.empty()) continue;
-        if (v.size() != 3) bad("not three numbers (inside, outside, count)");
-        if (id >= v[0] && id - v[0] < v[2]) {
-            if (v[1] + (id - v[0]) > 0xffffffffull) bad("maps outside the 32-bit id range");
-            return static_cast<unsigned>(v[1] + (id - v[0]));
-        }
-    }
     return std::nullopt;  // not mapped (an empty map maps nothing)
 }
 

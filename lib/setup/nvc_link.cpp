@@ -21,13 +21,19 @@ using detail::backup_of;
 
 namespace {
 
+// A link's text; nullopt for anything that is not a link.
+std::optional<std::string> nvc_link_text(int dir, const std::string& name) {
+    char buf[4096];
+    const ssize_t n = ::readlinkat(dir, name.c_str(), buf, sizeof buf);
+    if (n < 0 || static_cast<std::size_t>(n) == sizeof buf) return std::nullopt;
+    return std::string(buf, static_cast<std::size_t>(n));
+}
+
 // What a directory entry is, for the report and errors.
 std::string nvc_what_is(int dir, const std::string& name, const struct stat& st) {
     if (S_ISLNK(st.st_mode)) {
-        char buf[4096];
-        const ssize_t n = ::readlinkat(dir, name.c_str(), buf, sizeof buf);
-        return n < 0 ? std::string("a symbolic link")
-                     : "a symbolic link to " + std::string(buf, static_cast<std::size_t>(n));
+        const auto text = nvc_link_text(dir, name);
+        return text ? "a symbolic link to " + *text : std::string("a symbolic link");
     }
     if (S_ISREG(st.st_mode)) return "a regular file";
     if (S_ISDIR(st.st_mode)) return "a directory";
@@ -40,14 +46,6 @@ std::optional<struct stat> nvc_stat(int dir, const std::string& name, const fs::
     if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return st;
     if (errno != ENOENT) throw_errno("stat", what.string());
     return std::nullopt;
-}
-
-// A link's text; nullopt for anything that is not a link.
-std::optional<std::string> nvc_link_text(int dir, const std::string& name) {
-    char buf[4096];
-    const ssize_t n = ::readlinkat(dir, name.c_str(), buf, sizeof buf);
-    if (n < 0 || static_cast<std::size_t>(n) == sizeof buf) return std::nullopt;
-    return std::string(buf, static_cast<std::size_t>(n));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "gpubind/util/error.hpp"
+#include "gpubind/util/id_map.hpp"
 
 namespace gpubind {
 
@@ -84,14 +85,9 @@ std::optional<unsigned> host_root_shown_as() {
     Fd map(::open("/proc/self/uid_map", O_RDONLY | O_CLOEXEC));
     if (!map) return std::nullopt;
     const BoundedRead read = read_bounded(map.get(), 64 * 1024, "/proc/self/uid_map");
-    const char* p = read.data.c_str();
-    unsigned long inside = 0, outside = 0, count = 0;
-    int used = 0;
-    while (std::sscanf(p, " %lu %lu %lu%n", &inside, &outside, &count, &used) == 3) {
-        if (outside == 0 && count > 0)
-            return inside == 0 ? std::nullopt : std::optional<unsigned>(inside);
-        p += used;
-    }
+    for (const IdRange& r : id_ranges(read.data, "/proc/self/uid_map"))
+        if (r.outside == 0 && r.count > 0)
+            return r.inside == 0 ? std::nullopt : std::optional<unsigned>(r.inside);
     Fd overflow(::open("/proc/sys/kernel/overflowuid", O_RDONLY | O_CLOEXEC));
     if (!overflow) return std::nullopt;
     const BoundedRead text = read_bounded(overflow.get(), 64, "overflowuid");
