@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Container starts on a simulated node, paired in one run (scripts/bench).
 
-    bench_start.py BUILD_DIR WORK_DIR [--runs N] [--real] [--baseline BUILD_DIR]
+    bench_start.py BUILD_DIR WORK_DIR [--runs N] [--real] [--baseline BUILD_DIR] [--timings N]
 
 Writes a 4-GPU simulated node, a config naming it (cgroups on, the node
 description in WORK_DIR/state), a busybox+glibc image with its own loader
@@ -32,6 +32,13 @@ as its finish hook) starts the same container in every round beside this
 build's, and the difference within each round is printed: a change to the
 shim's start path measured paired, the same moment's load for both.
 
+Every round of the runc starts prints its four times and what the hook adds
+over bare and over the no-op hook (paired); every round of the lifetimes
+prints gpubind-hook's lifetime, busybox true's and their ratio (issue 27's
+goal: at most 2.0), and the summary their medians and the median of the
+per-round ratios. With --timings N, N more starts of the hook log at debug
+level into WORK_DIR and the medians of its own step timings are printed.
+
 With --real, on a node with the NVIDIA driver: the node itself (all its
 GPUs) instead of a simulated one; a driver-state change is the description
 removed, and the slow-NVML section is the real NVML's first answer.
@@ -48,6 +55,7 @@ import time
 build, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 60
 real = "--real" in sys.argv
+timings = int(sys.argv[sys.argv.index("--timings") + 1]) if "--timings" in sys.argv else 0
 baseline = (os.path.abspath(sys.argv[sys.argv.index("--baseline") + 1])
             if "--baseline" in sys.argv else None)
 cli = f"{build}/cli/gpubind"
@@ -286,9 +294,14 @@ for name in ("bare", "noop", "hook", "shim", "hook+cuda") + (("shim-base",) if b
 times = {"bare": [], "noop": [], "hook": [], "shim": []}
 if baseline:
     times["shim-base"] = []
-for order in in_turn(times, runs):
+print("-- runc run per round, ms (tmpfs roots): bare, + busybox true, + gpubind-hook, through "
+      "gpubind-runtime; the hook minus bare and minus the no-op hook")
+for i, order in enumerate(in_turn(times, runs)):
     for name in order:
         times[name].append(start(name))
+    t = {name: xs[-1] for name, xs in times.items()}
+    print(f"round {i + 1:3}: {t['bare']:6.2f} {t['noop']:6.2f} {t['hook']:6.2f} {t['shim']:6.2f}"
+          f"  hook {t['hook'] - t['bare']:+6.2f} / {t['hook'] - t['noop']:+6.2f}", flush=True)
 what = "the real node" if real else "4-GPU simulated node"
 print(f"== container start, {what}, compute,utility, cgroups on ({runc})")
 base = line("runc run (bare)", times["bare"])
@@ -349,6 +362,8 @@ if baseline:  # the baseline's hook in the same rounds, with its own node descri
 lifetimes = {}
 for name, target, args, hook_config in timed:
     log = f"{work}/{name}-lifetime.log"
+    if os.path.exists(log):  # a log of an earlier run: the i-th lines must be this run's round i
+        os.unlink(log)
     exe = f"{work}/{name}-wrap"
     subprocess.run(["cc", "-O2", f'-DHOOK="{target}"', f'-DLOG="{log}"', wrap_src, "-o", exe],
                    check=True)
@@ -374,8 +389,68 @@ for name, log in lifetimes.items():
           "hook-base": "gpubind-hook, the baseline build"}[name],
          life[name])
 print(f"{'gpubind-hook beyond any hook':<44} median {statistics.median(life['hook']) - statistics.median(life['noop']):7.2f} ms")
+# Issue 27's measure: the hook's lifetime over busybox true's, in each round
+# (the i-th line of each log was written in round i) and over the run.
+print("-- gpubind-hook's lifetime / busybox true's, per round (goal: at most 2.0):")
+ratios, ratios_400 = [], []
+for i, (h, h400, n) in enumerate(zip(life["hook"], life["hook-400"], life["noop"])):
+    ratios.append(h / n)
+    ratios_400.append(h400 / n)
+    print(f"round {i + 1:3}: hook {h:5.2f} ms, 400 libraries {h400:5.2f} ms, busybox true {n:5.2f} ms"
+          f"  ratio {h / n:5.2f} ({h400 / n:5.2f})")
+summary = [("gpubind-hook / busybox true", ratios, "hook"),
+           ("400 libraries / busybox true", ratios_400, "hook-400")]
+if baseline:
+    summary.append(("the baseline's hook / busybox true",
+                     [b / n for b, n in zip(life["hook-base"], life["noop"])], "hook-base"))
+for label, xs, key in summary:
+    m, lo, hi = stats(xs)
+    print(f"{label:<44} ratio of medians {statistics.median(life[key]) / statistics.median(life['noop']):5.2f}"
+          f"  median of the rounds' ratios {m:5.2f} (p10 {lo:5.2f}, p90 {hi:5.2f}, n={len(xs)})")
 if baseline:  # the log's i-th lines were written in the same round
     paired("gpubind-hook lifetime minus the baseline's", life["hook-base"], life["hook"])
+
+# The hook's own step timings (debug level, into a log of the work
+# directory): where its lifetime goes. Debug logging makes each start slower.
+if timings:
+    import re
+    debug_log = f"{work}/hook-debug.log"
+    if os.path.exists(debug_log):
+        os.unlink(debug_log)
+    with open(config) as f:
+        text = f.read().replace('level = "warn"', f'level = "debug"\nfile = "{debug_log}"')
+    with open(f"{work}/config-debug.toml", "w") as f:
+        f.write(text)
+    os.chmod(f"{work}/config-debug.toml", 0o644)
+    s = json.loads(json.dumps(bundles["hook"]))
+    s["hooks"]["prestart"][0]["env"] = [f"GPUBIND_CONFIG={work}/config-debug.toml"]
+    bundles["hook-debug"] = s
+    os.makedirs(f"{work}/hook-debug", exist_ok=True)
+    with open(f"{work}/hook-debug/config.json", "w") as f:
+        json.dump(s, f)
+    for _ in range(timings):
+        start("hook-debug")
+    steps = {}
+    with open(debug_log) as f:
+        for text in f:
+            m = re.search(r"timing: config, state and spec (\d+) us, decision (\d+) us, "
+                          r"execution (\d+) us", text)
+            if m:
+                for k, v in zip(("config, state and spec", "decision", "execution"), m.groups()):
+                    steps.setdefault(k, []).append(int(v))
+            m = re.search(r"fingerprint (\d+) us, reading and parsing (\d+) us", text)
+            if m:
+                steps.setdefault("  description: fingerprint", []).append(int(m.group(1)))
+                steps.setdefault("  description: read and parse", []).append(int(m.group(2)))
+            m = re.search(r"execution: (.*)", text)
+            if m:
+                for part in m.group(1).split(", "):
+                    mm = re.match(r"(.*) (\d+) us$", part)
+                    if mm:
+                        steps.setdefault("  execution: " + mm.group(1), []).append(int(mm.group(2)))
+    print(f"-- gpubind-hook's own timings at debug level, median of {timings} starts (us):")
+    for k, xs in steps.items():
+        print(f"{k:<44} {statistics.median(xs):7.0f}")
 
 # gpubind-runtime's own work at `create`, with /bin/true as the real runtime:
 # the spec edited for NVIDIA_VISIBLE_DEVICES, and for a CDI annotation (the
@@ -423,8 +498,13 @@ for order in in_turn([(n, shim) for n in edits for shim in shims], max(50, runs 
                    capture_output=True)
     create["/bin/true"].append((time.perf_counter() - t) * 1e3)
 print("-- gpubind-runtime create alone (the real runtime: /bin/true):")
+spawn = statistics.median(create["/bin/true"])
 for name, xs in create.items():
-    line(f"{name} (the spawn alone)" if name == "/bin/true" else f"spec edited for {name}", xs)
+    if name == "/bin/true":
+        line(f"{name} (the spawn alone)", xs)
+    else:
+        m = line(f"spec edited for {name}", xs)
+        print(f"{'':<44} ratio to /bin/true {m / spawn:5.2f}")
 if baseline:
     for name in edits:
         paired(f"create for {name} minus the baseline's", create[name + " (baseline)"],

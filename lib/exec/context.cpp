@@ -161,8 +161,21 @@ SharedFd Context::find_dir(std::string_view p) {
 
 Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kind, unsigned major,
                         unsigned minor) {
-    return mount_point(dir, p, kind, sys.stat_at(dir->get(), std::string(base_name(p))), major,
-                       minor);
+    // Created first (O_CREAT|O_EXCL|O_NOFOLLOW, mkdirat): on a fresh root the
+    // name is free, and no lookup needs to find nothing first. Whatever is
+    // there already is looked at as before.
+    const std::string name(base_name(p));
+    const bool directory = kind == PointKind::Directory;
+    Fd created;
+    as_owner([&] {
+        created = directory ? sys.try_make_dir(dir->get(), name, 0755)
+                            : sys.try_make_file(dir->get(), name, 0644);
+        if (created)
+            undo.push_back(
+                {directory ? Undo::Kind::RemoveDir : Undo::Kind::RemoveFile, dir, name, p});
+    });
+    if (created) return created;
+    return mount_point(dir, p, kind, sys.stat_at(dir->get(), name), major, minor);
 }
 
 Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kind, FileInfo info,

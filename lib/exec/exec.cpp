@@ -9,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "gpubind/util/error.hpp"
@@ -23,13 +24,18 @@ namespace {
 
 using namespace exec;
 
-// Runs one item's steps; an Error says which item it was about.
-template <class F>
-void in_context(const std::string& what, F&& step) {
+// Runs one item's steps; an Error says which item it was about. `what`
+// (text, or a callable making it) is made only then: a start names no item
+// it does not fail on.
+template <class What, class F>
+void in_context(What&& what, F&& step) {
     try {
         step();
     } catch (const Error& e) {
-        throw Error(e.kind(), e.code().value(), what, {}, e.what());
+        if constexpr (std::is_invocable_v<What>)
+            throw Error(e.kind(), e.code().value(), std::string(what()), {}, e.what());
+        else
+            throw Error(e.kind(), e.code().value(), std::string(what), {}, e.what());
     }
 }
 
@@ -72,30 +78,35 @@ class Executor {
         const Plan& plan = c_.plan;
         for (std::size_t i = 0; i < plan.devices.size(); ++i) {
             const auto& d = plan.devices[i];
-            in_context("device " + d.node.path + " (" + d.why + ")", [&] { bind_device(c_, i); });
+            in_context([&] { return "device " + d.node.path + " (" + d.why + ")"; },
+                       [&] { bind_device(c_, i); });
         }
         c_.timing.mark("devices");
         for (std::size_t i = 0; i < plan.mounts.size(); ++i) {
             const auto& m = plan.mounts[i];
-            in_context("mount " + m.target + " (" + m.why + ")", [&] { bind_mount(c_, i); });
+            in_context([&] { return "mount " + m.target + " (" + m.why + ")"; },
+                       [&] { bind_mount(c_, i); });
         }
         c_.timing.mark("mounts");
         for (const auto& link : plan.symlinks)
-            in_context("symlink " + link.path, [&] { make_link(c_, link); });
+            in_context([&] { return "symlink " + link.path; }, [&] { make_link(c_, link); });
         for (const auto& f : plan.files)
-            in_context("file " + f.path, [&] { write_planned_file(c_, f); });
+            in_context([&] { return "file " + f.path; }, [&] { write_planned_file(c_, f); });
         c_.timing.mark("links and files");
     }
 
     // The proc view, what earlier starts left, the loader cache.
     void finish() {
         const Plan& plan = c_.plan;
-        if (plan.proc) in_context("proc view " + plan.proc->target, [&] { mount_proc_view(c_); });
+        if (plan.proc)
+            in_context([&] { return "proc view " + plan.proc->target; },
+                       [&] { mount_proc_view(c_); });
         c_.timing.mark("proc view");
         for (const auto& f : plan.stale_files)
-            in_context("file " + f.path, [&] { remove_stale_file(c_, f); });
+            in_context([&] { return "file " + f.path; }, [&] { remove_stale_file(c_, f); });
         for (const auto& owned : plan.owned)
-            in_context("driver names in " + owned.dir, [&] { bring_up_to_date(c_, owned); });
+            in_context([&] { return "driver names in " + owned.dir; },
+                       [&] { bring_up_to_date(c_, owned); });
         c_.timing.mark("owned names");
         if (plan.refresh_ldcache)
             in_context(use_ldconfig(plan, c_.target) ? "ldconfig" : "loader cache",

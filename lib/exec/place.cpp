@@ -56,6 +56,14 @@ void make_link(Context& c, const PlannedSymlink& link) {
     SharedFd dir = c.resolve_dir(dir_name(link.path));
     c.mounts.check(dir, link.path);
     const std::string name(base_name(link.path));
+    // Made first (symlinkat fails on any name taken, never following it):
+    // on a fresh root the name is free. Whatever is there is looked at.
+    bool made = false;
+    c.as_owner([&] {
+        made = c.sys.try_make_symlink(link.target, dir->get(), name);
+        if (made) c.undo.push_back({Undo::Kind::RemoveFile, dir, name, link.path});
+    });
+    if (made) return;
     FileInfo info = c.sys.stat_at(dir->get(), name);
     if (info.type == Type::Symlink) {
         std::string existing = c.sys.read_link_at(dir->get(), name);

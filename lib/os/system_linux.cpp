@@ -296,6 +296,18 @@ DirNames LinuxSystem::list_dir(int dir_fd, std::size_t max_entries, const NameFi
 Fd LinuxSystem::make_dir(int dir_fd, const std::string& name, unsigned mode) {
     if (::mkdirat(dir_fd, name.c_str(), static_cast<mode_t>(mode)) != 0)
         throw_errno("create directory", name);
+    return open_made_dir(dir_fd, name);
+}
+
+Fd LinuxSystem::try_make_dir(int dir_fd, const std::string& name, unsigned mode) {
+    if (::mkdirat(dir_fd, name.c_str(), static_cast<mode_t>(mode)) != 0) {
+        if (errno == EEXIST) return {};
+        throw_errno("create directory", name);
+    }
+    return open_made_dir(dir_fd, name);
+}
+
+Fd LinuxSystem::open_made_dir(int dir_fd, const std::string& name) {
     int fd = ::openat(dir_fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
@@ -309,6 +321,13 @@ Fd LinuxSystem::make_file(int dir_fd, const std::string& name, unsigned mode) {
     Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                    static_cast<mode_t>(mode)));
     if (!fd) throw_errno("create file", name);
+    return fd;
+}
+
+Fd LinuxSystem::try_make_file(int dir_fd, const std::string& name, unsigned mode) {
+    Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   static_cast<mode_t>(mode)));
+    if (!fd && errno != EEXIST) throw_errno("create file", name);
     return fd;
 }
 
@@ -364,6 +383,12 @@ void LinuxSystem::replace_file_at(int dir_fd, const std::string& temp, const std
 
 void LinuxSystem::make_symlink(const std::string& target, int dir_fd, const std::string& name) {
     if (::symlinkat(target.c_str(), dir_fd, name.c_str()) != 0) throw_errno("create symlink", name);
+}
+
+bool LinuxSystem::try_make_symlink(const std::string& target, int dir_fd, const std::string& name) {
+    if (::symlinkat(target.c_str(), dir_fd, name.c_str()) == 0) return true;
+    if (errno != EEXIST) throw_errno("create symlink", name);
+    return false;
 }
 
 Fd LinuxSystem::open_at(int dir_fd, const std::string& name) {

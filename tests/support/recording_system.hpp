@@ -312,6 +312,26 @@ class RecordingSystem : public System {
         create(p, {Type::Regular, 0, 0});
         return make(p);
     }
+    // Created first, as LinuxSystem does: a free name is a make_* call, one
+    // already taken answers EEXIST without an error (recorded "exists: make_*").
+    Fd try_make_dir(int dir, const std::string& name, unsigned mode) override {
+        if (lookup(child(dir, name)).type == Type::Missing) return make_dir(dir, name, mode);
+        call("exists: make_dir " + child(dir, name), true);
+        return Fd();
+    }
+    Fd try_make_file(int dir, const std::string& name, unsigned mode) override {
+        if (lookup(child(dir, name)).type == Type::Missing) return make_file(dir, name, mode);
+        call("exists: make_file " + child(dir, name), true);
+        return Fd();
+    }
+    bool try_make_symlink(const std::string& target, int dir, const std::string& name) override {
+        if (lookup(child(dir, name)).type == Type::Missing) {
+            make_symlink(target, dir, name);
+            return true;
+        }
+        call("exists: make_symlink " + child(dir, name), true);
+        return false;
+    }
     void write_file_at(int dir, const std::string& name, const std::string& data,
                        unsigned) override {
         std::string p = child(dir, name);

@@ -667,6 +667,45 @@ int status_of_child(const std::function<int()>& body) {
 
 // statmount(2) and the mountinfo line agree on a mount's propagation, private
 // and then shared; a kernel of 6.8 or later answers without mountinfo.
+// The executor creates mount points and links first: a free name is
+// created, a taken one (whatever it is, a link never followed) answers an
+// empty Fd or false and is left exactly as it was.
+TEST(LinuxSystemCreate, TryMakeCreatesOnlyAFreeNameAndNeverFollows) {
+    test::TempDir dir("gpubind-trymake");
+    const Fd at(::open(dir.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(at);
+    fs::create_directories(dir / "taken-dir");
+    write(dir / "taken-file", "x");
+    fs::create_symlink(dir / "elsewhere", dir / "dangling");  // would create elsewhere if followed
+    fs::create_symlink(dir / "taken-dir", dir / "to-dir");
+    LinuxSystem sys;
+
+    Fd file = sys.try_make_file(at.get(), "file", 0644);
+    ASSERT_TRUE(file);
+    EXPECT_EQ(sys.stat_fd(file.get()).type, FileInfo::Type::Regular);
+    Fd made_dir = sys.try_make_dir(at.get(), "dir", 0755);
+    ASSERT_TRUE(made_dir);
+    EXPECT_EQ(sys.stat_fd(made_dir.get()).type, FileInfo::Type::Directory);
+    EXPECT_TRUE(sys.try_make_symlink("target", at.get(), "link"));
+    EXPECT_EQ(fs::read_symlink(dir / "link"), "target");
+
+    for (const char* name : {"taken-dir", "taken-file", "dangling", "to-dir", "file", "link"}) {
+        SCOPED_TRACE(name);
+        const FileInfo before = sys.stat_at(at.get(), name);
+        EXPECT_FALSE(sys.try_make_file(at.get(), name, 0644));
+        EXPECT_FALSE(sys.try_make_dir(at.get(), name, 0755));
+        EXPECT_FALSE(sys.try_make_symlink("other", at.get(), name));
+        EXPECT_EQ(sys.stat_at(at.get(), name).type, before.type);
+    }
+    EXPECT_FALSE(fs::exists(fs::symlink_status(dir / "elsewhere")));
+    EXPECT_EQ(slurp(dir / "taken-file"), "x");
+    EXPECT_EQ(fs::read_symlink(dir / "link"), "target");
+    // Any other failure is still an Error.
+    EXPECT_THROW(sys.try_make_file(at.get(), "missing/file", 0644), Error);
+    EXPECT_THROW(sys.try_make_dir(at.get(), "missing/dir", 0755), Error);
+    EXPECT_THROW(sys.try_make_symlink("t", at.get(), "missing/link"), Error);
+}
+
 TEST(LinuxSystemMounts, StatmountAgreesWithMountinfo) {
     ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
     test::TempDir dir("gpubind-statmount");

@@ -179,6 +179,25 @@ class System {
     virtual void write_file_at(int dir_fd, const std::string& name, const std::string& data,
                                unsigned mode) = 0;
     virtual void make_symlink(const std::string& target, int dir_fd, const std::string& name) = 0;
+    // make_file, make_dir and make_symlink where the name is expected to be
+    // free (a fresh root): an empty Fd (false) instead of an error when
+    // something is at the name already (EEXIST; never followed), which the
+    // caller then looks at with stat_at. LinuxSystem creates first: no
+    // lookup that finds nothing before each creation. The defaults look
+    // first (stat_at), as a caller did before.
+    virtual Fd try_make_file(int dir_fd, const std::string& name, unsigned mode) {
+        if (stat_at(dir_fd, name).type != FileInfo::Type::Missing) return {};
+        return make_file(dir_fd, name, mode);
+    }
+    virtual Fd try_make_dir(int dir_fd, const std::string& name, unsigned mode) {
+        if (stat_at(dir_fd, name).type != FileInfo::Type::Missing) return {};
+        return make_dir(dir_fd, name, mode);
+    }
+    virtual bool try_make_symlink(const std::string& target, int dir_fd, const std::string& name) {
+        if (stat_at(dir_fd, name).type != FileInfo::Type::Missing) return false;
+        make_symlink(target, dir_fd, name);
+        return true;
+    }
     // Reads dir_fd/name: openat(O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_NOCTTY), then
     // fstat: anything but a regular file (a symlink: ELOOP) is an Error, never
     // read; one larger than `max_size` is Error(EFBIG).
@@ -312,6 +331,9 @@ class LinuxSystem final : public System {
     void write_file_at(int dir_fd, const std::string& name, const std::string& data,
                        unsigned mode) override;
     void make_symlink(const std::string& target, int dir_fd, const std::string& name) override;
+    Fd try_make_file(int dir_fd, const std::string& name, unsigned mode) override;
+    Fd try_make_dir(int dir_fd, const std::string& name, unsigned mode) override;
+    bool try_make_symlink(const std::string& target, int dir_fd, const std::string& name) override;
     RegularFile read_regular_at(int dir_fd, const std::string& name, std::size_t max_size) override;
     void replace_file_at(int dir_fd, const std::string& temp, const std::string& name,
                          const std::string& data, unsigned mode,
@@ -341,6 +363,9 @@ class LinuxSystem final : public System {
                        std::chrono::milliseconds timeout) override;
 
   private:
+    // The directory just made at dir_fd/name, O_PATH|O_NOFOLLOW (removed again if it cannot be).
+    static Fd open_made_dir(int dir_fd, const std::string& name);
+
     Fd proc_;
 };
 
