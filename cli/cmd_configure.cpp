@@ -67,7 +67,7 @@ void register_configure(CLI::App& app, Action& action) {
     cmd->add_flag("--graphics", o->graphics, "Graphics capability");
     cmd->add_flag("--display", o->display, "Display capability");
     cmd->add_flag("--ngx", o->ngx, "NGX capability");
-    cmd->add_flag("--compat32", o->compat32, "Also the 32-bit libraries");
+    add_compat32_flag(*cmd, o->compat32, "Also the 32-bit libraries");
     cmd->add_flag("--mig-config", o->mig_config, "The MIG config capability");
     cmd->add_flag("--mig-monitor", o->mig_monitor, "The MIG monitor capability");
     cmd->add_flag("--no-cgroups", o->no_cgroups, "Write no device cgroup rules");

@@ -141,7 +141,7 @@ void register_list(CLI::App& app, Action& action) {
     cmd->add_flag("-b,--binaries", o->binaries, "List the driver utilities");
     cmd->add_flag("-i,--ipcs", o->ipcs, "List the driver IPC sockets and directories");
     cmd->add_flag("-f,--firmwares", o->firmwares, "List the driver firmware");
-    cmd->add_flag("--compat32", o->compat32, "Include the 32-bit libraries");
+    add_compat32_flag(*cmd, o->compat32, "Include the 32-bit libraries");
     cmd->add_flag("--mig-config", o->mig_config, "Include the MIG config capability node");
     cmd->add_flag("--mig-monitor", o->mig_monitor, "Include the MIG monitor capability node");
     cmd->add_option("--imex-channels", o->imex_channels,

@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "gpubind/sim/sim.hpp"
+#include "gpubind/util/platform.hpp"
 #include "gpubind/util/strings.hpp"
 
 namespace gpubind::cli {
@@ -100,7 +101,8 @@ void register_simulate(CLI::App& app, Action& action) {
     cmd->add_option("--mig", o->mig,
                     "MIG devices to create, as GPU:GI:CI (GPU index, GPU instance id 0-14, "
                     "compute instance id 0-7), comma separated");
-    cmd->add_flag("--no-compat32", o->no_compat32, "Leave out the 32-bit libraries");
+    cmd->add_flag("--no-compat32", o->no_compat32,
+                  "Leave out the 32-bit libraries (an arm64 node has none)");
     cmd->add_flag("--no-ipcs", o->no_ipcs, "Leave out the daemons' sockets and the MPS directory");
     cmd->add_flag("--no-firmware", o->no_firmware, "Leave out the GSP firmware");
     cmd->add_flag("--no-graphics", o->no_graphics,
@@ -112,10 +114,13 @@ void register_simulate(CLI::App& app, Action& action) {
     cmd->add_option("--prefix", o->spec.prefix,
                     "Install the driver in a prefix of its own, as GPU sandboxes do (e.g. "
                     "usr/local/nvidia: lib64/, lib/ and bin/ there, shell wrappers in usr/bin)");
+    cmd->add_option("--ldconfig", o->spec.ldconfig,
+                    "The ldconfig that builds the node's ld.so.cache (default: the system's; "
+                    "for an arm64 node on an x86 machine, an arm64 one run through qemu)");
     cmd->add_flag("--json", o->json, "Print the manifest as JSON");
     cmd->callback([o, &action] {
         o->spec.mig = parse_mig(o->mig, o->spec.gpus);
-        o->spec.compat32 = !o->no_compat32;
+        o->spec.compat32 = platform::kHasCompat32 && !o->no_compat32;
         o->spec.ipcs = !o->no_ipcs;
         o->spec.firmware = !o->no_firmware;
         o->spec.graphics = !o->no_graphics;

@@ -24,6 +24,9 @@ struct NodeOptions {
 // The command to run once parsing is done.
 using Action = std::function<int()>;
 
+// Adds --compat32 to `cmd`: the 32-bit libraries too; refused as a usage
+// error where the machine has none (arm64).
+void add_compat32_flag(CLI::App& cmd, bool& compat32, const std::string& help);
 // Adds --config, --root, --ldcache to `cmd`.
 void add_node_options(CLI::App& cmd, NodeOptions& opts);
 // The config the options describe: the config file, then --root and --ldcache over it.

@@ -1,6 +1,23 @@
 #include "commands.hpp"
 
+#include <fmt/format.h>
+
+#include "gpubind/util/platform.hpp"
+
 namespace gpubind::cli {
+
+void add_compat32_flag(CLI::App& cmd, bool& compat32, const std::string& help) {
+    cmd.add_flag_function(
+        "--compat32",
+        [&compat32](std::int64_t) {
+            if (!platform::kHasCompat32)
+                throw CLI::ValidationError(
+                    "--compat32",
+                    fmt::format("an {} node has no 32-bit driver libraries", platform::kMachine));
+            compat32 = true;
+        },
+        help);
+}
 
 void add_node_options(CLI::App& cmd, NodeOptions& opts) {
     cmd.add_option("--config", opts.config,

@@ -17,13 +17,8 @@ namespace gpubind {
 
 namespace {
 
-#if defined(__aarch64__)
-constexpr const char* kMultiarchLib = "/usr/lib/aarch64-linux-gnu";
-constexpr const char* kMultiarchLib32 = "";  // no 32-bit driver libraries on arm64
-#else
-constexpr const char* kMultiarchLib = "/usr/lib/x86_64-linux-gnu";
-constexpr const char* kMultiarchLib32 = "/usr/lib/i386-linux-gnu";
-#endif
+using platform::kMultiarchLib32Dir;
+using platform::kMultiarchLibDir;
 
 using Type = FileInfo::Type;
 
@@ -164,9 +159,9 @@ Image inspect_image(System& sys, int root_fd) {
     auto exists = [&](const char* path) {
         return sys.stat_in_root(root_fd, path).type != Type::Missing;
     };
-    if (exists("/etc/debian_version") || open_dir(sys, root_fd, kMultiarchLib)) {
-        image.lib_dir = kMultiarchLib;
-        image.lib32_dir = kMultiarchLib32;
+    if (exists("/etc/debian_version") || open_dir(sys, root_fd, kMultiarchLibDir)) {
+        image.lib_dir = kMultiarchLibDir;
+        image.lib32_dir = kMultiarchLib32Dir;
     }
     cuda_compat(sys, root_fd, image);
     image.has_ldcache = exists("/etc/ld.so.cache");

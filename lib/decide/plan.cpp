@@ -83,7 +83,7 @@ class Builder {
 
     // The loader cache's entry for `soname` at dir/soname, once.
     void cache_entry(const std::string& soname, const std::string& dir, bool compat32) {
-        const ldcache::Arch arch = compat32 ? ldcache::Arch::I386 : ldcache::Arch::X86_64;
+        const ldcache::Arch arch = compat32 ? ldcache::kCompat32Arch : ldcache::kNativeArch;
         std::string path = join_path(dir, soname);
         for (const auto& l : plan.ldcache_libraries)
             if (l.path == path && l.arch == arch) return;
@@ -269,15 +269,12 @@ void add_cuda_compat(Plan& plan, const Node& node, const Image& image, const Con
         auto& libs = plan.ldcache_libraries;
         std::vector<ldcache::Library> compat;
         for (const auto& name : image.cuda_compat_sonames)
-            compat.push_back({name, join_path(kCudaCompatDir, name), ldcache::Arch::X86_64});
+            compat.push_back({name, join_path(kCudaCompatDir, name), ldcache::kNativeArch});
         libs.insert(libs.begin(), compat.begin(), compat.end());
     }
     // Without a cache, directories the image's ld.so.conf names are known
-    // only to a scan. gpubind's writer describes x86 libraries only.
+    // only to a scan.
     plan.ldcache_scan = plan.refresh_ldcache && !image.has_ldcache && image.ld_so_conf;
-#if !defined(__x86_64__)
-    plan.ldcache_scan = plan.refresh_ldcache;
-#endif
     if (plan.files.empty())
         plan.stale_files.push_back({kCudaCompatConf, std::string(kCudaCompatDir) + "\n",
                                     "CUDA forward compatibility no longer applies"});

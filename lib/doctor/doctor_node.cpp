@@ -93,8 +93,8 @@ void read_libraries(NodeFacts& f, const Config& config) {
             for (const auto& e : cache.entries) {
                 const auto arch = ldcache::arch_of(e.flags);
                 if (e.soname.rfind(prefix, 0) != 0) continue;
-                if (arch != ldcache::Arch::X86_64 && arch != ldcache::Arch::I386) continue;
-                const bool compat32 = arch == ldcache::Arch::I386;
+                if (arch != ldcache::kNativeArch && arch != ldcache::kCompat32Arch) continue;
+                const bool compat32 = arch == ldcache::kCompat32Arch;
                 auto known = std::find_if(f.libraries.begin(), f.libraries.end(), [&](auto& l) {
                     return l.soname == e.soname && l.compat32 == compat32;
                 });

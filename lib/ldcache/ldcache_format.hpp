@@ -39,6 +39,7 @@ constexpr std::int32_t kTypeMask = 0x00ff;
 constexpr std::int32_t kRequiredMask = 0xff00;
 constexpr std::int32_t kFlagElfLibc6 = 0x0003;
 constexpr std::int32_t kFlagX8664Lib64 = 0x0300;
+constexpr std::int32_t kFlagAarch64Lib64 = 0x0a00;
 
 // True if the hwcap field holds a glibc-hwcaps index (dl_cache_hwcap_extension).
 constexpr bool is_hwcaps_index(std::uint64_t hwcap) noexcept {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -59,6 +60,21 @@ std::string_view directory_of(std::string_view path) noexcept {
     const std::size_t slash = path.rfind('/');
     if (slash == std::string_view::npos) return {};
     return path.substr(0, slash == 0 ? 1 : slash);
+}
+
+// The flags ldconfig gives a library of `arch`; nullopt for one the writer
+// does not describe.
+std::optional<std::int32_t> flags_of(Arch arch) noexcept {
+    switch (arch) {
+        case Arch::X86_64:
+            return kFlagElfLibc6 | kFlagX8664Lib64;
+        case Arch::I386:
+            return kFlagElfLibc6;
+        case Arch::Aarch64:
+            return kFlagElfLibc6 | kFlagAarch64Lib64;
+        default:
+            return std::nullopt;
+    }
 }
 
 struct Item {
@@ -224,15 +240,16 @@ Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
     items.reserve(added.size() + (image ? image->entries.size() : 0));
     std::set<std::pair<std::string_view, Arch>> replaced;  // views of `added`
     for (const Library& lib : added) {
-        if (lib.arch != Arch::X86_64 && lib.arch != Arch::I386)
+        const std::optional<std::int32_t> flags = flags_of(lib.arch);
+        if (!flags)
             throw_invalid("write ld.so.cache", lib.path,
-                          "only x86-64 and 32-bit x86 libraries can be added");
+                          "only x86-64, 32-bit x86 and AArch64 libraries can be added");
         if (!orderable(lib.soname))
             throw_invalid(
                 "write ld.so.cache", lib.path,
                 "a soname with more than 9 digits in a row cannot be ordered as glibc does");
         Entry e;
-        e.flags = kFlagElfLibc6 | (lib.arch == Arch::X86_64 ? kFlagX8664Lib64 : 0);
+        e.flags = *flags;
         e.soname = lib.soname;
         e.path = lib.path;
         replaced.emplace(lib.soname, lib.arch);

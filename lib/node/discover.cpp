@@ -218,7 +218,7 @@ void discover_libraries(Node& node, const Config& config) {
         for (const auto& e : cache.entries) {
             auto arch = ldcache::arch_of(e.flags);
             if (e.soname.rfind(prefix, 0) != 0) continue;
-            if (arch != ldcache::Arch::X86_64 && arch != ldcache::Arch::I386) continue;
+            if (arch != ldcache::kNativeArch && arch != ldcache::kCompat32Arch) continue;
             if (!seen.emplace(e.soname, arch).second) continue;
             const auto* chosen = ldcache::lookup(cache, e.soname, arch);
             auto real = resolve_in(node.roots.driver, chosen->path);
@@ -237,7 +237,7 @@ void discover_libraries(Node& node, const Config& config) {
             f.host_path = under(node.roots.driver, chosen->path);
             f.real_path = under(node.roots.driver, *real);
             f.caps = entry.caps;
-            f.compat32 = arch == ldcache::Arch::I386;
+            f.compat32 = arch == ldcache::kCompat32Arch;
             node.files.push_back(std::move(f));
         }
     }

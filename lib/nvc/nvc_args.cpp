@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "gpubind/nvc/nvc.hpp"
+#include "gpubind/util/platform.hpp"
 #include "gpubind/util/strings.hpp"
 
 namespace gpubind::nvc {
@@ -153,7 +154,7 @@ bool select_option(Selection& s, int c, const char* value) {
             add_list(s.devices, value);
             return true;
         case kCompat32:
-            s.compat32 = true;
+            s.compat32 = true;  // ignored where there are none: parse()
             return true;
         case kMigConfig:
             add_list(s.mig_config, value);
@@ -356,6 +357,14 @@ Args parse(int argc, char* const* argv) {
     }
     if (args.command != Command::Configure && !rest->empty())
         args.usage_error = who + "unexpected argument '" + rest->front() + "'";
+    // enroot asks for --compat32 with every capability ("all"), on arm64 too,
+    // where libnvidia-container finds no 32-bit library and goes on.
+    Selection& chosen = args.command == Command::List ? args.list.select : args.configure.select;
+    if (chosen.compat32 && !platform::kHasCompat32) {
+        chosen.compat32 = false;
+        args.global.ignored.push_back("--compat32 (an " + std::string(platform::kMachine) +
+                                      " node has no 32-bit driver libraries)");
+    }
     return args;
 }
 

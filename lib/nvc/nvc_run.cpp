@@ -18,6 +18,7 @@
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/id_map.hpp"
 #include "gpubind/util/log.hpp"
+#include "gpubind/util/platform.hpp"
 #include "gpubind/util/strings.hpp"
 
 namespace gpubind::nvc {
@@ -242,15 +243,8 @@ std::string help_text(const std::string& program, Command command) {
 }
 
 std::string version_text(const std::string& version) {
-#if defined(__x86_64__)
-    constexpr const char* kPlatform = "x86_64";
-#elif defined(__aarch64__)
-    constexpr const char* kPlatform = "aarch64";
-#else
-    constexpr const char* kPlatform = "unknown";
-#endif
     return fmt::format("cli-version: {0}\nlib-version: {0}\nbuild platform: {1}\n", version,
-                       kPlatform);
+                       platform::kMachine);
 }
 
 std::string info_text(const Node& node, bool csv) {

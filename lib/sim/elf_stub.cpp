@@ -2,6 +2,7 @@
 
 #include <elf.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "gpubind/util/error.hpp"
@@ -16,7 +17,6 @@ struct Elf64 {
     using Dyn = Elf64_Dyn;
     using Sym = Elf64_Sym;
     static constexpr unsigned char kClass = ELFCLASS64;
-    static constexpr Elf64_Half kMachine = EM_X86_64;
 };
 
 struct Elf32 {
@@ -25,7 +25,6 @@ struct Elf32 {
     using Dyn = Elf32_Dyn;
     using Sym = Elf32_Sym;
     static constexpr unsigned char kClass = ELFCLASS32;
-    static constexpr Elf32_Half kMachine = EM_386;
 };
 
 constexpr std::size_t align_up(std::size_t n, std::size_t a) {
@@ -65,7 +64,7 @@ typename E::Phdr segment(Elf32_Word type, std::size_t at, std::size_t len, std::
 // The ELF header of a shared object with `phnum` program headers at
 // `phdr_at` and no section headers.
 template <class E>
-typename E::Ehdr elf_header(std::size_t phdr_at, std::size_t phnum) {
+typename E::Ehdr elf_header(std::uint16_t machine, std::size_t phdr_at, std::size_t phnum) {
     typename E::Ehdr eh{};
     std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
     eh.e_ident[EI_CLASS] = E::kClass;
@@ -73,7 +72,7 @@ typename E::Ehdr elf_header(std::size_t phdr_at, std::size_t phnum) {
     eh.e_ident[EI_VERSION] = EV_CURRENT;
     eh.e_ident[EI_OSABI] = ELFOSABI_SYSV;
     eh.e_type = ET_DYN;
-    eh.e_machine = E::kMachine;
+    eh.e_machine = machine;
     eh.e_version = EV_CURRENT;
     eh.e_phoff = static_cast<decltype(eh.e_phoff)>(phdr_at);
     eh.e_ehsize = sizeof eh;
@@ -88,9 +87,10 @@ typename E::Ehdr elf_header(std::size_t phdr_at, std::size_t phnum) {
 // One read-write PT_LOAD maps the whole file at address 0, so file offsets are
 // addresses. Contents: ELF header, program headers, the null symbol, a SysV
 // hash table with one bucket and no symbols, the string table, the dynamic
-// section.
+// section. The segment is aligned to the largest page the architecture's
+// kernels use (64 KiB on arm64), as the loader requires.
 template <class E>
-std::string build(std::string_view soname) {
+std::string build(std::uint16_t machine, std::size_t page, std::string_view soname) {
     constexpr std::size_t kPhnum = 3;  // PT_LOAD, PT_DYNAMIC, PT_GNU_STACK
 
     std::string dynstr(1, '\0');
@@ -118,9 +118,9 @@ std::string build(std::string_view soname) {
     };
     const std::size_t size = dyn_at + sizeof dynamic;
 
-    const typename E::Ehdr eh = elf_header<E>(phdr_at, kPhnum);
+    const typename E::Ehdr eh = elf_header<E>(machine, phdr_at, kPhnum);
     const typename E::Phdr phdrs[kPhnum] = {
-        segment<E>(PT_LOAD, 0, size, 0x1000), segment<E>(PT_DYNAMIC, dyn_at, sizeof dynamic, 8),
+        segment<E>(PT_LOAD, 0, size, page), segment<E>(PT_DYNAMIC, dyn_at, sizeof dynamic, 8),
         segment<E>(PT_GNU_STACK, 0, 0, 16),  // non-executable stack
     };
 
@@ -144,7 +144,15 @@ std::string make_shared_object(Machine machine, std::string_view soname) {
         soname.find('/') != std::string_view::npos)
         throw_invalid("make shared object", std::string(soname),
                       "a soname is a non-empty file name");
-    return machine == Machine::X86_64 ? build<Elf64>(soname) : build<Elf32>(soname);
+    switch (machine) {
+        case Machine::X86_64:
+            return build<Elf64>(EM_X86_64, 0x1000, soname);
+        case Machine::I386:
+            return build<Elf32>(EM_386, 0x1000, soname);
+        case Machine::Aarch64:
+            return build<Elf64>(EM_AARCH64, 0x10000, soname);
+    }
+    throw_invalid("make shared object", std::string(soname), "unknown machine");
 }
 
 }  // namespace gpubind::elf

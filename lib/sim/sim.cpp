@@ -81,8 +81,10 @@ constexpr unsigned kMaxGpus = 64;
 // PCI domain i / 8, so bus ids are distinct and ascend with the index.
 constexpr unsigned kBuses[] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
 
-constexpr std::string_view kLib64 = "usr/lib/x86_64-linux-gnu";
-constexpr std::string_view kLib32 = "usr/lib/i386-linux-gnu";
+// The distribution layout's library directories (relative to the node).
+constexpr std::string_view kLib64 = std::string_view(platform::kMultiarchLibDir).substr(1);
+constexpr std::string_view kLib32 =
+    platform::kHasCompat32 ? std::string_view(platform::kMultiarchLib32Dir).substr(1) : "";
 
 enum class Real { None, Nvml, Cuda };
 
@@ -239,6 +241,13 @@ void check_spec(const Spec& spec) {
                       fmt::format("prefix \"{}\" is not a relative path of names made of letters, "
                                   "digits, '.', '_' and '-'",
                                   prefix));
+    if (!spec.ldconfig.empty() && spec.ldconfig.front() != '/')
+        throw_invalid("simulate", what,
+                      fmt::format("ldconfig \"{}\" is not an absolute path", spec.ldconfig));
+    if (spec.compat32 && !platform::kHasCompat32)
+        throw_invalid(
+            "simulate", what,
+            fmt::format("32-bit libraries: a {} node has none (no compat32)", platform::kMachine));
     std::set<std::tuple<unsigned, unsigned, unsigned>> seen;
     for (const auto& mig : spec.mig) {
         std::string id = fmt::format("{}:{}:{}", mig.gpu, mig.gi, mig.ci);
@@ -461,9 +470,9 @@ std::string cap_file(unsigned minor, mode_t mode) {
 void Writer::proc_driver() const {
     const Spec& spec = manifest_.spec;
     write(at("proc/driver/nvidia/version"),
-          fmt::format("NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  Tue Mar  5 22:23:56 "
+          fmt::format("NVRM version: NVIDIA UNIX {} Kernel Module  {}  Tue Mar  5 22:23:56 "
                       "UTC 2024\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n",
-                      spec.driver_version),
+                      platform::kMachine, spec.driver_version),
           0444);
     std::string params;
     for (const auto& [key, value] : kParams) params += fmt::format("{}: {}\n", key, value);
@@ -529,8 +538,8 @@ void Writer::libraries() {
             else if (!compat32 && lib.real == Real::Cuda)
                 data = std::string(blob(gpubind_blob_cuda_start, gpubind_blob_cuda_end));
             else
-                data = elf::make_shared_object(compat32 ? elf::Machine::I386 : elf::Machine::X86_64,
-                                               soname);
+                data = elf::make_shared_object(
+                    compat32 ? elf::kCompat32Machine : elf::kNativeMachine, soname);
             write(dir / file, data, 0755);
             // The soname link, and the development link for libraries with a
             // short soname (the installer makes none for "libX.so.<version>").
@@ -588,8 +597,9 @@ void Writer::ldconfig() const {
     if (spec.compat32) conf += fmt::format("/{}\n", lib_dir(true));
     write(at("etc/ld.so.conf"), conf, 0644);
 
-    std::string program = "/sbin/ldconfig";
-    if (::access(program.c_str(), X_OK) != 0) program = "/usr/sbin/ldconfig";
+    std::string program = spec.ldconfig.empty() ? "/sbin/ldconfig" : spec.ldconfig;
+    if (spec.ldconfig.empty() && ::access(program.c_str(), X_OK) != 0)
+        program = "/usr/sbin/ldconfig";
     std::string root = dir_.string();
     std::vector<std::string> args = {"ldconfig", "-X", "-i", "-r", root};
     std::vector<char*> argv;

@@ -17,6 +17,7 @@ extern const char* const hung_nvml;
 extern const char* const test_preload;
 extern const char* const sysctl_probe;
 extern const char* const source_dir;
+extern const char* const ldconfig;  // the target's (an arm64 build's runs through qemu)
 
 }  // namespace gpubind::test::built
 
@@ -29,3 +30,4 @@ extern const char* const source_dir;
 #define GPUBIND_TEST_PRELOAD (::gpubind::test::built::test_preload)
 #define GPUBIND_SYSCTL_PROBE (::gpubind::test::built::sysctl_probe)
 #define GPUBIND_SOURCE_DIR (::gpubind::test::built::source_dir)
+#define GPUBIND_TARGET_LDCONFIG (::gpubind::test::built::ldconfig)

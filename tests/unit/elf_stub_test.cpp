@@ -1,5 +1,5 @@
-// The stub shared objects: the system's ldconfig files them with the right
-// flags and the dynamic loader loads the 64-bit one.
+// The stub shared objects: the target's ldconfig files them with the right
+// flags and the dynamic loader loads the native one.
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
@@ -11,11 +11,14 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "built.hpp"
 #include "command.hpp"
 #include "gpubind/sim/elf_stub.hpp"
 #include "gpubind/util/error.hpp"
+#include "target.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -51,12 +54,27 @@ TEST(ElfStub, HeadersDescribeAnElfSharedObjectForTheMachine) {
     EXPECT_EQ(eh32.e_ident[EI_CLASS], ELFCLASS32);
     EXPECT_EQ(eh32.e_type, ET_DYN);
     EXPECT_EQ(eh32.e_machine, EM_386);
+
+    const std::string arm = elf::make_shared_object(Machine::Aarch64, "libstub.so.1");
+    ASSERT_GE(arm.size(), sizeof(Elf64_Ehdr));
+    Elf64_Ehdr eh;
+    std::memcpy(&eh, arm.data(), sizeof eh);
+    EXPECT_EQ(eh.e_ident[EI_CLASS], ELFCLASS64);
+    EXPECT_EQ(eh.e_ident[EI_DATA], ELFDATA2LSB);
+    EXPECT_EQ(eh.e_machine, EM_AARCH64);
+    // Its segment loads on a kernel with 64 KiB pages (Grace's).
+    ASSERT_GE(arm.size(), eh.e_phoff + sizeof(Elf64_Phdr));
+    Elf64_Phdr load;
+    std::memcpy(&load, arm.data() + eh.e_phoff, sizeof load);
+    EXPECT_EQ(load.p_type, PT_LOAD);
+    EXPECT_EQ(load.p_align % 0x10000, 0u);
 }
 
 TEST(ElfStub, ReadelfSeesTheSoname) {
     test::TempDir dir;
-    for (auto [machine, name] : {std::pair{Machine::X86_64, "libsixty.so.4"},
-                                 std::pair{Machine::I386, "libthirty.so.2"}}) {
+    for (auto [machine, name] :
+         {std::pair{Machine::X86_64, "libsixty.so.4"}, std::pair{Machine::I386, "libthirty.so.2"},
+          std::pair{Machine::Aarch64, "libarm.so.8"}}) {
         const auto path = dir / name;
         write_file(path, elf::make_shared_object(machine, name));
         const Output out = run("readelf -d '" + path.string() + "' 2>&1");
@@ -67,34 +85,45 @@ TEST(ElfStub, ReadelfSeesTheSoname) {
     }
 }
 
-TEST(ElfStub, SystemLdconfigFilesThemWithTheirFlags) {
+// The target's ldconfig (an arm64 build's: Debian's arm64 one under qemu).
+TEST(ElfStub, TargetLdconfigFilesThemWithTheirFlags) {
     test::TempDir root;
     write_file(root / "opt/stub64/libsixty.so.4",
-               elf::make_shared_object(Machine::X86_64, "libsixty.so.4"));
-    write_file(root / "opt/stub32/libthirty.so.2",
-               elf::make_shared_object(Machine::I386, "libthirty.so.2"));
-    write_file(root / "etc/ld.so.conf", "/opt/stub64\n/opt/stub32\n");
+               elf::make_shared_object(test::target::kMachine, "libsixty.so.4"));
+    std::string conf = "/opt/stub64\n";
+    if (test::target::kHas32) {
+        write_file(root / "opt/stub32/libthirty.so.2",
+                   elf::make_shared_object(Machine::I386, "libthirty.so.2"));
+        conf += "/opt/stub32\n";
+    }
+    write_file(root / "etc/ld.so.conf", conf);
 
     const std::string r = root.path().string();
-    const Output build = run("ldconfig -r '" + r + "' -X 2>&1");
+    const std::string ldconfig = GPUBIND_TARGET_LDCONFIG;
+    const Output build = run(ldconfig + " -r '" + r + "' -X 2>&1");
     ASSERT_EQ(build.status, 0) << build.text;
-    const Output list = run("ldconfig -p -C '" + r + "/etc/ld.so.cache'");
+    const Output list = run(ldconfig + " -p -C '" + r + "/etc/ld.so.cache'");
     ASSERT_EQ(list.status, 0);
-    EXPECT_NE(list.text.find("\tlibsixty.so.4 (libc6,x86-64) => /opt/stub64/libsixty.so.4\n"),
-              std::string::npos)
+    const std::string native =
+        fmt::format("\tlibsixty.so.4 ({}) => /opt/stub64/libsixty.so.4\n", test::target::kFlags);
+    EXPECT_NE(list.text.find(native), std::string::npos) << list.text;
+    if (test::target::kHas32) {
+        EXPECT_NE(list.text.find("\tlibthirty.so.2 (libc6) => /opt/stub32/libthirty.so.2\n"),
+                  std::string::npos)
+            << list.text;
+    }
+    EXPECT_EQ(
+        list.text.find(test::target::kHas32 ? "2 libs found in cache" : "1 libs found in cache"),
+        0u)
         << list.text;
-    EXPECT_NE(list.text.find("\tlibthirty.so.2 (libc6) => /opt/stub32/libthirty.so.2\n"),
-              std::string::npos)
-        << list.text;
-    EXPECT_EQ(list.text.find("2 libs found in cache"), 0u) << list.text;
 }
 
-TEST(ElfStub, DynamicLoaderOpensTheSixtyFourBitOne) {
+TEST(ElfStub, DynamicLoaderOpensTheNativeOne) {
     test::TempDir dir;
     const auto a = dir / "libstub-a.so.1";
     const auto b = dir / "libstub-b.so.7";
-    write_file(a, elf::make_shared_object(Machine::X86_64, "libstub-a.so.1"));
-    write_file(b, elf::make_shared_object(Machine::X86_64, "libstub-b.so.7"));
+    write_file(a, elf::make_shared_object(test::target::kMachine, "libstub-a.so.1"));
+    write_file(b, elf::make_shared_object(test::target::kMachine, "libstub-b.so.7"));
 
     void* ha = ::dlopen(a.c_str(), RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(ha, nullptr) << ::dlerror();

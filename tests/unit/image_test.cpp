@@ -15,6 +15,7 @@
 #include "gpubind/decide/image.hpp"
 #include "gpubind/util/error.hpp"
 #include "recording_system.hpp"
+#include "target.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -42,7 +43,7 @@ TEST(InspectImage, AnEmptyImageIsLib64WithNothingElse) {
     World w;
     const Image image = w.inspect();
     EXPECT_EQ(image.lib_dir, "/usr/lib64");
-    EXPECT_EQ(image.lib32_dir, "/usr/lib");
+    EXPECT_EQ(image.lib32_dir, test::target::kHas32 ? "/usr/lib" : "");
     EXPECT_TRUE(image.cuda_compat_version.empty());
     EXPECT_TRUE(image.cuda_compat_sonames.empty());
     EXPECT_FALSE(image.has_ldcache);
@@ -53,20 +54,20 @@ TEST(InspectImage, DebianVersionOrTheMultiarchDirectoryMeanMultiarch) {
     World debian;
     debian.dir("/etc");
     debian.file("/etc/debian_version", "12.5\n");
-    EXPECT_EQ(debian.inspect().lib_dir, "/usr/lib/x86_64-linux-gnu");
-    EXPECT_EQ(debian.inspect().lib32_dir, "/usr/lib/i386-linux-gnu");
+    EXPECT_EQ(debian.inspect().lib_dir, test::target::kLibDir);
+    EXPECT_EQ(debian.inspect().lib32_dir, test::target::kLib32Dir);
 
     World multiarch;
     multiarch.dir("/usr");
     multiarch.dir("/usr/lib");
-    multiarch.dir("/usr/lib/x86_64-linux-gnu");
-    EXPECT_EQ(multiarch.inspect().lib_dir, "/usr/lib/x86_64-linux-gnu");
+    multiarch.dir(test::target::kLibDir);
+    EXPECT_EQ(multiarch.inspect().lib_dir, test::target::kLibDir);
 
     // A file where the directory would be, or under a file: lib64.
     World file;
     file.dir("/usr");
     file.dir("/usr/lib");
-    file.file("/usr/lib/x86_64-linux-gnu");
+    file.file(test::target::kLibDir);
     EXPECT_EQ(file.inspect().lib_dir, "/usr/lib64");
     World under_file;
     under_file.dir("/usr");

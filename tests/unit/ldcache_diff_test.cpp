@@ -1,5 +1,6 @@
-// gpubind's ld.so.cache writer against the host's ldconfig, judged by the
-// image's own loader (the host's glibc copied in, run in a chroot): over
+// gpubind's ld.so.cache writer against the target's ldconfig, judged by the
+// image's own loader (the host's glibc copied in, run in a chroot; for an
+// arm64 build, Debian's arm64 ldconfig and glibc under qemu): over
 // generated images (multiarch and lib64 layouts, with no cache or one made by
 // ldconfig in the old, compat or new format, glibc-hwcaps subdirectories,
 // 32-bit libraries, sonames repeated across directories, the image's own
@@ -21,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include "built.hpp"
 #include "command.hpp"
 #include "files.hpp"
 #include "gpubind/decide/image.hpp"
@@ -29,6 +31,7 @@
 #include "gpubind/sim/elf_stub.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/strings.hpp"
+#include "target.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -68,14 +71,30 @@ struct Scenario {
     std::set<std::string> beyond_cpu;
 };
 
-// The glibc-hwcaps levels this machine's loader searches (`ld.so --help`
-// marks them "supported, searched"; a CPU without AVX-512 lacks x86-64-v4).
+namespace target = test::target;
+
+// The target's glibc: its ldconfig, and the glibc-hwcaps subdirectories the
+// test plants (arm64's loader searches none of them).
+const std::string kLdconfig = GPUBIND_TARGET_LDCONFIG;
+#if defined(__aarch64__)
+constexpr Arch kArch = Arch::Aarch64;
+constexpr const char* kHwcapsDirs[] = {"sve", "sve2", "armv9"};
+#else
+constexpr Arch kArch = Arch::X86_64;
+constexpr const char* kHwcapsDirs[] = {"x86-64-v2", "x86-64-v3", "x86-64-v4"};
+#endif
+
+// The glibc-hwcaps subdirectories this machine's loader searches (`ld.so
+// --help` marks them "supported, searched"; a CPU without AVX-512 lacks
+// x86-64-v4). Its legacy hwcap subdirectories, listed the same way after
+// them under a "Legacy HWCAP" heading, are left out.
 const std::set<std::string>& searched_hwcaps() {
     static const std::set<std::string> levels = [] {
         std::set<std::string> found;
-        const Output out = run("/lib64/ld-linux-x86-64.so.2 --help");
-        static const std::regex level(R"(^\s+(x86-64-v[0-9]) \(supported, searched\))");
-        for (auto line : split(out.text, '\n')) {
+        const Output out = run(std::string(target::kLoader) + " --help");
+        const std::string levels_part = out.text.substr(0, out.text.find("Legacy HWCAP"));
+        static const std::regex level(R"(^\s+(\S+) \(supported, searched\))");
+        for (auto line : split(levels_part, '\n')) {
             std::smatch m;
             const std::string text(line);
             if (std::regex_search(text, m, level)) found.insert(m[1]);
@@ -95,26 +114,30 @@ class Image {
         static const char* const kCaches[] = {"", "old", "compat", "new"};
         s.cache = kCaches[pick(0, 3)];
         s.compat = pick(0, 3) == 0;
-        s.lib32 = pick(0, 2) != 0;
-        s.lib_dir = s.multiarch ? "/usr/lib/x86_64-linux-gnu" : "/usr/lib64";
-        s.lib32_dir = s.multiarch ? "/usr/lib/i386-linux-gnu" : "/usr/lib";
+        s.lib32 = target::kHas32 && pick(0, 2) != 0;
+        s.lib_dir = s.multiarch ? target::kLibDir : "/usr/lib64";
+        s.lib32_dir = s.multiarch ? target::kLib32Dir : "/usr/lib";
         const bool has_cache = !s.cache.empty();
 
         // glibc: the loaders, libc where the loader finds it.
-        copy_in("/lib64/ld-linux-x86-64.so.2", root / "lib64/ld-linux-x86-64.so.2");
-        copy_in("/usr/lib32/ld-linux.so.2", root / "lib/ld-linux.so.2");
-        const std::string libc_dir =
-            s.multiarch || !has_cache ? "/lib/x86_64-linux-gnu" : s.lib_dir;
-        copy_in("/lib/x86_64-linux-gnu/libc.so.6", root / libc_dir.substr(1) / "libc.so.6");
-        copy_in("/usr/lib32/libc.so.6", root / "usr/lib32/libc.so.6");
-        put(root / "probe64.so", elf::make_shared_object(elf::Machine::X86_64, "probe64.so"));
-        put(root / "probe32.so", elf::make_shared_object(elf::Machine::I386, "probe32.so"));
+        copy_in(target::kLoader, root / (target::kLoader + 1));
+        const std::string libc_dir = s.multiarch || !has_cache ? target::kLoaderDir : s.lib_dir;
+        copy_in(std::string(target::kLoaderDir) + "/libc.so.6",
+                root / libc_dir.substr(1) / "libc.so.6");
+        put(root / "probe64.so", elf::make_shared_object(target::kMachine, "probe64.so"));
+        if (target::kHas32) {
+            copy_in("/usr/lib32/ld-linux.so.2", root / "lib/ld-linux.so.2");
+            copy_in("/usr/lib32/libc.so.6", root / "usr/lib32/libc.so.6");
+            put(root / "probe32.so", elf::make_shared_object(elf::Machine::I386, "probe32.so"));
+        }
         if (s.multiarch) put(root / "etc/debian_version", "12.0\n");
         fs::create_directories(root / s.lib_dir.substr(1));
         fs::create_directories(root / "etc");
-        fs::create_directories(root / s.lib32_dir.substr(1));
+        if (target::kHas32) {
+            fs::create_directories(root / s.lib32_dir.substr(1));
+            s.sonames32.insert("libc.so.6");
+        }
         s.sonames64.insert("libc.so.6");
-        s.sonames32.insert("libc.so.6");
 
         // Directories: ld.so.conf ones (only with a cache: without one, the
         // writer serves images whose ld.so.conf names nothing) and the lib dirs.
@@ -136,7 +159,7 @@ class Image {
         // The lib dir: a system directory of the loader (multiarch) or listed.
         // Without a cache, the image's libraries are where its loader looks
         // (this loader, Debian's, does not search /usr/lib64).
-        dirs.push_back(s.multiarch || has_cache ? s.lib_dir : "/lib/x86_64-linux-gnu");
+        dirs.push_back(s.multiarch || has_cache ? s.lib_dir : target::kLoaderDir);
 
         std::vector<std::string> pool = {"libz.so.1",   "libGL.so.1", "libfoo.so.2", "libfoo.so.10",
                                          "libbar-3.so", "libA.so.1",  "libx1.so.9"};
@@ -151,19 +174,19 @@ class Image {
             for (std::size_t i = 0, n = pick(1, 7); i < n; ++i) {
                 const std::string& so = pool[pick(0, pool.size() - 1)];
                 if (!used.insert(so).second) continue;
-                const bool is32 = other && pick(0, 4) == 0;
+                const bool is32 = target::kHas32 && other && pick(0, 4) == 0;
                 plant(root, dir + "/" + so, is32, so, s);
             }
             // The image's own copies of driver sonames, outside the lib dir.
             if (pick(0, 2) == 0 && dir != s.lib_dir)
                 plant(root, dir + "/libcuda.so.1", false, "libcuda.so.1", s);
-            if (pick(0, 3) == 0 && other)
+            if (target::kHas32 && pick(0, 3) == 0 && other)
                 plant(root, dir + "/libcuda.so.1", true, "libcuda.so.1", s);
             if (pick(0, 1)) {  // glibc-hwcaps subdirectories
-                static const char* const kSub[] = {"x86-64-v2", "x86-64-v3", "x86-64-v4"};
                 for (std::size_t i = 0, n = pick(1, 4); i < n; ++i) {
                     const std::string& so = pool[pick(0, pool.size() - 1)];
-                    plant(root, dir + "/glibc-hwcaps/" + kSub[pick(0, 2)] + "/" + so, false, so, s);
+                    plant(root, dir + "/glibc-hwcaps/" + kHwcapsDirs[pick(0, 2)] + "/" + so, false,
+                          so, s);
                 }
             }
         }
@@ -175,16 +198,16 @@ class Image {
         if (s.compat) {
             const std::string c = kCudaCompatDir;
             put(root / c.substr(1) / "libcuda.so.999.1",
-                elf::make_shared_object(elf::Machine::X86_64, "libcuda.so.1"));
+                elf::make_shared_object(target::kMachine, "libcuda.so.1"));
             fs::create_symlink("libcuda.so.999.1", root / c.substr(1) / "libcuda.so.1");
             put(root / c.substr(1) / "libnvidia-ptxjitcompiler.so.1",
-                elf::make_shared_object(elf::Machine::X86_64, "libnvidia-ptxjitcompiler.so.1"));
+                elf::make_shared_object(target::kMachine, "libnvidia-ptxjitcompiler.so.1"));
             s.sonames64.insert("libnvidia-ptxjitcompiler.so.1");
         }
 
         if (has_cache) {
             const Output out =
-                run("ldconfig -X -r " + quote(root.string()) + " -c " + s.cache + " 2>&1");
+                run(kLdconfig + " -X -r " + quote(root.string()) + " -c " + s.cache + " 2>&1");
             EXPECT_EQ(out.status, 0) << out.text;
         }
         return s;
@@ -198,7 +221,7 @@ class Image {
                Scenario& s) {
         if (fs::exists(root / path.substr(1))) return;
         put(root / path.substr(1),
-            elf::make_shared_object(is32 ? elf::Machine::I386 : elf::Machine::X86_64, so));
+            elf::make_shared_object(is32 ? elf::Machine::I386 : target::kMachine, so));
         (is32 ? s.sonames32 : s.sonames64).insert(so);
         if (is32) return;
         const auto at = path.find("/glibc-hwcaps/");
@@ -224,9 +247,9 @@ std::vector<Library> inject(const fs::path& root, const Scenario& s) {
                        const char* dev_link) {
         const std::string file = soname.substr(0, soname.rfind(".so.") + 3) + ".550.54.15";
         put(root / dir.substr(1) / file,
-            elf::make_shared_object(is32 ? elf::Machine::I386 : elf::Machine::X86_64, soname));
+            elf::make_shared_object(is32 ? elf::Machine::I386 : target::kMachine, soname));
         fs::create_symlink(file, root / dir.substr(1) / soname);
-        const Arch arch = is32 ? Arch::I386 : Arch::X86_64;
+        const Arch arch = is32 ? Arch::I386 : kArch;
         added.push_back({soname, dir + "/" + soname, arch});
         if (dev_link) {
             fs::create_symlink(soname, root / dir.substr(1) / dev_link);
@@ -253,7 +276,7 @@ std::string chroot_path() {
 // library preloaded by name (found like a DT_NEEDED entry: cache, then the
 // system directories), addresses dropped.
 std::string resolve(const fs::path& root, const std::string& soname, bool is32) {
-    const std::string loader = is32 ? "/lib/ld-linux.so.2" : "/lib64/ld-linux-x86-64.so.2";
+    const std::string loader = is32 ? "/lib/ld-linux.so.2" : target::kLoader;
     const std::string probe = is32 ? "/probe32.so" : "/probe64.so";
     const Output out = run("env -i " + chroot_path() + " " + quote(root.string()) + " " + loader +
                            " --preload " + quote(soname) + " --list " + probe + " 2>&1");
@@ -284,7 +307,7 @@ TEST_P(Differential, LoaderResolvesEverySonameAsAfterLdconfig) {
     std::vector<Library> added;
     if (s.compat) {
         for (const std::string& name : inspect_image(by_gpubind).cuda_compat_sonames)
-            added.push_back({name, std::string(kCudaCompatDir) + "/" + name, Arch::X86_64});
+            added.push_back({name, std::string(kCudaCompatDir) + "/" + name, kArch});
     }
     for (const fs::path& copy : {by_ldconfig, by_gpubind}) {
         std::vector<Library> injected = inject(copy, s);
@@ -293,10 +316,10 @@ TEST_P(Differential, LoaderResolvesEverySonameAsAfterLdconfig) {
             put(copy / "etc/ld.so.conf.d/000-cuda-compat.conf", std::string(kCudaCompatDir) + "\n");
     }
 
-    // (a) the host's ldconfig, as the fallback runs it.
+    // (a) the target's ldconfig, as the fallback runs it.
     std::string args;
     for (const std::string& d : dirs) args += " " + d;
-    const Output out = run("ldconfig -r " + quote(by_ldconfig.string()) + args + " 2>&1");
+    const Output out = run(kLdconfig + " -r " + quote(by_ldconfig.string()) + args + " 2>&1");
     ASSERT_EQ(out.status, 0) << out.text;
     // (b) gpubind's writer, as the executor calls it.
     std::optional<ldcache::Cache> original;
@@ -328,12 +351,12 @@ TEST_P(Differential, LoaderResolvesEverySonameAsAfterLdconfig) {
               std::string::npos);
 
     // ldconfig -p reading the written cache lists every injected library.
-    const Output listing = run("ldconfig -p -C " + quote(cache.string()));
+    const Output listing = run(kLdconfig + " -p -C " + quote(cache.string()));
     ASSERT_EQ(listing.status, 0);
     for (const Library& l : added) {
         const std::string line = "\t" + l.soname + " (" +
-                                 (l.arch == Arch::I386 ? "libc6" : "libc6,x86-64") + ") => " +
-                                 l.path + "\n";
+                                 (l.arch == Arch::I386 ? target::kFlags32 : target::kFlags) +
+                                 ") => " + l.path + "\n";
         EXPECT_NE(listing.text.find(line), std::string::npos) << line << listing.text;
     }
 }

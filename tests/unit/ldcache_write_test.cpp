@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "built.hpp"
 #include "command.hpp"
 #include "files.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
@@ -102,7 +104,13 @@ TEST(Libcmp, ComparesDigitRunsByValueAsGlibcDoes) {
     EXPECT_LT(ldcache::libcmp("libA", "lib1"), 0);
     EXPECT_LT(ldcache::libcmp("liba", "libb"), 0);
     EXPECT_GT(ldcache::libcmp("liba", "lib"), 0);
-    EXPECT_LT(ldcache::libcmp("lib\xe9", "lib"), 0);  // bytes compare as signed char
+    // Bytes compare as the machine's char: signed on x86 (0xe9 before the
+    // end of the string), unsigned on arm64 (after it), as its ldconfig and
+    // loader compare them.
+    if (std::is_signed_v<char>)
+        EXPECT_LT(ldcache::libcmp("lib\xe9", "lib"), 0);
+    else
+        EXPECT_GT(ldcache::libcmp("lib\xe9", "lib"), 0);
 }
 
 // For many roots: ldconfig's entries, shuffled and written by gpubind with
@@ -209,7 +217,37 @@ TEST(Write, AddedLibrariesKeepTheirOrderAmongEqualKeys) {
     ASSERT_EQ(merged.entries.size(), 2u);
     EXPECT_EQ(merged.entries[0].path, "/usr/local/cuda/compat/libcuda.so.1");
     EXPECT_EQ(merged.entries[1].path, "/usr/lib64/libcuda.so.1");
-    EXPECT_THROW(ldcache::merge(std::nullopt, {{"x.so", "/x.so", Arch::Aarch64}}, {}), Error);
+    EXPECT_THROW(ldcache::merge(std::nullopt, {{"x.so", "/x.so", Arch::Ppc64le}}, {}), Error);
+}
+
+// An arm64 image's libraries are filed as arm64's ldconfig files them:
+// FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64, which `ldconfig -p` shows as
+// "libc6,AArch64"; an x86 entry of the same soname stays beside it.
+TEST(Write, FilesAarch64LibrariesAsLdconfigDoes) {
+    const std::string dir = "/usr/lib/aarch64-linux-gnu";
+    const Cache merged =
+        ldcache::merge(std::nullopt,
+                       {{"libcuda.so.1", dir + "/libcuda.so.1", Arch::Aarch64},
+                        {"libcuda.so.1", "/usr/lib64/libcuda.so.1", Arch::X86_64},
+                        {"libnvidia-ml.so.1", dir + "/libnvidia-ml.so.1", Arch::Aarch64}},
+                       {dir, "/usr/lib64"});
+    ASSERT_EQ(merged.entries.size(), 3u);
+    test::TempDir tmp;
+    const fs::path file = tmp / "arm64.cache";
+    test::write(file, ldcache::serialize(merged));
+    const test::Output out =
+        run(std::string(GPUBIND_TARGET_LDCONFIG) + " -p -C '" + file.string() + "'");
+    ASSERT_EQ(out.status, 0) << out.text;
+    for (const char* line :
+         {"\tlibcuda.so.1 (libc6,AArch64) => /usr/lib/aarch64-linux-gnu/libcuda.so.1\n",
+          "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib64/libcuda.so.1\n",
+          "\tlibnvidia-ml.so.1 (libc6,AArch64) => "
+          "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1\n"})
+        EXPECT_NE(out.text.find(line), std::string::npos) << line << out.text;
+    const Cache back = ldcache::parse(ldcache::serialize(merged), "written");
+    const Entry* arm = ldcache::lookup(back, "libcuda.so.1", Arch::Aarch64);
+    ASSERT_NE(arm, nullptr);
+    EXPECT_EQ(arm->path, dir + "/libcuda.so.1");
 }
 
 }  // namespace

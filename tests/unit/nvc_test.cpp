@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "gpubind/nvc/nvc.hpp"
+#include "target.hpp"
 
 namespace gpubind::nvc {
 namespace {
@@ -73,12 +74,19 @@ TEST(NvcArgs, EnrootFormAndShortOptions) {
                                 "-rdriver>=535", "/home/u/.local/share/enroot/c"});
     ASSERT_EQ(a.usage_error, "");
     EXPECT_TRUE(a.global.user);
-    EXPECT_TRUE(a.global.ignored.empty());
+    // arm64 has no 32-bit driver libraries: --compat32 is accepted and has no effect.
+    if (test::target::kHas32) {
+        EXPECT_TRUE(a.global.ignored.empty());
+        EXPECT_TRUE(a.configure.select.compat32);
+    } else {
+        EXPECT_THAT(a.global.ignored,
+                    ElementsAre("--compat32 (an aarch64 node has no 32-bit driver libraries)"));
+        EXPECT_FALSE(a.configure.select.compat32);
+    }
     EXPECT_EQ(a.global.debug, "/dev/stderr");
     const ConfigureArgs& c = a.configure;
     EXPECT_FALSE(c.pid.has_value());
     EXPECT_EQ(c.select.devices, "0,1");
-    EXPECT_TRUE(c.select.compat32);
     EXPECT_THAT(c.capabilities, ElementsAre("compute", "utility", "graphics", "display", "ngx"));
     EXPECT_THAT(c.requires_, ElementsAre("driver>=535"));
     EXPECT_EQ(c.rootfs, "/home/u/.local/share/enroot/c");

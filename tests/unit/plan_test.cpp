@@ -14,6 +14,7 @@
 #include "gpubind/decide/plan.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/util/error.hpp"
+#include "target.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -25,6 +26,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::StartsWith;
 using ::testing::UnorderedElementsAre;
 
 constexpr const char* kVersion = "550.54.15";
@@ -263,10 +265,15 @@ TEST_F(PlanTest, LibrariesOfTheAskedCapabilitiesWithTheirLinks) {
 TEST_F(PlanTest, LibrariesFollowTheImageLayout) {
     auto lib64 = plan(request(DeviceIdsKind::All, kCapCompute | kCapCompat32), gpus({0}), Image{});
     EXPECT_THAT(targets(lib64), Contains("/usr/lib64/libcuda.so.550.54.15"));
-    EXPECT_THAT(targets(lib64), Contains("/usr/lib/libcuda.so.550.54.15"));  // the 32-bit one
     EXPECT_THAT(links(lib64), Contains(std::pair{std::string("/usr/lib64/libcuda.so.1"),
                                                  std::string("libcuda.so.550.54.15")}));
-    EXPECT_THAT(lib64.library_dirs, ElementsAre("/usr/lib64", "/usr/lib"));
+    if (test::target::kHas32) {
+        EXPECT_THAT(targets(lib64), Contains("/usr/lib/libcuda.so.550.54.15"));  // the 32-bit one
+        EXPECT_THAT(lib64.library_dirs, ElementsAre("/usr/lib64", "/usr/lib"));
+    } else {  // arm64: a lib64 image has no 32-bit directory, compat32 or not
+        for (const auto& t : targets(lib64)) EXPECT_THAT(t, Not(StartsWith("/usr/lib/"))) << t;
+        EXPECT_THAT(lib64.library_dirs, ElementsAre("/usr/lib64"));
+    }
 
     auto deb = plan(request(DeviceIdsKind::All, kCapCompute | kCapCompat32), gpus({0}), multiarch);
     EXPECT_THAT(targets(deb), Contains("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"));
@@ -583,38 +590,38 @@ TEST(InspectImage, Lib64UnlessDebianLike) {
     test::TempDir root;
     auto image = inspect_image(root.path());
     EXPECT_EQ(image.lib_dir, "/usr/lib64");
-    EXPECT_EQ(image.lib32_dir, "/usr/lib");
+    EXPECT_EQ(image.lib32_dir, test::target::kHas32 ? "/usr/lib" : "");
     EXPECT_EQ(image.bin_dir, "/usr/bin");
 
     write(root / "etc/debian_version", "12.5\n");
     image = inspect_image(root.path());
-    EXPECT_EQ(image.lib_dir, "/usr/lib/x86_64-linux-gnu");
-    EXPECT_EQ(image.lib32_dir, "/usr/lib/i386-linux-gnu");
+    EXPECT_EQ(image.lib_dir, test::target::kLibDir);
+    EXPECT_EQ(image.lib32_dir, test::target::kLib32Dir);
 
     test::TempDir multiarch;
-    fs::create_directories(multiarch / "usr/lib/x86_64-linux-gnu");
-    EXPECT_EQ(inspect_image(multiarch.path()).lib_dir, "/usr/lib/x86_64-linux-gnu");
+    fs::create_directories(multiarch / (test::target::kLibDir + 1));
+    EXPECT_EQ(inspect_image(multiarch.path()).lib_dir, test::target::kLibDir);
 }
 
 TEST(InspectImage, ImageSymlinksStayInsideTheRoot) {
     test::TempDir outside;
     write(outside / "debian_version", "12\n");
-    fs::create_directories(outside / "usr/lib/x86_64-linux-gnu");
+    fs::create_directories(outside / (test::target::kLibDir + 1));
     test::TempDir root;
     fs::create_directories(root / "etc");
     fs::create_directories(root / "usr/lib");
     // Both point at real host paths; inside the root they name nothing.
     fs::create_symlink("../../../../../../.." + (outside / "debian_version").string(),
                        root / "etc/debian_version");
-    fs::create_symlink((outside / "usr/lib/x86_64-linux-gnu").string(),
-                       root / "usr/lib/x86_64-linux-gnu");
+    fs::create_symlink((outside / (test::target::kLibDir + 1)).string(),
+                       root / (test::target::kLibDir + 1));
     EXPECT_EQ(inspect_image(root.path()).lib_dir, "/usr/lib64");
 
     // A symlink that stays inside counts.
     write(root / "etc/real_debian_version", "12\n");
     fs::remove(root / "etc/debian_version");
     fs::create_symlink("real_debian_version", root / "etc/debian_version");
-    EXPECT_EQ(inspect_image(root.path()).lib_dir, "/usr/lib/x86_64-linux-gnu");
+    EXPECT_EQ(inspect_image(root.path()).lib_dir, test::target::kLibDir);
 }
 
 TEST(InspectImage, OddShapesAreNotDebian) {
@@ -622,7 +629,7 @@ TEST(InspectImage, OddShapesAreNotDebian) {
     write(root / "usr/lib", "not a directory\n");  // /usr/lib/x86_64-linux-gnu cannot exist
     EXPECT_EQ(inspect_image(root.path()).lib_dir, "/usr/lib64");
     test::TempDir file_root;
-    write(file_root / "usr/lib/x86_64-linux-gnu", "a file\n");
+    write(file_root / (test::target::kLibDir + 1), "a file\n");
     EXPECT_EQ(inspect_image(file_root.path()).lib_dir, "/usr/lib64");
 
     auto missing = root / "no-such-rootfs";

@@ -8,14 +8,16 @@
 #include <vector>
 
 #include "gpubind/os/system.hpp"
+#include "gpubind/util/platform.hpp"
 
 namespace gpubind {
 
 // How the image lays out its libraries, read from the rootfs by descriptor.
 // The defaults are the lib64 layout.
 struct Image {
-    std::string lib_dir = "/usr/lib64";  // or "/usr/lib/x86_64-linux-gnu"
-    std::string lib32_dir = "/usr/lib";  // or "/usr/lib/i386-linux-gnu"; empty: none
+    std::string lib_dir = "/usr/lib64";  // or "/usr/lib/<multiarch>" (x86_64- or aarch64-linux-gnu)
+    // Or "/usr/lib/i386-linux-gnu"; empty: none (always on arm64).
+    std::string lib32_dir = platform::kHasCompat32 ? "/usr/lib" : "";
     std::string bin_dir = "/usr/bin";
     // CUDA forward compatibility: the highest version among the image's
     // /usr/local/cuda/compat/libcuda.so.<version> entries (regular files or

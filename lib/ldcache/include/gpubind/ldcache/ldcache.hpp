@@ -30,6 +30,16 @@ enum class Layout { Old, Compat, New };
 // The architecture an entry is for, decoded from its flags (see arch_of).
 enum class Arch { Unknown, X86_64, I386, X32, Aarch64, Armhf, Ppc64le, Other };
 
+// This build's libraries, and the 32-bit ones its loader also serves (Unknown:
+// none, as on arm64).
+#if defined(__x86_64__)
+inline constexpr Arch kNativeArch = Arch::X86_64;
+inline constexpr Arch kCompat32Arch = Arch::I386;
+#elif defined(__aarch64__)
+inline constexpr Arch kNativeArch = Arch::Aarch64;
+inline constexpr Arch kCompat32Arch = Arch::Unknown;
+#endif
+
 struct Entry {
     std::int32_t flags = 0;          // FLAG_* from glibc's ldconfig.h
     std::string soname;              // the key: what the loader looks up
@@ -101,16 +111,17 @@ const Entry* lookup(const Cache& cache, std::string_view soname, Arch arch);
 // A library gpubind adds to a container's cache: an injected driver library,
 // or one of the image's CUDA forward-compat libraries.
 struct Library {
-    std::string soname;        // the key, e.g. "libcuda.so.1"
-    std::string path;          // the file in the container, e.g. "/usr/lib64/libcuda.so.1"
-    Arch arch = Arch::X86_64;  // X86_64 (flags "libc6,x86-64") or I386 ("libc6")
+    std::string soname;  // the key, e.g. "libcuda.so.1"
+    std::string path;    // the file in the container, e.g. "/usr/lib64/libcuda.so.1"
+    // X86_64 (flags "libc6,x86-64"), I386 ("libc6") or Aarch64 ("libc6,AArch64").
+    Arch arch = kNativeArch;
 };
 
 // What a refresh by `ldconfig -r ROOT <dirs>` would make of the image's cache,
 // without scanning the image:
 //  - each added library becomes an entry (flags FLAG_ELF_LIBC6, with
-//    FLAG_X8664_LIB64 for X86_64; hwcap 0), in the given order among entries
-//    of the same soname and architecture (the CUDA compat one before the driver's);
+//    FLAG_X8664_LIB64 for X86_64 and FLAG_AARCH64_LIB64 for Aarch64; hwcap 0), in the given order
+//    among entries of the same soname and architecture (the CUDA compat one before the driver's);
 //  - an image entry with the soname and architecture of an added library is
 //    dropped (the host's driver wins; an added CUDA compat library is listed
 //    before the driver's one); an image entry of an architecture the writer

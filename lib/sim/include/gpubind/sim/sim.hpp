@@ -19,7 +19,8 @@
 //   and proc/driver/nvidia-caps/mig-minors listing every capability the driver
 //   can create (all 32 GPUs x 15 GPU instances x 8 compute instances). Without
 //   MIG devices in the spec there is no MIG capability at all.
-//   usr/lib/x86_64-linux-gnu (and usr/lib/i386-linux-gnu for 32-bit copies):
+//   usr/lib/x86_64-linux-gnu (and usr/lib/i386-linux-gnu for 32-bit copies;
+//   on arm64 usr/lib/aarch64-linux-gnu alone, the stubs AArch64 objects):
 //   lib<X>.so.<version> files, soname links and, for short sonames,
 //   development links; libvdpau_nvidia in the vdpau/ subdirectory. The 64-bit
 //   libnvidia-ml and libcuda are the fake driver (lib/fake), the rest minimal
@@ -31,7 +32,8 @@
 //   With Spec::prefix the libraries and programs are in the prefix instead
 //   (see Spec).
 //   etc/ld.so.conf naming the library directories (vdpau/ included) and
-//   etc/ld.so.cache built from it by the system's ldconfig (-r DIR).
+//   etc/ld.so.cache built from it by the system's ldconfig (-r DIR), or the
+//   one Spec::ldconfig names (an arm64 one under qemu for an arm64 node).
 //   gpubind-simulated-node.json: the manifest.
 //
 // The fake driver sees what a process on the node would: see
@@ -45,6 +47,8 @@
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "gpubind/util/platform.hpp"
 
 namespace gpubind::sim {
 
@@ -65,8 +69,8 @@ struct Spec {
     unsigned gpus = 8;
     std::string driver_version = "550.54.15";
     std::string model = "NVIDIA H100 80GB HBM3";
-    std::vector<MigSpec> mig;    // empty: MIG off everywhere; a GPU with MIG devices has MIG on
-    bool compat32 = true;        // write the 32-bit (i386) libraries
+    std::vector<MigSpec> mig;  // empty: MIG off everywhere; a GPU with MIG devices has MIG on
+    bool compat32 = platform::kHasCompat32;  // write the 32-bit (i386) libraries
     bool ipcs = true;            // persistenced and fabricmanager sockets, MPS pipe directory
     bool firmware = true;        // lib/firmware/nvidia/<ver>/gsp*.bin
     bool graphics = true;        // graphics, display, video and ngx libraries
@@ -76,6 +80,9 @@ struct Spec {
     // <prefix>/lib (32-bit) in etc/ld.so.conf, the programs in <prefix>/bin,
     // and usr/bin holding shell scripts that run them from there.
     std::string prefix;
+    // The ldconfig that builds etc/ld.so.cache: an absolute path; empty: the
+    // system's (/sbin/ldconfig, else /usr/sbin/ldconfig).
+    std::string ldconfig;
 };
 inline constexpr unsigned kMaxImexChannels = 2048;  // the driver's default channel count
 
