@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "built.hpp"
+#include "command.hpp"
 #include "gpubind/nvc/nvc.hpp"
 #include "target.hpp"
 
@@ -12,6 +14,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 Args parse_words(std::vector<std::string> words) {
     std::vector<char*> argv;
@@ -163,6 +166,27 @@ TEST(NvcArgs, GlobalRootAndLdcacheOverTheConfig) {
     EXPECT_EQ(out.roots.dev, "/devroot");
     EXPECT_EQ(out.ldcache, "/run/nvidia/driver/etc/ld.so.cache.d/driver");
     EXPECT_EQ(with_global(config, {}).roots.driver, config.roots.driver);
+}
+
+// gpubind's own --compat32 (list, configure) where the machine has no 32-bit
+// driver libraries (arm64): a usage error, one line, before anything is read.
+// On x86_64 the flag is taken, and what fails is the missing node.
+TEST(Compat32, GpubindRefusesItWhereThereAreNone) {
+    for (const char* command : {"list", "configure --pid 1 /nonexistent-rootfs"}) {
+        SCOPED_TRACE(command);
+        const test::Output out =
+            test::run(std::string(GPUBIND_CLI_PATH) + " " + command +
+                      " --compat32 --root /nonexistent-gpubind-node 2>&1 >/dev/null");
+        if (test::target::kHas32) {
+            EXPECT_NE(out.status, 0);
+            EXPECT_THAT(out.text, Not(HasSubstr("compat32"))) << out.text;
+        } else {
+            EXPECT_EQ(out.status, 2) << out.text;
+            EXPECT_THAT(out.text,
+                        HasSubstr("--compat32: an aarch64 node has no 32-bit driver libraries"));
+            EXPECT_THAT(out.text, Not(HasSubstr("nonexistent"))) << out.text;
+        }
+    }
 }
 
 }  // namespace
