@@ -317,16 +317,20 @@ Fd LinuxSystem::open_made_dir(int dir_fd, const std::string& name) {
     return Fd(fd);
 }
 
+// A new empty file at `name`, never through a link; none (errno set) if taken.
+static Fd create_file(int dir_fd, const std::string& name, unsigned mode) {
+    return Fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                       static_cast<mode_t>(mode)));
+}
+
 Fd LinuxSystem::make_file(int dir_fd, const std::string& name, unsigned mode) {
-    Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                   static_cast<mode_t>(mode)));
+    Fd fd = create_file(dir_fd, name, mode);
     if (!fd) throw_errno("create file", name);
     return fd;
 }
 
 Fd LinuxSystem::try_make_file(int dir_fd, const std::string& name, unsigned mode) {
-    Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                   static_cast<mode_t>(mode)));
+    Fd fd = create_file(dir_fd, name, mode);
     if (!fd && errno != EEXIST) throw_errno("create file", name);
     return fd;
 }

@@ -30,27 +30,14 @@
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
-
-// The fake driver's files, embedded by lib/fake/CMakeLists.txt (gpubind_sim_blobs).
-extern "C" {
-extern const unsigned char gpubind_blob_nvml_start[], gpubind_blob_nvml_end[];
-extern const unsigned char gpubind_blob_cuda_start[], gpubind_blob_cuda_end[];
-extern const unsigned char gpubind_blob_smi_start[], gpubind_blob_smi_end[];
-extern const unsigned char gpubind_blob_tool_start[], gpubind_blob_tool_end[];
-}
+#include "sim_writer.hpp"
 
 namespace gpubind::sim {
 
-namespace fs = std::filesystem;
-
 namespace {
 
-// The bytes between two of those symbols (distinct objects to the compiler,
-// hence the address arithmetic).
-std::string_view blob(const unsigned char* start, const unsigned char* end) {
-    auto size = reinterpret_cast<std::uintptr_t>(end) - reinterpret_cast<std::uintptr_t>(start);
-    return {reinterpret_cast<const char*>(start), static_cast<std::size_t>(size)};
-}
+namespace fs = std::filesystem;
+using detail::Writer;
 
 // NVIDIA's fixed device numbers.
 constexpr unsigned kFrontendMajor = 195;
@@ -80,71 +67,6 @@ constexpr unsigned kMaxGpus = 64;
 // PCI buses of an 8-GPU HGX baseboard; GPU i sits on bus kBuses[i % 8] of
 // PCI domain i / 8, so bus ids are distinct and ascend with the index.
 constexpr unsigned kBuses[] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
-
-// The distribution layout's library directories (relative to the node).
-constexpr std::string_view kLib64 = std::string_view(platform::kMultiarchLibDir).substr(1);
-constexpr std::string_view kLib32 =
-    platform::kHasCompat32 ? std::string_view(platform::kMultiarchLib32Dir).substr(1) : "";
-
-enum class Real { None, Nvml, Cuda };
-
-// One library of the driver. Its file is <stem>.<version>; its soname is
-// <stem>.<soname_suffix>, or the file name itself when the suffix is empty.
-struct LibraryDef {
-    std::string_view stem;
-    std::string_view soname_suffix;
-    std::string_view capability;
-    bool compat32;            // also installed as a 32-bit copy
-    std::string_view subdir;  // below the library directory
-    Real real;                // the compiled fake (64-bit only), else an ELF stub
-};
-
-constexpr LibraryDef kLibraries[] = {
-    {"libnvidia-ml.so", "1", "utility", true, "", Real::Nvml},
-    {"libnvidia-cfg.so", "1", "utility", false, "", Real::None},
-    {"libcuda.so", "1", "compute", true, "", Real::Cuda},
-    {"libcudadebugger.so", "1", "compute", false, "", Real::None},
-    {"libnvidia-opencl.so", "1", "compute", true, "", Real::None},
-    {"libnvidia-ptxjitcompiler.so", "1", "compute", true, "", Real::None},
-    {"libnvidia-nvvm.so", "4", "compute", false, "", Real::None},
-    {"libnvidia-gpucomp.so", "", "compute", false, "", Real::None},
-    {"libnvidia-allocator.so", "1", "compute", false, "", Real::None},
-    {"libnvcuvid.so", "1", "video", false, "", Real::None},
-    {"libnvidia-encode.so", "1", "video", false, "", Real::None},
-    {"libnvidia-opticalflow.so", "1", "video", false, "", Real::None},
-    {"libvdpau_nvidia.so", "1", "video", false, "vdpau", Real::None},
-    {"libnvidia-eglcore.so", "", "graphics", true, "", Real::None},
-    {"libnvidia-glcore.so", "", "graphics", true, "", Real::None},
-    {"libnvidia-tls.so", "", "graphics", true, "", Real::None},
-    {"libnvidia-glsi.so", "", "graphics", true, "", Real::None},
-    {"libnvidia-fbc.so", "1", "graphics", true, "", Real::None},
-    {"libnvidia-rtcore.so", "", "graphics", false, "", Real::None},
-    {"libnvoptix.so", "1", "graphics", false, "", Real::None},
-    {"libGLX_nvidia.so", "0", "graphics", true, "", Real::None},
-    {"libEGL_nvidia.so", "0", "graphics", true, "", Real::None},
-    {"libGLESv2_nvidia.so", "2", "graphics", true, "", Real::None},
-    {"libGLESv1_CM_nvidia.so", "1", "graphics", true, "", Real::None},
-    {"libnvidia-glvkspirv.so", "", "graphics", true, "", Real::None},
-    {"libnvidia-ngx.so", "1", "ngx", false, "", Real::None},
-};
-
-bool graphics_only(std::string_view capability) {
-    return capability == "video" || capability == "graphics" || capability == "ngx";
-}
-
-struct BinaryDef {
-    std::string_view name;
-    std::string_view capability;
-    bool smi;  // the fake nvidia-smi, else the stand-in tool
-};
-
-constexpr BinaryDef kBinaries[] = {
-    {"nvidia-smi", "utility", true},
-    {"nvidia-debugdump", "utility", false},
-    {"nvidia-persistenced", "utility", false},
-    {"nvidia-cuda-mps-control", "compute", false},
-    {"nvidia-cuda-mps-server", "compute", false},
-};
 
 // The module parameters /proc/driver/nvidia/params lists, in the driver's
 // order, with its defaults.
@@ -274,73 +196,10 @@ void check_spec(const Spec& spec) {
 }
 
 // ---------------------------------------------------------------------------
-// Writing
 
-// Writes the node below `dir_`, recording every piece in the manifest.
-class Writer {
-  public:
-    Writer(fs::path dir, const Spec& spec) : dir_(std::move(dir)) { manifest_.spec = spec; }
+}  // namespace
 
-    Manifest run();
-
-  private:
-    fs::path at(std::string_view rel) const { return dir_ / fs::path(rel); }
-    // The library directory, relative to the node.
-    std::string lib_dir(bool compat32) const {
-        const std::string& prefix = manifest_.spec.prefix;
-        if (prefix.empty()) return std::string(compat32 ? kLib32 : kLib64);
-        return prefix + (compat32 ? "/lib" : "/lib64");
-    }
-
-    void mkdirs(const fs::path& path) const {
-        std::error_code ec;
-        fs::create_directories(path, ec);
-        if (ec) throw Error(ec.value(), "mkdir", path.string());
-    }
-
-    void write(const fs::path& path, std::string_view data, mode_t mode) const {
-        mkdirs(path.parent_path());
-        Fd fd = open_or_throw(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
-        std::size_t done = 0;
-        while (done < data.size()) {
-            ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) throw_errno("write", path.string());
-            done += static_cast<std::size_t>(n);
-        }
-        if (::fchmod(fd.get(), mode) != 0) throw_errno("chmod", path.string());
-    }
-
-    void symlink(std::string_view target, const fs::path& path) const {
-        if (::symlink(std::string(target).c_str(), path.c_str()) != 0)
-            throw_errno("symlink", path.string());
-    }
-
-    void node(std::string_view rel, unsigned major, unsigned minor, mode_t mode);
-    void socket(std::string_view rel) const;
-    void choose_majors();
-    void gpus();
-    void mig();
-    void proc_devices() const;
-    void proc_driver() const;
-    void libraries();
-    void binaries();
-    void ipcs();
-    void firmware();
-    void ldconfig() const;
-
-    void record(std::string kind, std::string name, std::string path, std::string real_path,
-                std::string_view capability, bool compat32) {
-        manifest_.files.push_back({std::move(kind), std::move(name), std::move(path),
-                                   std::move(real_path), std::string(capability), compat32});
-    }
-
-    fs::path dir_;
-    Manifest manifest_;
-    unsigned uvm_major_ = 0;
-    unsigned caps_major_ = 0;
-    unsigned imex_major_ = 0;
-};
+namespace detail {
 
 void Writer::node(std::string_view rel, unsigned major, unsigned minor, mode_t mode) {
     fs::path path = at(rel);
@@ -516,133 +375,6 @@ void Writer::proc_driver() const {
     write(at("proc/driver/nvidia-caps/mig-minors"), minors, 0444);
 }
 
-void Writer::libraries() {
-    const Spec& spec = manifest_.spec;
-    const std::string& version = spec.driver_version;
-    for (bool compat32 : {false, true}) {
-        if (compat32 && !spec.compat32) continue;
-        const std::string libdir = lib_dir(compat32);
-        for (const auto& lib : kLibraries) {
-            if (compat32 && !lib.compat32) continue;
-            if (!spec.graphics && graphics_only(lib.capability)) continue;
-            std::string stem(lib.stem);
-            std::string file = stem + "." + version;
-            std::string soname =
-                lib.soname_suffix.empty() ? file : stem + "." + std::string(lib.soname_suffix);
-            std::string rel_dir(libdir);
-            if (!lib.subdir.empty()) rel_dir += "/" + std::string(lib.subdir);
-            fs::path dir = at(rel_dir);
-            std::string data;
-            if (!compat32 && lib.real == Real::Nvml)
-                data = std::string(blob(gpubind_blob_nvml_start, gpubind_blob_nvml_end));
-            else if (!compat32 && lib.real == Real::Cuda)
-                data = std::string(blob(gpubind_blob_cuda_start, gpubind_blob_cuda_end));
-            else
-                data = elf::make_shared_object(
-                    compat32 ? elf::kCompat32Machine : elf::kNativeMachine, soname);
-            write(dir / file, data, 0755);
-            // The soname link, and the development link for libraries with a
-            // short soname (the installer makes none for "libX.so.<version>").
-            if (soname != file) {
-                symlink(file, dir / soname);
-                symlink(soname, dir / stem);
-            }
-            record("library", soname, "/" + rel_dir + "/" + soname, "/" + rel_dir + "/" + file,
-                   lib.capability, compat32);
-        }
-    }
-}
-
-void Writer::binaries() {
-    const std::string& prefix = manifest_.spec.prefix;
-    for (const auto& bin : kBinaries) {
-        std::string_view data = bin.smi ? blob(gpubind_blob_smi_start, gpubind_blob_smi_end)
-                                        : blob(gpubind_blob_tool_start, gpubind_blob_tool_end);
-        const std::string name(bin.name);
-        std::string rel = (prefix.empty() ? "usr" : prefix) + "/bin/" + name;
-        write(at(rel), data, 0755);
-        if (!prefix.empty())  // the sandbox's wrapper: a path only the host has
-            write(at("usr/bin/" + name), fmt::format("#!/bin/sh\nexec /{} \"$@\"\n", rel), 0755);
-        record("binary", name, "/" + rel, "/" + rel, bin.capability, false);
-    }
-}
-
-void Writer::ipcs() {
-    // nvidia-container-cli gives both daemons' sockets with the utility
-    // capability and the MPS pipe directory with compute.
-    for (std::string_view daemon : {"nvidia-persistenced", "nvidia-fabricmanager"}) {
-        std::string rel = "run/" + std::string(daemon) + "/socket";
-        socket(rel);
-        record("ipc", std::string(daemon), "/" + rel, "/" + rel, "utility", false);
-    }
-    mkdirs(at("tmp/nvidia-mps"));
-    record("ipc", "nvidia-mps", "/tmp/nvidia-mps", "/tmp/nvidia-mps", "compute", false);
-}
-
-void Writer::firmware() {
-    const std::string& version = manifest_.spec.driver_version;
-    for (std::string_view name : {"gsp_ga10x.bin", "gsp_tu10x.bin"}) {
-        std::string rel = fmt::format("lib/firmware/nvidia/{}/{}", version, name);
-        write(at(rel), fmt::format("gpubind simulated GSP firmware {} {}\n", name, version), 0644);
-        record("firmware", std::string(name), "/" + rel, "/" + rel, "utility", false);
-    }
-}
-
-// Builds etc/ld.so.cache with the system's ldconfig, chrooted into the node
-// (-r), leaving the links as written (-X), with an empty environment.
-void Writer::ldconfig() const {
-    const Spec& spec = manifest_.spec;
-    std::string conf = fmt::format("/{}\n", lib_dir(false));
-    if (spec.graphics) conf += fmt::format("/{}/vdpau\n", lib_dir(false));
-    if (spec.compat32) conf += fmt::format("/{}\n", lib_dir(true));
-    write(at("etc/ld.so.conf"), conf, 0644);
-
-    std::string program = spec.ldconfig.empty() ? "/sbin/ldconfig" : spec.ldconfig;
-    if (spec.ldconfig.empty() && ::access(program.c_str(), X_OK) != 0)
-        program = "/usr/sbin/ldconfig";
-    std::string root = dir_.string();
-    std::vector<std::string> args = {"ldconfig", "-X", "-i", "-r", root};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    char* envp[] = {nullptr};
-
-    int pipefd[2];
-    if (::pipe2(pipefd, O_CLOEXEC) != 0) throw_errno("pipe", program);
-    Fd out(pipefd[0]);
-    Fd in(pipefd[1]);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, in.get(), 1);
-    posix_spawn_file_actions_adddup2(&actions, in.get(), 2);
-    pid_t pid = 0;
-    int err = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp);
-    posix_spawn_file_actions_destroy(&actions);
-    if (err != 0) throw Error(err, "run", program);
-    in.reset();
-
-    std::string output;
-    char buf[4096];
-    for (;;) {
-        ssize_t n = ::read(out.get(), buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        if (output.size() < 4096) output.append(buf, static_cast<std::size_t>(n));
-    }
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) throw_errno("wait", program);
-    std::string said(trim(output));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::string how = WIFEXITED(status) ? fmt::format("exited with {}", WEXITSTATUS(status))
-                                            : fmt::format("killed by signal {}", WTERMSIG(status));
-        throw Error(ECHILD, "simulate", (dir_ / "etc/ld.so.cache").string(),
-                    fmt::format("{} -X -i -r {} {}{}{}", program, root, how,
-                                said.empty() ? "" : ": ", said));
-    }
-    if (!said.empty()) logger().debug("simulate: ldconfig said: {}", said);
-}
-
 Manifest Writer::run() {
     const Spec& spec = manifest_.spec;
     int cuda = fake_cuda_version(fake_driver_major(spec.driver_version.c_str()));
@@ -692,6 +424,10 @@ Manifest Writer::run() {
     write(at(kManifestName), j.dump(2) + "\n", 0644);
     return manifest_;
 }
+
+}  // namespace detail
+
+namespace {
 
 // Removes everything inside `dir` (never following symlinks).
 void clear(const fs::path& dir) {

@@ -76,11 +76,10 @@ namespace target = test::target;
 // The target's glibc: its ldconfig, and the glibc-hwcaps subdirectories the
 // test plants (arm64's loader searches none of them).
 const std::string kLdconfig = GPUBIND_TARGET_LDCONFIG;
+constexpr Arch kArch = target::kArch;
 #if defined(__aarch64__)
-constexpr Arch kArch = Arch::Aarch64;
 constexpr const char* kHwcapsDirs[] = {"sve", "sve2", "armv9"};
 #else
-constexpr Arch kArch = Arch::X86_64;
 constexpr const char* kHwcapsDirs[] = {"x86-64-v2", "x86-64-v3", "x86-64-v4"};
 #endif
 

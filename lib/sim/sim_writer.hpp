@@ -1,0 +1,97 @@
+// The simulated node's writer, shared by its two halves: sim.cpp (the
+// device nodes, procfs files, the manifest) and sim_driver.cpp (the driver's
+// user-space files and the loader cache). Private to lib/sim.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "gpubind/sim/sim.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/fd.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/platform.hpp"
+
+namespace gpubind::sim::detail {
+
+namespace fs = std::filesystem;
+
+// The distribution layout's library directories (relative to the node).
+constexpr std::string_view kLib64 = std::string_view(platform::kMultiarchLibDir).substr(1);
+constexpr std::string_view kLib32 =
+    platform::kHasCompat32 ? std::string_view(platform::kMultiarchLib32Dir).substr(1) : "";
+
+// Writes the node below `dir_`, recording every piece in the manifest.
+class Writer {
+  public:
+    Writer(fs::path dir, const Spec& spec) : dir_(std::move(dir)) { manifest_.spec = spec; }
+
+    Manifest run();
+
+  private:
+    fs::path at(std::string_view rel) const { return dir_ / fs::path(rel); }
+    // The library directory, relative to the node.
+    std::string lib_dir(bool compat32) const {
+        const std::string& prefix = manifest_.spec.prefix;
+        if (prefix.empty()) return std::string(compat32 ? kLib32 : kLib64);
+        return prefix + (compat32 ? "/lib" : "/lib64");
+    }
+
+    void mkdirs(const fs::path& path) const {
+        std::error_code ec;
+        fs::create_directories(path, ec);
+        if (ec) throw Error(ec.value(), "mkdir", path.string());
+    }
+
+    void write(const fs::path& path, std::string_view data, mode_t mode) const {
+        mkdirs(path.parent_path());
+        Fd fd = open_or_throw(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+        std::size_t done = 0;
+        while (done < data.size()) {
+            ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) throw_errno("write", path.string());
+            done += static_cast<std::size_t>(n);
+        }
+        if (::fchmod(fd.get(), mode) != 0) throw_errno("chmod", path.string());
+    }
+
+    void symlink(std::string_view target, const fs::path& path) const {
+        if (::symlink(std::string(target).c_str(), path.c_str()) != 0)
+            throw_errno("symlink", path.string());
+    }
+
+    void node(std::string_view rel, unsigned major, unsigned minor, mode_t mode);
+    void socket(std::string_view rel) const;
+    void choose_majors();
+    void gpus();
+    void mig();
+    void proc_devices() const;
+    void proc_driver() const;
+    void libraries();
+    void binaries();
+    void ipcs();
+    void firmware();
+    void ldconfig() const;
+
+    void record(std::string kind, std::string name, std::string path, std::string real_path,
+                std::string_view capability, bool compat32) {
+        manifest_.files.push_back({std::move(kind), std::move(name), std::move(path),
+                                   std::move(real_path), std::string(capability), compat32});
+    }
+
+    fs::path dir_;
+    Manifest manifest_;
+    unsigned uvm_major_ = 0;
+    unsigned caps_major_ = 0;
+    unsigned imex_major_ = 0;
+};
+
+}  // namespace gpubind::sim::detail
