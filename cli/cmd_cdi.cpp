@@ -1,5 +1,6 @@
 // gpubind cdi: the node as Container Device Interface specs.
-//   generate  the GPU spec (or the IMEX channels' with --imex) as JSON or YAML,
+//   generate  the GPU spec (or the IMEX channels' with --imex, a device
+//             family's with --family NAME) as JSON or YAML,
 //             to stdout or atomically to --output (rewritten only when it changes)
 //   refresh   the node's specs under [cdi] dir, rewritten only when they change
 //   remove    those specs removed (package removal)
@@ -30,6 +31,7 @@ struct CdiOptions {
     std::filesystem::path hook;
     std::filesystem::path dir;
     bool imex = false;
+    std::string family;  // --family: that device family's spec
     bool json = false;
     double timeout = 10;
     std::vector<std::filesystem::path> specs;
@@ -64,7 +66,22 @@ int generate(const CdiOptions& o) {
     const Config config = cdi_config(o);
     const Node node = cdi_node(config, o, false);
     nlohmann::json spec;
-    if (o.imex) {
+    if (!o.family.empty()) {
+        if (o.imex)
+            throw_invalid("parse arguments", "--family", "--imex and --family exclude each other");
+        const Family* f = config.family(o.family);
+        if (!f)
+            throw_invalid("generate CDI spec", "--family",
+                          "no family " + o.family + " in the config");
+        if (f->cdi_kind.empty())
+            throw_invalid("generate CDI spec", "--family",
+                          "family " + o.family + " has no cdi-kind in the config");
+        auto family = cdi::family_spec(node, config, o.family);
+        if (!family)
+            throw Error(ENOENT, "generate CDI spec", "--family",
+                        "the node has no device of family " + o.family);
+        spec = *family;
+    } else if (o.imex) {
         auto imex = cdi::imex_spec(node, config);
         if (!imex)
             throw Error(ENOENT, "generate CDI spec", "--imex", "the node has no IMEX channel");
@@ -105,6 +122,9 @@ int list(const CdiOptions& o) {
         names = cdi::device_names(cdi::gpu_spec(node, config));
         if (auto imex = cdi::imex_spec(node, config))
             for (auto& n : cdi::device_names(*imex)) names.push_back(std::move(n));
+        for (const auto& f : config.families)
+            if (auto spec = cdi::family_spec(node, config, f.name))
+                for (auto& n : cdi::device_names(*spec)) names.push_back(std::move(n));
     } else {
         for (const auto& file : o.specs) {
             const auto spec = cdi::parse_spec(read_file(file, cdi::kMaxSpecFileSize),
@@ -152,6 +172,8 @@ void register_cdi(CLI::App& app, Action& action) {
                     "Write the spec to FILE atomically, only when it changed (default stdout)");
     gen->add_option("--hook-path", o->hook, "gpubind-hook's path in the spec (default [cdi] hook)");
     gen->add_flag("--imex", o->imex, "The IMEX channels' spec (<vendor>/imex-channel)");
+    gen->add_option("--family", o->family,
+                    "A device family's spec (its cdi-kind: nvidia.com/mofed, nvidia.com/gds, ...)");
     gen->callback([o, &action] { action = [o] { return generate(*o); }; });
 
     auto* ref = cdi_cmd->add_subcommand(

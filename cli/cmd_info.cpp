@@ -1,4 +1,5 @@
-// gpubind info: the driver and its GPUs, as text, CSV or JSON.
+// gpubind info: the driver and its GPUs, as text, CSV or JSON; with
+// --topology, where each GPU sits (PCIe, NUMA) and its nearest HCAs and NVMe.
 #include <cstdio>
 #include <ctime>
 
@@ -7,6 +8,8 @@
 
 #include "commands.hpp"
 #include "gpubind/node/node.hpp"
+#include "gpubind/node/sysfs.hpp"
+#include "gpubind/node/topology.hpp"
 #include "gpubind/start/start.hpp"
 
 namespace gpubind::cli {
@@ -18,6 +21,7 @@ struct InfoOptions {
     bool csv = false;
     bool json = false;
     bool refresh = false;
+    bool topology = false;
 };
 
 const char* nvml_status(NvmlStatus s) {
@@ -173,6 +177,17 @@ void print_json(const NodeKnowledge& k) {
     fmt::print("{}\n", out.dump(2));
 }
 
+// --topology: the node's GPUs placed in the sys root's PCIe tree.
+void print_topology(const Node& node, const std::filesystem::path& sys, bool json) {
+    const std::vector<sysfs::Hca> hcas = sysfs::hcas(sys);
+    const std::vector<sysfs::Nvme> nvmes = sysfs::nvmes(sys);
+    const std::vector<GpuTopology> gpus = read_topology(node, sys, hcas, nvmes);
+    if (json)
+        fmt::print("{}\n", gpubind::to_json(gpus, hcas, nvmes).dump(2));
+    else
+        fmt::print("{}", to_text(gpus, hcas, nvmes, sys));
+}
+
 }  // namespace
 
 void register_info(CLI::App& app, Action& action) {
@@ -180,16 +195,23 @@ void register_info(CLI::App& app, Action& action) {
     auto* cmd = app.add_subcommand("info", "Show the driver and the GPUs of this node");
     add_node_options(*cmd, opts->node);
     auto* csv = cmd->add_flag("--csv", opts->csv, "Comma-separated output");
+    cmd->add_flag("--topology", opts->topology,
+                  "Where each GPU sits (NUMA node, CPUs, PCIe path) and its nearest HCAs and "
+                  "NVMe, from the sys root (JSON with --json: schema gpubind.topology/v1)")
+        ->excludes(csv);
     cmd->add_flag("--json", opts->json, "JSON output (schema gpubind.info/v1)")->excludes(csv);
     cmd->add_flag("--refresh", opts->refresh,
                   "Discover the node and ask NVML now, and rewrite the node description");
     cmd->callback([opts, &action] {
         action = [opts] {
             LoadOptions load = load_options(opts->node);
-            load.need_nvml = true;
+            load.need_nvml = !opts->topology;  // the topology needs nothing of NVML
             load.refresh = opts->refresh;
-            const NodeKnowledge k = know_node(node_config(opts->node), load);
-            if (opts->json)
+            const Config config = node_config(opts->node);
+            const NodeKnowledge k = know_node(config, load);
+            if (opts->topology)
+                print_topology(k.node, config.roots.sys, opts->json);
+            else if (opts->json)
                 print_json(k);
             else if (opts->csv)
                 print_csv(k.node);

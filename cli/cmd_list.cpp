@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "gpubind/decide/plan.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/node/devices.hpp"
 #include "gpubind/node/node.hpp"
@@ -23,14 +24,44 @@ struct ListOptions {
     std::string imex_channels = "all";  // NVIDIA_IMEX_CHANNELS syntax
     bool libraries = false, binaries = false, ipcs = false, firmwares = false;
     bool compat32 = false, mig_config = false, mig_monitor = false, json = false;
+    std::vector<std::string> families;  // --family NAME[=all|affine|devices]
 };
 
 struct Listing {
     std::vector<const DeviceNode*> devices;
     std::vector<const DriverFile*> files;
+    FamilyItems families;  // what --family asks, for the GPUs listed
 };
 
-Listing make_listing(const Node& node, const ListOptions& o, Capabilities caps) {
+// --family NAME[=VALUE]: the family's devices a container given the listed
+// GPUs would get, VALUE as the family's selecting variable reads it (default all).
+Request family_request(const std::vector<std::string>& args, const Config& config) {
+    Request req;
+    for (const auto& arg : args) {
+        const auto eq = arg.find('=');
+        const std::string name = arg.substr(0, eq);
+        const Family* family = config.family(name);
+        if (!family)
+            throw_invalid("parse arguments", "--family", "no family " + name + " in the config");
+        // Read as a container's selecting variable would be.
+        Family only = *family;
+        only.variables.clear();
+        only.caps = 0;
+        only.select = "GPUBIND_LIST_FAMILY";
+        oci::Spec spec;
+        spec.env = {
+            "NVIDIA_VISIBLE_DEVICES=none",
+            "GPUBIND_LIST_FAMILY=" + (eq == std::string::npos ? "all" : arg.substr(eq + 1))};
+        for (auto fr : read_request(spec, Policy{}, {only}).families) {
+            fr.asked_by = "--family " + arg;
+            req.families.push_back(std::move(fr));
+        }
+    }
+    return req;
+}
+
+Listing make_listing(const Node& node, const Config& config, const ListOptions& o,
+                     Capabilities caps) {
     const bool any_kind = o.libraries || o.binaries || o.ipcs || o.firmwares;
     const bool want_devices = !any_kind || !o.device.empty();
     Listing out;
@@ -52,6 +83,13 @@ Listing make_listing(const Node& node, const ListOptions& o, Capabilities caps) 
         for (const DeviceNode* c : select_imex_channels(
                  node, parse_imex_channels(o.imex_channels, "--imex-channels", "command line")))
             out.devices.push_back(c);
+        std::vector<const Gpu*> gpus;
+        for (const auto& gpu : node.gpus)
+            if (std::find(out.devices.begin(), out.devices.end(), &gpu.node) != out.devices.end())
+                gpus.push_back(&gpu);
+        if (!o.families.empty())
+            out.families = plan_families(family_request(o.families, config), node, gpus, config);
+        for (const auto& d : out.families.devices) out.devices.push_back(&d.node);
     }
     for (const auto& f : node.files) {
         if (!(f.caps & caps)) continue;
@@ -104,7 +142,18 @@ void print_json(const Listing& l) {
                             {"minor", d->minor}};
         if (gpubind::dir_name(d->path) == "/dev/nvidia-caps-imex-channels")
             j["imex_channel"] = d->minor;
+        for (const auto& f : l.families.devices)
+            if (&f.node == d) j["family"] = f.why;
         out["devices"].push_back(std::move(j));
+    }
+    if (!l.families.files.empty() || !l.families.links.empty()) {
+        out["family_files"] = nlohmann::json::array();
+        for (const auto& m : l.families.files)
+            out["family_files"].push_back(
+                {{"path", m.source}, {"target", m.target}, {"why", m.why}});
+        out["family_links"] = nlohmann::json::array();
+        for (const auto& s : l.families.links)
+            out["family_links"].push_back({{"path", s.path}, {"target", s.target}});
     }
     for (const auto* f : l.files) {
         nlohmann::json j = {{"name", f->name},
@@ -120,6 +169,7 @@ void print_json(const Listing& l) {
 void print_text(const Listing& l) {
     std::string text;
     for (const auto* d : l.devices) text += d->host_path + "\n";
+    for (const auto& m : l.families.files) text += m.source + "\n";
     for (const auto* f : l.files)
         text += (f->kind == FileKind::Library ? f->real_path : f->host_path) + "\n";
     fmt::print("{}", text);
@@ -147,6 +197,9 @@ void register_list(CLI::App& app, Action& action) {
     cmd->add_option("--imex-channels", o->imex_channels,
                     "IMEX channels whose nodes to list with the devices: all, none or channel "
                     "numbers, comma separated (default all)");
+    cmd->add_option("--family", o->families,
+                    "Device family whose nodes to list with the devices, for the GPUs listed: "
+                    "NAME or NAME=SELECTION (all, affine, device names; default all); repeatable");
     cmd->add_flag("--json", o->json, "JSON output (schema gpubind.list/v1)");
     cmd->callback([o, &action] {
         action = [o] {
@@ -159,8 +212,9 @@ void register_list(CLI::App& app, Action& action) {
             // NVML is needed only to resolve MIG UUIDs.
             load.need_nvml = o->device.find("MIG-") != std::string::npos ||
                              o->device.find("mig-") != std::string::npos;
-            const Node node = know_node(node_config(o->node), load).node;
-            Listing listing = make_listing(node, *o, *caps);
+            const Config config = node_config(o->node);
+            const Node node = know_node(config, load).node;
+            Listing listing = make_listing(node, config, *o, *caps);
             if (o->json)
                 print_json(listing);
             else

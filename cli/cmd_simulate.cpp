@@ -1,7 +1,10 @@
-// gpubind simulate: write a simulated node (device nodes, procfs files, the
-// fake driver, ld.so.cache) into a directory, for demos and tests without a GPU.
+// gpubind simulate: write a simulated node (device nodes, procfs and sysfs
+// files, the fake driver, ld.so.cache) into a directory, for demos and tests
+// without a GPU.
 #include <algorithm>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -67,11 +70,29 @@ void print_summary(const std::filesystem::path& dir, const sim::Manifest& m) {
     if (m.spec.imex_channels > 0)
         fmt::print("  IMEX channels 0-{}: /dev/nvidia-caps-imex-channels/channel<n>\n",
                    m.spec.imex_channels - 1);
+    for (const auto& hca : m.hcas)
+        fmt::print("  HCA {}: {} {} (NUMA node {}, switch {})\n", hca.name, hca.pci_bus_id,
+                   hca.uverbs.path, hca.numa_node, hca.switch_port);
+    for (const auto& nvme : m.nvmes)
+        fmt::print("  NVMe {}: {} (NUMA node {}, switch {})\n", nvme.name, nvme.pci_bus_id,
+                   nvme.numa_node, nvme.switch_port);
+    std::vector<std::string> families;
+    for (const auto& f : m.family_nodes)
+        if (std::find(families.begin(), families.end(), f.family) == families.end())
+            families.push_back(f.family);
     fmt::print("  {} device nodes, {} libraries, {} binaries, {} ipcs, {} firmware files\n",
                m.nodes.size(), count_files(m, "library"), count_files(m, "binary"),
                count_files(m, "ipc"), count_files(m, "firmware"));
+    if (!families.empty())
+        fmt::print("  {} device family nodes ({})\n", m.family_nodes.size(),
+                   fmt::join(families, ", "));
     fmt::print("  Manifest: {}\n", (dir / sim::kManifestName).string());
-    fmt::print("  Use it with: gpubind info --root {}\n", dir.string());
+    fmt::print("  Roots: driver and dev {}, proc {}, sys {}\n", dir.string(),
+               (dir / "proc").string(), m.sys_root);
+    fmt::print(
+        "  Use it with: gpubind info --root {} (or in a config, [node] driver-root, "
+        "dev-root, proc-root and sys-root)\n",
+        dir.string());
 }
 
 }  // namespace
@@ -117,6 +138,20 @@ void register_simulate(CLI::App& app, Action& action) {
     cmd->add_option("--ldconfig", o->spec.ldconfig,
                     "The ldconfig that builds the node's ld.so.cache (default: the system's; "
                     "for an arm64 node on an x86 machine, an arm64 one run through qemu)");
+    cmd->add_option("--hcas", o->spec.hcas,
+                    "Number of InfiniBand HCAs (mlx5_<n>: sysfs entries, /dev/infiniband nodes)")
+        ->check(CLI::Range(0u, sim::kMaxHcas))
+        ->default_str(std::to_string(o->spec.hcas));
+    cmd->add_option("--nvmes", o->spec.nvmes, "Number of NVMe controllers (nvme<n>, in sysfs)")
+        ->check(CLI::Range(0u, sim::kMaxNvmes))
+        ->default_str(std::to_string(o->spec.nvmes));
+    cmd->add_flag("--nvswitch", o->spec.nvswitch,
+                  "Add 4 NVSwitches' nodes (/dev/nvidia-nvswitchctl, /dev/nvidia-nvswitch<n>)");
+    cmd->add_flag("--gds", o->spec.gds,
+                  "Add GPUDirect Storage: /dev/nvidia-fs<n> (16) and /etc/cufile.json");
+    cmd->add_flag("--gdrcopy", o->spec.gdrcopy, "Add gdrcopy's /dev/gdrdrv");
+    cmd->add_flag("--drm", o->spec.drm,
+                  "Add each GPU's DRM nodes (/dev/dri/card<i>, renderD<128+i>, by-path links)");
     cmd->add_flag("--json", o->json, "Print the manifest as JSON");
     cmd->callback([o, &action] {
         o->spec.mig = parse_mig(o->mig, o->spec.gpus);

@@ -23,7 +23,8 @@ void add_node_options(CLI::App& cmd, NodeOptions& opts) {
     cmd.add_option("--config", opts.config,
                    "Config file (default $GPUBIND_CONFIG or /etc/gpubind/config.toml)");
     cmd.add_option("--root", opts.root,
-                   "Node root: driver root and dev root, with the proc root at ROOT/proc");
+                   "Node root: driver root and dev root, with the proc root at ROOT/proc and "
+                   "the sys root at ROOT/sys");
     cmd.add_option("--ldcache", opts.ldcache, "ld.so.cache to read (default ROOT/etc/ld.so.cache)");
 }
 
@@ -40,7 +41,7 @@ LoadOptions load_options(const NodeOptions& opts) {
 Config with_node_options(Config config, const NodeOptions& opts) {
     if (!opts.root.empty()) {
         auto root = std::filesystem::absolute(opts.root);
-        config.roots = {root, root, root / "proc"};
+        config.roots = {root, root, root / "proc", root / "sys"};
     }
     if (!opts.ldcache.empty()) config.ldcache = std::filesystem::absolute(opts.ldcache);
     return config;

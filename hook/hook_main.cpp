@@ -158,7 +158,7 @@ int run(const std::string& stage, bool inherited) {
         logger().debug("edited by gpubind-runtime: its finish hook completes the container");
         return kExitOk;
     }
-    Request request = read_request(spec, config.policy);
+    Request request = read_request(spec, config.policy, config.families);
     if (!request.gpu_container()) {
         logger().debug("{}: nothing to do", describe_request(request));
         return kExitOk;

@@ -84,8 +84,11 @@ runc = shutil.which("runc")
 
 roots = ""
 if not real:
-    subprocess.run([cli, "simulate", node, "--gpus", "4"], check=True, stdout=subprocess.DEVNULL)
-    roots = f'driver-root = "{node}"\ndev-root = "{node}"\nproc-root = "{node}/proc"\n'
+    # Two HCAs, one under each PCIe switch: the RDMA affine start below.
+    subprocess.run([cli, "simulate", node, "--gpus", "4", "--hcas", "2"], check=True,
+                   stdout=subprocess.DEVNULL)
+    roots = (f'driver-root = "{node}"\ndev-root = "{node}"\nproc-root = "{node}/proc"\n'
+             f'sys-root = "{node}/sys"\n')
 os.makedirs(state, mode=0o755, exist_ok=True)
 # On cgroup v2 the hook extends the runtime's device program and keeps it on
 # a bpffs for the next start ([node] bpf-dir): here the bench's own bpffs,
@@ -172,6 +175,8 @@ noop = spec(gpu_env)
 noop["hooks"] = {"prestart": [{"path": busybox, "args": ["true"]}]}
 bundles = {"bare": spec(), "noop": noop, "hook": spec(gpu_env, True), "shim": spec(gpu_env),
            "hook+cuda": spec(gpu_env + ["NVIDIA_REQUIRE_CUDA=cuda>=12.0"], True)}
+if not real:  # the same start choosing the HCAs nearest to the GPUs (issue 23)
+    bundles["hook-rdma"] = spec(gpu_env + ["GPUBIND_RDMA=affine"], True)
 if baseline:
     bundles["shim-base"] = spec(gpu_env)
 for name, s in bundles.items():
@@ -353,6 +358,8 @@ int main(int argc, char** argv) {
 timed = [("hook", hook, ["gpubind-hook", "prestart"], config),
          ("hook-400", hook, ["gpubind-hook", "prestart"], config),
          ("noop", busybox, ["true"], config)]
+if not real:
+    timed.append(("hook-rdma", hook, ["gpubind-hook", "prestart"], config))
 if cgroup_v2:  # the same hook with no program kept: loaded at every start
     write_config(f"{work}/config-loaded.toml", "")
     timed.append(("hook-loaded", hook, ["gpubind-hook", "prestart"], f"{work}/config-loaded.toml"))
@@ -367,7 +374,7 @@ for name, target, args, hook_config in timed:
     exe = f"{work}/{name}-wrap"
     subprocess.run(["cc", "-O2", f'-DHOOK="{target}"', f'-DLOG="{log}"', wrap_src, "-o", exe],
                    check=True)
-    s = json.loads(json.dumps(bundles["bare" if name == "noop" else "hook"]))
+    s = json.loads(json.dumps(bundles[{"noop": "bare", "hook-rdma": "hook-rdma"}.get(name, "hook")]))
     s["hooks"] = {"prestart": [{"path": exe, "args": args,
                                 "env": [f"GPUBIND_CONFIG={hook_config}"]}]}
     bundles[f"{name}-timed"] = s
@@ -385,6 +392,7 @@ for name, log in lifetimes.items():
         life[name] = [float(x) / 1e3 for x in f]
     line({"hook": "gpubind-hook", "hook-400": "gpubind-hook, image of 400 libraries",
           "noop": "busybox true (any hook)",
+          "hook-rdma": "gpubind-hook, GPUBIND_RDMA=affine",
           "hook-loaded": "gpubind-hook, program loaded each start (v2)",
           "hook-base": "gpubind-hook, the baseline build"}[name],
          life[name])
@@ -409,6 +417,8 @@ for label, xs, key in summary:
           f"  median of the rounds' ratios {m:5.2f} (p10 {lo:5.2f}, p90 {hi:5.2f}, n={len(xs)})")
 if baseline:  # the log's i-th lines were written in the same round
     paired("gpubind-hook lifetime minus the baseline's", life["hook-base"], life["hook"])
+if "hook-rdma" in life:  # issue 23: at most 0.3 ms
+    paired("GPUBIND_RDMA=affine minus the same start without", life["hook"], life["hook-rdma"])
 
 # The hook's own step timings (debug level, into a log of the work
 # directory): where its lifetime goes. Debug logging makes each start slower.

@@ -17,6 +17,8 @@
 #include "gpubind/cdi/runtime.hpp"
 #include "gpubind/cdi/yaml.hpp"
 #include "gpubind/decide/plan.hpp"
+#include "gpubind/node/families.hpp"
+#include "gpubind/node/node_read.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
@@ -134,10 +136,24 @@ json gpu_spec(const Node& node, const Config& config) {
                                    {"args", {"gpubind-hook", std::string(kHookStage)}},
                                    {"env", {std::string(kConfigEnv) + "=" + config_path}}}});
 
+    // With the capabilities of a GPU-bound family (DRM with graphics), each
+    // GPU's device carries that family's nodes of the GPU too.
+    auto gpu_nodes = [&](const Gpu& gpu) {
+        std::vector<const DeviceNode*> out = {&gpu.node};
+        for (const auto& family : config.families) {
+            const FamilyNodes* f = find_family(node, family.name);
+            if (family.source != FamilySource::Drm || !(family.caps & config.cdi.caps) || !f)
+                continue;
+            for (const auto& d : f->devices)
+                if (d.pci_bus_id == gpu.pci_bus_id)
+                    for (const auto& n : d.nodes) out.push_back(&n);
+        }
+        return out;
+    };
     json devices = json::array();
     for (const auto& gpu : node.gpus) {
-        add_device(devices, std::to_string(gpu.index), {&gpu.node});
-        if (!gpu.uuid.empty()) add_device(devices, gpu.uuid, {&gpu.node});
+        add_device(devices, std::to_string(gpu.index), gpu_nodes(gpu));
+        if (!gpu.uuid.empty()) add_device(devices, gpu.uuid, gpu_nodes(gpu));
     }
     for (const auto& gpu : node.gpus)
         for (const auto& m : gpu.mig) {
@@ -147,11 +163,41 @@ json gpu_spec(const Node& node, const Config& config) {
         }
     if (!node.gpus.empty()) {
         std::vector<const DeviceNode*> all;
-        for (const auto& gpu : node.gpus) all.push_back(&gpu.node);
+        for (const auto& gpu : node.gpus)
+            for (const DeviceNode* n : gpu_nodes(gpu)) all.push_back(n);
         add_device(devices, "all", all);
     }
     return with_version(
         {{"kind", config.cdi.kind}, {"devices", devices}, {"containerEdits", edits}});
+}
+
+std::optional<json> family_spec(const Node& node, const Config& config, std::string_view name) {
+    const Family* family = config.family(name);
+    const FamilyNodes* f = find_family(node, name);
+    if (!family || family->cdi_kind.empty() || !f) return std::nullopt;
+    json devices = json::array();
+    std::vector<const DeviceNode*> all;
+    for (const auto& d : f->devices) {
+        std::vector<const DeviceNode*> nodes;
+        for (const auto& n : d.nodes) nodes.push_back(&n);
+        all.insert(all.end(), nodes.begin(), nodes.end());
+        add_device(devices, d.name, nodes);
+    }
+    add_device(devices, "all", all);
+    json edits = json::object();
+    json shared = json::array();
+    for (const auto& n : f->shared) shared.push_back(node_json(n));
+    if (!shared.empty()) edits["deviceNodes"] = shared;
+    json mounts = json::array();
+    for (const auto& file : f->files)
+        mounts.push_back({{"hostPath", detail::under(node.roots.driver, file).string()},
+                          {"containerPath", file},
+                          {"options", runtime::mount_options(kMountReadOnly | kMountNoSuid |
+                                                             kMountNoDev | kMountNoExec)}});
+    if (!mounts.empty()) edits["mounts"] = mounts;
+    json spec = {{"kind", family->cdi_kind}, {"devices", devices}};
+    if (!edits.empty()) spec["containerEdits"] = edits;
+    return with_version(spec);
 }
 
 std::optional<json> imex_spec(const Node& node, const Config& config) {
@@ -187,12 +233,16 @@ bool write_if_changed(const fs::path& path, std::string_view content, bool check
 
 namespace {
 
-// The files refresh() writes: the GPU spec, the IMEX spec.
-std::pair<fs::path, fs::path> spec_files(const Config& config) {
+// The files refresh() writes: the GPU spec, the IMEX spec, then each
+// family's that has a CDI kind (config order).
+std::vector<fs::path> spec_files(const Config& config) {
     const fs::path& dir = config.cdi.dir;
-    return {
+    std::vector<fs::path> out = {
         dir / file_name(config.cdi.kind),
         dir / file_name(std::string(vendor_of(config.cdi.kind)) + "/" + std::string(kImexClass))};
+    for (const auto& f : config.families)
+        if (!f.cdi_kind.empty()) out.push_back(dir / file_name(f.cdi_kind));
+    return out;
 }
 
 // Removes `file`; whether it was there.
@@ -206,17 +256,23 @@ bool remove_file(const fs::path& file) {
 
 std::vector<fs::path> remove(const Config& config) {
     std::vector<fs::path> out;
-    const auto [gpu, imex] = spec_files(config);
-    for (const auto& f : {gpu, imex})
+    for (const auto& f : spec_files(config))
         if (remove_file(f)) out.push_back(f);
     return out;
 }
 
 std::vector<SpecFile> wanted_specs(const Node& node, const Config& config) {
-    const auto [gpu, imex] = spec_files(config);
-    std::vector<SpecFile> out = {{gpu, serialize(gpu_spec(node, config), Format::Json)},
-                                 {imex, std::nullopt}};
+    const auto files = spec_files(config);
+    std::vector<SpecFile> out = {{files[0], serialize(gpu_spec(node, config), Format::Json)},
+                                 {files[1], std::nullopt}};
     if (auto spec = imex_spec(node, config)) out[1].content = serialize(*spec, Format::Json);
+    std::size_t i = 2;
+    for (const auto& f : config.families) {
+        if (f.cdi_kind.empty()) continue;
+        out.push_back({files[i++], std::nullopt});
+        if (auto spec = family_spec(node, config, f.name))
+            out.back().content = serialize(*spec, Format::Json);
+    }
     return out;
 }
 
@@ -257,8 +313,7 @@ void refresh_quietly(const Node& node, const Config& config) {
         // This node's specs that are there, and what they hold: nothing is
         // computed for a node that has none.
         std::map<fs::path, std::string> ours;
-        const auto [gpu, imex] = spec_files(config);
-        for (const fs::path& file : {gpu, imex}) {
+        for (const fs::path& file : spec_files(config)) {
             Fd fd(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
             struct stat st {};
             if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;

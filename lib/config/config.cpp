@@ -92,4 +92,10 @@ Config load_trusted_config(const std::filesystem::path& path) {
     return load_trusted(std::filesystem::absolute(path), false);
 }
 
+const Family* Config::family(std::string_view name) const {
+    for (const auto& f : families)
+        if (f.name == name) return &f;
+    return nullptr;
+}
+
 }  // namespace gpubind

@@ -1,6 +1,8 @@
 // Reading TOML into a Config: shared by the library and gpubind_config_gen,
 // which turns config/config.toml into the built-in defaults at build time.
 #include <algorithm>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +37,8 @@ class Reader {
                 table(node, k, [&](auto& t) { read_catalog(t, k); });
             else if (k == "cdi")
                 table(node, k, [&](auto& t) { read_cdi(t, k); });
+            else if (k == "family")
+                table(node, k, [&](auto& t) { read_families(t, k); });
             else if (k == "nvidia-container-cli")
                 table(node, k, [&](auto& t) { read_nvidia_cli(t, k); });
             else if (k == "nvidia-container-runtime")
@@ -124,6 +128,8 @@ class Reader {
                 config_.roots.dev = absolute(node, full);
             else if (k == "proc-root")
                 config_.roots.proc = absolute(node, full);
+            else if (k == "sys-root")
+                config_.roots.sys = absolute(node, full);
             else if (k == "ldcache")
                 config_.ldcache =
                     string(node, full).empty() ? std::filesystem::path() : absolute(node, full);
@@ -237,6 +243,123 @@ class Reader {
                 fail(full, "unknown key");
             }
         }
+    }
+
+    // [family.<name>]: each table changes the family of that name (a built-in
+    // one) or adds one; each is checked whole once read.
+    void read_families(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string name(key.str()), full = prefix + "." + name;
+            if (auto why = family_name_error(name)) fail(full, *why);
+            auto it = std::find_if(config_.families.begin(), config_.families.end(),
+                                   [&](const Family& f) { return f.name == name; });
+            if (it == config_.families.end()) {
+                Family fresh;
+                fresh.name = name;
+                it = config_.families.insert(
+                    std::upper_bound(
+                        config_.families.begin(), config_.families.end(), name,
+                        [](const std::string& n, const Family& f) { return n < f.name; }),
+                    std::move(fresh));
+            }
+            table(node, full, [&](auto& body) { read_family(body, full, *it); });
+            check_family(*it, full);
+        }
+    }
+
+    static std::optional<std::string> family_name_error(std::string_view name) {
+        const bool ok = !name.empty() && name.size() <= 32 && name.front() >= 'a' &&
+                        name.front() <= 'z' &&
+                        name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") ==
+                            std::string_view::npos;
+        if (!ok) return "a family's name is 1 to 32 of [a-z0-9-], starting with a letter";
+        if (name == "imex" || name == "cdi" || name == "all")
+            return "\"" + std::string(name) + "\" is reserved (device mounts use it)";
+        return std::nullopt;
+    }
+
+    std::string variable(const toml::node& node, const std::string& key) const {
+        auto v = string(node, key);
+        if (!valid_variable(v)) fail(key, "\"" + v + "\" is not an environment variable name");
+        return v;
+    }
+
+    static bool valid_variable(std::string_view v) {
+        return !v.empty() && v.size() <= 64 && !(v.front() >= '0' && v.front() <= '9') &&
+               v.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") ==
+                   std::string_view::npos;
+    }
+
+    void read_family(const toml::table& t, const std::string& prefix, Family& f) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "source") {
+                const auto v = string(node, full);
+                if (v == "glob")
+                    f.source = FamilySource::Glob;
+                else if (v == "infiniband")
+                    f.source = FamilySource::Infiniband;
+                else if (v == "drm")
+                    f.source = FamilySource::Drm;
+                else
+                    fail(full, "\"" + v + "\": expected glob, infiniband or drm");
+            } else if (k == "nodes") {
+                f.nodes = strings(node, full);
+                for (const auto& n : f.nodes) {
+                    const auto normal = std::filesystem::path(n).lexically_normal().string();
+                    if (!n.starts_with("/dev/") || normal != n || n.find("/../") != n.npos ||
+                        n.find_first_of("[]\\\n") != std::string::npos || n.size() > 256)
+                        fail(full, "\"" + n +
+                                       "\": expected a normal absolute path under /dev (globs: * "
+                                       "and ? in names)");
+                }
+            } else if (k == "major") {
+                f.major = string(node, full);
+                if (f.major.empty() || f.major.size() > 64 ||
+                    f.major.find_first_of(" \t\n") != std::string::npos)
+                    fail(full, "expected a driver's name as /proc/devices lists it, or \"misc\"");
+            } else if (k == "variables") {
+                f.variables.clear();
+                for (const auto& v : strings(node, full)) {
+                    if (!valid_variable(v))
+                        fail(full, "\"" + v + "\" is not an environment variable name");
+                    f.variables.push_back(v);
+                }
+            } else if (k == "select") {
+                f.select = string(node, full).empty() ? std::string() : variable(node, full);
+            } else if (k == "extras") {
+                f.extras = string(node, full).empty() ? std::string() : variable(node, full);
+            } else if (k == "capabilities") {
+                f.caps = string(node, full).empty() ? 0 : capabilities(node, full);
+            } else if (k == "files") {
+                f.files = strings(node, full);
+                for (const auto& file : f.files)
+                    if (file.empty() || file.front() != '/' ||
+                        std::filesystem::path(file).lexically_normal().string() != file)
+                        fail(full, "\"" + file + "\": expected a normal absolute path");
+            } else if (k == "cdi-kind") {
+                f.cdi_kind = string(node, full);
+                if (!f.cdi_kind.empty())
+                    if (auto why = cdi::kind_error(f.cdi_kind))
+                        fail(full, "\"" + f.cdi_kind + "\" is not a CDI kind: " + *why);
+            } else {
+                fail(full, "unknown key");
+            }
+        }
+    }
+
+    // A family as a whole: what its source needs.
+    void check_family(const Family& f, const std::string& key) const {
+        if (f.source == FamilySource::Glob && f.nodes.empty())
+            fail(key, "a glob family needs nodes (paths or globs under /dev)");
+        if (!f.nodes.empty() && f.major.empty())
+            fail(key,
+                 "nodes need a major: the driver's name in /proc/devices (the node decides "
+                 "the numbers, never the image)");
+        if (f.variables.empty() && f.select.empty() && f.caps == 0)
+            fail(key, "nothing asks for this family: give variables, select or capabilities");
+        if (f.source == FamilySource::Drm && !f.nodes.empty())
+            fail(key, "a drm family's nodes come from sysfs; it takes no nodes");
     }
 
     std::vector<std::string> runtimes(const toml::node& node, const std::string& key) const {

@@ -89,12 +89,38 @@ std::string ldcache_method(LdcacheMethod v) {
     return fmt::format("static_cast<LdcacheMethod>({})", static_cast<int>(v));
 }
 
+std::string family_source(FamilySource v) {
+    switch (v) {
+        case FamilySource::Glob:
+            return "FamilySource::Glob";
+        case FamilySource::Infiniband:
+            return "FamilySource::Infiniband";
+        case FamilySource::Drm:
+            return "FamilySource::Drm";
+    }
+    return fmt::format("static_cast<FamilySource>({})", static_cast<int>(v));
+}
+
+std::string family(const Family& f) {
+    const auto& [name, source, nodes, major, variables, select, extras, family_caps, files,
+                 cdi_kind] = f;
+    constexpr std::string_view in4 = "                ";
+    return fmt::format(
+        "Family{{\n            .name = {},\n            .source = {},\n"
+        "            .nodes = {},\n            .major = {},\n            .variables = {},\n"
+        "            .select = {},\n            .extras = {},\n            .caps = {},\n"
+        "            .files = {},\n            .cdi_kind = {},\n        }}",
+        literal(name), family_source(source), strings(nodes, in4), literal(major),
+        strings(variables, in4), literal(select), literal(extras), caps(family_caps),
+        strings(files, in4), literal(cdi_kind));
+}
+
 }  // namespace
 
 std::string builtin_config_source(const Config& config, std::string_view text) {
     const auto& [roots, ldcache, ldconfig, state_dir, bpf_dir, catalog, policy, log, runtimes, cdi,
-                 source] = config;
-    const auto& [driver, dev, proc] = roots;
+                 families, source] = config;
+    const auto& [driver, dev, proc, sys] = roots;
     const auto& [libraries, binaries, ipcs, firmware] = catalog;
     const auto& [envvar, cdi_annotations, cdi_vendors, volumes, disable_require, supported, cgroups,
                  refused, cuda_compat, ldcache_how, ipc_owners] = policy;
@@ -109,8 +135,9 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
         "namespace gpubind::detail {\n\n"
         "Config make_builtin_config() {\n"
         "    return Config{\n";
-    out += fmt::format("        .roots = {{.driver = {}, .dev = {}, .proc = {}}},\n",
-                       path_literal(driver), path_literal(dev), path_literal(proc));
+    out +=
+        fmt::format("        .roots = {{.driver = {}, .dev = {}, .proc = {}, .sys = {}}},\n",
+                    path_literal(driver), path_literal(dev), path_literal(proc), path_literal(sys));
     out += fmt::format(
         "        .ldcache = {},\n        .ldconfig = {},\n        .state_dir = {},\n"
         "        .bpf_dir = {},\n",
@@ -150,6 +177,7 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
         "            .hook = {},\n            .spec_dirs = {},\n        }},\n",
         path_literal(cdi_dir), literal(cdi_kind), caps(cdi_caps), path_literal(cdi_hook),
         paths(spec_dirs, in3));
+    out += fmt::format("        .families = {},\n", list(families, family, in2));
     out += fmt::format("        .source = {},\n", path_literal(source));
     out += "    };\n}\n\nstd::string_view builtin_config_text() {\n    return std::string_view{\n";
     while (!text.empty()) {  // one literal per line of the file

@@ -314,6 +314,15 @@ Plan make_plan(const Request& request, const Node& node, const Selection& select
     add_mig_control(b, node, request, capability_files);
     for (const DeviceNode* channel : select_imex_channels(node, request.imex_channels))
         b.device(*channel, fmt::format("IMEX channel {}", channel->minor));
+    if (!request.families.empty()) {
+        auto items = plan_families(request, node, gpus, config);
+        for (auto& d : items.devices) b.device(d.node, std::move(d.why));
+        for (auto& m : items.files)
+            if (std::none_of(b.plan.mounts.begin(), b.plan.mounts.end(),
+                             [&](const PlannedMount& x) { return x.target == m.target; }))
+                b.plan.mounts.push_back(std::move(m));
+        for (auto& l : items.links) b.symlink(std::move(l.path), std::move(l.target));
+    }
 
     add_driver_files(b, node, image, caps);
     add_cuda_compat(b.plan, node, image, config, caps);

@@ -22,11 +22,17 @@
 //  5. NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES: privileged
 //     containers only, else refused. NVIDIA_IMEX_CHANNELS: numbers or "all"
 //     (parse_imex_channels); "none", "void" or empty: no channel.
+//  6. Device families ([family.<name>]): by device mounts
+//     (<dir>/<family>/<device|all>) when mounts are honoured, else each
+//     family's variables ("enabled": every device) and its selecting variable
+//     (all, affine, device names); and a family whose capabilities the
+//     request has comes with the GPUs (never refused for its absence).
 //
 // A variable given several times counts with its last value, as the
 // container's process sees it; duplicate ids are dropped.
 #include "gpubind/decide/request.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <map>
 #include <set>
@@ -67,9 +73,20 @@ struct MountRequest {
     bool present = false;
     std::vector<std::string> devices;
     std::vector<std::string> imex;
+    std::map<std::string, std::vector<std::string>> families;  // family -> devices ("all")
 };
 
-MountRequest read_device_mounts(const oci::Spec& spec, const std::string& where) {
+// A device's name as a family lists it ("mlx5_0", "nvidia-fs3", "card1").
+bool device_name(std::string_view name) {
+    return !name.empty() && name.size() <= 64 &&
+           name.find_first_not_of(
+               "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+               "0123456789_.:-") == std::string_view::npos &&
+           name != "." && name != "..";
+}
+
+MountRequest read_device_mounts(const oci::Spec& spec, const std::vector<Family>& families,
+                                const std::string& where) {
     MountRequest out;
     for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
         const auto& m = spec.mounts[i];
@@ -90,6 +107,11 @@ MountRequest read_device_mounts(const oci::Spec& spec, const std::string& where)
         out.present = true;
         if (parts.size() == 1) {
             add_unique(out.devices, parts[0]);
+        } else if (parts.size() == 2 &&
+                   std::any_of(families.begin(), families.end(),
+                               [&](const Family& f) { return f.name == parts[0]; })) {
+            if (!device_name(parts[1])) bad("not a device name");
+            add_unique(out.families[parts[0]], parts[1]);
         } else if (parts.size() == 2 && parts[0] == "imex") {
             // One channel a mount: a number or "all".
             if (parts[1].find_first_of(", \t") != std::string::npos || parts[1] == "none" ||
@@ -254,6 +276,85 @@ Capabilities read_capabilities(const oci::Spec& spec, const Policy& policy, bool
     return wanted & policy.supported;
 }
 
+// A family's switch variable: on (enabled, true, 1, yes, on, all), off
+// (disabled, false, 0, no, off, void, none, empty), else an error.
+bool switched_on(std::string_view variable, std::string_view value, const std::string& where) {
+    const std::string v = to_lower(trim(value));
+    if (v == "enabled" || v == "true" || v == "1" || v == "yes" || v == "on" || v == "all")
+        return true;
+    if (v.empty() || v == "disabled" || v == "false" || v == "0" || v == "no" || v == "off" ||
+        v == "void" || v == "none")
+        return false;
+    throw_invalid("read request", where,
+                  fmt::format("{}: '{}' is neither enabled nor disabled", variable, value));
+}
+
+// What the variables and capabilities of a GPU container ask of each family.
+void read_family_variables(Request& req, const oci::Spec& spec, const std::vector<Family>& families,
+                           const std::string& where) {
+    for (const auto& f : families) {
+        FamilyRequest fr;
+        fr.family = f.name;
+        for (const auto& variable : f.variables)
+            if (auto value = spec.getenv(variable); value && switched_on(variable, *value, where)) {
+                fr.all = true;
+                fr.asked_by = fmt::format("{}={}", variable, *value);
+            }
+        if (auto value = f.select.empty() ? std::nullopt : spec.getenv(f.select)) {
+            for (auto field : split(*value, ',')) {
+                field = trim(field);
+                if (field.empty() || field == "none" || field == "void") continue;
+                if (field == "all")
+                    fr.all = true;
+                else if (field == "affine")
+                    fr.affine = true;
+                else if (device_name(field))
+                    add_unique(fr.names, std::string(field));
+                else
+                    throw_invalid("read request", where,
+                                  fmt::format("{}: '{}' is not all, affine or a device name",
+                                              f.select, field));
+            }
+            if (fr.all || fr.affine || !fr.names.empty())
+                fr.asked_by = fmt::format("{}={}", f.select, *value);
+        }
+        if (fr.asked_by.empty() && (req.caps & f.caps) != 0) {
+            fr.all = true;
+            fr.by_capability = true;
+            fr.asked_by = "capabilities " + capability_names(req.caps & f.caps);
+        }
+        if (fr.asked_by.empty()) continue;
+        if (auto value = f.extras.empty() ? std::nullopt : spec.getenv(f.extras))
+            fr.extras = switched_on(f.extras, *value, where);
+        req.families.push_back(std::move(fr));
+    }
+}
+
+// What device mounts ask of each family (and the capabilities, as by variable).
+void read_family_mounts(Request& req, std::map<std::string, std::vector<std::string>> mounts,
+                        const std::vector<Family>& families) {
+    for (const auto& f : families) {
+        FamilyRequest fr;
+        fr.family = f.name;
+        if (auto it = mounts.find(f.name); it != mounts.end()) {
+            for (auto& name : it->second)
+                if (name == "all")
+                    fr.all = true;
+                else
+                    fr.names.push_back(std::move(name));
+            if (fr.all) fr.names.clear();
+            fr.asked_by = fmt::format("device mounts under {}/{}", kDeviceMountDir, f.name);
+        } else if ((req.caps & f.caps) != 0) {
+            fr.all = true;
+            fr.by_capability = true;
+            fr.asked_by = "capabilities " + capability_names(req.caps & f.caps);
+        } else {
+            continue;
+        }
+        req.families.push_back(std::move(fr));
+    }
+}
+
 }  // namespace
 
 std::vector<std::string> parse_imex_channels(std::string_view value, std::string_view what,
@@ -282,14 +383,17 @@ std::vector<std::string> parse_imex_channels(std::string_view value, std::string
     return out;
 }
 
-Request read_request(const oci::Spec& spec, const Policy& policy) {
+Request read_request(const oci::Spec& spec, const Policy& policy,
+                     const std::vector<Family>& families) {
     const std::string container = spec.bundle.string();
     const std::string where = (spec.bundle / "config.json").string();
     const bool legacy = legacy_cuda_image(spec);
     Request req;
 
-    MountRequest mounts = read_device_mounts(spec, where);
-    if (mounts.present && policy.accept_volume_mounts) {
+    MountRequest mounts = read_device_mounts(spec, families, where);
+    const bool by_mounts = mounts.present && policy.accept_volume_mounts;
+    auto family_mounts = std::move(mounts.families);
+    if (by_mounts) {
         req = request_by_mounts(std::move(mounts));
     } else {
         if (mounts.present)
@@ -309,6 +413,10 @@ Request read_request(const oci::Spec& spec, const Policy& policy) {
 
     req.mig_config = read_mig(spec, "NVIDIA_MIG_CONFIG_DEVICES", container);
     req.mig_monitor = read_mig(spec, "NVIDIA_MIG_MONITOR_DEVICES", container);
+    if (by_mounts)
+        read_family_mounts(req, std::move(family_mounts), families);
+    else
+        read_family_variables(req, spec, families, where);
     return req;
 }
 

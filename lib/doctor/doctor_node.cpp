@@ -154,6 +154,7 @@ NodeFacts gather_node(const Config& config) {
     f.ldconfig_fact = ec ? FileFact{} : stat_path(real_ldconfig);
 
     read_dev_char(f, config);
+    gather_families(f, config);
     return f;
 }
 
@@ -564,6 +565,7 @@ std::vector<Check> check_node(const NodeFacts& f) {
     out.push_back(check_persistenced(f));
     out.push_back(check_ldconfig(f));
     out.push_back(check_dev_char(f));
+    for (auto& c : check_families(f)) out.push_back(std::move(c));
     return out;
 }
 

@@ -1,6 +1,7 @@
 // The node description (description.hpp): fingerprint, file format, trust
 // checks, recomputation.
 #include "gpubind/node/description.hpp"
+#include "gpubind/node/families.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,8 +15,10 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/compile.h>
@@ -39,7 +42,7 @@ using detail::kMaxProcFile;
 using detail::program_dirs;
 using detail::under;
 
-constexpr std::string_view kSchema = "gpubind.node/3";
+constexpr std::string_view kSchema = "gpubind.node/4";
 // A listing deeper than this (capabilities/gpu<N>/mig/gi<G>/ci<C>) is not the driver's.
 constexpr int kMaxDepth = 5;
 
@@ -98,9 +101,13 @@ std::string identity(int at, const char* path) {
 // name starts with `prefix`, sorted by name: name, inode, type. False when
 // the directory cannot be read.
 using Entries = std::vector<std::pair<std::string, std::pair<ino_t, unsigned char>>>;
-bool read_entries(int fd, Entries& out, std::string_view prefix = {}) {
+bool read_entries(int fd, Entries& out, const std::vector<std::string>& prefixes = {""}) {
     const bool ok = detail::for_each_entry(fd, [&](std::string_view name, const dirent64& e) {
-        if (name.starts_with(prefix)) out.push_back({std::string(name), {e.d_ino, e.d_type}});
+        for (const auto& prefix : prefixes)
+            if (name.starts_with(prefix)) {
+                out.push_back({std::string(name), {e.d_ino, e.d_type}});
+                break;
+            }
         return true;
     });
     std::sort(out.begin(), out.end());
@@ -131,10 +138,10 @@ void listing(std::string& out, int at, const char* name, const std::string& rel,
 // The dev root's NVIDIA entries (nvidia*): names and inodes, and for the
 // nodes their identity (type, numbers, mode, owner: what discovery reads with
 // stat).
-std::string dev_nodes(const Fd& fd) {
+std::string dev_entries(const Fd& fd, const std::vector<std::string>& prefixes) {
     if (!fd) return failure(errno);
     Entries entries;
-    if (!read_entries(fd.get(), entries, "nvidia")) return "error";
+    if (!read_entries(fd.get(), entries, prefixes)) return "error";
     std::string out;
     for (const auto& [entry, info] : entries) {
         ((out += entry) += ':') += std::to_string(info.first);
@@ -234,7 +241,25 @@ template <class Io, class T>
 requires std::same_as<std::remove_const_t<T>, Gpu>
 void fields(Io& io, T& g) {
     io(g.index, g.minor, g.model, g.uuid, g.pci_bus_id, g.vbios, g.bus_type, g.excluded, g.proc_dir,
-       g.node, g.mig, g.brand, g.compute_capability);
+       g.node, g.mig, g.brand, g.compute_capability, g.place);
+}
+
+template <class Io, class T>
+requires std::same_as<std::remove_const_t<T>, PciPlace>
+void fields(Io& io, T& p) {
+    io(p.bridges, p.numa_node, p.cpulist);
+}
+
+template <class Io, class T>
+requires std::same_as<std::remove_const_t<T>, FamilyDevice>
+void fields(Io& io, T& d) {
+    io(d.name, d.pci_bus_id, d.place, d.nodes, d.extras, d.links);
+}
+
+template <class Io, class T>
+requires std::same_as<std::remove_const_t<T>, FamilyNodes>
+void fields(Io& io, T& f) {
+    io(f.name, f.devices, f.shared, f.files);
 }
 
 template <class Io, class T>
@@ -246,8 +271,8 @@ void fields(Io& io, T& f) {
 template <class Io, class T>
 requires std::same_as<std::remove_const_t<T>, Node>
 void fields(Io& io, T& n) {
-    io(n.roots.driver, n.roots.dev, n.roots.proc, n.driver_version, n.cuda_version, n.gpus,
-       n.control, n.mig_control, n.imex_channels, n.files, n.warnings);
+    io(n.roots.driver, n.roots.dev, n.roots.proc, n.roots.sys, n.driver_version, n.cuda_version,
+       n.gpus, n.control, n.mig_control, n.imex_channels, n.families, n.files, n.warnings);
 }
 
 template <class Io, class T>
@@ -310,6 +335,15 @@ class Writer {
     void item(const std::vector<T>& v) {
         count(v.size());
         for (const auto& e : v) item(e);
+    }
+    template <class T>
+    void item(const std::optional<T>& v) {
+        item(v.has_value());
+        if (v) item(*v);
+    }
+    template <class A, class B>
+    void item(const std::pair<A, B>& v) {
+        (*this)(v.first, v.second);
     }
     template <class K, class V, class C>
     void item(const std::map<K, V, C>& m) {
@@ -386,6 +420,19 @@ class Reader {
         v.reserve(std::min<std::size_t>(n, 256));
         for (std::size_t i = 0; i < n; ++i) item(v.emplace_back());
     }
+    template <class T>
+    void item(std::optional<T>& v) {
+        bool has = false;
+        item(has);
+        if (has)
+            item(v.emplace());
+        else
+            v.reset();
+    }
+    template <class A, class B>
+    void item(std::pair<A, B>& v) {
+        (*this)(v.first, v.second);
+    }
     template <class K, class V, class C>
     void item(std::map<K, V, C>& m) {
         const std::size_t n = count();
@@ -412,7 +459,7 @@ class Reader {
 
 // "<schema>\n", the body's digest (8 bytes, little-endian), the body: the
 // digest is checked before the body is decoded.
-constexpr std::string_view kMagic = "gpubind.node/3\n";
+constexpr std::string_view kMagic = "gpubind.node/4\n";
 static_assert(kMagic.size() == kSchema.size() + 1 && kMagic.substr(0, kSchema.size()) == kSchema);
 constexpr std::size_t kDigestSize = 8;
 
@@ -569,6 +616,7 @@ std::string config_digest(const Config& c) {
     // piece goes in with its length (Digest::add), so no separator is needed.
     Digest d;
     d.add(c.roots.driver.native()).add(c.roots.dev.native()).add(c.roots.proc.native());
+    d.add(c.roots.sys.native());
     d.add(c.ldcache_path().native()).add(c.ldconfig.native()).add(c.state_dir.native());
     d.add(c.runtimes.size());
     for (const auto& r : c.runtimes) d.add(r);
@@ -590,6 +638,15 @@ std::string config_digest(const Config& c) {
     // the description, and know_node then rewrites the specs.
     d.add(c.cdi.dir.native()).add(c.cdi.kind).add(static_cast<std::uint64_t>(c.cdi.caps));
     d.add(c.cdi.hook.native());
+    d.add(c.families.size());
+    for (const auto& f : c.families) {
+        d.add(f.name).add(static_cast<std::uint64_t>(f.source)).add(f.major).add(f.select);
+        d.add(f.extras).add(static_cast<std::uint64_t>(f.caps)).add(f.cdi_kind);
+        for (const auto* list : {&f.nodes, &f.variables, &f.files}) {
+            d.add(list->size());
+            for (const auto& e : *list) d.add(e);
+        }
+    }
     return hex(d.value());
 }
 
@@ -609,10 +666,29 @@ Fingerprint node_fingerprint(const Config& config) {
     fp["proc"] = hex(digest(listed));
     const fs::path dev = under(config.roots.dev, "/dev");
     const Fd devfd(::open(dev.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    std::string nodes = dev_nodes(devfd);
+    auto family_dirs = family_dev_entries(config);
+    std::vector<std::string> dev_prefixes = {"nvidia"};
+    if (auto it = family_dirs.find("/dev"); it != family_dirs.end()) {
+        dev_prefixes.insert(dev_prefixes.end(), it->second.begin(), it->second.end());
+        family_dirs.erase(it);
+    }
+    std::string nodes = dev_entries(devfd, dev_prefixes);
     listing(nodes, devfd.get(), "nvidia-caps", "nvidia-caps", kMaxDepth);
     listing(nodes, devfd.get(), "nvidia-caps-imex-channels", "imex", kMaxDepth);
     fp["dev"] = hex(digest(nodes));
+    if (!config.families.empty()) {
+        // The families' nodes (names, inodes, numbers), /proc/misc (rdma_cm's
+        // minor) and the GPUs' PCI placement are learned with the node: a
+        // module loaded, an HCA added or a node replaced changes these.
+        std::string families = content_of(proc.get(), "misc");
+        for (const auto& [dir, prefixes] : family_dirs) {
+            if (!dir.starts_with("/dev/")) continue;  // the config allows no other
+            const Fd fd(::openat(devfd.get(), dir.c_str() + 5, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+            ((families += dir) += ':') += dev_entries(fd, prefixes);
+            if (dir == "/dev/dri") listing(families, fd.get(), "by-path", "by-path", kMaxDepth);
+        }
+        fp["families"] = hex(digest(families));
+    }
     fp["ldcache"] = identity(AT_FDCWD, config.ldcache_path().c_str());
     return fp;
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/node/families.hpp"
 #include "gpubind/node/node.hpp"
 #include "gpubind/node/node_read.hpp"
 #include "gpubind/util/error.hpp"
@@ -433,6 +434,7 @@ Node discover(const Config& config, const DiscoverOptions& options) {
     discover_gpus(node, majors);
     discover_control_nodes(node, majors);
     discover_imex_channels(node, majors);
+    discover_families(node, config, majors);
     discover_libraries(node, config);
     discover_other_files(node, config);
     if (options.nvml && !node.gpus.empty()) apply_nvml(node, options.nvml_timeout);

@@ -193,6 +193,12 @@ void check_spec(const Spec& spec) {
         throw_invalid("simulate", what,
                       fmt::format("imex channels must be 0 to {}, not {}", kMaxImexChannels,
                                   spec.imex_channels));
+    if (spec.hcas > kMaxHcas)
+        throw_invalid("simulate", what,
+                      fmt::format("hcas must be 0 to {}, not {}", kMaxHcas, spec.hcas));
+    if (spec.nvmes > kMaxNvmes)
+        throw_invalid("simulate", what,
+                      fmt::format("nvmes must be 0 to {}, not {}", kMaxNvmes, spec.nvmes));
 }
 
 // ---------------------------------------------------------------------------
@@ -201,7 +207,7 @@ void check_spec(const Spec& spec) {
 
 namespace detail {
 
-void Writer::node(std::string_view rel, unsigned major, unsigned minor, mode_t mode) {
+void Writer::make_node(std::string_view rel, unsigned major, unsigned minor, mode_t mode) const {
     fs::path path = at(rel);
     mkdirs(path.parent_path());
     if (::mknod(path.c_str(), S_IFCHR | mode, makedev(major, minor)) != 0) {
@@ -211,6 +217,10 @@ void Writer::node(std::string_view rel, unsigned major, unsigned minor, mode_t m
         throw_errno("mknod", path.string());
     }
     if (::chmod(path.c_str(), mode) != 0) throw_errno("chmod", path.string());
+}
+
+void Writer::node(std::string_view rel, unsigned major, unsigned minor, mode_t mode) {
+    make_node(rel, major, minor, mode);
     manifest_.nodes.push_back({"/" + std::string(rel), major, minor});
 }
 
@@ -235,10 +245,11 @@ void Writer::socket(std::string_view rel) const {
         throw_errno("chmod", path.string());
 }
 
-// nvidia-uvm's and nvidia-caps' majors are dynamic: pick two that no driver
-// on this host holds, so that opening the nodes fails with ENXIO here.
+// nvidia-uvm's, nvidia-caps', the IMEX channels', gdrdrv's, nvidia-fs' and
+// nvidia-nvswitch's majors are dynamic: pick ones that no driver on this host
+// holds, so that opening the nodes fails with ENXIO here.
 void Writer::choose_majors() {
-    std::set<unsigned> used = {kFrontendMajor};
+    std::set<unsigned> used = {kFrontendMajor, kMiscMajor, kDrmMajor, kInfinibandMajor};
     try {
         std::string text = read_file("/proc/devices", 1 << 16);
         bool chars = false;
@@ -255,7 +266,7 @@ void Writer::choose_majors() {
     } catch (const Error& e) {
         logger().warn(
             "simulate: cannot read this host's /proc/devices ({}); assuming majors "
-            "235, 236 and 234 are free",
+            "235, 236 and 234 down to 200 are free",
             e.what());
     }
     std::vector<unsigned> candidates = {235, 236};
@@ -265,11 +276,14 @@ void Writer::choose_majors() {
     for (unsigned m : candidates)
         if (!used.count(m) && std::find(free.begin(), free.end(), m) == free.end())
             free.push_back(m);
-    if (free.size() < 3)
+    if (free.size() < 6)
         throw Error(EBUSY, "simulate", "/proc/devices", "no free character device majors");
     uvm_major_ = free[0];
     caps_major_ = free[1];
     imex_major_ = free[2];
+    gdrdrv_major_ = free[3];
+    nvfs_major_ = free[4];
+    nvswitch_major_ = free[5];
 }
 
 void Writer::gpus() {
@@ -312,6 +326,15 @@ void Writer::proc_devices() const {
     if (!manifest_.migs.empty()) chars.emplace_back(caps_major_, "nvidia-caps");
     if (manifest_.spec.imex_channels > 0)
         chars.emplace_back(imex_major_, "nvidia-caps-imex-channels");
+    const Spec& spec = manifest_.spec;
+    if (spec.drm) chars.emplace_back(kDrmMajor, "drm");
+    if (spec.hcas > 0) {  // the kernel's order within a major: by first minor
+        chars.emplace_back(kInfinibandMajor, "infiniband_mad");
+        chars.emplace_back(kInfinibandMajor, "infiniband_verbs");
+    }
+    if (spec.gdrcopy) chars.emplace_back(gdrdrv_major_, "gdrdrv");
+    if (spec.gds) chars.emplace_back(nvfs_major_, "nvidia-fs");
+    if (spec.nvswitch) chars.emplace_back(nvswitch_major_, "nvidia-nvswitch");
     std::stable_sort(chars.begin(), chars.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     std::string text = "Character devices:\n";
@@ -380,8 +403,11 @@ Manifest Writer::run() {
     int cuda = fake_cuda_version(fake_driver_major(spec.driver_version.c_str()));
     manifest_.cuda_version = fmt::format("{}.{}", cuda / 1000, (cuda % 1000) / 10);
     choose_majors();
+    choose_misc_minor();
+    manifest_.sys_root = at("sys").string();
     gpus();
     mig();
+    pci_layout();
 
     // Device nodes first: without CAP_MKNOD nothing else gets written.
     for (const auto& gpu : manifest_.gpus)
@@ -411,9 +437,12 @@ Manifest Writer::run() {
 
     for (unsigned n = 0; n < spec.imex_channels; ++n)
         node(fmt::format("dev/nvidia-caps-imex-channels/channel{}", n), imex_major_, n, 0666);
+    families();
 
     proc_devices();
+    proc_misc();
     proc_driver();
+    sysfs();
     libraries();
     binaries();
     if (spec.ipcs) ipcs();
@@ -455,6 +484,12 @@ void to_json(nlohmann::json& j, const Manifest& m) {
                  {"firmware", m.spec.firmware},
                  {"graphics", m.spec.graphics},
                  {"imex_channels", m.spec.imex_channels},
+                 {"hcas", m.spec.hcas},
+                 {"nvmes", m.spec.nvmes},
+                 {"nvswitch", m.spec.nvswitch},
+                 {"gds", m.spec.gds},
+                 {"gdrcopy", m.spec.gdrcopy},
+                 {"drm", m.spec.drm},
                  {"prefix", m.spec.prefix}};
     j["cuda_version"] = m.cuda_version;
     j["gpus"] = nlohmann::json::array();
@@ -465,7 +500,11 @@ void to_json(nlohmann::json& j, const Manifest& m) {
                              {"pci_bus_id", g.pci_bus_id},
                              {"model", g.model},
                              {"brand", g.brand},
-                             {"compute_capability", g.compute_capability}});
+                             {"compute_capability", g.compute_capability},
+                             {"numa_node", g.numa_node},
+                             {"cpulist", g.cpulist},
+                             {"bridges", g.bridges},
+                             {"switch", g.switch_port}});
     j["migs"] = nlohmann::json::array();
     for (const auto& g : m.migs)
         j["migs"].push_back({{"gpu", g.gpu},
@@ -485,6 +524,7 @@ void to_json(nlohmann::json& j, const Manifest& m) {
                               {"real_path", f.real_path},
                               {"capability", f.capability},
                               {"compat32", f.compat32}});
+    detail::families_to_json(j, m);
 }
 
 Manifest simulate(const fs::path& dir_arg, const Spec& spec) {

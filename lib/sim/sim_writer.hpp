@@ -1,6 +1,7 @@
-// The simulated node's writer, shared by its two halves: sim.cpp (the
-// device nodes, procfs files, the manifest) and sim_driver.cpp (the driver's
-// user-space files and the loader cache). Private to lib/sim.
+// The simulated node's writer, shared by its parts: sim.cpp (the device
+// nodes, procfs files, the manifest), sim_driver.cpp (the driver's user-space
+// files and the loader cache) and sim_sysfs.cpp (the sysfs tree, the device
+// families' nodes). Private to lib/sim.
 #pragma once
 
 #include <fcntl.h>
@@ -12,6 +13,9 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "gpubind/sim/sim.hpp"
 #include "gpubind/util/error.hpp"
@@ -27,6 +31,22 @@ namespace fs = std::filesystem;
 constexpr std::string_view kLib64 = std::string_view(platform::kMultiarchLibDir).substr(1);
 constexpr std::string_view kLib32 =
     platform::kHasCompat32 ? std::string_view(platform::kMultiarchLib32Dir).substr(1) : "";
+
+// The kernel's fixed majors of the device families.
+constexpr unsigned kMiscMajor = 10;
+constexpr unsigned kDrmMajor = 226;
+constexpr unsigned kInfinibandMajor = 231;
+
+// One directory of the simulated sysfs PCI tree: a bridge or an endpoint.
+struct PciDir {
+    std::string bus_id;  // "0000:18:00.0"
+    std::string dir;     // relative to the node: "sys/devices/pci0000:10/.../0000:18:00.0"
+    std::string_view vendor, device, pci_class;
+    int numa_node = 0;
+};
+
+// The manifest's fields of sim_sysfs.cpp, added to `j` by to_json.
+void families_to_json(nlohmann::json& j, const Manifest& m);
 
 // Writes the node below `dir_`, recording every piece in the manifest.
 class Writer {
@@ -68,13 +88,33 @@ class Writer {
             throw_errno("symlink", path.string());
     }
 
+    // Links `rel` to `target` (both relative to the node) by a relative path
+    // as sysfs spells it: up to an ancestor of the target's directory, then
+    // down ("../../../0000:5e:00.0" from <that device>/infiniband/mlx5_0/device).
+    void relative_link(std::string_view rel, std::string_view target) const {
+        fs::path path = at(rel);
+        mkdirs(path.parent_path());
+        fs::path to(target);
+        fs::path up = to.parent_path().lexically_relative(fs::path(rel).parent_path());
+        symlink((up == "." ? to.filename() : up / to.filename()).string(), path);
+    }
+
+    void make_node(std::string_view rel, unsigned major, unsigned minor, mode_t mode) const;
     void node(std::string_view rel, unsigned major, unsigned minor, mode_t mode);
+    ManifestNode family_node(std::string_view family, std::string_view device, std::string_view rel,
+                             unsigned major, unsigned minor, mode_t mode);
     void socket(std::string_view rel) const;
     void choose_majors();
+    void choose_misc_minor();
     void gpus();
     void mig();
     void proc_devices() const;
     void proc_driver() const;
+    void proc_misc() const;
+    void pci_layout();
+    const PciDir& pci_dir(std::string_view bus_id) const;
+    void families();
+    void sysfs() const;
     void libraries();
     void binaries();
     void ipcs();
@@ -92,6 +132,11 @@ class Writer {
     unsigned uvm_major_ = 0;
     unsigned caps_major_ = 0;
     unsigned imex_major_ = 0;
+    unsigned gdrdrv_major_ = 0;
+    unsigned nvfs_major_ = 0;
+    unsigned nvswitch_major_ = 0;
+    unsigned rdma_cm_minor_ = 0;
+    std::vector<PciDir> pci_;  // bridges before what sits under them
 };
 
 }  // namespace gpubind::sim::detail

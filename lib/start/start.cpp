@@ -36,7 +36,8 @@ Decision decide(Request request, const std::filesystem::path& rootfs, const Conf
 }
 
 Decision decide(const oci::Spec& spec, const Config& config, bool store) {
-    return decide_with(read_request(spec, config.policy), spec.rootfs, config, store, std::nullopt);
+    return decide_with(read_request(spec, config.policy, config.families), spec.rootfs, config,
+                       store, std::nullopt);
 }
 
 Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
@@ -45,8 +46,8 @@ Decision decide(Request request, const std::filesystem::path& rootfs, const Conf
 }
 
 Decision decide(const oci::Spec& spec, const Config& config, NodeKnowledge known) {
-    return decide_with(read_request(spec, config.policy), spec.rootfs, config, true,
-                       std::move(known));
+    return decide_with(read_request(spec, config.policy, config.families), spec.rootfs, config,
+                       true, std::move(known));
 }
 
 }  // namespace gpubind

@@ -3,8 +3,9 @@
 // 1.6 (no CDI of its own) with gpubind-runtime as its runc binary applying a
 // cdi.k8s.io annotation (a container naming no CDI device is left byte for
 // byte alone: EnginesTest.ContainerdNonGpuContainerIsByteForByteUnaffected); the node's spec
-// rewritten at the first start after a driver upgrade. Expectations come from the simulated node's
-// manifest; each check also runs where it must fail.
+// rewritten at the first start after a driver upgrade; podman applying device families' specs
+// (issue 23: an HCA's beside a GPU, GPUDirect Storage's). Expectations come from the simulated
+// node's manifest; each check also runs where it must fail.
 #include <unistd.h>
 
 #include <fstream>
@@ -29,15 +30,20 @@ using ::testing::HasSubstr;
 
 // A spec file in /var/run/cdi, one of the two directories podman 4.3 reads
 // (it has no setting for others): on the fresh /run the tests run with
-// (tests/support/seal.c), never the host's. Removed when it goes (and the
-// directory if made here).
+// (tests/support/seal.c), never the host's. The GPU spec, or with `family`
+// that device family's (`gpubind cdi generate --family`). Removed when it
+// goes (and the directory if made here and empty then).
 class RunCdiSpec {
   public:
-    RunCdiSpec(const fs::path& config, const std::string& format)
-        : made_dir_(!fs::exists(kDir)), file_(kDir / ("gpubind-e2e." + format)) {
+    RunCdiSpec(const fs::path& config, const std::string& format, const std::string& family = {})
+        : made_dir_(!fs::exists(kDir)),
+          file_(kDir / ("gpubind-e2e" + (family.empty() ? "" : "-" + family) + "." + format)) {
         fs::create_directories(kDir);
-        result_ = run_command({cli(), "cdi", "generate", "--config", config.string(), "--format",
-                               format, "--output", file_.string()});
+        std::vector<std::string> args = {cli(),      "cdi",           "generate",
+                                         "--config", config.string(), "--format",
+                                         format,     "--output",      file_.string()};
+        if (!family.empty()) args.insert(args.end(), {"--family", family});
+        result_ = run_command(args);
     }
     ~RunCdiSpec() {
         std::error_code ec;
@@ -75,11 +81,18 @@ class CdiTest : public ::testing::Test {
         node_.reset();
         state_.reset();
     }
+    // With the device families' devices (issue 23): 2 HCAs, NVMe controllers,
+    // NVSwitches, GPUDirect Storage and gdrcopy.
     static sim::Spec sim_spec(const std::string& driver = "550.54.15") {
         sim::Spec spec;
         spec.gpus = 3;
         spec.mig = {{2, 1, 0}, {2, 2, 0}};
         spec.driver_version = driver;
+        spec.hcas = 2;
+        spec.nvmes = 2;
+        spec.nvswitch = true;
+        spec.gds = true;
+        spec.gdrcopy = true;
         return spec;
     }
 
@@ -95,9 +108,23 @@ class CdiTest : public ::testing::Test {
     static inline const GpuChecks kChecks{.lib_dir = "/usr/lib/x86_64-linux-gnu",
                                           .all_nodes = true};
 
-    RunResult podman(const std::vector<std::string>& devices, const std::string& script) {
+    // The family node at `path` (relative to the dev root), by the manifest.
+    static const sim::ManifestFamilyNode& family_node(const std::string& path) {
+        for (const auto& n : m().family_nodes)
+            if (n.path == path) return n;
+        throw std::runtime_error("no family node " + path + " in the manifest");
+    }
+    static std::string stat_line(const std::string& path, unsigned major, unsigned minor) {
+        return path + " c " + std::to_string(major) + ":" + std::to_string(minor);
+    }
+
+    // `extra`: more of the node's files bound into the container (host, container path).
+    RunResult podman(const std::vector<std::string>& devices, const std::string& script,
+                     const std::vector<std::pair<fs::path, std::string>>& extra = {}) {
         std::vector<std::string> options;
         for (const auto& [src, dst] : node_->host_gpus())
+            options.insert(options.end(), {"-v", src.string() + ":" + dst});
+        for (const auto& [src, dst] : extra)
             options.insert(options.end(), {"-v", src.string() + ":" + dst});
         for (const auto& d : devices) options.insert(options.end(), {"--device", d});
         fs::create_directories(dir_ / "no-hooks");
@@ -165,6 +192,85 @@ TEST_F(CdiTest, PodmanMigDeviceSeesExactlyItsNodes) {
         EXPECT_THAT(r.out, HasSubstr(m().gpus[2].pci_bus_id));
         EXPECT_THAT(r.out, ::testing::Not(HasSubstr(m().gpus[0].pci_bus_id)));
     }
+}
+
+// Device families' specs beside the GPU's (issue 23): a GPU with an HCA
+// gives that HCA's uverbs node and the shared rdma_cm, the other HCA's
+// nothing; only the nodes given open (the node's copies bound at /hostdev).
+TEST_F(CdiTest, PodmanGpuWithHcaSeesItsUverbsAndRdmaCm) {
+    RunCdiSpec gpus(config(), "json");
+    ASSERT_EQ(gpus.result().exit_code, 0) << gpus.result().err;
+    RunCdiSpec mofed(config(), "json", "rdma");
+    ASSERT_EQ(mofed.result().exit_code, 0) << mofed.result().err;
+    ASSERT_THAT(read_text(mofed.file()), HasSubstr("\"kind\": \"nvidia.com/mofed\""));
+    ASSERT_EQ(m().hcas.size(), 2u);
+    const sim::ManifestHca& hca0 = m().hcas[0];
+    const sim::ManifestHca& hca1 = m().hcas[1];
+    ASSERT_EQ(hca0.name, "mlx5_0");
+    const sim::ManifestFamilyNode& rdma_cm = family_node("/dev/infiniband/rdma_cm");
+    const std::vector<std::string> devices = {"nvidia.com/gpu=0", "nvidia.com/mofed=mlx5_0"};
+
+    // The GPU as without the HCA.
+    auto r = podman(devices, gpu_script(m(), kChecks));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(expect_gpus(m(), r.out, {0}, kChecks), "") << r.out;
+
+    // The HCA's nodes with the manifest's numbers, and no other.
+    const std::vector<std::pair<fs::path, std::string>> copies = {
+        {node_->root() / "dev/infiniband/uverbs0", "/hostdev/uverbs0"},
+        {node_->root() / "dev/infiniband/uverbs1", "/hostdev/uverbs1"}};
+    const std::string script = "probe stat /dev/nvidia0 /dev/nvidia1 " + hca0.uverbs.path + " " +
+                               hca1.uverbs.path + " " + rdma_cm.path + " " + hca0.umad.path + " " +
+                               hca0.issm.path + "; probe open /hostdev/uverbs0 /hostdev/uverbs1";
+    r = podman(devices, script, copies);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr(stat_line("/dev/nvidia0", 195, 0))) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("/dev/nvidia1 ENOENT")) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(stat_line(hca0.uverbs.path, hca0.uverbs.major, hca0.uverbs.minor)))
+        << r.out;
+    EXPECT_THAT(r.out, HasSubstr(stat_line(rdma_cm.path, rdma_cm.major, rdma_cm.minor))) << r.out;
+    for (const std::string& absent : {hca1.uverbs.path, hca0.umad.path, hca0.issm.path})
+        EXPECT_THAT(r.out, HasSubstr(absent + " ENOENT")) << r.out;
+    // uverbs0 is allowed (no driver behind it), uverbs1 refused by the device cgroup.
+    EXPECT_THAT(r.out, HasSubstr("/hostdev/uverbs1 EPERM")) << r.out;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("/hostdev/uverbs0 EPERM"))) << r.out;
+
+    // Without the HCA's device, none of its nodes.
+    r = podman({"nvidia.com/gpu=0"}, script, copies);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const std::string& absent : {hca0.uverbs.path, rdma_cm.path})
+        EXPECT_THAT(r.out, HasSubstr(absent + " ENOENT")) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("/hostdev/uverbs0 EPERM")) << r.out;
+}
+
+// GPUDirect Storage's "all": every nvidia-fs node and cuFile's configuration,
+// read-only; no GPU.
+TEST_F(CdiTest, PodmanGdsAllGivesNvidiaFsNodesAndCufile) {
+    RunCdiSpec gds(config(), "json", "gds");
+    ASSERT_EQ(gds.result().exit_code, 0) << gds.result().err;
+    ASSERT_FALSE(m().cufile.empty());
+    std::vector<const sim::ManifestFamilyNode*> fs_nodes;
+    std::string script = "probe stat /dev/nvidia0 /dev/gdrdrv";
+    for (const auto& n : m().family_nodes)
+        if (n.family == "gds") {
+            fs_nodes.push_back(&n);
+            script += " " + n.path;
+        }
+    ASSERT_FALSE(fs_nodes.empty());
+    script += "; echo '== cufile'; cat " + m().cufile + "; echo '== mounts'; grep ' " + m().cufile +
+              " ' /proc/self/mounts; echo '== write'; (echo x >>" + m().cufile + ") 2>&1; true";
+    auto r = podman({"nvidia.com/gds=all"}, script);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const auto* n : fs_nodes)
+        EXPECT_THAT(r.out, HasSubstr(stat_line(n->path, n->major, n->minor))) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("/dev/nvidia0 ENOENT")) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("/dev/gdrdrv ENOENT")) << r.out;
+    const std::string cufile = read_text(node_->root() / fs::path(m().cufile).relative_path());
+    ASSERT_FALSE(cufile.empty());
+    EXPECT_THAT(r.out, HasSubstr("== cufile\n" + cufile)) << r.out;
+    const auto mounts = r.out.substr(r.out.find("== mounts"));
+    EXPECT_THAT(mounts, ::testing::ContainsRegex(" " + m().cufile + " [^ ]+ (ro,|ro )")) << r.out;
+    EXPECT_THAT(r.out.substr(r.out.find("== write")), HasSubstr("Read-only file system")) << r.out;
 }
 
 TEST_F(CdiTest, PodmanWithoutTheSpecRefusesTheDevice) {

@@ -343,9 +343,10 @@ SimNode::~SimNode() {
 void SimNode::write_config(const std::string& extra) const {
     const std::string r = root().string();
     std::ofstream(config_) << "[node]\ndriver-root = \"" << r << "\"\ndev-root = \"" << r
-                           << "\"\nproc-root = \"" << r << "/proc\"\nstate-dir = \""
-                           << state_dir_.string() << "\"\nbpf-dir = \"" << bpf_dir().string()
-                           << "\"\n[log]\nfile = \"" << log().string() << "\"\nlevel = \"debug\"\n"
+                           << "\"\nproc-root = \"" << r << "/proc\"\nsys-root = \"" << r
+                           << "/sys\"\nstate-dir = \"" << state_dir_.string() << "\"\nbpf-dir = \""
+                           << bpf_dir().string() << "\"\n[log]\nfile = \"" << log().string()
+                           << "\"\nlevel = \"debug\"\n"
                            << (extra.find("[cdi]") == std::string::npos
                                    ? "[cdi]\ndir = \"" + cdi_dir_.string() + "\"\n"
                                    : std::string())

@@ -721,6 +721,9 @@ TEST(Sim, RejectsABadSpec) {
         } catch (const Error& e) {
             EXPECT_EQ(e.code().value(), EINVAL);
             EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+            if (says.rfind("hcas", 0) == 0 || says.rfind("nvmes", 0) == 0) {  // one line
+                EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+            }
         }
     };
     Spec s = small_spec(0);
@@ -743,6 +746,12 @@ TEST(Sim, RejectsABadSpec) {
     s = small_spec(1);
     s.imex_channels = gpubind::sim::kMaxImexChannels + 1;
     bad(s, "imex channels must be 0 to 2048");
+    s = small_spec(1);
+    s.hcas = 17;
+    bad(s, "hcas must be 0 to 16, not 17");
+    s = small_spec(1);
+    s.nvmes = 9;
+    bad(s, "nvmes must be 0 to 8, not 9");
     EXPECT_TRUE(fs::is_empty(tmp.path()));
 }
 
@@ -773,9 +782,29 @@ TEST(Sim, CommandLine) {
     ASSERT_NE(cli, nullptr) << "GPUBIND_CLI names the gpubind executable";
     TempDir tmp;
     fs::path dir = tmp / "node";
-    Ran r = run({cli, "simulate", dir.string(), "--gpus", "2", "--driver-version", "560.35.03",
-                 "--model", "NVIDIA H200", "--mig", "1:1:0", "--no-compat32", "--imex-channels",
-                 "2", "--json"});
+    Ran r = run({cli,
+                 "simulate",
+                 dir.string(),
+                 "--gpus",
+                 "2",
+                 "--driver-version",
+                 "560.35.03",
+                 "--model",
+                 "NVIDIA H200",
+                 "--mig",
+                 "1:1:0",
+                 "--no-compat32",
+                 "--imex-channels",
+                 "2",
+                 "--hcas",
+                 "2",
+                 "--nvmes",
+                 "1",
+                 "--nvswitch",
+                 "--gds",
+                 "--gdrcopy",
+                 "--drm",
+                 "--json"});
     ASSERT_EQ(r.status, 0) << r.out;
     auto printed = nlohmann::json::parse(r.out);
     auto written = nlohmann::json::parse(slurp(dir / gpubind::sim::kManifestName));
@@ -788,17 +817,522 @@ TEST(Sim, CommandLine) {
     EXPECT_EQ(written["spec"]["imex_channels"], 2u);
     EXPECT_TRUE(fs::exists(dir / "dev/nvidia-caps-imex-channels/channel1"));
     EXPECT_FALSE(fs::exists(dir / "dev/nvidia-caps-imex-channels/channel2"));
+    EXPECT_EQ(written["spec"]["hcas"], 2u);
+    EXPECT_EQ(written["spec"]["nvmes"], 1u);
+    for (const char* key : {"nvswitch", "gds", "gdrcopy", "drm"})
+        EXPECT_EQ(written["spec"][key], true) << key;
+    EXPECT_EQ(written["hcas"].size(), 2u);
+    EXPECT_EQ(written["nvmes"].size(), 1u);
+    EXPECT_EQ(written["sys_root"], (dir / "sys").string());
+    EXPECT_EQ(written["cufile"], "/etc/cufile.json");
+    for (const char* node : {"dev/infiniband/uverbs1", "dev/infiniband/rdma_cm", "dev/gdrdrv",
+                             "dev/nvidia-fs15", "dev/nvidia-nvswitch3", "dev/dri/renderD129",
+                             "sys/class/infiniband/mlx5_1", "sys/class/nvme/nvme0"})
+        EXPECT_TRUE(fs::exists(dir / node)) << node;
+
+    // The summary names the roots, sys included.
+    Ran summary = run({cli, "simulate", dir.string(), "--gpus", "1", "--hcas", "1"});
+    ASSERT_EQ(summary.status, 0) << summary.out;
+    EXPECT_NE(summary.out.find("sys " + (dir / "sys").string()), std::string::npos) << summary.out;
+    EXPECT_NE(summary.out.find("HCA mlx5_0"), std::string::npos) << summary.out;
 
     for (std::vector<std::string> args : {std::vector<std::string>{"--gpus", "2", "--mig", "2:0:0"},
                                           {"--mig", "0:x:0"},
                                           {"--gpus", "65"},
                                           {"--driver-version", "abc"},
                                           {"--imex-channels", "2049"},
-                                          {"--imex-channels", "-1"}}) {
+                                          {"--imex-channels", "-1"},
+                                          {"--hcas", "17"},
+                                          {"--hcas", "-1"},
+                                          {"--nvmes", "9"}}) {
         std::vector<std::string> argv = {cli, "simulate", (tmp / "other").string()};
         argv.insert(argv.end(), args.begin(), args.end());
         Ran bad = run(argv);
         EXPECT_EQ(bad.status, 2) << args.back() << ": " << bad.out;
+        if (args.front() == "--hcas" || args.front() == "--nvmes") {
+            // one line saying what is wrong (CLI11 may add its "Run with --help" hint)
+            auto lines = lines_of(bad.out);
+            ASSERT_FALSE(lines.empty());
+            EXPECT_NE(lines[0].find(args.front()), std::string::npos) << bad.out;
+            EXPECT_LE(lines.size(), 2u) << bad.out;
+        }
     }
     EXPECT_FALSE(fs::exists(tmp / "other"));
+}
+
+// ---------------------------------------------------------------------------
+// The sysfs tree and the device families' nodes
+
+namespace {
+
+// "%3i %s" lines of a /proc/misc text: name -> minor.
+std::map<std::string, unsigned> misc_minors(const std::string& text) {
+    std::map<std::string, unsigned> out;
+    for (const auto& line : lines_of(text)) {
+        std::istringstream in(line);
+        unsigned minor = 0;
+        std::string name;
+        if (in >> minor >> name) out[name] = minor;
+    }
+    return out;
+}
+
+std::string first_line(const fs::path& path) {
+    std::string text = slurp(path);
+    return text.substr(0, text.find('\n'));
+}
+
+struct Placed {
+    std::string name;  // "GPU 0", "mlx5_1"
+    std::string bus_id;
+    int numa_node = -1;
+    std::string cpulist;
+    std::vector<std::string> bridges;
+    std::string switch_port;
+};
+
+std::vector<Placed> placed_devices(const Manifest& m) {
+    std::vector<Placed> out;
+    for (const auto& g : m.gpus)
+        out.push_back({"GPU " + std::to_string(g.index), g.pci_bus_id, g.numa_node, g.cpulist,
+                       g.bridges, g.switch_port});
+    for (const auto& h : m.hcas)
+        out.push_back({h.name, h.pci_bus_id, h.numa_node, h.cpulist, h.bridges, h.switch_port});
+    for (const auto& n : m.nvmes)
+        out.push_back({n.name, n.pci_bus_id, n.numa_node, n.cpulist, n.bridges, n.switch_port});
+    return out;
+}
+
+unsigned hex(const std::string& s) {
+    return static_cast<unsigned>(std::stoul(s, nullptr, 16));
+}
+
+// What a reader of the node's sysfs sees of every device the manifest places,
+// against the manifest and the layout rules (sim.hpp); "" when all holds.
+std::string check_pci_tree(const fs::path& dir, const Manifest& m) {
+    std::ostringstream bad;
+    const fs::path sys = fs::canonical(dir / "sys");
+    const std::regex bus_id_re("([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\\.([0-7])");
+    std::set<std::string> endpoints;
+    // per domain: bus -> what uses it ("endpoint <id>" or "switch <upstream>")
+    std::map<std::string, std::map<unsigned, std::string>> buses;
+    auto use_bus = [&](const std::string& id, const std::string& user) {
+        std::smatch match;
+        if (!std::regex_match(id, match, bus_id_re)) {
+            bad << id << " is not a bus id\n";
+            return;
+        }
+        auto [it, fresh] = buses[match[1]].emplace(hex(match[2]), user);
+        if (!fresh && it->second != user)
+            bad << "bus " << match[1] << ":" << match[2] << " used by " << it->second << " and "
+                << user << "\n";
+    };
+    for (const auto& d : placed_devices(m)) {
+        const std::string domain = d.bus_id.substr(0, 4);
+        if (!endpoints.insert(d.bus_id).second) bad << d.name << ": bus id taken twice\n";
+        use_bus(d.bus_id, "endpoint " + d.bus_id);
+        if (d.bridges.size() != 3) {
+            bad << d.name << ": " << d.bridges.size() << " bridges\n";
+            continue;
+        }
+        if (d.switch_port != d.bridges[1]) bad << d.name << ": switch is not bridges[1]\n";
+        for (std::size_t i = 0; i < 3; ++i) {
+            use_bus(d.bridges[i], "switch " + d.switch_port);
+            if (d.bridges[i].substr(0, 4) != domain)
+                bad << d.name << ": bridge in another domain\n";
+        }
+        // bus/pci/devices/<id>: a relative link to
+        // sys/devices/pci<domain>:<root bus>/<root port>/<upstream>/<downstream>/<id>
+        fs::path link = dir / "sys/bus/pci/devices" / d.bus_id;
+        std::error_code ec;
+        fs::path target = fs::read_symlink(link, ec);
+        if (ec || target.is_absolute()) {
+            bad << d.name << ": " << link << " is not a relative link\n";
+            continue;
+        }
+        fs::path real = fs::canonical(link, ec);
+        fs::path want = sys / "devices" / ("pci" + domain + ":" + d.bridges[0].substr(5, 2));
+        for (const auto& b : d.bridges) want /= b;
+        want /= d.bus_id;
+        if (ec || real != want) bad << d.name << ": " << real << " is not " << want << "\n";
+        if (d.bridges[0].substr(8) != "01.0")
+            bad << d.name << ": root port " << d.bridges[0] << "\n";
+        // the bridges' own entries
+        fs::path at = want.parent_path();
+        for (int i = 2; i >= 0; --i, at = at.parent_path()) {
+            fs::path bridge_link = dir / "sys/bus/pci/devices" / d.bridges[i];
+            if (fs::canonical(bridge_link, ec) != at || ec)
+                bad << d.name << ": " << bridge_link << " does not lead to " << at << "\n";
+            if (slurp(at / "class") != "0x060400\n") bad << at << ": class\n";
+            if (slurp(at / "vendor") != "0x8086\n") bad << at << ": vendor\n";
+            if (slurp(at / "numa_node") != std::to_string(d.numa_node) + "\n")
+                bad << at << ": numa_node\n";
+        }
+        if (slurp(want / "numa_node") != std::to_string(d.numa_node) + "\n")
+            bad << d.name << ": numa_node file says " << slurp(want / "numa_node");
+        if (slurp(want / "local_cpulist") != d.cpulist + "\n")
+            bad << d.name << ": local_cpulist " << slurp(want / "local_cpulist");
+        if (d.numa_node != 0 && d.numa_node != 1) {
+            bad << d.name << ": NUMA node " << d.numa_node << "\n";
+            continue;
+        }
+        std::string node_cpus = slurp(dir / "sys/devices/system/node" /
+                                      ("node" + std::to_string(d.numa_node)) / "cpulist");
+        if (node_cpus != d.cpulist + "\n" || d.cpulist.empty())
+            bad << d.name << ": cpulist " << d.cpulist << ", its node's " << node_cpus;
+        std::string want_class = d.name.rfind("GPU", 0) == 0    ? "0x030200\n"
+                                 : d.name.rfind("mlx5", 0) == 0 ? "0x020700\n"
+                                                                : "0x010802\n";
+        std::string want_vendor = d.name.rfind("GPU", 0) == 0    ? "0x10de\n"
+                                  : d.name.rfind("mlx5", 0) == 0 ? "0x15b3\n"
+                                                                 : "0x144d\n";
+        if (slurp(want / "class") != want_class) bad << d.name << ": class\n";
+        if (slurp(want / "vendor") != want_vendor) bad << d.name << ": vendor\n";
+    }
+    // Downstream ports: one an endpoint.
+    std::map<std::string, int> downstream;
+    for (const auto& d : placed_devices(m))
+        if (d.bridges.size() == 3 && ++downstream[d.bridges[2]] > 1)
+            bad << d.bridges[2] << " has two endpoints\n";
+    // The NUMA rule: a switch sits on one node; the two switches of a domain on two.
+    std::map<std::string, std::set<int>> numa_of_switch;
+    for (const auto& d : placed_devices(m)) numa_of_switch[d.switch_port].insert(d.numa_node);
+    for (const auto& [sw, nodes] : numa_of_switch)
+        if (nodes.size() != 1) bad << "switch " << sw << " on " << nodes.size() << " nodes\n";
+    // The split: per domain, the first half (rounded up) of the GPUs under a
+    // switch on node 0, the rest under one on node 1; HCAs and NVMe likewise
+    // in domain 0, with the GPUs of their node.
+    auto check_split = [&](const std::vector<const Placed*>& list, const std::string& what) {
+        std::size_t half = (list.size() + 1) / 2;
+        for (std::size_t i = 0; i < list.size(); ++i)
+            if (list[i]->numa_node != (i < half ? 0 : 1))
+                bad << what << ": " << list[i]->name << " on node " << list[i]->numa_node << "\n";
+    };
+    auto all = placed_devices(m);
+    std::map<std::string, std::vector<const Placed*>> gpus_by_domain;
+    std::map<std::pair<std::string, int>, std::string> switch_of;  // (domain, node) -> switch
+    std::vector<const Placed*> hcas, nvmes;
+    for (const auto& d : all) {
+        if (d.name.rfind("GPU", 0) == 0)
+            gpus_by_domain[d.bus_id.substr(0, 4)].push_back(&d);
+        else if (d.name.rfind("mlx5", 0) == 0)
+            hcas.push_back(&d);
+        else
+            nvmes.push_back(&d);
+        if (d.name.rfind("GPU", 0) != 0 && d.bus_id.substr(0, 4) != "0000")
+            bad << d.name << " not in domain 0000\n";
+        auto [it, fresh] =
+            switch_of.emplace(std::pair{d.bus_id.substr(0, 4), d.numa_node}, d.switch_port);
+        if (!fresh && it->second != d.switch_port)
+            bad << d.name << ": not under its node's switch " << it->second << "\n";
+    }
+    for (const auto& [domain, list] : gpus_by_domain) check_split(list, "GPUs of " + domain);
+    check_split(hcas, "HCAs");
+    check_split(nvmes, "NVMe");
+    // Every GPU of the manifest, and nothing else, is a 3D controller in sysfs.
+    std::set<std::string> controllers;
+    for (const auto& e : fs::directory_iterator(dir / "sys/bus/pci/devices"))
+        if (slurp(e.path() / "class") == "0x030200\n")
+            controllers.insert(e.path().filename().string());
+    std::set<std::string> gpus;
+    for (const auto& g : m.gpus) gpus.insert(g.pci_bus_id);
+    if (controllers != gpus) bad << "sysfs has " << controllers.size() << " GPUs\n";
+    return bad.str();
+}
+
+}  // namespace
+
+TEST(Sim, FamiliesAndSysfsMatchManifest) {
+    TempDir tmp;
+    Spec spec = small_spec(8);
+    spec.hcas = 4;
+    spec.nvmes = 2;
+    spec.nvswitch = spec.gds = spec.gdrcopy = spec.drm = true;
+    Manifest m = gpubind::sim::simulate(tmp.path(), spec);
+    ASSERT_EQ(m.hcas.size(), 4u);
+    ASSERT_EQ(m.nvmes.size(), 2u);
+    EXPECT_EQ(m.sys_root, (tmp / "sys").string());
+    EXPECT_EQ(nlohmann::json::parse(slurp(tmp / gpubind::sim::kManifestName)), nlohmann::json(m));
+
+    // proc/devices names each major, sorted by major as the kernel prints them.
+    const std::string devices = slurp(tmp / "proc/devices");
+    auto majors = char_majors(devices);
+    for (const char* name : {"drm", "infiniband_verbs", "infiniband_mad", "misc", "gdrdrv",
+                             "nvidia-fs", "nvidia-nvswitch"})
+        ASSERT_EQ(majors.count(name), 1u) << name << " in\n" << devices;
+    EXPECT_EQ(majors.find("drm")->second, 226u);
+    EXPECT_EQ(majors.find("infiniband_verbs")->second, 231u);
+    EXPECT_EQ(majors.find("infiniband_mad")->second, 231u);
+    EXPECT_EQ(majors.find("misc")->second, 10u);
+    const unsigned gdr = majors.find("gdrdrv")->second, nvfs = majors.find("nvidia-fs")->second,
+                   nvsw = majors.find("nvidia-nvswitch")->second;
+    std::set<unsigned> dynamic = {gdr, nvfs, nvsw, majors.find("nvidia-uvm")->second};
+    EXPECT_EQ(dynamic.size(), 4u);
+    for (const auto& [name, major] : char_majors(slurp("/proc/devices")))
+        EXPECT_FALSE(dynamic.count(major)) << "host driver " << name << " holds " << major;
+    {
+        unsigned previous = 0;
+        for (const auto& line : lines_of(devices)) {
+            if (line.empty()) continue;
+            if (line == "Block devices:") break;
+            if (line.back() == ':') continue;
+            unsigned major = static_cast<unsigned>(std::stoul(line));
+            EXPECT_LE(previous, major) << line;
+            previous = major;
+        }
+    }
+    // proc/misc names rdma_cm's minor, which this host's does not list.
+    auto misc = misc_minors(slurp(tmp / "proc/misc"));
+    ASSERT_EQ(misc.count("rdma_cm"), 1u);
+    const unsigned rdma_cm = misc["rdma_cm"];
+    EXPECT_GE(rdma_cm, 1u);
+    EXPECT_LE(rdma_cm, 255u);
+    for (const auto& [name, minor] : misc_minors(slurp("/proc/misc")))
+        EXPECT_NE(minor, rdma_cm) << "host misc device " << name;
+    for (const auto& [name, minor] : misc) {
+        if (name != "rdma_cm") {
+            EXPECT_NE(minor, rdma_cm) << name;
+        }
+    }
+
+    // Every family node, by the rules, and nothing else.
+    struct Want {
+        std::string family, device;
+        unsigned major, minor;
+        mode_t mode;
+    };
+    std::map<std::string, Want> want;
+    for (unsigned n = 0; n < 4; ++n) {
+        std::string hca = "mlx5_" + std::to_string(n), num = std::to_string(n);
+        want["/dev/infiniband/uverbs" + num] = {"rdma", hca, 231, 192 + n, 0666};
+        want["/dev/infiniband/umad" + num] = {"rdma", hca, 231, n, 0600};
+        want["/dev/infiniband/issm" + num] = {"rdma", hca, 231, 64 + n, 0600};
+    }
+    want["/dev/infiniband/rdma_cm"] = {"rdma", "", 10, rdma_cm, 0666};
+    want["/dev/gdrdrv"] = {"gdrcopy", "gdrdrv", gdr, 0, 0666};
+    for (unsigned n = 0; n < 16; ++n)
+        want["/dev/nvidia-fs" + std::to_string(n)] = {"gds", "nvidia-fs" + std::to_string(n), nvfs,
+                                                      n, 0666};
+    want["/dev/nvidia-nvswitchctl"] = {"nvswitch", "", nvsw, 255, 0666};
+    for (unsigned n = 0; n < 4; ++n)
+        want["/dev/nvidia-nvswitch" + std::to_string(n)] = {
+            "nvswitch", "nvidia-nvswitch" + std::to_string(n), nvsw, n, 0666};
+    for (unsigned i = 0; i < 8; ++i) {
+        std::string card = "card" + std::to_string(i);
+        want["/dev/dri/" + card] = {"drm", card, 226, i, 0660};
+        want["/dev/dri/renderD" + std::to_string(128 + i)] = {"drm", card, 226, 128 + i, 0666};
+    }
+    std::set<std::string> listed;
+    for (const auto& n : m.family_nodes) {
+        SCOPED_TRACE(n.path);
+        listed.insert(n.path);
+        ASSERT_TRUE(want.count(n.path));
+        const Want& w = want[n.path];
+        EXPECT_EQ(n.family, w.family);
+        EXPECT_EQ(n.device, w.device);
+        EXPECT_EQ(n.major, w.major);
+        EXPECT_EQ(n.minor, w.minor);
+        EXPECT_EQ(n.mode, w.mode);
+        struct stat st {};
+        ASSERT_EQ(::lstat((tmp.path().string() + n.path).c_str(), &st), 0) << std::strerror(errno);
+        EXPECT_TRUE(S_ISCHR(st.st_mode));
+        EXPECT_EQ(major(st.st_rdev), w.major);
+        EXPECT_EQ(minor(st.st_rdev), w.minor);
+        EXPECT_EQ(st.st_mode & 07777, w.mode);
+    }
+    EXPECT_EQ(listed.size(), want.size());
+    EXPECT_EQ(listed.size(), m.family_nodes.size());
+    for (const auto& n : m.nodes) EXPECT_FALSE(want.count(n.path)) << n.path;
+    for (const auto& h : m.hcas) {
+        unsigned n = static_cast<unsigned>(std::stoul(h.name.substr(5)));
+        EXPECT_EQ(h.uverbs.path, "/dev/infiniband/uverbs" + std::to_string(n));
+        EXPECT_EQ(h.uverbs.minor, 192 + n);
+        EXPECT_EQ(h.umad.path, "/dev/infiniband/umad" + std::to_string(n));
+        EXPECT_EQ(h.issm.path, "/dev/infiniband/issm" + std::to_string(n));
+        EXPECT_EQ(h.issm.minor, 64 + n);
+    }
+
+    // The by-path links, and nothing under dev/ that the manifest does not list.
+    std::set<std::string> links;
+    for (const auto& gpu : m.gpus) {
+        std::string by_path = "/dev/dri/by-path/pci-" + gpu.pci_bus_id;
+        std::string card = "card" + std::to_string(gpu.index);
+        std::string render = "renderD" + std::to_string(128 + gpu.index);
+        EXPECT_EQ(fs::read_symlink(tmp.path().string() + by_path + "-card"), "../" + card);
+        EXPECT_EQ(fs::read_symlink(tmp.path().string() + by_path + "-render"), "../" + render);
+        EXPECT_EQ(fs::canonical(tmp.path().string() + by_path + "-render"),
+                  fs::canonical(tmp / "dev/dri" / render));
+        links.insert(by_path + "-card");
+        links.insert(by_path + "-render");
+    }
+    std::set<std::string> manifest_links;
+    for (const auto& l : m.links) {
+        manifest_links.insert(l.path);
+        EXPECT_EQ(fs::read_symlink(tmp.path().string() + l.path), l.target);
+    }
+    EXPECT_EQ(manifest_links, links);
+    std::size_t on_disk = 0;
+    for (const auto& e : fs::recursive_directory_iterator(tmp / "dev"))
+        if (!e.is_directory()) ++on_disk;  // nodes, and links to nodes
+    EXPECT_EQ(on_disk, m.nodes.size() + m.family_nodes.size() + m.links.size());
+
+    // gds' cufile.json: a JSON object.
+    EXPECT_EQ(m.cufile, "/etc/cufile.json");
+    EXPECT_TRUE(nlohmann::json::parse(slurp(tmp.path().string() + m.cufile)).is_object());
+
+    // The PCI tree: GPUs 0-3, mlx5_0, mlx5_1 and nvme0 under switch 0 on NUMA
+    // node 0, the others under switch 1 on node 1.
+    EXPECT_EQ(check_pci_tree(tmp.path(), m), "");
+    const std::string sw0 = m.gpus[0].switch_port, sw1 = m.gpus[4].switch_port;
+    EXPECT_NE(sw0, sw1);
+    for (unsigned i = 0; i < 8; ++i) {
+        EXPECT_EQ(m.gpus[i].switch_port, i < 4 ? sw0 : sw1) << i;
+        EXPECT_EQ(first_line(tmp / "sys/bus/pci/devices" / m.gpus[i].pci_bus_id / "numa_node"),
+                  i < 4 ? "0" : "1");
+    }
+    EXPECT_EQ(m.hcas[0].switch_port, sw0);
+    EXPECT_EQ(m.hcas[1].switch_port, sw0);
+    EXPECT_EQ(m.hcas[2].switch_port, sw1);
+    EXPECT_EQ(m.hcas[3].switch_port, sw1);
+    EXPECT_EQ(m.nvmes[0].switch_port, sw0);
+    EXPECT_EQ(m.nvmes[1].switch_port, sw1);
+    EXPECT_EQ(slurp(tmp / "sys/devices/system/node/node0/cpulist"), "0-15\n");
+    EXPECT_EQ(slurp(tmp / "sys/devices/system/node/node1/cpulist"), "16-31\n");
+
+    // The HCAs' class devices.
+    for (std::size_t n = 0; n < m.hcas.size(); ++n) {
+        const auto& h = m.hcas[n];
+        SCOPED_TRACE(h.name);
+        const std::string num = std::to_string(n);
+        fs::path pci = fs::canonical(tmp / "sys/bus/pci/devices" / h.pci_bus_id);
+        fs::path ib = tmp / "sys/class/infiniband" / h.name;
+        EXPECT_TRUE(fs::read_symlink(ib).is_relative());
+        EXPECT_EQ(fs::canonical(ib), pci / "infiniband" / h.name);
+        EXPECT_EQ(fs::read_symlink(ib / "device"), "../../../" + h.pci_bus_id);
+        EXPECT_EQ(fs::canonical(ib / "device"), pci);
+        EXPECT_EQ(slurp(ib / "node_type"), "1: CA\n");
+        fs::path verbs = tmp / "sys/class/infiniband_verbs" / ("uverbs" + num);
+        EXPECT_EQ(fs::canonical(verbs), pci / "infiniband_verbs" / ("uverbs" + num));
+        EXPECT_EQ(slurp(verbs / "ibdev"), h.name + "\n");
+        EXPECT_EQ(slurp(verbs / "dev"), "231:" + std::to_string(192 + n) + "\n");
+        EXPECT_EQ(fs::canonical(verbs / "device"), pci);
+        for (auto [name, minor] : {std::pair{"umad" + num, n}, std::pair{"issm" + num, 64 + n}}) {
+            fs::path mad = tmp / "sys/class/infiniband_mad" / name;
+            EXPECT_EQ(fs::canonical(mad), pci / "infiniband_mad" / name);
+            EXPECT_EQ(slurp(mad / "ibdev"), h.name + "\n");
+            EXPECT_EQ(slurp(mad / "port"), "1\n");
+            EXPECT_EQ(slurp(mad / "dev"), "231:" + std::to_string(minor) + "\n");
+            EXPECT_EQ(fs::canonical(mad / "device"), pci);
+        }
+    }
+    for (const auto& n : m.nvmes) {
+        fs::path nvme = tmp / "sys/class/nvme" / n.name;
+        EXPECT_EQ(fs::canonical(nvme / "device"),
+                  fs::canonical(tmp / "sys/bus/pci/devices" / n.pci_bus_id));
+    }
+    // The GPUs' DRM class devices.
+    for (const auto& gpu : m.gpus) {
+        fs::path pci = fs::canonical(tmp / "sys/bus/pci/devices" / gpu.pci_bus_id);
+        std::string card = "card" + std::to_string(gpu.index);
+        std::string render = "renderD" + std::to_string(128 + gpu.index);
+        EXPECT_EQ(slurp(pci / "drm" / card / "dev"), "226:" + std::to_string(gpu.index) + "\n");
+        EXPECT_EQ(slurp(pci / "drm" / render / "dev"),
+                  "226:" + std::to_string(128 + gpu.index) + "\n");
+        EXPECT_EQ(fs::canonical(tmp / "sys/class/drm" / card), pci / "drm" / card);
+        EXPECT_EQ(fs::canonical(tmp / "sys/class/drm" / render), pci / "drm" / render);
+    }
+
+    // The manifest's JSON names.
+    auto j = nlohmann::json(m);
+    EXPECT_EQ(j["gpus"][0]["switch"], sw0);
+    EXPECT_EQ(j["gpus"][0]["numa_node"], 0);
+    EXPECT_EQ(j["gpus"][0]["cpulist"], "0-15");
+    EXPECT_EQ(j["gpus"][0]["bridges"].size(), 3u);
+    EXPECT_EQ(j["hcas"][0]["uverbs"]["path"], "/dev/infiniband/uverbs0");
+    EXPECT_EQ(j["hcas"][2]["switch"], sw1);
+    EXPECT_EQ(j["nvmes"][1]["switch"], sw1);
+    EXPECT_EQ(j["family_nodes"].size(), m.family_nodes.size());
+    EXPECT_EQ(j["links"].size(), 16u);
+    EXPECT_EQ(j["cufile"], "/etc/cufile.json");
+}
+
+TEST(Sim, PciTreeHoldsForAnyGpuCount) {
+    struct Case {
+        unsigned gpus, hcas, nvmes;
+    };
+    for (Case c : {Case{1, 16, 8}, Case{2, 16, 8}, Case{3, 16, 8}, Case{3, 3, 1}, Case{12, 5, 3},
+                   Case{64, 16, 8}}) {
+        SCOPED_TRACE(std::to_string(c.gpus) + " GPUs, " + std::to_string(c.hcas) + " HCAs, " +
+                     std::to_string(c.nvmes) + " NVMe");
+        TempDir tmp;
+        Spec spec = small_spec(c.gpus);
+        spec.hcas = c.hcas;
+        spec.nvmes = c.nvmes;
+        spec.compat32 = spec.graphics = false;
+        Manifest m = gpubind::sim::simulate(tmp.path(), spec);
+        EXPECT_EQ(check_pci_tree(tmp.path(), m), "");
+        // Domains: one pair of switches each, on nodes 0 and 1.
+        std::map<std::string, std::set<std::string>> switches;
+        for (const auto& g : m.gpus) switches[g.pci_bus_id.substr(0, 4)].insert(g.switch_port);
+        EXPECT_EQ(switches.size(), (c.gpus + 7) / 8);
+        for (const auto& [domain, set] : switches)
+            EXPECT_EQ(set.size(), c.gpus - 8 * std::stoul(domain, nullptr, 16) == 1 ? 1u : 2u)
+                << domain;
+        if (c.gpus == 12) {
+            EXPECT_EQ(m.gpus[8].pci_bus_id.substr(0, 5), "0001:");
+            EXPECT_EQ(fs::canonical(tmp / "sys/bus/pci/devices" / m.gpus[8].pci_bus_id)
+                          .parent_path()
+                          .parent_path()
+                          .parent_path()
+                          .parent_path()
+                          .filename()
+                          .string()
+                          .substr(0, 8),
+                      "pci0001:");
+            EXPECT_EQ(m.gpus[9].switch_port, m.gpus[8].switch_port);
+            EXPECT_NE(m.gpus[10].switch_port, m.gpus[8].switch_port);
+            EXPECT_EQ(m.gpus[10].numa_node, 1);
+        }
+        if (c.gpus == 3) {
+            EXPECT_EQ(m.gpus[1].switch_port, m.gpus[0].switch_port);
+            EXPECT_NE(m.gpus[2].switch_port, m.gpus[0].switch_port);
+        }
+        if (c.gpus == 1 && !m.hcas.empty()) {
+            // switch 1 holds no GPU but the second half of the HCAs
+            EXPECT_EQ(m.hcas.front().switch_port, m.gpus[0].switch_port);
+            EXPECT_NE(m.hcas.back().switch_port, m.gpus[0].switch_port);
+            EXPECT_EQ(m.hcas.back().numa_node, 1);
+        }
+    }
+}
+
+TEST(Sim, WithoutFamilyOptionsNoFamilyNode) {
+    TempDir tmp;
+    Manifest m = gpubind::sim::simulate(tmp.path(), small_spec(2));
+    EXPECT_TRUE(m.family_nodes.empty());
+    EXPECT_TRUE(m.links.empty());
+    EXPECT_TRUE(m.hcas.empty());
+    EXPECT_TRUE(m.nvmes.empty());
+    EXPECT_EQ(m.cufile, "");
+    for (const char* path : {"dev/infiniband", "dev/dri", "dev/gdrdrv", "dev/nvidia-fs0",
+                             "dev/nvidia-nvswitchctl", "dev/nvidia-nvswitch0", "etc/cufile.json",
+                             "sys/class/infiniband", "sys/class/drm", "sys/class/nvme"})
+        EXPECT_FALSE(fs::exists(fs::symlink_status(tmp / path))) << path;
+    auto majors = char_majors(slurp(tmp / "proc/devices"));
+    for (const char* name :
+         {"drm", "infiniband_verbs", "infiniband_mad", "gdrdrv", "nvidia-fs", "nvidia-nvswitch"})
+        EXPECT_EQ(majors.count(name), 0u) << name;
+    EXPECT_EQ(misc_minors(slurp(tmp / "proc/misc")).count("rdma_cm"), 0u);
+    // Exactly the NVIDIA driver's nodes under dev/.
+    std::set<std::string> on_disk, listed;
+    for (const auto& e : fs::recursive_directory_iterator(tmp / "dev"))
+        if (!e.is_directory()) on_disk.insert("/" + fs::relative(e.path(), tmp.path()).string());
+    for (const auto& n : m.nodes) listed.insert(n.path);
+    EXPECT_EQ(on_disk, listed);
+    EXPECT_EQ(listed, (std::set<std::string>{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl",
+                                             "/dev/nvidia-modeset", "/dev/nvidia-uvm",
+                                             "/dev/nvidia-uvm-tools"}));
+    // The sysfs tree is there all the same.
+    EXPECT_EQ(check_pci_tree(tmp.path(), m), "");
+    EXPECT_NE(m.gpus[0].switch_port, m.gpus[1].switch_port);
 }

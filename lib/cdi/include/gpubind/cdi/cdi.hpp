@@ -14,7 +14,8 @@
 // holds its own nodes: by index ("0") and UUID ("GPU-..."), MIG devices by
 // "<gpu>:<mig>" and UUID (the parent's node and both capability nodes), and
 // "all" (every GPU). IMEX channels are a spec of their own,
-// "<vendor>/imex-channel", one device per channel number.
+// "<vendor>/imex-channel", one device per channel number; so is each device
+// family with a cdi-kind (family_spec).
 #pragma once
 
 #include <filesystem>
@@ -61,6 +62,12 @@ Image image_for(const Node& node, Image image = {});
 // env GPUBIND_CONFIG=<config.source> (empty: the default path).
 nlohmann::json gpu_spec(const Node& node, const Config& config);
 std::optional<nlohmann::json> imex_spec(const Node& node, const Config& config);
+// The spec of device family `name` (kind: its cdi-kind): a device per device
+// of the family (its nodes, by its name: "mlx5_0", "nvidia-fs3") and "all";
+// the family's shared nodes and files (read-only mounts) at the top level.
+// nullopt when the family has no CDI kind or the node has none of it.
+std::optional<nlohmann::json> family_spec(const Node& node, const Config& config,
+                                          std::string_view name);
 
 // The qualified names a spec offers ("nvidia.com/gpu=0"), in its order.
 std::vector<std::string> device_names(const nlohmann::json& spec);
@@ -79,7 +86,8 @@ bool write_if_changed(const std::filesystem::path& path, std::string_view conten
                       bool check_dir = true);
 
 // (Re)writes the node's specs under config.cdi.dir (created if missing):
-// the GPU spec, and the IMEX spec or its removal when the node has no channel.
+// the GPU spec, and the IMEX spec and each family's, or their removal when
+// the node has none.
 // Returns the files it changed; idempotent.
 std::vector<std::filesystem::path> refresh(const Node& node, const Config& config);
 // The files refresh() keeps and what each holds for `node` (nullopt: absent).

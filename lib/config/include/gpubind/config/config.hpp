@@ -17,6 +17,7 @@ struct Roots {
         "/";  // holds etc/ld.so.cache, usr/lib*, usr/bin, lib/firmware, run/
     std::filesystem::path dev = "/";       // holds dev/nvidia*
     std::filesystem::path proc = "/proc";  // holds driver/nvidia, devices
+    std::filesystem::path sys = "/sys";    // sysfs: PCI placement, HCAs, DRM nodes
 
     bool operator==(const Roots&) const = default;
 };
@@ -95,6 +96,37 @@ struct CdiConfig {
     bool operator==(const CdiConfig&) const = default;
 };
 
+// How a device family's nodes are found on the node.
+enum class FamilySource {
+    Glob,        // `nodes`: globs under the dev root; each node found is one device
+    Infiniband,  // the HCAs sysfs lists (class infiniband): each its uverbs node,
+                 // its umad nodes as extras; `nodes` are shared (rdma_cm)
+    Drm,         // each given GPU's card and renderD nodes, found in sysfs by PCI bus id
+};
+
+// A device family ([family.<name>]): devices beside the GPU that a container
+// asks for by variable (NVIDIA_GDS=enabled), by a selecting variable
+// (GPUBIND_RDMA=affine), by a volume mount
+// (/var/run/nvidia-container-devices/<name>/<device|all>) or by capability
+// (DRM with graphics). Families are data: config/config.toml holds the built-in
+// ones, a config may change them or add its own. A node's major is never taken
+// from the image or a spec: `major` names it in /proc/devices ("misc": major 10,
+// the minor /proc/misc lists under the node's file name).
+struct Family {
+    std::string name;  // the table's name: [a-z][a-z0-9-]*
+    FamilySource source = FamilySource::Glob;
+    std::vector<std::string> nodes;      // absolute paths or globs under /dev
+    std::string major;                   // the driver's name in /proc/devices, or "misc"
+    std::vector<std::string> variables;  // "enabled" (or true, 1, all) gives every device
+    std::string select;                  // a variable naming devices: all, affine, names
+    std::string extras;                  // a variable whose "enabled" adds the extras (umad)
+    Capabilities caps = 0;               // capabilities that bring it with the GPUs
+    std::vector<std::string> files;      // files under the driver root given when present
+    std::string cdi_kind;                // "nvidia.com/gds"; empty: no CDI devices of its own
+
+    bool operator==(const Family&) const = default;
+};
+
 struct Config {
     Roots roots;
     std::filesystem::path ldcache;                      // empty: <driver root>/etc/ld.so.cache
@@ -109,7 +141,10 @@ struct Config {
     LogConfig log;
     std::vector<std::string> runtimes = {"runc", "crun"};  // for gpubind-runtime
     CdiConfig cdi;
+    std::vector<Family> families;  // by name
     std::filesystem::path source;  // the file it was read from, empty for defaults
+
+    const Family* family(std::string_view name) const;
 
     std::filesystem::path ldcache_path() const {
         return ldcache.empty() ? roots.driver / "etc/ld.so.cache" : ldcache;

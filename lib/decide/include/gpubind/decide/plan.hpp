@@ -139,6 +139,24 @@ struct Plan {
 Plan make_plan(const Request& request, const Node& node, const Selection& selection,
                const Image& image, const Config& config, const ProcFiles& proc_files);
 
+struct FamilyItems {
+    std::vector<PlannedDevice> devices;
+    std::vector<PlannedSymlink> links;
+    std::vector<PlannedMount> files;
+};
+
+// The nodes, links and files of request.families from the node, for a
+// container given `gpus` (whole GPUs and MIG parents). Pure but for logging:
+// - a family asked by variable, selection or mount that the node lacks throws
+//   Error(ECANCELED, "plan", <asked by>, ...), or with on-refused = warn is
+//   left out with a warning; one asked only by capability is left out quietly;
+// - a device named that the family lacks throws Error(EINVAL, "select device",
+//   <name>, "no <family> device <name> on this node (it has ...)");
+// - affine: for each GPU the devices nearest it (sysfs::nearest), logged when
+//   none is.
+FamilyItems plan_families(const Request& request, const Node& node,
+                          const std::vector<const Gpu*>& gpus, const Config& config);
+
 // JSON with stable field names:
 //   {"devices": [{"path", "host_path", "major", "minor", "why"}],
 //    "mounts": [{"source", "target", "directory", "flags": ["ro","nosuid","nodev","noexec"],

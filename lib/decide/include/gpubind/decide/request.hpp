@@ -27,6 +27,19 @@ struct Requirement {
     std::string expression;  // "cuda>=12.0 brand=tesla,driver>=535"
 };
 
+// What a container asks of one device family ([family.<name>]).
+struct FamilyRequest {
+    std::string family;              // its name
+    bool all = false;                // every device (DRM: those of the container's GPUs)
+    bool affine = false;             // the devices nearest to the container's GPUs
+    std::vector<std::string> names;  // devices by name ("mlx5_0")
+    bool extras = false;             // with their extras (an HCA's umad nodes)
+    bool by_capability = false;      // asked only by a driver capability: never refused
+    std::string asked_by;            // "NVIDIA_GDS=enabled", for messages
+
+    bool operator==(const FamilyRequest&) const = default;
+};
+
 struct Request {
     RequestSource source = RequestSource::None;
     DeviceIds devices;
@@ -36,14 +49,22 @@ struct Request {
     DeviceIds mig_monitor;                   // NVIDIA_MIG_MONITOR_DEVICES (privileged only)
     std::vector<std::string> imex_channels;  // NVIDIA_IMEX_CHANNELS / imex/<n> mounts:
                                              // {"all"} or channel numbers ("7"), no duplicates
+    std::vector<FamilyRequest> families;     // in the config's order
 
     bool gpu_container() const { return source != RequestSource::None; }
 };
 
-// Reads the request from the spec under the policy. A request that policy
-// refuses throws Error(ECANCELED, "refuse request", <container>, <why>);
-// a malformed one Error(EINVAL, ...).
-Request read_request(const oci::Spec& spec, const Policy& policy);
+// Reads the request from the spec under the policy, with what it asks of
+// `families` (each family's variables, its selecting variable, its device
+// mounts, its capabilities). A request that policy refuses throws
+// Error(ECANCELED, "refuse request", <container>, <why>); a malformed one
+// Error(EINVAL, ...).
+Request read_request(const oci::Spec& spec, const Policy& policy,
+                     const std::vector<Family>& families);
+// The same without device families.
+inline Request read_request(const oci::Spec& spec, const Policy& policy) {
+    return read_request(spec, policy, {});
+}
 
 // The largest IMEX channel number: a channel is a device minor (20 bits).
 inline constexpr unsigned long kMaxImexChannel = (1ul << 20) - 1;

@@ -109,9 +109,26 @@ struct NodeFacts {
     // dev/char/<major>:<minor> of each device in `dev`: lstat, and where it leads.
     std::map<std::string, FileFact> dev_char;
     std::map<std::string, std::optional<std::string>> dev_char_target;  // resolved in the dev root
+    // The config's device families as discovery finds them (node/families.hpp).
+    struct Family {
+        std::string name;
+        std::vector<std::string> devices;   // found: "mlx5_0", "nvidia-fs0"
+        std::vector<std::string> left_out;  // nodes or devices left out, and why
+        std::vector<std::string> far_hcas;  // HCAs with no GPU under their switch or NUMA node
+        std::string driver;                 // the glob family's driver name ("" for others)
+        bool driver_loaded = false;         // /proc/devices (or /proc/misc) lists it
+    };
+    std::vector<Family> families;
 };
 NodeFacts gather_node(const Config& config);
 std::vector<Check> check_node(const NodeFacts& facts);
+// The device families (doctor_families.cpp): gather_node fills
+// NodeFacts::families with it, check_node adds one check a family
+// ("family-<name>"): a problem when nodes are left out for their numbers, a
+// warning when a glob family's driver is loaded but no node is there, or an
+// HCA has no GPU near it.
+void gather_families(NodeFacts& facts, const Config& config);
+std::vector<Check> check_families(const NodeFacts& facts);
 
 // --- engines ---
 inline constexpr std::string_view kHookName = "gpubind-hook";

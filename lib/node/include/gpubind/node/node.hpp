@@ -29,6 +29,18 @@ struct DeviceNode {
     mode_t mode = 0666;  // permission bits of the host node
 };
 
+// Where a PCI device sits, from sysfs (node/sysfs.hpp).
+struct PciPlace {
+    // The PCI bridges above the device, from the root port down
+    // ("0000:15:01.0", "0000:16:00.0", "0000:17:00.0"); two devices that share
+    // one sit under the same PCIe switch (or root port).
+    std::vector<std::string> bridges;
+    int numa_node = -1;   // -1: the kernel does not know (one node, or no NUMA)
+    std::string cpulist;  // local_cpulist as sysfs has it ("0-15,32-47"), "" if absent
+
+    bool operator==(const PciPlace&) const = default;
+};
+
 struct MigDevice {
     unsigned gpu_index = 0;  // parent GPU's index
     unsigned index = 0;      // position among the parent's MIG devices ("G:M")
@@ -56,9 +68,32 @@ struct Gpu {
     // From NVML, empty when it is not available.
     std::string brand;
     std::string compute_capability;  // "9.0"
+    std::optional<PciPlace> place;   // from the sys root; empty when sysfs lacks it
 };
 // "GPU 0 (GPU-<uuid>)", "GPU 0" without a UUID: how logs and errors name one.
 std::string gpu_name(const Gpu& gpu);
+
+// One device of a family ([family.<name>] in the config): an HCA with its
+// uverbs node, a GPU's DRM nodes, one nvidia-fs node.
+struct FamilyDevice {
+    std::string name;                // "mlx5_0", "card1", "nvidia-fs3", "gdrdrv"
+    std::string pci_bus_id;          // HCAs and DRM: the PCI device; "" otherwise
+    std::optional<PciPlace> place;   // HCAs: where it sits (affine selection)
+    std::vector<DeviceNode> nodes;   // given with the device
+    std::vector<DeviceNode> extras;  // given only when asked (an HCA's umad nodes)
+    // Links made beside the nodes in a container: path -> target, relative
+    // ("/dev/dri/by-path/pci-0000:18:00.0-card" -> "../card1").
+    std::vector<std::pair<std::string, std::string>> links;
+};
+
+// What the node has of one family.
+struct FamilyNodes {
+    std::string name;                   // the family's name in the config
+    std::vector<FamilyDevice> devices;  // in a stable order (name, or the GPUs' order)
+    std::vector<DeviceNode> shared;     // given with any of its devices ("rdma_cm")
+    std::vector<std::string>
+        files;  // its files that exist under the driver root ("/etc/cufile.json")
+};
 
 enum class FileKind { Library, Binary, Ipc, Firmware };
 
@@ -83,6 +118,8 @@ struct Node {
     // IMEX channels: /dev/nvidia-caps-imex-channels/channel<n> (the minor is n,
     // the major "nvidia-caps-imex-channels" in proc/devices), by channel number.
     std::vector<DeviceNode> imex_channels;
+    // The device families of config.families the node has (node/families.hpp).
+    std::vector<FamilyNodes> families;
     std::vector<DriverFile> files;
     std::vector<std::string> warnings;  // optional things that were missing or odd
 

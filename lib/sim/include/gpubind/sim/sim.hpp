@@ -1,7 +1,8 @@
 // The simulated node: a directory holding what an NVIDIA driver install
 // leaves on a host, for the demo and the tests on machines without a GPU.
 //
-// Layout of a node at DIR (driver root DIR, dev root DIR, proc root DIR/proc):
+// Layout of a node at DIR (driver root DIR, dev root DIR, proc root DIR/proc,
+// sys root DIR/sys):
 //   dev/nvidia<N> (195:N), dev/nvidiactl (195:255), dev/nvidia-modeset (195:254),
 //   dev/nvidia-uvm, dev/nvidia-uvm-tools (U:0, U:1), and with MIG
 //   dev/nvidia-caps/nvidia-cap<M> (C:M): config (1, mode 0400), monitor (2, 0444)
@@ -34,6 +35,41 @@
 //   etc/ld.so.conf naming the library directories (vdpau/ included) and
 //   etc/ld.so.cache built from it by the system's ldconfig (-r DIR), or the
 //   one Spec::ldconfig names (an arm64 one under qemu for an arm64 node).
+//   sys/: sysfs as Linux lays it out (sim_sysfs.cpp): in each PCI domain
+//   holding GPUs two PCIe switches, switch k on NUMA node k, each under a root
+//   port of its own host bridge: sys/devices/pci<D>:<B>/<D>:<B>:01.0 (root
+//   port)/<D>:<B+1>:00.0 (the switch's upstream port)/<D>:<B+2>:<slot>.0 (a
+//   downstream port for each endpoint)/<endpoint>, where B is 0x10 for switch 0
+//   and for switch 1 its first GPU's bus - 3 (0x80 without GPUs). GPU i keeps
+//   its bus id (domain i / 8); the first half (rounded up) of a domain's GPUs
+//   sit under switch 0, the rest under switch 1. HCAs and NVMe controllers
+//   sit in domain 0, the first half (rounded up) under switch 0, on the buses
+//   after the switch's last GPU's (after B+2 without GPUs). Every bridge's and
+//   endpoint's directory holds vendor, device, class, numa_node and
+//   local_cpulist (node 0 "0-15", node 1 "16-31"), and
+//   sys/bus/pci/devices/<bus id> links to it (relative);
+//   sys/devices/system/node/{online,node<k>/cpulist}. HCA mlx5_<N>: in its PCI
+//   directory infiniband/mlx5_<N>/{node_type,device}, infiniband_verbs/
+//   uverbs<N>/{ibdev,dev,device}, infiniband_mad/{umad<N>,issm<N>}/{ibdev,port,
+//   dev,device} ("device" links back to the PCI directory), linked from
+//   sys/class/infiniband, infiniband_verbs, infiniband_mad (each also holding
+//   abi_version). NVMe nvme<N>: nvme/nvme<N>/device, sys/class/nvme/nvme<N>.
+//   With Spec::drm each GPU's drm/card<i>/{dev,device} and
+//   drm/renderD<128+i>/{dev,device}, linked from sys/class/drm.
+//   The device families' nodes (never in Manifest::nodes, in
+//   Manifest::family_nodes): with HCAs dev/infiniband/uverbs<N> (231:192+N,
+//   0666), umad<N> (231:N, 0600), issm<N> (231:64+N, 0600) and rdma_cm (10:R,
+//   0666, R a misc minor this host's /proc/misc does not list); with gdrcopy
+//   dev/gdrdrv (G:0); with gds dev/nvidia-fs<n> (F:n, n < 16) and
+//   etc/cufile.json; with nvswitch dev/nvidia-nvswitchctl (S:255) and
+//   dev/nvidia-nvswitch<n> (S:n, n < 4); with drm dev/dri/card<i> (226:i, 0660)
+//   and dev/dri/renderD<128+i> (226:128+i, 0666), with the links
+//   dev/dri/by-path/pci-<bus id>-card -> ../card<i> and -render ->
+//   ../renderD<128+i>. G, F and S are dynamic majors chosen as U is, named in
+//   proc/devices "gdrdrv", "nvidia-fs" and "nvidia-nvswitch"; proc/devices
+//   also names 226 "drm" (with drm) and 231 "infiniband_mad" and
+//   "infiniband_verbs" (with HCAs); proc/misc ("%3i %s" lines) lists a few
+//   usual misc devices and, with HCAs, "rdma_cm". Modes are 0666 unless said.
 //   gpubind-simulated-node.json: the manifest.
 //
 // The fake driver sees what a process on the node would: see
@@ -63,8 +99,9 @@ struct MigSpec {
 // driver version that is not numbers separated by dots, a model that is empty,
 // longer than 95 characters or has control characters, and MIG devices on a
 // GPU that does not exist or is beyond GPU 31, with gi > 14 or ci > 7, or
-// listed twice, more than kMaxImexChannels IMEX channels, and a prefix that is
-// not a relative path of [A-Za-z0-9._-] names without "." or "..".
+// listed twice, more than kMaxImexChannels IMEX channels, more than kMaxHcas
+// HCAs or kMaxNvmes NVMe controllers, and a prefix that is not a relative path
+// of [A-Za-z0-9._-] names without "." or "..".
 struct Spec {
     unsigned gpus = 8;
     std::string driver_version = "550.54.15";
@@ -75,6 +112,12 @@ struct Spec {
     bool firmware = true;        // lib/firmware/nvidia/<ver>/gsp*.bin
     bool graphics = true;        // graphics, display, video and ngx libraries
     unsigned imex_channels = 0;  // IMEX channel nodes 0 .. imex_channels-1
+    unsigned hcas = 0;           // InfiniBand HCAs mlx5_0 .. mlx5_<hcas-1>
+    unsigned nvmes = 0;          // NVMe controllers nvme0 .. nvme<nvmes-1>
+    bool nvswitch = false;       // 4 NVSwitches' nodes
+    bool gds = false;            // GPUDirect Storage: nvidia-fs nodes, etc/cufile.json
+    bool gdrcopy = false;        // gdrcopy's gdrdrv node
+    bool drm = false;            // each GPU's DRM nodes (card<i>, renderD<128+i>)
     // "": a distribution's layout (above). Else the driver in a prefix of its
     // own, as GPU sandboxes ship it ("usr/local/nvidia"): <prefix>/lib64 and
     // <prefix>/lib (32-bit) in etc/ld.so.conf, the programs in <prefix>/bin,
@@ -85,6 +128,8 @@ struct Spec {
     std::string ldconfig;
 };
 inline constexpr unsigned kMaxImexChannels = 2048;  // the driver's default channel count
+inline constexpr unsigned kMaxHcas = 16;
+inline constexpr unsigned kMaxNvmes = 8;
 
 // The node's own description of what was written: the tests compare what
 // gpubind discovers against this, never against gpubind's own output.
@@ -97,6 +142,11 @@ struct ManifestGpu {
     std::string brand;               // as the fake NVML reports it, spelled as
                                      // NVIDIA_REQUIRE_BRAND does: "nvidia", "tesla"
     std::string compute_capability;  // likewise, "9.0"
+    // Where it sits in sysfs (likewise for HCAs and NVMe controllers):
+    int numa_node = 0;                 // its numa_node file
+    std::string cpulist;               // its local_cpulist without the newline: "0-15"
+    std::vector<std::string> bridges;  // bus ids of the bridges above it, the root port first
+    std::string switch_port;           // JSON "switch": its switch's upstream port's bus id
 };
 // In order of GPU, GPU instance, compute instance (NVML's order).
 struct ManifestMig {
@@ -126,17 +176,60 @@ struct ManifestFile {
                              // the MPS directory "compute"
     bool compat32 = false;
 };
+struct ManifestHca {
+    std::string name;        // "mlx5_0"
+    std::string pci_bus_id;  // "0000:5e:00.0"
+    int numa_node = 0;
+    std::string cpulist;
+    std::vector<std::string> bridges;
+    std::string switch_port;  // JSON "switch"
+    ManifestNode uverbs;      // /dev/infiniband/uverbs<N> (231:192+N)
+    ManifestNode umad;        // /dev/infiniband/umad<N> (231:N)
+    ManifestNode issm;        // /dev/infiniband/issm<N> (231:64+N)
+};
+struct ManifestNvme {
+    std::string name;  // "nvme0"
+    std::string pci_bus_id;
+    int numa_node = 0;
+    std::string cpulist;
+    std::vector<std::string> bridges;
+    std::string switch_port;  // JSON "switch"
+};
+// A device node of a device family, in the order written.
+struct ManifestFamilyNode {
+    std::string family;  // "rdma", "gdrcopy", "gds", "nvswitch", "drm"
+    std::string device;  // "mlx5_0", "gdrdrv", "nvidia-fs3", "nvidia-nvswitch0", "card0"
+                         // (card<i> for both of GPU i's DRM nodes); "" for the shared
+                         // rdma_cm and nvidia-nvswitchctl
+    std::string path;    // "/dev/infiniband/uverbs0" (relative to the dev root)
+    unsigned major = 0;
+    unsigned minor = 0;
+    unsigned mode = 0;  // permission bits, 0666
+};
+// A symbolic link under the dev root: the DRM nodes' by-path links.
+struct ManifestLink {
+    std::string path;    // "/dev/dri/by-path/pci-0000:18:00.0-card"
+    std::string target;  // as the link holds it: "../card0"
+};
 struct Manifest {
     Spec spec;
     std::string cuda_version;  // "12.4", what the driver branch ships (lib/fake/fake_node.h)
     std::vector<ManifestGpu> gpus;
     std::vector<ManifestMig> migs;
-    std::vector<ManifestNode> nodes;
+    std::vector<ManifestNode> nodes;  // the NVIDIA driver's nodes only
     std::vector<ManifestFile> files;
+    std::vector<ManifestHca> hcas;  // by name
+    std::vector<ManifestNvme> nvmes;
+    std::vector<ManifestFamilyNode> family_nodes;
+    std::vector<ManifestLink> links;
+    std::string sys_root;  // the node's sys root on this host: absolute, "<DIR>/sys"
+    std::string cufile;    // "/etc/cufile.json" (from the node's root) with gds, else ""
 };
 
 // {"spec": {...}, "cuda_version", "gpus": [...], "migs": [...], "nodes": [...],
-// "files": [...]}, the field names as in the structs above.
+// "files": [...], "hcas": [...], "nvmes": [...], "family_nodes": [...],
+// "links": [...], "sys_root", "cufile"}, the field names as in the structs
+// above but switch_port, which is "switch".
 void to_json(nlohmann::json& j, const Manifest& m);
 
 // File name of the manifest written at the top of the simulated node.
@@ -144,8 +237,8 @@ inline constexpr const char* kManifestName = "gpubind-simulated-node.json";
 
 // Writes a simulated node under `dir` (created if missing; it must be empty
 // or a previous simulated node, which is replaced, else Error(ENOTEMPTY)) and
-// returns its manifest, also written to dir/kManifestName. The driver, dev and
-// proc roots for it are dir, dir and dir/proc. Making device nodes needs
+// returns its manifest, also written to dir/kManifestName. The driver, dev,
+// proc and sys roots for it are dir, dir, dir/proc and dir/sys. Making device nodes needs
 // CAP_MKNOD: without it this throws Error(EPERM) "simulate DIR/dev/nvidia0:
 // making device nodes needs root (CAP_MKNOD)". The system's ldconfig failing is
 // an Error quoting what it said. A bad spec touches nothing; a failure once

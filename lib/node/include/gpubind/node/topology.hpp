@@ -1,0 +1,69 @@
+// The node's topology as `gpubind info --topology` shows it: where each GPU
+// sits on PCIe and NUMA, and which HCAs and NVMe controllers are nearest to
+// it (node/sysfs.hpp's nearest()).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gpubind/node/node.hpp"
+#include "gpubind/node/sysfs.hpp"
+
+namespace gpubind {
+
+struct GpuTopology {
+    unsigned index = 0;
+    std::string uuid, pci_bus_id;
+    std::optional<PciPlace> place;  // empty: not in <sys>/bus/pci/devices
+    sysfs::Nearness hca_nearness = sysfs::Nearness::None;
+    std::vector<std::string> hcas;  // the nearest HCAs' names, in the HCAs' order
+    sysfs::Nearness nvme_nearness = sysfs::Nearness::None;
+    std::vector<std::string> nvmes;  // the nearest NVMe controllers' names
+};
+
+// Each GPU of the node, in the node's order: its place (Gpu::place where
+// discovery filled it, else sysfs::pci_place under `sys`) and the nearest of
+// `hcas` and of `nvmes`. Reads sysfs only for the places discovery left empty.
+std::vector<GpuTopology> read_topology(const Node& node, const std::filesystem::path& sys,
+                                       const std::vector<sysfs::Hca>& hcas,
+                                       const std::vector<sysfs::Nvme>& nvmes);
+// The same with the node's HCAs and NVMe controllers read under `sys`.
+std::vector<GpuTopology> read_topology(const Node& node, const std::filesystem::path& sys);
+
+// The bridge that names a device's PCIe switch: the second bridge (the
+// switch's upstream port) when there are two or more, else the root port,
+// else "" (a device on the root complex).
+std::string switch_of(const PciPlace& place);
+
+// The topology as JSON (`gpubind info --topology --json`), a stable shape:
+//   {"schema": "gpubind.topology/v1",
+//    "gpus": [{"index": 0, "uuid": "GPU-...", "pci_bus_id": "0000:18:00.0",
+//              "numa_node": 0, "cpulist": "0-15", "bridges": ["0000:15:01.0", ...],
+//              "switch": "0000:16:00.0",
+//              "nearest_hcas": {"by": "switch", "names": ["mlx5_0"]},
+//              "nearest_nvmes": {"by": "numa", "names": ["nvme0"]}}],
+//    "hcas": [{"name": "mlx5_0", "pci_bus_id": "0000:19:00.0", "numa_node": 0,
+//              "bridges": [...], "switch": "0000:16:00.0", "uverbs": "uverbs0"}],
+//    "nvmes": [{"name": "nvme0", "pci_bus_id": "0000:1a:00.0", "numa_node": 0,
+//               "bridges": [...], "switch": "0000:16:00.0"}]}
+// numa_node is -1 when the kernel does not know it; "cpulist" is "" when
+// sysfs has none. A device not in sysfs (no place) has numa_node, cpulist,
+// bridges and switch null, "switch" is null too for a device on the root
+// complex; "by" is "switch", "numa" or "none" (names then []); "uverbs" is
+// null for an HCA without a verbs node, pci_bus_id "" for one without a PCI
+// device.
+nlohmann::json to_json(const std::vector<GpuTopology>& gpus, const std::vector<sysfs::Hca>& hcas,
+                       const std::vector<sysfs::Nvme>& nvmes);
+
+// The topology as text: one block per GPU (NUMA node, CPU list, PCIe path
+// from the root port down, nearest HCAs and NVMe and how they are near),
+// then the HCAs and NVMe controllers, one line each. `sys` names the sys
+// root in "not in <sys>/bus/pci/devices".
+std::string to_text(const std::vector<GpuTopology>& gpus, const std::vector<sysfs::Hca>& hcas,
+                    const std::vector<sysfs::Nvme>& nvmes, const std::filesystem::path& sys);
+
+}  // namespace gpubind
