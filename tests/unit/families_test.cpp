@@ -15,6 +15,7 @@
 #include "gpubind/decide/request.hpp"
 #include "gpubind/node/families.hpp"
 #include "gpubind/util/error.hpp"
+#include "spec.hpp"
 
 namespace gpubind {
 namespace {
@@ -110,26 +111,13 @@ TEST(FamilyConfig, AMalformedTableIsOneLineNamingTheKey) {
 
 // ---- the request ---------------------------------------------------------------------------
 
-oci::Spec make_spec(const std::vector<std::string>& env,
-                    const std::vector<std::string>& device_mounts = {}) {
-    json doc = {{"ociVersion", "1.0.2"},
-                {"root", {{"path", "rootfs"}}},
-                {"process", {{"env", env}}},
-                {"mounts", json::array()}};
-    doc["process"]["capabilities"]["bounding"] = {"CAP_CHOWN", "CAP_SYS_ADMIN"};
-    for (const auto& dest : device_mounts)
-        doc["mounts"].push_back({{"destination", dest},
-                                 {"type", "bind"},
-                                 {"source", "/dev/null"},
-                                 {"options", {"bind", "ro"}}});
-    return oci::parse_spec(doc.dump(), "/bundles/c1");
-}
+using test::make_spec;
 
 Request read(const std::vector<std::string>& env, const std::vector<std::string>& mounts = {},
              bool accept_mounts = false) {
     Config c = default_config();
     c.policy.accept_volume_mounts = accept_mounts;
-    return read_request(make_spec(env, mounts), c.policy, c.families);
+    return read_request(make_spec(env, true, mounts), c.policy, c.families);
 }
 
 const FamilyRequest* asked(const Request& r, const std::string& family) {
@@ -269,7 +257,7 @@ class FamilyPlan : public ::testing::Test {
 
     std::vector<std::string> paths(const std::vector<std::string>& env,
                                    const std::vector<unsigned>& gpus) {
-        const Request r = read_request(make_spec(env), config.policy, config.families);
+        const Request r = read_request(make_spec(env, true), config.policy, config.families);
         std::vector<const Gpu*> given;
         for (unsigned i : gpus) given.push_back(&node.gpus[i]);
         items = plan_families(r, node, given, config);

@@ -12,6 +12,7 @@
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/util/error.hpp"
+#include "spec.hpp"
 
 namespace gpubind {
 namespace {
@@ -23,22 +24,7 @@ using ::testing::IsEmpty;
 
 constexpr const char* kDeviceDir = "/var/run/nvidia-container-devices/";
 
-oci::Spec make_spec(const std::vector<std::string>& env, bool privileged = false,
-                    const std::vector<std::string>& device_mounts = {}) {
-    json doc = {{"ociVersion", "1.0.2"},
-                {"root", {{"path", "rootfs"}}},
-                {"process", {{"env", env}}},
-                {"mounts", json::array()}};
-    doc["process"]["capabilities"]["bounding"] =
-        privileged ? json{"CAP_CHOWN", "CAP_SYS_ADMIN"} : json{"CAP_CHOWN", "CAP_KILL"};
-    doc["mounts"].push_back({{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}});
-    for (const auto& dest : device_mounts)
-        doc["mounts"].push_back({{"destination", dest},
-                                 {"type", "bind"},
-                                 {"source", "/dev/null"},
-                                 {"options", {"bind", "ro"}}});
-    return oci::parse_spec(doc.dump(), "/bundles/c1");
-}
+using test::make_spec;
 
 using test::error_of;
 
