@@ -122,8 +122,8 @@ std::vector<std::string> class_entries(const fs::path& sys, std::string_view cls
 // The device directory a PCI device resolves to, checked: under /devices,
 // named by its bus id.
 bool is_pci_device_dir(const fs::path& dir, std::string_view id) {
-    const auto first = dir.relative_path().begin();
-    return first != dir.relative_path().end() && *first == "devices" && dir.filename() == id;
+    const fs::path rel = dir.relative_path();
+    return !rel.empty() && *rel.begin() == "devices" && dir.filename() == id;
 }
 
 // The place of the PCI device whose directory (resolved, root-relative) is `dir`.
