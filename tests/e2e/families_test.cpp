@@ -91,8 +91,6 @@ class FamiliesE2e : public ::testing::Test {
                                                    : " not refused by the device cgroup"));
         }
         const bool want_cufile = cufile && !m().cufile.empty();
-        const std::string content =
-            want_cufile ? slurp(node_->root() / fs::path(m().cufile).relative_path()) : "";
         const bool has_cufile = !s["cufile"].empty() && s["cufile"][0].rfind("cat:", 0) != 0;
         if (want_cufile != has_cufile)
             problems.push_back(want_cufile ? "no /etc/cufile.json" : "an /etc/cufile.json");
