@@ -25,6 +25,7 @@
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/exec/exec.hpp"
 #include "gpubind/os/harden.hpp"
+#include "gpubind/os/prefault.hpp"
 #include "gpubind/start/start.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
@@ -43,28 +44,33 @@ constexpr std::chrono::milliseconds kHookBudget{45000};
 
 // Errors always reach stderr (the runtime shows them); everything at the
 // configured level goes to the log file. No threads: setns needs a
-// single-threaded process.
+// single-threaded process. The sinks are made by the first message at that
+// level: a start that has nothing to say (at the default level, one that
+// works) builds none and opens no file.
 void set_up_logging(const Config& config, const std::string& container) {
-    std::vector<spdlog::sink_ptr> sinks;
-    auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
-    err->set_level(spdlog::level::err);
-    set_escaped_pattern(*err, "gpubind-hook: %v");
-    sinks.push_back(err);
-    if (!config.log.file.empty()) {
-        try {
-            auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(config.log.file);
-            set_escaped_pattern(*file,
-                                "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(container) + "] %v");
-            sinks.push_back(file);
-        } catch (const spdlog::spdlog_ex& e) {
-            std::fprintf(stderr, "gpubind-hook: warning: log file %s: %s\n",
-                         config.log.file.c_str(), e.what());
+    const auto level = spdlog::level::from_str(config.log.level);
+    set_lazy_logger(level, [level, file_path = config.log.file, container] {
+        std::vector<spdlog::sink_ptr> sinks;
+        auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
+        err->set_level(spdlog::level::err);
+        set_escaped_pattern(*err, "gpubind-hook: %v");
+        sinks.push_back(err);
+        if (!file_path.empty()) {
+            try {
+                auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(file_path);
+                set_escaped_pattern(*file,
+                                    "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(container) + "] %v");
+                sinks.push_back(file);
+            } catch (const spdlog::spdlog_ex& e) {
+                std::fprintf(stderr, "gpubind-hook: warning: log file %s: %s\n", file_path.c_str(),
+                             e.what());
+            }
         }
-    }
-    auto logger = std::make_shared<spdlog::logger>("gpubind-hook", sinks.begin(), sinks.end());
-    logger->set_level(spdlog::level::from_str(config.log.level));
-    logger->flush_on(spdlog::level::trace);
-    set_logger(std::move(logger));
+        auto logger = std::make_shared<spdlog::logger>("gpubind-hook", sinks.begin(), sinks.end());
+        logger->set_level(level);
+        logger->flush_on(spdlog::level::trace);
+        return logger;
+    });
 }
 
 // Whether this process's environment holds anything but the config's name
@@ -150,6 +156,7 @@ int run(const std::string& stage, bool inherited) {
     const oci::Spec spec = oci::load_spec(state.bundle);
     times.read = Clock::now();
     if (cdi_stage) {
+        prefault();
         LinuxSystem sys;  // one per process: the decision reads the image through it, then acts
         return run_cdi(config, state, spec, sys, deadline, times);
     }
@@ -163,6 +170,7 @@ int run(const std::string& stage, bool inherited) {
         logger().debug("{}: nothing to do", describe_request(request));
         return kExitOk;
     }
+    prefault();       // the decision and the changes to come: their heap and stack
     LinuxSystem sys;  // one per process: the decision reads the image through it, then acts
     Decision decision = decide(std::move(request), spec.rootfs, config, sys);
     times.decided = Clock::now();

@@ -30,7 +30,8 @@ every start). Run as root.
 With --baseline, an earlier build's gpubind-runtime (with that build's hook
 as its finish hook) starts the same container in every round beside this
 build's, and the difference within each round is printed: a change to the
-shim's start path measured paired, the same moment's load for both.
+shim's start path measured paired, the same moment's load for both. The
+baseline's hook lifetime is timed in the same rounds too, on both images.
 
 Every round of the runc starts prints its four times and what the hook adds
 over bare and over the no-op hook (paired); every round of the lifetimes
@@ -366,6 +367,8 @@ if cgroup_v2:  # the same hook with no program kept: loaded at every start
 if baseline:  # the baseline's hook in the same rounds, with its own node description
     timed.append(("hook-base", f"{base_bin}/gpubind-hook", ["gpubind-hook", "prestart"],
                   f"{work}/config-base.toml"))
+    timed.append(("hook-400-base", f"{base_bin}/gpubind-hook", ["gpubind-hook", "prestart"],
+                  f"{work}/config-base.toml"))
 lifetimes = {}
 for name, target, args, hook_config in timed:
     log = f"{work}/{name}-lifetime.log"
@@ -384,7 +387,7 @@ for name, target, args, hook_config in timed:
     lifetimes[name] = log
 for order in in_turn(lifetimes, max(50, runs // 4)):
     for name in order:
-        start(f"{name}-timed", image=big_rootfs if name == "hook-400" else rootfs)
+        start(f"{name}-timed", image=big_rootfs if name.startswith("hook-400") else rootfs)
 print("-- each hook's lifetime, fork to exit, as runc waits for it:")
 life = {}
 for name, log in lifetimes.items():
@@ -394,7 +397,8 @@ for name, log in lifetimes.items():
           "noop": "busybox true (any hook)",
           "hook-rdma": "gpubind-hook, GPUBIND_RDMA=affine",
           "hook-loaded": "gpubind-hook, program loaded each start (v2)",
-          "hook-base": "gpubind-hook, the baseline build"}[name],
+          "hook-base": "gpubind-hook, the baseline build",
+          "hook-400-base": "gpubind-hook, 400 libraries, the baseline build"}[name],
          life[name])
 print(f"{'gpubind-hook beyond any hook':<44} median {statistics.median(life['hook']) - statistics.median(life['noop']):7.2f} ms")
 # Issue 27's measure: the hook's lifetime over busybox true's, in each round
@@ -411,12 +415,16 @@ summary = [("gpubind-hook / busybox true", ratios, "hook"),
 if baseline:
     summary.append(("the baseline's hook / busybox true",
                      [b / n for b, n in zip(life["hook-base"], life["noop"])], "hook-base"))
+    summary.append(("the baseline's, 400 libraries / busybox true",
+                     [b / n for b, n in zip(life["hook-400-base"], life["noop"])],
+                     "hook-400-base"))
 for label, xs, key in summary:
     m, lo, hi = stats(xs)
     print(f"{label:<44} ratio of medians {statistics.median(life[key]) / statistics.median(life['noop']):5.2f}"
           f"  median of the rounds' ratios {m:5.2f} (p10 {lo:5.2f}, p90 {hi:5.2f}, n={len(xs)})")
 if baseline:  # the log's i-th lines were written in the same round
     paired("gpubind-hook lifetime minus the baseline's", life["hook-base"], life["hook"])
+    paired("the same, 400 libraries", life["hook-400-base"], life["hook-400"])
 if "hook-rdma" in life:  # issue 23: at most 0.3 ms
     paired("GPUBIND_RDMA=affine minus the same start without", life["hook"], life["hook-rdma"])
 

@@ -3,9 +3,9 @@
 // (sandboxed) and put in place by descriptor (exec.hpp, step 4).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -171,22 +171,38 @@ void LoaderCache::install_cache(const std::string& cache) {
 
 // The image's cache entries for files of the refreshed library
 // directories that are no longer there, dropped: each directory listed
-// once, only the names the cache mentions kept.
+// once, each name it holds looked up among the cache's (sorted views of
+// the entries' paths), nothing copied.
 void LoaderCache::drop_gone_entries(ldcache::Cache& image) {
+    std::vector<bool> gone(image.entries.size(), false);
+    std::vector<std::pair<std::string_view, std::size_t>> named;  // file name, entry
     for (const auto& d : c_.plan.library_dirs) {
-        std::set<std::string_view> named;
-        for (const auto& e : image.entries)
-            if (dir_name(e.path) == d) named.insert(base_name(e.path));
+        named.clear();
+        for (std::size_t i = 0; i < image.entries.size(); ++i)
+            if (dir_name(image.entries[i].path) == d)
+                named.emplace_back(base_name(image.entries[i].path), i);
         if (named.empty()) continue;
-        DirNames listed;
+        std::sort(named.begin(), named.end());
+        std::vector<bool> there(named.size(), false);
         if (const SharedFd dir = c_.find_dir(d))
-            listed = c_.list_names(dir, d, [&](std::string_view n) { return named.contains(n); });
-        // Views of `listed`: those of `named` point into the entries erase_if moves.
-        const std::set<std::string_view> there(listed.names.begin(), listed.names.end());
-        std::erase_if(image.entries, [&](const ldcache::Entry& e) {
-            return dir_name(e.path) == d && !there.contains(base_name(e.path));
-        });
+            c_.list_names(dir, d, [&](std::string_view name) {
+                auto at = std::lower_bound(named.begin(), named.end(),
+                                           std::pair<std::string_view, std::size_t>{name, 0});
+                for (; at != named.end() && at->first == name; ++at)
+                    there[static_cast<std::size_t>(at - named.begin())] = true;
+                return false;  // nothing kept: the names are only looked up
+            });
+        for (std::size_t k = 0; k < named.size(); ++k)
+            if (!there[k]) gone[named[k].second] = true;
     }
+    auto& entries = image.entries;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < entries.size(); ++i)
+        if (!gone[i]) {
+            if (kept != i) entries[kept] = std::move(entries[i]);
+            ++kept;
+        }
+    entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(kept), entries.end());
 }
 
 }  // namespace gpubind::exec

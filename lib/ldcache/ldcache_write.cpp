@@ -235,9 +235,17 @@ Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
         const auto it = std::find(dirs.begin(), dirs.end(), dir);
         return static_cast<std::size_t>(it - dirs.begin());
     };
+    // glibc's order, then the refresh's directory order, then input order.
+    auto before = [](const Entry& a, std::size_t rank_a, const Entry& b, std::size_t rank_b) {
+        const int c = compare_entries(a, b);
+        return c < 0 || (c == 0 && rank_a < rank_b);
+    };
+    auto item_before = [&](const Item& a, const Item& b) {
+        return before(a.entry, a.rank, b.entry, b.rank);
+    };
 
-    std::vector<Item> items;  // the added libraries, then the image's entries
-    items.reserve(added.size() + (image ? image->entries.size() : 0));
+    std::vector<Item> items;  // the added libraries, sorted
+    items.reserve(added.size());
     std::set<std::pair<std::string_view, Arch>> replaced;  // views of `added`
     for (const Library& lib : added) {
         const std::optional<std::int32_t> flags = flags_of(lib.arch);
@@ -255,13 +263,19 @@ Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
         replaced.emplace(lib.soname, lib.arch);
         items.push_back({std::move(e), rank_of(lib.path)});
     }
+    std::stable_sort(items.begin(), items.end(), item_before);
+
+    // The image's entries kept, compacted in place, with their ranks.
+    std::vector<Entry> kept;
+    std::vector<std::size_t> ranks;
     if (image) {
-        for (Entry& original : image->entries) {
-            if (replaced.count({original.soname, arch_of(original.flags)})) continue;
+        kept = std::move(image->entries);
+        ranks.reserve(kept.size());
+        std::size_t n = 0;
+        for (Entry& e : kept) {
+            if (replaced.count({e.soname, arch_of(e.flags)})) continue;
             // glibc's comparison of such keys overflows: no order holds them.
-            if (!orderable(original.soname)) continue;
-            const std::size_t rank = rank_of(original.path);
-            Entry e = std::move(original);
+            if (!orderable(e.soname)) continue;
             const std::string_view from_path = hwcaps_name_of(e.path);
             const bool index = is_hwcaps_index(e.hwcap);
             if (index && image->layout == Layout::New && e.has_hwcaps_subdir) {
@@ -278,29 +292,41 @@ Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
                 e.has_hwcaps_subdir = false;
                 e.hwcaps_subdir.clear();
             }
-            items.push_back({std::move(e), rank});
+            ranks.push_back(rank_of(e.path));
+            if (&kept[n] != &e) kept[n] = std::move(e);
+            ++n;
+        }
+        kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(n), kept.end());
+        // Usually in that order already (ldconfig wrote it); else sorted, stably.
+        bool sorted = true;
+        for (std::size_t i = 1; i < n && sorted; ++i)
+            sorted = !before(kept[i], ranks[i], kept[i - 1], ranks[i - 1]);
+        if (!sorted) {
+            std::vector<Item> rest;
+            rest.reserve(n);
+            for (std::size_t i = 0; i < n; ++i) rest.push_back({std::move(kept[i]), ranks[i]});
+            std::stable_sort(rest.begin(), rest.end(), item_before);
+            for (std::size_t i = 0; i < n; ++i) {
+                kept[i] = std::move(rest[i].entry);
+                ranks[i] = rest[i].rank;
+            }
         }
     }
 
-    // glibc's order, then the refresh's directory order, then input order.
-    // Each part sorted on its own (the image's is usually in that order
-    // already: ldconfig wrote it), then merged: a stable sort of both parts
-    // and a stable merge give what one stable sort of the whole gives.
-    auto before = [](const Item& a, const Item& b) {
-        const int c = compare_entries(a.entry, b.entry);
-        return c < 0 || (c == 0 && a.rank < b.rank);
-    };
-    const auto image_part = items.begin() + static_cast<std::ptrdiff_t>(added.size());
-    std::stable_sort(items.begin(), image_part, before);
-    if (!std::is_sorted(image_part, items.end(), before))
-        std::stable_sort(image_part, items.end(), before);
-    std::inplace_merge(items.begin(), image_part, items.end(), before);
-
+    // Both parts merged, an added library first among equals: what one
+    // stable sort of the added libraries followed by the image's gives.
     Cache cache;
     cache.layout = Layout::New;
     cache.generator = "gpubind";
-    cache.entries.reserve(items.size());
-    for (Item& item : items) cache.entries.push_back(std::move(item.entry));
+    cache.entries.reserve(items.size() + kept.size());
+    std::size_t a = 0, i = 0;
+    while (a < items.size() || i < kept.size()) {
+        if (i == kept.size() ||
+            (a < items.size() && !before(kept[i], ranks[i], items[a].entry, items[a].rank)))
+            cache.entries.push_back(std::move(items[a++].entry));
+        else
+            cache.entries.push_back(std::move(kept[i++]));
+    }
     return cache;
 }
 

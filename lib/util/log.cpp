@@ -8,8 +8,24 @@ namespace gpubind {
 
 namespace {
 
+// A logger made on first use (set_lazy_logger): its level, and how to make it.
+struct Lazy {
+    spdlog::level::level_enum level = spdlog::level::off;
+    std::function<std::shared_ptr<spdlog::logger>()> make;
+};
+
+Lazy& lazy() {
+    static Lazy pending;
+    return pending;
+}
+
 std::shared_ptr<spdlog::logger>& slot() {
-    static std::shared_ptr<spdlog::logger> logger = std::make_shared<spdlog::logger>("gpubind");
+    static std::shared_ptr<spdlog::logger> logger;
+    if (!logger || lazy().make) {
+        auto make = std::exchange(lazy().make, nullptr);
+        logger = make ? make() : nullptr;
+        if (!logger) logger = std::make_shared<spdlog::logger>("gpubind");
+    }
     return logger;
 }
 
@@ -36,6 +52,7 @@ spdlog::level::level_enum to_spdlog(LogLevel level) noexcept {
 namespace log_detail {
 
 bool enabled(LogLevel level) noexcept {
+    if (lazy().make) return to_spdlog(level) >= lazy().level && level != LogLevel::Off;
     return slot()->should_log(to_spdlog(level));
 }
 
@@ -50,7 +67,14 @@ spdlog::logger& spdlog_logger() {
 }
 
 void set_logger(std::shared_ptr<spdlog::logger> logger) {
-    if (logger) slot() = std::move(logger);
+    if (!logger) return;
+    lazy().make = nullptr;
+    slot() = std::move(logger);
+}
+
+void set_lazy_logger(spdlog::level::level_enum level,
+                     std::function<std::shared_ptr<spdlog::logger>()> make) {
+    lazy() = {level, std::move(make)};
 }
 
 }  // namespace gpubind

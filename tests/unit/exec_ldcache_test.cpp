@@ -108,6 +108,40 @@ TEST(LoaderCache, WrittenInsteadOfRunningLdconfig) {
     EXPECT_FALSE(sys.root.count("/etc/ld.so.cache~"));
 }
 
+// ldconfig rescans the refreshed directories: the image's entries for files
+// there that are gone (an earlier start's driver library, removed) go too;
+// entries of other directories are kept as they are, present or not, and so
+// is an entry whose file name is also another directory's.
+TEST(LoaderCache, EntriesOfFilesGoneFromTheRefreshedDirectoriesAreDropped) {
+    const Plan plan = writer_plan();
+    ldcache::Cache image;
+    for (const char* path :
+         {"/usr/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libgone.so.2",
+          "/usr/lib/x86_64-linux-gnu/libkept.so.3", "/opt/other/libgone.so.2",
+          "/opt/other/libabsent.so.1"}) {
+        ldcache::Entry& e = image.entries.emplace_back();
+        e.flags = 0x0303;
+        e.path = path;
+        e.soname = e.path.substr(e.path.rfind('/') + 1);
+    }
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    give_cache(sys, ldcache::serialize(ldcache::merge(image, {}, {})));
+    sys.root["/usr/lib/x86_64-linux-gnu"] = {Type::Directory, 0, 0};
+    for (const char* name : {"libz.so.1", "libkept.so.3", "libother.so.9"})
+        sys.root[std::string("/usr/lib/x86_64-linux-gnu/") + name] = {Type::Regular, 0, 0};
+    execute(plan, writer_target(), sys);
+    EXPECT_EQ(listed(sys.contents["root:/etc/ld.so.cache"]),
+              (std::vector<std::string>{
+                  "libz.so.1 libc6,x86-64 /usr/lib/x86_64-linux-gnu/libz.so.1",
+                  "libkept.so.3 libc6,x86-64 /usr/lib/x86_64-linux-gnu/libkept.so.3",
+                  "libgone.so.2 libc6,x86-64 /opt/other/libgone.so.2",
+                  "libcuda.so.1 libc6,x86-64 /usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                  "libcuda.so libc6,x86-64 /usr/lib/x86_64-linux-gnu/libcuda.so",
+                  "libabsent.so.1 libc6,x86-64 /opt/other/libabsent.so.1",
+              }));
+}
+
 // Under a user namespace the new cache is created as the container's root
 // (the ids switched around that call alone); an original of other ids keeps
 // them, set by the host's root.

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <random>
 #include <regex>
@@ -271,10 +272,41 @@ std::string chroot_path() {
     return "chroot";
 }
 
+// Whether this kernel runs 32-bit x86 programs: one built or booted without
+// IA-32 emulation refuses the 32-bit loader (ENOEXEC).
+bool kernel_runs_32bit() {
+    static const bool runs =
+        target::kHas32 && run("/usr/lib32/ld-linux.so.2 --version >/dev/null 2>&1").status == 0;
+    return runs;
+}
+
 // What the loader of `root` resolves `soname` to: its --list with the
 // library preloaded by name (found like a DT_NEEDED entry: cache, then the
-// system directories), addresses dropped.
+// system directories), addresses dropped. A 32-bit library where the kernel
+// cannot run the 32-bit loader: what that loader's search gives, in the same
+// form: the root's cache (ldcache::lookup, as its cache search), then its
+// system directories (Debian's libc6-i386: /lib32, /usr/lib32, /lib,
+// /usr/lib), the first 32-bit ELF file of that name.
 std::string resolve(const fs::path& root, const std::string& soname, bool is32) {
+    if (is32 && !kernel_runs_32bit()) {
+        const fs::path cache = root / "etc/ld.so.cache";
+        if (fs::exists(cache)) {
+            const ldcache::Cache c = ldcache::load(cache);
+            if (const ldcache::Entry* e = ldcache::lookup(c, soname, Arch::I386))
+                return "\t" + soname + " => " + e->path + "\n";
+        }
+        for (const char* dir : {"/lib32", "/usr/lib32", "/lib", "/usr/lib"}) {
+            std::ifstream f(root / (dir + 1) / soname, std::ios::binary);
+            char ident[5] = {};
+            if (f.read(ident, sizeof ident) &&
+                std::string_view(ident, 4) ==
+                    "\x7f"
+                    "ELF" &&
+                ident[4] == 1)
+                return "\t" + soname + " => " + dir + "/" + soname + "\n";
+        }
+        return "\t" + soname + " => not found\n";
+    }
     const std::string loader = is32 ? "/lib/ld-linux.so.2" : target::kLoader;
     const std::string probe = is32 ? "/probe32.so" : "/probe64.so";
     const Output out = run("env -i " + chroot_path() + " " + quote(root.string()) + " " + loader +

@@ -14,10 +14,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/log_sink.hpp"
 #include "gpubind/util/strings.hpp"
 #include "temp_dir.hpp"
 
@@ -354,6 +357,32 @@ TEST(Strings, NormalPathIsLexicallyNormalWithoutATrailingSlash) {
     }
     EXPECT_EQ(normal_path("/usr//lib/./x86_64-linux-gnu/../lib64/"), "/usr/lib/lib64");
     EXPECT_EQ(normal_path("/../dev"), "/dev");
+}
+
+// A lazy logger is made by the first message at its level, once; what
+// comes below that level makes nothing and goes nowhere.
+TEST(Log, LazyLoggerMadeByTheFirstMessageAtItsLevel) {
+    auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_st>(16);
+    ring->set_pattern("%l %v");
+    int made = 0;
+    set_lazy_logger(spdlog::level::warn, [&] {
+        ++made;
+        auto log = std::make_shared<spdlog::logger>("lazy", ring);
+        log->set_level(spdlog::level::warn);
+        return log;
+    });
+    logger().debug("not {}", "made");
+    logger().info("not made");
+    EXPECT_FALSE(logger().should_log(LogLevel::Info));
+    EXPECT_TRUE(logger().should_log(LogLevel::Warn));
+    EXPECT_EQ(made, 0);
+    logger().warn("made by {}", "this");
+    logger().error("then written");
+    logger().info("still not");
+    EXPECT_EQ(made, 1);
+    EXPECT_EQ(ring->last_formatted(),
+              (std::vector<std::string>{"warning made by this\n", "error then written\n"}));
+    set_logger(std::make_shared<spdlog::logger>("test"));
 }
 
 }  // namespace
