@@ -45,9 +45,6 @@ int allocation_resident_in_child(bool prefaulted) {
 }
 
 TEST(Prefault, LaterAllocationsFindTheirPagesMapped) {
-#if defined(__SANITIZE_ADDRESS__)
-    GTEST_SKIP() << "the sanitizer's allocator is not glibc's: mallopt and the heap are its own";
-#endif
     EXPECT_EQ(allocation_resident_in_child(true), 0);
     // Without it, the same allocation is a mapping of its own, faulted in page by page.
     EXPECT_EQ(allocation_resident_in_child(false), 1);
