@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -66,11 +67,34 @@ std::string read_fd(int fd, std::size_t max_size, const std::string& what) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw_errno("stat", what);
     if (!S_ISREG(st.st_mode)) throw_invalid("read", what, "not a regular file");
-    if (static_cast<std::size_t>(st.st_size) > max_size)
-        throw Error(ErrorKind::Invalid, EFBIG, "read", what,
-                    "larger than the limit of " + std::to_string(max_size) + " bytes");
+    auto too_large = [&] {
+        return Error(ErrorKind::Invalid, EFBIG, "read", what,
+                     "larger than the limit of " + std::to_string(max_size) + " bytes");
+    };
+    if (static_cast<std::size_t>(st.st_size) > max_size) throw too_large();
     // procfs files report size 0: read_stream copes with any length up to the cap.
-    return read_stream(fd, max_size, what);
+    if (st.st_size == 0) return read_stream(fd, max_size, what);
+    // Read into a buffer of the size fstat gave and one byte more, so that
+    // the usual file takes one read and EOF; one that grew meanwhile is read
+    // on in larger buffers, up to the cap.
+    std::string data(static_cast<std::size_t>(st.st_size) + 1, '\0');
+    std::size_t got = 0;
+    for (;;) {
+        if (got == data.size()) {
+            if (got > max_size) throw too_large();
+            data.resize(std::min(max_size + 1, 2 * got), '\0');
+        }
+        const ssize_t n = ::read(fd, data.data() + got, data.size() - got);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw_errno("read", what);
+        }
+        if (n == 0) break;
+        got += static_cast<std::size_t>(n);
+    }
+    if (got > max_size) throw too_large();
+    data.resize(got);
+    return data;
 }
 
 std::string read_file(const std::filesystem::path& path, std::size_t max_size) {

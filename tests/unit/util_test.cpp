@@ -179,6 +179,25 @@ TEST(File, ReadFileRespectsSizeCapAndRefusesNonRegular) {
     EXPECT_THROW(read_file(dir / "fifo", 100), Error);  // O_NONBLOCK: never hangs
 }
 
+// A file of many reads' worth, whole; at exactly the cap, whole; one byte
+// over, refused (read in a buffer of the size fstat gives, one byte more).
+TEST(File, ReadFileReadsLargeFilesWholeUpToTheCap) {
+    test::TempDir dir;
+    std::string big;
+    for (int i = 0; big.size() < 100000; ++i) big += std::to_string(i) + ",";
+    std::ofstream(dir / "big") << big;
+    EXPECT_EQ(read_file(dir / "big", big.size()), big);
+    EXPECT_EQ(read_file(dir / "big", 1u << 20), big);
+    try {
+        read_file(dir / "big", big.size() - 1);
+        ADD_FAILURE() << "read past the cap";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code().value(), EFBIG);
+    }
+    std::ofstream(dir / "empty").flush();
+    EXPECT_EQ(read_file(dir / "empty", 10), "");
+}
+
 TEST(File, WriteFileAtomicReplacesContent) {
     test::TempDir dir;
     write_file_atomic(dir / "a", "one");
