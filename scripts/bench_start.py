@@ -2,6 +2,7 @@
 """Container starts on a simulated node, paired in one run (scripts/bench).
 
     bench_start.py BUILD_DIR WORK_DIR [--runs N] [--real] [--baseline BUILD_DIR] [--timings N]
+    bench_start.py BUILD_DIR WORK_DIR --profile OUT_DIR [--runs N]
 
 Writes a 4-GPU simulated node, a config naming it (cgroups on, the node
 description in WORK_DIR/state), a busybox+glibc image with its own loader
@@ -40,6 +41,15 @@ goal: at most 2.0), and the summary their medians and the median of the
 per-round ratios. With --timings N, N more starts of the hook log at debug
 level into WORK_DIR and the medians of its own step timings are printed.
 
+With --profile, nothing is timed: what a start runs is recorded into
+OUT_DIR for scripts/start_order.py (hook/start_order.ld lays that code out
+together). Callgrind sees every function of the shim's `create` (its real
+runtime a file that cannot be executed, so that the profile ends where the
+exec fails; callgrind loses a profile at exec) and the hook's start on both
+images up to the first system call this valgrind does not know; perf
+samples every start of N rounds of the hook on both images and of the shim
+(`perf record -a`, cpu-clock at 20 kHz). Needs valgrind and perf.
+
 With --real, on a node with the NVIDIA driver: the node itself (all its
 GPUs) instead of a simulated one; a driver-state change is the description
 removed, and the slow-NVML section is the real NVML's first answer.
@@ -48,6 +58,7 @@ import atexit
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -59,6 +70,8 @@ real = "--real" in sys.argv
 timings = int(sys.argv[sys.argv.index("--timings") + 1]) if "--timings" in sys.argv else 0
 baseline = (os.path.abspath(sys.argv[sys.argv.index("--baseline") + 1])
             if "--baseline" in sys.argv else None)
+profile = (os.path.abspath(sys.argv[sys.argv.index("--profile") + 1])
+           if "--profile" in sys.argv else None)
 cli = f"{build}/cli/gpubind"
 
 
@@ -211,7 +224,7 @@ def unmount_roots():
             subprocess.run(["umount", f"{work}/{name}/rootfs"], check=True)
 
 
-def start(name, overlay=False, image=rootfs):
+def start(name, overlay=False, image=rootfs, check=True):
     """One `runc run` (through gpubind-runtime for the shim), in ms, on a
     fresh root: a copy of `image` (a plain directory), or an overlay of it
     with an empty upper directory as container engines make."""
@@ -253,7 +266,7 @@ def start(name, overlay=False, image=rootfs):
         if overlay:
             subprocess.run(["umount", f"{bundle}/rootfs"], check=True)
             shutil.rmtree(layer)
-    if r.returncode != 0:
+    if r.returncode != 0 and check:
         sys.exit(f"{name}: exit {r.returncode}: {r.stderr.decode().strip()}")
     return ms
 
@@ -297,6 +310,71 @@ def change_driver_state():
 for name in ("bare", "noop", "hook", "shim", "hook+cuda") + (("shim-base",) if baseline else ()):
     for _ in range(5):  # warm up; the description is made
         start(name)
+
+
+def record_profiles(out):
+    """--profile (above): callgrind's profiles and perf's samples in `out`."""
+    os.makedirs(out, exist_ok=True)
+    grind = ["valgrind", "-q", "--tool=callgrind", "--demangle=no"]
+    # The shim's create, ending at the exec of a runtime that is no program.
+    not_a_program = f"{work}/not-a-program"
+    with open(not_a_program, "w") as f:
+        f.write("not a program\n")
+    os.chmod(not_a_program, 0o755)
+    profile_config = f"{work}/config-profile.toml"
+    with open(profile_config, "w") as f:
+        f.write(f'[node]\n{roots}state-dir = "{state}"\n[policy]\ncgroups = true\n'
+                f'[log]\nlevel = "warn"\n[cdi]\ndir = "{work}/cdi"\n'
+                f'[runtime]\nruntimes = ["{not_a_program}"]\n')
+    os.chmod(profile_config, 0o644)
+    bundle = f"{work}/shim-profile"
+    shutil.rmtree(bundle, ignore_errors=True)
+    shutil.copytree(rootfs, f"{bundle}/rootfs", symlinks=True)
+    with open(f"{bundle}/config.json", "w") as f:
+        json.dump(bundles["shim"], f)
+    subprocess.run(grind + [f"--callgrind-out-file={out}/shim.callgrind", shim, "create",
+                            "--bundle", bundle, "profile"],
+                   env=dict(os.environ, GPUBIND_CONFIG=profile_config), capture_output=True)
+    # The hook through runc, under callgrind, on both images.
+    for image_name, image in (("image", rootfs), ("image-400", big_rootfs)):
+        wrapper = f"{work}/hook-callgrind-{image_name}"
+        with open(wrapper, "w") as f:
+            f.write(f'#!/bin/sh\nexec {" ".join(grind)} '
+                    f'--callgrind-out-file={out}/hook-{image_name}.callgrind {hook} "$@"\n')
+        os.chmod(wrapper, 0o755)
+        s = spec(gpu_env)
+        s["hooks"] = {"prestart": [{"path": wrapper, "args": ["gpubind-hook", "prestart"],
+                                    "env": [f"GPUBIND_CONFIG={config}"]}]}
+        bundles["hook-profile"] = s
+        os.makedirs(f"{work}/hook-profile", exist_ok=True)
+        with open(f"{work}/hook-profile/config.json", "w") as f:
+            json.dump(s, f)
+        start("hook-profile", image=image, check=False)  # ends where valgrind's syscalls do
+    # Every start sampled.
+    data = f"{out}/starts.perf.data"
+    perf = subprocess.Popen(["perf", "record", "-q", "-a", "-e", "cpu-clock", "-F", "20000",
+                             "-o", data], stdout=subprocess.DEVNULL)
+    time.sleep(1)
+    for _ in range(runs):
+        for name in ("hook", "hook+cuda", "shim") + (() if real else ("hook-rdma",)):
+            start(name)
+        start("hook", image=big_rootfs)
+    perf.send_signal(signal.SIGINT)
+    perf.wait()
+    samples = subprocess.run(["perf", "script", "-i", data, "-F", "comm,ip,sym", "--no-demangle"],
+                             capture_output=True, text=True).stdout
+    with open(f"{out}/starts.perf", "w") as f:
+        for row in samples.splitlines():
+            fields = row.split()  # comm, address, function (none where perf knows none)
+            if (len(fields) == 3 and fields[0] in ("gpubind-hook", "gpubind-runtime")
+                    and not fields[1].startswith("ffff")):
+                f.write(f"{fields[2]}\n")
+    os.unlink(data)
+
+
+if profile:
+    record_profiles(profile)
+    sys.exit(0)
 times = {"bare": [], "noop": [], "hook": [], "shim": []}
 if baseline:
     times["shim-base"] = []
@@ -489,7 +567,14 @@ subprocess.run([cli, "cdi", "generate", "-o", f"{work}/cdi-shim/nvidia.com-gpu.j
 cdi_request = json.loads(json.dumps(bundles["bare"]))
 cdi_request["annotations"] = {"cdi.k8s.io/bench": "nvidia.com/gpu=all"}
 edits = {"NVIDIA_VISIBLE_DEVICES": bundles["shim"], "a CDI annotation": cdi_request}
+# The bundle in a tmpfs, where containerd, CRI-O and docker keep theirs
+# (under /run): on this machine's disk, replacing config.json costs ~1 ms of
+# the filesystem's own.
 create_bundle = f"{work}/shim-create"
+os.makedirs(create_bundle, exist_ok=True)
+if not os.path.ismount(create_bundle):
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", create_bundle], check=True)
+    atexit.register(lambda: subprocess.run(["umount", create_bundle]))
 if not os.path.isdir(f"{create_bundle}/rootfs"):  # read, never written: /bin/true runs
     shutil.copytree(rootfs, f"{create_bundle}/rootfs", symlinks=True)
 # With --baseline, the baseline's shim edits the same specs in the same

@@ -19,13 +19,18 @@ Lazy& lazy() {
     return pending;
 }
 
-std::shared_ptr<spdlog::logger>& slot() {
+// The logger made or installed, empty until then.
+std::shared_ptr<spdlog::logger>& made() {
     static std::shared_ptr<spdlog::logger> logger;
-    if (!logger || lazy().make) {
-        auto make = std::exchange(lazy().make, nullptr);
-        logger = make ? make() : nullptr;
-        if (!logger) logger = std::make_shared<spdlog::logger>("gpubind");
-    }
+    return logger;
+}
+
+// The logger, made now if it is pending (or a logger with no sinks when none
+// was ever set).
+std::shared_ptr<spdlog::logger>& slot() {
+    auto& logger = made();
+    if (auto make = std::exchange(lazy().make, nullptr)) logger = make();
+    if (!logger) logger = std::make_shared<spdlog::logger>("gpubind");
     return logger;
 }
 
@@ -69,11 +74,12 @@ spdlog::logger& spdlog_logger() {
 void set_logger(std::shared_ptr<spdlog::logger> logger) {
     if (!logger) return;
     lazy().make = nullptr;
-    slot() = std::move(logger);
+    made() = std::move(logger);
 }
 
 void set_lazy_logger(spdlog::level::level_enum level,
                      std::function<std::shared_ptr<spdlog::logger>()> make) {
+    made().reset();  // its sinks closed now, not at the next message
     lazy() = {level, std::move(make)};
 }
 

@@ -14,6 +14,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "gpubind/util/error.hpp"
@@ -401,6 +402,35 @@ TEST(Log, LazyLoggerMadeByTheFirstMessageAtItsLevel) {
     EXPECT_EQ(made, 1);
     EXPECT_EQ(ring->last_formatted(),
               (std::vector<std::string>{"warning made by this\n", "error then written\n"}));
+    set_logger(std::make_shared<spdlog::logger>("test"));
+}
+
+// How many of this process's descriptors are open on `path`.
+int descriptors_on(const std::filesystem::path& path) {
+    int n = 0;
+    for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+        std::error_code ec;
+        if (std::filesystem::read_symlink(fd.path(), ec) == path) ++n;
+    }
+    return n;
+}
+
+// gpubind-runtime drops its logger before it executes the real runtime:
+// a logger already made is closed by set_lazy_logger, not at its next
+// message, so that no log file is inherited.
+TEST(Log, SettingALazyLoggerClosesTheLoggerMadeBefore) {
+    test::TempDir dir;
+    const auto file = dir.path() / "made.log";
+    set_lazy_logger(spdlog::level::info, [&] {
+        return std::make_shared<spdlog::logger>(
+            "made", std::make_shared<spdlog::sinks::basic_file_sink_st>(file.string()));
+    });
+    EXPECT_EQ(descriptors_on(file), 0);  // nothing written yet: no file opened
+    logger().info("opens the file");
+    EXPECT_EQ(descriptors_on(file), 1);
+    set_lazy_logger(spdlog::level::err, [] { return std::make_shared<spdlog::logger>("next"); });
+    EXPECT_EQ(descriptors_on(file), 0);
+    EXPECT_FALSE(logger().should_log(LogLevel::Warn));
     set_logger(std::make_shared<spdlog::logger>("test"));
 }
 

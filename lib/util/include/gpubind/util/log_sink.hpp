@@ -16,6 +16,7 @@ void set_logger(std::shared_ptr<spdlog::logger> logger);
 // A logger made by `make` when the library first writes at `level` or above
 // (or spdlog_logger() is asked for): a run that logs nothing opens no log
 // file and builds no sink. Until then, only `level` decides what is written.
+// A logger made or set before is dropped at once (its files closed).
 void set_lazy_logger(spdlog::level::level_enum level,
                      std::function<std::shared_ptr<spdlog::logger>()> make);
 
