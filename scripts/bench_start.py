@@ -28,6 +28,11 @@ its device programs on a bpffs the bench mounts in WORK_DIR ([node]
 bpf-dir), and its lifetime is also timed with none kept (a program loaded at
 every start). Run as root.
 
+Each build's programs run from four copies, the round's copy in turn: two
+copies of the same bytes differ here by up to 1 ms a start (COPIES, below),
+more than most changes measured. The order of a round's starts is shuffled,
+the same every run.
+
 With --baseline, an earlier build's gpubind-runtime (with that build's hook
 as its finish hook) starts the same container in every round beside this
 build's, and the difference within each round is printed: a change to the
@@ -57,6 +62,7 @@ removed, and the slow-NVML section is the real NVML's first answer.
 import atexit
 import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -75,17 +81,31 @@ profile = (os.path.abspath(sys.argv[sys.argv.index("--profile") + 1])
 cli = f"{build}/cli/gpubind"
 
 
+# Copies of each build's programs (below). The same bytes started from two
+# copies of one file differ here by up to 1 ms a start, steadily: where the
+# copy's pages landed (2026-11-28: the linker's file against a copy; 2026-11-29:
+# copies alike, 120 rounds, -1.05 ms). So each build runs from COPIES copies,
+# the round's copy in turn, and a build's figures are over all of them.
+COPIES = 4
+
+
 def staged(build_dir, name):
     """The build's hook, shim and NVML helper copied side by side (each runs
-    the next from beside itself) into the work directory. The same bytes started from the file
-    the linker wrote and from a copy of it differed here by up to 0.6 ms a
-    start (2026-11-28): each build compared runs from a copy made alike."""
-    bin_dir = f"{work}/bin-{name}"
-    os.makedirs(bin_dir, exist_ok=True)
-    for exe in ("gpubind-hook", "gpubind-runtime", "gpubind-nvml"):
-        shutil.copy(f"{build_dir}/hook/{exe}", f"{bin_dir}/{exe}.new")
-        os.rename(f"{bin_dir}/{exe}.new", f"{bin_dir}/{exe}")
-    return bin_dir
+    the next from beside itself) into COPIES directories of the work
+    directory; the first one's path."""
+    for k in range(COPIES):
+        bin_dir = f"{work}/bin-{name}" + (f"-{k}" if k else "")
+        os.makedirs(bin_dir, exist_ok=True)
+        for exe in ("gpubind-hook", "gpubind-runtime", "gpubind-nvml"):
+            shutil.copy(f"{build_dir}/hook/{exe}", f"{bin_dir}/{exe}.new")
+            os.rename(f"{bin_dir}/{exe}.new", f"{bin_dir}/{exe}")
+    return f"{work}/bin-{name}"
+
+
+def copy_of(path, k):
+    """The k-th copy of a staged program (staged())."""
+    return path.replace("/bin-new/", f"/bin-new-{k}/" if k else "/bin-new/").replace(
+        "/bin-base/", f"/bin-base-{k}/" if k else "/bin-base/")
 
 
 hook = f"{staged(build, 'new')}/gpubind-hook"
@@ -272,12 +292,13 @@ def start(name, overlay=False, image=rootfs, check=True):
 
 
 def in_turn(names, rounds):
-    """Each round's names, the order reversed every other round: whatever a
-    start leaves behind (a BPF program to free, a page cache warmed) falls on
-    each of the names compared alike."""
-    names = list(names)
-    for i in range(rounds):
-        yield names if i % 2 == 0 else names[::-1]
+    """Each round's names in an order of its own (shuffled, the same every
+    run): whatever a start leaves behind (a BPF program to free, a page
+    cache warmed) falls on each name alike, whichever comes before it."""
+    order, shuffle = list(names), random.Random(27).shuffle
+    for _ in range(rounds):
+        shuffle(order)
+        yield list(order)
 
 
 def stats(xs):
@@ -452,20 +473,23 @@ for name, target, args, hook_config in timed:
     log = f"{work}/{name}-lifetime.log"
     if os.path.exists(log):  # a log of an earlier run: the i-th lines must be this run's round i
         os.unlink(log)
-    exe = f"{work}/{name}-wrap"
-    subprocess.run(["cc", "-O2", f'-DHOOK="{target}"', f'-DLOG="{log}"', wrap_src, "-o", exe],
-                   check=True)
-    s = json.loads(json.dumps(bundles[{"noop": "bare", "hook-rdma": "hook-rdma"}.get(name, "hook")]))
-    s["hooks"] = {"prestart": [{"path": exe, "args": args,
-                                "env": [f"GPUBIND_CONFIG={hook_config}"]}]}
-    bundles[f"{name}-timed"] = s
-    os.makedirs(f"{work}/{name}-timed", exist_ok=True)
-    with open(f"{work}/{name}-timed/config.json", "w") as f:
-        json.dump(s, f)
+    for k in range(COPIES):  # a bundle per copy of the program (staged()), one log
+        exe = f"{work}/{name}-wrap-{k}"
+        subprocess.run(["cc", "-O2", f'-DHOOK="{copy_of(target, k)}"', f'-DLOG="{log}"',
+                        wrap_src, "-o", exe], check=True)
+        s = json.loads(json.dumps(
+            bundles[{"noop": "bare", "hook-rdma": "hook-rdma"}.get(name, "hook")]))
+        s["hooks"] = {"prestart": [{"path": exe, "args": args,
+                                    "env": [f"GPUBIND_CONFIG={hook_config}"]}]}
+        bundles[f"{name}-timed-{k}"] = s
+        os.makedirs(f"{work}/{name}-timed-{k}", exist_ok=True)
+        with open(f"{work}/{name}-timed-{k}/config.json", "w") as f:
+            json.dump(s, f)
     lifetimes[name] = log
-for order in in_turn(lifetimes, max(50, runs // 4)):
+for i, order in enumerate(in_turn(lifetimes, max(50, runs // 4))):
     for name in order:
-        start(f"{name}-timed", image=big_rootfs if name.startswith("hook-400") else rootfs)
+        start(f"{name}-timed-{i % COPIES}",
+              image=big_rootfs if name.startswith("hook-400") else rootfs)
 print("-- each hook's lifetime, fork to exit, as runc waits for it:")
 life = {}
 for name, log in lifetimes.items():
@@ -587,12 +611,13 @@ create = {"/bin/true": []}
 for name in edits:
     for suffix, _, _ in shims:
         create[name + suffix] = []
-for order in in_turn([(n, shim) for n in edits for shim in shims], max(50, runs // 2)):
+for i, order in enumerate(in_turn([(n, shim) for n in edits for shim in shims],
+                                  max(50, runs // 2))):
     for name, (suffix, binary, binary_env) in order:
         with open(f"{create_bundle}/config.json", "w") as f:
             json.dump(edits[name], f)
         t = time.perf_counter()
-        subprocess.run([binary, "create", "--bundle", create_bundle, "bench"],
+        subprocess.run([copy_of(binary, i % COPIES), "create", "--bundle", create_bundle, "bench"],
                        env=binary_env, check=True, stdin=subprocess.DEVNULL,
                        capture_output=True)
         create[name + suffix].append((time.perf_counter() - t) * 1e3)
