@@ -28,10 +28,11 @@ its device programs on a bpffs the bench mounts in WORK_DIR ([node]
 bpf-dir), and its lifetime is also timed with none kept (a program loaded at
 every start). Run as root.
 
-Each build's programs run from four copies, the round's copy in turn: two
-copies of the same bytes differ here by up to 1 ms a start (COPIES, below),
-more than most changes measured. The order of a round's starts is shuffled,
-the same every run.
+For the lifetimes and `create`, each build's programs run from four
+copies, the round's copy in turn: two copies of the same bytes differ here
+by up to 1 ms a start (COPIES, below), more than most changes measured (the
+`runc run` rounds, tens of milliseconds each, use the first copy). The
+order of a round's starts is shuffled, the same every run.
 
 With --baseline, an earlier build's gpubind-runtime (with that build's hook
 as its finish hook) starts the same container in every round beside this
