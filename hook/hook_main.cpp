@@ -15,8 +15,6 @@
 #include <cstring>
 #include <string>
 
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "gpubind/cdi/cdi.hpp"
@@ -49,27 +47,9 @@ constexpr std::chrono::milliseconds kHookBudget{45000};
 // works) builds none and opens no file.
 void set_up_logging(const Config& config, const std::string& container) {
     const auto level = spdlog::level::from_str(config.log.level);
-    set_lazy_logger(level, [level, file_path = config.log.file, container] {
-        std::vector<spdlog::sink_ptr> sinks;
-        auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
-        err->set_level(spdlog::level::err);
-        set_escaped_pattern(*err, "gpubind-hook: %v");
-        sinks.push_back(err);
-        if (!file_path.empty()) {
-            try {
-                auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(file_path);
-                set_escaped_pattern(*file,
-                                    "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(container) + "] %v");
-                sinks.push_back(file);
-            } catch (const spdlog::spdlog_ex& e) {
-                std::fprintf(stderr, "gpubind-hook: warning: log file %s: %s\n", file_path.c_str(),
-                             e.what());
-            }
-        }
-        auto logger = std::make_shared<spdlog::logger>("gpubind-hook", sinks.begin(), sinks.end());
-        logger->set_level(level);
-        logger->flush_on(spdlog::level::trace);
-        return logger;
+    set_lazy_logger(level, [level, file = config.log.file, container] {
+        return make_start_logger("gpubind-hook", level, file,
+                                 "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(container) + "] %v");
     });
 }
 

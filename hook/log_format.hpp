@@ -4,12 +4,16 @@
 // stderr, the configured log file, anything added later.
 #pragma once
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "gpubind/util/strings.hpp"
@@ -52,6 +56,37 @@ inline std::string pattern_text(std::string_view text) {
         if (c == '%') out += '%';
     }
     return out;
+}
+
+// The logger of gpubind-hook and gpubind-runtime: errors on stderr
+// ("<program>: <message>"), then the `extra` sinks, then, where `file` is
+// set, everything at `level` in that file with `file_pattern` (a warning on
+// stderr when it cannot be opened). Flushed at every message.
+inline std::shared_ptr<spdlog::logger> make_start_logger(const std::string& program,
+                                                         spdlog::level::level_enum level,
+                                                         const std::string& file,
+                                                         const std::string& file_pattern,
+                                                         std::vector<spdlog::sink_ptr> extra = {}) {
+    std::vector<spdlog::sink_ptr> sinks;
+    auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
+    err->set_level(spdlog::level::err);
+    set_escaped_pattern(*err, program + ": %v");
+    sinks.push_back(err);
+    sinks.insert(sinks.end(), extra.begin(), extra.end());
+    if (!file.empty()) {
+        try {
+            auto sink = std::make_shared<spdlog::sinks::basic_file_sink_st>(file);
+            set_escaped_pattern(*sink, file_pattern);
+            sinks.push_back(sink);
+        } catch (const spdlog::spdlog_ex& e) {
+            std::fprintf(stderr, "%s: warning: log file %s: %s\n", program.c_str(), file.c_str(),
+                         e.what());
+        }
+    }
+    auto logger = std::make_shared<spdlog::logger>(program, sinks.begin(), sinks.end());
+    logger->set_level(level);
+    logger->flush_on(spdlog::level::trace);
+    return logger;
 }
 
 }  // namespace gpubind

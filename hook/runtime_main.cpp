@@ -21,8 +21,6 @@
 #include <fmt/format.h>
 #include <spdlog/details/null_mutex.h>
 #include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -95,36 +93,19 @@ struct LogSetup {
 // create whose config asks for warnings writes none and builds no sink.
 void set_up_logging(const LogSetup& setup) {
     set_lazy_logger(setup.level, [setup] {
-        std::vector<spdlog::sink_ptr> sinks;
-        auto err = std::make_shared<spdlog::sinks::stderr_sink_st>();
-        err->set_level(spdlog::level::err);
-        set_escaped_pattern(*err, "gpubind-runtime: %v");
-        sinks.push_back(err);
+        std::vector<spdlog::sink_ptr> engine;
         if (!setup.engine_log.empty()) {
             try {
-                auto engine = std::make_shared<EngineLogSink>(setup.engine_log, setup.json);
-                engine->set_level(spdlog::level::info);
-                sinks.push_back(engine);
+                engine.push_back(std::make_shared<EngineLogSink>(setup.engine_log, setup.json));
+                engine.back()->set_level(spdlog::level::info);
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "gpubind-runtime: warning: %s\n", e.what());
             }
         }
-        if (!setup.file.empty()) {
-            try {
-                auto file = std::make_shared<spdlog::sinks::basic_file_sink_st>(setup.file);
-                set_escaped_pattern(
-                    *file, "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(setup.id) + "] runtime: %v");
-                sinks.push_back(file);
-            } catch (const spdlog::spdlog_ex& e) {
-                std::fprintf(stderr, "gpubind-runtime: warning: log file %s: %s\n",
-                             setup.file.c_str(), e.what());
-            }
-        }
-        auto logger =
-            std::make_shared<spdlog::logger>("gpubind-runtime", sinks.begin(), sinks.end());
-        logger->set_level(setup.level);
-        logger->flush_on(spdlog::level::trace);
-        return logger;
+        return make_start_logger(
+            "gpubind-runtime", setup.level, setup.file,
+            "%Y-%m-%dT%H:%M:%S.%e %l [" + pattern_text(setup.id) + "] runtime: %v",
+            std::move(engine));
     });
 }
 

@@ -104,9 +104,10 @@ def staged(build_dir, name):
 
 
 def copy_of(path, k):
-    """The k-th copy of a staged program (staged())."""
-    return path.replace("/bin-new/", f"/bin-new-{k}/" if k else "/bin-new/").replace(
-        "/bin-base/", f"/bin-base-{k}/" if k else "/bin-base/")
+    """The k-th copy of a staged program (staged()); any other path as it is."""
+    directory, name = os.path.split(path)
+    staged_here = directory in (f"{work}/bin-new", f"{work}/bin-base")
+    return f"{directory}-{k}/{name}" if k and staged_here else path
 
 
 hook = f"{staged(build, 'new')}/gpubind-hook"

@@ -28,38 +28,60 @@ Fd openat_or_throw(int dirfd, const char* rel, int flags, const std::string& wha
     return Fd(fd);
 }
 
-BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
-                         std::optional<std::chrono::steady_clock::time_point> deadline) {
+namespace {
+
+// read_bounded(), reading straight into the result: its buffer starts at
+// `first` bytes (a file's size, one byte more, reads it in one) and grows
+// twofold, never past one byte more than `max_size`.
+BoundedRead read_into(int fd, std::size_t max_size, const std::string& what,
+                      std::optional<std::chrono::steady_clock::time_point> deadline,
+                      std::size_t first) {
     BoundedRead out;
-    char buf[16384];
+    std::string& data = out.data;
+    const std::size_t most = max_size == SIZE_MAX ? max_size : max_size + 1;
+    data.resize(std::max<std::size_t>(1, std::min(first, most)));
+    std::size_t got = 0;
     for (;;) {
+        if (got == data.size()) data.resize(std::min(most, 2 * got));
         if (deadline) {
             pollfd p{fd, POLLIN, 0};
             if (!poll_until({&p, 1}, *deadline, what)) {
                 out.end = ReadEnd::Deadline;
-                return out;
+                break;
             }
         }
-        const ssize_t n = ::read(fd, buf, sizeof buf);
+        const ssize_t n = ::read(fd, data.data() + got, data.size() - got);
         if (n < 0) {
             // EAGAIN waits in poll: only with a deadline (no busy loop without one).
             if (errno == EINTR || (errno == EAGAIN && deadline)) continue;
             throw_errno("read", what);
         }
-        if (n == 0) return out;
-        if (out.data.size() + static_cast<std::size_t>(n) > max_size) {
-            out.end = ReadEnd::TooLarge;
-            return out;
+        if (n == 0) break;
+        if (got + static_cast<std::size_t>(n) > max_size) {
+            out.end = ReadEnd::TooLarge;  // what came before this read is kept
+            break;
         }
-        out.data.append(buf, static_cast<std::size_t>(n));
+        got += static_cast<std::size_t>(n);
     }
+    data.resize(got);
+    return out;
+}
+
+Error too_large(std::size_t max_size, const std::string& what) {
+    return Error(ErrorKind::Invalid, EFBIG, "read", what,
+                 "larger than the limit of " + std::to_string(max_size) + " bytes");
+}
+
+}  // namespace
+
+BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
+                         std::optional<std::chrono::steady_clock::time_point> deadline) {
+    return read_into(fd, max_size, what, deadline, 16384);
 }
 
 std::string read_stream(int fd, std::size_t max_size, const std::string& what) {
     BoundedRead read = read_bounded(fd, max_size, what);
-    if (read.end == ReadEnd::TooLarge)
-        throw Error(ErrorKind::Invalid, EFBIG, "read", what,
-                    "larger than the limit of " + std::to_string(max_size) + " bytes");
+    if (read.end == ReadEnd::TooLarge) throw too_large(max_size, what);
     return std::move(read.data);
 }
 
@@ -67,34 +89,14 @@ std::string read_fd(int fd, std::size_t max_size, const std::string& what) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw_errno("stat", what);
     if (!S_ISREG(st.st_mode)) throw_invalid("read", what, "not a regular file");
-    auto too_large = [&] {
-        return Error(ErrorKind::Invalid, EFBIG, "read", what,
-                     "larger than the limit of " + std::to_string(max_size) + " bytes");
-    };
-    if (static_cast<std::size_t>(st.st_size) > max_size) throw too_large();
-    // procfs files report size 0: read_stream copes with any length up to the cap.
-    if (st.st_size == 0) return read_stream(fd, max_size, what);
-    // Read into a buffer of the size fstat gave and one byte more, so that
-    // the usual file takes one read and EOF; one that grew meanwhile is read
-    // on in larger buffers, up to the cap.
-    std::string data(static_cast<std::size_t>(st.st_size) + 1, '\0');
-    std::size_t got = 0;
-    for (;;) {
-        if (got == data.size()) {
-            if (got > max_size) throw too_large();
-            data.resize(std::min(max_size + 1, 2 * got), '\0');
-        }
-        const ssize_t n = ::read(fd, data.data() + got, data.size() - got);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            throw_errno("read", what);
-        }
-        if (n == 0) break;
-        got += static_cast<std::size_t>(n);
-    }
-    if (got > max_size) throw too_large();
-    data.resize(got);
-    return data;
+    if (static_cast<std::size_t>(st.st_size) > max_size) throw too_large(max_size, what);
+    // A buffer of the size fstat gave and one byte more: the usual file takes
+    // one read and the one that sees EOF. procfs files say 0 and are read on.
+    BoundedRead read =
+        read_into(fd, max_size, what, std::nullopt,
+                  st.st_size == 0 ? 16384 : static_cast<std::size_t>(st.st_size) + 1);
+    if (read.end == ReadEnd::TooLarge) throw too_large(max_size, what);
+    return std::move(read.data);
 }
 
 std::string read_file(const std::filesystem::path& path, std::size_t max_size) {

@@ -18,6 +18,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -284,16 +285,19 @@ bool kernel_runs_32bit() {
 // library preloaded by name (found like a DT_NEEDED entry: cache, then the
 // system directories), addresses dropped. A 32-bit library where the kernel
 // cannot run the 32-bit loader: what that loader's search gives, in the same
-// form: the root's cache (ldcache::lookup, as its cache search), then its
-// system directories (Debian's libc6-i386: /lib32, /usr/lib32, /lib,
-// /usr/lib), the first 32-bit ELF file of that name.
+// form: the root's cache as glibc reads it (the host's `ldconfig -p`, in the
+// cache's order, which the loader searches: the first plain 32-bit entry of
+// that name, "(libc6)"), then its system directories (Debian's libc6-i386:
+// /lib32, /usr/lib32, /lib, /usr/lib), the first 32-bit ELF file of that name.
 std::string resolve(const fs::path& root, const std::string& soname, bool is32) {
     if (is32 && !kernel_runs_32bit()) {
         const fs::path cache = root / "etc/ld.so.cache";
         if (fs::exists(cache)) {
-            const ldcache::Cache c = ldcache::load(cache);
-            if (const ldcache::Entry* e = ldcache::lookup(c, soname, Arch::I386))
-                return "\t" + soname + " => " + e->path + "\n";
+            const std::string entry = "\t" + soname + " (libc6) => ";
+            std::istringstream listed(run("ldconfig -p -C " + quote(cache.string())).text);
+            for (std::string line; std::getline(listed, line);)
+                if (line.rfind(entry, 0) == 0)
+                    return "\t" + soname + " => " + line.substr(entry.size()) + "\n";
         }
         for (const char* dir : {"/lib32", "/usr/lib32", "/lib", "/usr/lib"}) {
             std::ifstream f(root / (dir + 1) / soname, std::ios::binary);
