@@ -3,6 +3,7 @@
 // container's root and the rule for where gpubind may act in it.
 #include "context.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <exception>
 
@@ -250,15 +251,50 @@ void Context::replace_link(const SharedFd& dir, const std::string& p, const std:
 void Context::remove_file(const SharedFd& dir, const std::string& p, std::string old) {
     const std::string name(base_name(p));
     sys.remove(dir->get(), name, false);
+    forget(dir_name(p), name);
     undo.push_back({Undo::Kind::RestoreFile, dir, name, p, std::move(old)});
 }
 
-DirNames Context::list_names(const SharedFd& dir, std::string_view path, const NameFilter& keep) {
-    DirNames listed = sys.list_dir(dir->get(), kMaxDirEntries, keep);
+const DirListing& Context::listing(const SharedFd& dir, std::string_view path) {
+    if (auto it = listings_.find(path); it != listings_.end()) return it->second;
+    DirListing names;
+    const DirNames listed = sys.list_dir(dir->get(), kMaxDirEntries, [&](std::string_view name) {
+        names.add(name);
+        return false;  // kept here, in one buffer, not as a string each
+    });
     if (listed.more)
         throw Error(ErrorKind::Invalid, E2BIG, "list directory", std::string(path),
                     fmt::format("has more than {} entries; refusing", kMaxDirEntries));
-    return listed;
+    names.sort();
+    return listings_.emplace(std::string(path), std::move(names)).first->second;
+}
+
+void Context::forget(std::string_view dir_path, std::string_view name) {
+    if (auto it = listings_.find(dir_path); it != listings_.end()) it->second.erase(name);
+}
+
+void DirListing::add(std::string_view name) {
+    sorted_.push_back(static_cast<std::uint32_t>(bytes_.size()));
+    (bytes_ += name) += '\0';
+}
+
+void DirListing::sort() {
+    std::sort(sorted_.begin(), sorted_.end(),
+              [&](std::uint32_t a, std::uint32_t b) { return name_at(a) < name_at(b); });
+}
+
+bool DirListing::contains(std::string_view name) const {
+    const auto it =
+        std::lower_bound(sorted_.begin(), sorted_.end(), name,
+                         [&](std::uint32_t at, std::string_view n) { return name_at(at) < n; });
+    return it != sorted_.end() && name_at(*it) == name;
+}
+
+void DirListing::erase(std::string_view name) {
+    const auto it =
+        std::lower_bound(sorted_.begin(), sorted_.end(), name,
+                         [&](std::uint32_t at, std::string_view n) { return name_at(at) < n; });
+    if (it != sorted_.end() && name_at(*it) == name) sorted_.erase(it);
 }
 
 // --- where gpubind may act ---

@@ -93,6 +93,26 @@ class Timing {
     std::vector<std::pair<const char*, Clock::time_point>> marks_;
 };
 
+// The names in one directory, in one buffer (Context::listing).
+class DirListing {
+  public:
+    void add(std::string_view name);
+    void sort();  // after the last add(), before contains()
+    bool contains(std::string_view name) const;
+    void erase(std::string_view name);
+    template <class F>
+    void for_each(F&& f) const {
+        for (const std::uint32_t at : sorted_) f(name_at(at));
+    }
+
+  private:
+    std::string_view name_at(std::uint32_t at) const {
+        return std::string_view(bytes_.data() + at);  // each name ends with a NUL
+    }
+    std::string bytes_;
+    std::vector<std::uint32_t> sorted_;  // where each name starts, in name order
+};
+
 // What the host side opened: the process, the namespaces, the sources.
 struct Host {
     Fd pidfd, container_ns, own_ns, cwd, ldconfig;
@@ -221,9 +241,15 @@ class Context {
     // Removes the regular file at `p` (in `dir`), never following it, and
     // records how to put it back: holding `old`.
     void remove_file(const SharedFd& dir, const std::string& p, std::string old);
-    // The names System::list_dir keeps of the container directory `dir`
-    // (`path`): one with more than kMaxDirEntries entries refuses the start.
-    DirNames list_names(const SharedFd& dir, std::string_view path, const NameFilter& keep);
+    // The names in the container directory `dir` (`path`), listed once per
+    // start: the driver's names there and the loader cache's entries are
+    // both checked against one listing (an image's library directory holds
+    // hundreds). A directory with more than kMaxDirEntries entries refuses
+    // the start. What remove_file() and forget() take out is taken out of
+    // the listing too.
+    const DirListing& listing(const SharedFd& dir, std::string_view path);
+    // `name` removed from `dir_path` by the caller.
+    void forget(std::string_view dir_path, std::string_view name);
 
   private:
     void switch_fs_ids(Owner to);
@@ -231,7 +257,8 @@ class Context {
     Owner owner_;  // the host ids of the container's root
     bool fs_ids_switched_ = false;
     SharedFd root_;
-    std::map<std::string, SharedFd, std::less<>> dirs_;  // container path -> directory
+    std::map<std::string, SharedFd, std::less<>> dirs_;        // container path -> directory
+    std::map<std::string, DirListing, std::less<>> listings_;  // container path -> names
 };
 
 // The steps, in the order exec.cpp runs them.

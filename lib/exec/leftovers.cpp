@@ -61,16 +61,15 @@ void bring_up_to_date(Context& c, const OwnedDir& owned) {
     const std::set<std::string> planned = planned_names(c.plan, owned.dir);
     // Only the names that may be the driver's become strings: an image's
     // library directory holds hundreds of others.
-    DirNames listed = c.list_names(
-        dir, owned.dir, [&](std::string_view name) { return may_be_owned(owned, name); });
     std::vector<DirEntry> entries;
-    for (auto& name : listed.names) {
-        if (planned.count(name)) continue;
-        FileInfo info = c.sys.stat_at(dir->get(), name);
+    c.listing(dir, owned.dir).for_each([&](std::string_view name) {
+        if (!may_be_owned(owned, name) || planned.count(std::string(name))) return;
+        std::string n(name);
+        FileInfo info = c.sys.stat_at(dir->get(), n);
         std::string target;
-        if (info.type == Type::Symlink) target = c.sys.read_link_at(dir->get(), name);
-        entries.push_back({std::move(name), info, std::move(target)});
-    }
+        if (info.type == Type::Symlink) target = c.sys.read_link_at(dir->get(), n);
+        entries.push_back({std::move(n), info, std::move(target)});
+    });
     for (const StaleEntry& e : stale_entries(owned, entries, planned)) {
         const std::string p = join_path(owned.dir, e.name);
         check_name(e.name, "entry of " + owned.dir);
@@ -82,6 +81,7 @@ void bring_up_to_date(Context& c, const OwnedDir& owned) {
                                      [&](const DirEntry& d) { return d.name == e.name; });
         logger().info("{}: removed, {}", p, e.why);
         c.sys.remove(dir->get(), e.name, false);
+        c.forget(owned.dir, e.name);
         if (it != entries.end() && it->info.type == Type::Symlink)
             c.undo.push_back({Undo::Kind::RestoreLink, dir, e.name, p, it->link});
         else

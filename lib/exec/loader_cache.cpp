@@ -170,30 +170,22 @@ void LoaderCache::install_cache(const std::string& cache) {
 }
 
 // The image's cache entries for files of the refreshed library
-// directories that are no longer there, dropped: each directory listed
-// once, each name it holds looked up among the cache's (sorted views of
-// the entries' paths), nothing copied.
+// directories that are no longer there, dropped: each name looked up in
+// the directory's listing (taken once per start, Context::listing), nothing
+// copied.
 void LoaderCache::drop_gone_entries(ldcache::Cache& image) {
     std::vector<bool> gone(image.entries.size(), false);
-    std::vector<std::pair<std::string_view, std::size_t>> named;  // file name, entry
     for (const auto& d : c_.plan.library_dirs) {
-        named.clear();
-        for (std::size_t i = 0; i < image.entries.size(); ++i)
-            if (dir_name(image.entries[i].path) == d)
-                named.emplace_back(base_name(image.entries[i].path), i);
-        if (named.empty()) continue;
-        std::sort(named.begin(), named.end());
-        std::vector<bool> there(named.size(), false);
-        if (const SharedFd dir = c_.find_dir(d))
-            c_.list_names(dir, d, [&](std::string_view name) {
-                auto at = std::lower_bound(named.begin(), named.end(),
-                                           std::pair<std::string_view, std::size_t>{name, 0});
-                for (; at != named.end() && at->first == name; ++at)
-                    there[static_cast<std::size_t>(at - named.begin())] = true;
-                return false;  // nothing kept: the names are only looked up
-            });
-        for (std::size_t k = 0; k < named.size(); ++k)
-            if (!there[k]) gone[named[k].second] = true;
+        const DirListing* names = nullptr;  // none: the directory is gone
+        bool listed = false;
+        for (std::size_t i = 0; i < image.entries.size(); ++i) {
+            if (dir_name(image.entries[i].path) != d) continue;
+            if (!listed) {
+                listed = true;
+                if (const SharedFd dir = c_.find_dir(d)) names = &c_.listing(dir, d);
+            }
+            gone[i] = !names || !names->contains(base_name(image.entries[i].path));
+        }
     }
     auto& entries = image.entries;
     std::size_t kept = 0;

@@ -105,8 +105,8 @@ std::vector<Call> first_calls(const std::string& program, int count, std::vector
         }
     }
     // The last call's result.
-    if (::ptrace(PTRACE_SYSCALL, pid, nullptr, nullptr) == 0 &&
-        ::waitpid(pid, &status, 0) == pid && WIFSTOPPED(status)) {
+    if (::ptrace(PTRACE_SYSCALL, pid, nullptr, nullptr) == 0 && ::waitpid(pid, &status, 0) == pid &&
+        WIFSTOPPED(status)) {
         __ptrace_syscall_info info{};
         if (::ptrace(PTRACE_GET_SYSCALL_INFO, pid, sizeof info, &info) > 0 &&
             info.op == PTRACE_SYSCALL_INFO_EXIT && !calls.empty())

@@ -142,6 +142,38 @@ TEST(LoaderCache, EntriesOfFilesGoneFromTheRefreshedDirectoriesAreDropped) {
               }));
 }
 
+// A library directory the driver's names are looked for in is listed once
+// per start: an earlier start's mount point there (an empty file at a
+// driver library's name) goes, and the image's cache entry for it goes
+// with it, as ldconfig's rescan would drop it.
+TEST(LoaderCache, ALibraryDirectoryIsListedOncePerStart) {
+    const std::string dir = "/usr/lib/x86_64-linux-gnu";
+    Plan plan = writer_plan();
+    plan.owned = {{dir, {"libcuda.so."}, {"libcuda.so.1", "libcuda.so"}, {}}};
+    ldcache::Cache image;
+    for (const char* name : {"libz.so.1", "libcuda.so.535.104.05"}) {
+        ldcache::Entry& e = image.entries.emplace_back();
+        e.flags = 0x0303;
+        e.path = dir + "/" + name;
+        e.soname = std::string_view(name) == "libz.so.1" ? "libz.so.1" : "libold.so.1";
+    }
+    RecordingSystem sys;
+    setup_world(sys, plan);
+    give_cache(sys, ldcache::serialize(ldcache::merge(image, {}, {})));
+    sys.root[dir] = {Type::Directory, 0, 0};
+    sys.root[dir + "/libz.so.1"] = {Type::Regular, 0, 0};
+    sys.root[dir + "/libcuda.so.535.104.05"] = {Type::Regular, 0, 0};  // empty: a mount point
+    execute(plan, writer_target(), sys);
+    EXPECT_FALSE(sys.root.count(dir + "/libcuda.so.535.104.05"));
+    EXPECT_EQ(std::count(sys.calls.begin(), sys.calls.end(), "list_dir root:" + dir), 1);
+    EXPECT_EQ(listed(sys.contents["root:/etc/ld.so.cache"]),
+              (std::vector<std::string>{
+                  "libz.so.1 libc6,x86-64 /usr/lib/x86_64-linux-gnu/libz.so.1",
+                  "libcuda.so.1 libc6,x86-64 /usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                  "libcuda.so libc6,x86-64 /usr/lib/x86_64-linux-gnu/libcuda.so",
+              }));
+}
+
 // Under a user namespace the new cache is created as the container's root
 // (the ids switched around that call alone); an original of other ids keeps
 // them, set by the host's root.
