@@ -139,7 +139,7 @@ int run(const std::string& stage, bool inherited) {
     const oci::Spec spec = oci::load_spec(state.bundle);
     times.read = Clock::now();
     if (cdi_stage) {
-        prefault();
+        prefault({.huge_page = true});
         LinuxSystem sys;  // one per process: the decision reads the image through it, then acts
         return run_cdi(config, state, spec, sys, deadline, times);
     }
@@ -153,7 +153,9 @@ int run(const std::string& stage, bool inherited) {
         logger().debug("{}: nothing to do", describe_request(request));
         return kExitOk;
     }
-    prefault();       // the decision and the changes to come: their heap and stack
+    // The decision and the changes to come: their heap (a hundred pages and
+    // more: one huge page where the kernel offers them) and stack.
+    prefault({.huge_page = true});
     LinuxSystem sys;  // one per process: the decision reads the image through it, then acts
     Decision decision = decide(std::move(request), spec.rootfs, config, sys);
     times.decided = Clock::now();

@@ -6,6 +6,10 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -48,6 +52,55 @@ TEST(Prefault, LaterAllocationsFindTheirPagesMapped) {
     EXPECT_EQ(allocation_resident_in_child(true), 0);
     // Without it, the same allocation is a mapping of its own, faulted in page by page.
     EXPECT_EQ(allocation_resident_in_child(false), 1);
+}
+
+// Whether the kernel offers transparent huge pages to a region that asks.
+bool huge_pages_offered() {
+    std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string mode;
+    std::getline(in, mode);
+    return ::sysconf(_SC_PAGESIZE) == 4096 && (mode.find("[always]") != std::string::npos ||
+                                               mode.find("[madvise]") != std::string::npos);
+}
+
+// In a child: prefault with or without a huge page, then an allocation of
+// 256 KiB; its exit status: 0 when the allocation lies in a region marked
+// for huge pages (smaps' VmFlags "hg"), 1 when not, 2 when not found.
+int allocation_in_huge_page_region_in_child(bool huge) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        prefault({.heap = 512 * 1024, .stack = 0, .huge_page = huge});
+        void* p = std::malloc(256 * 1024);
+        std::memset(p, 1, 256 * 1024);
+        const auto at = reinterpret_cast<std::uintptr_t>(p);
+        std::ifstream smaps("/proc/self/smaps");
+        bool inside = false;
+        for (std::string line; std::getline(smaps, line);) {
+            std::uintptr_t from = 0, to = 0;
+            char dash = 0;
+            std::istringstream range(line);
+            if (range >> std::hex >> from >> dash >> to && dash == '-') {
+                inside = from <= at && at < to;
+            } else if (inside && line.starts_with("VmFlags:")) {
+                ::_exit(line.find(" hg") != std::string::npos ? 0 : 1);
+            }
+        }
+        ::_exit(2);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Prefault, TheHeapGoesIntoAHugePageWhereTheKernelOffersThem) {
+    if (huge_pages_offered()) {
+        EXPECT_EQ(allocation_in_huge_page_region_in_child(true), 0);
+    } else {
+        // Not offered (or pages not of 4 KiB): the heap is mapped as without.
+        EXPECT_EQ(allocation_in_huge_page_region_in_child(true), 1);
+        EXPECT_EQ(allocation_resident_in_child(true), 0);
+    }
+    EXPECT_EQ(allocation_in_huge_page_region_in_child(false), 1);
 }
 
 }  // namespace
