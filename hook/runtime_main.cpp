@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
         const bool creates = args.command == "create" || args.command == "run";
         // The spec's edit to come: its heap and stack mapped in one call each
         // (os/prefault.hpp; 128 KiB is what an edit for four GPUs touches).
-        if (creates) prefault({.heap = 128 * 1024, .stack = 32 * 1024, .huge_page = true});
+        if (creates) prefault({.heap = 128 * 1024, .stack = 32 * 1024});
         LogSetup log;
         log.engine_log = args.log;
         log.json = args.log_format == "json";
