@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -59,8 +60,10 @@ bool huge_pages_offered(std::uintptr_t page) {
 // it and is given back to the top. Each block is checked to be where the
 // top chunk (from its end, the break, less its size, mallinfo2's keepcost)
 // puts it: anything else (a block from a free list, a heap not grown by
-// sbrk) and the huge page is not used. Thresholds set by the caller.
-bool heap_into_huge_page() {
+// sbrk) and the huge page is not used. Its first `populated` bytes are then
+// mapped: the huge page where the kernel has one to give, else those bytes'
+// small pages, as without it. Thresholds set by the caller.
+bool heap_into_huge_page(std::size_t populated) {
     constexpr std::uintptr_t kHeader = 2 * sizeof(std::size_t);  // a chunk's, before its block
     const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(::sbrk(0));
     const std::uintptr_t top = end - ::mallinfo2().keepcost;
@@ -76,7 +79,8 @@ bool heap_into_huge_page() {
     }
     void* block = std::malloc(kHugePage);
     const bool placed = reinterpret_cast<std::uintptr_t>(block) == huge;
-    if (placed) ::madvise(block, kHugePage, MADV_HUGEPAGE);
+    if (placed && ::madvise(block, kHugePage, MADV_HUGEPAGE) == 0)
+        populate(huge, huge + std::min<std::uintptr_t>(populated, kHugePage));
     std::free(block);
     return placed;
 }
@@ -100,7 +104,7 @@ void prefault(const Prefault& sizes) noexcept {
     if (sizes.huge_page && huge_pages_offered(page)) {
         ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(2 * kHugePage));
         ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(4 * kHugePage));
-        if (heap_into_huge_page()) return;  // faulted in by the first allocation's touch
+        if (heap_into_huge_page(sizes.heap)) return;
     }
     if (sizes.heap == 0 || sizes.heap > kMaxHeap) return;
     ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(2 * sizes.heap));

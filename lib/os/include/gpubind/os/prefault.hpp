@@ -19,8 +19,9 @@ struct Prefault {
     // The heap's next allocations in one transparent huge page instead, where
     // the kernel offers them (/sys/kernel/mm/transparent_hugepage/enabled not
     // "never") and pages are 4 KiB (huge ones 2 MiB); `heap` mapped as above
-    // where not. The huge page is the kernel's to give: under its "defrag"
-    // setting a fault may compact memory for one, or fall back to small pages.
+    // where not. The huge page is the kernel's to give when the first `heap`
+    // bytes are mapped: under its "defrag" setting it may compact memory for
+    // one, or map those bytes' small pages instead.
     bool huge_page = false;
 };
 
