@@ -21,6 +21,16 @@
 
 #if defined(__x86_64__)
 asm(R"(
+    .macro gpubind_populate from, to, advice
+    lea  \from(%rip), %rdi
+    and  $-4096, %rdi
+    lea  \to(%rip), %rsi
+    sub  %rdi, %rsi
+    mov  $\advice, %edx
+    mov  $28, %eax
+    syscall
+    .endm
+
     .text
     .globl gpubind_entry
     .type gpubind_entry, @function
@@ -28,20 +38,8 @@ gpubind_entry:
     .cfi_startproc
     .cfi_undefined rip
     mov  %rdx, %r12
-    lea  __init_array_start(%rip), %rdi
-    and  $-4096, %rdi
-    lea  _end(%rip), %rsi
-    sub  %rdi, %rsi
-    mov  $23, %edx
-    mov  $28, %eax
-    syscall
-    lea  gpubind_start_code(%rip), %rdi
-    and  $-4096, %rdi
-    lea  gpubind_start_code_end(%rip), %rsi
-    sub  %rdi, %rsi
-    mov  $22, %edx
-    mov  $28, %eax
-    syscall
+    gpubind_populate __init_array_start, _end, 23
+    gpubind_populate gpubind_start_code, gpubind_start_code_end, 22
     mov  %r12, %rdx
     jmp  _start
     .cfi_endproc
@@ -49,6 +47,18 @@ gpubind_entry:
 )");
 #elif defined(__aarch64__)
 asm(R"(
+    .macro gpubind_populate from, to, advice
+    adrp x0, \from
+    add  x0, x0, :lo12:\from
+    and  x0, x0, #0xfffffffffffff000
+    adrp x1, \to
+    add  x1, x1, :lo12:\to
+    sub  x1, x1, x0
+    mov  x2, #\advice
+    mov  x8, #233
+    svc  #0
+    .endm
+
     .text
     .globl gpubind_entry
     .type gpubind_entry, %function
@@ -56,24 +66,8 @@ gpubind_entry:
     .cfi_startproc
     .cfi_undefined x30
     mov  x19, x0
-    adrp x0, __init_array_start
-    add  x0, x0, :lo12:__init_array_start
-    and  x0, x0, #0xfffffffffffff000
-    adrp x1, _end
-    add  x1, x1, :lo12:_end
-    sub  x1, x1, x0
-    mov  x2, #23
-    mov  x8, #233
-    svc  #0
-    adrp x0, gpubind_start_code
-    add  x0, x0, :lo12:gpubind_start_code
-    and  x0, x0, #0xfffffffffffff000
-    adrp x1, gpubind_start_code_end
-    add  x1, x1, :lo12:gpubind_start_code_end
-    sub  x1, x1, x0
-    mov  x2, #22
-    mov  x8, #233
-    svc  #0
+    gpubind_populate __init_array_start, _end, 23
+    gpubind_populate gpubind_start_code, gpubind_start_code_end, 22
     mov  x0, x19
     b    _start
     .cfi_endproc

@@ -117,27 +117,27 @@ std::vector<Call> first_calls(const std::string& program, int count, std::vector
     return calls;
 }
 
+// `call` populated `what` (with `advice`), successfully, over mappings of
+// the program (`path`) with `perm`.
+void expect_populated(const Call& call, int advice, const std::vector<Mapping>& maps, char perm,
+                      const std::string& path, const std::string& what) {
+    EXPECT_EQ(call.nr, static_cast<std::uint64_t>(SYS_madvise)) << path << ": " << what;
+    EXPECT_EQ(call.args[2], static_cast<std::uint64_t>(advice)) << path << ": " << what;
+    EXPECT_EQ(call.result, 0) << path << ": populating " << what << " failed";
+    EXPECT_TRUE(covered(maps, call.args[0], call.args[1], perm, path))
+        << path << ": " << what << " is not in the program's mappings with '" << perm << "'";
+}
+
 void expect_start_mapped_first(const std::string& program) {
     std::vector<Mapping> maps;
     const std::vector<Call> calls = first_calls(program, 2, maps);
     ASSERT_EQ(calls.size(), 2u) << program << ": not traced";
     char real[4096] = {};
     ASSERT_NE(::realpath(program.c_str(), real), nullptr) << program;
-
-    const Call& data = calls[0];
-    EXPECT_EQ(data.nr, static_cast<std::uint64_t>(SYS_madvise)) << program << ": first call";
-    EXPECT_EQ(data.args[2], static_cast<std::uint64_t>(MADV_POPULATE_WRITE)) << program;
-    EXPECT_EQ(data.result, 0) << program << ": populating the data failed";
-    EXPECT_TRUE(covered(maps, data.args[0], data.args[1], 'w', real))
-        << program << ": the data range is not the program's writable mapping";
-
-    const Call& code = calls[1];
-    EXPECT_EQ(code.nr, static_cast<std::uint64_t>(SYS_madvise)) << program << ": second call";
-    EXPECT_EQ(code.args[2], static_cast<std::uint64_t>(MADV_POPULATE_READ)) << program;
-    EXPECT_EQ(code.result, 0) << program << ": populating the start's code failed";
-    EXPECT_TRUE(covered(maps, code.args[0], code.args[1], 'x', real))
-        << program << ": the code range is not in the program's code";
-    EXPECT_GE(code.args[1], 64u * 1024) << program << ": .text.start is nearly empty";
+    expect_populated(calls[0], MADV_POPULATE_WRITE, maps, 'w', real, "the data (first call)");
+    expect_populated(calls[1], MADV_POPULATE_READ, maps, 'x', real,
+                     "the start's code (second call)");
+    EXPECT_GE(calls[1].args[1], 64u * 1024) << program << ": .text.start is nearly empty";
 }
 
 TEST(Entry, HookAndShimMapTheirDataAndStartCodeBeforeAnythingElse) {
