@@ -283,18 +283,19 @@ void DirListing::sort() {
               [&](std::uint32_t a, std::uint32_t b) { return name_at(a) < name_at(b); });
 }
 
-bool DirListing::contains(std::string_view name) const {
+std::vector<std::uint32_t>::const_iterator DirListing::find(std::string_view name) const {
     const auto it =
         std::lower_bound(sorted_.begin(), sorted_.end(), name,
                          [&](std::uint32_t at, std::string_view n) { return name_at(at) < n; });
-    return it != sorted_.end() && name_at(*it) == name;
+    return it != sorted_.end() && name_at(*it) == name ? it : sorted_.end();
+}
+
+bool DirListing::contains(std::string_view name) const {
+    return find(name) != sorted_.end();
 }
 
 void DirListing::erase(std::string_view name) {
-    const auto it =
-        std::lower_bound(sorted_.begin(), sorted_.end(), name,
-                         [&](std::uint32_t at, std::string_view n) { return name_at(at) < n; });
-    if (it != sorted_.end() && name_at(*it) == name) sorted_.erase(it);
+    if (const auto it = find(name); it != sorted_.end()) sorted_.erase(it);
 }
 
 // --- where gpubind may act ---

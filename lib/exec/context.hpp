@@ -106,6 +106,8 @@ class DirListing {
     }
 
   private:
+    // Where `name` is in sorted_; its end when not there.
+    std::vector<std::uint32_t>::const_iterator find(std::string_view name) const;
     std::string_view name_at(std::uint32_t at) const {
         return std::string_view(bytes_.data() + at);  // each name ends with a NUL
     }

@@ -62,7 +62,8 @@ bool huge_pages_offered(std::uintptr_t page) {
 // puts it: anything else (a block from a free list, a heap not grown by
 // sbrk) and the huge page is not used. Its first `populated` bytes are then
 // mapped: the huge page where the kernel has one to give, else those bytes'
-// small pages, as without it. Thresholds set by the caller.
+// small pages, as without it (so too where the mark itself was refused).
+// Thresholds set by the caller.
 bool heap_into_huge_page(std::size_t populated) {
     constexpr std::uintptr_t kHeader = 2 * sizeof(std::size_t);  // a chunk's, before its block
     const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(::sbrk(0));
@@ -79,8 +80,10 @@ bool heap_into_huge_page(std::size_t populated) {
     }
     void* block = std::malloc(kHugePage);
     const bool placed = reinterpret_cast<std::uintptr_t>(block) == huge;
-    if (placed && ::madvise(block, kHugePage, MADV_HUGEPAGE) == 0)
+    if (placed) {
+        ::madvise(block, kHugePage, MADV_HUGEPAGE);
         populate(huge, huge + std::min<std::uintptr_t>(populated, kHugePage));
+    }
     std::free(block);
     return placed;
 }
@@ -97,15 +100,17 @@ void prefault(const Prefault& sizes) noexcept {
     const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
     if (sizes.stack < here) populate(page_down(here - sizes.stack, page), page_down(here, page));
 
-    // One block from the top of the heap, mapped and handed back: later
-    // allocations carve the same pages. Without the thresholds the block,
-    // and any allocation as large, would be a mapping of its own (faulting
-    // page by page, unmapped when freed), and freeing it would shrink the heap.
+    // The thresholds keep a block as large as the one mapped in the heap:
+    // without them it, and any allocation as large, would be a mapping of its
+    // own (faulting page by page, unmapped when freed), and freeing it would
+    // shrink the heap.
     if (sizes.huge_page && huge_pages_offered(page)) {
         ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(2 * kHugePage));
         ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(4 * kHugePage));
         if (heap_into_huge_page(sizes.heap)) return;
     }
+    // One block from the top of the heap, mapped and handed back: later
+    // allocations carve the same pages.
     if (sizes.heap == 0 || sizes.heap > kMaxHeap) return;
     ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(2 * sizes.heap));
     ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(4 * sizes.heap));
