@@ -47,6 +47,12 @@ goal: at most 2.0), and the summary their medians and the median of the
 per-round ratios. With --timings N, N more starts of the hook log at debug
 level into WORK_DIR and the medians of its own step timings are printed.
 
+gpubind-runtime's `create` (its real runtime /bin/true) is timed beside a
+/bin/true spawn and beside the floor under any shim, a static program that
+only executes /bin/true: the ratios to the spawn (issue 27's goal: at most
+2.0), what the shim costs above the floor (paired), and what a system call
+costs on this machine.
+
 With --profile, nothing is timed: what a start runs is recorded into
 OUT_DIR for scripts/start_order.py (hook/start_order.ld lays that code out
 together). Callgrind sees every function of the shim's `create` (its real
@@ -609,7 +615,26 @@ shim_base_env = (baseline_env(shim_config, shim_state, f"{work}/config-shim-base
                  if baseline else shim_env)
 shims = [("", shim, shim_env)] + ([(" (baseline)", f"{base_bin}/gpubind-runtime",
                                     shim_base_env)] if baseline else [])
-create = {"/bin/true": []}
+# The floor under any shim, spawned the same way in the same rounds: a static
+# program that only executes the real runtime. Above it is gpubind-runtime's
+# own work; the floor over /bin/true's spawn is what one more program's
+# start costs here, whatever it does.
+with open(f"{work}/exec-only.c", "w") as f:
+    f.write('#include <unistd.h>\nint main(int argc, char** argv) {\n    (void)argc;\n'
+            '    argv[0] = "/bin/true";\n    execv(argv[0], argv);\n    return 127;\n}\n')
+floor = f"{work}/exec-only"
+subprocess.run(["cc", "-O2", "-static-pie", "-o", floor, f"{work}/exec-only.c"], check=True)
+# And what a system call costs here (a guest's can be ten times a host's).
+with open(f"{work}/syscall-cost.c", "w") as f:
+    f.write("#include <stdio.h>\n#include <time.h>\n#include <unistd.h>\n"
+            "#include <sys/syscall.h>\nint main(void) {\n    struct timespec a, b;\n"
+            "    clock_gettime(CLOCK_MONOTONIC, &a);\n"
+            "    for (int i = 0; i < 100000; ++i) syscall(SYS_getppid);\n"
+            "    clock_gettime(CLOCK_MONOTONIC, &b);\n"
+            "    printf(\"%.3f\\n\", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e8);\n"
+            "    return 0;\n}\n")
+subprocess.run(["cc", "-O2", "-o", f"{work}/syscall-cost", f"{work}/syscall-cost.c"], check=True)
+create = {"/bin/true": [], "the floor": []}
 for name in edits:
     for suffix, _, _ in shims:
         create[name + suffix] = []
@@ -623,22 +648,31 @@ for i, order in enumerate(in_turn([(n, shim) for n in edits for shim in shims],
                        env=binary_env, check=True, stdin=subprocess.DEVNULL,
                        capture_output=True)
         create[name + suffix].append((time.perf_counter() - t) * 1e3)
-    t = time.perf_counter()
-    subprocess.run(["/bin/true"], env=shim_env, check=True, stdin=subprocess.DEVNULL,
-                   capture_output=True)
-    create["/bin/true"].append((time.perf_counter() - t) * 1e3)
+    for name, argv in (("/bin/true", ["/bin/true"]),
+                       ("the floor", [floor, "create", "--bundle", create_bundle, "bench"])):
+        t = time.perf_counter()
+        subprocess.run(argv, env=shim_env, check=True, stdin=subprocess.DEVNULL,
+                       capture_output=True)
+        create[name].append((time.perf_counter() - t) * 1e3)
 print("-- gpubind-runtime create alone (the real runtime: /bin/true):")
 spawn = statistics.median(create["/bin/true"])
 for name, xs in create.items():
     if name == "/bin/true":
         line(f"{name} (the spawn alone)", xs)
+    elif name == "the floor":
+        m = line("a static program executing /bin/true", xs)
+        print(f"{'':<44} ratio to /bin/true {m / spawn:5.2f} (the floor of any shim)")
     else:
         m = line(f"spec edited for {name}", xs)
         print(f"{'':<44} ratio to /bin/true {m / spawn:5.2f}")
+for name in edits:
+    paired(f"create for {name} minus the floor", create["the floor"], create[name])
 if baseline:
     for name in edits:
         paired(f"create for {name} minus the baseline's", create[name + " (baseline)"],
                create[name])
+cost = subprocess.run([f"{work}/syscall-cost"], capture_output=True, text=True, check=True)
+print(f"{'a system call here (getppid, warm)':<44} {float(cost.stdout):7.3f} us")
 
 # The same on an overlay root: every file, link and directory created in the
 # rootfs goes through overlayfs (tens of microseconds each on this disk), for

@@ -50,16 +50,27 @@ void add_devices(json& spec, const Plan& plan, bool user_ns) {
     std::set<std::pair<unsigned, unsigned>> ruled;
     for (const auto& d : plan.devices) {
         const DeviceNode& n = d.node;
-        if (ruled.insert({n.major, n.minor}).second)
-            rules.push_back({{"allow", true},
-                             {"type", "c"},
-                             {"major", n.major},
-                             {"minor", n.minor},
-                             {"access", "rw"}});
+        if (ruled.insert({n.major, n.minor}).second) {
+            // Built member by member: an initializer list is copied element
+            // by element (nlohmann's json_ref), several times the work.
+            json rule(json::value_t::object);
+            rule["allow"] = true;
+            rule["type"] = "c";
+            rule["major"] = n.major;
+            rule["minor"] = n.minor;
+            rule["access"] = "rw";
+            rules.push_back(std::move(rule));
+        }
         if (!d.bind) continue;
         bool present = false;
         for (const auto& e : devices) {
-            if (!e.is_object() || e.value("path", "") != n.path) continue;
+            if (!e.is_object()) continue;
+            const auto path = e.find("path");
+            if (path == e.end()) continue;
+            if (!path->is_string())
+                throw_invalid("edit spec", "linux.devices",
+                              fmt::format("has a path of type {}, not string", path->type_name()));
+            if (path->get_ref<const std::string&>() != n.path) continue;
             if (e.value("type", "") != "c" || e.value("major", json()) != json(n.major) ||
                 e.value("minor", json()) != json(n.minor))
                 throw Error(EEXIST, "edit spec", "linux.devices " + n.path,
@@ -84,13 +95,15 @@ void add_devices(json& spec, const Plan& plan, bool user_ns) {
                               {"options", {"bind", "nosuid", "noexec"}}});
             continue;
         }
-        devices.push_back({{"path", n.path},
-                           {"type", "c"},
-                           {"major", n.major},
-                           {"minor", n.minor},
-                           {"fileMode", static_cast<unsigned>(n.mode & 0777)},
-                           {"uid", 0},
-                           {"gid", 0}});
+        json device(json::value_t::object);
+        device["path"] = n.path;
+        device["type"] = "c";
+        device["major"] = n.major;
+        device["minor"] = n.minor;
+        device["fileMode"] = static_cast<unsigned>(n.mode & 0777);
+        device["uid"] = 0;
+        device["gid"] = 0;
+        devices.push_back(std::move(device));
     }
 }
 

@@ -36,7 +36,9 @@ Config load_trusted(const std::filesystem::path& path, bool missing_is_defaults)
                     "owned by uid " + std::to_string(st.st_uid) + ", not root; refusing");
     if ((st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0))
         throw Error(EACCES, "load config", path.string(), "writable by other users; refusing");
-    return parse_config(read_fd(fd.get(), kMaxConfigSize, path.string()), path.string());
+    return parse_config(
+        read_sized(fd.get(), static_cast<std::size_t>(st.st_size), kMaxConfigSize, path.string()),
+        path.string());
 }
 
 }  // namespace

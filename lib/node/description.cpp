@@ -42,7 +42,7 @@ using detail::kMaxProcFile;
 using detail::program_dirs;
 using detail::under;
 
-constexpr std::string_view kSchema = "gpubind.node/4";
+constexpr std::string_view kSchema = "gpubind.node/5";
 // A listing deeper than this (capabilities/gpu<N>/mig/gi<G>/ci<C>) is not the driver's.
 constexpr int kMaxDepth = 5;
 
@@ -459,7 +459,7 @@ class Reader {
 
 // "<schema>\n", the body's digest (8 bytes, little-endian), the body: the
 // digest is checked before the body is decoded.
-constexpr std::string_view kMagic = "gpubind.node/4\n";
+constexpr std::string_view kMagic = "gpubind.node/5\n";
 static_assert(kMagic.size() == kSchema.size() + 1 && kMagic.substr(0, kSchema.size()) == kSchema);
 constexpr std::size_t kDigestSize = 8;
 
@@ -510,7 +510,8 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
     std::string text;
     try {
         // Its type and size are checked above: read it as it is.
-        text = read_stream(fd.get(), kMaxDescriptionSize, path.string());
+        text = read_sized(fd.get(), static_cast<std::size_t>(st.st_size), kMaxDescriptionSize,
+                          path.string());
     } catch (const Error& e) {
         why = e.what();
         return std::nullopt;
@@ -661,7 +662,10 @@ Fingerprint node_fingerprint(const Config& config) {
     fp["params"] = hex(digest(content_of(nv.get(), "params")));
     fp["devices"] = hex(digest(content_of(proc.get(), "devices")));
     std::string listed;
-    listing(listed, nv.get(), "gpus", "gpus", 1);
+    // gpus/: its entries alone. The driver makes a GPU's directory and its
+    // files together and removes them together, so the directory's inode
+    // says what listing it would (4 system calls a GPU at every start).
+    listing(listed, nv.get(), "gpus", "gpus", kMaxDepth);
     listing(listed, nv.get(), "capabilities", "capabilities", 1);
     fp["proc"] = hex(digest(listed));
     const fs::path dev = under(config.roots.dev, "/dev");
@@ -685,7 +689,8 @@ Fingerprint node_fingerprint(const Config& config) {
             if (!dir.starts_with("/dev/")) continue;  // the config allows no other
             const Fd fd(::openat(devfd.get(), dir.c_str() + 5, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
             ((families += dir) += ':') += dev_entries(fd, prefixes);
-            if (dir == "/dev/dri") listing(families, fd.get(), "by-path", "by-path", kMaxDepth);
+            if (dir == "/dev/dri" && fd)
+                listing(families, fd.get(), "by-path", "by-path", kMaxDepth);
         }
         fp["families"] = hex(digest(families));
     }

@@ -64,6 +64,10 @@ BoundedRead read_into(int fd, std::size_t max_size, const std::string& what,
         got += static_cast<std::size_t>(n);
     }
     data.resize(got);
+    // A buffer much larger than what it holds (a procfs file of a few
+    // hundred bytes in the first 4 KiB): the result kept at its size, and
+    // the buffer's memory is the next read's.
+    if (data.capacity() > 2 * got + 64) data.shrink_to_fit();
     return out;
 }
 
@@ -76,7 +80,10 @@ Error too_large(std::size_t max_size, const std::string& what) {
 
 BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
                          std::optional<std::chrono::steady_clock::time_point> deadline) {
-    return read_into(fd, max_size, what, deadline, 16384);
+    // A page first: what is read this way is mostly a procfs file or a
+    // helper's answer of a few hundred bytes, and every page of the buffer
+    // is written (zeroed) before the first read.
+    return read_into(fd, max_size, what, deadline, 4096);
 }
 
 std::string read_stream(int fd, std::size_t max_size, const std::string& what) {
@@ -89,12 +96,14 @@ std::string read_fd(int fd, std::size_t max_size, const std::string& what) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw_errno("stat", what);
     if (!S_ISREG(st.st_mode)) throw_invalid("read", what, "not a regular file");
-    if (static_cast<std::size_t>(st.st_size) > max_size) throw too_large(max_size, what);
+    return read_sized(fd, static_cast<std::size_t>(st.st_size), max_size, what);
+}
+
+std::string read_sized(int fd, std::size_t size, std::size_t max_size, const std::string& what) {
+    if (size > max_size) throw too_large(max_size, what);
     // A buffer of the size fstat gave and one byte more: the usual file takes
     // one read and the one that sees EOF. procfs files say 0 and are read on.
-    BoundedRead read =
-        read_into(fd, max_size, what, std::nullopt,
-                  st.st_size == 0 ? 16384 : static_cast<std::size_t>(st.st_size) + 1);
+    BoundedRead read = read_into(fd, max_size, what, std::nullopt, size == 0 ? 4096 : size + 1);
     if (read.end == ReadEnd::TooLarge) throw too_large(max_size, what);
     return std::move(read.data);
 }

@@ -161,6 +161,21 @@ TEST_F(Description, MigLayoutChangeIsSeen) {
     }
 }
 
+// A GPU gone from the driver (unbound, excluded): its gpus/ directory goes,
+// and the description is no longer the node's.
+TEST_F(Description, AGpuGoneFromTheDriverIsSeen) {
+    load();
+    ASSERT_EQ(manifest_.gpus.size(), 2u);
+    const fs::path gone = node() / "proc/driver/nvidia/gpus" / manifest_.gpus[1].pci_bus_id;
+    ASSERT_TRUE(fs::is_directory(gone));
+    fs::remove_all(gone);
+    auto k = load();
+    EXPECT_TRUE(k.recomputed);
+    EXPECT_THAT(k.why, HasSubstr("proc"));
+    EXPECT_EQ(uuids(k), std::vector<std::string>{manifest_.gpus[0].uuid});
+    EXPECT_FALSE(load().recomputed);
+}
+
 TEST_F(Description, ConfigChangeIsSeen) {
     load();
     config_.catalog.libraries.clear();

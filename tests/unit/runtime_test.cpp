@@ -326,6 +326,13 @@ TEST(RuntimeEditSpec, RefusesBadShapesAndASpecEditedBefore) {
     const Error e = edit_error(bad);
     EXPECT_EQ(e.code().value(), EINVAL);
     EXPECT_THAT(e.what(), HasSubstr("linux.devices"));
+    // An entry of the spec's whose path is no string: refused, not skipped.
+    bad = full_spec();
+    bad["linux"]["devices"] = json::array({{{"path", 5}, {"type", "c"}}});
+    const Error path = edit_error(bad);
+    EXPECT_EQ(path.code().value(), EINVAL);
+    EXPECT_THAT(path.what(), HasSubstr("linux.devices"));
+    EXPECT_THAT(path.what(), HasSubstr("not string"));
     bad = full_spec();
     bad["hooks"] = json::array();
     EXPECT_THROW(edit(bad), Error);

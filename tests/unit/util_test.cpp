@@ -199,6 +199,31 @@ TEST(File, ReadFileReadsLargeFilesWholeUpToTheCap) {
     EXPECT_EQ(read_file(dir / "empty", 10), "");
 }
 
+
+// A stream (a pipe: no size to go by) read whole through the buffer's
+// growth, refused one byte over the cap; a short answer is kept at its own
+// size, not in the page-sized buffer it was read into.
+TEST(File, ReadStreamGrowsToTheWholeAndKeepsAShortAnswerSmall) {
+    auto through_pipe = [](const std::string& text, std::size_t cap) {
+        int fds[2];
+        EXPECT_EQ(::pipe(fds), 0);
+        Fd r(fds[0]), w(fds[1]);
+        // A pipe holds 64 KiB: all of it written, then read to its end.
+        EXPECT_EQ(::write(w.get(), text.data(), text.size()), static_cast<ssize_t>(text.size()));
+        w.reset();
+        return read_bounded(r.get(), cap, "pipe");
+    };
+    std::string big;
+    for (int i = 0; big.size() < 50000; ++i) big += std::to_string(i) + ",";
+    const BoundedRead whole = through_pipe(big, big.size());
+    EXPECT_EQ(whole.end, ReadEnd::Eof);
+    EXPECT_EQ(whole.data, big);
+    EXPECT_EQ(through_pipe(big, big.size() - 1).end, ReadEnd::TooLarge);
+
+    const BoundedRead small = through_pipe("NVRM version: 550.54.15\n", 1u << 16);
+    EXPECT_EQ(small.data, "NVRM version: 550.54.15\n");
+    EXPECT_LT(small.data.capacity(), 1024u);
+}
 TEST(File, WriteFileAtomicReplacesContent) {
     test::TempDir dir;
     write_file_atomic(dir / "a", "one");

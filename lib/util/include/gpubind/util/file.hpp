@@ -23,6 +23,9 @@ Fd openat_or_throw(int dirfd, const char* rel, int flags, const std::string& wha
 std::string read_file(const std::filesystem::path& path, std::size_t max_size);
 // Reads from an open descriptor (regular file checked with fstat), `what` names it.
 std::string read_fd(int fd, std::size_t max_size, const std::string& what);
+// read_fd() of a regular file the caller has checked with its own fstat,
+// which gave `size`: read into a buffer of that size, no fstat again.
+std::string read_sized(int fd, std::size_t size, std::size_t max_size, const std::string& what);
 // Reads a stream (pipe, stdin) until EOF, failing once more than max_size arrives.
 std::string read_stream(int fd, std::size_t max_size, const std::string& what);
 
