@@ -199,7 +199,6 @@ TEST(File, ReadFileReadsLargeFilesWholeUpToTheCap) {
     EXPECT_EQ(read_file(dir / "empty", 10), "");
 }
 
-
 // A stream (a pipe: no size to go by) read whole through the buffer's
 // growth, refused one byte over the cap; a short answer is kept at its own
 // size, not in the page-sized buffer it was read into.
