@@ -141,6 +141,12 @@ fs::path find_runtime(const Config& config) {
                 "none is an executable other than gpubind-runtime (config key runtime.runtimes)");
 }
 
+using Clock = std::chrono::steady_clock;
+
+long long micros(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
+}
+
 [[noreturn]] void exec_runtime(const fs::path& runtime, int argc, char** argv) {
     std::vector<char*> real(argv, argv + argc);
     std::string path = runtime.string();
@@ -158,6 +164,7 @@ fs::path find_runtime(const Config& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    const auto started = Clock::now();
     try {
         const runtime::Invocation args = runtime::parse_invocation(argc, argv);
         const bool creates = args.command == "create" || args.command == "run";
@@ -174,8 +181,14 @@ int main(int argc, char** argv) {
         log.file = config.log.file;
         log.id = args.id;
         set_up_logging(log);
+        const auto configured = Clock::now();
         if (creates) runtime::edit_bundle(args.bundle, args.id, config, own_dir / "gpubind-hook");
-        exec_runtime(find_runtime(config), argc, argv);
+        const fs::path runtime = find_runtime(config);
+        if (creates)
+            logger().debug("timing: config {} us, bundle and runtime {} us, main to exec {} us",
+                           micros(started, configured), micros(configured, Clock::now()),
+                           micros(started, Clock::now()));
+        exec_runtime(runtime, argc, argv);
     } catch (const std::system_error& e) {
         gpubind::logger().error("{}", e.what());
         return gpubind::exit_code_for(e);

@@ -44,8 +44,9 @@ Every round of the runc starts prints its four times and what the hook adds
 over bare and over the no-op hook (paired); every round of the lifetimes
 prints gpubind-hook's lifetime, busybox true's and their ratio (issue 27's
 goal: at most 2.0), and the summary their medians and the median of the
-per-round ratios. With --timings N, N more starts of the hook log at debug
-level into WORK_DIR and the medians of its own step timings are printed.
+per-round ratios. With --timings N, N more starts of the hook and N more
+`create`s of the shim log at debug level into WORK_DIR and the medians of
+their own step timings are printed.
 
 gpubind-runtime's `create` (its real runtime /bin/true) is timed beside a
 /bin/true spawn and beside the floor under any shim, a static program that
@@ -70,6 +71,7 @@ import atexit
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -541,7 +543,6 @@ if "hook-rdma" in life:  # issue 23: at most 0.3 ms
 # The hook's own step timings (debug level, into a log of the work
 # directory): where its lifetime goes. Debug logging makes each start slower.
 if timings:
-    import re
     debug_log = f"{work}/hook-debug.log"
     if os.path.exists(debug_log):
         os.unlink(debug_log)
@@ -673,6 +674,38 @@ if baseline:
                create[name])
 cost = subprocess.run([f"{work}/syscall-cost"], capture_output=True, text=True, check=True)
 print(f"{'a system call here (getppid, warm)':<44} {float(cost.stdout):7.3f} us")
+
+# The shim's own step timings likewise (--timings): its `create` for
+# NVIDIA_VISIBLE_DEVICES at debug level, with a node description of its own.
+if timings:
+    shim_log = f"{work}/shim-debug.log"
+    if os.path.exists(shim_log):
+        os.unlink(shim_log)
+    os.makedirs(f"{shim_state}-debug", mode=0o755, exist_ok=True)
+    with open(shim_config) as f:
+        text = f.read().replace('level = "warn"', f'level = "debug"\nfile = "{shim_log}"')
+    with open(f"{work}/config-shim-debug.toml", "w") as f:
+        f.write(text.replace(f'state-dir = "{shim_state}"', f'state-dir = "{shim_state}-debug"'))
+    os.chmod(f"{work}/config-shim-debug.toml", 0o644)
+    for _ in range(timings):
+        with open(f"{create_bundle}/config.json", "w") as f:
+            json.dump(edits["NVIDIA_VISIBLE_DEVICES"], f)
+        subprocess.run([shim, "create", "--bundle", create_bundle, "bench"],
+                       env=dict(env, GPUBIND_CONFIG=f"{work}/config-shim-debug.toml"), check=True,
+                       stdin=subprocess.DEVNULL, capture_output=True)
+    steps = {}
+    with open(shim_log) as f:
+        for text in f:
+            if "timing: " in text:
+                for m in re.finditer(r"(?:timing: |, )([a-z ]+?) (\d+) us", text):
+                    steps.setdefault(m.group(1), []).append(int(m.group(2)))
+            m = re.search(r"fingerprint (\d+) us, reading and parsing (\d+) us", text)
+            if m:
+                steps.setdefault("  description: fingerprint", []).append(int(m.group(1)))
+                steps.setdefault("  description: read and parse", []).append(int(m.group(2)))
+    print(f"-- gpubind-runtime's own timings at debug level, median of {timings} creates (us):")
+    for k, xs in steps.items():
+        print(f"{k:<44} {statistics.median(xs):7.0f}")
 
 # The same on an overlay root: every file, link and directory created in the
 # rootfs goes through overlayfs (tens of microseconds each on this disk), for

@@ -182,6 +182,15 @@ TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
         EXPECT_EQ(devices.count(n.path + " " + nums), unselected.count(n.path) ? 0u : 1u) << n.path;
         EXPECT_EQ(rules.count(nums), unselected.count(n.path) ? 0u : 1u) << n.path;
     }
+
+    // At debug level the shim says where its create went (bench_start.py's
+    // --timings reads these lines).
+    const std::string log = read_text(node_->log());
+    EXPECT_THAT(log, ::testing::ContainsRegex("runtime: [^\n]*: timing: spec read [0-9]+ us, "
+                                              "decision [0-9]+ us, edit and serialization "
+                                              "[0-9]+ us, written [0-9]+ us"));
+    EXPECT_THAT(log, ::testing::ContainsRegex("runtime: timing: config [0-9]+ us, bundle and "
+                                              "runtime [0-9]+ us, main to exec [0-9]+ us"));
 }
 
 // Under the engine's /run tmpfs (one the runtime makes fresh for the
