@@ -30,6 +30,7 @@
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/log_sink.hpp"
 #include "gpubind/util/strings.hpp"
+#include "gpubind/util/timing.hpp"
 #include "log_format.hpp"
 
 namespace {
@@ -64,10 +65,6 @@ bool environment_inherited() {
 }
 
 using Clock = std::chrono::steady_clock;
-
-long long micros(Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
-}
 
 // When the hook started, read its input and decided (debug timing).
 struct Times {

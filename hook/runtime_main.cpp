@@ -31,6 +31,7 @@
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/log_sink.hpp"
 #include "gpubind/util/strings.hpp"
+#include "gpubind/util/timing.hpp"
 #include "log_format.hpp"
 #include "own_program.hpp"
 
@@ -141,12 +142,6 @@ fs::path find_runtime(const Config& config) {
                 "none is an executable other than gpubind-runtime (config key runtime.runtimes)");
 }
 
-using Clock = std::chrono::steady_clock;
-
-long long micros(Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
-}
-
 [[noreturn]] void exec_runtime(const fs::path& runtime, int argc, char** argv) {
     std::vector<char*> real(argv, argv + argc);
     std::string path = runtime.string();
@@ -164,6 +159,7 @@ long long micros(Clock::time_point from, Clock::time_point to) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    using Clock = std::chrono::steady_clock;
     const auto started = Clock::now();
     try {
         const runtime::Invocation args = runtime::parse_invocation(argc, argv);
@@ -184,10 +180,12 @@ int main(int argc, char** argv) {
         const auto configured = Clock::now();
         if (creates) runtime::edit_bundle(args.bundle, args.id, config, own_dir / "gpubind-hook");
         const fs::path runtime = find_runtime(config);
-        if (creates)
+        if (creates) {
+            const auto found = Clock::now();
             logger().debug("timing: config {} us, bundle and runtime {} us, main to exec {} us",
-                           micros(started, configured), micros(configured, Clock::now()),
-                           micros(started, Clock::now()));
+                           micros(started, configured), micros(configured, found),
+                           micros(started, found));
+        }
         exec_runtime(runtime, argc, argv);
     } catch (const std::system_error& e) {
         gpubind::logger().error("{}", e.what());

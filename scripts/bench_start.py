@@ -540,17 +540,43 @@ if baseline:  # the log's i-th lines were written in the same round
 if "hook-rdma" in life:  # issue 23: at most 0.3 ms
     paired("GPUBIND_RDMA=affine minus the same start without", life["hook"], life["hook-rdma"])
 
+
+def debug_config(source, target, log, state_dir=None):
+    """`source`'s config at debug level into `target`, logging into `log`
+    (emptied first); with `state_dir`, its node description kept there."""
+    if os.path.exists(log):
+        os.unlink(log)
+    with open(source) as f:
+        text = f.read().replace('level = "warn"', f'level = "debug"\nfile = "{log}"')
+    if state_dir:
+        os.makedirs(state_dir, mode=0o755, exist_ok=True)
+        text = re.sub(r'state-dir = "[^"]*"', f'state-dir = "{state_dir}"', text)
+    with open(target, "w") as f:
+        f.write(text)
+    os.chmod(target, 0o644)
+
+
+def print_timings(log, program, runs_of, parse):
+    """The medians of the step timings in `log`: those `parse(line, steps)`
+    finds, and the node description's (load_node's debug line)."""
+    steps = {}
+    with open(log) as f:
+        for text in f:
+            parse(text, steps)
+            m = re.search(r"fingerprint (\d+) us, reading and parsing (\d+) us", text)
+            if m:
+                steps.setdefault("  description: fingerprint", []).append(int(m.group(1)))
+                steps.setdefault("  description: read and parse", []).append(int(m.group(2)))
+    print(f"-- {program}'s own timings at debug level, median of {timings} {runs_of} (us):")
+    for k, xs in steps.items():
+        print(f"{k:<44} {statistics.median(xs):7.0f}")
+
+
 # The hook's own step timings (debug level, into a log of the work
 # directory): where its lifetime goes. Debug logging makes each start slower.
 if timings:
     debug_log = f"{work}/hook-debug.log"
-    if os.path.exists(debug_log):
-        os.unlink(debug_log)
-    with open(config) as f:
-        text = f.read().replace('level = "warn"', f'level = "debug"\nfile = "{debug_log}"')
-    with open(f"{work}/config-debug.toml", "w") as f:
-        f.write(text)
-    os.chmod(f"{work}/config-debug.toml", 0o644)
+    debug_config(config, f"{work}/config-debug.toml", debug_log)
     s = json.loads(json.dumps(bundles["hook"]))
     s["hooks"]["prestart"][0]["env"] = [f"GPUBIND_CONFIG={work}/config-debug.toml"]
     bundles["hook-debug"] = s
@@ -559,27 +585,21 @@ if timings:
         json.dump(s, f)
     for _ in range(timings):
         start("hook-debug")
-    steps = {}
-    with open(debug_log) as f:
-        for text in f:
-            m = re.search(r"timing: config, state and spec (\d+) us, decision (\d+) us, "
-                          r"execution (\d+) us", text)
-            if m:
-                for k, v in zip(("config, state and spec", "decision", "execution"), m.groups()):
-                    steps.setdefault(k, []).append(int(v))
-            m = re.search(r"fingerprint (\d+) us, reading and parsing (\d+) us", text)
-            if m:
-                steps.setdefault("  description: fingerprint", []).append(int(m.group(1)))
-                steps.setdefault("  description: read and parse", []).append(int(m.group(2)))
-            m = re.search(r"execution: (.*)", text)
-            if m:
-                for part in m.group(1).split(", "):
-                    mm = re.match(r"(.*) (\d+) us$", part)
-                    if mm:
-                        steps.setdefault("  execution: " + mm.group(1), []).append(int(mm.group(2)))
-    print(f"-- gpubind-hook's own timings at debug level, median of {timings} starts (us):")
-    for k, xs in steps.items():
-        print(f"{k:<44} {statistics.median(xs):7.0f}")
+
+    def hook_steps(text, steps):
+        m = re.search(r"timing: config, state and spec (\d+) us, decision (\d+) us, "
+                      r"execution (\d+) us", text)
+        if m:
+            for k, v in zip(("config, state and spec", "decision", "execution"), m.groups()):
+                steps.setdefault(k, []).append(int(v))
+        m = re.search(r"execution: (.*)", text)
+        if m:
+            for part in m.group(1).split(", "):
+                mm = re.match(r"(.*) (\d+) us$", part)
+                if mm:
+                    steps.setdefault("  execution: " + mm.group(1), []).append(int(mm.group(2)))
+
+    print_timings(debug_log, "gpubind-hook", "starts", hook_steps)
 
 # gpubind-runtime's own work at `create`, with /bin/true as the real runtime:
 # the spec edited for NVIDIA_VISIBLE_DEVICES, and for a CDI annotation (the
@@ -679,33 +699,20 @@ print(f"{'a system call here (getppid, warm)':<44} {float(cost.stdout):7.3f} us"
 # NVIDIA_VISIBLE_DEVICES at debug level, with a node description of its own.
 if timings:
     shim_log = f"{work}/shim-debug.log"
-    if os.path.exists(shim_log):
-        os.unlink(shim_log)
-    os.makedirs(f"{shim_state}-debug", mode=0o755, exist_ok=True)
-    with open(shim_config) as f:
-        text = f.read().replace('level = "warn"', f'level = "debug"\nfile = "{shim_log}"')
-    with open(f"{work}/config-shim-debug.toml", "w") as f:
-        f.write(text.replace(f'state-dir = "{shim_state}"', f'state-dir = "{shim_state}-debug"'))
-    os.chmod(f"{work}/config-shim-debug.toml", 0o644)
+    debug_config(shim_config, f"{work}/config-shim-debug.toml", shim_log, f"{shim_state}-debug")
     for _ in range(timings):
         with open(f"{create_bundle}/config.json", "w") as f:
             json.dump(edits["NVIDIA_VISIBLE_DEVICES"], f)
         subprocess.run([shim, "create", "--bundle", create_bundle, "bench"],
                        env=dict(env, GPUBIND_CONFIG=f"{work}/config-shim-debug.toml"), check=True,
                        stdin=subprocess.DEVNULL, capture_output=True)
-    steps = {}
-    with open(shim_log) as f:
-        for text in f:
-            if "timing: " in text:
-                for m in re.finditer(r"(?:timing: |, )([a-z ]+?) (\d+) us", text):
-                    steps.setdefault(m.group(1), []).append(int(m.group(2)))
-            m = re.search(r"fingerprint (\d+) us, reading and parsing (\d+) us", text)
-            if m:
-                steps.setdefault("  description: fingerprint", []).append(int(m.group(1)))
-                steps.setdefault("  description: read and parse", []).append(int(m.group(2)))
-    print(f"-- gpubind-runtime's own timings at debug level, median of {timings} creates (us):")
-    for k, xs in steps.items():
-        print(f"{k:<44} {statistics.median(xs):7.0f}")
+
+    def shim_steps(text, steps):
+        if "timing: " in text:
+            for m in re.finditer(r"(?:timing: |, )([a-z ]+?) (\d+) us", text):
+                steps.setdefault(m.group(1), []).append(int(m.group(2)))
+
+    print_timings(shim_log, "gpubind-runtime", "creates", shim_steps)
 
 # The same on an overlay root: every file, link and directory created in the
 # rootfs goes through overlayfs (tens of microseconds each on this disk), for

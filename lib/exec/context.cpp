@@ -65,25 +65,6 @@ bool use_ldconfig(const Plan& plan, const Target& target) {
     return target.ldcache == LdcacheMethod::Ldconfig || plan.ldcache_scan;
 }
 
-// --- timing ---
-
-Timing::Timing() : timed_(logger().should_log(LogLevel::Debug)) {}
-
-void Timing::mark(const char* step) {
-    if (timed_) marks_.emplace_back(step, Clock::now());
-}
-
-void Timing::log() const {
-    if (!timed_) return;
-    std::string text;
-    for (std::size_t i = 1; i < marks_.size(); ++i)
-        text += fmt::format("{}{} {} us", i > 1 ? ", " : "", marks_[i].first,
-                            std::chrono::duration_cast<std::chrono::microseconds>(
-                                marks_[i].second - marks_[i - 1].second)
-                                .count());
-    logger().debug("execution: {}", text);
-}
-
 // --- namespaces ---
 
 void Context::enter() {

@@ -6,7 +6,6 @@
 // loader_cache.cpp) and rolls back; every system call goes through System.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,6 +21,7 @@
 #include "gpubind/exec/exec.hpp"
 #include "gpubind/os/system.hpp"
 #include "gpubind/util/fd.hpp"
+#include "gpubind/util/timing.hpp"
 
 namespace gpubind {
 class DeviceAccess;
@@ -79,19 +79,6 @@ struct Undo {
 
 inline constexpr const char* kCache = "ld.so.cache";
 inline constexpr const char* kCacheTemp = "ld.so.cache~";
-
-// Where the time goes, at debug level only (tests/gpu/check.sh reads it).
-class Timing {
-  public:
-    Timing();
-    void mark(const char* step);
-    void log() const;
-
-  private:
-    using Clock = std::chrono::steady_clock;
-    const bool timed_;
-    std::vector<std::pair<const char*, Clock::time_point>> marks_;
-};
 
 // The names in one directory, in one buffer (Context::listing).
 class DirListing {

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
+#include "gpubind/util/timing.hpp"
 
 namespace gpubind::runtime {
 
@@ -103,10 +103,10 @@ Invocation parse_invocation(int argc, const char* const* argv) {
 
 void edit_bundle(const fs::path& bundle, const std::string& id, const Config& config,
                  const fs::path& hook_path) {
-    using Clock = std::chrono::steady_clock;
-    const auto started = Clock::now();
+    Timing timing;
+    timing.mark("");
     oci::Spec spec = oci::load_spec(bundle);
-    const auto read = Clock::now();
+    timing.mark("spec read");
     if (runtime::marked(*spec.doc)) {
         logger().debug("{}: already edited by gpubind-runtime", id);
         return;
@@ -138,7 +138,7 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const Config& co
     }
     const Decision decision =
         known ? decide(spec, config, std::move(*known)) : decide(spec, config);
-    const auto decided = Clock::now();
+    timing.mark("decision");
     std::optional<nlohmann::json> edited;
     if (decision.gpu_container()) {
         runtime::FinishHook hook;
@@ -167,7 +167,7 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const Config& co
     const auto mode = static_cast<unsigned>(st.st_mode & 07777);
     // As big as the hook will read it (CDI edits add to it).
     const std::string text = (edited ? *edited : *spec.doc).dump();
-    const auto serialized = Clock::now();
+    timing.mark("edit and serialization");
     if (text.size() > oci::kMaxSpecSize)
         throw Error(ErrorKind::Invalid, EFBIG, "edit spec", file.string(),
                     fmt::format("{} bytes once edited, larger than the limit of {} bytes",
@@ -175,14 +175,8 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const Config& co
     // Read by the runtime at once, useless after a crash: no fsync. The mode
     // is set on the new file's descriptor, past the umask.
     write_file_atomic(file, text, {.mode = mode, .durable = false});
-    auto us = [](Clock::time_point from, Clock::time_point to) {
-        return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
-    };
-    logger().debug(
-        "{}: timing: spec read {} us, decision {} us, edit and serialization {} us, "
-        "written {} us",
-        id, us(started, read), us(read, decided), us(decided, serialized),
-        us(serialized, Clock::now()));
+    timing.mark("written");
+    timing.log(id + ": timing: ");
 }
 
 }  // namespace gpubind::runtime

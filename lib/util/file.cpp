@@ -30,6 +30,11 @@ Fd openat_or_throw(int dirfd, const char* rel, int flags, const std::string& wha
 
 namespace {
 
+// The first buffer where no size is known (a stream, a procfs file): a page.
+// What is read so is mostly a few hundred bytes, and every byte of the buffer
+// is written (zeroed) before the first read.
+constexpr std::size_t kFirstRead = 4096;
+
 // read_bounded(), reading straight into the result: its buffer starts at
 // `first` bytes (a file's size, one byte more, reads it in one) and grows
 // twofold, never past one byte more than `max_size`.
@@ -80,10 +85,7 @@ Error too_large(std::size_t max_size, const std::string& what) {
 
 BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
                          std::optional<std::chrono::steady_clock::time_point> deadline) {
-    // A page first: what is read this way is mostly a procfs file or a
-    // helper's answer of a few hundred bytes, and every page of the buffer
-    // is written (zeroed) before the first read.
-    return read_into(fd, max_size, what, deadline, 4096);
+    return read_into(fd, max_size, what, deadline, kFirstRead);
 }
 
 std::string read_stream(int fd, std::size_t max_size, const std::string& what) {
@@ -103,7 +105,8 @@ std::string read_sized(int fd, std::size_t size, std::size_t max_size, const std
     if (size > max_size) throw too_large(max_size, what);
     // A buffer of the size fstat gave and one byte more: the usual file takes
     // one read and the one that sees EOF. procfs files say 0 and are read on.
-    BoundedRead read = read_into(fd, max_size, what, std::nullopt, size == 0 ? 4096 : size + 1);
+    BoundedRead read =
+        read_into(fd, max_size, what, std::nullopt, size == 0 ? kFirstRead : size + 1);
     if (read.end == ReadEnd::TooLarge) throw too_large(max_size, what);
     return std::move(read.data);
 }
