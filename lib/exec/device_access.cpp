@@ -13,6 +13,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
+#include "gpubind/util/timing.hpp"
 
 namespace gpubind {
 
@@ -27,9 +28,7 @@ constexpr std::string_view kKeptPrefix = "dev-";
 
 // Microseconds since `since`, for the debug log (tests/gpu/check.sh reads it).
 long long us_since(std::chrono::steady_clock::time_point since) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                                 since)
-        .count();
+    return micros(since, std::chrono::steady_clock::now());
 }
 
 }  // namespace

@@ -64,7 +64,7 @@ class Executor {
             finish();
             c_.leave();
             c_.timing.mark("loader cache");
-            c_.timing.log("execution: ");
+            c_.timing.log("", "execution: ");
         } catch (...) {
             std::exception_ptr first = std::current_exception();
             rollback();

@@ -31,6 +31,7 @@
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
+#include "gpubind/util/timing.hpp"
 
 namespace gpubind {
 
@@ -720,15 +721,12 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
     bool dirty = false;
     if (stored && why.empty()) {
         k = std::move(*stored);
-        auto us = [](auto d) {
-            return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
-        };
         logger().debug(
             "node description {}: computed {} s ago, checked and read in {} us (fingerprint "
             "{} us, reading and parsing {} us)",
             k.path.string(), now_seconds() - k.computed_at,
-            us(std::chrono::steady_clock::now() - started), us(fingerprinted - started),
-            us(read - fingerprinted));
+            micros(started, std::chrono::steady_clock::now()), micros(started, fingerprinted),
+            micros(fingerprinted, read));
     } else {
         logger().debug("node description: discovering the node: {}", why);
         k.path = description_path(config);

@@ -176,7 +176,7 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const Config& co
     // is set on the new file's descriptor, past the umask.
     write_file_atomic(file, text, {.mode = mode, .durable = false});
     timing.mark("written");
-    timing.log(id + ": timing: ");
+    timing.log(id, ": timing: ");
 }
 
 }  // namespace gpubind::runtime

@@ -19,13 +19,13 @@ void Timing::mark(const char* step) {
     if (timed_) marks_.emplace_back(step, Clock::now());
 }
 
-void Timing::log(std::string_view label) const {
+void Timing::log(std::string_view subject, std::string_view label) const {
     if (!timed_) return;
     std::string text;
     for (std::size_t i = 1; i < marks_.size(); ++i)
         text += fmt::format("{}{} {} us", i > 1 ? ", " : "", marks_[i].first,
                             micros(marks_[i - 1].second, marks_[i].second));
-    logger().debug("{}{}", label, text);
+    logger().debug("{}{}{}", subject, label, text);
 }
 
 }  // namespace gpubind
