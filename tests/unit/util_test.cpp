@@ -223,6 +223,7 @@ TEST(File, ReadStreamGrowsToTheWholeAndKeepsAShortAnswerSmall) {
     EXPECT_EQ(small.data, "NVRM version: 550.54.15\n");
     EXPECT_LT(small.data.capacity(), 1024u);
 }
+
 TEST(File, WriteFileAtomicReplacesContent) {
     test::TempDir dir;
     write_file_atomic(dir / "a", "one");
