@@ -273,8 +273,11 @@ class Reader {
                         name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") ==
                             std::string_view::npos;
         if (!ok) return "a family's name is 1 to 32 of [a-z0-9-], starting with a letter";
-        if (name == "imex" || name == "cdi" || name == "all")
-            return "\"" + std::string(name) + "\" is reserved (device mounts use it)";
+        if (name == "imex" || name == "cdi" || name == "all") {
+            std::string why = "\"";
+            why.append(name).append("\" is reserved (device mounts use it)");
+            return why;
+        }
         return std::nullopt;
     }
 

@@ -24,7 +24,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kGroup = "cdi-specs";
+constexpr const char* kCdiGroup = "cdi-specs";
 
 std::optional<unsigned> number(const json& edit, const char* key) {
     if (!edit.contains(key) || !edit[key].is_number_unsigned()) return std::nullopt;
@@ -184,7 +184,7 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
     std::vector<Check> checks;
     for (const auto& file : f.files) {
         if (!file.refused.empty()) {
-            checks.push_back({kGroup,
+            checks.push_back({kCdiGroup,
                               file.path,
                               Verdict::Problem,
                               "no engine will use it",
@@ -193,7 +193,7 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
                               "root alone (gpubind cdi refresh for the node's own specs)"});
             continue;
         }
-        Check c{kGroup, file.path, Verdict::Ok, {}, {}, {}};
+        Check c{kCdiGroup, file.path, Verdict::Ok, {}, {}, {}};
         std::set<Problem::Remedy> remedies;
         bool twice = false, common = false;
         std::set<std::string> bad_devices;
@@ -245,7 +245,7 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
         }
         checks.push_back(std::move(c));
     }
-    if (checks.empty()) checks.push_back({kGroup, kGroup, Verdict::Ok, "no CDI spec", {}, {}});
+    if (checks.empty()) checks.push_back({kCdiGroup, kCdiGroup, Verdict::Ok, "no CDI spec", {}, {}});
     return checks;
 }
 

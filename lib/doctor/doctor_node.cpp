@@ -20,7 +20,7 @@ using detail::under;
 
 namespace {
 
-constexpr const char* kGroup = "node";
+constexpr const char* kNodeGroup = "node";
 constexpr const char* kPersistencedSocket = "/run/nvidia-persistenced/socket";
 constexpr const char* kImexDir = "/dev/nvidia-caps-imex-channels";
 
@@ -162,7 +162,7 @@ namespace {
 
 Check node_check(std::string name) {
     Check c;
-    c.group = kGroup;
+    c.group = kNodeGroup;
     c.name = std::move(name);
     return c;
 }

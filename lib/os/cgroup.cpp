@@ -144,7 +144,8 @@ bool reachable(const std::vector<MountLine>& mounts, std::size_t m) {
     std::string_view rest = std::string_view(target).substr(sofar.size());
     for (auto c : split(rest, '/')) {
         if (c.empty()) continue;
-        sofar += "/" + std::string(c);
+        sofar += '/';
+        sofar += c;
         cur = cross(cur, sofar);
     }
     return cur == m;

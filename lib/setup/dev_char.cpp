@@ -23,7 +23,7 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, const fs::path
     // "nvidia-caps", ...; 195 is always theirs): a node named like theirs with
     // another major (a disk's) must not get the link a system device has.
     std::set<unsigned> nvidia_majors = {195};
-    for (const auto& [driver, major] : detail::read_majors(proc_root / "devices"))
+    for (const auto& [driver, major] : gpubind::detail::read_majors(proc_root / "devices"))
         if (driver.starts_with("nvidia")) nvidia_majors.insert(major);
     // NVIDIA's character devices, as paths relative to dev/.
     std::vector<std::pair<std::string, struct stat>> nodes;
@@ -32,10 +32,10 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, const fs::path
         if (::lstat((dev / rel).c_str(), &st) == 0 && S_ISCHR(st.st_mode))
             nodes.emplace_back(rel, st);
     };
-    for (const auto& name : detail::list_dir(dev))
+    for (const auto& name : gpubind::detail::list_dir(dev))
         if (name.rfind("nvidia", 0) == 0) add(name);
     for (const char* sub : {"nvidia-caps", "nvidia-caps-imex-channels"})
-        for (const auto& name : detail::list_dir(dev / sub)) add(std::string(sub) + "/" + name);
+        for (const auto& name : gpubind::detail::list_dir(dev / sub)) add(std::string(sub) + "/" + name);
 
     std::vector<std::string> report;
     std::erase_if(nodes, [&](const auto& node) {

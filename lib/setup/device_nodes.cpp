@@ -39,9 +39,9 @@ std::optional<unsigned> minor_field(const Fields& fields, std::string_view key) 
 
 void add_gpus(DriverNodes& out, const fs::path& proc) {
     const fs::path gpus = proc / "driver/nvidia/gpus";
-    for (const auto& bus_id : detail::list_dir(gpus)) {
+    for (const auto& bus_id : gpubind::detail::list_dir(gpus)) {
         const fs::path info = gpus / bus_id / "information";
-        const auto [minor, excluded] = detail::gpu_node_fields(detail::read_fields(info));
+        const auto [minor, excluded] = gpubind::detail::gpu_node_fields(gpubind::detail::read_fields(info));
         if (excluded) {
             out.notes.push_back("GPU " + bus_id + " is excluded by the driver: no node");
             continue;
@@ -58,7 +58,7 @@ void add_gpus(DriverNodes& out, const fs::path& proc) {
 // Each MIG capability's node: the DeviceFileMinor of its access file.
 void add_mig_caps(DriverNodes& out, const fs::path& proc,
                   const std::map<std::string, unsigned, std::less<>>& majors) {
-    const auto access = detail::mig_access_files(proc / "driver/nvidia/capabilities");
+    const auto access = gpubind::detail::mig_access_files(proc / "driver/nvidia/capabilities");
     if (access.empty()) return;
     const auto major = majors.find("nvidia-caps");
     if (major == majors.end()) {
@@ -67,7 +67,7 @@ void add_mig_caps(DriverNodes& out, const fs::path& proc,
         return;
     }
     for (const auto& file : access) {
-        const auto minor = minor_field(detail::read_fields(file), "DeviceFileMinor");
+        const auto minor = minor_field(gpubind::detail::read_fields(file), "DeviceFileMinor");
         if (!minor) {
             out.notes.push_back(file.string() + ": no usable DeviceFileMinor: no node");
             continue;
@@ -201,8 +201,8 @@ DriverNodes driver_nodes(const fs::path& proc_root, NodeSet which,
                          const std::vector<unsigned>& imex_channels) {
     DriverNodes out;
     // The module must be there: its version file says so (throws when missing).
-    (void)detail::read_driver_version(proc_root / "driver/nvidia/version");
-    const auto majors = detail::read_majors(proc_root / "devices");
+    (void)gpubind::detail::read_driver_version(proc_root / "driver/nvidia/version");
+    const auto majors = gpubind::detail::read_majors(proc_root / "devices");
     out.nodes.push_back({"/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor, "nvidiactl"});
     if (const auto uvm = majors.find("nvidia-uvm"); uvm != majors.end()) {
         out.nodes.push_back({"/dev/nvidia-uvm", uvm->second, 0, "nvidia-uvm"});
