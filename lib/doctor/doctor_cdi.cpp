@@ -245,7 +245,8 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
         }
         checks.push_back(std::move(c));
     }
-    if (checks.empty()) checks.push_back({kCdiGroup, kCdiGroup, Verdict::Ok, "no CDI spec", {}, {}});
+    if (checks.empty())
+        checks.push_back({kCdiGroup, kCdiGroup, Verdict::Ok, "no CDI spec", {}, {}});
     return checks;
 }
 

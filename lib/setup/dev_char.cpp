@@ -35,7 +35,8 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, const fs::path
     for (const auto& name : gpubind::detail::list_dir(dev))
         if (name.rfind("nvidia", 0) == 0) add(name);
     for (const char* sub : {"nvidia-caps", "nvidia-caps-imex-channels"})
-        for (const auto& name : gpubind::detail::list_dir(dev / sub)) add(std::string(sub) + "/" + name);
+        for (const auto& name : gpubind::detail::list_dir(dev / sub))
+            add(std::string(sub) + "/" + name);
 
     std::vector<std::string> report;
     std::erase_if(nodes, [&](const auto& node) {

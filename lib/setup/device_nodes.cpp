@@ -41,7 +41,8 @@ void add_gpus(DriverNodes& out, const fs::path& proc) {
     const fs::path gpus = proc / "driver/nvidia/gpus";
     for (const auto& bus_id : gpubind::detail::list_dir(gpus)) {
         const fs::path info = gpus / bus_id / "information";
-        const auto [minor, excluded] = gpubind::detail::gpu_node_fields(gpubind::detail::read_fields(info));
+        const auto [minor, excluded] =
+            gpubind::detail::gpu_node_fields(gpubind::detail::read_fields(info));
         if (excluded) {
             out.notes.push_back("GPU " + bus_id + " is excluded by the driver: no node");
             continue;
