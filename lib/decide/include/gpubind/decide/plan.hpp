@@ -67,7 +67,7 @@ struct ProcView {
 };
 
 // The driver's names gpubind owns in one container directory, whether or
-// not this plan injects them (the rule is in docs/ARCHITECTURE.md): what an
+// not this plan injects them (the rule: docs/design/container-ownership.md): what an
 // earlier start for another driver version, other capabilities or another
 // image left at them is brought up to date by the executor (stale_entries()).
 struct OwnedDir {

@@ -1,6 +1,6 @@
 // What gpubind owns in a container's directory and what an earlier start left
 // there: the pure part of bringing a restarted container up to date (the rule
-// is in docs/ARCHITECTURE.md). The executor lists the directory and carries
+// is in docs/design/container-ownership.md). The executor lists the directory and carries
 // out what stale_entries() says, through System.
 #pragma once
 

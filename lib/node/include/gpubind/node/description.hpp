@@ -11,7 +11,7 @@
 // fingerprint now. Anything else, and `refresh`, recomputes it
 // (discover()) and rewrites it atomically (a new file renamed over it, 0644);
 // a caller that cannot write the directory keeps what it computed in memory.
-// Why the fingerprint is complete: docs/ARCHITECTURE.md ("The node description").
+// Why the fingerprint is complete: docs/design/node-description.md.
 #pragma once
 
 #include <chrono>
