@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "gpubind/node/node.hpp"
+#include "gpubind/node/nvlink.hpp"
 #include "gpubind/node/sysfs.hpp"
 #include "gpubind/node/topology.hpp"
 #include "gpubind/start/start.hpp"
@@ -177,15 +178,18 @@ void print_json(const NodeKnowledge& k) {
     fmt::print("{}\n", out.dump(2));
 }
 
-// --topology: the node's GPUs placed in the sys root's PCIe tree.
+// --topology: the node's GPUs placed in the sys root's PCIe tree and the
+// NVLink graph the description keeps.
 void print_topology(const Node& node, const std::filesystem::path& sys, bool json) {
     const std::vector<sysfs::Hca> hcas = sysfs::hcas(sys);
     const std::vector<sysfs::Nvme> nvmes = sysfs::nvmes(sys);
     const std::vector<GpuTopology> gpus = read_topology(node, sys, hcas, nvmes);
-    if (json)
-        fmt::print("{}\n", gpubind::to_json(gpus, hcas, nvmes).dump(2));
-    else
-        fmt::print("{}", to_text(gpus, hcas, nvmes, sys));
+    const NvlinkGraph graph = nvlink_graph(node.gpus);
+    if (json) {
+        fmt::print("{}\n", gpubind::to_json(gpus, hcas, nvmes, node, graph).dump(2));
+        return;
+    }
+    fmt::print("{}\n{}", matrix_text(gpus, hcas, node, graph), to_text(gpus, hcas, nvmes, sys));
 }
 
 }  // namespace
@@ -196,8 +200,9 @@ void register_info(CLI::App& app, Action& action) {
     add_node_options(*cmd, opts->node);
     auto* csv = cmd->add_flag("--csv", opts->csv, "Comma-separated output");
     cmd->add_flag("--topology", opts->topology,
-                  "Where each GPU sits (NUMA node, CPUs, PCIe path) and its nearest HCAs and "
-                  "NVMe, from the sys root (JSON with --json: schema gpubind.topology/v1)")
+                  "The GPUs' NVLink and PCIe matrix (as nvidia-smi topo -m), NVLink cliques, "
+                  "where each GPU sits (NUMA node, CPUs, PCIe path) and its nearest HCAs and "
+                  "NVMe (JSON with --json: schema gpubind.topology/v2)")
         ->excludes(csv);
     cmd->add_flag("--json", opts->json, "JSON output (schema gpubind.info/v1)")->excludes(csv);
     cmd->add_flag("--refresh", opts->refresh,
@@ -205,7 +210,7 @@ void register_info(CLI::App& app, Action& action) {
     cmd->callback([opts, &action] {
         action = [opts] {
             LoadOptions load = load_options(opts->node);
-            load.need_nvml = !opts->topology;  // the topology needs nothing of NVML
+            load.need_nvml = true;  // the topology's NVLinks are NVML's too
             load.refresh = opts->refresh;
             const Config config = node_config(opts->node);
             const NodeKnowledge k = know_node(config, load);

@@ -104,9 +104,9 @@ void register_simulate(CLI::App& app, Action& action) {
     cmd->add_option("dir", o->dir,
                     "Directory to write it to: missing, empty, or a previous simulated node")
         ->required();
-    cmd->add_option("--gpus", o->spec.gpus, "Number of GPUs")
-        ->check(CLI::Range(1u, 64u))
-        ->default_str(std::to_string(o->spec.gpus));
+    auto* gpus = cmd->add_option("--gpus", o->spec.gpus, "Number of GPUs")
+                     ->check(CLI::Range(1u, 64u))
+                     ->default_str(std::to_string(o->spec.gpus));
     cmd->add_option("--driver-version", o->spec.driver_version, "Driver version")
         ->check(CLI::Validator(
             [](std::string& v) -> std::string {
@@ -118,7 +118,13 @@ void register_simulate(CLI::App& app, Action& action) {
             },
             "VERSION"))
         ->default_str(o->spec.driver_version);
-    cmd->add_option("--model", o->spec.model, "GPU model name")->default_str(o->spec.model);
+    auto* model =
+        cmd->add_option("--model", o->spec.model, "GPU model name")->default_str(o->spec.model);
+    cmd->add_option("--topology", o->spec.topology,
+                    "The NVLink topology the fake NVML reports: hgx8, hgx8-degraded, pcie-pairs, "
+                    "dgx1, gh200, nvml-without-nvlink (sets --gpus and --model when not given)")
+        ->check(CLI::IsMember(
+            std::vector<std::string>(std::begin(sim::kTopologies), std::end(sim::kTopologies))));
     cmd->add_option("--mig", o->mig,
                     "MIG devices to create, as GPU:GI:CI (GPU index, GPU instance id 0-14, "
                     "compute instance id 0-7), comma separated");
@@ -153,7 +159,14 @@ void register_simulate(CLI::App& app, Action& action) {
     cmd->add_flag("--drm", o->spec.drm,
                   "Add each GPU's DRM nodes (/dev/dri/card<i>, renderD<128+i>, by-path links)");
     cmd->add_flag("--json", o->json, "Print the manifest as JSON");
-    cmd->callback([o, &action] {
+    cmd->callback([o, gpus, model, &action] {
+        const std::string& t = o->spec.topology;
+        if (gpus->count() == 0 && sim::topology_gpus(t) != 0) o->spec.gpus = sim::topology_gpus(t);
+        if (model->count() == 0) {
+            if (t == "dgx1") o->spec.model = "Tesla V100-SXM2-32GB";
+            if (t == "pcie-pairs") o->spec.model = "NVIDIA A100 80GB PCIe";
+            if (t == "gh200") o->spec.model = "NVIDIA GH200 480GB";
+        }
         o->spec.mig = parse_mig(o->mig, o->spec.gpus);
         o->spec.compat32 = platform::kHasCompat32 && !o->no_compat32;
         o->spec.ipcs = !o->no_ipcs;

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     cli::register_setup(app, action);
     cli::register_cdi(app, action);
     cli::register_doctor(app, action);
+    cli::register_place(app, action);
 
     try {
         app.parse(argc, argv);

@@ -404,3 +404,182 @@ NVML_API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t 
     *device = &g_gpu_handles[mig->gpu];
     return NVML_SUCCESS;
 }
+
+/* ---- NVLink ---------------------------------------------------------------
+ * The simulated node's NVLinks come from <root>/gpubind-fake-nvml/nvlink
+ * (lib/sim writes it for `simulate --topology`), one fact a line:
+ *   link <bus id> <link> <remote type> <remote bus id>   an active link
+ *   p2p <bus id> <bus id>                  NVLink P2P is OK between the two
+ *   fabric <bus id> <cluster uuid, 32 hex digits> <clique id>
+ *   unsupported        the NVLink, P2P and fabric calls answer "function not
+ *                      found", as a driver without them would be unusable for
+ *                      them
+ * Without the file no GPU has NVLink (link state "not supported"). */
+
+struct fake_link {
+    int active;
+    unsigned type;
+    char remote[32];
+};
+struct fake_fabric {
+    int joined;
+    unsigned char uuid[NVML_GPU_FABRIC_UUID_LEN];
+    unsigned clique;
+};
+
+static int g_nvlink_read;
+static int g_nvlink_unsupported;
+static int g_nvlink_any;
+static struct fake_link g_links[FAKE_MAX_GPUS][NVML_NVLINK_MAX_LINKS];
+static struct fake_fabric g_fabric[FAKE_MAX_GPUS];
+static unsigned char g_p2p[FAKE_MAX_GPUS][FAKE_MAX_GPUS];
+
+static int gpu_by_bus(const char* bus_id) {
+    unsigned i;
+    for (i = 0; i < g_node.gpu_count; ++i)
+        if (strcasecmp(g_node.gpus[i].bus_id, bus_id) == 0) return (int)i;
+    return -1;
+}
+
+static void nvlink_line(char* line) {
+    char a[32], b[40];
+    unsigned link, type, clique, i;
+    int ga, gb;
+    if (strcmp(line, "unsupported") == 0) {
+        g_nvlink_unsupported = 1;
+    } else if (sscanf(line, "link %31s %u %u %31s", a, &link, &type, b) == 4) {
+        if ((ga = gpu_by_bus(a)) < 0 || link >= NVML_NVLINK_MAX_LINKS) return;
+        g_links[ga][link].active = 1;
+        g_links[ga][link].type = type;
+        snprintf(g_links[ga][link].remote, sizeof g_links[ga][link].remote, "%s", b);
+        g_nvlink_any = 1;
+    } else if (sscanf(line, "p2p %31s %31s", a, b) == 2) {
+        if ((ga = gpu_by_bus(a)) < 0 || (gb = gpu_by_bus(b)) < 0) return;
+        g_p2p[ga][gb] = g_p2p[gb][ga] = 1;
+    } else if (sscanf(line, "fabric %31s %39s %u", a, b, &clique) == 3 && strlen(b) == 32) {
+        if ((ga = gpu_by_bus(a)) < 0) return;
+        for (i = 0; i < NVML_GPU_FABRIC_UUID_LEN; ++i) {
+            unsigned byte;
+            if (sscanf(b + 2 * i, "%2x", &byte) != 1) return;
+            g_fabric[ga].uuid[i] = (unsigned char)byte;
+        }
+        g_fabric[ga].joined = 1;
+        g_fabric[ga].clique = clique;
+    }
+}
+
+static void read_nvlink(void) {
+    static char text[1 << 18];
+    char path[4096 + 64];
+    char* line;
+    char* save = NULL;
+    int fd;
+    size_t used = 0;
+    if (g_nvlink_read) return;
+    g_nvlink_read = 1;
+    if (strlen(g_node.root) >= 4096) return;
+    snprintf(path, sizeof path, "%s/gpubind-fake-nvml/nvlink", g_node.root);
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    for (;;) {
+        ssize_t n = read(fd, text + used, sizeof text - 1 - used);
+        if (n <= 0) break;
+        used += (size_t)n;
+    }
+    close(fd);
+    text[used] = '\0';
+    for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save))
+        nvlink_line(line);
+}
+
+/* The GPU a handle stands for, for the NVLink calls: -1 if none (a MIG
+ * handle has no links of its own). */
+static int nvlink_gpu(nvmlDevice_t device) {
+    if (gpu_of(device) == NULL || device->is_mig) return -1;
+    read_nvlink();
+    return (int)device->index;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                               nvmlEnableState_t* is_active) {
+    int g;
+    CHECK_INIT();
+    if ((g = nvlink_gpu(device)) < 0 || is_active == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g_nvlink_unsupported) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (!g_nvlink_any) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= NVML_NVLINK_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_active = g_links[g][link].active ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+/* The link's remote end, for an active link. */
+static nvmlReturn_t active_link(nvmlDevice_t device, unsigned link, const struct fake_link** out) {
+    int g;
+    CHECK_INIT();
+    if ((g = nvlink_gpu(device)) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g_nvlink_unsupported) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (!g_nvlink_any) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= NVML_NVLINK_MAX_LINKS || !g_links[g][link].active)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *out = &g_links[g][link];
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                          nvmlPciInfo_t* pci) {
+    const struct fake_link* l = NULL;
+    unsigned domain, bus, dev, function;
+    nvmlReturn_t r = active_link(device, link, &l);
+    if (r != NVML_SUCCESS) return r;
+    if (pci == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (sscanf(l->remote, "%x:%x:%x.%x", &domain, &bus, &dev, &function) != 4)
+        return NVML_ERROR_UNKNOWN;
+    memset(pci, 0, sizeof *pci);
+    pci->domain = domain;
+    pci->bus = bus;
+    pci->device = dev;
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X", domain & 0xffffu, bus,
+             dev, function);
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.%X", domain, bus, dev, function);
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                          nvmlIntNvLinkDeviceType_t* type) {
+    const struct fake_link* l = NULL;
+    nvmlReturn_t r = active_link(device, link, &l);
+    if (r != NVML_SUCCESS) return r;
+    if (type == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *type = (nvmlIntNvLinkDeviceType_t)l->type;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b,
+                                             nvmlGpuP2PCapsIndex_t index,
+                                             nvmlGpuP2PStatus_t* status) {
+    int ga, gb;
+    CHECK_INIT();
+    if ((ga = nvlink_gpu(a)) < 0 || (gb = nvlink_gpu(b)) < 0 || status == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (g_nvlink_unsupported) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (index != NVML_P2P_CAPS_INDEX_NVLINK) return NVML_ERROR_NOT_SUPPORTED;
+    *status = ga != gb && g_p2p[ga][gb] ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t* info) {
+    int g;
+    CHECK_INIT();
+    if ((g = nvlink_gpu(device)) < 0 || info == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g_nvlink_unsupported) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    memset(info, 0, sizeof *info);
+    info->status = NVML_SUCCESS;
+    if (!g_fabric[g].joined) {
+        info->state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+        return NVML_SUCCESS;
+    }
+    memcpy(info->clusterUuid, g_fabric[g].uuid, sizeof info->clusterUuid);
+    info->cliqueId = g_fabric[g].clique;
+    info->state = NVML_GPU_FABRIC_STATE_COMPLETED;
+    return NVML_SUCCESS;
+}

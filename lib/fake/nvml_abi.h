@@ -47,6 +47,43 @@ typedef struct {
     char busId[32]; /* "%08X:%02X:%02X.0" */
 } nvmlPciInfo_t;
 
+/* NVLink (NVML_NVLINK_MAX_LINKS links a GPU), P2P and fabric values. */
+#define NVML_NVLINK_MAX_LINKS 18
+typedef enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 } nvmlEnableState_t;
+typedef enum {
+    NVML_NVLINK_DEVICE_TYPE_GPU = 0x00,
+    NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01,
+    NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02,
+    NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF
+} nvmlIntNvLinkDeviceType_t;
+typedef enum {
+    NVML_P2P_CAPS_INDEX_READ = 0,
+    NVML_P2P_CAPS_INDEX_WRITE = 1,
+    NVML_P2P_CAPS_INDEX_NVLINK = 2,
+    NVML_P2P_CAPS_INDEX_ATOMICS = 3,
+    NVML_P2P_CAPS_INDEX_PROP = 4,
+    NVML_P2P_CAPS_INDEX_UNKNOWN = 5
+} nvmlGpuP2PCapsIndex_t;
+typedef enum {
+    NVML_P2P_STATUS_OK = 0,
+    NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED = 1,
+    NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2,
+    NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED = 3,
+    NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4,
+    NVML_P2P_STATUS_NOT_SUPPORTED = 5,
+    NVML_P2P_STATUS_UNKNOWN = 6
+} nvmlGpuP2PStatus_t;
+#define NVML_GPU_FABRIC_UUID_LEN 16
+#define NVML_GPU_FABRIC_STATE_NOT_SUPPORTED 0
+#define NVML_GPU_FABRIC_STATE_COMPLETED 3
+typedef unsigned char nvmlGpuFabricState_t;
+typedef struct {
+    unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    nvmlGpuFabricState_t state;
+} nvmlGpuFabricInfo_t;
+
 #define NVML_DEVICE_MIG_DISABLE 0u
 #define NVML_DEVICE_MIG_ENABLE 1u
 

@@ -43,7 +43,7 @@ using detail::kMaxProcFile;
 using detail::program_dirs;
 using detail::under;
 
-constexpr std::string_view kSchema = "gpubind.node/5";
+constexpr std::string_view kSchema = "gpubind.node/6";
 // A listing deeper than this (capabilities/gpu<N>/mig/gi<G>/ci<C>) is not the driver's.
 constexpr int kMaxDepth = 5;
 
@@ -242,7 +242,19 @@ template <class Io, class T>
 requires std::same_as<std::remove_const_t<T>, Gpu>
 void fields(Io& io, T& g) {
     io(g.index, g.minor, g.model, g.uuid, g.pci_bus_id, g.vbios, g.bus_type, g.excluded, g.proc_dir,
-       g.node, g.mig, g.brand, g.compute_capability, g.place);
+       g.node, g.mig, g.brand, g.compute_capability, g.place, g.nvlink);
+}
+
+template <class Io, class T>
+requires std::same_as<std::remove_const_t<T>, NvlinkLink>
+void fields(Io& io, T& l) {
+    io(l.link, l.remote_type, l.remote_bus_id);
+}
+
+template <class Io, class T>
+requires std::same_as<std::remove_const_t<T>, GpuNvlink>
+void fields(Io& io, T& n) {
+    io(n.unknown, n.links, n.p2p_known, n.p2p_ok, n.fabric_cluster, n.fabric_clique);
 }
 
 template <class Io, class T>
@@ -460,7 +472,7 @@ class Reader {
 
 // "<schema>\n", the body's digest (8 bytes, little-endian), the body: the
 // digest is checked before the body is decoded.
-constexpr std::string_view kMagic = "gpubind.node/5\n";
+constexpr std::string_view kMagic = "gpubind.node/6\n";
 static_assert(kMagic.size() == kSchema.size() + 1 && kMagic.substr(0, kSchema.size()) == kSchema);
 constexpr std::size_t kDigestSize = 8;
 

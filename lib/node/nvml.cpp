@@ -27,7 +27,7 @@ namespace gpubind {
 
 namespace {
 
-constexpr std::size_t kMaxReport = 64u << 10;
+constexpr std::size_t kMaxReport = 256u << 10;
 
 // The slice of NVML's C ABI used here (types and values as the library defines them).
 using NvmlReturn = int;
@@ -35,6 +35,26 @@ using NvmlDevice = void*;
 constexpr NvmlReturn kNvmlSuccess = 0;
 constexpr unsigned kNvmlMigEnabled = 1;
 constexpr unsigned kNvmlUuidBuffer = 96;
+constexpr NvmlReturn kNvmlInvalidArgument = 2;
+constexpr NvmlReturn kNvmlNotSupported = 3;
+constexpr unsigned kNvlinkMaxLinks = 18;       // NVML_NVLINK_MAX_LINKS
+constexpr int kP2pCapsNvlink = 2;              // NVML_P2P_CAPS_INDEX_NVLINK
+constexpr int kP2pStatusOk = 0;                // NVML_P2P_STATUS_OK
+constexpr unsigned char kFabricCompleted = 3;  // NVML_GPU_FABRIC_STATE_COMPLETED
+constexpr unsigned kMaxGpus = 256;
+
+// nvmlPciInfo_t and nvmlGpuFabricInfo_t as NVML lays them out.
+struct NvmlPciInfo {
+    char bus_id_legacy[16];
+    unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+};
+struct NvmlFabricInfo {
+    unsigned char cluster_uuid[16];
+    NvmlReturn status;
+    unsigned clique_id;
+    unsigned char state;
+};
 
 // Brand names by nvmlBrandType_t value, spelled as NVIDIA_REQUIRE_BRAND expects.
 constexpr std::array<const char*, 17> kBrands = {
@@ -68,11 +88,18 @@ class Child {
         unsigned n = 0;
         if (NvmlReturn r = count(&n); r != kNvmlSuccess)
             return fail("nvmlDeviceGetCount_v2 returned %d", r);
+        std::array<NvmlDevice, kMaxGpus> devs{};
+        std::array<unsigned, kMaxGpus> minors{};
+        unsigned found = 0;
         for (unsigned i = 0; i < n; ++i) {
             NvmlDevice dev = nullptr;
             unsigned m = 0;
             if (by_index(i, &dev) != kNvmlSuccess || minor_number(dev, &m) != kNvmlSuccess)
                 continue;
+            if (found < kMaxGpus) {
+                devs[found] = dev;
+                minors[found++] = m;
+            }
             int b = 0, major_cc = 0, minor_cc = 0;
             const char* brand_name = "unknown";
             if (brand && brand(dev, &b) == kNvmlSuccess && b >= 0 &&
@@ -81,7 +108,9 @@ class Child {
             if (!cc || cc(dev, &major_cc, &minor_cc) != kNvmlSuccess) major_cc = minor_cc = -1;
             say("gpu %u %s %d.%d\n", m, brand_name, major_cc, minor_cc);
             report_mig(dev, m);
+            report_nvlink(dev, m);
         }
+        report_p2p(devs.data(), minors.data(), found);
         shutdown();
         return 0;
     }
@@ -111,13 +140,113 @@ class Child {
         }
     }
 
+    // "link <minor> <link> <remote type> <remote bus id>" for each active link,
+    // then "nvlink <minor> known", or "nvlink <minor> unknown <why>" alone;
+    // "fabric <minor> <cluster uuid> <clique id>" once the GPU joined a fabric.
+    void report_nvlink(NvmlDevice dev, unsigned minor) noexcept {
+        auto state = sym<NvmlReturn (*)(NvmlDevice, unsigned, int*)>("nvmlDeviceGetNvLinkState");
+        auto remote_pci = sym<NvmlReturn (*)(NvmlDevice, unsigned, NvmlPciInfo*)>(
+            "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+        auto remote_type =
+            sym<NvmlReturn (*)(NvmlDevice, unsigned, int*)>("nvmlDeviceGetNvLinkRemoteDeviceType");
+        report_fabric(dev, minor);
+        if (!state || !remote_pci) {
+            say("nvlink %u unknown this NVML has no %s\n", minor,
+                !state ? "nvmlDeviceGetNvLinkState" : "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+            return;
+        }
+        struct Active {
+            unsigned link;
+            int type;
+            char bus_id[32];
+        };
+        std::array<Active, kNvlinkMaxLinks> active{};
+        unsigned count = 0;
+        for (unsigned link = 0; link < kNvlinkMaxLinks; ++link) {
+            int is_active = 0;
+            const NvmlReturn r = state(dev, link, &is_active);
+            // A GPU without NVLink says "not supported" for link 0; one with
+            // fewer links than the maximum for those beyond its own.
+            if ((r == kNvmlNotSupported || r == kNvmlInvalidArgument) &&
+                (link > 0 || r == kNvmlNotSupported))
+                break;
+            if (r != kNvmlSuccess) {
+                say("nvlink %u unknown nvmlDeviceGetNvLinkState(link %u) returned %d\n", minor,
+                    link, r);
+                return;
+            }
+            if (!is_active) continue;
+            NvmlPciInfo pci{};
+            if (NvmlReturn p = remote_pci(dev, link, &pci); p != kNvmlSuccess) {
+                say("nvlink %u unknown nvmlDeviceGetNvLinkRemotePciInfo_v2(link %u) returned %d\n",
+                    minor, link, p);
+                return;
+            }
+            unsigned domain = 0, bus = 0, device = 0, function = 0;
+            pci.bus_id[sizeof pci.bus_id - 1] = '\0';
+            if (std::sscanf(pci.bus_id, "%x:%x:%x.%x", &domain, &bus, &device, &function) != 4) {
+                say("nvlink %u unknown link %u's remote bus id is not one\n", minor, link);
+                return;
+            }
+            Active& a = active[count++];
+            a.link = link;
+            a.type = 0xff;
+            if (remote_type && remote_type(dev, link, &a.type) != kNvmlSuccess) a.type = 0xff;
+            std::snprintf(a.bus_id, sizeof a.bus_id, "%04x:%02x:%02x.%x", domain, bus, device,
+                          function);
+        }
+        for (unsigned i = 0; i < count; ++i)
+            say("link %u %u %d %s\n", minor, active[i].link, active[i].type & 0xff,
+                active[i].bus_id);
+        say("nvlink %u known\n", minor);
+    }
+
+    void report_fabric(NvmlDevice dev, unsigned minor) noexcept {
+        auto info = sym<NvmlReturn (*)(NvmlDevice, NvmlFabricInfo*)>("nvmlDeviceGetGpuFabricInfo");
+        NvmlFabricInfo f{};
+        if (!info || info(dev, &f) != kNvmlSuccess || f.state != kFabricCompleted ||
+            f.status != kNvmlSuccess)
+            return;
+        char uuid[33] = {};
+        bool any = false;
+        for (unsigned i = 0; i < 16; ++i) {
+            std::snprintf(uuid + 2 * i, 3, "%02x", f.cluster_uuid[i]);
+            any |= f.cluster_uuid[i] != 0;
+        }
+        if (any) say("fabric %u %s %u\n", minor, uuid, f.clique_id);
+    }
+
+    // "p2p <minor> <minors NVML's NVLink P2P status is OK with, or ->" for
+    // each GPU NVML answered for every other GPU.
+    void report_p2p(const NvmlDevice* devs, const unsigned* minors, unsigned n) noexcept {
+        auto p2p = sym<NvmlReturn (*)(NvmlDevice, NvmlDevice, int, int*)>("nvmlDeviceGetP2PStatus");
+        if (!p2p) return;
+        for (unsigned i = 0; i < n; ++i) {
+            char list[kMaxGpus * 4 + 2] = "";
+            std::size_t used = 0;
+            bool answered = true;
+            for (unsigned j = 0; j < n && answered; ++j) {
+                if (j == i) continue;
+                int status = -1;
+                if (p2p(devs[i], devs[j], kP2pCapsNvlink, &status) != kNvmlSuccess) {
+                    answered = false;
+                } else if (status == kP2pStatusOk) {
+                    int w = std::snprintf(list + used, sizeof list - used, "%s%u", used ? "," : "",
+                                          minors[j]);
+                    if (w > 0) used += static_cast<std::size_t>(w);
+                }
+            }
+            if (answered) say("p2p %u %s\n", minors[i], used ? list : "-");
+        }
+    }
+
     template <typename F>
     F sym(const char* name) noexcept {
         return reinterpret_cast<F>(::dlsym(lib_, name));
     }
 
     [[gnu::format(printf, 2, 3)]] void say(const char* fmt, ...) noexcept {
-        char buf[512];
+        char buf[kMaxGpus * 4 + 64];
         va_list ap;
         va_start(ap, fmt);
         int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
@@ -174,6 +303,12 @@ std::filesystem::path find_helper() {
     return {};
 }
 
+GpuNvlink& nvlink_of(NvmlFacts& facts, std::uint64_t minor) {
+    auto& gpu = facts.gpus[static_cast<unsigned>(minor)];
+    if (!gpu.nvlink) gpu.nvlink.emplace();
+    return *gpu.nvlink;
+}
+
 }  // namespace
 
 int write_nvml_report(const char* library, int out_fd) noexcept {
@@ -195,6 +330,40 @@ NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
             auto& gpu = facts.gpus[static_cast<unsigned>(*minor)];
             gpu.brand = std::string(words[2]);
             if (words[3] != "-1.-1") gpu.compute_capability = std::string(words[3]);
+        } else if (words[0] == "nvlink" && words.size() >= 3) {
+            auto minor = parse_unsigned(words[1]);
+            if (!minor) continue;
+            auto& nv = nvlink_of(facts, *minor);
+            if (words[2] == "unknown") {
+                nv.links.clear();
+                const std::size_t at = line.find("unknown") + 7;
+                nv.unknown = std::string(trim(line.substr(at)));
+                if (nv.unknown.empty()) nv.unknown = "NVML did not say";
+            }
+        } else if (words[0] == "link" && words.size() == 5) {
+            auto minor = parse_unsigned(words[1]);
+            auto link = parse_unsigned(words[2]);
+            auto type = parse_unsigned(words[3]);
+            if (!minor || !link || !type || *type > 0xff) continue;
+            nvlink_of(facts, *minor)
+                .links.push_back({static_cast<unsigned>(*link), static_cast<std::uint8_t>(*type),
+                                  std::string(words[4])});
+        } else if (words[0] == "p2p" && words.size() == 3) {
+            auto minor = parse_unsigned(words[1]);
+            if (!minor) continue;
+            auto& nv = nvlink_of(facts, *minor);
+            nv.p2p_known = true;
+            if (words[2] != "-")
+                for (auto peer : split(words[2], ','))
+                    if (auto p = parse_unsigned(peer))
+                        nv.p2p_ok.push_back(static_cast<unsigned>(*p));
+        } else if (words[0] == "fabric" && words.size() == 4) {
+            auto minor = parse_unsigned(words[1]);
+            auto clique = parse_unsigned(words[3]);
+            if (!minor || !clique) continue;
+            auto& nv = nvlink_of(facts, *minor);
+            nv.fabric_cluster = std::string(words[2]);
+            nv.fabric_clique = static_cast<unsigned>(*clique);
         } else if (words[0] == "mig" && words.size() == 5) {
             auto minor = parse_unsigned(words[1]);
             auto gi = parse_unsigned(words[2]);

@@ -5,8 +5,11 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
+
+#include "gpubind/node/nvlink_facts.hpp"
 
 namespace gpubind {
 
@@ -14,6 +17,7 @@ struct NvmlGpuFacts {
     std::string brand;               // "tesla", "nvidia", "geforce", ...
     std::string compute_capability;  // "9.0"
     std::map<std::pair<unsigned, unsigned>, std::string> mig_uuids;  // (gi, ci) -> "MIG-..."
+    std::optional<GpuNvlink> nvlink;  // empty: the report said nothing of it (an older helper)
 };
 
 struct NvmlFacts {
@@ -32,7 +36,8 @@ NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::millisec
 inline constexpr const char* kNvmlHelperName = "gpubind-nvml";
 
 // The report itself (the one copy of the NVML-reading code): loads `library`,
-// writes "cuda", "gpu", "mig" and "error" lines to `out_fd`. Returns the exit
+// writes "cuda", "gpu", "mig", NVLink ("nvlink", "link", "p2p", "fabric") and
+// "error" lines to `out_fd`. Returns the exit
 // status for the process (0 when NVML answered). Run it in a child only.
 int write_nvml_report(const char* library, int out_fd) noexcept;
 

@@ -2,6 +2,7 @@
 #include "gpubind/node/topology.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 namespace gpubind {
@@ -172,6 +173,123 @@ std::string to_text(const std::vector<GpuTopology>& gpus, const std::vector<sysf
     out += nvmes.empty() ? "NVMe:             none\n" : "NVMe:\n";
     for (const auto& n : nvmes)
         out += fmt::format("  {}: {}\n", n.name, topology_place_line(n.pci_bus_id, n.place));
+    return out;
+}
+
+namespace {
+
+// Row `a` of the matrix: the GPUs, then the HCAs.
+std::vector<std::string> matrix_row(const std::vector<GpuTopology>& gpus,
+                                    const std::vector<sysfs::Hca>& hcas, const Node& node,
+                                    const NvlinkGraph& graph, std::size_t a) {
+    std::vector<std::string> row;
+    for (std::size_t b = 0; b < gpus.size(); ++b) {
+        const Path p = a == b                  ? Path{PathKind::Self, 0}
+                       : graph.links[a][b] > 0 ? Path{PathKind::Nvlink, graph.links[a][b]}
+                                               : Path{pcie_path(gpus[a].place, gpus[b].place), 0};
+        row.push_back(path_name(p));
+    }
+    for (const auto& h : hcas) row.push_back(path_name({pcie_path(gpus[a].place, h.place), 0}));
+    (void)node;
+    return row;
+}
+
+std::vector<unsigned> clique_members(const NvlinkGraph& graph, const Node& node, unsigned id) {
+    std::vector<unsigned> out;
+    for (unsigned m : graph.cliques[id]) out.push_back(node.gpus[m].index);
+    return out;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const std::vector<GpuTopology>& gpus, const std::vector<sysfs::Hca>& hcas,
+                       const std::vector<sysfs::Nvme>& nvmes, const Node& node,
+                       const NvlinkGraph& graph) {
+    nlohmann::json j = to_json(gpus, hcas, nvmes);
+    j["schema"] = "gpubind.topology/v2";
+    nlohmann::json columns = nlohmann::json::array();
+    for (const auto& g : gpus) columns.push_back(fmt::format("GPU{}", g.index));
+    for (const auto& h : hcas) columns.push_back(h.name);
+    j["columns"] = columns;
+    nlohmann::json cliques = nlohmann::json::array();
+    for (unsigned id = 0; id < graph.cliques.size(); ++id)
+        cliques.push_back(clique_members(graph, node, id));
+    j["nvlink"] = {{"known", graph.unknown.empty()},
+                   {"unknown", graph.unknown.empty() ? nlohmann::json(nullptr)
+                                                     : nlohmann::json(graph.unknown)},
+                   {"cliques", cliques}};
+    for (std::size_t a = 0; a < gpus.size(); ++a) {
+        nlohmann::json& g = j["gpus"][a];
+        g["matrix"] = matrix_row(gpus, hcas, node, graph, a);
+        nlohmann::json attrs;
+        const auto& place = gpus[a].place;
+        const std::string root = place ? pcie_root(*place) : std::string();
+        attrs["pcieRoot"] = root.empty() ? nlohmann::json(nullptr) : nlohmann::json(root);
+        attrs["numaNode"] = place && place->numa_node >= 0
+                                ? nlohmann::json::array({place->numa_node})
+                                : nlohmann::json::array();
+        attrs["nvlinkCliques"] =
+            graph.known[a] ? nlohmann::json(graph.cliques_of[a]) : nlohmann::json(nullptr);
+        attrs["fabricClique"] =
+            graph.fabric[a].empty() ? nlohmann::json(nullptr) : nlohmann::json(graph.fabric[a]);
+        g["attributes"] = std::move(attrs);
+    }
+    return j;
+}
+
+std::string matrix_text(const std::vector<GpuTopology>& gpus, const std::vector<sysfs::Hca>& hcas,
+                        const Node& node, const NvlinkGraph& graph) {
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> header = {""};
+    for (const auto& g : gpus) header.push_back(fmt::format("GPU{}", g.index));
+    for (const auto& h : hcas) header.push_back(h.name);
+    header.push_back("CPU Affinity");
+    header.push_back("NUMA Affinity");
+    rows.push_back(header);
+    for (std::size_t a = 0; a < gpus.size(); ++a) {
+        std::vector<std::string> row = {fmt::format("GPU{}", gpus[a].index)};
+        for (auto& cell : matrix_row(gpus, hcas, node, graph, a)) row.push_back(std::move(cell));
+        const auto& place = gpus[a].place;
+        row.push_back(place && !place->cpulist.empty() ? place->cpulist : "N/A");
+        row.push_back(place && place->numa_node >= 0 ? std::to_string(place->numa_node) : "N/A");
+        rows.push_back(std::move(row));
+    }
+    std::string out;
+    for (const auto& row : rows) {
+        std::string line;
+        for (std::size_t c = 0; c < row.size(); ++c) {
+            const std::size_t width = c == 0 ? 8 : std::max<std::size_t>(8, row[c].size() + 2);
+            line += row[c] + std::string(width > row[c].size() ? width - row[c].size() : 1, ' ');
+        }
+        while (!line.empty() && line.back() == ' ') line.pop_back();
+        out += line + "\n";
+    }
+    out +=
+        "\nLegend:\n"
+        "  X    = Self\n"
+        "  SYS  = PCIe and the interconnect between NUMA nodes\n"
+        "  NODE = PCIe and the interconnect between host bridges of one NUMA node\n"
+        "  PHB  = PCIe and a host bridge\n"
+        "  PXB  = several PCIe switches, no host bridge\n"
+        "  PIX  = at most one PCIe switch\n"
+        "  NV#  = # NVLinks\n";
+    if (!graph.unknown.empty()) {
+        out += fmt::format("\nNVLink: unknown ({})\n", graph.unknown);
+    } else if (graph.cliques.empty()) {
+        out += "\nNVLink cliques: none\n";
+    } else {
+        out += "\nNVLink cliques:\n";
+        for (unsigned id = 0; id < graph.cliques.size(); ++id)
+            out += fmt::format("  {}: GPUs {}\n", id,
+                               fmt::join(clique_members(graph, node, id), ", "));
+    }
+    bool any_fabric = false;
+    for (std::size_t a = 0; a < gpus.size(); ++a)
+        if (!graph.fabric[a].empty()) {
+            if (!any_fabric) out += "\nNVLink fabric:\n";
+            any_fabric = true;
+            out += fmt::format("  GPU{}: clique {}\n", gpus[a].index, graph.fabric[a]);
+        }
     return out;
 }
 

@@ -126,6 +126,7 @@ constexpr std::string_view kBlockDevices =
 
 void check_spec(const Spec& spec) {
     const std::string what = "simulated node spec";
+    detail::check_topology(spec);
     if (spec.gpus < 1 || spec.gpus > kMaxGpus)
         throw_invalid("simulate", what,
                       fmt::format("gpus must be 1 to {}, not {}", kMaxGpus, spec.gpus));
@@ -448,6 +449,7 @@ Manifest Writer::run() {
     if (spec.ipcs) ipcs();
     if (spec.firmware) firmware();
     ldconfig();
+    topology();
 
     nlohmann::json j = manifest_;
     write(at(kManifestName), j.dump(2) + "\n", 0644);
@@ -490,7 +492,8 @@ void to_json(nlohmann::json& j, const Manifest& m) {
                  {"gds", m.spec.gds},
                  {"gdrcopy", m.spec.gdrcopy},
                  {"drm", m.spec.drm},
-                 {"prefix", m.spec.prefix}};
+                 {"prefix", m.spec.prefix},
+                 {"topology", m.spec.topology}};
     j["cuda_version"] = m.cuda_version;
     j["gpus"] = nlohmann::json::array();
     for (const auto& g : m.gpus)
@@ -525,6 +528,11 @@ void to_json(nlohmann::json& j, const Manifest& m) {
                               {"capability", f.capability},
                               {"compat32", f.compat32}});
     detail::families_to_json(j, m);
+    j["topology"] = {{"nvlink_known", m.topology.nvlink_known},
+                     {"nvlinks", m.topology.nvlinks},
+                     {"cliques", m.topology.cliques},
+                     {"fabric", m.topology.fabric},
+                     {"matrix", m.topology.matrix}};
 }
 
 Manifest simulate(const fs::path& dir_arg, const Spec& spec) {

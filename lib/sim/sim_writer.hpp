@@ -47,6 +47,8 @@ struct PciDir {
 
 // The manifest's fields of sim_sysfs.cpp, added to `j` by to_json.
 void families_to_json(nlohmann::json& j, const Manifest& m);
+// Spec::topology's checks (sim_topology.cpp).
+void check_topology(const Spec& spec);
 
 // Writes the node below `dir_`, recording every piece in the manifest.
 class Writer {
@@ -120,6 +122,7 @@ class Writer {
     void ipcs();
     void firmware();
     void ldconfig() const;
+    void topology();  // sim_topology.cpp
 
     void record(std::string kind, std::string name, std::string path, std::string real_path,
                 std::string_view capability, bool compat32) {

@@ -13,6 +13,7 @@
 
 #include "gpubind/config/capabilities.hpp"
 #include "gpubind/config/config.hpp"
+#include "gpubind/node/nvlink_facts.hpp"
 
 namespace gpubind {
 
@@ -67,8 +68,9 @@ struct Gpu {
     std::vector<MigDevice> mig;
     // From NVML, empty when it is not available.
     std::string brand;
-    std::string compute_capability;  // "9.0"
-    std::optional<PciPlace> place;   // from the sys root; empty when sysfs lacks it
+    std::string compute_capability;   // "9.0"
+    std::optional<PciPlace> place;    // from the sys root; empty when sysfs lacks it
+    std::optional<GpuNvlink> nvlink;  // from NVML; empty when NVML was not asked or failed
 };
 // "GPU 0 (GPU-<uuid>)", "GPU 0" without a UUID: how logs and errors name one.
 std::string gpu_name(const Gpu& gpu);

@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "gpubind/node/node.hpp"
+#include "gpubind/node/nvlink.hpp"
 #include "gpubind/node/sysfs.hpp"
 
 namespace gpubind {
@@ -65,5 +66,28 @@ nlohmann::json to_json(const std::vector<GpuTopology>& gpus, const std::vector<s
 // root in "not in <sys>/bus/pci/devices".
 std::string to_text(const std::vector<GpuTopology>& gpus, const std::vector<sysfs::Hca>& hcas,
                     const std::vector<sysfs::Nvme>& nvmes, const std::filesystem::path& sys);
+
+// Version 2 (`gpubind info --topology --json`): version 1's fields, with
+// "schema": "gpubind.topology/v2" and
+//   "columns": ["GPU0", ..., "mlx5_0", ...]  (the matrix's columns: GPUs, then HCAs)
+//   "nvlink": {"known": true, "unknown": null | "GPU 0 (...): why",
+//              "cliques": [[0, 1, ...], ...]}  (maximal NVLink cliques, GPU indices;
+//              a clique's id is its position)
+// and in each GPU
+//   "matrix": ["X", "NV18", ..., "PIX", ...]  (its row: nvidia-smi topo -m's cells)
+//   "attributes": {"pcieRoot": "pci0000:10" | null, "numaNode": [0] | [],
+//                  "nvlinkCliques": [0, ...] | null (NVLink unknown),
+//                  "fabricClique": "<cluster uuid>.<clique id>" | null}
+// "attributes" are what a DRA driver publishes for the GPU in a ResourceSlice
+// (docs/topology.md).
+nlohmann::json to_json(const std::vector<GpuTopology>& gpus, const std::vector<sysfs::Hca>& hcas,
+                       const std::vector<sysfs::Nvme>& nvmes, const Node& node,
+                       const NvlinkGraph& graph);
+
+// The matrix as `nvidia-smi topo -m` prints it: a header row (GPU<i>, then
+// the HCAs, "CPU Affinity", "NUMA Affinity"), a row per GPU, the legend, the
+// NVLink cliques, and why NVLink is unknown where it is.
+std::string matrix_text(const std::vector<GpuTopology>& gpus, const std::vector<sysfs::Hca>& hcas,
+                        const Node& node, const NvlinkGraph& graph);
 
 }  // namespace gpubind

@@ -126,7 +126,26 @@ struct Spec {
     // The ldconfig that builds etc/ld.so.cache: an absolute path; empty: the
     // system's (/sbin/ldconfig, else /usr/sbin/ldconfig).
     std::string ldconfig;
+    // The NVLink topology the fake NVML reports (gpubind-fake-nvml/nvlink,
+    // lib/fake/nvml.c), one of kTopologies; "": no GPU has NVLink.
+    //   hgx8           8 GPUs, each with 18 links to four NVSwitches (links
+    //                  0-4, 5-8, 9-12, 13-17 to switches 0-3)
+    //   hgx8-degraded  the same, with GPUs 2 and 5's links to switch 0 down and
+    //                  2 of GPU 6's (links 0 and 1)
+    //   pcie-pairs     cards bridged in pairs (0-1, 2-3, ...), 12 links a pair
+    //   dgx1           DGX-1's hybrid cube mesh of 8 GPUs, 6 links each: each
+    //                  linked to 4 others, some pairs by two links
+    //   gh200          one GH200 whose 18 links reach NVSwitches outside the
+    //                  node, registered in a multi-node fabric (clique 7)
+    //   nvml-without-nvlink  NVML answers no NVLink, P2P or fabric call
+    // simulate() rejects another name, and hgx8*, dgx1 without 8 GPUs, gh200
+    // without 1, pcie-pairs with fewer than 2.
+    std::string topology;
 };
+inline constexpr const char* kTopologies[] = {"hgx8", "hgx8-degraded", "pcie-pairs",
+                                              "dgx1", "gh200",         "nvml-without-nvlink"};
+// The GPUs a topology needs (0: any number).
+unsigned topology_gpus(const std::string& topology);
 inline constexpr unsigned kMaxImexChannels = 2048;  // the driver's default channel count
 inline constexpr unsigned kMaxHcas = 16;
 inline constexpr unsigned kMaxNvmes = 8;
@@ -211,8 +230,20 @@ struct ManifestLink {
     std::string path;    // "/dev/dri/by-path/pci-0000:18:00.0-card"
     std::string target;  // as the link holds it: "../card0"
 };
+// The topology as `nvidia-smi topo -m` shows it, written from the
+// simulator's own layout (never from gpubind's reading of it).
+struct ManifestTopology {
+    bool nvlink_known = true;                    // false: NVML lacks the NVLink calls
+    std::vector<std::vector<unsigned>> nvlinks;  // [a][b] NVLinks between GPUs a and b
+    std::vector<std::vector<unsigned>> cliques;  // maximal NVLink cliques (2+ GPUs), sorted
+    std::vector<std::string> fabric;             // per GPU "<cluster uuid>.<clique id>", or ""
+    // Per GPU: a cell per GPU, then per HCA: "X", "NV<n>", "PIX" (one PCIe
+    // switch), "NODE" (another switch of its NUMA node), "SYS".
+    std::vector<std::vector<std::string>> matrix;
+};
 struct Manifest {
     Spec spec;
+    ManifestTopology topology;
     std::string cuda_version;  // "12.4", what the driver branch ships (lib/fake/fake_node.h)
     std::vector<ManifestGpu> gpus;
     std::vector<ManifestMig> migs;
@@ -228,7 +259,8 @@ struct Manifest {
 
 // {"spec": {...}, "cuda_version", "gpus": [...], "migs": [...], "nodes": [...],
 // "files": [...], "hcas": [...], "nvmes": [...], "family_nodes": [...],
-// "links": [...], "sys_root", "cufile"}, the field names as in the structs
+// "links": [...], "sys_root", "cufile", "topology": {"nvlink_known", "nvlinks",
+// "cliques", "fabric", "matrix"}}, the field names as in the structs
 // above but switch_port, which is "switch".
 void to_json(nlohmann::json& j, const Manifest& m);
 

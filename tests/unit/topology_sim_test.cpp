@@ -1,0 +1,232 @@
+// The NVLink topologies of `gpubind simulate --topology`, read back as users
+// read them: `gpubind info --topology` (text and JSON) cell by cell against
+// the manifest's matrix, the JSON's cliques against the manifest's maximal
+// cliques, and `place` against a brute-force search over the manifest's facts.
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "built.hpp"
+#include "command.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/node/nvlink.hpp"
+#include "gpubind/node/placement.hpp"
+#include "gpubind/sim/sim.hpp"
+#include "gpubind/util/strings.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+struct Output {
+    int code;
+    std::string out;
+};
+
+Output cli(const std::string& args) {
+    const char* exe = std::getenv("GPUBIND_CLI");
+    auto o = test::run(std::string(exe ? exe : GPUBIND_CLI_PATH) + " " + args);
+    return {o.status, std::move(o.text)};
+}
+
+class Topology : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
+        sim::Spec spec;
+        spec.topology = GetParam();
+        if (sim::topology_gpus(spec.topology) != 0) spec.gpus = sim::topology_gpus(spec.topology);
+        spec.hcas = 2;
+        manifest_ = sim::simulate(dir_.path(), spec);
+    }
+    std::string root() const { return "--root " + dir_.path().string(); }
+    Node discover_node() const {
+        Config c = default_config();
+        c.roots = {dir_.path(), dir_.path(), dir_.path() / "proc", dir_.path() / "sys"};
+        return discover(c);
+    }
+
+    test::TempDir dir_{"gpubind-topology"};
+    sim::Manifest manifest_;
+};
+
+TEST_P(Topology, InfoJsonMatchesTheKnownMatrixAndCliques) {
+    const auto o = cli("info --topology --json " + root());
+    ASSERT_EQ(o.code, 0) << o.out;
+    const json j = json::parse(o.out);
+    EXPECT_EQ(j["schema"], "gpubind.topology/v2");
+    const auto& top = manifest_.topology;
+    ASSERT_EQ(j["gpus"].size(), manifest_.gpus.size());
+    for (std::size_t i = 0; i < manifest_.gpus.size(); ++i) {
+        EXPECT_EQ(j["gpus"][i]["matrix"], json(top.matrix[i])) << "GPU " << i;
+        const json& attrs = j["gpus"][i]["attributes"];
+        EXPECT_EQ(attrs["numaNode"], json::array({manifest_.gpus[i].numa_node}));
+        EXPECT_EQ(attrs["pcieRoot"], "pci" + manifest_.gpus[i].bridges.at(0).substr(0, 7));
+        if (!top.nvlink_known) {
+            EXPECT_TRUE(attrs["nvlinkCliques"].is_null());
+        } else {
+            std::vector<unsigned> ids;
+            for (unsigned id = 0; id < top.cliques.size(); ++id)
+                if (std::count(top.cliques[id].begin(), top.cliques[id].end(), i))
+                    ids.push_back(id);
+            EXPECT_EQ(attrs["nvlinkCliques"], json(ids)) << "GPU " << i;
+        }
+        if (top.fabric[i].empty())
+            EXPECT_TRUE(attrs["fabricClique"].is_null());
+        else
+            EXPECT_EQ(attrs["fabricClique"], top.fabric[i]);
+    }
+    EXPECT_EQ(j["nvlink"]["known"], top.nvlink_known);
+    EXPECT_EQ(j["nvlink"]["cliques"], json(top.cliques));
+}
+
+TEST_P(Topology, InfoTextShowsTheMatrixCellByCell) {
+    const auto o = cli("info --topology " + root());
+    ASSERT_EQ(o.code, 0) << o.out;
+    const auto lines = split(o.out, '\n');
+    for (std::size_t i = 0; i < manifest_.gpus.size(); ++i) {
+        const std::string label = fmt::format("GPU{}", i);
+        auto row = std::find_if(lines.begin(), lines.end(),
+                                [&](std::string_view l) { return l.starts_with(label + " "); });
+        ASSERT_NE(row, lines.end()) << o.out;
+        std::vector<std::string> cells;
+        for (auto w : split(*row, ' '))
+            if (!w.empty()) cells.emplace_back(w);
+        const auto& want = manifest_.topology.matrix[i];
+        ASSERT_GE(cells.size(), want.size() + 3) << *row;
+        EXPECT_EQ(std::vector<std::string>(cells.begin() + 1, cells.begin() + 1 + want.size()),
+                  want)
+            << *row;
+        EXPECT_EQ(cells[want.size() + 1], manifest_.gpus[i].cpulist);
+        EXPECT_EQ(cells[want.size() + 2], std::to_string(manifest_.gpus[i].numa_node));
+    }
+    const std::string unknown = "NVLink: unknown (";
+    const auto said = [&] {
+        std::size_t n = 0;
+        for (auto at = o.out.find(unknown); at != std::string::npos;
+             at = o.out.find(unknown, at + 1))
+            ++n;
+        return n;
+    }();
+    EXPECT_EQ(said, manifest_.topology.nvlink_known ? 0u : 1u) << o.out;
+}
+
+// The documented order over the manifest's facts: NVLinks summed, PCIe ranks
+// (PIX 1, NODE 4, SYS 5 on this layout) summed, NUMA nodes, indices.
+struct Best {
+    bool found = false;
+    std::vector<unsigned> gpus;
+    std::tuple<long, long, long> key{};
+};
+
+TEST_P(Topology, PlaceIsNeverWorseThanBruteForce) {
+    const Node node = discover_node();
+    const auto graph = nvlink_graph(node.gpus);
+    const auto t = place_topology(node.gpus, graph);
+    const auto& m = manifest_;
+    const unsigned n_gpus = static_cast<unsigned>(m.gpus.size());
+    auto rank = [&](unsigned a, unsigned b) {
+        if (m.gpus[a].switch_port == m.gpus[b].switch_port) return 1;
+        return m.gpus[a].numa_node == m.gpus[b].numa_node ? 4 : 5;
+    };
+    auto brute = [&](const std::vector<unsigned>& free, unsigned n, NvlinkNeed need) {
+        Best best;
+        for (unsigned mask = 0; mask < (1u << free.size()); ++mask) {
+            if (static_cast<unsigned>(__builtin_popcount(mask)) != n) continue;
+            std::vector<unsigned> set;
+            for (unsigned i = 0; i < free.size(); ++i)
+                if (mask >> i & 1) set.push_back(free[i]);
+            long nv = 0, pcie = 0;
+            bool all = true;
+            std::set<int> numa;
+            for (std::size_t i = 0; i < set.size(); ++i) {
+                numa.insert(m.gpus[set[i]].numa_node);
+                for (std::size_t j = i + 1; j < set.size(); ++j) {
+                    const unsigned links = m.topology.nvlinks[set[i]][set[j]];
+                    nv += links;
+                    all &= links > 0;
+                    pcie += rank(set[i], set[j]);
+                }
+            }
+            if (need == NvlinkNeed::Required && !all) continue;
+            if (need == NvlinkNeed::Ignore) nv = 0;
+            const std::tuple<long, long, long> key{-nv, pcie, static_cast<long>(numa.size())};
+            if (!best.found || key < best.key || (key == best.key && set < best.gpus))
+                best = {true, set, key};
+        }
+        return best;
+    };
+    unsigned compared = 0;
+    for (unsigned mask = 1; mask < (1u << std::min(n_gpus, 8u)); ++mask) {
+        std::vector<unsigned> free;
+        for (unsigned i = 0; i < n_gpus; ++i)
+            if (mask >> i & 1) free.push_back(i);
+        for (unsigned n = 2; n <= 4 && n <= free.size(); ++n)
+            for (NvlinkNeed need :
+                 {NvlinkNeed::Required, NvlinkNeed::Preferred, NvlinkNeed::Ignore}) {
+                const Best want = brute(free, n, need);
+                const Placement got = place_gpus(t, {n, free, {}, need});
+                const std::string ctx = fmt::format("free {} n {} need {}", fmt::join(free, ","), n,
+                                                    static_cast<int>(need));
+                ++compared;
+                if (need == NvlinkNeed::Required) {
+                    ASSERT_EQ(got.satisfied, want.found) << ctx;
+                    if (!want.found) continue;
+                }
+                ASSERT_EQ(got.gpus, want.gpus) << ctx << ": " << got.why;
+            }
+    }
+    if (n_gpus >= 2) {
+        EXPECT_GT(compared, 0u);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Simulated, Topology,
+                         ::testing::Values("hgx8", "hgx8-degraded", "pcie-pairs", "dgx1", "gh200",
+                                           "nvml-without-nvlink"),
+                         [](const auto& p) {
+                             std::string s = p.param;
+                             std::replace(s.begin(), s.end(), '-', '_');
+                             return s;
+                         });
+
+// The command line: a choice that unequal links decide, and a refusal.
+TEST(PlaceCli, ChoosesByLinksAndRefusesRequiredWithOneLine) {
+    test::TempDir dir("gpubind-place");
+    sim::Spec spec;
+    spec.topology = "hgx8-degraded";
+    spec.hcas = 2;
+    sim::simulate(dir.path(), spec);
+    const std::string root = " --root " + dir.path().string();
+    auto o = cli("place --gpus 2 --from 2,5,6,7 --with-hcas" + root);
+    ASSERT_EQ(o.code, 0) << o.out;
+    EXPECT_THAT(o.out, HasSubstr("GPUs: 6,7\n"));  // 16 links; 2 and 5 have 13
+    EXPECT_THAT(o.out, HasSubstr("HCAs: mlx5_1\n"));
+    EXPECT_THAT(o.out, HasSubstr("Why:  GPUs 6,7: 16 NVLinks over 1 of 1 pairs"));
+
+    test::TempDir pairs("gpubind-place-pairs");
+    spec.topology = "pcie-pairs";
+    spec.gpus = 4;
+    spec.hcas = 0;
+    sim::simulate(pairs.path(), spec);
+    o = cli("place --gpus 2 --from 1,2 --nvlink required --root " + pairs.path().string() +
+            " 2>&1");
+    EXPECT_EQ(o.code, 5) << o.out;
+    EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << o.out;
+    EXPECT_THAT(o.out, HasSubstr("gpubind: place: no 2 of the free GPUs are all linked by "
+                                 "NVLink; the best there is: GPUs 1,2"));
+    o = cli("place --gpus 2 --json --root " + pairs.path().string());
+    ASSERT_EQ(o.code, 0) << o.out;
+    EXPECT_EQ(json::parse(o.out)["gpus"], json::array({0, 1}));
+}
+
+}  // namespace
+}  // namespace gpubind
