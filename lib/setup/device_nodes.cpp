@@ -185,9 +185,9 @@ Majors majors_from_proc(const fs::path& proc_root, bool simulated) {
     const fs::path path = proc_root / "devices";
     const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (!fd) throw_errno("open", path.string());
-    struct statfs fs {};
-    if (::fstatfs(fd.get(), &fs) != 0) throw_errno("statfs", path.string());
-    if (fs.f_type != PROC_SUPER_MAGIC && !simulated)
+    struct statfs on {};
+    if (::fstatfs(fd.get(), &on) != 0) throw_errno("statfs", path.string());
+    if (on.f_type != PROC_SUPER_MAGIC && !simulated)
         throw Error(ErrorKind::Refused, EPERM, "make device nodes", path.string(),
                     "is not on procfs, so not the kernel's word on the majors; for a "
                     "simulated node add --simulated-proc");
