@@ -214,6 +214,10 @@ void register_setup(CLI::App& app, Action& action) {
     cmd->add_option("--modprobe", o->modprobe, "With --load-modules: the modprobe to run")
         ->needs(nodes)
         ->capture_default_str();
+    cmd->add_flag("--simulated-proc", o->nodes.simulated_proc,
+                  "With --device-nodes: take the majors from ROOT/proc/devices even when it is "
+                  "not on procfs (a simulated node's); without it only the kernel's are read")
+        ->needs(nodes);
     cmd->add_option("--root", o->dev_root,
                     "With --dev-char-links or --device-nodes: the dev root, and ROOT/proc the proc "
                     "root (default /)");

@@ -187,7 +187,8 @@ using BadNodes = std::vector<std::tuple<std::string, unsigned, unsigned>>;
 
 // `gpubind setup --device-nodes` for the nodes in `bad` (`extra`: "--all"
 // for those beyond the GPUs and control nodes): --force when one exists with
-// other numbers, --root for a node that is not the host's. "" when the node's
+// other numbers, --root for a node that is not the host's (a simulated one:
+// its proc is no procfs, which setup reads only when told). "" when the node's
 // proc root is not <dev root>/proc, which --root cannot say, or when one is
 // there and is not a character device, which setup never replaces.
 std::string setup_command(const NodeFacts& f, const BadNodes& bad, std::string_view extra) {
@@ -202,7 +203,7 @@ std::string setup_command(const NodeFacts& f, const BadNodes& bad, std::string_v
     }
     return fmt::format("gpubind setup --device-nodes{}{}{}", extra.empty() ? "" : " ", extra,
                        force ? " --force" : "") +
-           (host ? "" : " --root " + f.roots.dev.string());
+           (host ? "" : " --root " + f.roots.dev.string() + " --simulated-proc");
 }
 
 // How to create (or recreate) the nodes in `bad` ((path, major, minor)): the

@@ -1,7 +1,9 @@
 // `gpubind setup --device-nodes`: see setup.hpp.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -175,6 +177,57 @@ void make_one(int dir, const std::string& name, const fs::path& host, const Driv
                                        o.mode, node.why, exists ? ", was " + what_is(st) : ""));
 }
 
+using Majors = std::map<std::string, unsigned, std::less<>>;
+
+// <proc_root>/devices' character majors, read through a descriptor of a file
+// on procfs (one the kernel writes) unless `simulated` allows another file
+// system: a simulated node's, or nothing else.
+Majors majors_from_proc(const fs::path& proc_root, bool simulated) {
+    const fs::path path = proc_root / "devices";
+    const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd) throw_errno("open", path.string());
+    struct statfs on {};
+    if (::fstatfs(fd.get(), &on) != 0) throw_errno("statfs", path.string());
+    if (on.f_type != PROC_SUPER_MAGIC && !simulated)
+        throw Error(ErrorKind::Refused, EPERM, "make device nodes", path.string(),
+                    "is not on procfs, so not the kernel's word on the majors; for a "
+                    "simulated node add --simulated-proc");
+    // The same file again, through its descriptor: never another put at the path.
+    return detail::read_majors("/proc/self/fd/" + std::to_string(fd.get()));
+}
+
+// The character majors the kernel fixes for its own devices (its
+// devices.txt): a node on one of these is never the NVIDIA driver's.
+constexpr std::pair<unsigned, std::string_view> kFixedMajors[] = {
+    {1, "mem"},    {4, "tty"},      {5, "tty, console, ptmx"},
+    {7, "vcs"},    {10, "misc"},    {13, "input"},
+    {21, "sg"},    {29, "fb"},      {89, "i2c"},
+    {116, "alsa"}, {128, "ptm"},    {136, "pts"},
+    {180, "usb"},  {188, "ttyUSB"}, {189, "usb_device"},
+    {202, "msr"},  {203, "cpuid"},  {226, "drm"},
+};
+
+// Refuses `node` unless its major is the driver's: one an NVIDIA driver
+// holds in `majors` (or 195), that no other driver there holds and that
+// is not one of the kernel's fixed majors.
+void check_drivers_major(const DriverNode& node, const fs::path& where, const Majors& majors,
+                         const fs::path& devices) {
+    const auto refuse = [&](const std::string& why) {
+        throw Error(ErrorKind::Refused, EPERM, "make device nodes", where.string(),
+                    fmt::format("major {} is {}, not the driver's: no node is made on it",
+                                node.major, why));
+    };
+    bool drivers = node.major == kNvidiaMajor;
+    for (const auto& [name, major] : majors) {
+        if (major != node.major) continue;
+        if (!name.starts_with("nvidia")) refuse(name + "'s in " + devices.string());
+        drivers = true;
+    }
+    for (const auto& [major, name] : kFixedMajors)
+        if (major == node.major) refuse(fmt::format("a fixed major of the kernel's ({})", name));
+    if (!drivers) refuse("no NVIDIA driver's in " + devices.string());
+}
+
 }  // namespace
 
 void load_modules(const std::string& modprobe, const std::vector<std::string>& modules) {
@@ -241,10 +294,15 @@ DeviceNodeReport make_device_nodes(const fs::path& dev_root, const fs::path& pro
             throw Error(EINVAL, "make device nodes", {},
                         fmt::format("IMEX channel {} is not one the driver makes (0 to {})", n,
                                     kMaxImexChannel - 1));
+    const Majors majors = majors_from_proc(proc_root, options.simulated_proc);
     const DriverNodes wanted = driver_nodes(proc_root, options.which, options.imex_channels);
+    const fs::path dev = dev_root / "dev";
+    // Every node's major checked before any node is made.
+    for (const auto& node : wanted.nodes)
+        check_drivers_major(node, dev / fs::path(node.path).lexically_relative("/dev"), majors,
+                            proc_root / "devices");
     DeviceNodeReport report;
     for (const auto& note : wanted.notes) report.lines.push_back("note: " + note);
-    const fs::path dev = dev_root / "dev";
     const Fd dev_fd = open_dir(-1, dev, "", options.dry_run);
     std::map<std::string, Fd> subdirs;  // nvidia-caps/, nvidia-caps-imex-channels/
     for (const auto& node : wanted.nodes) {

@@ -36,16 +36,50 @@ struct Installed {
     bool operator==(const Installed&) const = default;
 };
 
-// Whether `file` is one an install writes: in the install dir, or a CDI
-// spec (a .json file in a directory named cdi). Nothing else is ever taken
-// out, whatever a list says.
-bool installable(const fs::path& file, const fs::path& install_dir) {
-    const auto rel = file.lexically_relative(install_dir);
-    if (!rel.empty() && *rel.begin() != ".." && rel != ".") return true;
-    return file.extension() == ".json" && file.parent_path().filename() == "cdi";
+bool listed(const std::vector<fs::path>& list, const fs::path& p) {
+    return std::find(list.begin(), list.end(), p) != list.end();
 }
 
-Installed parse_installed(const Text& text, const std::string& what, const fs::path& install_dir) {
+// Whether `a` is `b` or a directory above it.
+bool above_or_at(const fs::path& a, const fs::path& b) {
+    const auto rel = b.lexically_relative(a);
+    return !rel.empty() && *rel.begin() != "..";
+}
+
+// Where an install writes, host paths: the install dir, the CDI spec
+// directories and the engines' drop-in directories. A list naming a file
+// elsewhere, or a directory made that is not one of these or above one, is
+// not an install's: nothing else is ever taken out, whatever a list says.
+struct Written {
+    fs::path install_dir;
+    std::vector<fs::path> spec_dirs;  // a CDI spec is a .json file directly in one
+    std::vector<fs::path> dirs;       // every directory an install writes in
+};
+
+Written written_by_install(const fs::path& install_dir, std::vector<fs::path> spec_dirs) {
+    Written w{install_dir, std::move(spec_dirs), {install_dir}};
+    w.dirs.insert(w.dirs.end(), w.spec_dirs.begin(), w.spec_dirs.end());
+    for (const auto file :
+         {kDockerConfig, kContainerdConfig, kContainerdDropIn, kCrioDropIn, kHooksFile})
+        w.dirs.push_back(("/" / fs::path(file)).parent_path());
+    return w;
+}
+
+// Why a list line of `kind` (f or d) naming `p` is not an install's ("" when it is).
+std::string not_installable(char kind, const fs::path& p, const Written& w) {
+    if (kind == 'f') {
+        const fs::path dir = p.parent_path();
+        if (dir == w.install_dir) return {};
+        if (p.extension() == ".json" && listed(w.spec_dirs, dir)) return {};
+        return "names " + p.string() + ", which no install writes (not in " +
+               w.install_dir.string() + " nor a CDI spec directory)";
+    }
+    for (const auto& d : w.dirs)
+        if (above_or_at(p, d)) return {};
+    return "names directory " + p.string() + ", which no install makes";
+}
+
+Installed parse_installed(const Text& text, const std::string& what, const Written& w) {
     Installed out;
     if (!text) return out;
     auto lines = split(*text, '\n');
@@ -57,11 +91,8 @@ Installed parse_installed(const Text& text, const std::string& what, const fs::p
         if (l.size() < 3 || (l[0] != 'f' && l[0] != 'd') || l[1] != ' ' || !p.is_absolute() ||
             p.lexically_normal() != p || p == "/")
             throw_invalid("read", what, "line " + line + " is not \"f PATH\" or \"d PATH\"");
-        if (l[0] == 'f' && !installable(p, install_dir))
-            throw_invalid("read", what,
-                          "line " + line + " names " + p.string() +
-                              ", which no install writes (not in " + install_dir.string() +
-                              " nor a CDI spec)");
+        if (const std::string why = not_installable(l[0], p, w); !why.empty())
+            throw_invalid("read", what, "line " + line + " " + why);
         (l[0] == 'f' ? out.files : out.dirs).push_back(p);
     }
     return out;
@@ -72,10 +103,6 @@ std::string format_installed(const Installed& in) {
     for (const auto& f : in.files) out += "f " + f.string() + "\n";
     for (const auto& d : in.dirs) out += "d " + d.string() + "\n";
     return out;
-}
-
-bool listed(const std::vector<fs::path>& list, const fs::path& p) {
-    return std::find(list.begin(), list.end(), p) != list.end();
 }
 
 // The directories that writing `file` would create, outermost first.
@@ -126,6 +153,177 @@ fs::path under(const fs::path& root, const fs::path& p) {
     return p.empty() ? p : root / p.relative_path();
 }
 
+// The path this process reaches the directory open at `fd` by.
+fs::path path_of(int fd) {
+    return fs::read_symlink("/proc/self/fd/" + std::to_string(fd));
+}
+
+// `name` in the directory `dir` (open at `fd`), which host_path() found
+// missing: a symbolic link there whose target is not in the host root would
+// be followed by path later, out of it, so it is an Error naming it.
+void refuse_dangling(int fd, const fs::path& dir, const fs::path& name) {
+    struct stat st {};
+    if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return;
+        throw_errno("stat", (dir / name).string());
+    }
+    char target[4096];
+    const ssize_t n = ::readlinkat(fd, name.c_str(), target, sizeof target - 1);
+    throw Error(ErrorKind::Refused, ENOENT, "resolve in the host root", (dir / name).string(),
+                n >= 0 ? "is a symbolic link to " + std::string(target, std::size_t(n)) +
+                             ", which the host root does not have"
+                       : "is there but cannot be opened as a directory");
+}
+
+// Refuses (nothing written yet) unless every directory from the host root
+// (`real_root`) down to `dir` that exists is root's and writable by no one
+// else: a name in one that another user may write could be swapped under
+// this root process. The ones missing are made by the install, 0755.
+void check_before_writing(const fs::path& real_root, const fs::path& dir) {
+    Fd at = open_or_throw(real_root, O_PATH | O_DIRECTORY);
+    fs::path path = real_root;
+    const fs::path rel = dir.lexically_relative(real_root);
+    for (auto part = rel.begin();; ++part) {
+        if (const std::string bad = untrusted_dir(at.get(), true); !bad.empty())
+            throw Error(ErrorKind::Refused, EACCES, "install into host", path.string(),
+                        "the directory " + bad + "; refusing to write under it");
+        if (part == rel.end() || *part == ".") return;
+        path /= *part;
+        Fd next(::openat(at.get(), part->c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!next && errno == ENOENT) return;
+        if (!next) throw_errno("open directory", path.string());
+        at = std::move(next);
+    }
+}
+
+// A directory by device and inode.
+std::pair<dev_t, ino_t> dir_id(int fd, const fs::path& what) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw_errno("stat", what.string());
+    return {st.st_dev, st.st_ino};
+}
+
+bool listed_id(const std::vector<std::pair<dev_t, ino_t>>& ids, std::pair<dev_t, ino_t> id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+// Why the file `st` is not one gpubind wrote ("" when it may be): a link,
+// not a regular file, another user's, writable by others.
+std::string not_ours(const struct stat& st) {
+    if (S_ISLNK(st.st_mode)) return "a symbolic link";
+    if (!S_ISREG(st.st_mode)) return "not a regular file";
+    if (!host_root_owns(st.st_uid) && st.st_uid != ::geteuid())
+        return "owned by uid " + std::to_string(st.st_uid);
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) return "writable by others than its owner";
+    return {};
+}
+
+// Takes `name` out of the directory open at `dir` (one an install writes,
+// proven by device and inode), relative to that descriptor: its backup, when
+// there is one, renamed over it, else the file unlinked. A link, or a file
+// that is not root's, is left and named. Returns the report line ("" when
+// nothing is there).
+std::string remove_written(int dir, const std::string& name, bool dry_run) {
+    const fs::path here = path_of(dir) / name;
+    const std::string backup = name + std::string(kBackupSuffix);
+    struct stat st {
+    }, saved{};
+    const bool there = ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (!there && errno != ENOENT) throw_errno("stat", here.string());
+    const bool kept = ::fstatat(dir, backup.c_str(), &saved, AT_SYMLINK_NOFOLLOW) == 0;
+    if (!kept && errno != ENOENT) throw_errno("stat", (here.parent_path() / backup).string());
+    if (const std::string why = there ? not_ours(st) : ""; !why.empty())
+        return "left " + here.string() + ": " + why + ", not a file gpubind wrote";
+    if (const std::string why = kept ? not_ours(saved) : ""; !why.empty())
+        return "left " + here.string() + ": its backup " + backup + " is " + why;
+    if (kept) {
+        if (!dry_run && ::renameat(dir, backup.c_str(), dir, name.c_str()) != 0)
+            throw_errno("rename", (here.parent_path() / backup).string());
+        return (dry_run ? "would restore " : "restored ") + here.string() + " from " + backup;
+    }
+    if (!there) return {};
+    if (!dry_run && ::unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT)
+        throw_errno("unlink", here.string());
+    return (dry_run ? "would remove " : "removed ") + here.string();
+}
+
+// The directory `dir` (the host's path) taken out when empty, relative to its
+// parent's descriptor: a link or a file there is left.
+std::string remove_made_dir(int root_fd, const fs::path& dir, bool dry_run) {
+    const Fd parent =
+        try_open_in_root(root_fd, dir.parent_path().relative_path(), O_PATH | O_DIRECTORY);
+    if (!parent) return {};
+    const fs::path here = path_of(parent.get()) / dir.filename();
+    if (dry_run) return "would remove directory " + here.string();
+    if (::unlinkat(parent.get(), dir.filename().c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT)
+        return "removed directory " + here.string();
+    if (errno == ENOTEMPTY || errno == EEXIST)
+        return "left directory " + here.string() + " (not empty)";
+    if (errno == ENOTDIR) return "left " + here.string() + " (not a directory)";
+    throw_errno("remove directory", here.string());
+}
+
+// The directories an install may have written CDI specs into: the built-in
+// config's and the one installed (or being installed) names.
+std::vector<fs::path> spec_dirs_of(const HostInstall& in, const fs::path& installed_config) {
+    const Config defaults = parse_config("", "the built-in config");
+    std::vector<fs::path> out = defaults.cdi.spec_dirs;
+    out.push_back(defaults.cdi.dir);
+    try {
+        if (!in.remove) out.push_back(parse_config(in.config_text, in.config_what).cdi.dir);
+        if (const Text text = read_text(installed_config))
+            out.push_back(parse_config(*text, installed_config.string()).cdi.dir);
+    } catch (const Error&) {
+        // Said where it matters: an install parses its config again, and a
+        // list naming a spec elsewhere is refused.
+    }
+    for (auto& d : out) d = d.lexically_normal();
+    return out;
+}
+
+// --remove, after the engines' registrations: each file the list names,
+// proven an install's (in the install dir or a CDI spec directory, the same
+// directory by device and inode) and taken out by remove_written(); then the
+// list; then the directories it made, when empty.
+void remove_installed(const HostInstall& in, const Installed& was, const Written& written,
+                      bool has_list, bool dry_run, std::vector<std::string>& report) {
+    const Fd root = open_or_throw(in.host_root, O_PATH | O_DIRECTORY);
+    std::vector<std::pair<dev_t, ino_t>> ids;
+    Fd install_dir;
+    for (const auto& dir : written.spec_dirs)
+        if (Fd fd = try_open_in_root(root.get(), dir.relative_path(), O_PATH | O_DIRECTORY))
+            ids.push_back(dir_id(fd.get(), dir));
+    if (Fd fd =
+            try_open_in_root(root.get(), in.install_dir.relative_path(), O_PATH | O_DIRECTORY)) {
+        ids.push_back(dir_id(fd.get(), in.install_dir));
+        install_dir = std::move(fd);
+    }
+    for (const auto& f : was.files) {
+        const Fd dir =
+            try_open_in_root(root.get(), f.parent_path().relative_path(), O_PATH | O_DIRECTORY);
+        if (!dir) continue;  // gone, and the file with it
+        if (!listed_id(ids, dir_id(dir.get(), f))) {
+            report.push_back("left " + (path_of(dir.get()) / f.filename()).string() +
+                             ": its directory is not one an install writes");
+            continue;
+        }
+        if (std::string line = remove_written(dir.get(), f.filename().string(), dry_run);
+            !line.empty())
+            report.push_back(std::move(line));
+    }
+    if (has_list && install_dir) {
+        const fs::path list = path_of(install_dir.get()) / kInstalledList;
+        if (!dry_run &&
+            ::unlinkat(install_dir.get(), std::string(kInstalledList).c_str(), 0) != 0 &&
+            errno != ENOENT)
+            throw_errno("unlink", list.string());
+        report.push_back((dry_run ? "would remove " : "removed ") + list.string());
+    }
+    for (auto d = was.dirs.rbegin(); d != was.dirs.rend(); ++d)
+        if (std::string line = remove_made_dir(root.get(), *d, dry_run); !line.empty())
+            report.push_back(std::move(line));
+}
+
 }  // namespace
 
 fs::path host_path(const fs::path& root, const fs::path& path) {
@@ -135,7 +333,8 @@ fs::path host_path(const fs::path& root, const fs::path& path) {
     for (fs::path dir = rel.parent_path();; dir = dir.parent_path()) {
         // Opened inside the root: ".." and every symlink stay in it.
         if (Fd fd = try_open_in_root(root_fd.get(), dir, O_PATH | O_DIRECTORY)) {
-            fs::path out = fs::read_symlink("/proc/self/fd/" + std::to_string(fd.get()));
+            fs::path out = path_of(fd.get());
+            if (rest.size() > 1) refuse_dangling(fd.get(), out, rest.back());
             for (auto it = rest.rbegin(); it != rest.rend(); ++it)
                 if (!it->empty()) out /= *it;
             return out;
@@ -244,7 +443,17 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
                       "the install dir must be an absolute path without . or ..");
     const fs::path list_path = local(in.install_dir / kInstalledList);
     const Text list_text = read_text(list_path);
-    const Installed was = parse_installed(list_text, list_path.string(), in.install_dir);
+    Written written =
+        written_by_install(in.install_dir, spec_dirs_of(in, local(in.install_dir / "config.toml")));
+    // A directory made is listed as resolved in the host (its /var/run/cdi as /run/cdi).
+    for (std::size_t i = 0, n = written.dirs.size(); i < n; ++i) {
+        try {
+            written.dirs.push_back(host_of(local(written.dirs[i])));
+        } catch (const Error&) {
+            // A link on the way that dangles: nothing made below it is listed.
+        }
+    }
+    const Installed was = parse_installed(list_text, list_path.string(), written);
     Installed now = was;
 
     Options o;
@@ -254,32 +463,30 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     o.set_default = in.set_default;
     o.cdi = in.cdi;
 
-    std::vector<Change> changes;
+    std::vector<Change> engines;
     for (const Engine e : in.engines) {
         Request r;
         r.engine = e;
         r.options = o;
         r.remove = in.remove;
         r.prefix = in.host_root;
-        for (auto& c : plan_setup(r)) changes.push_back(std::move(c));
+        for (auto& c : plan_setup(r)) engines.push_back(std::move(c));
     }
-    // gpubind's own files: written over a file that is not (kept as a backup),
-    // or with remove, each the list names taken out (its backup put back).
+    // gpubind's own files: written over a file that is not (kept as a backup).
+    std::vector<Change> files;
     const auto ours = [&](const fs::path& host, Text after, const std::string& what, unsigned mode,
                           bool text) {
         const bool mine = listed(was.files, host);
         Change c = edit(
-            local(host), in.remove, [&](const Text&) { return after; },
+            local(host), false, [&](const Text&) { return after; },
             [](const Text&) -> Text { return std::nullopt; }, what, "", kMaxProgramSize);
         c.keep_backup = c.keep_backup && !mine;
         c.mode = mode;
         c.binary = !text;
-        if (!in.remove && !mine) now.files.push_back(host);
-        changes.push_back(std::move(c));
+        if (!mine) now.files.push_back(host);
+        files.push_back(std::move(c));
     };
-    if (in.remove) {
-        for (const auto& f : was.files) ours(f, std::nullopt, "", 0644, true);
-    } else {
+    if (!in.remove) {
         for (const auto name : kHostPrograms) {
             const fs::path from = find_program(in.program_dirs, name);
             ours(in.install_dir / name, read_file(from, kMaxProgramSize), "from " + from.string(),
@@ -317,38 +524,36 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     }
 
     // The directories the writes make, recorded as the list's own.
-    for (const auto& c : changes) {
-        if (in.remove || !c.after || c.before) continue;
-        for (const auto& d : missing_dirs(c.path))
-            if (!listed(now.dirs, host_of(d))) now.dirs.push_back(host_of(d));
-    }
-    std::vector<std::string> report = apply_setup(changes, dry_run);
+    for (const auto* list : {&files, &engines})
+        for (const auto& c : *list) {
+            if (in.remove || !c.after || c.before) continue;
+            for (const auto& d : missing_dirs(c.path))
+                if (!listed(now.dirs, host_of(d))) now.dirs.push_back(host_of(d));
+        }
+    const bool new_list = !in.remove && (now != was || !list_text);
+    // Every directory written in checked before anything is written.
+    for (const auto* list : {&files, &engines})
+        for (const auto& c : *list)
+            if (c.before != c.after) check_before_writing(real_root, c.path.parent_path());
+    if (new_list) check_before_writing(real_root, list_path.parent_path());
+
     if (in.remove) {
-        if (list_text) {
-            if (!dry_run) unlink_if_there(list_path);
-            report.push_back((dry_run ? "would remove " : "removed ") + list_path.string());
-        }
-        for (auto d = was.dirs.rbegin(); d != was.dirs.rend(); ++d) {
-            const fs::path here = local(*d);
-            if (dry_run) {
-                report.push_back("would remove directory " + here.string());
-            } else if (::rmdir(here.c_str()) == 0 || errno == ENOENT) {
-                report.push_back("removed directory " + here.string());
-            } else if (errno == ENOTEMPTY || errno == EEXIST) {
-                report.push_back("left directory " + here.string() + " (not empty)");
-            } else {
-                throw_errno("remove directory", here.string());
-            }
-        }
+        // The engines' registrations first: none is left naming what goes.
+        std::vector<std::string> report = apply_setup(engines, dry_run);
+        remove_installed(in, was, written, list_text.has_value(), dry_run, report);
         return report;
     }
+    // gpubind's own files and their list first: no engine is told to run a
+    // program that is not there yet.
+    std::vector<std::string> report = apply_setup(files, dry_run);
     for (const auto& d : now.dirs)
         if (!listed(was.dirs, d)) report.push_back("made directory " + local(d).string());
-    if (now != was || !list_text) {
+    if (new_list) {
         if (!dry_run) write_file_atomic(list_path, format_installed(now), {.mode = 0644});
         report.push_back((dry_run ? "would write " : "wrote ") + list_path.string() +
                          " (what --remove takes out)");
     }
+    for (auto& line : apply_setup(engines, dry_run)) report.push_back(std::move(line));
     for (const Engine e : in.engines) report.push_back("note: " + engine_note(e));
     return report;
 }

@@ -202,7 +202,7 @@ TEST_F(NodeTest, DeviceNodesMadeBySetupLetTheNextContainerStart) {
     EXPECT_THAT(refused.err, HasSubstr((node_.root() / "dev/nvidia").string()));
 
     auto made = run_command({env_or("GPUBIND_CLI", GPUBIND_CLI_PATH), "setup", "--device-nodes",
-                             "--all", "--root", node_.root().string()});
+                             "--all", "--simulated-proc", "--root", node_.root().string()});
     ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
     for (const auto& n : node_.manifest().nodes) {
         struct stat st {};

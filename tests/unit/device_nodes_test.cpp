@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -76,6 +77,7 @@ class DeviceNodes : public testing::Test {
         o.force = force;
         o.dry_run = dry_run;
         o.mode = mode;
+        o.simulated_proc = true;
         return make_device_nodes(dir_.path(), proc(), o);
     }
     static std::size_t lines_starting(const DeviceNodeReport& r, const std::string& prefix) {
@@ -148,13 +150,15 @@ TEST_F(DeviceNodes, AskedImexChannelsAreMadeOnTheirMajor) {
     DeviceNodeOptions o;
     o.which = NodeSet::Control;
     o.imex_channels = {1};
+    o.simulated_proc = true;
     auto report = make_device_nodes(dir_.path(), proc(), o);
     EXPECT_EQ(is_drivers(*channels[1]), "") << testing::PrintToString(report.lines);
     EXPECT_FALSE(fs::exists(fs::symlink_status(host(channels[0]->path))));
     EXPECT_EQ(fs::status(host("/dev/nvidia-caps-imex-channels")).permissions(), fs::perms(0755));
     // The CLI, the same.
-    const auto cli = test::run(std::string(GPUBIND_CLI_PATH) + " setup --device-nodes --control " +
-                               "--imex-channel 0 --root " + dir_.path().string() + " 2>&1");
+    const auto cli =
+        test::run(std::string(GPUBIND_CLI_PATH) + " setup --device-nodes --control " +
+                  "--imex-channel 0 --simulated-proc --root " + dir_.path().string() + " 2>&1");
     EXPECT_EQ(cli.status, 0) << cli.text;
     EXPECT_EQ(is_drivers(*channels[0]), "") << cli.text;
     // Beyond the driver's channels, refused with nothing made.
@@ -291,18 +295,72 @@ TEST_F(DeviceNodes, TheCliExitsFiveWhenANodeIsLeft) {
     const std::string cli = GPUBIND_CLI_PATH;
     const std::string root = dir_.path().string();
     remove_all_nodes();
-    auto r = test::run(cli + " setup --device-nodes --root " + root + " 2>&1");
+    auto r = test::run(cli + " setup --device-nodes --simulated-proc --root " + root + " 2>&1");
     EXPECT_EQ(r.status, 0) << r.text;
     EXPECT_THAT(r.text, HasSubstr("created " + host("/dev/nvidia0").string()));
     fs::remove(host("/dev/nvidia0"));
     ASSERT_EQ(::mknod(host("/dev/nvidia0").c_str(), S_IFCHR | 0666, ::makedev(8, 0)), 0);
-    r = test::run(cli + " setup --device-nodes --root " + root + " 2>&1");
+    r = test::run(cli + " setup --device-nodes --simulated-proc --root " + root + " 2>&1");
     EXPECT_EQ(r.status, 5) << r.text;
     EXPECT_THAT(r.text, HasSubstr("gpubind setup: 1 device nodes are not the driver's and were "
                                   "left"));
-    r = test::run(cli + " setup --device-nodes --mode 999 --root " + root + " 2>&1");
+    r = test::run(cli + " setup --device-nodes --mode 999 --simulated-proc --root " + root +
+                  " 2>&1");
     EXPECT_EQ(r.status, 2) << r.text;
     EXPECT_THAT(r.text, HasSubstr("'999' is not an octal mode"));
+}
+
+// Issue 44, F6: the majors come from a real procfs only; a simulated
+// node's proc (a plain file system) is read only when --simulated-proc says
+// so, and refused in one line with nothing made otherwise.
+TEST_F(DeviceNodes, AProcThatIsNotProcfsIsReadOnlyWhenSaidToBeSimulated) {
+    remove_all_nodes();
+    const std::string cli =
+        std::string(GPUBIND_CLI_PATH) + " setup --device-nodes --root " + dir_.path().string();
+    auto r = test::run(cli + " 2>&1");
+    EXPECT_EQ(r.status, 4) << r.text;
+    EXPECT_THAT(r.text, HasSubstr((proc() / "devices").string() + ": is not on procfs"));
+    EXPECT_THAT(r.text, HasSubstr("--simulated-proc"));
+    EXPECT_EQ(std::count(r.text.begin(), r.text.end(), '\n'), 1) << r.text;
+    EXPECT_FALSE(fs::exists(fs::symlink_status(host("/dev/nvidiactl"))));
+    r = test::run(cli + " --simulated-proc 2>&1");
+    EXPECT_EQ(r.status, 0) << r.text;
+    EXPECT_EQ(is_drivers(node("/dev/nvidiactl")), "");
+    // This machine's /proc is procfs: it gets as far as the driver's files.
+    DeviceNodeOptions o;
+    o.dry_run = true;
+    const Error e = test::error_of([&] { make_device_nodes(dir_.path(), "/proc", o); });
+    EXPECT_THAT(e.what(), HasSubstr("/proc/driver/nvidia/version"));
+}
+
+// Issue 44, F6: a node is never made on a major that another driver holds
+// in /proc/devices, nor on a fixed major of the kernel's (1 is mem's:
+// nvidia-uvm-tools as c 1:1 would be /dev/mem, mode 0666).
+TEST_F(DeviceNodes, AMajorThatIsNotTheDriversIsRefusedWithNothingMade) {
+    const fs::path devices = proc() / "devices";
+    const std::string uvm_line = fmt::format("{:3} nvidia-uvm\n", node("/dev/nvidia-uvm").major);
+    std::stringstream was;
+    was << std::ifstream(devices).rdbuf();
+    ASSERT_NE(was.str().find(uvm_line), std::string::npos) << was.str();
+    const struct {
+        std::string from, to, why;
+    } cases[] = {
+        {uvm_line, "  1 nvidia-uvm\n", "major 1 is mem's in " + devices.string()},
+        {"  1 mem\n", "", "major 1 is a fixed major of the kernel's (mem)"},
+    };
+    std::string text = was.str();
+    remove_all_nodes();
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.to);
+        ASSERT_NE(text.find(c.from), std::string::npos) << text;
+        text.replace(text.find(c.from), c.from.size(), c.to);
+        std::ofstream(devices, std::ios::trunc) << text;
+        const Error e = test::error_of([&] { make(NodeSet::Control); });
+        EXPECT_EQ(e.kind(), ErrorKind::Refused);
+        EXPECT_THAT(e.what(), HasSubstr(host("/dev/nvidia-uvm").string() + ": " + c.why));
+        EXPECT_FALSE(fs::exists(fs::symlink_status(host("/dev/nvidia-uvm-tools"))));
+        EXPECT_FALSE(fs::exists(fs::symlink_status(host("/dev/nvidiactl"))));
+    }
 }
 
 // --load-modules runs the given modprobe for each module, in a clean
@@ -321,7 +379,7 @@ TEST_F(DeviceNodes, LoadModulesRunsModprobeFirstAndStopsWhenItFails) {
     remove_all_nodes();
 
     auto r = test::run("SECRET=1 " + cli + " setup --device-nodes --load-modules --modprobe " +
-                       modprobe.string() + " --root " + root + " 2>&1");
+                       modprobe.string() + " --simulated-proc --root " + root + " 2>&1");
     EXPECT_EQ(r.status, 0) << r.text;
     std::ifstream in(calls);
     std::stringstream text;
@@ -332,7 +390,7 @@ TEST_F(DeviceNodes, LoadModulesRunsModprobeFirstAndStopsWhenItFails) {
     remove_all_nodes();
     std::ofstream(modprobe, std::ios::trunc) << "#!/bin/sh\n[ \"$1\" != nvidia-uvm ] || exit 3\n";
     r = test::run(cli + " setup --device-nodes --load-modules --modprobe " + modprobe.string() +
-                  " --root " + root + " 2>&1");
+                  " --simulated-proc --root " + root + " 2>&1");
     EXPECT_EQ(r.status, 1) << r.text;
     EXPECT_THAT(r.text, HasSubstr("load module nvidia-uvm"));
     EXPECT_THAT(r.text, HasSubstr(modprobe.string() + " exited with 3"));

@@ -169,7 +169,8 @@ TEST_F(Doctor, MissingUvmNode) {
     // Its /dev/char link now leads nowhere: that is said too, nothing else.
     only_this(checks, {"uvm-device-nodes", "dev-char-links"});
     // The fix gpubind offers first, run as given: the node is right again.
-    const std::string setup = "gpubind setup --device-nodes --root " + dir_.path().string();
+    const std::string setup =
+        "gpubind setup --device-nodes --root " + dir_.path().string() + " --simulated-proc";
     ASSERT_THAT(c.fix, HasSubstr(setup + " (or by hand: mknod"));
     const auto r = test::run(GPUBIND_CLI_PATH + setup.substr(std::string_view("gpubind").size()));
     EXPECT_EQ(r.status, 0) << r.text;

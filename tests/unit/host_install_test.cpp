@@ -302,6 +302,100 @@ TEST_F(HostInstall, RefusesBadHostFilesWithNothingWritten) {
     EXPECT_THAT(runc.text, HasSubstr("--engine runc"));
 }
 
+// Issue 44, F3: every directory an install writes is checked before
+// anything is written, and its own files go before any engine's: an install
+// dir another user owns registers nothing that user could plant a runtime for.
+TEST_F(HostInstall, ADirectoryAnotherUserCouldWriteIsRefusedBeforeAnythingIsWritten) {
+    const fs::path drop_in = host() / "etc/containerd/conf.d/gpubind.toml";
+    fs::create_directories(installed(""));
+    ASSERT_EQ(::chown(installed("").c_str(), 1000, 1000), 0);
+    Tree before = tree(host());
+    auto r = setup();
+    EXPECT_EQ(r.status, 4) << r.text;
+    EXPECT_THAT(r.text, HasSubstr(installed("").parent_path().string()));
+    EXPECT_THAT(r.text, HasSubstr("owned by another user"));
+    EXPECT_EQ(std::count(r.text.begin(), r.text.end(), '\n'), 1) << r.text;
+    EXPECT_FALSE(fs::exists(drop_in)) << r.text;
+    EXPECT_TRUE(tree(host()) == before) << "the host changed";
+    fs::remove_all(host() / "usr/local");
+
+    // The engine's directory others may write: not even the programs.
+    fs::create_directories(drop_in.parent_path());
+    fs::permissions(drop_in.parent_path(), fs::perms(0777));
+    before = tree(host());
+    r = setup();
+    EXPECT_EQ(r.status, 4) << r.text;
+    EXPECT_THAT(r.text, HasSubstr(drop_in.parent_path().string()));
+    EXPECT_THAT(r.text, HasSubstr("writable by others"));
+    EXPECT_FALSE(fs::exists(installed("gpubind-runtime"))) << r.text;
+    EXPECT_TRUE(tree(host()) == before) << "the host changed";
+}
+
+// Issue 44, F4: a link that leads nowhere inside the host root is refused,
+// never followed by path in the installer's own file system.
+TEST_F(HostInstall, ALinkThatDanglesInTheHostIsRefusedNotFollowedHere) {
+    const fs::path outside = dir_ / "outside";  // here, not in the host
+    fs::create_directories(outside);
+    fs::remove_all(host() / "usr/local");
+    fs::create_directories(host() / "usr");
+    fs::create_directory_symlink(outside, host() / "usr/local");
+    const Tree before = tree(host());
+    const auto r = setup();
+    EXPECT_NE(r.status, 0) << r.text;
+    EXPECT_THAT(r.text, HasSubstr((host() / "usr/local").string() + ": is a symbolic link to " +
+                                  outside.string()));
+    EXPECT_EQ(std::count(r.text.begin(), r.text.end(), '\n'), 1) << r.text;
+    EXPECT_TRUE(fs::is_empty(outside)) << r.text;
+    EXPECT_TRUE(tree(host()) == before) << "the host changed";
+    EXPECT_THROW(setup::host_path(host(), "/usr/local/gpubind/installed"), Error);
+}
+
+// Issue 44, F5: --remove takes out only files it can show it wrote: in the
+// install dir itself or a CDI spec directory, a regular file of root's; a
+// link or another's file is left and named, a list naming anything else is
+// refused with nothing taken out.
+TEST_F(HostInstall, RemoveTakesOutOnlyWhatItWrote) {
+    ASSERT_EQ(setup().status, 0);
+    const fs::path list = installed("installed");
+    const std::string listed = slurp(list);
+    put(host() / "etc/passwd", "root:x:0:0:root:/root:/bin/sh\n");
+    put(host() / "home/user/cdi/mine.json", "{}\n");
+    fs::create_directory_symlink("/etc", installed("sub"));
+    for (const char* line :
+         {"f /usr/local/gpubind/sub/passwd\n", "f /home/user/cdi/mine.json\n", "d /home/user\n"}) {
+        SCOPED_TRACE(line);
+        put(list, listed + line);
+        const Tree before = tree(host());
+        const auto r = setup("--remove");
+        EXPECT_NE(r.status, 0) << r.text;
+        EXPECT_THAT(r.text, HasSubstr(list.string() + ": line "));
+        EXPECT_TRUE(fs::exists(host() / "etc/passwd"));
+        EXPECT_TRUE(tree(host()) == before) << "the host changed";
+    }
+    fs::remove(installed("sub"));
+    put(list, listed);
+
+    // A link at a name it wrote, and a file another user put there: left.
+    fs::remove(installed("gpubind-nvml"));
+    fs::create_symlink("/etc/passwd", installed("gpubind-nvml"));
+    ASSERT_EQ(::chown(installed("gpubind-hook").c_str(), 1000, 1000), 0);
+    const auto r = setup("--remove");
+    EXPECT_EQ(r.status, 0) << r.text;
+    EXPECT_EQ(slurp(host() / "etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n");
+    EXPECT_TRUE(fs::is_symlink(installed("gpubind-nvml")));
+    EXPECT_TRUE(fs::exists(installed("gpubind-hook")));
+    EXPECT_THAT(r.text, HasSubstr("left " + installed("gpubind-nvml").string() +
+                                  ": a symbolic link, not a file gpubind wrote"));
+    EXPECT_THAT(r.text, HasSubstr("left " + installed("gpubind-hook").string() +
+                                  ": owned by uid 1000, not a file gpubind wrote"));
+    // What it did write is gone: the other program, the spec, the registration.
+    EXPECT_FALSE(fs::exists(installed("gpubind-runtime"))) << r.text;
+    EXPECT_FALSE(fs::exists(spec_file())) << r.text;
+    EXPECT_FALSE(fs::exists(host() / "etc/containerd/conf.d/gpubind.toml")) << r.text;
+    EXPECT_THAT(r.text, HasSubstr("left directory " + installed("").parent_path().string() +
+                                  " (not empty)"));
+}
+
 // containerd 1.6 reads what the install wrote: config.toml with its import,
 // the runtime gpubind, and the node's own cri settings kept.
 TEST_F(HostInstall, ContainerdParsesTheInstalledConfig) {

@@ -45,7 +45,10 @@ struct HostInstall {
 // `root`: its longest existing directory prefix opened inside the root
 // (openat2 RESOLVE_IN_ROOT: the host's /var/run -> /run resolves to
 // ROOT/run, never to this process's /run), the rest appended. The last
-// component is not resolved.
+// component is not resolved. The first name appended must be missing
+// indeed: a symbolic link there whose target the host root does not have
+// (/usr/local -> /opt/local) is an Error naming it, never followed later by
+// path, out of the root.
 std::filesystem::path host_path(const std::filesystem::path& root,
                                 const std::filesystem::path& path);
 
@@ -69,15 +72,21 @@ std::string config_with_hook(std::string_view text, const std::string& hook,
 nlohmann::json spec_for_host(nlohmann::json spec, const std::filesystem::path& host_root);
 
 // Installs into the host: the programs and the config (its [cdi] hook the
-// installed hook) into install_dir, each engine's registration (setup.hpp,
-// the installed runtime and hook), with cdi the node's CDI specs (the node
-// read under the host root, its own config's roots). Files written only when
-// they change; a file that was there and is not gpubind's is kept as
-// PATH.gpubind-backup. With remove: the engines' registrations taken out,
-// then what the installed list names (a backup put back), then the
-// directories it made. Returns the report (a line per file or directory,
-// then what each engine needs to read its new config); with dry_run nothing
-// is written.
+// installed hook) into install_dir, with cdi the node's CDI specs (the node
+// read under the host root, its own config's roots), the installed list,
+// and only then each engine's registration (setup.hpp, the installed runtime
+// and hook). Every directory it writes in, and each above it, is checked
+// first (root's, writable by no one else; else Error, ErrorKind::Refused,
+// nothing written). Files written only when they change; a file that was
+// there and is not gpubind's is kept as PATH.gpubind-backup. With remove:
+// the engines' registrations taken out, then each file the installed list
+// names that is shown to be an install's (in install_dir or a CDI spec
+// directory, by device and inode; a regular file of root's, removed with
+// unlinkat in that directory, its backup renamed back), then the
+// directories it made, when empty; a link or another's file is left and
+// named. A list naming a file or directory no install writes is an Error.
+// Returns the report (a line per file or directory, then what each engine
+// needs to read its new config); with dry_run nothing is written.
 std::vector<std::string> install_host(const HostInstall& install, bool dry_run);
 
 }  // namespace gpubind::setup

@@ -212,6 +212,9 @@ struct DeviceNodeOptions {
     bool force = false;  // replace a character device that has other numbers
     bool dry_run = false;
     std::vector<unsigned> imex_channels;  // channel numbers, each below kMaxImexChannel
+    // <proc_root>/devices may be on a file system other than procfs: a
+    // simulated node's (--simulated-proc). Without it such a file is refused.
+    bool simulated_proc = false;
 };
 
 struct DeviceNodeReport {
@@ -225,7 +228,11 @@ struct DeviceNodeReport {
 // nvidia-caps-imex-channels/ made 0755 when missing). A node with the right numbers is left (its
 // mode too). A character device with other numbers is left and counted in `left`, or with force
 // replaced (a new node renamed over it); anything that is not a character
-// device is always left and counted. The directories must be owned by this
+// device is always left and counted. The majors are the ones procfs gives
+// (<proc_root>/devices must be on procfs unless options.simulated_proc): a
+// node whose major is not an NVIDIA driver's there, is another driver's
+// there or is one the kernel fixes for its own devices (1, mem) is refused
+// (Error, ErrorKind::Refused) before any node is made. The directories must be owned by this
 // user and writable by nobody else, else Error(EPERM). Errors of the system
 // (EPERM from mknod for a user without CAP_MKNOD) throw, naming the path.
 DeviceNodeReport make_device_nodes(const std::filesystem::path& dev_root,
