@@ -193,7 +193,7 @@ Majors majors_from_proc(const fs::path& proc_root, bool simulated) {
                     "is not on procfs, so not the kernel's word on the majors; for a "
                     "simulated node add --simulated-proc");
     // The same file again, through its descriptor: never another put at the path.
-    return detail::read_majors("/proc/self/fd/" + std::to_string(fd.get()));
+    return gpubind::detail::read_majors("/proc/self/fd/" + std::to_string(fd.get()));
 }
 
 // The character majors the kernel fixes for its own devices (its
