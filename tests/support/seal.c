@@ -15,9 +15,20 @@
  *     cgroup file systems, bpffs, /dev/pts, /dev/shm and /dev/mqueue. Device
  *     nodes stay usable (a read-only mount does not stop writes to /dev/null);
  *     new nodes in /dev cannot be made.
+ * What in /proc changes the whole machine stays read-only: /proc/sys (every
+ * sysctl), /proc/sysrq-trigger, /proc/irq, /proc/bus (PCI config space) and
+ * /proc/fs, each bound over itself read-only. A runtime that mounts a new
+ * /proc from a user namespace (rootless runc, runc with id mappings) needs a
+ * proc mount in its mount namespace that nothing covers (the kernel's
+ * mount_too_revealing()): a second, fresh proc is mounted at /proc/sys/kernel
+ * before the read-only /proc/sys goes over it, so that no path reaches it.
+ * The machine's block devices (its disks, zram, device-mapper) are bound
+ * over themselves nodev: opening one fails (EACCES). Loop devices are left
+ * as they are: the hostile suite attaches its own over its own files
+ * (losetup picks any free one, the kernel makes new nodes as it needs).
  * A test whose code under test would write outside its own directories then
- * fails (EROFS) instead of changing the machine: /etc, /usr, /dev and / are
- * read-only to it. Mounts it makes stay in its namespace and go with it.
+ * fails (EROFS, EACCES) instead of changing the machine: /etc, /usr, /dev and
+ * / are read-only to it. Mounts it makes stay in its namespace and go with it.
  *
  * Not root: the test runs as it is; file permissions already keep an
  * unprivileged test out of the host's files. GPUBIND_SEAL=off runs it as it is
@@ -28,6 +39,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <linux/major.h>
 #include <linux/mount.h>
 #include <sched.h>
 #include <stdio.h>
@@ -36,6 +49,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 enum { kSealFailed = 125 };
@@ -109,6 +123,52 @@ static void fresh_tmpfs(const char* path, const char* mode, const char* const* k
     close(old);
 }
 
+/* PATH bound over itself with ATTR (read-only, nodev), what is mounted below
+ * it included; 0 when PATH does not exist. */
+static int cover(const char* path, unsigned long long attr) {
+    const int tree =
+        (int)syscall(SYS_open_tree, AT_FDCWD, path,
+                     OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
+    if (tree < 0 && errno == ENOENT) return 0;
+    if (tree < 0) die("cannot bind", path);
+    struct mount_attr set = {.attr_set = attr};
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &set, sizeof set) != 0)
+        die("cannot make read-only", path);
+    if (syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+        die("cannot bind over", path);
+    close(tree);
+    return 1;
+}
+
+/* /proc's files that change the machine, read-only (see above). */
+static void seal_proc(void) {
+    static const char* const machine_wide[] = {"/proc/sysrq-trigger", "/proc/irq", "/proc/bus",
+                                               "/proc/fs"};
+    const int sys = (int)syscall(SYS_open_tree, AT_FDCWD, "/proc/sys",
+                                 OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (sys < 0) die("cannot bind", "/proc/sys");
+    struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY};
+    if (syscall(SYS_mount_setattr, sys, "", AT_EMPTY_PATH | AT_RECURSIVE, &ro, sizeof ro) != 0)
+        die("cannot make read-only", "/proc/sys");
+    /* The uncovered proc, beneath the read-only /proc/sys: as permissive as
+     * the machine's /proc (no flags), so that it allows any new proc mount. */
+    if (mount("proc", "/proc/sys/kernel", "proc", 0, NULL) != 0)
+        die("cannot mount a proc at", "/proc/sys/kernel");
+    if (syscall(SYS_move_mount, sys, "", AT_FDCWD, "/proc/sys", MOVE_MOUNT_F_EMPTY_PATH) != 0)
+        die("cannot bind over", "/proc/sys");
+    close(sys);
+    for (size_t i = 0; i < sizeof machine_wide / sizeof *machine_wide; ++i)
+        cover(machine_wide[i], MOUNT_ATTR_RDONLY);
+}
+
+/* Every block device node in /dev but the loop devices, nodev (see above). */
+static int seal_block_device(const char* path, const struct stat* st, int type, struct FTW* at) {
+    (void)at;
+    if (type == FTW_F && S_ISBLK(st->st_mode) && major(st->st_rdev) != LOOP_MAJOR)
+        cover(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV);
+    return 0;
+}
+
 static void seal(const char* program) {
     static const char* const writable[] = {"/proc",    "/sys/fs/cgroup", "/sys/fs/bpf",
                                            "/dev/pts", "/dev/shm",       "/dev/mqueue"};
@@ -122,6 +182,9 @@ static void seal(const char* program) {
     for (size_t i = 0; i < sizeof writable / sizeof *writable; ++i)
         if (is_mount_point(writable[i]) && set_attr(writable[i], 0, MOUNT_ATTR_RDONLY) != 0)
             die("cannot make writable", writable[i]);
+    if (is_mount_point("/proc")) seal_proc();
+    /* Not into /dev/pts, /dev/shm, /dev/mqueue: other mounts. */
+    if (nftw("/dev", seal_block_device, 16, FTW_PHYS | FTW_MOUNT) != 0) die("cannot walk", "/dev");
     fresh_tmpfs("/tmp", "1777", keep, nkeep);
     fresh_tmpfs("/var/tmp", "1777", keep, nkeep);
     fresh_tmpfs("/run", "0755", keep, nkeep);

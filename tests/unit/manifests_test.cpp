@@ -4,7 +4,11 @@
 // reachable from them, descriptions removed) as a strict server would (an
 // unknown field, a wrong type, a missing required field or an unknown
 // apiVersion/kind is an error); they agree with what the installer does;
-// and docs/kubernetes.md shows these very files.
+// only an init container holds privilege or the host's / (issue 44, F10); the
+// release's copies name the image by digest; the config the image installs
+// takes GPUs only from the device plugin; and docs/kubernetes.md shows these
+// very files.
+#include <cerrno>
 #include <filesystem>
 #include <functional>
 #include <regex>
@@ -18,9 +22,16 @@
 #include <nlohmann/json.hpp>
 
 #include "built.hpp"
+#include "command.hpp"
+#include "errors.hpp"
 #include "files.hpp"
 #include "gpubind/cdi/yaml.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/decide/request.hpp"
+#include "gpubind/setup/host.hpp"
 #include "gpubind/setup/setup.hpp"
+#include "spec.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -195,28 +206,41 @@ TEST(Manifests, TheCheckFindsWhatAServerRefuses) {
               "spec.template.spec.volumes[0].hostPath.path: not string but 1\n");
 }
 
+// The project's version, the tag of the image the repository's manifests name.
+std::string project_version() {
+    const std::string cmake = slurp(source("CMakeLists.txt"));
+    std::smatch m;
+    if (!std::regex_search(cmake, m, std::regex(R"(project\(gpubind VERSION ([0-9.]+))")))
+        return "";
+    return m[1].str();
+}
+
+// Every container of a pod template, init containers first.
+std::vector<json> all_containers(const json& pod) {
+    std::vector<json> out;
+    for (const char* key : {"initContainers", "containers"})
+        for (const auto& c : pod["spec"].value(key, json::array())) out.push_back(c);
+    return out;
+}
+
 // What the manifests say agrees with what the installer and the image do.
 TEST(Manifests, AgreeWithTheInstallerAndTheImage) {
     const auto install = documents(source("deploy/kubernetes/gpubind.yaml"));
     const auto uninstall = documents(source("deploy/kubernetes/uninstall.yaml"));
     EXPECT_EQ(install[2]["handler"], std::string(gpubind::setup::kRuntimeName));
-    // The project's version is the image's tag.
-    const std::smatch version = [] {
-        static const std::string cmake = slurp(source("CMakeLists.txt"));
-        std::smatch m;
-        std::regex_search(cmake, m, std::regex(R"(project\(gpubind VERSION ([0-9.]+))"));
-        return m;
-    }();
-    ASSERT_EQ(version.size(), 2u);
+    const std::string version = project_version();
+    ASSERT_FALSE(version.empty());
     for (const json* ds : {&install[1], &uninstall[0]}) {
         SCOPED_TRACE((*ds)["metadata"]["name"].get<std::string>());
         EXPECT_EQ((*ds)["metadata"]["namespace"], install[0]["metadata"]["name"]);
         const json& pod = (*ds)["spec"]["template"];
         EXPECT_EQ((*ds)["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"]);
-        const json& c = pod["spec"]["containers"][0];
-        EXPECT_EQ(c["image"], "gpubind-node:" + version[1].str());
-        EXPECT_TRUE(c["securityContext"]["privileged"].get<bool>());
+        // The project's version is the image's tag, for every container.
+        for (const auto& c : all_containers(pod))
+            EXPECT_EQ(c["image"], "gpubind-node:" + version) << c["name"];
         // GPUBIND_HOST_ROOT is where the host's / is mounted.
+        ASSERT_TRUE(pod["spec"].contains("initContainers"));
+        const json& c = pod["spec"]["initContainers"][0];
         std::string host_root;
         for (const auto& e : c["env"])
             if (e["name"] == "GPUBIND_HOST_ROOT") host_root = e["value"];
@@ -224,30 +248,210 @@ TEST(Manifests, AgreeWithTheInstallerAndTheImage) {
         EXPECT_EQ(volume["hostPath"]["path"], "/");
         EXPECT_EQ(c["volumeMounts"][0]["name"], volume["name"]);
         EXPECT_EQ(c["volumeMounts"][0]["mountPath"], host_root);
+        // The container that stays waits (entrypoint.sh wait).
+        EXPECT_EQ(pod["spec"]["containers"][0]["args"], json::array({"wait"}));
     }
-    EXPECT_FALSE(install[1]["spec"]["template"]["spec"]["containers"][0].contains("args"));
-    EXPECT_EQ(uninstall[0]["spec"]["template"]["spec"]["containers"][0]["args"],
+    EXPECT_EQ(install[1]["spec"]["template"]["spec"]["initContainers"][0]["args"],
+              json::array({"install"}));
+    EXPECT_EQ(uninstall[0]["spec"]["template"]["spec"]["initContainers"][0]["args"],
               json::array({"remove"}));
-    // The image runs the entrypoint the end-to-end test runs.
+    // The image runs the entrypoint the end-to-end test runs, which knows
+    // each action the manifests give it.
     const std::string containerfile = slurp(source("deploy/kubernetes/Containerfile"));
     EXPECT_THAT(containerfile,
                 HasSubstr("COPY entrypoint.sh /usr/local/bin/gpubind-node-install\n"));
     EXPECT_THAT(containerfile, HasSubstr("ENTRYPOINT [\"/usr/local/bin/gpubind-node-install\"]"));
-    EXPECT_TRUE(fs::exists(source("deploy/kubernetes/entrypoint.sh")));
+    const std::string entrypoint = slurp(source("deploy/kubernetes/entrypoint.sh"));
+    for (const char* action : {"install", "remove", "wait"})
+        EXPECT_THAT(entrypoint, HasSubstr(std::string("\n") + action + ")")) << action;
 }
 
-// docs/kubernetes.md shows the files themselves: each ```yaml block after a
-// "<!-- file: PATH -->" line is that file, byte for byte.
+// The pod's running container: entrypoint.sh wait stops at once on SIGTERM
+// (exit 0); an action it does not know is refused.
+TEST(Manifests, TheEntrypointWaitsUntilStopped) {
+    const std::string entrypoint = source("deploy/kubernetes/entrypoint.sh").string();
+    const auto stopped = gpubind::test::run(
+        "sh -c 'sh \"$0\" wait & p=$!; sleep 0.3; kill -TERM $p; wait $p; echo $?' '" + entrypoint +
+        "' 2>&1");
+    EXPECT_EQ(stopped.text, "0\n");
+    const auto unknown = gpubind::test::run("sh '" + entrypoint + "' idle 2>&1");
+    EXPECT_EQ(unknown.status, 2);
+    EXPECT_THAT(unknown.text, HasSubstr("'idle' is not install, remove or wait"));
+}
+
+// Issue 44, F10: the installer was one privileged container with the host's
+// / mounted read-write that then slept forever, so whoever may exec into a pod
+// of its namespace had root on every GPU node. The privileged, host-writing
+// part is an init container (it has exited when anyone could exec); what stays
+// running holds no privilege, no capability and no host mount.
+TEST(Manifests, OnlyAnInitContainerHoldsPrivilegeOrTheHost) {
+    const auto install = documents(source("deploy/kubernetes/gpubind.yaml"));
+    const auto uninstall = documents(source("deploy/kubernetes/uninstall.yaml"));
+    for (const json* ds : {&install[1], &uninstall[0]}) {
+        SCOPED_TRACE((*ds)["metadata"]["name"].get<std::string>());
+        const json& spec = (*ds)["spec"]["template"]["spec"];
+        EXPECT_FALSE(spec.value("hostPID", false) || spec.value("hostNetwork", false) ||
+                     spec.value("hostIPC", false));
+        EXPECT_FALSE(spec.value("shareProcessNamespace", false));
+        EXPECT_FALSE(spec.value("automountServiceAccountToken", true));
+        std::set<std::string> host_volumes;
+        for (const auto& v : spec["volumes"])
+            if (v.contains("hostPath")) host_volumes.insert(v["name"].get<std::string>());
+        EXPECT_FALSE(host_volumes.empty());
+        // The init container does the work the host needs.
+        ASSERT_TRUE(spec.contains("initContainers"));
+        ASSERT_EQ(spec["initContainers"].size(), 1u);
+        const json& init = spec["initContainers"][0];
+        EXPECT_TRUE(init["securityContext"]["privileged"].get<bool>());
+        ASSERT_EQ(init["volumeMounts"].size(), 1u);
+        EXPECT_TRUE(host_volumes.contains(init["volumeMounts"][0]["name"].get<std::string>()));
+        // What stays running.
+        ASSERT_EQ(spec["containers"].size(), 1u);
+        const json& c = spec["containers"][0];
+        SCOPED_TRACE(c["name"].get<std::string>());
+        EXPECT_FALSE(c.contains("volumeMounts") || c.contains("volumeDevices"));
+        const json& sc = c.value("securityContext", json::object());
+        EXPECT_FALSE(sc.value("privileged", false));
+        EXPECT_TRUE(sc.value("runAsNonRoot", false));
+        EXPECT_NE(sc.value("runAsUser", 0), 0);
+        EXPECT_NE(sc.value("runAsGroup", 0), 0);
+        EXPECT_FALSE(sc.value("allowPrivilegeEscalation", true));
+        EXPECT_TRUE(sc.value("readOnlyRootFilesystem", false));
+        const json caps = sc.value("capabilities", json::object());
+        EXPECT_EQ(caps.value("drop", json::array()), json::array({"ALL"}));
+        EXPECT_FALSE(caps.contains("add"));
+        EXPECT_EQ(sc.value("seccompProfile", json::object()).value("type", ""), "RuntimeDefault");
+    }
+}
+
+// The release's manifests (scripts/package manifests, which runs
+// deploy/kubernetes/pin-image.sh) name the node image by digest: a node runs
+// the image the release built, not whatever its tag is moved to. The
+// repository's own keep the tag; a reference without a digest is refused.
+TEST(Manifests, TheReleasesManifestsNameTheImageByDigest) {
+    const gpubind::test::TempDir dir("gpubind-manifests");
+    const std::string pin = source("deploy/kubernetes/pin-image.sh").string();
+    const std::string digest = "sha256:" + std::string(64, '0').replace(0, 8, "0123abcd");
+    const std::string image = "registry.example.com/gpubind/gpubind-node:0.1.0@" + digest;
+    const auto r = gpubind::test::run("sh '" + pin + "' '" + image + "' '" +
+                                      (dir / "release").string() + "' 2>&1");
+    ASSERT_EQ(r.status, 0) << r.text;
+    const OpenApi api;
+    for (const char* name : {"gpubind.yaml", "uninstall.yaml"}) {
+        SCOPED_TRACE(name);
+        const auto ours = documents(source(std::string("deploy/kubernetes/") + name));
+        const auto released = documents(dir / "release" / name);
+        ASSERT_EQ(released.size(), ours.size());
+        std::size_t images = 0;
+        for (std::size_t i = 0; i < ours.size(); ++i) {
+            EXPECT_THAT(api.check(released[i]), ElementsAre());
+            // Only the images differ: each is the one by digest.
+            json expected = ours[i];
+            if (expected.value("kind", "") == "DaemonSet") {
+                json& pod = expected["spec"]["template"]["spec"];
+                for (const char* key : {"initContainers", "containers"}) {
+                    if (!pod.contains(key)) continue;
+                    for (auto& c : pod[key]) {
+                        c["image"] = image;
+                        ++images;
+                    }
+                }
+            }
+            EXPECT_EQ(released[i], expected);
+        }
+        EXPECT_GE(images, 2u);
+        // Text outside the documents (the comments) as it was.
+        EXPECT_EQ(
+            std::regex_replace(slurp(dir / "release" / name), std::regex("image: .*"), "image: X"),
+            std::regex_replace(slurp(source(std::string("deploy/kubernetes/") + name)),
+                               std::regex("image: .*"), "image: X"));
+    }
+    // A tag, a short or upper-case digest, text that is no reference: refused,
+    // nothing written.
+    for (const std::string& bad :
+         std::vector<std::string>{std::string("gpubind-node:0.1.0"), "gpubind-node@sha256:0123",
+                                  "gpubind-node@sha256:" + std::string(64, 'A'),
+                                  "gpubind-node@md5:" + std::string(32, '0'),
+                                  image + "\nimage: evil", "gpubind-node|x@" + digest, ""}) {
+        SCOPED_TRACE(bad);
+        const auto refused = gpubind::test::run("sh '" + pin + "' '" + bad + "' '" +
+                                                (dir / "refused").string() + "' 2>&1");
+        EXPECT_EQ(refused.status, 2) << refused.text;
+        EXPECT_THAT(refused.text, HasSubstr("pin-image.sh: "));
+        EXPECT_FALSE(fs::exists(dir / "refused"));
+    }
+    // The release step is the one that runs it.
+    EXPECT_THAT(slurp(source("scripts/package")),
+                HasSubstr("\"$top/deploy/kubernetes/pin-image.sh\" \"$GPUBIND_NODE_IMAGE\""));
+}
+
+// The config the image installs on the host (Containerfile: its
+// /etc/gpubind/config.toml, the package's own unless the image puts another
+// there), as `gpubind setup --host-root` writes it beside gpubind-runtime.
+gpubind::Config installed_config() {
+    const std::string containerfile = slurp(source("deploy/kubernetes/Containerfile"));
+    std::smatch m;
+    fs::path file = source("config/config.toml");  // what the .deb installs there
+    if (std::regex_search(containerfile, m,
+                          std::regex(R"(\nCOPY ([^ \n]+) /etc/gpubind/config\.toml\n)")))
+        file = source("deploy/kubernetes/" + m[1].str());
+    const std::string text = gpubind::setup::config_with_hook(
+        slurp(file), "/usr/local/gpubind/gpubind-hook", file.string());
+    return gpubind::parse_config(text, file.string());
+}
+
+// Most CUDA images set NVIDIA_VISIBLE_DEVICES=all in their own environment: a
+// pod that asks the scheduler for no GPU but runs one with runtimeClassName
+// gpubind got every GPU, outside the device plugin's accounting. The
+// installer's config takes GPUs only from the plugin's mounts or CDI names;
+// the variable from a container without CAP_SYS_ADMIN is refused.
+TEST(Manifests, TheInstallersConfigTakesGpusOnlyFromTheDevicePlugin) {
+    using gpubind::test::make_spec;
+    const gpubind::Config config = installed_config();
+    EXPECT_FALSE(config.policy.accept_envvar_unprivileged);
+    EXPECT_TRUE(config.policy.accept_volume_mounts);
+    // An image's variable, or a legacy CUDA image, in a pod without GPUs: no GPU.
+    for (const char* env :
+         {"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=0", "CUDA_VERSION=12.2.0"}) {
+        SCOPED_TRACE(env);
+        const auto e = gpubind::test::error_of(
+            [&] { gpubind::read_request(make_spec({env}, false), config.policy); });
+        EXPECT_EQ(e.code().value(), ECANCELED);
+        EXPECT_THAT(e.what(), HasSubstr("not privileged"));
+    }
+    // The plugin's volume-mounts strategy: the mounts it made, whatever the image says.
+    const std::string dir = "/var/run/nvidia-container-devices";
+    const auto by_mounts = gpubind::read_request(
+        make_spec({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=" + dir}, false,
+                  {dir + "/GPU-6e3a5d1c"}),
+        config.policy);
+    EXPECT_EQ(by_mounts.source, gpubind::RequestSource::VolumeMounts);
+    EXPECT_THAT(by_mounts.devices.ids, ElementsAre("GPU-6e3a5d1c"));
+    // A CDI device's edits set the variable to void over the image's: no refusal.
+    EXPECT_FALSE(
+        gpubind::read_request(
+            make_spec({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"}, false),
+            config.policy)
+            .gpu_container());
+    // A privileged pod may still ask by variable.
+    EXPECT_EQ(gpubind::read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=all"}, true), config.policy)
+                  .devices.kind,
+              gpubind::DeviceIdsKind::All);
+}
+
+// docs/kubernetes.md shows the files themselves: each ```yaml or ```toml
+// block after a "<!-- file: PATH -->" line is that file, byte for byte.
 TEST(Manifests, TheGuideShowsTheseVeryFiles) {
     const std::string doc = slurp(source("docs/kubernetes.md"));
-    const std::regex block(R"(<!-- file: ([^ ]+) -->\n```yaml\n([\s\S]*?)```\n)");
+    const std::regex block(R"(<!-- file: ([^ ]+) -->\n```(?:yaml|toml)\n([\s\S]*?)```\n)");
     std::set<std::string> shown;
     for (std::sregex_iterator it(doc.begin(), doc.end(), block), end; it != end; ++it) {
         const std::string file = (*it)[1];
         EXPECT_EQ((*it)[2].str(), slurp(source(file))) << file;
         shown.insert(file);
     }
-    EXPECT_EQ(shown, (std::set<std::string>{"deploy/kubernetes/gpubind.yaml",
+    EXPECT_EQ(shown, (std::set<std::string>{"deploy/kubernetes/config.toml",
+                                            "deploy/kubernetes/gpubind.yaml",
                                             "deploy/kubernetes/uninstall.yaml"}));
 }
 
