@@ -1,6 +1,7 @@
 #include "gpubind/decide/inject.hpp"
 
 #include "gpubind/decide/image.hpp"
+#include "gpubind/decide/placement_check.hpp"
 #include "gpubind/node/description.hpp"
 #include "gpubind/node/devices.hpp"
 #include "gpubind/util/log.hpp"
@@ -55,7 +56,8 @@ Decision leave_alone(Request request) {
 
 LoadOptions node_needs(const Request& request, bool store) {
     LoadOptions options;
-    options.need_nvml = needs_nvml_facts(request);
+    // A declared placement needs the NVLink facts, which NVML gives.
+    options.need_nvml = needs_nvml_facts(request) || request.placement != PlacementNeed::None;
     options.write = store;
     return options;
 }
@@ -67,6 +69,7 @@ Decision decide_on(Request request, System& sys, const std::filesystem::path& ro
     d.node = std::make_unique<Node>(std::move(known.node));
     const Selection selection = select_devices(*d.node, d.request.devices);
     check_requirements(d.request, *d.node, selection);
+    check_placement(d.request, *d.node, selection, config);
     const Image image = inspect_image(sys, rootfs);
     d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
     logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),

@@ -39,6 +39,7 @@
 
 #include <fmt/format.h>
 
+#include "gpubind/decide/placement_check.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
@@ -417,6 +418,7 @@ Request read_request(const oci::Spec& spec, const Policy& policy,
         read_family_mounts(req, std::move(family_mounts), families);
     else
         read_family_variables(req, spec, families, where);
+    read_placement(req, spec, where);
     return req;
 }
 

@@ -40,6 +40,9 @@ struct FamilyRequest {
     bool operator==(const FamilyRequest&) const = default;
 };
 
+// A placement the container was promised (decide/placement_check.hpp).
+enum class PlacementNeed : unsigned char { None, Nvlink };
+
 struct Request {
     RequestSource source = RequestSource::None;
     DeviceIds devices;
@@ -50,13 +53,16 @@ struct Request {
     std::vector<std::string> imex_channels;  // NVIDIA_IMEX_CHANNELS / imex/<n> mounts:
                                              // {"all"} or channel numbers ("7"), no duplicates
     std::vector<FamilyRequest> families;     // in the config's order
+    PlacementNeed placement = PlacementNeed::None;  // gpubind.io/placement, GPUBIND_PLACEMENT
+    std::string placement_asked_by;                 // "GPUBIND_PLACEMENT=nvlink", for messages
 
     bool gpu_container() const { return source != RequestSource::None; }
 };
 
 // Reads the request from the spec under the policy, with what it asks of
 // `families` (each family's variables, its selecting variable, its device
-// mounts, its capabilities). A request that policy refuses throws
+// mounts, its capabilities) and, for a GPU container, the placement it
+// declares (read_placement, placement_check.hpp). A request that policy refuses throws
 // Error(ECANCELED, "refuse request", <container>, <why>); a malformed one
 // Error(EINVAL, ...).
 Request read_request(const oci::Spec& spec, const Policy& policy,
