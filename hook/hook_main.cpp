@@ -54,16 +54,6 @@ void set_up_logging(const Config& config, const std::string& container) {
     });
 }
 
-// Whether this process's environment holds anything but the config's name
-// (a registration's "env"): runc runs createContainer and startContainer
-// hooks registered without "env" with the container's own environment.
-bool environment_inherited() {
-    const std::string own = std::string(kConfigEnv) + "=";
-    for (char** e = environ; e && *e; ++e)
-        if (std::string_view(*e).substr(0, own.size()) != own) return true;
-    return false;
-}
-
 using Clock = std::chrono::steady_clock;
 
 // When the hook started, read its input and decided (debug timing).
@@ -168,9 +158,9 @@ int run(const std::string& stage, bool inherited) {
 
 int main(int argc, char** argv) {
     // Root, started by a runtime: nothing of the caller's environment but the
-    // config file's name (the registered hook's "env" carries it).
-    const bool inherited = environment_inherited();
-    gpubind::harden::clear_environment({gpubind::kConfigEnv});
+    // config file's name (the registered hook's "env" carries it); whether
+    // there was more (a registration without "env").
+    const bool inherited = gpubind::harden::clear_environment_but(gpubind::kConfigEnv);
     // The stage comes as the first argument (argv[0] is the hook's own name, as
     // config.json's "args" give it).
     const std::string stage = argc > 1 ? argv[1] : "prestart";

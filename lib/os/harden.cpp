@@ -31,6 +31,15 @@ void clear_environment(std::initializer_list<std::string_view> keep) {
     for (const auto& [name, value] : kept) ::setenv(name.c_str(), value.c_str(), 1);
 }
 
+bool clear_environment_but(std::string_view keep) {
+    const std::string own = std::string(keep) + "=";
+    bool other = false;
+    for (char** e = environ; e && *e && !other; ++e)
+        other = std::string_view(*e).substr(0, own.size()) != own;
+    clear_environment({keep});
+    return other;
+}
+
 Deadline::Deadline(std::chrono::milliseconds budget)
     : budget_(budget), end_(std::chrono::steady_clock::now() + budget) {}
 

@@ -176,6 +176,12 @@ std::string temporary_name(const std::string& name) {
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view data,
                        const WriteOptions& options) {
+    write_file_atomic(path, data, options, temporary_name);
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view data,
+                       const WriteOptions& options,
+                       const std::function<std::string(const std::string&)>& temporary) {
     const std::string name = path.filename().string();
     if (name.empty() || name == "." || name == "..")
         throw_invalid("write", path.string(), "not a file name");
@@ -188,7 +194,7 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view data,
     std::string tmp;
     Fd fd;
     for (int attempt = 0; !fd; ++attempt) {
-        tmp = temporary_name(name);
+        tmp = temporary(name);
         fd = Fd(::openat(dirfd.get(), tmp.c_str(),
                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
         if (!fd && (errno != EEXIST || attempt == 8)) throw_errno("create", (dir / tmp).string());

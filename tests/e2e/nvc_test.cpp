@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -101,18 +103,49 @@ TEST_F(NvcTest, InfoPrintsEachGpuOfTheNode) {
 
 TEST_F(NvcTest, ListPrintsWhatTheNodeHolds) {
     // Everything, without options: the control and GPU nodes, then each
-    // driver file (libraries by their real file), paths as on the node.
+    // driver file (libraries by their real file), paths as on the node, in
+    // nvidia-container-cli's order of groups: the driver's control nodes, the
+    // GPUs' nodes, IMEX channels, binaries, 64-bit libraries, 32-bit ones,
+    // IPCs, firmware (its src/cli/list.c). Each path's group, from the manifest:
+    std::map<std::string, int> group;
+    enum { kControl, kGpu, kImex, kBinary, kLibrary, kLibrary32, kIpc, kFirmware };
+    for (const auto& n : m().nodes) {
+        // IMEX channels are listed when asked for (--imex-channel), MIG's
+        // capabilities with a MIG device.
+        if (n.path.starts_with("/dev/nvidia-caps")) continue;
+        const bool gpu = std::any_of(m().gpus.begin(), m().gpus.end(), [&](const auto& g) {
+            return n.path == "/dev/nvidia" + std::to_string(g.minor);
+        });
+        group[n.path] = gpu ? kGpu : kControl;
+    }
+    for (const auto& f : m().files) {
+        if (f.name == "nvidia-mps") continue;  // given only where [catalog] names it
+        const int g = f.kind == "binary"    ? kBinary
+                      : f.kind == "library" ? (f.compat32 ? kLibrary32 : kLibrary)
+                      : f.kind == "ipc"     ? kIpc
+                                            : kFirmware;
+        group[f.kind == "library" ? f.real_path : f.path] = g;
+    }
     std::set<std::string> want;
-    for (const auto& n : m().nodes)
-        if (!n.path.starts_with("/dev/nvidia-caps")) want.insert(n.path);
-    for (const auto& f : m().files)
-        if (f.name != "nvidia-mps")  // given only where [catalog] names it
-            want.insert(f.kind == "library" ? f.real_path : f.path);
+    for (const auto& [path, g] : group) want.insert(path);
     auto r = nvc({"list"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto all = lines_of(r.out);
     EXPECT_EQ(std::set<std::string>(all.begin(), all.end()), want) << r.out;
     EXPECT_EQ(all.size(), want.size()) << "a path printed twice:\n" << r.out;
+    // Each group whole and in its place: the groups printed, in order.
+    std::vector<int> order;
+    for (const auto& line : all)
+        if (auto it = group.find(line); it != group.end())
+            if (order.empty() || order.back() != it->second) order.push_back(it->second);
+    std::vector<int> groups_held;
+    for (const auto& [path, g] : group) groups_held.push_back(g);
+    std::sort(groups_held.begin(), groups_held.end());
+    groups_held.erase(std::unique(groups_held.begin(), groups_held.end()), groups_held.end());
+    EXPECT_EQ(order, groups_held) << r.out;
+    for (int g : {kControl, kGpu, kBinary, kLibrary, kIpc, kFirmware})  // no 32-bit ones on arm64
+        EXPECT_TRUE(std::count(groups_held.begin(), groups_held.end(), g))
+            << "the simulated node has no file of group " << g << ": the order is not tested";
 
     // Libraries only, 64-bit ones first: the node's, none of its 32-bit copies.
     r = nvc({"list", "--libraries"});
@@ -132,6 +165,10 @@ TEST_F(NvcTest, ListPrintsWhatTheNodeHolds) {
     EXPECT_TRUE(contains(one, "/dev/nvidiactl")) << r.out;
     EXPECT_TRUE(contains(one, "/dev/nvidia-caps-imex-channels/channel1")) << r.out;
     EXPECT_EQ(one.size(), 6u) << r.out;  // ctl, uvm, uvm-tools, modeset, the GPU, the channel
+    if (one.size() == 6u) {              // the GPU after the control nodes, the channel last
+        EXPECT_EQ(one[4], "/dev/nvidia" + std::to_string(m().gpus[1].minor)) << r.out;
+        EXPECT_EQ(one[5], "/dev/nvidia-caps-imex-channels/channel1") << r.out;
+    }
 
     // --root names another driver root: the same node seen through it.
     r = nvc({"--root=" + node_->root().string(), "list", "-b"});

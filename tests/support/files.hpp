@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -34,13 +35,41 @@ inline std::vector<std::string> lines_of(const std::string& text) {
     return out;
 }
 
-// The file's bytes, or a marker saying why it could not be read.
-inline std::string slurp(const std::filesystem::path& p) {
+// What tests read of a file at most: one that resolution should have kept
+// them from (the host's /dev/zero) is then a failure at once, not minutes of
+// reading until memory runs out.
+inline constexpr std::size_t kMaxTestRead = 64u << 20;
+
+// The marker a capped read ends with where the file held more.
+inline std::string more_than(std::size_t max) {
+    return "<more than " + std::to_string(max) + " bytes>";
+}
+
+// The file's bytes (at most `max`, then more_than(max)), or a marker saying
+// why it could not be read.
+inline std::string slurp(const std::filesystem::path& p, std::size_t max = kMaxTestRead) {
     std::ifstream in(p, std::ios::binary);
     if (!in) return "<cannot open " + p.string() + ": " + std::strerror(errno) + ">";
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    std::string out;
+    char buf[65536];
+    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+        out.append(buf, static_cast<std::size_t>(in.gcount()));
+        if (out.size() > max) return out.substr(0, max) + more_than(max);
+    }
+    return out;
+}
+
+// The bytes of the file open at `fd` from its start (pread): at most `max`,
+// then more_than(max).
+inline std::string read_capped(int fd, std::size_t max = kMaxTestRead) {
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(out.size()))) > 0) {
+        out.append(buf, static_cast<std::size_t>(n));
+        if (out.size() > max) return out.substr(0, max) + more_than(max);
+    }
+    return out;
 }
 
 // Every entry under `dir` by relative path: a file's mode and bytes, a

@@ -9,8 +9,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "errors.hpp"
 #include "files.hpp"
 #include "gpubind/cdi/yaml.hpp"
+#include "gpubind/decide/oci.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
 #include "temp_dir.hpp"
@@ -171,6 +173,52 @@ TEST(CdiYaml, RefusesWhatASpecNeverNeeds) {
     std::string deep;
     for (int i = 0; i < 40; ++i) deep += "[";
     EXPECT_THROW(yaml::parse(deep, "t"), Error);
+}
+
+// Issue 49: a spec nested past the limit is refused when parsed, in one line
+// naming the file and the limit: JSON at the OCI config's limit
+// (oci::kMaxJsonDepth), YAML at its reader's (yaml::kMaxDepth). One just
+// within it is read, and refused only for what it holds (an unknown field).
+// Fails with either limit's check taken out: the spec is then refused for its
+// unknown field, or the deepest one overflows the stack.
+TEST(CdiSpecFile, NestingPastTheLimitIsRefusedInOneLine) {
+    // base_spec() with a field "x" holding `depth` nested arrays: the
+    // document is depth + 1 levels deep.
+    auto json_text = [](std::size_t depth) {
+        std::string text = base_spec().dump();
+        text.pop_back();  // the closing brace
+        return text + ",\"x\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+    };
+    auto yaml_text = [](std::size_t depth) {
+        return yaml::dump(base_spec()) + "x: " + std::string(depth, '[') + std::string(depth, ']') +
+               "\n";
+    };
+    struct Case {
+        std::string text;
+        bool yaml;
+        std::size_t limit;
+    };
+    const std::vector<Case> deep = {
+        {json_text(oci::kMaxJsonDepth), false, oci::kMaxJsonDepth},  // 1,001 levels
+        {json_text(200'000), false, oci::kMaxJsonDepth},
+        {yaml_text(yaml::kMaxDepth + 1), true, yaml::kMaxDepth},
+        {yaml_text(200'000), true, yaml::kMaxDepth}};
+    for (const Case& c : deep) {
+        SCOPED_TRACE(c.text.substr(c.text.size() - 40));
+        const std::string file = c.yaml ? "/etc/cdi/deep.yaml" : "/etc/cdi/deep.json";
+        const Error e = test::error_of([&] { cdi::parse_spec(c.text, c.yaml, file); });
+        EXPECT_EQ(e.code().value(), EINVAL);
+        EXPECT_THAT(e.what(), HasSubstr(file));
+        EXPECT_THAT(e.what(),
+                    HasSubstr("nested deeper than " + std::to_string(c.limit) + " levels"));
+        EXPECT_THAT(e.what(), Not(HasSubstr("\n")));
+    }
+    for (const Case& c : {Case{json_text(oci::kMaxJsonDepth - 1), false, 0},
+                          Case{yaml_text(yaml::kMaxDepth), true, 0}}) {
+        const Error e = test::error_of([&] { cdi::parse_spec(c.text, c.yaml, "/etc/cdi/s"); });
+        EXPECT_THAT(e.what(), HasSubstr("unknown field \"x\"")) << c.yaml;
+        EXPECT_THAT(e.what(), Not(HasSubstr("nested"))) << c.yaml;
+    }
 }
 
 // --- requests ---

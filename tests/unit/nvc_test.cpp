@@ -1,12 +1,20 @@
 // gpubind-nvc's command line: the argv forms enroot, Apptainer and NVIDIA's
 // legacy hook build (docs/hpc.md) parse to what they ask for, and every
 // mistake is one line naming the word.
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <optional>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "built.hpp"
 #include "command.hpp"
+#include "gpubind/config/config.hpp"
 #include "gpubind/nvc/nvc.hpp"
+#include "gpubind/util/error.hpp"
 #include "target.hpp"
 
 namespace gpubind::nvc {
@@ -186,6 +194,79 @@ TEST(Compat32, GpubindRefusesItWhereThereAreNone) {
                         HasSubstr("--compat32: an aarch64 node has no 32-bit driver libraries"));
             EXPECT_THAT(out.text, Not(HasSubstr("nonexistent"))) << out.text;
         }
+    }
+}
+
+// What `configure` ends with, run in a child without privileges over the
+// host: in a user namespace of its own (as enroot's hook runs), else as
+// nobody; nullopt where neither can be had.
+struct Outcome {
+    int code = -1;
+    std::string error;  // the one line
+};
+std::optional<Outcome> configure_unprivileged(const std::vector<std::string>& words,
+                                              const Config& config) {
+    int out[2];
+    if (::pipe(out) != 0) return std::nullopt;
+    const pid_t child = ::fork();
+    if (child < 0) return std::nullopt;
+    if (child == 0) {
+        ::close(out[0]);
+        if (::unshare(CLONE_NEWUSER) != 0 &&
+            (::geteuid() != 0 || ::setresuid(65534, 65534, 65534) != 0))
+            ::_exit(100);
+        Outcome o;
+        try {
+            o.code = run(parse_words(words), config);
+        } catch (const std::exception& e) {
+            o.code = exit_code_for(e);
+            o.error = e.what();
+        }
+        const std::string text = std::to_string(o.code) + " " + o.error;
+        if (::write(out[1], text.data(), text.size()) < 0) ::_exit(101);
+        ::_exit(0);
+    }
+    ::close(out[1]);
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
+        text.append(buf, static_cast<std::size_t>(n));
+    ::close(out[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+    const auto space = text.find(' ');
+    return Outcome{std::stoi(text.substr(0, space)), text.substr(space + 1)};
+}
+
+// Issue 49: the refusal died only in the end-to-end suite. Without
+// privileges over the host, device cgroups are refused (exit 4, one line
+// naming the rootfs and --no-cgroups) before anything is done; --no-cgroups,
+// or a config without cgroups, passes that check, and the configure goes on
+// to fail on its made-up --pid instead. Fails with the check in nvc_run.cpp
+// taken out.
+TEST(NvcConfigure, WithoutPrivilegesDeviceCgroupsAreRefusedUnlessNoCgroups) {
+    const std::string rootfs = "/nonexistent-gpubind-rootfs";
+    const std::string pid = "--pid=4194304";  // PID_MAX_LIMIT: no process has it
+    const auto refused = configure_unprivileged({"x", "configure", pid, rootfs}, Config{});
+    if (!refused) GTEST_SKIP() << "neither a user namespace nor another user to run as";
+    EXPECT_EQ(refused->code, kExitRefused) << refused->error;
+    EXPECT_THAT(refused->error, HasSubstr(rootfs));
+    EXPECT_THAT(refused->error, HasSubstr("device cgroups cannot be changed without privileges"));
+    EXPECT_THAT(refused->error, HasSubstr("give --no-cgroups"));
+    EXPECT_THAT(refused->error, Not(HasSubstr("\n")));
+
+    Config without;
+    without.policy.cgroups = false;
+    for (const auto& [words, config] :
+         {std::pair{std::vector<std::string>{"x", "configure", "--no-cgroups", pid, rootfs},
+                    Config{}},
+          std::pair{std::vector<std::string>{"x", "configure", pid, rootfs}, without}}) {
+        const auto passed = configure_unprivileged(words, config);
+        ASSERT_TRUE(passed);
+        EXPECT_NE(passed->code, kExitOk);
+        EXPECT_THAT(passed->error, Not(HasSubstr("cgroups"))) << passed->error;
+        EXPECT_THAT(passed->error, HasSubstr("4194304")) << passed->error;
     }
 }
 

@@ -17,6 +17,8 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 
+#include "errors.hpp"
+#include "files.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
@@ -242,9 +244,13 @@ std::vector<std::string> names_in(const std::filesystem::path& dir) {
 
 // Issue 21 (6): the new file was <path>.tmp-<pid>, opened without O_EXCL: a
 // hard link planted at that name had its target rewritten (a victim file
-// got the CDI spec), a FIFO there blocked the writer forever. Now no
-// planted name is written through or waited on; the mode is exact past the
-// umask; a link at the path is replaced, its target untouched.
+// got the CDI spec), a FIFO there blocked the writer forever. The names are
+// random now, so (issue 49) files are planted at the exact names the writer
+// will try (the seam's): a hard link to a victim, a link to it, a dangling
+// link to a name it would create, a FIFO. It goes on to the next name, none
+// written through or waited on; with every name taken it fails, the path as
+// it was. The mode is exact past the umask; a link at the path is replaced,
+// its target untouched.
 TEST(File, WriteFileAtomicNeverWritesThroughAPlantedName) {
     namespace fs = std::filesystem;
     test::TempDir dir;
@@ -252,19 +258,25 @@ TEST(File, WriteFileAtomicNeverWritesThroughAPlantedName) {
     const fs::path target = dir / "spec.json";
     const fs::path victim = dir / "victim";
     std::ofstream(victim) << "the victim's";
-    // A child writes, with a hard link and a FIFO at its own predictable
-    // names planted first; it must end, the victim unchanged.
+    auto planted = [](int i) { return ".spec.json.planted" + std::to_string(i); };
+    int tries = 0;
+    auto in_turn = [&](const std::string& name) {
+        EXPECT_EQ(name, "spec.json");
+        return planted(tries++);
+    };
+    ASSERT_EQ(::link(victim.c_str(), (dir / planted(0)).c_str()), 0);
+    fs::create_symlink(victim, dir / planted(1));
+    fs::create_symlink(dir / "made-through", dir / planted(2));
+    ASSERT_EQ(::mkfifo((dir / planted(3)).c_str(), 0600), 0);
+    const auto before = test::tree(dir.path());
+    // A child writes: a FIFO opened for writing would block it.
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-        const std::string tmp = target.string() + ".tmp-" + std::to_string(::getpid());
-        if (::link(victim.c_str(), tmp.c_str()) != 0) ::_exit(2);
         int rc = 0;
         try {
-            write_file_atomic(target, "the spec");
-            std::filesystem::remove(tmp);
-            if (::mkfifo(tmp.c_str(), 0600) != 0) ::_exit(2);
-            write_file_atomic(target, "the spec again");
+            write_file_atomic(target, "the spec", {}, in_turn);
+            if (tries != 5) rc = 4;  // four names taken, the fifth free
         } catch (...) {
             rc = 3;
         }
@@ -280,7 +292,26 @@ TEST(File, WriteFileAtomicNeverWritesThroughAPlantedName) {
         EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
     }
     EXPECT_EQ(read_file(victim, 100), "the victim's");
-    EXPECT_EQ(read_file(target, 100), "the spec again");
+    EXPECT_FALSE(fs::exists(fs::symlink_status(dir / "made-through")));
+    EXPECT_EQ(read_file(target, 100), "the spec");
+    auto after = test::tree(dir.path());
+    after.erase("spec.json");
+    EXPECT_EQ(after, before);  // every planted name as it was, no temporary file left
+
+    // Every name it tries taken (the hard link's): nine tries, then an error
+    // naming the last; the path as it was.
+    tries = 0;
+    const Error e = test::error_of([&] {
+        write_file_atomic(target, "the spec again", {}, [&](const std::string&) {
+            ++tries;
+            return planted(0);
+        });
+    });
+    EXPECT_EQ(e.code().value(), EEXIST);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr((dir / planted(0)).string()));
+    EXPECT_EQ(tries, 9);
+    EXPECT_EQ(read_file(victim, 100), "the victim's");
+    EXPECT_EQ(read_file(target, 100), "the spec");
 
     // The mode asked for, whatever the umask.
     const mode_t old = ::umask(077);

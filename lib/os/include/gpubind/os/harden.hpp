@@ -19,6 +19,11 @@ inline constexpr std::size_t kMaxKeptValue = 4096;
 // other thread or getenv.
 void clear_environment(std::initializer_list<std::string_view> keep);
 
+// A hook's first step: clear_environment({keep}), returning whether the
+// environment held anything but `keep` (runc runs hooks registered without
+// "env" with the container's own environment: the hook refuses such stages).
+bool clear_environment_but(std::string_view keep);
+
 // A CLOCK_MONOTONIC budget for a whole run, checked between steps (a step is
 // never cut off half-done: a mount without its rollback would be worse than
 // a late answer) and bounding the blocking calls that take a timeout.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -80,5 +81,11 @@ void make_directories(const std::filesystem::path& dir);
 // it). A failure leaves `path` as it was and removes the new file.
 void write_file_atomic(const std::filesystem::path& path, std::string_view data,
                        const WriteOptions& options = {});
+// The same with each temporary name that it tries (at most 9, the next after
+// EEXIST) drawn from `temporary` (given the file's name) instead of
+// temporary_name(): the seam that lets a test plant files at those names.
+void write_file_atomic(const std::filesystem::path& path, std::string_view data,
+                       const WriteOptions& options,
+                       const std::function<std::string(const std::string&)>& temporary);
 
 }  // namespace gpubind
