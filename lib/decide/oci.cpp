@@ -236,21 +236,24 @@ Spec parse_spec_document(nlohmann::json doc_json, const std::filesystem::path& b
     if (const json* process = Reader::member(doc, "process")) {
         r.object(*process, "process");
         if (const json* env = Reader::member(*process, "env")) {
-            if (env->is_array() && env->size() > kMaxEnvEntries)
-                r.fail("process.env",
-                       fmt::format("{} entries, more than {}", env->size(), kMaxEnvEntries));
             spec.env = r.strings(*env, "process.env");
+            // Past the caps: noted, refused only for a request (check_env_caps).
+            if (spec.env.size() > kMaxEnvEntries)
+                spec.env_over_caps = fmt::format("process.env: {} entries, more than {}",
+                                                 spec.env.size(), kMaxEnvEntries);
             // runc refuses such entries too; better to say which one here.
+            auto field = [&](std::size_t i) {
+                return fmt::format("process.env[{}]{}", i, env_name(spec.env[i]));
+            };
             for (std::size_t i = 0; i < spec.env.size(); ++i) {
                 const std::string& entry = spec.env[i];
-                const std::string field = fmt::format("process.env[{}]{}", i, env_name(entry));
-                if (entry.size() > kMaxEnvEntrySize)
-                    r.fail(field,
-                           fmt::format("{} bytes, more than {}", entry.size(), kMaxEnvEntrySize));
-                if (entry.find('=') == std::string::npos) r.fail(field, "no '=' in the entry");
+                if (entry.size() > kMaxEnvEntrySize && spec.env_over_caps.empty())
+                    spec.env_over_caps = fmt::format("{}: {} bytes, more than {}", field(i),
+                                                     entry.size(), kMaxEnvEntrySize);
+                if (entry.find('=') == std::string::npos) r.fail(field(i), "no '=' in the entry");
                 // A C string ends there: what gpubind read and what the
                 // container's process gets would differ.
-                if (entry.find('\0') != std::string::npos) r.fail(field, "contains a NUL byte");
+                if (entry.find('\0') != std::string::npos) r.fail(field(i), "contains a NUL byte");
             }
         }
         if (const json* caps = Reader::member(*process, "capabilities")) {

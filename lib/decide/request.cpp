@@ -29,7 +29,9 @@
 //     request has comes with the GPUs (never refused for its absence).
 //
 // A variable given several times counts with its last value, as the
-// container's process sees it; duplicate ids are dropped.
+// container's process sees it; duplicate ids are dropped. A container that
+// asks for something is refused when its environment is past the caps
+// (oci::check_env_caps); one that asks for nothing is not.
 #include "gpubind/decide/request.hpp"
 
 #include <algorithm>
@@ -417,6 +419,8 @@ Request read_request(const oci::Spec& spec, const Policy& policy,
         req = request_by_variables(spec, policy, legacy, container, where);
         if (!req.gpu_container()) return req;
     }
+    // It asks for something: the environment within its caps (F7 of issue 44).
+    oci::check_env_caps(spec);
 
     req.caps = read_capabilities(spec, policy, legacy, container, where);
 

@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "errors.hpp"
 #include "files.hpp"
 #include "gpubind/cdi/yaml.hpp"
 #include "gpubind/util/cdi_name.hpp"
@@ -342,6 +343,20 @@ TEST(CdiRequests, WhoMayNameWhichVendorsDevices) {
         refusal(spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}}}}}), c),
         HasSubstr("accept_envvar_unprivileged is off"));
     EXPECT_EQ(cdi::read_requests(spec_of({{"annotations", own}}), c).devices.size(), 1u);
+}
+
+// Issue 44 (F7): a container naming no CDI device is read whatever its
+// environment's size (runc starts it); one naming devices is refused past
+// the environment's caps, naming the cap.
+TEST(CdiRequests, TheEnvironmentsCapsRefuseOnlyARequest) {
+    const Config c = policy_config(Policy{});
+    json doc = {
+        {"process", {{"env", {"PATH=/bin", "HUGE=" + std::string(oci::kMaxEnvEntrySize, 'x')}}}}};
+    EXPECT_TRUE(cdi::read_requests(spec_of(doc), c).devices.empty());
+    doc["annotations"] = {{"cdi.k8s.io/p", "nvidia.com/gpu=1"}};
+    const Error e = test::error_of([&] { cdi::read_requests(spec_of(doc), c); });
+    EXPECT_EQ(e.code().value(), EINVAL);
+    EXPECT_THAT(e.what(), HasSubstr("process.env[1] (HUGE): "));
 }
 
 // Issue 21 (4): a request is capped in names (counted before duplicates are

@@ -200,6 +200,41 @@ TEST(ReadRequest, UnprivilegedRequestByVariableIsAcceptedByDefault) {
               DeviceIdsKind::All);
 }
 
+// ---- the environment's caps (issue 44, F7) ------------------------------------------------
+
+// runc starts a container whatever the size of its environment: a container
+// that asks gpubind for nothing is left alone past the caps too, one that
+// asks for something (by variable, a legacy CUDA image, a device mount) is
+// refused, naming the cap.
+TEST(ReadRequest, TheEnvironmentsCapsRefuseOnlyARequest) {
+    std::vector<std::string> crowded(oci::kMaxEnvEntries + 1, "A=1");
+    const std::string huge = "HUGE=" + std::string(oci::kMaxEnvEntrySize, 'x');
+    EXPECT_FALSE(read(crowded).gpu_container());
+    EXPECT_FALSE(read({"PATH=/bin", huge}).gpu_container());
+    EXPECT_FALSE(read({huge, "NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_GDS=enabled"}).gpu_container());
+
+    crowded.push_back("NVIDIA_VISIBLE_DEVICES=0");
+    auto e = error_of([&] { read(crowded); });
+    EXPECT_EQ(e.code().value(), EINVAL);
+    EXPECT_THAT(e.what(), HasSubstr("/bundles/c1/config.json"));
+    EXPECT_THAT(e.what(), HasSubstr(fmt::format("process.env: {} entries, more than {}",
+                                                crowded.size(), oci::kMaxEnvEntries)));
+    const std::string too_big = fmt::format("process.env[1] (HUGE): {} bytes, more than {}",
+                                            huge.size(), oci::kMaxEnvEntrySize);
+    for (const char* asks : {"NVIDIA_VISIBLE_DEVICES=all", "CUDA_VERSION=12.4.1"}) {
+        e = error_of([&] { read({"PATH=/bin", huge, asks}); });
+        EXPECT_EQ(e.code().value(), EINVAL) << asks;
+        EXPECT_THAT(e.what(), HasSubstr(too_big)) << asks;
+    }
+    Policy mounts;
+    mounts.accept_volume_mounts = true;
+    e = error_of([&] {
+        read_request(make_spec({"PATH=/bin", huge}, false, {std::string(kDeviceDir) + "0"}),
+                     mounts);
+    });
+    EXPECT_THAT(e.what(), HasSubstr(too_big));
+}
+
 // ---- many device mounts (issue 44, F8) ------------------------------------------------------
 
 // Each device mount is one lookup, not a scan of those read before it. The
