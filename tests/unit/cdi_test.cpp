@@ -430,7 +430,8 @@ TEST_F(CdiSpecDir, HostileFilesAreRefusedEachWithOneLineNamingIt) {
     ASSERT_EQ(reg.specs.size(), 1u);
     EXPECT_EQ(reg.specs[0].file, d / "good.json");
     std::vector<std::string> refused_files, lines;
-    for (const auto& [file, line] : reg.refused) {
+    for (const auto& refusal : reg.refused) {
+        const std::string& line = refusal.why;
         lines.push_back(line);
         EXPECT_THAT(line, Not(HasSubstr("\n")));
         for (const char* f : {"bad-json", "relative", "outside", "dotdot", "unknown", "nul", "huge",
