@@ -27,6 +27,9 @@
 //     family's variables ("enabled": every device) and its selecting variable
 //     (all, affine, device names); and a family whose capabilities the
 //     request has comes with the GPUs (never refused for its absence).
+//     Families' variables are read only for a request by variable that passed
+//     rule 2's gate: where policy refuses the variable from an unprivileged
+//     container, such a container gets families only by device mounts or CDI.
 //
 // A variable given several times counts with its last value, as the
 // container's process sees it; duplicate ids are dropped. A container that
