@@ -203,9 +203,9 @@ std::string read_entry(int dirfd, const std::string& name, const fs::path& file)
     if (st.st_mode & (S_IWGRP | S_IWOTH))
         throw_invalid("read CDI spec", file.string(), "writable by other users; refused");
     if (static_cast<std::uint64_t>(st.st_size) > kMaxSpecFileSize)
-        throw_invalid("read CDI spec", file.string(),
-                      fmt::format("{} bytes, more than the {} a CDI spec may have; refused",
-                                  st.st_size, kMaxSpecFileSize));
+        throw Error(ErrorKind::Invalid, EFBIG, "read CDI spec", file.string(),
+                    fmt::format("{} bytes, more than the {} a CDI spec may have; refused",
+                                st.st_size, kMaxSpecFileSize));
     return read_fd(fd.get(), kMaxSpecFileSize, file.string());
 }
 
@@ -574,13 +574,19 @@ void apply_gids(json& process, const Gathered& g) {
 // reg.refused (false).
 bool load_entry(Registry& reg, int dirfd, const std::string& name, const fs::path& file,
                 int priority) {
+    std::string text;
     try {
-        const std::string text = read_entry(dirfd, name, file);
+        text = read_entry(dirfd, name, file);
+    } catch (const Error& e) {
+        reg.refused.push_back({file, e.what(), e.code().value() == EFBIG});
+        return false;
+    }
+    try {
         reg.specs.push_back(
             {file, priority, parse_spec(text, name.ends_with(".yaml"), file.string())});
         return true;
     } catch (const Error& e) {
-        reg.refused.push_back({file, e.what()});
+        reg.refused.push_back({file, e.what(), true});
         return false;
     }
 }

@@ -196,6 +196,7 @@ Requests read_requests(const oci::Spec& spec, const Config& config) {
         reader.read_visible_devices();
     }
     Requests& out = reader.out;
+    if (!out.devices.empty()) oci::check_env_caps(spec);  // it asks for something
     for (const auto& s : reader.sources) out.source += (out.source.empty() ? "" : ", ") + s;
     return std::move(out);
 }

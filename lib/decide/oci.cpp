@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -153,24 +154,37 @@ bool fresh_tmpfs_option(std::string_view o) {
                        [&](std::string_view d) { return o.starts_with(d); });
 }
 
+// Whether the normal path `at`, or a directory above it, is in `paths`: a
+// lookup per level, whatever the number of paths.
+bool at_or_below(std::string_view at, const std::set<std::string, std::less<>>& paths) {
+    for (;;) {
+        if (paths.find(at) != paths.end()) return true;
+        const std::size_t slash = at.rfind('/');
+        if (slash == std::string_view::npos || at == "/") return false;
+        at = slash == 0 ? std::string_view("/") : at.substr(0, slash);
+    }
+}
+
 }  // namespace
 
 std::vector<std::string> Spec::fresh_tmpfs() const {
     std::vector<std::string> out;
-    std::vector<std::string> later;  // the destinations of the mounts after mounts[i]
+    std::set<std::string, std::less<>> later;  // the destinations of the mounts after mounts[i]
     for (auto m = mounts.rbegin(); m != mounts.rend(); ++m) {
         // A relative destination is the runtime's below "/" too.
-        const std::string at = normal_path("/" + m->destination);
+        std::string at = normal_path("/" + m->destination);
         const bool fresh = m->type == "tmpfs" &&
                            std::all_of(m->options.begin(), m->options.end(),
                                        [](const std::string& o) { return fresh_tmpfs_option(o); });
-        const bool covered = std::any_of(later.begin(), later.end(), [&](const std::string& d) {
-            return at == d || d == "/" || at.starts_with(d + "/");
-        });
-        if (fresh && !covered && at != "/") out.push_back(at);
-        later.push_back(at);
+        if (fresh && at != "/" && !at_or_below(at, later)) out.push_back(at);
+        later.insert(std::move(at));
     }
     return out;
+}
+
+void check_env_caps(const Spec& spec) {
+    if (!spec.env_over_caps.empty())
+        throw_invalid("read request", (spec.bundle / "config.json").string(), spec.env_over_caps);
 }
 
 State parse_state(std::string_view text, const std::string& what) {
@@ -222,21 +236,24 @@ Spec parse_spec_document(nlohmann::json doc_json, const std::filesystem::path& b
     if (const json* process = Reader::member(doc, "process")) {
         r.object(*process, "process");
         if (const json* env = Reader::member(*process, "env")) {
-            if (env->is_array() && env->size() > kMaxEnvEntries)
-                r.fail("process.env",
-                       fmt::format("{} entries, more than {}", env->size(), kMaxEnvEntries));
             spec.env = r.strings(*env, "process.env");
+            // Past the caps: noted, refused only for a request (check_env_caps).
+            if (spec.env.size() > kMaxEnvEntries)
+                spec.env_over_caps = fmt::format("process.env: {} entries, more than {}",
+                                                 spec.env.size(), kMaxEnvEntries);
             // runc refuses such entries too; better to say which one here.
+            auto field = [&](std::size_t i) {
+                return fmt::format("process.env[{}]{}", i, env_name(spec.env[i]));
+            };
             for (std::size_t i = 0; i < spec.env.size(); ++i) {
                 const std::string& entry = spec.env[i];
-                const std::string field = fmt::format("process.env[{}]{}", i, env_name(entry));
-                if (entry.size() > kMaxEnvEntrySize)
-                    r.fail(field,
-                           fmt::format("{} bytes, more than {}", entry.size(), kMaxEnvEntrySize));
-                if (entry.find('=') == std::string::npos) r.fail(field, "no '=' in the entry");
+                if (entry.size() > kMaxEnvEntrySize && spec.env_over_caps.empty())
+                    spec.env_over_caps = fmt::format("{}: {} bytes, more than {}", field(i),
+                                                     entry.size(), kMaxEnvEntrySize);
+                if (entry.find('=') == std::string::npos) r.fail(field(i), "no '=' in the entry");
                 // A C string ends there: what gpubind read and what the
                 // container's process gets would differ.
-                if (entry.find('\0') != std::string::npos) r.fail(field, "contains a NUL byte");
+                if (entry.find('\0') != std::string::npos) r.fail(field(i), "contains a NUL byte");
             }
         }
         if (const json* caps = Reader::member(*process, "capabilities")) {

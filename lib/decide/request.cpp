@@ -27,15 +27,21 @@
 //     family's variables ("enabled": every device) and its selecting variable
 //     (all, affine, device names); and a family whose capabilities the
 //     request has comes with the GPUs (never refused for its absence).
+//     Families' variables are read only for a request by variable that passed
+//     rule 2's gate: where policy refuses the variable from an unprivileged
+//     container, such a container gets families only by device mounts or CDI.
 //
 // A variable given several times counts with its last value, as the
-// container's process sees it; duplicate ids are dropped.
+// container's process sees it; duplicate ids are dropped. A container that
+// asks for something is refused when its environment is past the caps
+// (oci::check_env_caps); one that asks for nothing is not.
 #include "gpubind/decide/request.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <map>
 #include <set>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -52,11 +58,21 @@ namespace {
 constexpr std::string_view kDeviceMountDir = "/var/run/nvidia-container-devices";
 constexpr std::string_view kRequirePrefix = "NVIDIA_REQUIRE_";
 
-void add_unique(std::vector<std::string>& list, std::string item) {
-    for (const auto& s : list)
-        if (s == item) return;
-    list.push_back(std::move(item));
-}
+// A list without duplicates, in the order items first came: each addition
+// is one lookup, not a scan of the list (a spec may hold 200,000 device
+// mounts, a variable thousands of names).
+class UniqueList {
+  public:
+    void add(std::string item) {
+        if (seen_.insert(item).second) items_.push_back(std::move(item));
+    }
+    const std::vector<std::string>& items() const { return items_; }
+    std::vector<std::string> take() && { return std::move(items_); }
+
+  private:
+    std::vector<std::string> items_;
+    std::unordered_set<std::string> seen_;
+};
 
 bool truthy(std::string_view value) {
     auto v = to_lower(trim(value));
@@ -72,9 +88,9 @@ bool legacy_cuda_image(const oci::Spec& spec) {
 
 struct MountRequest {
     bool present = false;
-    std::vector<std::string> devices;
-    std::vector<std::string> imex;
-    std::map<std::string, std::vector<std::string>> families;  // family -> devices ("all")
+    UniqueList devices;
+    UniqueList imex;
+    std::map<std::string, UniqueList> families;  // family -> devices ("all")
 };
 
 // A device's name as a family lists it ("mlx5_0", "nvidia-fs3", "card1").
@@ -107,12 +123,12 @@ MountRequest read_device_mounts(const oci::Spec& spec, const std::vector<Family>
         };
         out.present = true;
         if (parts.size() == 1) {
-            add_unique(out.devices, parts[0]);
+            out.devices.add(parts[0]);
         } else if (parts.size() == 2 &&
                    std::any_of(families.begin(), families.end(),
                                [&](const Family& f) { return f.name == parts[0]; })) {
             if (!device_name(parts[1])) bad("not a device name");
-            add_unique(out.families[parts[0]], parts[1]);
+            out.families[parts[0]].add(parts[1]);
         } else if (parts.size() == 2 && parts[0] == "imex") {
             // One channel a mount: a number or "all".
             if (parts[1].find_first_of(", \t") != std::string::npos || parts[1] == "none" ||
@@ -120,7 +136,7 @@ MountRequest read_device_mounts(const oci::Spec& spec, const std::vector<Family>
                 bad("not an IMEX channel number");
             for (auto& c : parse_imex_channels(
                      parts[1], fmt::format("mounts[{}].destination {}", i, m.destination), where))
-                add_unique(out.imex, std::move(c));
+                out.imex.add(std::move(c));
         } else {
             bad("not a device id");
         }
@@ -201,19 +217,19 @@ Request request_by_mounts(MountRequest mounts) {
     Request req;
     req.source = RequestSource::VolumeMounts;
     bool all = false;
-    for (const auto& id : mounts.devices) all = all || id == "all";
+    for (const auto& id : mounts.devices.items()) all = all || id == "all";
     if (all)
         req.devices = {DeviceIdsKind::All, {}};
-    else if (mounts.devices.empty())
+    else if (mounts.devices.items().empty())
         req.devices = {DeviceIdsKind::None, {}};  // only IMEX channels: the driver, no GPU
     else
-        req.devices = {DeviceIdsKind::List, std::move(mounts.devices)};
+        req.devices = {DeviceIdsKind::List, std::move(mounts.devices).take()};
     bool all_channels = false;
-    for (const auto& c : mounts.imex) all_channels = all_channels || c == "all";
+    for (const auto& c : mounts.imex.items()) all_channels = all_channels || c == "all";
     if (all_channels)
         req.imex_channels = {"all"};
     else
-        req.imex_channels = std::move(mounts.imex);
+        req.imex_channels = std::move(mounts.imex).take();
     return req;
 }
 
@@ -302,6 +318,7 @@ void read_family_variables(Request& req, const oci::Spec& spec, const std::vecto
                 fr.asked_by = fmt::format("{}={}", variable, *value);
             }
         if (auto value = f.select.empty() ? std::nullopt : spec.getenv(f.select)) {
+            UniqueList names;
             for (auto field : split(*value, ',')) {
                 field = trim(field);
                 if (field.empty() || field == "none" || field == "void") continue;
@@ -310,12 +327,13 @@ void read_family_variables(Request& req, const oci::Spec& spec, const std::vecto
                 else if (field == "affine")
                     fr.affine = true;
                 else if (device_name(field))
-                    add_unique(fr.names, std::string(field));
+                    names.add(std::string(field));
                 else
                     throw_invalid("read request", where,
                                   fmt::format("{}: '{}' is not all, affine or a device name",
                                               f.select, field));
             }
+            fr.names = std::move(names).take();
             if (fr.all || fr.affine || !fr.names.empty())
                 fr.asked_by = fmt::format("{}={}", f.select, *value);
         }
@@ -332,13 +350,13 @@ void read_family_variables(Request& req, const oci::Spec& spec, const std::vecto
 }
 
 // What device mounts ask of each family (and the capabilities, as by variable).
-void read_family_mounts(Request& req, std::map<std::string, std::vector<std::string>> mounts,
+void read_family_mounts(Request& req, std::map<std::string, UniqueList> mounts,
                         const std::vector<Family>& families) {
     for (const auto& f : families) {
         FamilyRequest fr;
         fr.family = f.name;
         if (auto it = mounts.find(f.name); it != mounts.end()) {
-            for (auto& name : it->second)
+            for (auto& name : std::move(it->second).take())
                 if (name == "all")
                     fr.all = true;
                 else
@@ -405,6 +423,8 @@ Request read_request(const oci::Spec& spec, const Policy& policy,
         req = request_by_variables(spec, policy, legacy, container, where);
         if (!req.gpu_container()) return req;
     }
+    // It asks for something: the environment within its caps (F7 of issue 44).
+    oci::check_env_caps(spec);
 
     req.caps = read_capabilities(spec, policy, legacy, container, where);
 

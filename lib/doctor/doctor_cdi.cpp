@@ -170,6 +170,7 @@ CdiSpecFacts gather_cdi_specs(const Config& config, const std::vector<fs::path>&
         CdiSpecFacts::File file;
         file.path = r.file.string();
         file.refused = r.why;
+        file.refused_content = r.content;
         f.files.push_back(std::move(file));
     }
     return f;
@@ -184,13 +185,19 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
     std::vector<Check> checks;
     for (const auto& file : f.files) {
         if (!file.refused.empty()) {
-            checks.push_back({kCdiGroup,
-                              file.path,
-                              Verdict::Problem,
-                              "no engine will use it",
-                              {file.refused},
-                              "write it again as a regular file owned by root and writable by "
-                              "root alone (gpubind cdi refresh for the node's own specs)"});
+            // What mends it: its content, or the file (its type, owner, mode).
+            checks.push_back(
+                {kCdiGroup,
+                 file.path,
+                 Verdict::Problem,
+                 "no engine will use it",
+                 {file.refused},
+                 file.refused_content
+                     ? "correct its content as the evidence says, or generate it again "
+                       "(gpubind cdi generate, gpubind cdi refresh for the node's own specs; "
+                       "nvidia-ctk cdi generate for NVIDIA's)"
+                     : "write it again as a regular file owned by root and writable by "
+                       "root alone (gpubind cdi refresh for the node's own specs)"});
             continue;
         }
         Check c{kCdiGroup, file.path, Verdict::Ok, {}, {}, {}};

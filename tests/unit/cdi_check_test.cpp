@@ -214,13 +214,32 @@ TEST_F(CdiCheck, AFileNoEngineWouldReadIsAProblemAndNeverFollowed) {
     std::ofstream(specs_.path() / "writable.json")
         << one_node("example.com/gpu", "8", host("/dev/nvidia0"), "/dev/nvidia0");
     fs::permissions(specs_.path() / "writable.json", fs::perms(0666));
-    std::ofstream(specs_.path() / "broken.json") << "{\"cdiVersion\": ";
     const auto all = checks();
     EXPECT_THAT(evidence(of(all, "linked.json")), HasSubstr("a symbolic link; refused"));
     EXPECT_EQ(of(all, "writable.json").verdict, Verdict::Problem);
-    EXPECT_EQ(of(all, "broken.json").verdict, Verdict::Problem);
-    for (const char* name : {"linked.json", "writable.json", "broken.json"})
+    for (const char* name : {"linked.json", "writable.json"})
         EXPECT_THAT(of(all, name).fix, HasSubstr("owned by root and writable by root alone"));
+}
+
+// Issue 44: a file root owns and root alone may write, refused for what it
+// says (not JSON, or a device name CDI does not allow), is mended by its
+// content: the fix line says so, not "owned by root".
+TEST_F(CdiCheck, ASpecThatFailsValidationNamesItsContentAsTheFix) {
+    std::ofstream(specs_.path() / "broken.json") << "{\"cdiVersion\": ";
+    json invalid = one_node("example.com/gpu", "7", host("/dev/nvidia0"), "/dev/nvidia0");
+    invalid["devices"][0]["name"] = "seven/7";
+    write("invalid.json", invalid);
+    const auto all = checks();
+    for (const char* name : {"broken.json", "invalid.json"}) {
+        const Check& c = of(all, name);
+        ASSERT_EQ(fs::status(specs_.path() / name).permissions() & fs::perms::group_write,
+                  fs::perms::none);
+        EXPECT_EQ(c.verdict, Verdict::Problem) << name;
+        EXPECT_THAT(c.fix, testing::Not(HasSubstr("owned by root"))) << name;
+        EXPECT_THAT(c.fix, HasSubstr("correct its content")) << name;
+        EXPECT_THAT(c.fix, HasSubstr("gpubind cdi generate")) << name;
+    }
+    EXPECT_THAT(evidence(of(all, "invalid.json")), HasSubstr("devices[0].name"));
 }
 
 TEST_F(CdiCheck, TheCliChecksTheFilesNamedAndExitsFiveOnAProblem) {

@@ -392,6 +392,20 @@ TEST(CdiRequests, WhoMayNameWhichVendorsDevices) {
     EXPECT_EQ(cdi::read_requests(spec_of({{"annotations", own}}), c).devices.size(), 1u);
 }
 
+// Issue 44 (F7): a container naming no CDI device is read whatever its
+// environment's size (runc starts it); one naming devices is refused past
+// the environment's caps, naming the cap.
+TEST(CdiRequests, TheEnvironmentsCapsRefuseOnlyARequest) {
+    const Config c = policy_config(Policy{});
+    json doc = {
+        {"process", {{"env", {"PATH=/bin", "HUGE=" + std::string(oci::kMaxEnvEntrySize, 'x')}}}}};
+    EXPECT_TRUE(cdi::read_requests(spec_of(doc), c).devices.empty());
+    doc["annotations"] = {{"cdi.k8s.io/p", "nvidia.com/gpu=1"}};
+    const Error e = test::error_of([&] { cdi::read_requests(spec_of(doc), c); });
+    EXPECT_EQ(e.code().value(), EINVAL);
+    EXPECT_THAT(e.what(), HasSubstr("process.env[1] (HUGE): "));
+}
+
 // Issue 21 (4): a request is capped in names (counted before duplicates are
 // dropped), refused in one line; below the cap duplicates are dropped in
 // order. The spec index makes applying many names a lookup each.
@@ -463,7 +477,8 @@ TEST_F(CdiSpecDir, HostileFilesAreRefusedEachWithOneLineNamingIt) {
     ASSERT_EQ(reg.specs.size(), 1u);
     EXPECT_EQ(reg.specs[0].file, d / "good.json");
     std::vector<std::string> refused_files, lines;
-    for (const auto& [file, line] : reg.refused) {
+    for (const auto& refusal : reg.refused) {
+        const std::string& line = refusal.why;
         lines.push_back(line);
         EXPECT_THAT(line, Not(HasSubstr("\n")));
         for (const char* f : {"bad-json", "relative", "outside", "dotdot", "unknown", "nul", "huge",

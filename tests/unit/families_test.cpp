@@ -243,6 +243,53 @@ TEST(FamilyRequest, DeviceMountsNameFamilies) {
     EXPECT_EQ(asked(vars, "rdma"), nullptr);
 }
 
+// Issue 44: families asked by variable pass the gate GPUs asked by variable
+// pass ([policy] accept-envvar-unprivileged); where the node refuses the
+// variable from a container without CAP_SYS_ADMIN, such a container gets
+// families only through device mounts (or CDI), whatever variables its image sets.
+TEST(FamilyRequest, FamiliesByVariableFollowTheVariablesGate) {
+    const std::string dir = "/var/run/nvidia-container-devices/";
+    const std::vector<std::string> every = {"NVIDIA_MOFED=enabled", "NVIDIA_GDS=enabled",
+                                            "NVIDIA_NVSWITCH=enabled", "NVIDIA_GDRCOPY=enabled",
+                                            "GPUBIND_RDMA=all"};
+    auto with = [&](std::vector<std::string> env, const std::string& more) {
+        env.push_back(more);
+        return env;
+    };
+    Config c = default_config();
+    c.policy.accept_envvar_unprivileged = false;
+    c.policy.accept_volume_mounts = true;
+    // One GPU and GDS by mount: GDS alone, never what the variables ask.
+    for (const auto& env : {every, with(every, "NVIDIA_VISIBLE_DEVICES=all")}) {
+        const Request r =
+            read_request(make_spec(env, false, {dir + "0", dir + "gds/all"}), c.policy, c.families);
+        EXPECT_EQ(r.source, RequestSource::VolumeMounts);
+        ASSERT_NE(asked(r, "gds"), nullptr);
+        EXPECT_EQ(asked(r, "gds")->asked_by, "device mounts under " + dir + "gds");
+        for (const char* family : {"rdma", "gdrcopy", "nvswitch"})
+            EXPECT_EQ(asked(r, family), nullptr) << family;
+    }
+    // By variable, one GPU and every family: refused, the families with it.
+    const Error e = error_of([&] {
+        read_request(make_spec(with(every, "NVIDIA_VISIBLE_DEVICES=0")), c.policy, c.families);
+    });
+    EXPECT_EQ(e.code().value(), ECANCELED);
+    EXPECT_THAT(std::string(e.what()), HasSubstr("accept_envvar_unprivileged is off"));
+    // No GPU asked: no family either.
+    EXPECT_THAT(read_request(make_spec(every), c.policy, c.families).families, IsEmpty());
+    // A privileged container passes the gate, families and all.
+    const Request privileged = read_request(
+        make_spec(with(every, "NVIDIA_VISIBLE_DEVICES=0"), true), c.policy, c.families);
+    for (const char* family : {"rdma", "gds", "gdrcopy", "nvswitch"})
+        EXPECT_NE(asked(privileged, family), nullptr) << family;
+    // Where the node accepts the variable, so does it the families' variables.
+    c.policy.accept_envvar_unprivileged = true;
+    c.policy.accept_volume_mounts = false;
+    const Request accepted =
+        read_request(make_spec(with(every, "NVIDIA_VISIBLE_DEVICES=0")), c.policy, c.families);
+    EXPECT_TRUE(asked(accepted, "rdma")->all);
+}
+
 TEST(FamilyRequest, MalformedValuesAreOneLineNamingTheVariable) {
     for (const auto& env : std::vector<std::vector<std::string>>{
              {"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_GDS=maybe"},

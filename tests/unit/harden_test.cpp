@@ -194,15 +194,23 @@ TEST(HardenedHook, ImageEnvironmentFullOfJunkIsFine) {
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.err, "");
 
-    // Past the caps: a clear refusal naming the entry.
+    // Past the caps (issue 44, F7): a container that asks for no GPU is left
+    // alone, as runc starts it; one that asks is refused, naming the entry.
     env.push_back("HUGE=" + std::string(oci::kMaxEnvEntrySize, 'x'));
-    const std::string huge = make_bundle(dir / "huge", env);
-    r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, huge);
+    const std::size_t huge_at = env.size() - 1;
+    r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, make_bundle(dir / "huge", env));
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    env.push_back("NVIDIA_VISIBLE_DEVICES=all");
+    r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, make_bundle(dir / "huge-gpu", env));
     EXPECT_EQ(r.status, kExitInvalid) << r.err;
-    EXPECT_THAT(r.err, HasSubstr("process.env[" + std::to_string(env.size() - 1) + "]"));
+    EXPECT_THAT(r.err, HasSubstr("process.env[" + std::to_string(huge_at) + "] (HUGE)"));
     std::vector<std::string> many(oci::kMaxEnvEntries + 1, "A=1");
-    const std::string crowded = make_bundle(dir / "crowded", many);
-    r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, crowded);
+    r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, make_bundle(dir / "crowded", many));
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    many.push_back("NVIDIA_VISIBLE_DEVICES=0");
+    r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, make_bundle(dir / "crowded-gpu", many));
     EXPECT_EQ(r.status, kExitInvalid) << r.err;
     EXPECT_THAT(r.err, HasSubstr("process.env: " + std::to_string(many.size()) + " entries"));
 }

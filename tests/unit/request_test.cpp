@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <ctime>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -195,6 +198,73 @@ TEST(ReadRequest, UnprivilegedRequestByVariableIsRefusedWhenPolicySaysSo) {
 TEST(ReadRequest, UnprivilegedRequestByVariableIsAcceptedByDefault) {
     EXPECT_EQ(read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=all"}, false), Policy{}).devices.kind,
               DeviceIdsKind::All);
+}
+
+// ---- the environment's caps (issue 44, F7) ------------------------------------------------
+
+// runc starts a container whatever the size of its environment: a container
+// that asks gpubind for nothing is left alone past the caps too, one that
+// asks for something (by variable, a legacy CUDA image, a device mount) is
+// refused, naming the cap.
+TEST(ReadRequest, TheEnvironmentsCapsRefuseOnlyARequest) {
+    std::vector<std::string> crowded(oci::kMaxEnvEntries + 1, "A=1");
+    const std::string huge = "HUGE=" + std::string(oci::kMaxEnvEntrySize, 'x');
+    EXPECT_FALSE(read(crowded).gpu_container());
+    EXPECT_FALSE(read({"PATH=/bin", huge}).gpu_container());
+    EXPECT_FALSE(read({huge, "NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_GDS=enabled"}).gpu_container());
+
+    crowded.push_back("NVIDIA_VISIBLE_DEVICES=0");
+    auto e = error_of([&] { read(crowded); });
+    EXPECT_EQ(e.code().value(), EINVAL);
+    EXPECT_THAT(e.what(), HasSubstr("/bundles/c1/config.json"));
+    EXPECT_THAT(e.what(), HasSubstr(fmt::format("process.env: {} entries, more than {}",
+                                                crowded.size(), oci::kMaxEnvEntries)));
+    const std::string too_big = fmt::format("process.env[1] (HUGE): {} bytes, more than {}",
+                                            huge.size(), oci::kMaxEnvEntrySize);
+    for (const char* asks : {"NVIDIA_VISIBLE_DEVICES=all", "CUDA_VERSION=12.4.1"}) {
+        e = error_of([&] { read({"PATH=/bin", huge, asks}); });
+        EXPECT_EQ(e.code().value(), EINVAL) << asks;
+        EXPECT_THAT(e.what(), HasSubstr(too_big)) << asks;
+    }
+    Policy mounts;
+    mounts.accept_volume_mounts = true;
+    e = error_of([&] {
+        read_request(make_spec({"PATH=/bin", huge}, false, {std::string(kDeviceDir) + "0"}),
+                     mounts);
+    });
+    EXPECT_THAT(e.what(), HasSubstr(too_big));
+}
+
+// ---- many device mounts (issue 44, F8) ------------------------------------------------------
+
+// Each device mount is one lookup, not a scan of those read before it. The
+// mounts name 100,000 HCAs of 64 characters that differ only at their end
+// (then the first 1,000 again): the quadratic reading compared each with
+// every one before it, billions of full-length comparisons, tens of seconds
+// of CPU; the linear one takes a fraction of a second. The bound catches the
+// quadratic reading coming back, not a slower linear one (bench_request
+// measures that).
+TEST(ReadRequest, ManyDeviceMountsAreReadInLinearTime) {
+    constexpr std::size_t kNames = 100'000;
+    auto hca = [](std::size_t i) { return fmt::format("mlx5_{:0>59}", i); };
+    oci::Spec spec = make_spec({}, false, {std::string(kDeviceDir) + "0"});
+    for (std::size_t i = 0; i < kNames + 1000; ++i)
+        spec.mounts.push_back({fmt::format("{}rdma/{}", kDeviceDir, hca(i % kNames)),
+                               "/dev/null",
+                               "bind",
+                               {"bind", "ro"}});
+    Config config = default_config();
+    config.policy.accept_volume_mounts = true;
+    const std::clock_t start = std::clock();
+    const Request r = read_request(spec, config.policy, config.families);
+    const double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
+    EXPECT_THAT(r.devices.ids, ElementsAre("0"));
+    ASSERT_EQ(r.families.size(), 1u);
+    EXPECT_EQ(r.families[0].family, "rdma");
+    ASSERT_EQ(r.families[0].names.size(), kNames);  // each once, in the mounts' order
+    EXPECT_EQ(r.families[0].names.front(), hca(0));
+    EXPECT_EQ(r.families[0].names.back(), hca(kNames - 1));
+    EXPECT_LT(seconds, 5.0) << "CPU seconds reading " << spec.mounts.size() << " device mounts";
 }
 
 // ---- capabilities -----------------------------------------------------------------------------

@@ -29,6 +29,9 @@ struct Registry {
     struct Refusal {
         std::filesystem::path file;
         std::string why;  // the error, naming the file: "read CDI spec <file>: ..."
+        // For what it says (not JSON or YAML, fails validate, too large), not
+        // for the file itself (a link, not regular, not root's, writable by others).
+        bool content = false;
     };
     std::vector<Refusal> refused;  // one per refused file
 };

@@ -21,7 +21,8 @@ inline constexpr std::size_t kMaxSpecSize = 16u << 20;  // 16 MiB
 // The deepest nesting of arrays and objects a state or spec may have (a
 // real spec has under 10; a document is copied and compared recursively).
 inline constexpr std::size_t kMaxJsonDepth = 1000;
-// process.env of a spec: entries ("KEY=VALUE") and the size of each.
+// process.env of a spec: entries ("KEY=VALUE") and the size of each, for a
+// container that asks gpubind for something (check_env_caps).
 inline constexpr std::size_t kMaxEnvEntries = 8192;
 inline constexpr std::size_t kMaxEnvEntrySize = 64u << 10;  // 64 KiB
 
@@ -62,6 +63,9 @@ struct Spec {
     std::vector<IdMapping> gid_mappings;
     std::string cgroups_path;        // linux.cgroupsPath
     std::string rootfs_propagation;  // linux.rootfsPropagation ("rshared", ...)
+    // Where process.env is past kMaxEnvEntries or kMaxEnvEntrySize
+    // ("process.env: 9000 entries, more than 8192"); empty within them.
+    std::string env_over_caps;
 
     // The last value of `name` in env (later entries win, as execve sees them).
     std::optional<std::string> getenv(std::string_view name) const;
@@ -75,7 +79,13 @@ struct Spec {
     std::vector<std::string> fresh_tmpfs() const;
 };
 
+// Throws Error(EINVAL, "read request", <bundle>/config.json, env_over_caps)
+// where the environment is past its caps. Called only for a container that
+// asks gpubind for something: runc starts any other, and so does gpubind.
+void check_env_caps(const Spec& spec);
+
 // Parse errors throw Error(EINVAL, "parse state"/"parse spec", what, detail).
+// An environment past its caps is no parse error (Spec::env_over_caps).
 State parse_state(std::string_view json, const std::string& what);
 Spec parse_spec(std::string_view json, const std::filesystem::path& bundle);
 // The same of a document already parsed (gpubind-runtime's edited spec).

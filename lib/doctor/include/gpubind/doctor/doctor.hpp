@@ -201,6 +201,7 @@ struct CdiSpecFacts {
     struct File {
         std::string path;
         std::string refused;               // why no engine would use it ("" when it loads)
+        bool refused_content = false;      // refused for what it says, not the file itself
         std::string version;               // its cdiVersion
         std::string needed;                // the lowest cdiVersion its features need
         std::vector<std::string> devices;  // qualified names
