@@ -31,7 +31,13 @@ Config load_trusted(const std::filesystem::path& path, bool missing_is_defaults)
     if (!S_ISREG(st.st_mode))
         throw Error(ErrorKind::Invalid, EINVAL, "load config", path.string(),
                     "not a regular file; refusing");
-    if (!host_root_owns(st.st_uid) && st.st_uid != ::geteuid())
+    // An Unknown owner (a user namespace that does not map the host's root:
+    // enroot's gpubind-nvc) passes: root's config shows so there, and its
+    // path is no other user's choice (the installer's, beside the program or
+    // /etc/gpubind; a registration's GPUBIND_CONFIG; the caller's own
+    // --config). What it names is checked on its own: IPCs and family files
+    // owned so are given only where root's description vouches for them.
+    if (host_owner(st.st_uid) == HostOwner::Other && st.st_uid != ::geteuid())
         throw Error(EACCES, "load config", path.string(),
                     "owned by uid " + std::to_string(st.st_uid) + ", not root; refusing");
     if ((st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0))

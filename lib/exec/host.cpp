@@ -100,11 +100,15 @@ void check_in_place(Context& c, bool shared, const std::string& who) {
         Fd init = c.sys.open_process(1);
         init_ns = c.sys.open_mount_ns(init.get(), 1);
     } catch (const Error& e) {
-        // Hidden from root (a sandbox of this machine's, yama): not compared;
-        // a shared mount below the root still refuses the container.
-        if (e.code().value() != EACCES && e.code().value() != EPERM) throw;
-        logger().debug("pid 1's mount namespace cannot be compared: {}", e.what());
-        return;
+        // Hidden (an LSM, an empty /proc mounted over the host's, pid 1 not
+        // there): a namespace that cannot be told from the host's is taken
+        // for it (issue 44, F2: the mounts went to the host's namespace).
+        throw Error(EPERM, "execute", c.target.rootfs.string(),
+                    std::string("pid 1's mount namespace cannot be compared with this "
+                                "process's (") +
+                        e.what() +
+                        "); refusing to act in place (give the container's --pid, or make "
+                        "/proc/1/ns/mnt readable)");
     }
     if (c.sys.same_file(init_ns.get(), c.host.own_ns.get()))
         throw Error(EPERM, "execute", c.target.rootfs.string(),

@@ -74,12 +74,12 @@ std::string content_of(int at, const char* name) {
     }
 }
 
-// An owner as the fingerprint records it: the host's root as 0 wherever it
-// shows (host_root_owns: in a user namespace that does not map it, the
-// overflow uid), so that such a caller, enroot's gpubind-nvc, matches the
-// description root wrote. From the initial user namespace nothing changes.
+// An owner as the fingerprint records it: the host's root as 0, and so an
+// Unknown one (host_owner), so that enroot's gpubind-nvc matches the
+// description root wrote: a key, not a trust (what such an owner holds is
+// given only as that description vouches: vouches()).
 unsigned owner_key(uid_t uid) {
-    return host_root_owns(uid) ? 0u : uid;
+    return host_owner(uid) == HostOwner::Other ? uid : 0u;
 }
 
 // lstat identity: what changes when the entry is replaced, written, renamed
@@ -491,7 +491,13 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
         why = errno == ENOENT ? "no description yet" : dir.string() + ": " + std::strerror(errno);
         return std::nullopt;
     }
-    if (std::string bad = untrusted_dir(dirfd.get()); !bad.empty()) {
+    // An Unknown owner passes (root's, in enroot's namespace): matching needs
+    // it, and its directory is the trusted config's.
+    struct stat st {};
+    const bool unknown = ::fstat(dirfd.get(), &st) == 0 && S_ISDIR(st.st_mode) &&
+                         host_owner(st.st_uid) == HostOwner::Unknown &&
+                         (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+    if (std::string bad = untrusted_dir(dirfd.get()); !bad.empty() && !unknown) {
         why = dir.string() + " " + bad;
         return std::nullopt;
     }
@@ -503,12 +509,11 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
                                : path.string() + ": " + std::strerror(errno);
         return std::nullopt;
     }
-    struct stat st {};
     if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
         why = path.string() + " is not a regular file";
         return std::nullopt;
     }
-    if (!host_root_owns(st.st_uid)) {
+    if (host_owner(st.st_uid) == HostOwner::Other) {
         why = path.string() + " is not owned by root";
         return std::nullopt;
     }
@@ -605,6 +610,26 @@ void ask_nvml(NodeKnowledge& k, std::chrono::milliseconds timeout) {
     logger().debug("node description: NVML {} in {} ms{}{}",
                    k.nvml.error.empty() ? "answered" : "failed", k.nvml.took_ms,
                    k.nvml.error.empty() ? "" : ": ", k.nvml.error);
+}
+
+// discover's Vouch: root's description gave that IPC, which and every
+// directory above which have the `owner:` identity it recorded (inode, mode,
+// an owner it saw as root's), or it gave a family that file.
+bool vouches(const NodeKnowledge& stored, const std::string& host_path) {
+    const auto same = [&](const fs::path& p) {
+        const auto it = stored.fingerprint.find(std::string(kOwner) + p.string());
+        return it != stored.fingerprint.end() && it->second == owner_identity(p.c_str());
+    };
+    for (const auto& f : stored.node.files) {
+        if (f.kind != FileKind::Ipc || f.host_path != host_path) continue;
+        for (fs::path p = host_path; same(p); p = p.parent_path())
+            if (p == p.parent_path()) return true;
+        return false;
+    }
+    for (const auto& family : stored.node.families)
+        for (const auto& file : family.files)
+            if (under(stored.node.roots.driver, file).string() == host_path) return true;
+    return false;
 }
 
 }  // namespace
@@ -747,6 +772,8 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
         k.computed_at = now_seconds();
         DiscoverOptions discover_options;
         discover_options.nvml = false;
+        if (stored)
+            discover_options.vouched = [&](const std::string& p) { return vouches(*stored, p); };
         k.node = discover(config, discover_options);
         k.proc = read_proc_files(k.node);
         // The fixed parts and the identities of paths this node still

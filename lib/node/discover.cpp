@@ -249,10 +249,25 @@ void discover_libraries(Node& node, const Config& config) {
 // component at a time without following links: every directory on the way
 // is root's and no one else can replace what is in it (not writable by
 // others, or sticky), and the IPC itself is a socket or a directory of root's.
-// "missing" when it is not there.
-std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners) {
+// "missing" when it is not there. Where an owner on the way shows as Unknown
+// (a user namespace that does not map the host's root: root's and any other
+// unmapped user's files look alike), the IPC is given only where root's own
+// stored description vouches for it (issue 44, F1: another user's
+// /tmp/nvidia-mps passed for root's there).
+std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners,
+                       const Vouch& vouched) {
+    bool unknown = false;
     auto trusted = [&](uid_t uid) {
-        return host_root_owns(uid) || std::find(owners.begin(), owners.end(), uid) != owners.end();
+        switch (host_owner(uid)) {
+            case HostOwner::Root:
+                return true;
+            case HostOwner::Unknown:  // never an ipc-owners user: any unmapped one shows so
+                unknown = true;
+                return true;
+            case HostOwner::Other:
+                break;
+        }
+        return std::find(owners.begin(), owners.end(), uid) != owners.end();
     };
     if (!p.is_absolute()) return "is not an absolute path";
     Fd dir(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -279,6 +294,9 @@ std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners) {
         }
         dir = std::move(next);
     }
+    if (unknown && !(vouched && vouched(p.string())))
+        return "has an owner (or a directory above it has) that this user namespace does not "
+               "map, and root's stored description does not vouch for it as it is";
     return {};
 }
 
@@ -298,7 +316,7 @@ Program program_at(const fs::path& p) {
                : Program::Other;
 }
 
-void discover_other_files(Node& node, const Config& config) {
+void discover_other_files(Node& node, const Config& config, const Vouch& vouched) {
     const auto dirs = program_dirs(node);
     for (const auto& entry : config.catalog.binaries) {
         std::optional<fs::path> skipped;
@@ -325,7 +343,7 @@ void discover_other_files(Node& node, const Config& config) {
     }
     for (const auto& entry : config.catalog.ipcs) {
         fs::path p = under(node.roots.driver, entry.name);
-        if (std::string why = unsafe_ipc(p, config.policy.ipc_owners); !why.empty()) {
+        if (std::string why = unsafe_ipc(p, config.policy.ipc_owners, vouched); !why.empty()) {
             if (why != "missing") node.warnings.push_back(p.string() + " " + why + "; not given");
             continue;
         }
@@ -435,9 +453,9 @@ Node discover(const Config& config, const DiscoverOptions& options) {
     discover_gpus(node, majors);
     discover_control_nodes(node, majors);
     discover_imex_channels(node, majors);
-    discover_families(node, config, majors);
+    discover_families(node, config, majors, options.vouched);
     discover_libraries(node, config);
-    discover_other_files(node, config);
+    discover_other_files(node, config, options.vouched);
     if (options.nvml && !node.gpus.empty()) apply_nvml(node, options.nvml_timeout);
     for (const auto& w : node.warnings) logger().debug("discover: {}", w);
     return node;

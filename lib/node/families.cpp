@@ -207,7 +207,8 @@ void drm(Node& node, const Family& f, FamilyNodes& out, const Kernel& k) {
 
 }  // namespace
 
-void discover_families(Node& node, const Config& config, const Majors& majors) {
+void discover_families(Node& node, const Config& config, const Majors& majors,
+                       const Vouch& vouched) {
     for (auto& gpu : node.gpus) gpu.place = sysfs::pci_place(node.roots.sys, gpu.pci_bus_id);
     if (config.families.empty()) return;
     const Kernel k{majors, read_misc(node.roots.proc / "misc")};
@@ -233,12 +234,22 @@ void discover_families(Node& node, const Config& config, const Majors& majors) {
             const fs::path host = under(node.roots.driver, file);
             struct stat st {};
             if (::lstat(host.c_str(), &st) != 0) continue;
-            if (!S_ISREG(st.st_mode) || !host_root_owns(st.st_uid) ||
+            // An owner that cannot be told from another user's (a user
+            // namespace without the host's root) only where root's stored
+            // description gave the same file.
+            const HostOwner owner = host_owner(st.st_uid);
+            const bool vouched_for =
+                owner == HostOwner::Unknown && vouched && vouched(host.string());
+            if (!S_ISREG(st.st_mode) || (owner != HostOwner::Root && !vouched_for) ||
                 (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
                 node.warnings.push_back(fmt::format(
                     "family {}: {} left out: not a regular file of root's that only root "
-                    "may write",
-                    f.name, host.string()));
+                    "may write{}",
+                    f.name, host.string(),
+                    owner == HostOwner::Unknown
+                        ? " (its owner is not mapped in this user namespace, and root's "
+                          "description does not vouch for it)"
+                        : ""));
                 continue;
             }
             out.files.push_back(file);

@@ -118,28 +118,41 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_size) {
 
 namespace {
 
-// The uid the host's root shows as here; nullopt where that is 0 or unknown.
-std::optional<unsigned> host_root_shown_as() {
+// How the host's root shows here: the uid it is mapped to (nullopt: 0, or
+// unknown), or, where it is not mapped, the overflow uid every unmapped
+// owner shows as.
+struct RootShown {
+    std::optional<unsigned> mapped_to;
+    std::optional<unsigned> overflow;
+};
+
+RootShown host_root_shown() {
     Fd map(::open("/proc/self/uid_map", O_RDONLY | O_CLOEXEC));
-    if (!map) return std::nullopt;
+    if (!map) return {};
     const BoundedRead read = read_bounded(map.get(), 64 * 1024, "/proc/self/uid_map");
     for (const IdRange& r : id_ranges(read.data, "/proc/self/uid_map"))
         if (r.outside == 0 && r.count > 0)
-            return r.inside == 0 ? std::nullopt : std::optional<unsigned>(r.inside);
+            return {r.inside == 0 ? std::nullopt : std::optional<unsigned>(r.inside), {}};
     Fd overflow(::open("/proc/sys/kernel/overflowuid", O_RDONLY | O_CLOEXEC));
-    if (!overflow) return std::nullopt;
+    if (!overflow) return {};
     const BoundedRead text = read_bounded(overflow.get(), 64, "overflowuid");
     unsigned long uid = 0;
-    if (std::sscanf(text.data.c_str(), "%lu", &uid) != 1) return std::nullopt;
-    return static_cast<unsigned>(uid);
+    if (std::sscanf(text.data.c_str(), "%lu", &uid) != 1) return {};
+    return {{}, static_cast<unsigned>(uid)};
 }
 
 }  // namespace
 
+HostOwner host_owner(unsigned uid) {
+    if (uid == 0) return HostOwner::Root;
+    static const RootShown shown = host_root_shown();
+    if (shown.mapped_to && *shown.mapped_to == uid) return HostOwner::Root;
+    if (shown.overflow && *shown.overflow == uid) return HostOwner::Unknown;
+    return HostOwner::Other;
+}
+
 bool host_root_owns(unsigned uid) {
-    if (uid == 0) return true;
-    static const std::optional<unsigned> shown = host_root_shown_as();
-    return shown && *shown == uid;
+    return host_owner(uid) == HostOwner::Root;
 }
 
 std::string untrusted_dir(int dirfd, bool own_ok) {
@@ -147,7 +160,11 @@ std::string untrusted_dir(int dirfd, bool own_ok) {
     if (::fstat(dirfd, &st) != 0) return "cannot be checked";
     if (!S_ISDIR(st.st_mode)) return "is not a directory";
     if (!host_root_owns(st.st_uid) && !(own_ok && st.st_uid == ::geteuid()))
-        return own_ok ? "is owned by another user" : "is not owned by root";
+        return host_owner(st.st_uid) == HostOwner::Unknown
+                   ? "is owned by a user this user namespace does not map (root cannot be told "
+                     "from another user here)"
+               : own_ok ? "is owned by another user"
+                        : "is not owned by root";
     if (st.st_mode & (S_IWGRP | S_IWOTH)) return "is writable by others than its owner";
     return {};
 }

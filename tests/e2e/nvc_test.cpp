@@ -273,6 +273,33 @@ RunResult run_in_place(std::vector<std::string> prefix, const fs::path& rootfs,
     return run_command(prefix);
 }
 
+// In place, root's call is refused where pid 1's mount namespace cannot be
+// compared with its own, as where these tests run (pid 1 hidden from root):
+// `argv` run by a shell in a mount namespace of its own, in a pid namespace
+// whose init, in another mount namespace, stands for the host's.
+std::vector<std::string> beside_an_init(std::vector<std::string> argv) {
+    std::vector<std::string> out = {"unshare",
+                                    "--pid",
+                                    "--fork",
+                                    "--mount-proc",
+                                    "--",
+                                    "sh",
+                                    "-c",
+                                    "\"$@\"; exit $?",
+                                    "sh",
+                                    "unshare",
+                                    "--mount",
+                                    "--propagation",
+                                    "private",
+                                    "--",
+                                    "sh",
+                                    "-c",
+                                    "\"$@\"; exit $?",
+                                    "sh"};  // its parent, not pid 1
+    out.insert(out.end(), argv.begin(), argv.end());
+    return out;
+}
+
 // enroot: the user's own user and mount namespaces (its uid mapped to
 // itself, the capabilities kept for its hooks, as enroot-unshare does), the
 // CLI as its 98-nvidia.sh hook runs it.
@@ -315,6 +342,72 @@ TEST_F(NvcTest, EnrootFormGivesAUserItsGpuInItsOwnNamespaces) {
     EXPECT_EQ(st.st_uid, kUser);
 }
 
+// Issue 44, F1: in enroot's namespace root's files and another user's show
+// alike, as the overflow uid. Another user's MPS directory, made after root
+// described the node (no MPS daemon running), is not given to the user's
+// container, though the node is discovered again there; root's persistenced
+// socket, which root's description gave, still is (it vouches for it).
+TEST_F(NvcTest, EnrootFormGivesNoOtherUsersIpcForRoots) {
+    constexpr unsigned kOther = 4444;  // another user without privileges
+    // A copy of the program beside a config whose compute names the MPS
+    // directory, as config.toml says to do for MPS.
+    const fs::path bin = dir_.path() / "mps-bin";
+    fs::create_directories(bin);
+    fs::permissions(bin, fs::perms(0755));
+    fs::copy_file(bin_->path() / "gpubind-nvc", bin / "gpubind-nvc");
+    fs::copy_file(bin_->path() / "gpubind-nvml", bin / "gpubind-nvml");
+    const std::string root = node_->root().string();
+    std::ofstream(bin / "config.toml")
+        << "[node]\ndriver-root = \"" << root << "\"\ndev-root = \"" << root << "\"\nproc-root = \""
+        << root << "/proc\"\nstate-dir = \"" << (dir_.path() / "mps-state").string()
+        << "\"\n[cdi]\ndir = \"" << (dir_.path() / "mps-cdi").string() << "\"\n[catalog.compute]\n"
+        << "libraries = [\"libcuda.so\", \"libnvidia-ptxjitcompiler.so\"]\n"
+        << "binaries = []\nipcs = [\"/tmp/nvidia-mps\"]\nfirmware = []\n";
+    fs::permissions(bin / "config.toml", fs::perms(0644));
+    // The node's tmp as a host's /tmp (anyone may make a name there), and no
+    // MPS daemon: no directory.
+    const fs::path tmp = node_->root() / "tmp";
+    const fs::path mps = tmp / "nvidia-mps";
+    const fs::path saved = tmp / "nvidia-mps.saved";
+    fs::rename(mps, saved);
+    const fs::perms tmp_mode = fs::status(tmp).permissions();
+    struct Restore {
+        fs::path tmp, mps, saved;
+        fs::perms mode;
+        ~Restore() {
+            std::error_code ec;
+            fs::remove_all(mps, ec);
+            fs::rename(saved, mps, ec);
+            fs::permissions(tmp, mode, ec);
+        }
+    } restore{tmp, mps, saved, tmp_mode};
+    ASSERT_EQ(::chmod(tmp.c_str(), 01777), 0);
+    // Root describes the node.
+    ASSERT_EQ(run_command({(bin / "gpubind-nvc").string(), "list"}).exit_code, 0);
+    // Another user makes the MPS directory.
+    fs::create_directories(mps);
+    std::ofstream(mps / "planted-by-other") << "x\n";
+    ASSERT_EQ(::chown(mps.c_str(), kOther, kOther), 0);
+    ASSERT_EQ(::chown((mps / "planted-by-other").c_str(), kOther, kOther), 0);
+    ASSERT_EQ(::chmod(mps.c_str(), 0777), 0);
+
+    Bundle b = bundle();
+    enroot_rootfs(b.rootfs());
+    auto r = run_as_enroot(b.rootfs(),
+                           (bin / "gpubind-nvc").string() +
+                               " --user --debug=/dev/stderr configure --no-cgroups "
+                               "--ldconfig=@/sbin/ldconfig --device=0 --compute --utility",
+                           "echo '== mps'; ls -a /tmp/nvidia-mps; echo '== socket'; "
+                           "ls -l /run/nvidia-persistenced/socket");
+    ASSERT_TRUE(contains(lines_of(r.out), "== nvc 0")) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("discovering the node"));  // the MPS directory is new
+    auto out = sections(r.out);
+    EXPECT_FALSE(contains(out["mps"], "planted-by-other")) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr(mps.string() + " has an owner"));
+    ASSERT_EQ(out["socket"].size(), 1u) << r.out << r.err;
+    EXPECT_TRUE(out["socket"][0].starts_with("s")) << r.out;
+}
+
 TEST_F(NvcTest, EnrootFormWithoutNoCgroupsIsRefusedBeforeAnythingIsDone) {
     Bundle b = bundle();
     enroot_rootfs(b.rootfs());
@@ -334,7 +427,7 @@ TEST_F(NvcTest, ApptainerFormAsRootActsInItsMountNamespace) {
     Bundle b = bundle();
     std::ofstream(b.rootfs() / "dev/null").flush();
     const std::string mounts_before = host_mounts();
-    auto r = run_in_place({"unshare", "--mount", "--propagation", "private"}, b.rootfs(),
+    auto r = run_in_place(beside_an_init({}), b.rootfs(),
                           cli() +
                               " configure --no-cgroups --device=0,2 --compute --utility "
                               "--ldconfig=@/sbin/ldconfig",
@@ -379,7 +472,11 @@ TEST_F(NvcTest, BadInputIsOneLineAndChangesNothing) {
         {{"configure", "--no-cgroups", "--device=0", "--compute", rootfs}, 1, "libcuda.so.1"},
     };
     for (const auto& c : cases) {
-        auto r = nvc(c.args);
+        // The last acts in place (and fails midway): beside an init it can
+        // be told from.
+        std::vector<std::string> argv = c.args;
+        argv.insert(argv.begin(), cli());
+        auto r = run_command(&c == &cases.back() ? beside_an_init(argv) : argv);
         const std::string what = c.args.back() + " after " + c.args[c.args.size() - 2];
         EXPECT_EQ(r.exit_code, c.code) << what << ": " << r.err;
         EXPECT_THAT(r.err, HasSubstr(c.says)) << what;

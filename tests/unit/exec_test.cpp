@@ -1020,5 +1020,41 @@ TEST(Execute, InPlaceIsRefusedInTheHostsNamespaceOrAnothers) {
     EXPECT_EQ(std::count(userns.calls.begin(), userns.calls.end(), "open_process 1"), 0);
 }
 
+// Issue 44 F2: from the initial user namespace, in place is refused when
+// pid 1's mount namespace cannot be compared (hidden by an LSM, an empty
+// /proc mounted over it, pid 1 not there): what cannot be told apart from the
+// host's namespace is taken for it. The host's namespace itself is not
+// modelled here (host_namespace stays false): only the failed look refuses.
+TEST(Execute, InPlaceIsRefusedWhenPidOnesNamespaceCannotBeCompared) {
+    Plan plan = sample_plan();
+    for (const char* failing : {"open_process 1", "open_mount_ns 1"})
+        for (const int err : {EACCES, EPERM, ENOENT, ESRCH}) {
+            SCOPED_TRACE(std::string(failing) + ": " + std::strerror(err));
+            RecordingSystem sys;
+            setup_world(sys, plan);
+            sys.shares_namespace = true;
+            sys.fail_if = [failing](std::size_t, const std::string& line) {
+                return line == failing;
+            };
+            sys.fail_errno = err;
+            Target t = target();
+            t.in_place = true;
+            try {
+                execute(plan, t, sys);
+                ADD_FAILURE() << "acted in place without comparing with pid 1's namespace";
+            } catch (const Error& e) {
+                EXPECT_EQ(e.code().value(), EPERM) << e.what();
+                EXPECT_THAT(e.what(), HasSubstr("pid 1's mount namespace cannot be compared"));
+                EXPECT_THAT(e.what(), HasSubstr("refusing to act in place"));
+                EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+            }
+            for (const auto& line : sys.calls) {
+                EXPECT_FALSE(starts(line, "attach")) << line;
+                EXPECT_FALSE(starts(line, "make_")) << line;
+                EXPECT_FALSE(starts(line, "open_root")) << line;
+            }
+        }
+}
+
 }  // namespace
 }  // namespace gpubind

@@ -17,9 +17,11 @@ namespace gpubind {
 // each GPU's place, from the dev root, proc/devices, proc/misc and the sys
 // root. A node whose type or numbers disagree with what the node's own
 // /proc/devices, /proc/misc or sysfs say is left out with a warning
-// (node.warnings), as is a file that is not a regular file.
+// (node.warnings), as is a file that is not a regular file of root's that
+// only root may write (one whose owner shows Unknown: only where `vouched`).
 void discover_families(Node& node, const Config& config,
-                       const std::map<std::string, unsigned, std::less<>>& majors);
+                       const std::map<std::string, unsigned, std::less<>>& majors,
+                       const Vouch& vouched = {});
 
 // The family of that name the node has, or null.
 const FamilyNodes* find_family(const Node& node, std::string_view name);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -128,9 +129,16 @@ struct Node {
     const DeviceNode* control_node(std::string_view name) const;  // "nvidiactl", "nvidia-uvm", ...
 };
 
+// Whether root's own stored description vouches for the node's file at
+// `host_path` as it is now (an IPC, a family's file): asked only for one
+// whose owner, or a directory's above it, this process cannot tell from
+// another user's (host_owner: Unknown). Unset: nothing is vouched for.
+using Vouch = std::function<bool(const std::string& host_path)>;
+
 struct DiscoverOptions {
     bool nvml = true;  // ask NVML for what procfs lacks
     std::chrono::milliseconds nvml_timeout{5000};
+    Vouch vouched;  // load_node: the stored description's (issue 44, F1)
 };
 
 // Reads the node through config.roots. Missing required pieces (no driver

@@ -43,12 +43,22 @@ struct BoundedRead {
 BoundedRead read_bounded(int fd, std::size_t max_size, const std::string& what,
                          std::optional<std::chrono::steady_clock::time_point> deadline = {});
 
-// Whether a file owned by `uid` is the host root's as this process sees it:
-// uid 0, or, in a user namespace that does not map the host's root (enroot's,
-// a rootless engine's), the overflow uid every unmapped owner shows as. Read
-// once (/proc/self/uid_map, /proc/sys/kernel/overflowuid) and only for a
-// uid other than 0. Relative to the parent user namespace: a nested one's
+// Who owns a file of `uid`, as far as this process can tell. In a user
+// namespace that does not map the host's root (enroot's, a rootless
+// engine's), root's files and every other unmapped user's show alike, as the
+// overflow uid: such an owner is Unknown, never taken for root's (issue 44,
+// F1: another user's directory passed for root's). Read once
+// (/proc/self/uid_map, /proc/sys/kernel/overflowuid) and only for a uid
+// other than 0. Relative to the parent user namespace: a nested one's
 // mapping of the host's root is not followed.
+enum class HostOwner {
+    Root,     // uid 0, or the uid the host's root is mapped to here
+    Unknown,  // the overflow uid where the host's root is not mapped
+    Other,    // any other user
+};
+HostOwner host_owner(unsigned uid);
+
+// host_owner(uid) == HostOwner::Root: what trusts a file as root's.
 bool host_root_owns(unsigned uid);
 
 // A name for a file about to be created exclusively beside `name` that no
@@ -57,8 +67,8 @@ std::string temporary_name(const std::string& name);
 
 // Why the directory open at `dirfd` may not hold files gpubind trusts or
 // writes as root ("" when it may): not a directory, owned by another user
-// than root (host_root_owns; or, when `own_ok`, this process's), writable by
-// group or others.
+// than root (host_root_owns, so not an Unknown owner; or, when `own_ok`, this
+// process's), writable by group or others.
 std::string untrusted_dir(int dirfd, bool own_ok = false);
 
 struct WriteOptions {
