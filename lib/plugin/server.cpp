@@ -278,26 +278,26 @@ void Server::run() {
     while (!s.stopping) {
         lock.unlock();
         const auto now = Clock::now();
-        // The kubelet restarted: its socket is new, or ours was removed.
-        if (registered) {
-            const Identity k = identity(kubelet);
-            if (identity(own) != served) {
-                logger().info(
-                    "device plugin: {} was removed (the kubelet restarted); serving "
-                    "and registering again",
-                    own);
-                halt();
-                start();
+        // The kubelet restarted: ours was removed (serve again, even before
+        // registering), or its socket is new.
+        if (identity(own) != served) {
+            logger().info(
+                "device plugin: {} was removed (the kubelet restarted); serving "
+                "and registering again",
+                own);
+            halt();
+            start();
+            if (registered) {
                 registered = false;
-            } else if (k != kubelet_seen) {
-                logger().info("device plugin: {} is new (the kubelet restarted); registering again",
-                              kubelet);
-                registered = false;
-            }
-            if (!registered) {
                 backoff = milliseconds(100);
                 next_try = now;
             }
+        } else if (registered && identity(kubelet) != kubelet_seen) {
+            logger().info("device plugin: {} is new (the kubelet restarted); registering again",
+                          kubelet);
+            registered = false;
+            backoff = milliseconds(100);
+            next_try = now;
         }
         if (!registered && now >= next_try) {
             std::string failure;
