@@ -9,12 +9,15 @@
 #include <string_view>
 
 #include "gpubind/config/config.hpp"
+#include "gpubind/config/device_plugin.hpp"
 
 namespace gpubind::detail {
 
 // Parses TOML text over `base`: parse_config() with the defaults as base, the
 // generator with Config{}. Errors as parse_config's.
-Config parse_config_over(Config base, std::string_view toml, const std::string& what);
+// `plugin`, when given, receives the [device-plugin] table (device_plugin.hpp).
+Config parse_config_over(Config base, std::string_view toml, const std::string& what,
+                         DevicePluginConfig* plugin = nullptr);
 
 // What config/config.toml says, read the way the generator reads it.
 inline Config parse_builtin_config(std::string_view toml, const std::string& what) {

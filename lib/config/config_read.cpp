@@ -2,12 +2,14 @@
 // which turns config/config.toml into the built-in defaults at build time.
 #include <algorithm>
 #include <filesystem>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "config_builtin.hpp"
+#include "gpubind/config/device_plugin.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
@@ -20,7 +22,8 @@ namespace {
 // Reads one TOML document into a Config, key by key. Every key must be known.
 class Reader {
   public:
-    Reader(Config& config, std::string what) : config_(config), what_(std::move(what)) {}
+    Reader(Config& config, std::string what, DevicePluginConfig* plugin)
+        : config_(config), what_(std::move(what)), plugin_(plugin ? plugin : &scratch_) {}
 
     void read(const toml::table& root) {
         for (const auto& [key, node] : root) {
@@ -39,6 +42,8 @@ class Reader {
                 table(node, k, [&](auto& t) { read_cdi(t, k); });
             else if (k == "family")
                 table(node, k, [&](auto& t) { read_families(t, k); });
+            else if (k == "device-plugin")
+                table(node, k, [&](auto& t) { read_device_plugin(t, k); });
             else if (k == "nvidia-container-cli")
                 table(node, k, [&](auto& t) { read_nvidia_cli(t, k); });
             else if (k == "nvidia-container-runtime")
@@ -482,13 +487,76 @@ class Reader {
         }
     }
 
+    // [device-plugin]: gpubind-device-plugin's settings (device_plugin.hpp);
+    // checked for every reader, kept by the plugin's.
+    void read_device_plugin(const toml::table& t, const std::string& prefix) {
+        DevicePluginConfig& p = *plugin_;
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "resource-name") {
+                p.resource_name = string(node, full);
+                if (auto why = cdi::kind_error(p.resource_name))
+                    fail(full, "\"" + p.resource_name + "\" is not a resource name: " + *why);
+            } else if (k == "device-list-strategy") {
+                p.device_list.clear();
+                for (const auto& v : strings(node, full))
+                    p.device_list.push_back(pick<DeviceListStrategy>(
+                        v, full,
+                        {DeviceListStrategy::CdiCri, DeviceListStrategy::CdiAnnotations,
+                         DeviceListStrategy::Envvar, DeviceListStrategy::VolumeMounts}));
+                if (p.device_list.empty()) fail(full, "expected at least one strategy");
+                for (std::size_t i = 0; i < p.device_list.size(); ++i)
+                    if (std::count(p.device_list.begin(), p.device_list.end(), p.device_list[i]) >
+                        1)
+                        fail(full, "\"" + std::string(strategy_name(p.device_list[i])) +
+                                       "\" is given twice");
+            } else if (k == "id-strategy") {
+                p.id_strategy = pick<IdStrategy>(string(node, full), full,
+                                                 {IdStrategy::Uuid, IdStrategy::Index});
+            } else if (k == "mig-strategy") {
+                p.mig_strategy =
+                    pick<MigStrategy>(string(node, full), full,
+                                      {MigStrategy::None, MigStrategy::Single, MigStrategy::Mixed});
+            } else if (k == "plugin-dir") {
+                p.plugin_dir = absolute(node, full);
+            } else if (k == "socket") {
+                p.socket_name = string(node, full);
+                if (p.socket_name.empty() || p.socket_name.find('/') != std::string::npos ||
+                    p.socket_name == "." || p.socket_name == ".." || p.socket_name.size() > 64)
+                    fail(full, "expected a file name (no '/', at most 64 characters)");
+            } else if (k == "health-interval-ms") {
+                const auto* n = node.as_integer();
+                if (!n || n->get() < 100 || n->get() > 3600000)
+                    fail(full, "expected milliseconds, 100 to 3600000");
+                p.health_interval_ms = static_cast<unsigned>(n->get());
+            } else {
+                fail(full, "unknown key");
+            }
+        }
+    }
+
+    // The value of `choices` whose strategy_name is `value`.
+    template <typename E>
+    E pick(const std::string& value, const std::string& key,
+           std::initializer_list<E> choices) const {
+        std::string names;
+        for (E e : choices) {
+            if (strategy_name(e) == value) return e;
+            names += (names.empty() ? "" : ", ") + std::string(strategy_name(e));
+        }
+        fail(key, "unknown value \"" + value + "\" (" + names + ")");
+    }
+
     Config& config_;
     std::string what_;
+    DevicePluginConfig scratch_;
+    DevicePluginConfig* plugin_;
 };
 
 }  // namespace
 
-Config parse_config_over(Config config, std::string_view text, const std::string& what) {
+Config parse_config_over(Config config, std::string_view text, const std::string& what,
+                         DevicePluginConfig* plugin) {
     if (auto unsafe = detail::toml_unsafe_text(text)) throw_invalid("load config", what, *unsafe);
     toml::table root;
     try {
@@ -498,8 +566,42 @@ Config parse_config_over(Config config, std::string_view text, const std::string
         throw_invalid("load config", what,
                       "line " + std::to_string(where.line) + ": " + std::string(e.description()));
     }
-    Reader(config, what).read(root);
+    Reader(config, what, plugin).read(root);
     return config;
 }
 
 }  // namespace gpubind::detail
+
+namespace gpubind {
+
+std::string_view strategy_name(DeviceListStrategy s) {
+    switch (s) {
+        case DeviceListStrategy::CdiCri:
+            return "cdi-cri";
+        case DeviceListStrategy::CdiAnnotations:
+            return "cdi-annotations";
+        case DeviceListStrategy::Envvar:
+            return "envvar";
+        case DeviceListStrategy::VolumeMounts:
+            return "volume-mounts";
+    }
+    return "?";
+}
+
+std::string_view strategy_name(IdStrategy s) {
+    return s == IdStrategy::Uuid ? "uuid" : "index";
+}
+
+std::string_view strategy_name(MigStrategy s) {
+    switch (s) {
+        case MigStrategy::None:
+            return "none";
+        case MigStrategy::Single:
+            return "single";
+        case MigStrategy::Mixed:
+            return "mixed";
+    }
+    return "?";
+}
+
+}  // namespace gpubind

@@ -1,0 +1,54 @@
+// The device plugin's settings ([device-plugin] in config.toml), read by the
+// project's config reader with the rest of the file (parse_config_with_plugin).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpubind/config/config.hpp"
+
+namespace gpubind {
+
+// How Allocate tells the runtime which devices a container gets (NVIDIA's
+// plugin's names): CDI names in the response's CDI field, CDI names in
+// cdi.k8s.io annotations, NVIDIA_VISIBLE_DEVICES, or /dev/null mounts under
+// /var/run/nvidia-container-devices/<id>.
+enum class DeviceListStrategy { CdiCri, CdiAnnotations, Envvar, VolumeMounts };
+// How devices are named to the kubelet: by UUID ("GPU-...") or by index ("0").
+enum class IdStrategy { Uuid, Index };
+// MIG: none (whole GPUs only), single (every GPU's MIG devices as the
+// resource), mixed (a resource per MIG profile). Only "none" is served now.
+enum class MigStrategy { None, Single, Mixed };
+
+struct DevicePluginConfig {
+    std::string resource_name = "nvidia.com/gpu";
+    std::vector<DeviceListStrategy> device_list = {DeviceListStrategy::CdiCri};
+    IdStrategy id_strategy = IdStrategy::Uuid;
+    MigStrategy mig_strategy = MigStrategy::None;
+    // The kubelet's directory: kubelet.sock and the plugin's own socket.
+    std::filesystem::path plugin_dir = "/var/lib/kubelet/device-plugins";
+    std::string socket_name = "gpubind.sock";  // the plugin's socket in plugin_dir
+    unsigned health_interval_ms = 5000;        // how often device health is checked
+
+    bool operator==(const DevicePluginConfig&) const = default;
+};
+
+// "cdi-cri", "cdi-annotations", "envvar", "volume-mounts"; "uuid", "index";
+// "none", "single", "mixed".
+std::string_view strategy_name(DeviceListStrategy s);
+std::string_view strategy_name(IdStrategy s);
+std::string_view strategy_name(MigStrategy s);
+
+struct ConfigWithPlugin {
+    Config config;
+    DevicePluginConfig plugin;
+};
+// parse_config, also keeping the [device-plugin] table (its keys are checked
+// by parse_config too: an unknown key or bad value is an Error naming it).
+ConfigWithPlugin parse_config_with_plugin(std::string_view toml, const std::string& what);
+// The config the plugin uses: as load_effective_config picks the file, read once.
+ConfigWithPlugin load_effective_config_with_plugin(const std::filesystem::path& explicit_path);
+
+}  // namespace gpubind

@@ -1,0 +1,591 @@
+// gpubind-device-plugin against a stand-in kubelet: a Registration server and
+// a DevicePlugin client over real unix sockets in a temp dir, on simulated
+// nodes. Expectations come from the simulator's manifest (UUIDs, NUMA nodes,
+// NVLinks, PCIe switches), never from the plugin's own answers.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "deviceplugin.grpc.pb.h"
+#include "gpubind/cdi/cdi.hpp"
+#include "gpubind/config/config.hpp"
+#include "gpubind/config/device_plugin.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/plugin/server.hpp"
+#include "gpubind/sim/sim.hpp"
+#include "gpubind/util/error.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind {
+namespace {
+
+namespace api = ::v1beta1;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+// The kubelet's Registration service, recording every request.
+class Kubelet final : public api::Registration::Service {
+  public:
+    explicit Kubelet(const std::filesystem::path& dir, int refuse_first = 0)
+        : refuse_(refuse_first) {
+        grpc::ServerBuilder b;
+        b.AddListeningPort("unix:" + (dir / "kubelet.sock").string(),
+                           grpc::InsecureServerCredentials());
+        b.RegisterService(this);
+        server_ = b.BuildAndStart();
+    }
+    ~Kubelet() override { stop(); }
+    void stop() {
+        if (server_) server_->Shutdown(std::chrono::system_clock::now() + 200ms);
+        server_.reset();
+    }
+    grpc::Status Register(grpc::ServerContext*, const api::RegisterRequest* r,
+                          api::Empty*) override {
+        std::lock_guard lock(mu_);
+        ++attempts_;
+        if (refuse_ > 0) {
+            --refuse_;
+            return {grpc::StatusCode::INVALID_ARGUMENT, "resource already registered"};
+        }
+        requests_.push_back(*r);
+        cv_.notify_all();
+        return grpc::Status::OK;
+    }
+    // Waits for the n-th accepted registration.
+    std::optional<api::RegisterRequest> wait(std::size_t n, std::chrono::milliseconds limit = 10s) {
+        std::unique_lock lock(mu_);
+        if (!cv_.wait_for(lock, limit, [&] { return requests_.size() >= n; })) return {};
+        return requests_[n - 1];
+    }
+    int attempts() {
+        std::lock_guard lock(mu_);
+        return attempts_;
+    }
+
+  private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<api::RegisterRequest> requests_;
+    int refuse_ = 0;
+    int attempts_ = 0;
+    std::unique_ptr<grpc::Server> server_;
+};
+
+class DevicePlugin : public ::testing::Test {
+  protected:
+    void simulate(const std::string& topology = "hgx8") {
+        sim::Spec spec;
+        spec.topology = topology;
+        if (sim::topology_gpus(topology) != 0) spec.gpus = sim::topology_gpus(topology);
+        if (topology == "pcie-pairs") spec.gpus = 8;
+        manifest_ = sim::simulate(node_dir_.path(), spec);
+        config_ = default_config();
+        const auto d = node_dir_.path();
+        config_.roots = {d, d, d / "proc", d / "sys"};
+        config_.state_dir = d / "run-gpubind";
+        settings_.plugin_dir = plugin_dir_.path();
+        settings_.health_interval_ms = 100;
+    }
+    void start(bool with_kubelet = true) {
+        if (with_kubelet) kubelet_ = std::make_unique<Kubelet>(plugin_dir_.path());
+        server_ = std::make_unique<plugin::Server>(config_, settings_, discover(config_));
+        thread_ = std::thread([this] {
+            try {
+                server_->run();
+            } catch (const std::exception& e) {
+                ADD_FAILURE() << e.what();
+            }
+        });
+        if (with_kubelet) {
+            ASSERT_TRUE(kubelet_->wait(1));
+        }
+        connect();
+    }
+    void connect() {
+        channel_ =
+            grpc::CreateChannel("unix:" + socket().string(), grpc::InsecureChannelCredentials());
+        stub_ = api::DevicePlugin::NewStub(channel_);
+    }
+    void TearDown() override {
+        if (server_) server_->stop();
+        if (thread_.joinable()) thread_.join();
+        kubelet_.reset();
+    }
+    std::filesystem::path socket() const { return plugin_dir_.path() / settings_.socket_name; }
+
+    // The first list, then each list sent after it.
+    class Watch {
+      public:
+        explicit Watch(api::DevicePlugin::Stub& stub) {
+            // A list that never comes fails the test instead of hanging it.
+            context_.set_deadline(std::chrono::system_clock::now() + 10s);
+            reader_ = stub.ListAndWatch(&context_, api::Empty{});
+        }
+        ~Watch() { context_.TryCancel(); }
+        std::optional<api::ListAndWatchResponse> next() {
+            api::ListAndWatchResponse r;
+            if (!reader_->Read(&r)) return {};
+            return r;
+        }
+
+      private:
+        grpc::ClientContext context_;
+        std::unique_ptr<grpc::ClientReader<api::ListAndWatchResponse>> reader_;
+    };
+
+    grpc::Status allocate(const std::vector<std::vector<std::string>>& containers,
+                          api::AllocateResponse& out) {
+        api::AllocateRequest r;
+        for (const auto& ids : containers) {
+            auto* c = r.add_container_requests();
+            for (const auto& id : ids) c->add_devices_ids(id);
+        }
+        grpc::ClientContext ctx;
+        return stub_->Allocate(&ctx, r, &out);
+    }
+
+    std::string id_of(unsigned index) const {
+        return settings_.id_strategy == IdStrategy::Uuid ? manifest_.gpus[index].uuid
+                                                         : std::to_string(index);
+    }
+
+    test::TempDir node_dir_{"gpubind-dp-node"};
+    test::TempDir plugin_dir_{"gpubind-dp"};
+    sim::Manifest manifest_;
+    Config config_;
+    DevicePluginConfig settings_;
+    std::unique_ptr<Kubelet> kubelet_;
+    std::unique_ptr<plugin::Server> server_;
+    std::thread thread_;
+    std::shared_ptr<grpc::Channel> channel_;
+    std::unique_ptr<api::DevicePlugin::Stub> stub_;
+};
+
+TEST_F(DevicePlugin, RegistersWithTheKubeletsFields) {
+    simulate();
+    settings_.resource_name = "example.com/gpu";
+    settings_.socket_name = "gpubind-test.sock";
+    start();
+    const auto r = kubelet_->wait(1);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->version(), "v1beta1");
+    EXPECT_EQ(r->endpoint(), "gpubind-test.sock");
+    EXPECT_EQ(r->resource_name(), "example.com/gpu");
+    EXPECT_TRUE(r->options().get_preferred_allocation_available());
+    EXPECT_FALSE(r->options().pre_start_required());
+    struct stat st {};
+    ASSERT_EQ(::lstat(socket().c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    api::DevicePluginOptions o;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->GetDevicePluginOptions(&ctx, api::Empty{}, &o).ok());
+    EXPECT_TRUE(o.get_preferred_allocation_available());
+}
+
+class DevicePluginIds : public DevicePlugin, public ::testing::WithParamInterface<IdStrategy> {};
+
+TEST_P(DevicePluginIds, ListsEveryGpuWithItsNumaNode) {
+    simulate();
+    settings_.id_strategy = GetParam();
+    start();
+    Watch w(*stub_);
+    const auto list = w.next();
+    ASSERT_TRUE(list);
+    ASSERT_EQ(list->devices_size(), static_cast<int>(manifest_.gpus.size()));
+    for (int i = 0; i < list->devices_size(); ++i) {
+        const auto& d = list->devices(i);
+        const auto& g = manifest_.gpus[i];
+        EXPECT_EQ(d.id(), GetParam() == IdStrategy::Uuid ? g.uuid : std::to_string(g.index));
+        EXPECT_EQ(d.health(), "Healthy");
+        ASSERT_EQ(d.topology().nodes_size(), 1) << d.id();
+        EXPECT_EQ(d.topology().nodes(0).id(), g.numa_node) << d.id();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, DevicePluginIds,
+                         ::testing::Values(IdStrategy::Uuid, IdStrategy::Index),
+                         [](const auto& p) { return std::string(strategy_name(p.param)); });
+
+TEST_F(DevicePlugin, ADeviceNodeRemovedMakesItsGpuUnhealthyUntilItIsBack) {
+    simulate();
+    start();
+    Watch w(*stub_);
+    ASSERT_TRUE(w.next());
+    const auto node = node_dir_.path() / "dev/nvidia3";
+    ASSERT_EQ(::unlink(node.c_str()), 0);
+    auto list = w.next();
+    ASSERT_TRUE(list);
+    for (int i = 0; i < list->devices_size(); ++i)
+        EXPECT_EQ(list->devices(i).health(), i == 3 ? "Unhealthy" : "Healthy") << i;
+    // Unhealthy devices are refused.
+    api::AllocateResponse out;
+    auto st = allocate({{id_of(3)}}, out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(st.error_message(), HasSubstr("unhealthy device " + id_of(3)));
+    ASSERT_EQ(::mknod(node.c_str(), S_IFCHR | 0666, makedev(195, 3)), 0);
+    list = w.next();
+    ASSERT_TRUE(list);
+    for (int i = 0; i < list->devices_size(); ++i) EXPECT_EQ(list->devices(i).health(), "Healthy");
+}
+
+TEST_F(DevicePlugin, TheDriverGoneMakesEveryGpuUnhealthy) {
+    simulate();
+    start();
+    Watch w(*stub_);
+    ASSERT_TRUE(w.next());
+    const auto version = node_dir_.path() / "proc/driver/nvidia/version";
+    const auto moved = node_dir_.path() / "proc/driver/nvidia/version.away";
+    ASSERT_EQ(::rename(version.c_str(), moved.c_str()), 0);
+    auto list = w.next();
+    ASSERT_TRUE(list);
+    for (const auto& d : list->devices()) EXPECT_EQ(d.health(), "Unhealthy") << d.id();
+    ASSERT_EQ(::rename(moved.c_str(), version.c_str()), 0);
+    list = w.next();
+    ASSERT_TRUE(list);
+    for (const auto& d : list->devices()) EXPECT_EQ(d.health(), "Healthy") << d.id();
+}
+
+// Allocate under each device-list strategy, from the manifest's UUIDs; the
+// CDI names are those the node's CDI spec offers.
+TEST_F(DevicePlugin, AllocateAnswersPerStrategy) {
+    simulate();
+    settings_.device_list = {DeviceListStrategy::CdiCri, DeviceListStrategy::CdiAnnotations,
+                             DeviceListStrategy::Envvar, DeviceListStrategy::VolumeMounts};
+    start();
+    const std::string a = manifest_.gpus[1].uuid, b = manifest_.gpus[6].uuid;
+    api::AllocateResponse out;
+    ASSERT_TRUE(allocate({{a, b}, {manifest_.gpus[0].uuid}}, out).ok());
+    ASSERT_EQ(out.container_responses_size(), 2);
+    const auto& r = out.container_responses(0);
+    std::vector<std::string> cdi;
+    for (const auto& d : r.cdi_devices()) cdi.push_back(d.name());
+    EXPECT_THAT(cdi, ElementsAre("nvidia.com/gpu=" + a, "nvidia.com/gpu=" + b));
+    const auto offered = cdi::device_names(cdi::gpu_spec(discover(config_), config_));
+    for (const auto& name : cdi)
+        EXPECT_NE(std::find(offered.begin(), offered.end(), name), offered.end()) << name;
+    ASSERT_EQ(r.annotations().count("cdi.k8s.io/gpubind-device-plugin"), 1u);
+    EXPECT_EQ(r.annotations().at("cdi.k8s.io/gpubind-device-plugin"),
+              "nvidia.com/gpu=" + a + ",nvidia.com/gpu=" + b);
+    ASSERT_EQ(r.envs().count("NVIDIA_VISIBLE_DEVICES"), 1u);
+    EXPECT_EQ(r.envs().at("NVIDIA_VISIBLE_DEVICES"), a + "," + b);
+    ASSERT_EQ(r.mounts_size(), 2);
+    EXPECT_EQ(r.mounts(0).container_path(), "/var/run/nvidia-container-devices/" + a);
+    EXPECT_EQ(r.mounts(0).host_path(), "/dev/null");
+    EXPECT_TRUE(r.mounts(0).read_only());
+    EXPECT_EQ(r.mounts(1).container_path(), "/var/run/nvidia-container-devices/" + b);
+    EXPECT_EQ(out.container_responses(1).envs().at("NVIDIA_VISIBLE_DEVICES"),
+              manifest_.gpus[0].uuid);
+}
+
+TEST_F(DevicePlugin, AllocateByDefaultGivesCdiNamesOnlyAndIndexIdsWork) {
+    simulate();
+    settings_.id_strategy = IdStrategy::Index;
+    start();
+    api::AllocateResponse out;
+    ASSERT_TRUE(allocate({{"2", "5"}}, out).ok());
+    const auto& r = out.container_responses(0);
+    ASSERT_EQ(r.cdi_devices_size(), 2);
+    EXPECT_EQ(r.cdi_devices(0).name(), "nvidia.com/gpu=2");
+    EXPECT_EQ(r.cdi_devices(1).name(), "nvidia.com/gpu=5");
+    EXPECT_TRUE(r.envs().empty());
+    EXPECT_TRUE(r.annotations().empty());
+    EXPECT_EQ(r.mounts_size(), 0);
+}
+
+TEST_F(DevicePlugin, UnknownIdsAndBadRequestsAreRefusedAndServingGoesOn) {
+    simulate();
+    start();
+    api::AllocateResponse out;
+    auto st = allocate({{manifest_.gpus[0].uuid, "GPU-nope", "7"}}, out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(st.error_message(), HasSubstr("unknown devices GPU-nope, 7"));
+    EXPECT_EQ(st.error_message().find('\n'), std::string::npos);
+    // Oversized: more than the service reads.
+    std::vector<std::string> many(40000, std::string(40, 'x'));
+    st = allocate({many}, out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    // A preferred allocation of 0 devices, and of a device not available.
+    api::PreferredAllocationRequest p;
+    auto* c = p.add_container_requests();
+    c->add_available_deviceids(manifest_.gpus[0].uuid);
+    c->set_allocation_size(0);
+    api::PreferredAllocationResponse pr;
+    {
+        grpc::ClientContext ctx;
+        st = stub_->GetPreferredAllocation(&ctx, p, &pr);
+    }
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("allocation_size 0"));
+    c->set_allocation_size(1);
+    c->add_must_include_deviceids(manifest_.gpus[1].uuid);
+    {
+        grpc::ClientContext ctx;
+        st = stub_->GetPreferredAllocation(&ctx, p, &pr);
+    }
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr(manifest_.gpus[1].uuid));
+    // Still serving.
+    out.Clear();
+    ASSERT_TRUE(allocate({{manifest_.gpus[0].uuid}}, out).ok());
+    EXPECT_EQ(out.container_responses(0).cdi_devices(0).name(),
+              "nvidia.com/gpu=" + manifest_.gpus[0].uuid);
+}
+
+// GetPreferredAllocation against a brute-force search over the manifest's
+// facts, in the documented order: NVLinks summed (more), PCIe ranks summed
+// (PIX 1, NODE 4, SYS 5 on this layout; less), NUMA nodes (fewer), indices.
+class Preferred : public DevicePlugin, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(Preferred, IsTheOptimumOfABruteForceSearch) {
+    simulate(GetParam());
+    start();
+    const auto& m = manifest_;
+    const unsigned n_gpus = static_cast<unsigned>(m.gpus.size());
+    auto rank = [&](unsigned a, unsigned b) {
+        if (m.gpus[a].switch_port == m.gpus[b].switch_port) return 1;
+        return m.gpus[a].numa_node == m.gpus[b].numa_node ? 4 : 5;
+    };
+    auto brute = [&](const std::vector<unsigned>& free, unsigned must, unsigned n) {
+        std::vector<unsigned> best;
+        std::tuple<long, long, long> best_key{};
+        for (unsigned mask = 0; mask < (1u << free.size()); ++mask) {
+            if (static_cast<unsigned>(__builtin_popcount(mask)) != n) continue;
+            std::vector<unsigned> set;
+            for (unsigned i = 0; i < free.size(); ++i)
+                if (mask >> i & 1) set.push_back(free[i]);
+            if (must != ~0u && std::find(set.begin(), set.end(), must) == set.end()) continue;
+            long nv = 0, pcie = 0;
+            std::set<int> numa;
+            for (std::size_t i = 0; i < set.size(); ++i) {
+                numa.insert(m.gpus[set[i]].numa_node);
+                for (std::size_t j = i + 1; j < set.size(); ++j) {
+                    nv += m.topology.nvlinks[set[i]][set[j]];
+                    pcie += rank(set[i], set[j]);
+                }
+            }
+            const std::tuple<long, long, long> key{-nv, pcie, static_cast<long>(numa.size())};
+            if (best.empty() || key < best_key || (key == best_key && set < best))
+                best = set, best_key = key;
+        }
+        return best;
+    };
+    std::map<std::string, unsigned> index_of;
+    for (const auto& g : m.gpus) index_of[g.uuid] = g.index;
+    unsigned compared = 0;
+    for (unsigned mask = 1; mask < (1u << n_gpus); mask += 3) {
+        std::vector<unsigned> free;
+        for (unsigned i = 0; i < n_gpus; ++i)
+            if (mask >> i & 1) free.push_back(i);
+        for (unsigned n = 1; n <= 4 && n <= free.size(); ++n)
+            for (unsigned must : {~0u, free.back()}) {
+                api::PreferredAllocationRequest req;
+                auto* c = req.add_container_requests();
+                // The kubelet's order is its own: give them highest first.
+                for (auto it = free.rbegin(); it != free.rend(); ++it)
+                    c->add_available_deviceids(m.gpus[*it].uuid);
+                if (must != ~0u) c->add_must_include_deviceids(m.gpus[must].uuid);
+                c->set_allocation_size(static_cast<int>(n));
+                api::PreferredAllocationResponse resp;
+                grpc::ClientContext ctx;
+                const auto st = stub_->GetPreferredAllocation(&ctx, req, &resp);
+                const std::string what = fmt::format("free {} must {} n {}", fmt::join(free, ","),
+                                                     must == ~0u ? -1 : static_cast<int>(must), n);
+                ASSERT_TRUE(st.ok()) << what << ": " << st.error_message();
+                ASSERT_EQ(resp.container_responses_size(), 1);
+                std::vector<unsigned> got;
+                for (const auto& id : resp.container_responses(0).deviceids())
+                    got.push_back(index_of.at(id));
+                std::sort(got.begin(), got.end());
+                ASSERT_EQ(got, brute(free, must, n)) << what;
+                ++compared;
+            }
+    }
+    EXPECT_GT(compared, 100u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Simulated, Preferred,
+                         ::testing::Values("hgx8-degraded", "pcie-pairs", "dgx1"),
+                         [](const auto& p) {
+                             std::string s = p.param;
+                             std::replace(s.begin(), s.end(), '-', '_');
+                             return s;
+                         });
+
+TEST_F(DevicePlugin, RegistersWhenTheKubeletComesLateOrRefusedOnce) {
+    simulate();
+    start(false);  // no kubelet yet
+    std::this_thread::sleep_for(400ms);
+    kubelet_ = std::make_unique<Kubelet>(plugin_dir_.path(), 1);  // refuses the first
+    const auto r = kubelet_->wait(1);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->resource_name(), "nvidia.com/gpu");
+    EXPECT_GE(kubelet_->attempts(), 2);
+}
+
+TEST_F(DevicePlugin, RegistersAgainAfterAKubeletRestartKeepingItsState) {
+    simulate();
+    start();
+    // A device made unhealthy before the restart stays so after it.
+    ASSERT_EQ(::unlink((node_dir_.path() / "dev/nvidia5").c_str()), 0);
+    {
+        Watch w(*stub_);
+        std::optional<api::ListAndWatchResponse> list;
+        for (int i = 0; i < 3 && (list = w.next()); ++i)
+            if (list->devices(5).health() == "Unhealthy") break;
+        ASSERT_TRUE(list);
+        ASSERT_EQ(list->devices(5).health(), "Unhealthy");
+    }
+    // The kubelet restarts: it removes every socket in its directory and makes its own anew.
+    kubelet_->stop();
+    std::filesystem::remove(plugin_dir_.path() / "kubelet.sock");
+    std::filesystem::remove(socket());
+    kubelet_ = std::make_unique<Kubelet>(plugin_dir_.path());
+    const auto r = kubelet_->wait(1);
+    ASSERT_TRUE(r) << "no registration after the restart";
+    EXPECT_EQ(r->endpoint(), settings_.socket_name);
+    ASSERT_TRUE(std::filesystem::exists(socket()));
+    connect();
+    Watch w(*stub_);
+    const auto list = w.next();
+    ASSERT_TRUE(list);
+    ASSERT_EQ(list->devices_size(), static_cast<int>(manifest_.gpus.size()));
+    EXPECT_EQ(list->devices(5).health(), "Unhealthy");
+    EXPECT_EQ(list->devices(4).health(), "Healthy");
+}
+
+TEST_F(DevicePlugin, RegistersAgainWhenOnlyKubeletSockIsNew) {
+    simulate();
+    start();
+    kubelet_->stop();
+    std::filesystem::remove(plugin_dir_.path() / "kubelet.sock");
+    kubelet_ = std::make_unique<Kubelet>(plugin_dir_.path());
+    ASSERT_TRUE(kubelet_->wait(1)) << "no registration with the new kubelet";
+}
+
+// The program: SIGTERM removes its socket and exits 0; a bad key is one line, exit 2.
+struct Child {
+    pid_t pid = -1;
+    int err = -1;  // its stderr
+};
+Child spawn(const std::vector<std::string>& args) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return {};
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::dup2(p[1], 2);
+        std::vector<char*> argv;
+        for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+    ::close(p[1]);
+    return {pid, p[0]};
+}
+std::string drain(int fd) {
+    std::string s;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+        s.append(buf, static_cast<std::size_t>(n));
+    ::close(fd);
+    return s;
+}
+int wait_exit(pid_t pid) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+TEST_F(DevicePlugin, ProgramStopsOnSigtermWithItsSocketRemoved) {
+    simulate();
+    kubelet_ = std::make_unique<Kubelet>(plugin_dir_.path());
+    const auto conf = node_dir_.path() / "plugin.toml";
+    std::ofstream(conf) << fmt::format(
+        "[node]\ndriver-root = \"{0}\"\ndev-root = \"{0}\"\nproc-root = \"{0}/proc\"\n"
+        "sys-root = \"{0}/sys\"\nstate-dir = \"{0}/run-gpubind\"\n"
+        "[device-plugin]\nplugin-dir = \"{1}\"\nid-strategy = \"index\"\n",
+        node_dir_.path().string(), plugin_dir_.path().string());
+    Child c = spawn({GPUBIND_DEVICE_PLUGIN_PATH, "--config", conf.string()});
+    ASSERT_GT(c.pid, 0);
+    const auto r = kubelet_->wait(1, 20s);
+    if (!r) ::kill(c.pid, SIGKILL);
+    ASSERT_TRUE(r) << drain(c.err);
+    EXPECT_EQ(r->endpoint(), "gpubind.sock");
+    connect();
+    {
+        Watch w(*stub_);
+        const auto list = w.next();
+        ASSERT_TRUE(list);
+        EXPECT_EQ(list->devices(0).id(), "0");
+    }
+    ASSERT_TRUE(std::filesystem::exists(socket()));
+    ASSERT_EQ(::kill(c.pid, SIGTERM), 0);
+    EXPECT_EQ(wait_exit(c.pid), 0);
+    EXPECT_FALSE(std::filesystem::exists(socket()));
+    drain(c.err);
+}
+
+TEST_F(DevicePlugin, ProgramRefusesABadKeyWithOneLine) {
+    simulate();
+    const auto conf = node_dir_.path() / "bad.toml";
+    std::ofstream(conf) << "[device-plugin]\nid-stratgy = \"uuid\"\n";
+    Child c = spawn({GPUBIND_DEVICE_PLUGIN_PATH, "--config", conf.string(), "--plugin-dir",
+                     plugin_dir_.path().string()});
+    ASSERT_GT(c.pid, 0);
+    const std::string err = drain(c.err);
+    EXPECT_EQ(wait_exit(c.pid), 2);
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_THAT(err, HasSubstr("device-plugin.id-stratgy: unknown key"));
+}
+
+// The config reader: the table's values, and config/config.toml's table is the defaults.
+TEST(DevicePluginConfig, ReadsTheTableAndTheDefaultsAreConfigToml) {
+    const auto c = parse_config_with_plugin(
+        "[device-plugin]\nresource-name = \"example.com/gpu\"\n"
+        "device-list-strategy = [\"envvar\", \"volume-mounts\"]\nid-strategy = \"index\"\n"
+        "plugin-dir = \"/x\"\nsocket = \"a.sock\"\nhealth-interval-ms = 250\n",
+        "t.toml");
+    EXPECT_EQ(c.plugin.resource_name, "example.com/gpu");
+    EXPECT_EQ(c.plugin.device_list,
+              (std::vector{DeviceListStrategy::Envvar, DeviceListStrategy::VolumeMounts}));
+    EXPECT_EQ(c.plugin.id_strategy, IdStrategy::Index);
+    EXPECT_EQ(c.plugin.plugin_dir, "/x");
+    EXPECT_EQ(c.plugin.socket_name, "a.sock");
+    EXPECT_EQ(c.plugin.health_interval_ms, 250u);
+    std::ifstream in(std::string(GPUBIND_SOURCE_DIR) + "/config/config.toml");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    ASSERT_FALSE(text.empty());
+    // Parsed for real (a changed byte skips the built-in fast path).
+    const auto d = parse_config_with_plugin(text + "\n", "config.toml");
+    EXPECT_EQ(d.plugin, DevicePluginConfig{});
+    for (const char* bad : {"id-strategy = \"serial\"", "device-list-strategy = []",
+                            "socket = \"a/b\"", "health-interval-ms = 5"}) {
+        try {
+            parse_config(std::string("[device-plugin]\n") + bad + "\n", "t.toml");
+            ADD_FAILURE() << bad << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_THAT(e.what(), HasSubstr("device-plugin.")) << bad;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace gpubind
