@@ -574,19 +574,15 @@ void apply_gids(json& process, const Gathered& g) {
 // reg.refused (false).
 bool load_entry(Registry& reg, int dirfd, const std::string& name, const fs::path& file,
                 int priority) {
-    std::string text;
+    bool read = false;  // refused then for its content (too large: EFBIG), not the file
     try {
-        text = read_entry(dirfd, name, file);
-    } catch (const Error& e) {
-        reg.refused.push_back({file, e.what(), e.code().value() == EFBIG});
-        return false;
-    }
-    try {
+        const std::string text = read_entry(dirfd, name, file);
+        read = true;
         reg.specs.push_back(
             {file, priority, parse_spec(text, name.ends_with(".yaml"), file.string())});
         return true;
     } catch (const Error& e) {
-        reg.refused.push_back({file, e.what(), true});
+        reg.refused.push_back({file, e.what(), read || e.code().value() == EFBIG});
         return false;
     }
 }
