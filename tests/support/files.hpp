@@ -72,6 +72,18 @@ inline std::string read_capped(int fd, std::size_t max = kMaxTestRead) {
     return out;
 }
 
+// What a pipe (a child's output) gives until its end: at most `max`, then
+// more_than(max).
+inline std::string drain(int fd, std::size_t max = kMaxTestRead) {
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
+        out.append(buf, static_cast<std::size_t>(n));
+        if (out.size() > max) return out.substr(0, max) + more_than(max);
+    }
+    return out;
+}
+
 // Every entry under `dir` by relative path: a file's mode and bytes, a
 // link's target, another entry's mode (inodes and times left out: a tree
 // put back as it was compares equal).

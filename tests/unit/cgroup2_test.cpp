@@ -35,6 +35,7 @@
 #include <gtest/gtest.h>
 
 #include "device_program.hpp"
+#include "files.hpp"
 #include "gpubind/exec/exec.hpp"
 #include "gpubind/util/error.hpp"
 #include "temp_dir.hpp"
@@ -183,10 +184,7 @@ std::string without_bpf(const std::function<std::string()>& body) {
         ::_exit(0);
     }
     ::close(p[1]);
-    std::string out;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;)
-        out.append(buf, static_cast<std::size_t>(n));
+    const std::string out = test::drain(p[0]);
     ::close(p[0]);
     ::waitpid(pid, nullptr, 0);
     return out;

@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "deviceplugin.grpc.pb.h"
+#include "files.hpp"
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/config/config.hpp"
 #include "gpubind/config/device_plugin.hpp"
@@ -501,10 +502,7 @@ Child spawn(const std::vector<std::string>& args) {
     return {pid, p[0]};
 }
 std::string drain(int fd) {
-    std::string s;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
-        s.append(buf, static_cast<std::size_t>(n));
+    std::string s = test::drain(fd);
     ::close(fd);
     return s;
 }

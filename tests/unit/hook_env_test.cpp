@@ -45,10 +45,7 @@ std::string cleared_in_child(const std::vector<std::string>& env) {
         ::_exit(ok ? 0 : 1);
     }
     ::close(out[1]);
-    std::string text;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
-        text.append(buf, static_cast<std::size_t>(n));
+    const std::string text = test::drain(out[0]);
     ::close(out[0]);
     int status = 0;
     ::waitpid(child, &status, 0);

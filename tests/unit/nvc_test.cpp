@@ -12,6 +12,7 @@
 
 #include "built.hpp"
 #include "command.hpp"
+#include "files.hpp"
 #include "gpubind/config/config.hpp"
 #include "gpubind/nvc/nvc.hpp"
 #include "gpubind/util/error.hpp"
@@ -227,10 +228,7 @@ std::optional<Outcome> configure_unprivileged(const std::vector<std::string>& wo
         ::_exit(0);
     }
     ::close(out[1]);
-    std::string text;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
-        text.append(buf, static_cast<std::size_t>(n));
+    const std::string text = test::drain(out[0]);
     ::close(out[0]);
     int status = 0;
     ::waitpid(child, &status, 0);

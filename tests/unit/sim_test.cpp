@@ -120,10 +120,7 @@ std::string in_child(F body) {
         ::_exit(0);
     }
     ::close(fds[1]);
-    std::string out;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
-        out.append(buf, static_cast<std::size_t>(n));
+    const std::string out = gpubind::test::drain(fds[0]);
     ::close(fds[0]);
     int status = 0;
     ::waitpid(pid, &status, 0);
