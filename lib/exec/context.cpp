@@ -53,7 +53,10 @@ std::vector<std::string> proc_relative(const std::string& host_path) {
 std::string describe(const FileInfo& info) {
     std::string s(to_string(info.type));
     if (info.type == Type::CharDevice || info.type == Type::BlockDevice)
-        s += " " + std::to_string(info.major) + ":" + std::to_string(info.minor);
+        s.append(" ")
+            .append(std::to_string(info.major))
+            .append(":")
+            .append(std::to_string(info.minor));
     return s;
 }
 

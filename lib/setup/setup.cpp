@@ -460,7 +460,7 @@ std::vector<Change> plan_setup(const Request& r) {
     std::error_code ec;
     const bool inside = r.prefix != "/" && fs::is_directory(r.prefix, ec);
     const auto at = [&](std::string_view rel) {
-        return inside ? host_path(r.prefix, "/" + std::string(rel)) : r.prefix / rel;
+        return inside ? host_path(r.prefix, fs::path("/") / rel) : r.prefix / rel;
     };
     const auto gone = [](const Text&) -> Text { return std::nullopt; };
     std::vector<Change> changes;
