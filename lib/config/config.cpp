@@ -16,7 +16,7 @@ namespace gpubind {
 
 namespace {
 
-constexpr std::size_t kMaxConfigSize = 1u << 20;
+using detail::kMaxConfigSize;
 
 // The trusted config file at `path` (absolute); the defaults when it is
 // missing and `missing_is_defaults`.

@@ -5,6 +5,7 @@
 // parses the defaults at run time.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -12,6 +13,9 @@
 #include "gpubind/config/device_plugin.hpp"
 
 namespace gpubind::detail {
+
+// The largest config file read (config.cpp, device_plugin.cpp).
+inline constexpr std::size_t kMaxConfigSize = 1u << 20;
 
 // Parses TOML text over `base`: parse_config() with the defaults as base, the
 // generator with Config{}. Errors as parse_config's.

@@ -10,7 +10,7 @@
 namespace gpubind {
 
 namespace {
-constexpr std::size_t kMaxConfigSize = 1u << 20;
+using detail::kMaxConfigSize;
 }
 
 ConfigWithPlugin parse_config_with_plugin(std::string_view toml, const std::string& what) {

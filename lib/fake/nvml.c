@@ -451,7 +451,7 @@ static void nvlink_line(char* line) {
         if ((ga = gpu_by_bus(a)) < 0 || link >= NVML_NVLINK_MAX_LINKS) return;
         g_links[ga][link].active = 1;
         g_links[ga][link].type = type;
-        snprintf(g_links[ga][link].remote, sizeof g_links[ga][link].remote, "%s", b);
+        snprintf(g_links[ga][link].remote, sizeof g_links[ga][link].remote, "%.31s", b);
         g_nvlink_any = 1;
     } else if (sscanf(line, "p2p %31s %31s", a, b) == 2) {
         if ((ga = gpu_by_bus(a)) < 0 || (gb = gpu_by_bus(b)) < 0) return;
