@@ -23,6 +23,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "brute_place.hpp"
 #include "deviceplugin.grpc.pb.h"
 #include "files.hpp"
 #include "gpubind/cdi/cdi.hpp"
@@ -360,33 +361,11 @@ TEST_P(Preferred, IsTheOptimumOfABruteForceSearch) {
     start();
     const auto& m = manifest_;
     const unsigned n_gpus = static_cast<unsigned>(m.gpus.size());
-    auto rank = [&](unsigned a, unsigned b) {
-        if (m.gpus[a].switch_port == m.gpus[b].switch_port) return 1;
-        return m.gpus[a].numa_node == m.gpus[b].numa_node ? 4 : 5;
-    };
+    const auto facts = test::manifest_facts(m);
     auto brute = [&](const std::vector<unsigned>& free, unsigned must, unsigned n) {
-        std::vector<unsigned> best;
-        std::tuple<long, long, long> best_key{};
-        for (unsigned mask = 0; mask < (1u << free.size()); ++mask) {
-            if (static_cast<unsigned>(__builtin_popcount(mask)) != n) continue;
-            std::vector<unsigned> set;
-            for (unsigned i = 0; i < free.size(); ++i)
-                if (mask >> i & 1) set.push_back(free[i]);
-            if (must != ~0u && std::find(set.begin(), set.end(), must) == set.end()) continue;
-            long nv = 0, pcie = 0;
-            std::set<int> numa;
-            for (std::size_t i = 0; i < set.size(); ++i) {
-                numa.insert(m.gpus[set[i]].numa_node);
-                for (std::size_t j = i + 1; j < set.size(); ++j) {
-                    nv += m.topology.nvlinks[set[i]][set[j]];
-                    pcie += rank(set[i], set[j]);
-                }
-            }
-            const std::tuple<long, long, long> key{-nv, pcie, static_cast<long>(numa.size())};
-            if (best.empty() || key < best_key || (key == best_key && set < best))
-                best = set, best_key = key;
-        }
-        return best;
+        return test::brute_place(facts, free, n, NvlinkNeed::Preferred,
+                                 must == ~0u ? std::nullopt : std::optional<unsigned>(must))
+            .gpus;
     };
     std::map<std::string, unsigned> index_of;
     for (const auto& g : m.gpus) index_of[g.uuid] = g.index;

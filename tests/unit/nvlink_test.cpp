@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "brute_place.hpp"
 #include "gpubind/node/nvlink.hpp"
 #include "gpubind/node/placement.hpp"
 #include "gpubind/util/error.hpp"
@@ -170,47 +171,12 @@ TEST(NvmlReport, NvlinkLinesParse) {
 
 // ---- placement against brute force ----------------------------------------
 
-// The documented order, written out again: NVLinks summed (not with
-// ignore), then PCIe ranks summed, then NUMA nodes, then the indices.
-struct Brute {
-    bool found = false;
-    std::vector<unsigned> gpus;
-    std::tuple<long, long, long> key{};
-};
-
-Brute brute_force(const PlaceTopology& t, const std::vector<unsigned>& free, unsigned n,
-                  NvlinkNeed need) {
-    Brute best;
-    const unsigned m = static_cast<unsigned>(free.size());
-    for (unsigned mask = 0; mask < (1u << m); ++mask) {
-        if (static_cast<unsigned>(__builtin_popcount(mask)) != n) continue;
-        std::vector<unsigned> set;
-        for (unsigned i = 0; i < m; ++i)
-            if (mask >> i & 1) set.push_back(free[i]);
-        std::sort(set.begin(), set.end());
-        long nv = 0, pcie = 0;
-        bool all = true;
-        std::set<int> numa;
-        for (std::size_t i = 0; i < set.size(); ++i) {
-            numa.insert(t.numa[set[i]]);
-            for (std::size_t j = i + 1; j < set.size(); ++j) {
-                nv += t.nvlinks[set[i]][set[j]];
-                all &= t.nvlinks[set[i]][set[j]] > 0;
-                pcie += t.pcie[set[i]][set[j]];
-            }
-        }
-        if (need == NvlinkNeed::Required && !all) continue;
-        if (need == NvlinkNeed::Ignore) nv = 0;
-        const std::tuple<long, long, long> key{-nv, pcie, static_cast<long>(numa.size())};
-        if (!best.found || key < best.key || (key == best.key && set < best.gpus))
-            best = {true, set, key};
-    }
-    return best;
-}
-
 // Checks place_gpus against brute force for every free set of `t`'s GPUs
 // (all subsets), N = 2, 3, 4 and every NVLink need.
 void expect_optimal(const PlaceTopology& t, const std::string& what) {
+    const test::PlaceFacts facts{[&t](unsigned a, unsigned b) { return t.nvlinks[a][b]; },
+                                 [&t](unsigned a, unsigned b) -> long { return t.pcie[a][b]; },
+                                 [&t](unsigned a) { return t.numa[a]; }};
     const unsigned gpus = static_cast<unsigned>(t.numa.size());
     for (unsigned mask = 1; mask < (1u << gpus); ++mask) {
         std::vector<unsigned> free;
@@ -219,7 +185,7 @@ void expect_optimal(const PlaceTopology& t, const std::string& what) {
         for (unsigned n = 2; n <= 4 && n <= free.size(); ++n)
             for (NvlinkNeed need :
                  {NvlinkNeed::Required, NvlinkNeed::Preferred, NvlinkNeed::Ignore}) {
-                const Brute want = brute_force(t, free, n, need);
+                const test::BestPlace want = test::brute_place(facts, free, n, need);
                 const Placement got = place_gpus(t, {n, free, {}, need});
                 const std::string ctx =
                     fmt::format("{}: free {} n {} need {}", what, fmt::join(free, ","), n,
@@ -227,7 +193,8 @@ void expect_optimal(const PlaceTopology& t, const std::string& what) {
                 if (need == NvlinkNeed::Required) {
                     ASSERT_EQ(got.satisfied, want.found) << ctx;
                     if (!want.found) {
-                        const Brute any = brute_force(t, free, n, NvlinkNeed::Preferred);
+                        const test::BestPlace any =
+                            test::brute_place(facts, free, n, NvlinkNeed::Preferred);
                         ASSERT_EQ(got.gpus, any.gpus) << ctx << " (the best there is)";
                         continue;
                     }

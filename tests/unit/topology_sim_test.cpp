@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "brute_place.hpp"
 #include "built.hpp"
 #include "command.hpp"
 #include "gpubind/config/config.hpp"
@@ -119,51 +120,14 @@ TEST_P(Topology, InfoTextShowsTheMatrixCellByCell) {
     EXPECT_EQ(said, manifest_.topology.nvlink_known ? 0u : 1u) << o.out;
 }
 
-// The documented order over the manifest's facts: NVLinks summed, PCIe ranks
-// (PIX 1, NODE 4, SYS 5 on this layout) summed, NUMA nodes, indices.
-struct Best {
-    bool found = false;
-    std::vector<unsigned> gpus;
-    std::tuple<long, long, long> key{};
-};
-
+// Against the documented order over the manifest's facts (brute_place.hpp).
 TEST_P(Topology, PlaceIsNeverWorseThanBruteForce) {
     const Node node = discover_node();
     const auto graph = nvlink_graph(node.gpus);
     const auto t = place_topology(node.gpus, graph);
     const auto& m = manifest_;
     const unsigned n_gpus = static_cast<unsigned>(m.gpus.size());
-    auto rank = [&](unsigned a, unsigned b) {
-        if (m.gpus[a].switch_port == m.gpus[b].switch_port) return 1;
-        return m.gpus[a].numa_node == m.gpus[b].numa_node ? 4 : 5;
-    };
-    auto brute = [&](const std::vector<unsigned>& free, unsigned n, NvlinkNeed need) {
-        Best best;
-        for (unsigned mask = 0; mask < (1u << free.size()); ++mask) {
-            if (static_cast<unsigned>(__builtin_popcount(mask)) != n) continue;
-            std::vector<unsigned> set;
-            for (unsigned i = 0; i < free.size(); ++i)
-                if (mask >> i & 1) set.push_back(free[i]);
-            long nv = 0, pcie = 0;
-            bool all = true;
-            std::set<int> numa;
-            for (std::size_t i = 0; i < set.size(); ++i) {
-                numa.insert(m.gpus[set[i]].numa_node);
-                for (std::size_t j = i + 1; j < set.size(); ++j) {
-                    const unsigned links = m.topology.nvlinks[set[i]][set[j]];
-                    nv += links;
-                    all &= links > 0;
-                    pcie += rank(set[i], set[j]);
-                }
-            }
-            if (need == NvlinkNeed::Required && !all) continue;
-            if (need == NvlinkNeed::Ignore) nv = 0;
-            const std::tuple<long, long, long> key{-nv, pcie, static_cast<long>(numa.size())};
-            if (!best.found || key < best.key || (key == best.key && set < best.gpus))
-                best = {true, set, key};
-        }
-        return best;
-    };
+    const auto facts = test::manifest_facts(m);
     unsigned compared = 0;
     for (unsigned mask = 1; mask < (1u << std::min(n_gpus, 8u)); ++mask) {
         std::vector<unsigned> free;
@@ -172,7 +136,7 @@ TEST_P(Topology, PlaceIsNeverWorseThanBruteForce) {
         for (unsigned n = 2; n <= 4 && n <= free.size(); ++n)
             for (NvlinkNeed need :
                  {NvlinkNeed::Required, NvlinkNeed::Preferred, NvlinkNeed::Ignore}) {
-                const Best want = brute(free, n, need);
+                const test::BestPlace want = test::brute_place(facts, free, n, need);
                 const Placement got = place_gpus(t, {n, free, {}, need});
                 const std::string ctx = fmt::format("free {} n {} need {}", fmt::join(free, ","), n,
                                                     static_cast<int>(need));
