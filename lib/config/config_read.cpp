@@ -529,6 +529,16 @@ class Reader {
                 if (!n || n->get() < 100 || n->get() > 3600000)
                     fail(full, "expected milliseconds, 100 to 3600000");
                 p.health_interval_ms = static_cast<unsigned>(n->get());
+            } else if (k == "ignored-xids") {
+                const auto* a = node.as_array();
+                if (!a) fail(full, "expected an array of Xids (integers 1 to 65535)");
+                p.ignored_xids.clear();
+                for (const auto& v : *a) {
+                    const auto* n = v.as_integer();
+                    if (!n || n->get() < 1 || n->get() > 65535)
+                        fail(full, "expected an array of Xids (integers 1 to 65535)");
+                    p.ignored_xids.push_back(static_cast<unsigned>(n->get()));
+                }
             } else {
                 fail(full, "unknown key");
             }

@@ -177,23 +177,28 @@ static inline const char* fake_brand_name(int brand) {
     }
 }
 
-/* The MIG profile every simulated MIG device has: the smallest slice, a
- * seventh of the GPU, with an eighth of its memory ("<N>GB" in the model name,
- * 80 when absent), as the driver names it: "1g.10gb" for an 80GB GPU. */
-static inline void fake_mig_profile(const char* model, char* out, size_t size) {
-    unsigned memory = 80;
+/* A simulated GPU's memory in GB: the "<N>GB" of its model name, 80 when
+ * absent (nvmlDeviceGetMemoryInfo's total, in GiB). */
+static inline unsigned fake_model_memory_gb(const char* model) {
     const char* p;
     for (p = model; *p != '\0'; ++p) {
         unsigned n = 0;
         const char* q = p;
         if (*p < '0' || *p > '9' || (p != model && fake_is_alnum(p[-1]))) continue;
         while (*q >= '0' && *q <= '9' && n < 100000u) n = n * 10u + FAKE_CAST(unsigned, *q++ - '0');
-        if (q[0] == 'G' && q[1] == 'B' && !fake_is_alnum(q[2]) && n > 0) {
-            memory = n;
-            break;
-        }
+        if (q[0] == 'G' && q[1] == 'B' && !fake_is_alnum(q[2]) && n > 0) return n;
     }
-    snprintf(out, size, "1g.%ugb", (memory + 4u) / 8u);
+    return 80;
+}
+
+/* The MIG profile every simulated MIG device has: the smallest slice, a
+ * seventh of the GPU, with an eighth of its memory (fake_model_memory_gb), as
+ * the driver names it: "1g.10gb" for an 80GB GPU. */
+static inline unsigned fake_mig_memory_gb(const char* model) {
+    return (fake_model_memory_gb(model) + 4u) / 8u;
+}
+static inline void fake_mig_profile(const char* model, char* out, size_t size) {
+    snprintf(out, size, "1g.%ugb", fake_mig_memory_gb(model));
 }
 
 #endif

@@ -2,11 +2,13 @@
  * the fake nvidia-smi make, answered from the node's procfs and device nodes
  * (fake_scan.h) and the facts shared with the simulator (fake_node.h). */
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -581,5 +583,144 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFab
     memcpy(info->clusterUuid, g_fabric[g].uuid, sizeof info->clusterUuid);
     info->cliqueId = g_fabric[g].clique;
     info->state = NVML_GPU_FABRIC_STATE_COMPLETED;
+    return NVML_SUCCESS;
+}
+
+/* Memory: the model's "<N>GB" (fake_node.h) in GiB for a GPU, the profile's
+ * slice for a MIG device; nothing is in use. */
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+    const struct fake_gpu* gpu;
+    unsigned gb;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || memory == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    gb = device->is_mig ? fake_mig_memory_gb(gpu->model) : fake_model_memory_gb(gpu->model);
+    memory->total = (unsigned long long)gb << 30;
+    memory->free = memory->total;
+    memory->used = 0;
+    return NVML_SUCCESS;
+}
+
+/* Events. A test injects them by appending lines "<GPU index> <Xid>" to
+ * <root>/gpubind-fake-nvml/xid (the GPU's NVML index, as the manifest's
+ * gpus[].index); each becomes an nvmlEventTypeXidCriticalError event, with
+ * the Xid as its data, for every event set that registered that GPU for Xid
+ * events and was created before the line was written. A GPU's handle (not a
+ * MIG device's) supports Xid and ECC events; only Xid events are ever sent. */
+#define FAKE_SUPPORTED_EVENTS                                         \
+    (nvmlEventTypeXidCriticalError | nvmlEventTypeSingleBitEccError | \
+     nvmlEventTypeDoubleBitEccError)
+
+struct nvmlEventSet_st {
+    unsigned long long registered[FAKE_MAX_GPUS]; /* event types, by GPU index */
+    long long offset;                             /* bytes of the xid file already read */
+};
+
+static int open_xid_file(void) {
+    char path[PATH_MAX + 64];
+    if (strlen(g_node.root) >= PATH_MAX) return -1;
+    snprintf(path, sizeof path, "%s/gpubind-fake-nvml/xid", g_node.root);
+    return open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
+                                                       unsigned long long* types) {
+    CHECK_INIT();
+    if (gpu_of(device) == NULL || types == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    *types = FAKE_SUPPORTED_EVENTS;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+    struct stat st;
+    int fd;
+    CHECK_INIT();
+    if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *set = calloc(1, sizeof **set);
+    if (*set == NULL) return NVML_ERROR_MEMORY;
+    /* Events written before the set was made are not its events. */
+    if ((fd = open_xid_file()) >= 0) {
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) (*set)->offset = st.st_size;
+        close(fd);
+    }
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                               nvmlEventSet_t set) {
+    CHECK_INIT();
+    if (gpu_of(device) == NULL || set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device->is_mig || (types & ~FAKE_SUPPORTED_EVENTS) != 0) return NVML_ERROR_NOT_SUPPORTED;
+    set->registered[device->index] |= types;
+    return NVML_SUCCESS;
+}
+
+/* The next event of `set` in the xid file, if one is there now: 1 and
+ * `data` filled, else 0. */
+static int next_event(nvmlEventSet_t set, nvmlEventData_t* data) {
+    char text[4096];
+    int fd = open_xid_file();
+    struct stat st;
+    if (fd < 0) return 0;
+    for (;;) {
+        ssize_t n;
+        char *line, *end;
+        unsigned gpu, xid;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) break;
+        n = pread(fd, text, sizeof text - 1, set->offset);
+        if (n <= 0) break;
+        text[n] = '\0';
+        if ((end = strchr(text, '\n')) == NULL) break; /* a line still being written */
+        *end = '\0';
+        line = text;
+        set->offset += end - text + 1;
+        if (sscanf(line, "%u %u", &gpu, &xid) != 2 || gpu >= g_node.gpu_count) continue;
+        if ((set->registered[gpu] & nvmlEventTypeXidCriticalError) == 0) continue;
+        data->device = &g_gpu_handles[gpu];
+        data->eventType = nvmlEventTypeXidCriticalError;
+        data->eventData = xid;
+        close(fd);
+        return 1;
+    }
+    close(fd);
+    return 0;
+}
+
+static nvmlReturn_t wait_event(nvmlEventSet_t set, nvmlEventData_t* data, unsigned timeout_ms,
+                               int v2) {
+    nvmlEventData_t event;
+    unsigned waited = 0;
+    CHECK_INIT();
+    if (set == NULL || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    for (;;) {
+        if (next_event(set, &event)) {
+            data->device = event.device;
+            data->eventType = event.eventType;
+            data->eventData = event.eventData;
+            if (v2) data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+            return NVML_SUCCESS;
+        }
+        if (waited >= timeout_ms) return NVML_ERROR_TIMEOUT;
+        {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        waited += 10;
+    }
+}
+
+NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
+                                          unsigned int timeoutms) {
+    return wait_event(set, data, timeoutms, 1);
+}
+NVML_API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t* data,
+                                       unsigned int timeoutms) {
+    return wait_event(set, data, timeoutms, 0);
+}
+
+NVML_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    CHECK_INIT();
+    if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    free(set);
     return NVML_SUCCESS;
 }

@@ -14,6 +14,7 @@ typedef enum {
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_LIBRARY_NOT_FOUND = 12,
     NVML_ERROR_FUNCTION_NOT_FOUND = 13,
     NVML_ERROR_GPU_IS_LOST = 15,
@@ -86,6 +87,28 @@ typedef struct {
 
 #define NVML_DEVICE_MIG_DISABLE 0u
 #define NVML_DEVICE_MIG_ENABLE 1u
+
+/* nvmlMemory_t: bytes. */
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+/* Events: an opaque set, the event type bits, and what a wait returns
+ * (nvmlEventSetWait_v2's layout; nvmlEventSetWait, whose callers may have
+ * the older struct without the instance ids, fills only the first three). */
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+#define nvmlEventTypeSingleBitEccError 0x0000000000000001ULL
+#define nvmlEventTypeDoubleBitEccError 0x0000000000000002ULL
+#define nvmlEventTypeXidCriticalError 0x0000000000000008ULL
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData; /* the Xid */
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
 
 /* Buffer sizes the API reference recommends. */
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96

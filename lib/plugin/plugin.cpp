@@ -42,45 +42,174 @@ const Device* find(const std::vector<Device>& devices, const std::string& id) {
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kList = "list devices";
+
+Device whole_gpu(const Node& node, std::size_t i, const DevicePluginConfig& settings) {
+    const Gpu& gpu = node.gpus[i];
+    Device d;
+    d.position = static_cast<unsigned>(i);
+    if (settings.id_strategy == IdStrategy::Uuid) {
+        if (gpu.uuid.empty())
+            throw_invalid(kList, gpu.proc_dir,
+                          gpu_name(gpu) + " has no UUID (id-strategy \"uuid\")");
+        d.id = gpu.uuid;
+    } else {
+        d.id = std::to_string(gpu.index);
+    }
+    d.numa_node = gpu.place ? gpu.place->numa_node : -1;
+    return d;
+}
+
+Device mig_device(const Node& node, std::size_t i, std::size_t m,
+                  const DevicePluginConfig& settings) {
+    const Gpu& gpu = node.gpus[i];
+    const MigDevice& mig = gpu.mig[m];
+    Device d = whole_gpu(node, i, settings);
+    d.mig = static_cast<int>(m);
+    if (settings.id_strategy == IdStrategy::Uuid) {
+        if (mig.uuid.empty())
+            throw_invalid(kList, mig.gi_access,
+                          fmt::format("MIG device {}:{} of {} has no UUID (id-strategy \"uuid\")",
+                                      gpu.index, mig.index, gpu_name(gpu)));
+        d.id = mig.uuid;
+    } else {
+        d.id = fmt::format("{}:{}", gpu.index, mig.index);
+    }
+    return d;
+}
+
+// The MIG device's profile, checked.
+std::string profile_of(const Gpu& gpu, const MigDevice& mig, const MigProfiles& profiles) {
+    auto it = mig.uuid.empty() ? profiles.end() : profiles.find(mig.uuid);
+    if (it == profiles.end())
+        throw_invalid(kList, mig.gi_access,
+                      fmt::format("the profile of MIG device {}:{} of {} is unknown (NVML did not "
+                                  "name it)",
+                                  gpu.index, mig.index, gpu_name(gpu)));
+    const std::string& p = it->second;
+    const bool ok = !p.empty() && p.size() <= 32 && std::all_of(p.begin(), p.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '+' || c == '-';
+    });
+    if (!ok)
+        throw_invalid(kList, mig.gi_access,
+                      fmt::format("MIG device {}:{} of {} has a profile that is not one: \"{}\"",
+                                  gpu.index, mig.index, gpu_name(gpu), p));
+    return p;
+}
+
+}  // namespace
+
 std::string_view strategy_name(DeviceListStrategy s);
 
-std::vector<Device> device_list(const Node& node, const DevicePluginConfig& settings) {
-    if (settings.mig_strategy != MigStrategy::None)
-        throw_invalid("list devices", "",
-                      fmt::format("mig-strategy \"{}\" is not served yet (only \"none\")",
-                                  strategy_name(settings.mig_strategy)));
-    std::vector<Device> out;
+std::vector<Resource> resources(const Node& node, const DevicePluginConfig& settings,
+                                const MigProfiles& profiles) {
+    Resource plain{settings.resource_name, settings.socket_name, {}};
+    const bool any_mig = std::any_of(node.gpus.begin(), node.gpus.end(),
+                                     [](const Gpu& g) { return !g.mig.empty(); });
+    if (settings.mig_strategy == MigStrategy::None || !any_mig) {
+        for (std::size_t i = 0; i < node.gpus.size(); ++i)
+            plain.devices.push_back(whole_gpu(node, i, settings));
+        return {plain};
+    }
+    if (settings.mig_strategy == MigStrategy::Single) {
+        std::set<std::string> seen;
+        for (std::size_t i = 0; i < node.gpus.size(); ++i) {
+            const Gpu& gpu = node.gpus[i];
+            if (gpu.mig.empty())
+                throw_invalid(kList, gpu.proc_dir,
+                              fmt::format("mig-strategy \"single\": {} has no MIG devices while "
+                                          "other GPUs have (every GPU must have MIG on, with one "
+                                          "profile)",
+                                          gpu_name(gpu)));
+            for (std::size_t m = 0; m < gpu.mig.size(); ++m) {
+                seen.insert(profile_of(gpu, gpu.mig[m], profiles));
+                plain.devices.push_back(mig_device(node, i, m, settings));
+            }
+        }
+        if (seen.size() > 1)
+            throw_invalid(kList, "",
+                          fmt::format("mig-strategy \"single\": the MIG devices are of {} "
+                                      "profiles ({}), not one",
+                                      seen.size(), fmt::join(seen, ", ")));
+        return {plain};
+    }
+    // Mixed.
+    const auto slash = settings.resource_name.find('/');
+    const std::string domain = settings.resource_name.substr(0, slash);
+    std::string stem = settings.socket_name;
+    if (stem.size() > 5 && stem.ends_with(".sock")) stem.resize(stem.size() - 5);
+    std::map<std::string, Resource> by_profile;
     for (std::size_t i = 0; i < node.gpus.size(); ++i) {
         const Gpu& gpu = node.gpus[i];
-        Device d;
-        d.position = static_cast<unsigned>(i);
-        if (settings.id_strategy == IdStrategy::Uuid) {
-            if (gpu.uuid.empty())
-                throw_invalid("list devices", gpu.proc_dir,
-                              gpu_name(gpu) + " has no UUID (id-strategy \"uuid\")");
-            d.id = gpu.uuid;
-        } else {
-            d.id = std::to_string(gpu.index);
+        if (gpu.mig.empty()) plain.devices.push_back(whole_gpu(node, i, settings));
+        for (std::size_t m = 0; m < gpu.mig.size(); ++m) {
+            const std::string profile = profile_of(gpu, gpu.mig[m], profiles);
+            Resource& r = by_profile[profile];
+            if (r.name.empty()) {
+                r.name = domain + "/mig-" + profile;
+                r.socket = stem + "-mig-" + profile + ".sock";
+            }
+            r.devices.push_back(mig_device(node, i, m, settings));
         }
-        d.numa_node = gpu.place ? gpu.place->numa_node : -1;
-        out.push_back(std::move(d));
     }
+    std::vector<Resource> out{plain};
+    for (auto& [profile, r] : by_profile) out.push_back(std::move(r));
     return out;
 }
 
-bool update_health(std::vector<Device>& devices, const Node& node) {
+bool record_xid(XidMarks& marks, const Node& node, unsigned minor, unsigned xid,
+                const DevicePluginConfig& settings) {
+    if (std::find(settings.ignored_xids.begin(), settings.ignored_xids.end(), xid) !=
+        settings.ignored_xids.end())
+        return false;
+    for (const Gpu& gpu : node.gpus) {
+        if (gpu.minor != minor) continue;
+        XidMark mark;
+        mark.xid = xid;
+        struct stat st {};
+        if (::lstat(gpu.node.host_path.c_str(), &st) == 0) {
+            mark.dev = st.st_dev;
+            mark.ino = st.st_ino;
+        }
+        marks[minor] = mark;
+        return true;
+    }
+    return false;
+}
+
+bool clear_recovered_xids(XidMarks& marks, const Node& node) {
+    bool cleared = false;
+    for (const Gpu& gpu : node.gpus) {
+        auto it = marks.find(gpu.minor);
+        if (it == marks.end() || !node_problem(gpu).empty()) continue;
+        struct stat st {};
+        if (::lstat(gpu.node.host_path.c_str(), &st) != 0) continue;
+        if (st.st_dev == it->second.dev && st.st_ino == it->second.ino) continue;
+        marks.erase(it);
+        cleared = true;
+    }
+    return cleared;
+}
+
+bool update_health(std::vector<Device>& devices, const Node& node, const XidMarks& marks) {
     const std::string version = (node.roots.proc / "driver/nvidia/version").string();
     struct stat st {};
     const bool driver = ::lstat(version.c_str(), &st) == 0 && S_ISREG(st.st_mode);
     bool changed = false;
     for (Device& d : devices) {
         std::string why;
-        if (!driver)
+        if (!driver) {
             why = fmt::format("the driver is gone ({} is missing)", version);
-        else if (d.position >= node.gpus.size())
+        } else if (d.position >= node.gpus.size()) {
             why = "its GPU is no longer on the node";
-        else
-            why = node_problem(node.gpus[d.position]);
+        } else {
+            const Gpu& gpu = node.gpus[d.position];
+            why = node_problem(gpu);
+            if (auto it = marks.find(gpu.minor); why.empty() && it != marks.end())
+                why = fmt::format("{} reported the critical Xid {}", gpu_name(gpu), it->second.xid);
+        }
         const bool healthy = why.empty();
         if (healthy != d.healthy) changed = true;
         d.healthy = healthy;
@@ -123,6 +252,18 @@ std::vector<std::string> preferred_allocation(const Node& node, const std::vecto
         if (std::find(request.must_include.begin(), request.must_include.end(), p) ==
             request.must_include.end())
             request.must_include.push_back(p);
+    }
+    const bool mig = std::any_of(available.begin(), available.end(), [&](const std::string& id) {
+        return find(devices, id)->mig >= 0;
+    });
+    if (mig) {  // MIG devices: no placement among them; must_include first
+        std::vector<std::string> out;
+        for (const auto& list : {must_include, available})
+            for (const auto& id : list)
+                if (out.size() < static_cast<std::size_t>(size) &&
+                    std::find(out.begin(), out.end(), id) == out.end())
+                    out.push_back(id);
+        return out;
     }
     std::sort(request.from.begin(), request.from.end());
     const auto topology = place_topology(node.gpus, nvlink_graph(node.gpus));

@@ -20,6 +20,7 @@
 #include "gpubind/plugin/plugin.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
+#include "nvml_events.hpp"
 
 namespace gpubind::plugin {
 
@@ -69,26 +70,194 @@ std::vector<std::string> strings(const google::protobuf::RepeatedPtrField<std::s
 
 }  // namespace
 
-struct Server::State final : api::DevicePlugin::Service {
+// What every resource's service shares: the node, the resources' device
+// lists, the Xid marks.
+struct Shared {
     Config config;
     DevicePluginConfig settings;
     std::function<std::optional<Node>()> refresh;
+    std::string nvml_library;  // the node's libnvidia-ml.so.1, "" if none
+
+    std::mutex nvml_mu;  // guards nvml
+    std::unique_ptr<Nvml> nvml;
 
     std::mutex mu;  // guards what follows
     std::condition_variable changed;
     Node node;
-    std::vector<Device> devices;
-    std::uint64_t generation = 0;  // bumped when the list changes
+    MigProfiles profiles;
+    std::vector<Resource> resources;  // the names fixed at start
+    XidMarks xids;
+    std::uint64_t generation = 0;  // bumped when a list changes
     bool stopping = false;
 
-    std::string socket_path() const {
-        return (settings.plugin_dir / settings.socket_name).string();
+    // Health of every device; returns whether any changed (the caller bumps
+    // the generation and logs).
+    bool update_locked(const std::vector<Resource>& before) {
+        bool any = false;
+        for (Resource& r : resources) any = update_health(r.devices, node, xids) || any;
+        for (std::size_t k = 0; k < resources.size() && k < before.size(); ++k) {
+            const auto& now = resources[k].devices;
+            const auto& was = before[k].devices;
+            for (std::size_t i = 0; i < now.size(); ++i) {
+                const bool had = i < was.size() && was[i].id == now[i].id ? was[i].healthy : true;
+                if (had && !now[i].healthy)
+                    logger().warn("device plugin: {} is unhealthy: {}", now[i].id, now[i].why);
+                else if (!had && now[i].healthy)
+                    logger().info("device plugin: {} is healthy again", now[i].id);
+            }
+        }
+        return any;
     }
-    std::string kubelet_path() const { return (settings.plugin_dir / kKubeletSocket).string(); }
+
+    // Health, and the node as its description has it now; wakes the streams
+    // when a list changed.
+    void check() {
+        std::optional<Node> fresh;
+        if (refresh) {
+            try {
+                fresh = refresh();
+            } catch (const std::exception& e) {
+                logger().debug("device plugin: the node cannot be read now: {}", e.what());
+            }
+        }
+        MigProfiles fresh_profiles;
+        bool have_profiles = false;
+        if (fresh && settings.mig_strategy != MigStrategy::None) {
+            std::lock_guard nl(nvml_mu);
+            if (nvml) {
+                fresh_profiles = nvml->mig_profiles();
+                have_profiles = true;
+            }
+        }
+        std::lock_guard lock(mu);
+        bool list_changed = false;
+        if (fresh) {
+            try {
+                auto list =
+                    plugin::resources(*fresh, settings, have_profiles ? fresh_profiles : profiles);
+                if (!same_lists(list)) {
+                    adopt(std::move(list));
+                    list_changed = true;
+                }
+                node = std::move(*fresh);
+                if (have_profiles) profiles = std::move(fresh_profiles);
+            } catch (const std::exception& e) {
+                logger().warn("device plugin: keeping the device list: {}", e.what());
+            }
+        }
+        const std::vector<Resource> before = resources;
+        const bool recovered = clear_recovered_xids(xids, node);
+        if (update_locked(before) || list_changed || recovered) {
+            ++generation;
+            changed.notify_all();
+        }
+    }
+
+    static std::vector<std::pair<std::string, int>> key(const std::vector<Device>& ds) {
+        std::vector<std::pair<std::string, int>> k;
+        for (const auto& d : ds) k.emplace_back(d.id, d.numa_node);
+        return k;
+    }
+    bool same_lists(const std::vector<Resource>& list) const {
+        for (const Resource& r : resources) {
+            auto it = std::find_if(list.begin(), list.end(),
+                                   [&](const Resource& n) { return n.name == r.name; });
+            if (key(it == list.end() ? std::vector<Device>{} : it->devices) != key(r.devices))
+                return false;
+        }
+        return true;
+    }
+    // Takes the new lists of the resources served (one no longer there: no
+    // devices); a new resource is only logged (served after a restart).
+    void adopt(std::vector<Resource> list) {
+        for (Resource& r : resources) {
+            auto it = std::find_if(list.begin(), list.end(),
+                                   [&](const Resource& n) { return n.name == r.name; });
+            r.devices = it == list.end() ? std::vector<Device>{} : std::move(it->devices);
+            logger().info("device plugin: {}'s devices changed ({} now)", r.name, r.devices.size());
+        }
+        for (const Resource& n : list)
+            if (std::none_of(resources.begin(), resources.end(),
+                             [&](const Resource& r) { return r.name == n.name; }))
+                logger().warn(
+                    "device plugin: the node has a new resource {}; it is served once "
+                    "the plugin restarts",
+                    n.name);
+    }
+
+    // The Xid events, in a thread of their own until stopping: each critical
+    // one not ignored marks its GPU; NVML failing is logged once and NVML
+    // loaded again after a while.
+    void watch_xids() {
+        if (nvml_library.empty()) {
+            logger().warn("device plugin: no libnvidia-ml.so.1 on the node: no Xid events");
+            return;
+        }
+        std::string last_failure;
+        auto next_open = Clock::now();
+        for (;;) {
+            {
+                std::unique_lock lock(mu);
+                if (stopping) return;
+            }
+            std::optional<XidEvent> event;
+            std::string failure;
+            {
+                std::lock_guard nl(nvml_mu);
+                try {
+                    if (!nvml && Clock::now() >= next_open)
+                        nvml = std::make_unique<Nvml>(nvml_library);
+                    if (nvml) event = nvml->wait_xid(milliseconds(100));
+                } catch (const std::exception& e) {
+                    failure = e.what();
+                    nvml.reset();
+                    next_open = Clock::now() + std::chrono::seconds(5);
+                }
+            }
+            if (!failure.empty() && failure != last_failure)
+                logger().warn("device plugin: no Xid events now: {}", failure);
+            if (!failure.empty()) last_failure = failure;
+            if (!event) {
+                std::unique_lock lock(mu);
+                if (!nvml) changed.wait_for(lock, milliseconds(100));
+                continue;
+            }
+            last_failure.clear();
+            std::lock_guard lock(mu);
+            if (!record_xid(xids, node, event->minor, event->xid, settings)) {
+                logger().info("device plugin: Xid {} on the GPU of minor {} is ignored", event->xid,
+                              event->minor);
+                continue;
+            }
+            const std::vector<Resource> before = resources;
+            if (update_locked(before)) {
+                ++generation;
+                changed.notify_all();
+            }
+        }
+    }
+};
+
+// One resource's DevicePlugin service, its socket and its registration.
+struct Endpoint final : api::DevicePlugin::Service {
+    Shared& s;
+    std::size_t index;  // into s.resources
+    std::unique_ptr<grpc::Server> server;
+    Identity served{};
+    bool registered = false;
+    Identity kubelet_seen{};
+    std::string last_failure;
+    milliseconds backoff{100};
+    Clock::time_point next_try = Clock::now();
+
+    Endpoint(Shared& shared, std::size_t i) : s(shared), index(i) {}
+
+    const Resource& res() const { return s.resources[index]; }
+    std::string socket_path() const { return (s.settings.plugin_dir / res().socket).string(); }
 
     api::ListAndWatchResponse list_locked() const {
         api::ListAndWatchResponse r;
-        for (const Device& d : devices) {
+        for (const Device& d : res().devices) {
             auto* out = r.add_devices();
             out->set_id(d.id);
             out->set_health(d.healthy ? kHealthy : kUnhealthy);
@@ -106,18 +275,18 @@ struct Server::State final : api::DevicePlugin::Service {
 
     grpc::Status ListAndWatch(grpc::ServerContext* context, const api::Empty*,
                               grpc::ServerWriter<api::ListAndWatchResponse>* writer) override {
-        std::unique_lock lock(mu);
+        std::unique_lock lock(s.mu);
         std::optional<std::uint64_t> sent;
-        while (!stopping && !context->IsCancelled()) {
-            if (sent != generation) {
-                sent = generation;
+        while (!s.stopping && !context->IsCancelled()) {
+            if (sent != s.generation) {
+                sent = s.generation;
                 const auto response = list_locked();
                 lock.unlock();
                 if (!writer->Write(response)) return grpc::Status::OK;  // the kubelet went
                 lock.lock();
                 continue;
             }
-            changed.wait_for(lock, milliseconds(200));
+            s.changed.wait_for(lock, milliseconds(200));
         }
         return grpc::Status::OK;
     }
@@ -126,10 +295,10 @@ struct Server::State final : api::DevicePlugin::Service {
                                         const api::PreferredAllocationRequest* request,
                                         api::PreferredAllocationResponse* out) override {
         return answer("GetPreferredAllocation", [&] {
-            std::lock_guard lock(mu);
+            std::lock_guard lock(s.mu);
             for (const auto& c : request->container_requests()) {
                 const auto chosen =
-                    preferred_allocation(node, devices, strings(c.available_deviceids()),
+                    preferred_allocation(s.node, res().devices, strings(c.available_deviceids()),
                                          strings(c.must_include_deviceids()), c.allocation_size());
                 auto* r = out->add_container_responses();
                 for (const auto& id : chosen) r->add_deviceids(id);
@@ -140,11 +309,14 @@ struct Server::State final : api::DevicePlugin::Service {
     grpc::Status Allocate(grpc::ServerContext*, const api::AllocateRequest* request,
                           api::AllocateResponse* out) override {
         return answer("Allocate", [&] {
-            std::lock_guard lock(mu);
+            std::lock_guard lock(s.mu);
             if (request->container_requests().empty())
                 throw_invalid("allocate devices", "", "no container requests");
+            DevicePluginConfig settings = s.settings;
+            settings.resource_name = res().name;
             for (const auto& c : request->container_requests()) {
-                const Allocation a = allocate(config, settings, devices, strings(c.devices_ids()));
+                const Allocation a =
+                    allocate(s.config, settings, res().devices, strings(c.devices_ids()));
                 auto* r = out->add_container_responses();
                 for (const auto& [k, v] : a.envs) (*r->mutable_envs())[k] = v;
                 for (const auto& [k, v] : a.annotations) (*r->mutable_annotations())[k] = v;
@@ -163,72 +335,46 @@ struct Server::State final : api::DevicePlugin::Service {
                                    api::PreStartContainerResponse*) override {
         return grpc::Status::OK;
     }
+};
 
-    // Health, and the node as its description has it now; wakes the streams
-    // when the list changed.
-    void check() {
-        std::optional<Node> fresh;
-        if (refresh) {
-            try {
-                fresh = refresh();
-            } catch (const std::exception& e) {
-                logger().debug("device plugin: the node cannot be read now: {}", e.what());
-            }
-        }
-        std::lock_guard lock(mu);
-        bool list_changed = false;
-        if (fresh) {
-            try {
-                auto list = device_list(*fresh, settings);
-                auto key = [](const std::vector<Device>& ds) {
-                    std::vector<std::pair<std::string, int>> k;
-                    for (const auto& d : ds) k.emplace_back(d.id, d.numa_node);
-                    return k;
-                };
-                if (key(list) != key(devices)) {
-                    logger().info("device plugin: the node's GPUs changed ({} devices now)",
-                                  list.size());
-                    devices = std::move(list);
-                    list_changed = true;
-                }
-                node = std::move(*fresh);
-            } catch (const std::exception& e) {
-                logger().warn("device plugin: keeping the device list: {}", e.what());
-            }
-        }
-        const std::vector<Device> before = devices;
-        if (update_health(devices, node) || list_changed) {
-            for (std::size_t i = 0; i < devices.size(); ++i) {
-                const bool was = i < before.size() ? before[i].healthy : true;
-                if (was && !devices[i].healthy)
-                    logger().warn("device plugin: {} is unhealthy: {}", devices[i].id,
-                                  devices[i].why);
-                else if (!was && devices[i].healthy)
-                    logger().info("device plugin: {} is healthy again", devices[i].id);
-            }
-            ++generation;
-            changed.notify_all();
-        }
-    }
+struct Server::State {
+    Shared shared;
+    std::vector<std::unique_ptr<Endpoint>> endpoints;
 };
 
 Server::Server(Config config, DevicePluginConfig settings, Node node,
                std::function<std::optional<Node>()> refresh)
     : state_(std::make_unique<State>()) {
-    state_->config = std::move(config);
-    state_->settings = std::move(settings);
-    state_->refresh = std::move(refresh);
-    state_->devices = device_list(node, state_->settings);
-    state_->node = std::move(node);
-    update_health(state_->devices, state_->node);
+    Shared& s = state_->shared;
+    s.config = std::move(config);
+    s.settings = std::move(settings);
+    s.refresh = std::move(refresh);
+    for (const DriverFile& f : node.files)
+        if (f.kind == FileKind::Library && !f.compat32 && f.name == "libnvidia-ml.so.1")
+            s.nvml_library = f.host_path;
+    const bool any_mig = std::any_of(node.gpus.begin(), node.gpus.end(),
+                                     [](const Gpu& g) { return !g.mig.empty(); });
+    if (s.settings.mig_strategy != MigStrategy::None && any_mig && !s.nvml_library.empty()) {
+        try {
+            s.nvml = std::make_unique<Nvml>(s.nvml_library);
+            s.profiles = s.nvml->mig_profiles();
+        } catch (const std::exception& e) {
+            logger().warn("device plugin: the MIG profiles are unknown: {}", e.what());
+        }
+    }
+    s.resources = plugin::resources(node, s.settings, s.profiles);
+    s.node = std::move(node);
+    for (Resource& r : s.resources) update_health(r.devices, s.node, s.xids);
+    for (std::size_t i = 0; i < s.resources.size(); ++i)
+        state_->endpoints.push_back(std::make_unique<Endpoint>(s, i));
 }
 
 Server::~Server() = default;
 
 void Server::stop() {
-    std::lock_guard lock(state_->mu);
-    state_->stopping = true;
-    state_->changed.notify_all();
+    std::lock_guard lock(state_->shared.mu);
+    state_->shared.stopping = true;
+    state_->shared.changed.notify_all();
 }
 
 namespace {
@@ -239,101 +385,111 @@ void remove_socket(const std::string& path) {
     if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
 }
 
+void start(Endpoint& e) {
+    const std::string own = e.socket_path();
+    remove_socket(own);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + own, grpc::InsecureServerCredentials());
+    builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+    builder.RegisterService(&e);
+    e.server = builder.BuildAndStart();
+    if (!e.server) throw Error(EADDRNOTAVAIL, "serve device plugin", own, "cannot listen there");
+    e.served = identity(own);
+    logger().info("device plugin: serving {} on {}", e.res().name, own);
+}
+
+void halt(Endpoint& e) {
+    if (!e.server) return;
+    e.server->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
+    e.server->Wait();
+    e.server.reset();
+}
+
+// One registration attempt with the kubelet at `kubelet`.
+void try_register(Endpoint& e, const std::string& kubelet) {
+    std::string failure;
+    const Identity k = identity(kubelet);
+    if (k == Identity{}) {
+        failure = fmt::format("the kubelet is not there yet ({} is missing)", kubelet);
+    } else {
+        auto channel = grpc::CreateChannel("unix:" + kubelet, grpc::InsecureChannelCredentials());
+        auto stub = api::Registration::NewStub(channel);
+        api::RegisterRequest request;
+        request.set_version(kApiVersion);
+        request.set_endpoint(e.res().socket);
+        request.set_resource_name(e.res().name);
+        request.mutable_options()->set_get_preferred_allocation_available(true);
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+        api::Empty reply;
+        const grpc::Status st = stub->Register(&context, request, &reply);
+        if (st.ok()) {
+            e.registered = true;
+            e.kubelet_seen = k;
+            e.last_failure.clear();
+            logger().info("device plugin: registered {} with {}", e.res().name, kubelet);
+            return;
+        }
+        failure = fmt::format("the kubelet refused the registration of {} at {}: {}", e.res().name,
+                              kubelet, st.error_message());
+    }
+    if (failure != e.last_failure) logger().warn("device plugin: {}; retrying", failure);
+    e.last_failure = failure;
+    e.next_try = Clock::now() + e.backoff;
+    e.backoff = std::min(e.backoff * 2, milliseconds(10000));
+}
+
 }  // namespace
 
 void Server::run() {
-    State& s = *state_;
-    const std::string own = s.socket_path();
-    const std::string kubelet = s.kubelet_path();
+    Shared& s = state_->shared;
+    const std::string kubelet = (s.settings.plugin_dir / kKubeletSocket).string();
     const auto interval = milliseconds(s.settings.health_interval_ms);
 
-    std::unique_ptr<grpc::Server> server;
-    Identity served{};
-    auto start = [&] {
-        remove_socket(own);
-        grpc::ServerBuilder builder;
-        builder.AddListeningPort("unix:" + own, grpc::InsecureServerCredentials());
-        builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
-        builder.RegisterService(&s);
-        server = builder.BuildAndStart();
-        if (!server) throw Error(EADDRNOTAVAIL, "serve device plugin", own, "cannot listen there");
-        served = identity(own);
-        logger().info("device plugin: serving {} on {}", s.settings.resource_name, own);
-    };
-    auto halt = [&] {
-        if (!server) return;
-        server->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
-        server->Wait();
-        server.reset();
-    };
-
-    start();
-    bool registered = false;
-    Identity kubelet_seen{};
-    std::string last_failure;
-    milliseconds backoff(100);
-    auto next_try = Clock::now();
+    for (auto& e : state_->endpoints) start(*e);
+    std::thread xids([&s] { s.watch_xids(); });
+    // The Xid thread ends with run(), however run() ends.
+    struct Join {
+        Server& server;
+        std::thread& thread;
+        ~Join() {
+            server.stop();
+            thread.join();
+        }
+    } join{*this, xids};
     auto next_check = Clock::now() + interval;
     std::unique_lock lock(s.mu);
     while (!s.stopping) {
         lock.unlock();
-        const auto now = Clock::now();
-        // The kubelet restarted: ours was removed (serve again, even before
-        // registering), or its socket is new.
-        if (identity(own) != served) {
-            logger().info(
-                "device plugin: {} was removed (the kubelet restarted); serving "
-                "and registering again",
-                own);
-            halt();
-            start();
-            if (registered) {
-                registered = false;
-                backoff = milliseconds(100);
-                next_try = now;
-            }
-        } else if (registered && identity(kubelet) != kubelet_seen) {
-            logger().info("device plugin: {} is new (the kubelet restarted); registering again",
-                          kubelet);
-            registered = false;
-            backoff = milliseconds(100);
-            next_try = now;
-        }
-        if (!registered && now >= next_try) {
-            std::string failure;
-            const Identity k = identity(kubelet);
-            if (k == Identity{}) {
-                failure = fmt::format("the kubelet is not there yet ({} is missing)", kubelet);
-            } else {
-                auto channel =
-                    grpc::CreateChannel("unix:" + kubelet, grpc::InsecureChannelCredentials());
-                auto stub = api::Registration::NewStub(channel);
-                api::RegisterRequest request;
-                request.set_version(kApiVersion);
-                request.set_endpoint(s.settings.socket_name);
-                request.set_resource_name(s.settings.resource_name);
-                request.mutable_options()->set_get_preferred_allocation_available(true);
-                grpc::ClientContext context;
-                context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-                api::Empty reply;
-                const grpc::Status st = stub->Register(&context, request, &reply);
-                if (st.ok()) {
-                    registered = true;
-                    kubelet_seen = k;
-                    last_failure.clear();
-                    logger().info("device plugin: registered {} with {}", s.settings.resource_name,
-                                  kubelet);
-                } else {
-                    failure = fmt::format("the kubelet refused the registration at {}: {}", kubelet,
-                                          st.error_message());
+        auto wake = std::min(next_check, Clock::now() + milliseconds(100));
+        for (auto& ep : state_->endpoints) {
+            Endpoint& e = *ep;
+            const auto now = Clock::now();
+            // The kubelet restarted: ours was removed (serve again, even
+            // before registering), or its socket is new.
+            if (identity(e.socket_path()) != e.served) {
+                logger().info(
+                    "device plugin: {} was removed (the kubelet restarted); serving "
+                    "and registering again",
+                    e.socket_path());
+                halt(e);
+                start(e);
+                if (e.registered) {
+                    e.registered = false;
+                    e.backoff = milliseconds(100);
+                    e.next_try = now;
                 }
+            } else if (e.registered && identity(kubelet) != e.kubelet_seen) {
+                logger().info(
+                    "device plugin: {} is new (the kubelet restarted); registering {} "
+                    "again",
+                    kubelet, e.res().name);
+                e.registered = false;
+                e.backoff = milliseconds(100);
+                e.next_try = now;
             }
-            if (!registered) {
-                if (failure != last_failure) logger().warn("device plugin: {}; retrying", failure);
-                last_failure = failure;
-                next_try = Clock::now() + backoff;
-                backoff = std::min(backoff * 2, milliseconds(10000));
-            }
+            if (!e.registered && now >= e.next_try) try_register(e, kubelet);
+            if (!e.registered) wake = std::min(wake, e.next_try);
         }
         if (Clock::now() >= next_check) {
             s.check();
@@ -341,14 +497,14 @@ void Server::run() {
         }
         lock.lock();
         if (s.stopping) break;
-        auto wake = std::min(next_check, registered ? Clock::now() + milliseconds(100) : next_try);
-        wake = std::min(wake, Clock::now() + milliseconds(100));
-        s.changed.wait_until(lock, wake);
+        s.changed.wait_until(lock, std::min(wake, next_check));
     }
     lock.unlock();
-    halt();
-    remove_socket(own);
-    logger().info("device plugin: stopped; {} removed", own);
+    for (auto& e : state_->endpoints) {
+        halt(*e);
+        remove_socket(e->socket_path());
+        logger().info("device plugin: stopped; {} removed", e->socket_path());
+    }
 }
 
 }  // namespace gpubind::plugin

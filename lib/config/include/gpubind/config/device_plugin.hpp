@@ -18,8 +18,10 @@ namespace gpubind {
 enum class DeviceListStrategy { CdiCri, CdiAnnotations, Envvar, VolumeMounts };
 // How devices are named to the kubelet: by UUID ("GPU-...") or by index ("0").
 enum class IdStrategy { Uuid, Index };
-// MIG: none (whole GPUs only), single (every GPU's MIG devices as the
-// resource), mixed (a resource per MIG profile). Only "none" is served now.
+// MIG: none (whole GPUs only, MIG or not), single (every GPU has MIG on with
+// one profile: its MIG devices are the resource), mixed (a resource
+// "<domain>/mig-<profile>" per MIG profile, whole GPUs without MIG as the
+// resource). plugin.hpp's resources() has the rules.
 enum class MigStrategy { None, Single, Mixed };
 
 struct DevicePluginConfig {
@@ -31,6 +33,9 @@ struct DevicePluginConfig {
     std::filesystem::path plugin_dir = "/var/lib/kubelet/device-plugins";
     std::string socket_name = "gpubind.sock";  // the plugin's socket in plugin_dir
     unsigned health_interval_ms = 5000;        // how often device health is checked
+    // Xids that never make a GPU unhealthy: by default those NVIDIA's plugin
+    // ignores, errors of an application rather than of the GPU.
+    std::vector<unsigned> ignored_xids = {13, 31, 43, 45, 68, 109};
 
     bool operator==(const DevicePluginConfig&) const = default;
 };

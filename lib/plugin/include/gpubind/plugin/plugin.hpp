@@ -5,6 +5,8 @@
 // answers for each device-list strategy.
 #pragma once
 
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -25,10 +27,12 @@ inline constexpr const char* kDeviceMountDir = "/var/run/nvidia-container-device
 // The annotation the cdi-annotations strategy writes (CDI's "cdi.k8s.io/" prefix).
 inline constexpr const char* kCdiAnnotation = "cdi.k8s.io/gpubind-device-plugin";
 
-// One device the kubelet is told of: a whole GPU.
+// One device the kubelet is told of: a whole GPU, or one MIG device.
 struct Device {
-    std::string id;         // by the id strategy: the GPU's UUID or its index
-    unsigned position = 0;  // the GPU's position in the node's list
+    std::string id;         // by the id strategy: the GPU's UUID or its index; a MIG
+                            // device's UUID ("MIG-...") or "<GPU index>:<MIG index>"
+    unsigned position = 0;  // the GPU's (a MIG device's parent's) position in the node's list
+    int mig = -1;           // a MIG device's position among its GPU's; -1: a whole GPU
     int numa_node = -1;     // -1: unknown (no TopologyInfo)
     bool healthy = true;
     std::string why;  // why it is unhealthy ("" when healthy)
@@ -36,19 +40,64 @@ struct Device {
     bool operator==(const Device&) const = default;
 };
 
-// The node's GPUs as devices, in the node's order. Throws Error (bad input)
-// for the id strategy "uuid" on a GPU without a UUID, and for a MIG strategy
-// other than "none" (not served yet).
-std::vector<Device> device_list(const Node& node, const DevicePluginConfig& settings);
+// MIG profiles as NVML names them ("1g.10gb"), by MIG device UUID.
+using MigProfiles = std::map<std::string, std::string>;
+
+// One resource the plugin registers, on a socket of its own.
+struct Resource {
+    std::string name;    // "nvidia.com/gpu", "nvidia.com/mig-1g.10gb"
+    std::string socket;  // its socket's file name in the plugin directory
+    std::vector<Device> devices;
+
+    bool operator==(const Resource&) const = default;
+};
+
+// The resources to register and their devices, in the node's order, by the
+// MIG strategy:
+//  - none: settings.resource_name with one device per GPU, MIG on or not.
+//  - single: without MIG devices anywhere, as none; else every GPU must have
+//    MIG devices (MIG on), all of one profile: they are settings.resource_name's
+//    devices. Anything else is refused (Error, bad input, naming the GPU or the
+//    profiles), as NVIDIA's plugin refuses such a node.
+//  - mixed: settings.resource_name with the GPUs that have no MIG devices,
+//    then, by profile name, "<resource's domain>/mig-<profile>" (socket
+//    "<socket's stem>-mig-<profile>.sock") with that profile's MIG devices.
+// A MIG device's profile comes from `profiles` (by its UUID); one without a
+// profile, or with a profile that is not [a-z0-9.+-] (1 to 32), is an Error.
+// Throws Error (bad input) for the id strategy "uuid" on a device without a UUID.
+std::vector<Resource> resources(const Node& node, const DevicePluginConfig& settings,
+                                const MigProfiles& profiles = {});
+
+// A critical Xid on a GPU (by its device minor): the Xid and its device
+// node's identity then (0, 0 when it was missing). The GPU stays unhealthy
+// until that node is made anew (another inode: the driver reloaded or the GPU
+// reset), which is how a GPU comes back.
+struct XidMark {
+    unsigned xid = 0;
+    dev_t dev = 0;
+    ino_t ino = 0;
+};
+using XidMarks = std::map<unsigned, XidMark>;  // by GPU minor
+
+// Records an Xid event of the GPU of `minor`. Returns false (nothing
+// recorded) for an Xid in settings.ignored_xids or a minor that is no GPU of
+// the node.
+bool record_xid(XidMarks& marks, const Node& node, unsigned minor, unsigned xid,
+                const DevicePluginConfig& settings);
+// Drops the marks of GPUs whose device node is a new one now. Returns whether
+// any was dropped.
+bool clear_recovered_xids(XidMarks& marks, const Node& node);
 
 // Marks each device healthy or not as the node is now: Unhealthy when the
-// driver is gone (no driver/nvidia/version under the proc root) or its GPU's
+// driver is gone (no driver/nvidia/version under the proc root), its GPU's
 // device node is missing or no longer the driver's character device (checked
-// without following links). Returns whether any device's health changed.
-bool update_health(std::vector<Device>& devices, const Node& node);
+// without following links), or its GPU has an Xid mark. Returns whether any
+// device's health changed.
+bool update_health(std::vector<Device>& devices, const Node& node, const XidMarks& marks = {});
 
 // The preferred `size` devices of `available`, holding `must_include`, as
-// place_gpus chooses them. Throws Error (bad input) naming an id that is not
+// place_gpus chooses them (MIG devices: must_include, then the others in the
+// order given). Throws Error (bad input) naming an id that is not
 // a device, a size that is not 1..available, must_include not in available or
 // more than size.
 std::vector<std::string> preferred_allocation(const Node& node, const std::vector<Device>& devices,
