@@ -2,6 +2,7 @@
 // a DevicePlugin client over real unix sockets in a temp dir, on simulated
 // nodes. Expectations come from the simulator's manifest (UUIDs, NUMA nodes,
 // NVLinks, PCIe switches), never from the plugin's own answers.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -93,11 +94,14 @@ class Kubelet final : public api::Registration::Service {
 
 class DevicePlugin : public ::testing::Test {
   protected:
-    void simulate(const std::string& topology = "hgx8") {
+    void simulate(const std::string& topology = "hgx8", unsigned gpus = 0,
+                  std::vector<sim::MigSpec> mig = {}) {
         sim::Spec spec;
         spec.topology = topology;
         if (sim::topology_gpus(topology) != 0) spec.gpus = sim::topology_gpus(topology);
         if (topology == "pcie-pairs") spec.gpus = 8;
+        if (gpus != 0) spec.gpus = gpus;
+        spec.mig = std::move(mig);
         manifest_ = sim::simulate(node_dir_.path(), spec);
         config_ = default_config();
         const auto d = node_dir_.path();
@@ -533,12 +537,196 @@ TEST_F(DevicePlugin, ProgramRefusesABadKeyWithOneLine) {
     EXPECT_THAT(err, HasSubstr("device-plugin.id-stratgy: unknown key"));
 }
 
+// MIG "single": every MIG device under the plain resource name, with its
+// parent's NUMA node; Allocate names it as the node's CDI spec does.
+TEST_F(DevicePlugin, MigSingleOffersEveryMigDeviceUnderThePlainName) {
+    simulate("", 2, {{0, 1, 0}, {0, 2, 0}, {1, 1, 0}});
+    settings_.mig_strategy = MigStrategy::Single;
+    start();
+    EXPECT_EQ(kubelet_->wait(1)->resource_name(), "nvidia.com/gpu");
+    Watch w(*stub_);
+    const auto list = w.next();
+    ASSERT_TRUE(list);
+    ASSERT_EQ(list->devices_size(), 3);
+    for (int i = 0; i < 3; ++i) {
+        const auto& m = manifest_.migs[static_cast<std::size_t>(i)];
+        EXPECT_EQ(list->devices(i).id(), m.uuid);
+        ASSERT_EQ(list->devices(i).topology().nodes_size(), 1);
+        EXPECT_EQ(list->devices(i).topology().nodes(0).id(), manifest_.gpus[m.gpu].numa_node);
+    }
+    api::AllocateResponse out;
+    ASSERT_TRUE(allocate({{manifest_.migs[2].uuid}}, out).ok());
+    ASSERT_EQ(out.container_responses(0).cdi_devices_size(), 1);
+    const std::string name = out.container_responses(0).cdi_devices(0).name();
+    EXPECT_EQ(name, "nvidia.com/gpu=" + manifest_.migs[2].uuid);
+    const auto offered = cdi::device_names(cdi::gpu_spec(discover(config_), config_));
+    EXPECT_NE(std::find(offered.begin(), offered.end(), name), offered.end()) << name;
+    // A whole GPU is no device of this resource.
+    EXPECT_EQ(allocate({{manifest_.gpus[0].uuid}}, out).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// "single" on a node where one GPU has MIG devices and another none: refused
+// at start, naming the GPU.
+TEST_F(DevicePlugin, MigSingleRefusesANodeThatIsNotUniform) {
+    simulate("", 2, {{0, 1, 0}});
+    settings_.mig_strategy = MigStrategy::Single;
+    try {
+        plugin::Server server(config_, settings_, discover(config_));
+        ADD_FAILURE() << "a node with MIG on one GPU of two was served";
+    } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("GPU 1 (" + manifest_.gpus[1].uuid + ") has no MIG"));
+        EXPECT_THAT(e.what(), HasSubstr("\"single\""));
+    }
+    // "none" serves the same node: two whole GPUs.
+    settings_.mig_strategy = MigStrategy::None;
+    start();
+    Watch w(*stub_);
+    const auto list = w.next();
+    ASSERT_TRUE(list);
+    EXPECT_EQ(list->devices_size(), 2);
+}
+
+// "mixed": the GPUs without MIG under the plain name, each MIG profile a
+// resource of its own, registered on its own socket.
+TEST_F(DevicePlugin, MigMixedRegistersAResourcePerProfile) {
+    simulate("", 3, {{0, 1, 0}, {0, 2, 0}, {2, 3, 0}});
+    settings_.mig_strategy = MigStrategy::Mixed;
+    settings_.id_strategy = IdStrategy::Index;
+    start();
+    ASSERT_TRUE(kubelet_->wait(2));
+    std::map<std::string, std::string> registered;  // resource -> endpoint
+    for (std::size_t n : {1u, 2u}) {
+        const auto r = kubelet_->wait(n);
+        registered[r->resource_name()] = r->endpoint();
+    }
+    // An H100 80GB's smallest MIG profile is 1g.10gb.
+    EXPECT_EQ(registered, (std::map<std::string, std::string>{
+                              {"nvidia.com/gpu", "gpubind.sock"},
+                              {"nvidia.com/mig-1g.10gb", "gpubind-mig-1g.10gb.sock"}}));
+    std::vector<std::string> ids;
+    {
+        Watch w(*stub_);
+        const auto list = w.next();
+        ASSERT_TRUE(list);
+        for (const auto& d : list->devices()) ids.push_back(d.id());
+        EXPECT_THAT(ids, ElementsAre("1"));
+    }
+    settings_.socket_name = "gpubind-mig-1g.10gb.sock";
+    connect();
+    Watch w(*stub_);
+    const auto list = w.next();
+    ASSERT_TRUE(list);
+    ids.clear();
+    for (const auto& d : list->devices()) ids.push_back(d.id());
+    EXPECT_THAT(ids, ElementsAre("0:0", "0:1", "2:0"));
+    api::AllocateResponse out;
+    ASSERT_TRUE(allocate({{"2:0"}}, out).ok());
+    ASSERT_EQ(out.container_responses(0).cdi_devices_size(), 1);
+    EXPECT_EQ(out.container_responses(0).cdi_devices(0).name(), "nvidia.com/gpu=2:0");
+    const auto offered = cdi::device_names(cdi::gpu_spec(discover(config_), config_));
+    EXPECT_NE(std::find(offered.begin(), offered.end(), "nvidia.com/gpu=2:0"), offered.end());
+    const auto st = allocate({{"1"}}, out);
+    EXPECT_THAT(st.error_message(), HasSubstr("unknown device 1"));
+}
+
+// Appends an Xid event for a GPU (by index) as the simulated NVML reads them.
+void inject_xid(const std::filesystem::path& node, unsigned gpu, unsigned xid) {
+    std::filesystem::create_directories(node / "gpubind-fake-nvml");
+    std::ofstream(node / "gpubind-fake-nvml/xid", std::ios::app) << gpu << ' ' << xid << '\n';
+}
+
+// A critical Xid turns exactly its GPU Unhealthy in the next list; an ignored
+// one changes nothing; the GPU is Healthy again once its device node is made
+// anew.
+TEST_F(DevicePlugin, ACriticalXidMakesExactlyItsGpuUnhealthyUntilItsNodeIsBack) {
+    simulate("", 4);
+    start();
+    Watch w(*stub_);
+    auto list = w.next();
+    ASSERT_TRUE(list);
+    for (const auto& d : list->devices()) ASSERT_EQ(d.health(), "Healthy");
+    inject_xid(node_dir_.path(), 1, 13);  // an application's error: ignored
+    std::this_thread::sleep_for(500ms);
+    inject_xid(node_dir_.path(), 2, 79);  // the GPU fell off the bus
+    list = w.next();
+    ASSERT_TRUE(list);
+    ASSERT_EQ(list->devices_size(), 4);
+    for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(list->devices(i).health(), i == 2 ? "Unhealthy" : "Healthy") << i;
+    api::AllocateResponse out;
+    EXPECT_THAT(allocate({{id_of(2)}}, out).error_message(),
+                HasSubstr("unhealthy device " + id_of(2)));
+    const auto node = node_dir_.path() / "dev/nvidia2";
+    ASSERT_EQ(::unlink(node.c_str()), 0);
+    ASSERT_EQ(::mknod(node.c_str(), S_IFCHR | 0666, makedev(195, 2)), 0);
+    bool healthy = false;
+    while (!healthy && (list = w.next())) {
+        healthy = true;
+        for (const auto& d : list->devices()) healthy = healthy && d.health() == "Healthy";
+    }
+    EXPECT_TRUE(healthy);
+}
+
+// The simulated NVML answers a plugin's start: memory info from the model's
+// "80GB", and Xid events through its event API.
+TEST_F(DevicePlugin, SimulatedNvmlAnswersMemoryInfoAndEvents) {
+    simulate("", 2);
+    const auto lib = node_dir_.path() / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+    void* h = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << ::dlerror();
+    using Dev = void*;
+    struct Memory {
+        unsigned long long total, free, used;
+    };
+    struct Event {
+        Dev device;
+        unsigned long long type, data;
+        unsigned gi, ci;
+    };
+    auto init = reinterpret_cast<int (*)()>(::dlsym(h, "nvmlInit_v2"));
+    auto by_index =
+        reinterpret_cast<int (*)(unsigned, Dev*)>(::dlsym(h, "nvmlDeviceGetHandleByIndex_v2"));
+    auto memory = reinterpret_cast<int (*)(Dev, Memory*)>(::dlsym(h, "nvmlDeviceGetMemoryInfo"));
+    auto create = reinterpret_cast<int (*)(void**)>(::dlsym(h, "nvmlEventSetCreate"));
+    auto reg = reinterpret_cast<int (*)(Dev, unsigned long long, void*)>(
+        ::dlsym(h, "nvmlDeviceRegisterEvents"));
+    auto wait =
+        reinterpret_cast<int (*)(void*, Event*, unsigned)>(::dlsym(h, "nvmlEventSetWait_v2"));
+    auto free_set = reinterpret_cast<int (*)(void*)>(::dlsym(h, "nvmlEventSetFree"));
+    ASSERT_TRUE(init && by_index && memory && create && reg && wait && free_set);
+    ASSERT_EQ(init(), 0);
+    Dev d0 = nullptr, d1 = nullptr;
+    ASSERT_EQ(by_index(0, &d0), 0);
+    ASSERT_EQ(by_index(1, &d1), 0);
+    Memory m{};
+    ASSERT_EQ(memory(d1, &m), 0);
+    ASSERT_THAT(manifest_.gpus[1].model, HasSubstr(" 80GB "));
+    EXPECT_EQ(m.total, 80ull << 30);
+    EXPECT_EQ(m.free + m.used, m.total);
+    void* set = nullptr;
+    ASSERT_EQ(create(&set), 0);
+    ASSERT_EQ(reg(d1, 0x8, set), 0);  // nvmlEventTypeXidCriticalError
+    Event e{};
+    EXPECT_EQ(wait(set, &e, 50), 10);     // NVML_ERROR_TIMEOUT
+    inject_xid(node_dir_.path(), 0, 48);  // GPU 0 is not registered
+    inject_xid(node_dir_.path(), 1, 48);
+    ASSERT_EQ(wait(set, &e, 1000), 0);
+    EXPECT_EQ(e.device, d1);
+    EXPECT_EQ(e.type, 0x8u);
+    EXPECT_EQ(e.data, 48u);
+    EXPECT_EQ(wait(set, &e, 50), 10);
+    EXPECT_EQ(free_set(set), 0);
+    ::dlclose(h);
+}
+
 // The config reader: the table's values, and config/config.toml's table is the defaults.
 TEST(DevicePluginConfig, ReadsTheTableAndTheDefaultsAreConfigToml) {
     const auto c = parse_config_with_plugin(
         "[device-plugin]\nresource-name = \"example.com/gpu\"\n"
         "device-list-strategy = [\"envvar\", \"volume-mounts\"]\nid-strategy = \"index\"\n"
-        "plugin-dir = \"/x\"\nsocket = \"a.sock\"\nhealth-interval-ms = 250\n",
+        "plugin-dir = \"/x\"\nsocket = \"a.sock\"\nhealth-interval-ms = 250\n"
+        "mig-strategy = \"mixed\"\nignored-xids = [79, 48]\n",
         "t.toml");
     EXPECT_EQ(c.plugin.resource_name, "example.com/gpu");
     EXPECT_EQ(c.plugin.device_list,
@@ -547,14 +735,18 @@ TEST(DevicePluginConfig, ReadsTheTableAndTheDefaultsAreConfigToml) {
     EXPECT_EQ(c.plugin.plugin_dir, "/x");
     EXPECT_EQ(c.plugin.socket_name, "a.sock");
     EXPECT_EQ(c.plugin.health_interval_ms, 250u);
+    EXPECT_EQ(c.plugin.mig_strategy, MigStrategy::Mixed);
+    EXPECT_EQ(c.plugin.ignored_xids, (std::vector<unsigned>{79, 48}));
     std::ifstream in(std::string(GPUBIND_SOURCE_DIR) + "/config/config.toml");
     std::string text((std::istreambuf_iterator<char>(in)), {});
     ASSERT_FALSE(text.empty());
     // Parsed for real (a changed byte skips the built-in fast path).
     const auto d = parse_config_with_plugin(text + "\n", "config.toml");
     EXPECT_EQ(d.plugin, DevicePluginConfig{});
-    for (const char* bad : {"id-strategy = \"serial\"", "device-list-strategy = []",
-                            "socket = \"a/b\"", "health-interval-ms = 5"}) {
+    for (const char* bad :
+         {"id-strategy = \"serial\"", "device-list-strategy = []", "socket = \"a/b\"",
+          "health-interval-ms = 5", "mig-strategy = \"split\"", "ignored-xids = [0]",
+          "ignored-xids = \"13\""}) {
         try {
             parse_config(std::string("[device-plugin]\n") + bad + "\n", "t.toml");
             ADD_FAILURE() << bad << " was accepted";
