@@ -72,6 +72,12 @@
 //   usual misc devices and, with HCAs, "rdma_cm". Modes are 0666 unless said.
 //   gpubind-simulated-node.json: the manifest.
 //
+// Xid events: a test appends lines "<GPU index> <Xid>" to
+// DIR/gpubind-fake-nvml/xid (made by the test; the simulator writes none);
+// the fake NVML's event API (nvmlEventSetWait_v2) sends each as a critical
+// Xid event of that GPU (lib/fake/nvml.c). nvmlDeviceGetMemoryInfo answers
+// the model's "<N>GB" in GiB.
+//
 // The fake driver sees what a process on the node would: see
 // lib/fake/fake_scan.h for its rules (a GPU is visible when its procfs entry
 // is there and its device node opens or fails with ENXIO; MIG devices need
