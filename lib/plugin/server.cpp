@@ -173,8 +173,11 @@ struct Shared {
         for (Resource& r : resources) {
             auto it = std::find_if(list.begin(), list.end(),
                                    [&](const Resource& n) { return n.name == r.name; });
-            r.devices = it == list.end() ? std::vector<Device>{} : std::move(it->devices);
-            logger().info("device plugin: {}'s devices changed ({} now)", r.name, r.devices.size());
+            std::vector<Device> now =
+                it == list.end() ? std::vector<Device>{} : std::move(it->devices);
+            if (key(now) != key(r.devices))
+                logger().info("device plugin: {}'s devices changed ({} now)", r.name, now.size());
+            r.devices = std::move(now);
         }
         for (const Resource& n : list)
             if (std::none_of(resources.begin(), resources.end(),

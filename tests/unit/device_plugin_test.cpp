@@ -578,6 +578,19 @@ TEST_F(DevicePlugin, MigSingleRefusesANodeThatIsNotUniform) {
         EXPECT_THAT(e.what(), HasSubstr("GPU 1 (" + manifest_.gpus[1].uuid + ") has no MIG"));
         EXPECT_THAT(e.what(), HasSubstr("\"single\""));
     }
+    // The program: one line, exit status 3 (bad input).
+    const auto conf = node_dir_.path() / "single.toml";
+    std::ofstream(conf) << fmt::format(
+        "[node]\ndriver-root = \"{0}\"\ndev-root = \"{0}\"\nproc-root = \"{0}/proc\"\n"
+        "sys-root = \"{0}/sys\"\nstate-dir = \"{0}/run-gpubind\"\n"
+        "[device-plugin]\nplugin-dir = \"{1}\"\nmig-strategy = \"single\"\n",
+        node_dir_.path().string(), plugin_dir_.path().string());
+    Child c = spawn({GPUBIND_DEVICE_PLUGIN_PATH, "--config", conf.string()});
+    ASSERT_GT(c.pid, 0);
+    const std::string err = drain(c.err);
+    EXPECT_EQ(wait_exit(c.pid), 3) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_THAT(err, HasSubstr("GPU 1 (" + manifest_.gpus[1].uuid + ") has no MIG"));
     // "none" serves the same node: two whole GPUs.
     settings_.mig_strategy = MigStrategy::None;
     start();
