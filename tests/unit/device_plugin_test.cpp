@@ -685,7 +685,11 @@ TEST_F(DevicePlugin, ACriticalXidMakesExactlyItsGpuUnhealthyUntilItsNodeIsBack) 
 // "80GB", and Xid events through its event API.
 TEST_F(DevicePlugin, SimulatedNvmlAnswersMemoryInfoAndEvents) {
     simulate("", 2);
-    const auto lib = node_dir_.path() / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+    const auto f = std::find_if(
+        manifest_.files.begin(), manifest_.files.end(),
+        [](const auto& file) { return file.name == "libnvidia-ml.so.1" && !file.compat32; });
+    ASSERT_NE(f, manifest_.files.end());
+    const auto lib = node_dir_.path() / f->path.substr(1);
     void* h = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(h, nullptr) << ::dlerror();
     using Dev = void*;
