@@ -27,6 +27,7 @@
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
+#include "gpubind/util/version.hpp"
 
 namespace gpubind::cdi {
 
@@ -708,7 +709,7 @@ void validate(const json& spec, const std::string& what) {
             c.edits(devices[i]["containerEdits"], where + ".containerEdits");
     }
     const std::string needed = minimum_version(spec);
-    if (version_index(version) < version_index(needed))
+    if (compare_versions(version, needed) < 0)
         c.fail("cdiVersion",
                fmt::format("'{}' does not have what the spec uses (it needs {})", version, needed));
 }

@@ -12,6 +12,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
+#include "gpubind/util/version.hpp"
 
 namespace gpubind {
 
@@ -141,16 +142,6 @@ bool is_version(std::string_view s) {
             part.find_first_not_of("0123456789") != std::string_view::npos)
             return false;
     return true;
-}
-
-int compare_versions(std::string_view a, std::string_view b) {
-    auto pa = split(a, '.'), pb = split(b, '.');
-    for (std::size_t i = 0; i < pa.size() || i < pb.size(); ++i) {
-        unsigned long x = i < pa.size() ? parse_unsigned(pa[i]).value_or(0) : 0;
-        unsigned long y = i < pb.size() ? parse_unsigned(pb[i]).value_or(0) : 0;
-        if (x != y) return x < y ? -1 : 1;
-    }
-    return 0;
 }
 
 Image inspect_image(System& sys, int root_fd) {

@@ -13,6 +13,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/strings.hpp"
+#include "gpubind/util/version.hpp"
 
 namespace gpubind {
 

@@ -7,8 +7,9 @@
 //   arch    each selected GPU's compute capability        versions: likewise
 //   brand   each selected GPU's brand (case-insensitive)  = == !=
 //
-// Keys are case-insensitive; versions compare numerically component by
-// component, a missing component counting as 0 ("12" == "12.0"). Every
+// Keys are case-insensitive; a version is decimal numbers joined by single
+// dots, compared as util's compare_versions does (numerically component by
+// component, a missing component counting as 0: "12" == "12.0"). Every
 // variable must hold for every selected GPU (a MIG device counts as its
 // parent); with no GPU selected, arch and brand conditions hold trivially.
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "gpubind/decide/request.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
+#include "gpubind/util/version.hpp"
 
 namespace gpubind {
 
@@ -29,33 +31,19 @@ namespace {
 enum class Key { Cuda, Driver, Arch, Brand };
 enum class Op { Eq, Ne, Lt, Le, Gt, Ge };
 
-using Version = std::vector<unsigned long>;
-
 struct Condition {
     std::string text;  // as written
     Key key = Key::Cuda;
     Op op = Op::Eq;
-    std::string value;
-    Version version;  // for cuda, driver, arch
+    std::string value;  // for cuda, driver and arch a version (is_numeric_version)
 };
 using Alternative = std::vector<Condition>;
 
-std::optional<Version> parse_version(std::string_view s) {
-    Version v;
-    for (auto part : split(s, '.')) {
-        auto n = parse_unsigned(part);
-        if (!n) return std::nullopt;
-        v.push_back(*n);
-    }
-    return v;
-}
-
-int compare(const Version& a, const Version& b) {
-    for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-        unsigned long x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
-        if (x != y) return x < y ? -1 : 1;
-    }
-    return 0;
+// Decimal numbers (each within an unsigned long) joined by single dots.
+bool is_numeric_version(std::string_view s) {
+    for (auto part : split(s, '.'))
+        if (!parse_unsigned(part)) return false;
+    return true;
 }
 
 bool holds(int cmp, Op op) {
@@ -115,9 +103,7 @@ Condition parse_condition(std::string_view text, const std::string& variable) {
     if (c.key == Key::Brand) {
         if (c.op != Op::Eq && c.op != Op::Ne) bad("a brand compares only with =, == or !=");
     } else {
-        auto v = parse_version(rest);
-        if (!v) bad(fmt::format("'{}' is not a version", rest));
-        c.version = std::move(*v);
+        if (!is_numeric_version(rest)) bad(fmt::format("'{}' is not a version", rest));
     }
     return c;
 }
@@ -145,9 +131,9 @@ std::optional<std::string> failure(const Condition& c, const Node& node, const G
     auto version_check = [&](const std::string& have, std::string_view what,
                              std::string_view says) -> std::optional<std::string> {
         if (have.empty()) return fmt::format("the {} is unknown", what);
-        auto v = parse_version(have);
-        if (!v) return fmt::format("the {} '{}' is not a version", what, have);
-        if (holds(compare(*v, c.version), c.op)) return std::nullopt;
+        if (!is_numeric_version(have))
+            return fmt::format("the {} '{}' is not a version", what, have);
+        if (holds(compare_versions(have, c.value), c.op)) return std::nullopt;
         return fmt::format("{}{}", says, have);
     };
     switch (c.key) {

@@ -16,6 +16,7 @@
 #include "gpubind/node/node_read.hpp"
 #include "gpubind/setup/setup.hpp"
 #include "gpubind/util/error.hpp"
+#include "gpubind/util/version.hpp"
 
 namespace gpubind::doctor {
 
@@ -221,7 +222,8 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
         if (c.evidence.empty()) {
             c.summary =
                 fmt::format("{} devices, every node, mount and hook present", file.devices.size());
-            if (cdi::version_index(file.version) > cdi::version_index(file.needed)) {
+            if (cdi::version_index(file.version) >= 0 &&
+                compare_versions(file.version, file.needed) > 0) {
                 c.verdict = Verdict::Warning;
                 c.evidence.push_back(fmt::format(
                     "cdiVersion {}: its features need only {}; an engine whose CDI library "

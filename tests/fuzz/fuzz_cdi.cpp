@@ -17,6 +17,7 @@
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
+#include "gpubind/util/version.hpp"
 
 namespace {
 
@@ -28,8 +29,7 @@ void check_spec(std::string_view bytes, bool yaml_text) {
     } catch (const Error&) {
         return;
     }
-    if (cdi::version_index(spec["cdiVersion"].get<std::string>()) <
-        cdi::version_index(cdi::minimum_version(spec)))
+    if (compare_versions(spec["cdiVersion"].get<std::string>(), cdi::minimum_version(spec)) < 0)
         std::abort();
     if (yaml::parse(yaml::dump(spec), "dump") != spec) std::abort();
     const auto names = cdi::device_names(spec);

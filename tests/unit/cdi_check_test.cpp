@@ -23,6 +23,7 @@
 #include "gpubind/config/config.hpp"
 #include "gpubind/doctor/doctor.hpp"
 #include "gpubind/sim/sim.hpp"
+#include "sim_node.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -35,15 +36,20 @@ using gpubind::test::TempDir;
 using json = nlohmann::json;
 using testing::HasSubstr;
 
-class CdiCheck : public testing::Test {
+class CdiCheck : public test::SimNodeTest {
   protected:
-    CdiCheck() {
+    CdiCheck() : test::SimNodeTest("gpubind-cdi-check") {
+        node_options().gpus(2).driver_version("535.104.05");
+        config().cdi.spec_dirs = {specs_.path()};
+    }
+    void SetUp() override {
         fs::permissions(specs_.path(), fs::perms(0755));
-        m_ = simulate("535.104.05");
+        test::SimNodeTest::SetUp();
         // The previous driver's spec, kept by a DRA driver's cache.
         write("dra-stale.json", dra_spec("gpu-0-claim", "/dev/nvidia0", "535.104.05"));
-        m_ = simulate("550.54.15");  // the driver upgraded since
-        const auto gen = test::run(cli() + " cdi generate --root " + node_.path().string() +
+        node_options().driver_version("550.54.15");  // the driver upgraded since
+        simulate();
+        const auto gen = test::run(cli() + " cdi generate --root " + root().string() +
                                    " --hook-path " + GPUBIND_HOOK_PATH + " -o " +
                                    (specs_.path() / "nvidia.com-gpu.json").string() + " 2>&1");
         EXPECT_EQ(gen.status, 0) << gen.text;
@@ -51,19 +57,7 @@ class CdiCheck : public testing::Test {
     }
 
     static std::string cli() { return GPUBIND_CLI_PATH; }
-    sim::Manifest simulate(const std::string& version) {
-        sim::Spec spec;
-        spec.gpus = 2;
-        spec.driver_version = version;
-        return sim::simulate(node_.path(), spec);
-    }
-    fs::path host(const std::string& path) const { return node_.path() / path.substr(1); }
-    Config config() const {
-        Config c = default_config();
-        c.roots = {node_.path(), node_.path(), node_.path() / "proc"};
-        c.cdi.spec_dirs = {specs_.path()};
-        return c;
-    }
+    fs::path host(const std::string& path) const { return root() / path.substr(1); }
     void write(const std::string& name, const json& spec) const {
         std::ofstream(specs_.path() / name) << spec.dump(2);
     }
@@ -110,9 +104,7 @@ class CdiCheck : public testing::Test {
     }
     static std::string evidence(const Check& c) { return testing::PrintToString(c.evidence); }
 
-    TempDir node_{"gpubind-cdi-check-node"};
     TempDir specs_{"gpubind-cdi-check-specs"};
-    sim::Manifest m_;
 };
 
 TEST_F(CdiCheck, TheCurrentSpecsPassAndEachBrokenOneIsReportedWithItsReason) {
@@ -202,8 +194,8 @@ TEST_F(CdiCheck, ANodeWithOtherNumbersOrAnUnregisteredMajorIsAProblem) {
     ASSERT_EQ(::mknod(host("/dev/nvidia1").c_str(), S_IFCHR | 0666, ::makedev(511, 1)), 0);
     const auto after = checks();
     const Check& d = of(after, "dra-current.json");
-    EXPECT_THAT(evidence(d), HasSubstr("major 511 is no driver's in " +
-                                       (node_.path() / "proc/devices").string()));
+    EXPECT_THAT(evidence(d),
+                HasSubstr("major 511 is no driver's in " + (root() / "proc/devices").string()));
 }
 
 TEST_F(CdiCheck, AFileNoEngineWouldReadIsAProblemAndNeverFollowed) {
@@ -243,7 +235,7 @@ TEST_F(CdiCheck, ASpecThatFailsValidationNamesItsContentAsTheFix) {
 }
 
 TEST_F(CdiCheck, TheCliChecksTheFilesNamedAndExitsFiveOnAProblem) {
-    const std::string base = cli() + " cdi check --root " + node_.path().string() + " ";
+    const std::string base = cli() + " cdi check --root " + root().string() + " ";
     auto ok = test::run(base + (specs_.path() / "nvidia.com-gpu.json").string() + " " +
                         (specs_.path() / "dra-current.json").string());
     EXPECT_EQ(ok.status, 0) << ok.text;

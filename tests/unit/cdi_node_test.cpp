@@ -18,6 +18,7 @@
 #include "gpubind/cdi/yaml.hpp"
 #include "gpubind/node/node.hpp"
 #include "gpubind/sim/sim.hpp"
+#include "sim_node.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -26,29 +27,17 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class CdiNodeTest : public ::testing::Test {
+class CdiNodeTest : public test::SimNodeTest {
   protected:
-    static void SetUpTestSuite() {
-        dir_ = std::make_unique<test::TempDir>("gpubind-cdi-node");
-        sim::Spec spec;
-        spec.gpus = 3;
-        spec.mig = {{1, 1, 0}, {1, 2, 0}};
-        spec.imex_channels = 2;
-        manifest_ = sim::simulate(root(), spec);
+    CdiNodeTest() : test::SimNodeTest("gpubind-cdi-node") {
+        node_options().gpus(3).mig({{1, 1, 0}, {1, 2, 0}}).imex_channels(2);
+        config().cdi.dir = dir() / "cdi";
+        config().cdi.hook = "/opt/gpubind/bin/gpubind-hook";
+        config().source = "/etc/gpubind/test.toml";
     }
-    static void TearDownTestSuite() { dir_.reset(); }
 
-    static fs::path root() { return dir_->path() / "node"; }
-    static Config config() {
-        Config c = default_config();
-        c.roots = {root(), root(), root() / "proc"};
-        c.cdi.dir = dir_->path() / "cdi";
-        c.cdi.hook = "/opt/gpubind/bin/gpubind-hook";
-        c.source = "/etc/gpubind/test.toml";
-        return c;
-    }
-    static const sim::ManifestNode& manifest_node(const std::string& path) {
-        for (const auto& n : manifest_.nodes)
+    const sim::ManifestNode& manifest_node(const std::string& path) const {
+        for (const auto& n : manifest().nodes)
             if (n.path == path) return n;
         throw std::runtime_error("no manifest node " + path);
     }
@@ -61,14 +50,11 @@ class CdiNodeTest : public ::testing::Test {
                        std::to_string(n["minor"].get<unsigned>()));
         return out;
     }
-    static std::string expected(const std::string& path) {
+    std::string expected(const std::string& path) const {
         const auto& n = manifest_node(path);
         return n.path + " " + (root() / n.path.substr(1)).string() + " " + std::to_string(n.major) +
                ":" + std::to_string(n.minor);
     }
-
-    static inline std::unique_ptr<test::TempDir> dir_;
-    static inline sim::Manifest manifest_;
 };
 
 TEST_F(CdiNodeTest, EveryDeviceNameHasExactlyItsNodes) {
@@ -80,14 +66,14 @@ TEST_F(CdiNodeTest, EveryDeviceNameHasExactlyItsNodes) {
 
     std::map<std::string, std::set<std::string>> want;
     std::set<std::string> all;
-    for (const auto& g : manifest_.gpus) {
+    for (const auto& g : manifest().gpus) {
         const std::string dev = "/dev/nvidia" + std::to_string(g.minor);
         want[std::to_string(g.index)] = {expected(dev)};
         want[g.uuid] = {expected(dev)};
         all.insert(expected(dev));
     }
     std::map<unsigned, unsigned> per_gpu;
-    for (const auto& m : manifest_.migs) {
+    for (const auto& m : manifest().migs) {
         const std::set<std::string> nodes = {
             expected("/dev/nvidia" + std::to_string(m.gpu)),
             expected("/dev/nvidia-caps/nvidia-cap" + std::to_string(m.gi_cap_minor)),
@@ -111,7 +97,7 @@ TEST_F(CdiNodeTest, CommonEditsHoldTheControlNodesDriverFilesAndTheHook) {
     // The utility and compute files of the manifest: libraries (64-bit) at their
     // own file's path, binaries, sockets and firmware at theirs, read-only.
     std::map<std::string, std::string> want;
-    for (const auto& f : manifest_.files) {
+    for (const auto& f : manifest().files) {
         if ((f.capability != "utility" && f.capability != "compute") || f.compat32) continue;
         if (f.kind == "ipc" && f.name == "nvidia-mps") continue;  // not in the default catalog
         const std::string& file = f.kind == "library" ? f.real_path : f.path;
@@ -147,7 +133,7 @@ TEST_F(CdiNodeTest, ImexChannelsAreAKindOfTheirOwn) {
     std::map<std::string, std::set<std::string>> devices;
     for (const auto& d : (*spec)["devices"]) devices[d["name"]] = nodes_of(d["containerEdits"]);
     std::map<std::string, std::set<std::string>> want;
-    for (unsigned c = 0; c < manifest_.spec.imex_channels; ++c)
+    for (unsigned c = 0; c < manifest().spec.imex_channels; ++c)
         want[std::to_string(c)] = {
             expected("/dev/nvidia-caps-imex-channels/channel" + std::to_string(c))};
     EXPECT_EQ(devices, want);
@@ -160,14 +146,14 @@ TEST_F(CdiNodeTest, EachNameAppliedSelectsExactlyItsDevice) {
     const Node node = discover(config());
     cdi::Registry reg;
     reg.specs.push_back({"/var/run/cdi/nvidia.com-gpu.json", 1, cdi::gpu_spec(node, config())});
-    for (const auto& g : manifest_.gpus)
+    for (const auto& g : manifest().gpus)
         for (const std::string& name : {std::to_string(g.index), g.uuid}) {
             const json oci = cdi::apply(json::object(), {"nvidia.com/gpu=" + name}, reg);
             const auto found = cdi::selection_in_spec(node, oci);
             EXPECT_EQ(found.names, std::vector<std::string>{"GPU " + std::to_string(g.index)})
                 << name;
         }
-    const json mig = cdi::apply(json::object(), {"nvidia.com/gpu=" + manifest_.migs[1].uuid}, reg);
+    const json mig = cdi::apply(json::object(), {"nvidia.com/gpu=" + manifest().migs[1].uuid}, reg);
     EXPECT_EQ(cdi::selection_in_spec(node, mig).names, std::vector<std::string>{"MIG 1:1"});
     const json all = cdi::apply(json::object(), {"nvidia.com/gpu=all"}, reg);
     EXPECT_EQ(cdi::selection_in_spec(node, all).names,

@@ -15,6 +15,7 @@
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/util/cdi_name.hpp"
 #include "gpubind/util/error.hpp"
+#include "gpubind/util/version.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -86,6 +87,27 @@ TEST(CdiVersion, ValidateRefusesAVersionTooLowForTheSpec) {
     EXPECT_NO_THROW(cdi::validate(s, "x"));
     s["cdiVersion"] = "0.9.0";
     EXPECT_THROW(cdi::validate(s, "x"), Error);
+    // A "v" prefix is accepted, and the version compared with it ignored.
+    s["cdiVersion"] = "v0.6.0";
+    EXPECT_NO_THROW(cdi::validate(s, "x"));
+    s["cdiVersion"] = "v0.4.0";
+    EXPECT_THROW(cdi::validate(s, "x"), Error);
+    // Only the versions as the list writes them are known.
+    for (const char* unknown : {"0.5", "0.5.0.0", "0.5.0-rc1", "00.5.0"}) {
+        s["cdiVersion"] = unknown;
+        EXPECT_THROW(cdi::validate(s, "x"), Error) << unknown;
+    }
+}
+
+TEST(CdiVersion, KnownVersionsAreOrderedByTheOneComparison) {
+    const auto& list = cdi::versions();
+    ASSERT_FALSE(list.empty());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        EXPECT_EQ(cdi::version_index(list[i]), static_cast<int>(i));
+        EXPECT_EQ(cdi::version_index("v" + list[i]), static_cast<int>(i));
+    }
+    for (std::size_t i = 1; i < list.size(); ++i)
+        EXPECT_LT(compare_versions(list[i - 1], list[i]), 0) << list[i];
 }
 
 // --- names ---

@@ -18,6 +18,7 @@
 
 #include "gpubind/node/description.hpp"
 #include "gpubind/sim/sim.hpp"
+#include "sim_node.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -26,30 +27,27 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class Description : public ::testing::Test {
+class Description : public test::SimNodeTest {
   protected:
-    Description() : dir_("gpubind-description"), config_(default_config()) {
-        simulate();
-        config_.roots = {node(), node(), node() / "proc"};
-        config_.state_dir = dir_ / "state";
+    Description() : test::SimNodeTest("gpubind-description") {
+        node_options().gpus(2);
+        config().state_dir = dir() / "state";
     }
 
-    fs::path node() const { return dir_ / "node"; }
-    fs::path file() const { return description_path(config_); }
+    fs::path file() const { return description_path(config()); }
 
-    void simulate(const std::string& version = "550.54.15", std::vector<sim::MigSpec> mig = {}) {
-        sim::Spec spec;
-        spec.gpus = 2;
-        spec.driver_version = version;
-        spec.mig = std::move(mig);
-        manifest_ = sim::simulate(node(), spec);
+    using test::SimNodeTest::simulate;
+    // The node again, with this driver version and these MIG devices.
+    void simulate(const std::string& version, std::vector<sim::MigSpec> mig = {}) {
+        node_options().driver_version(version).mig(std::move(mig));
+        simulate();
     }
 
     NodeKnowledge load(bool need_nvml = false) {
         LoadOptions options;
         options.need_nvml = need_nvml;
         options.nvml_timeout = std::chrono::milliseconds(1500);
-        return load_node(config_, options);
+        return knowledge(options);
     }
 
     std::string read() const {
@@ -64,12 +62,12 @@ class Description : public ::testing::Test {
 
     // The slow NVML's switches (lib/fake/nvml.c): initialisations are counted.
     void count_nvml(int delay_ms = 0) const {
-        fs::create_directories(node() / "gpubind-fake-nvml");
-        write(node() / "gpubind-fake-nvml/inits", "");
-        if (delay_ms) write(node() / "gpubind-fake-nvml/delay-ms", std::to_string(delay_ms));
+        fs::create_directories(root() / "gpubind-fake-nvml");
+        write(root() / "gpubind-fake-nvml/inits", "");
+        if (delay_ms) write(root() / "gpubind-fake-nvml/delay-ms", std::to_string(delay_ms));
     }
     std::size_t nvml_inits() const {
-        std::ifstream in(node() / "gpubind-fake-nvml/inits");
+        std::ifstream in(root() / "gpubind-fake-nvml/inits");
         std::size_t n = 0;
         for (std::string line; std::getline(in, line);) ++n;
         return n;
@@ -78,7 +76,7 @@ class Description : public ::testing::Test {
     // Each GPU's UUID as the manifest has it, and as the knowledge does.
     std::vector<std::string> manifest_uuids() const {
         std::vector<std::string> out;
-        for (const auto& g : manifest_.gpus) out.push_back(g.uuid);
+        for (const auto& g : manifest().gpus) out.push_back(g.uuid);
         return out;
     }
     static std::vector<std::string> uuids(const NodeKnowledge& k) {
@@ -86,22 +84,18 @@ class Description : public ::testing::Test {
         for (const auto& g : k.node.gpus) out.push_back(g.uuid);
         return out;
     }
-
-    test::TempDir dir_;
-    Config config_;
-    sim::Manifest manifest_;
 };
 
 TEST_F(Description, ComputedOnceThenRead) {
     auto first = load();
     EXPECT_TRUE(first.recomputed);
     EXPECT_TRUE(first.stored);
-    EXPECT_EQ(first.node.driver_version, manifest_.spec.driver_version);
+    EXPECT_EQ(first.node.driver_version, manifest().spec.driver_version);
     EXPECT_EQ(uuids(first), manifest_uuids());
 
     auto second = load();
     EXPECT_FALSE(second.recomputed) << second.why;
-    EXPECT_EQ(second.node.driver_version, manifest_.spec.driver_version);
+    EXPECT_EQ(second.node.driver_version, manifest().spec.driver_version);
     EXPECT_EQ(uuids(second), manifest_uuids());
     ASSERT_EQ(second.node.files.size(), first.node.files.size());
     for (std::size_t i = 0; i < first.node.files.size(); ++i) {
@@ -120,11 +114,11 @@ TEST_F(Description, TheFileIsRootsAndReadableByAll) {
     EXPECT_TRUE(S_ISREG(st.st_mode));
     EXPECT_EQ(st.st_mode & 07777, 0644u);
     EXPECT_EQ(st.st_uid, 0u);
-    ASSERT_EQ(::lstat(config_.state_dir.c_str(), &st), 0);
+    ASSERT_EQ(::lstat(config().state_dir.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0755u);
     // Nothing else left in the directory (no temporary file).
     std::size_t entries = 0;
-    for ([[maybe_unused]] const auto& e : fs::directory_iterator(config_.state_dir)) ++entries;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(config().state_dir)) ++entries;
     EXPECT_EQ(entries, 1u);
 }
 
@@ -150,8 +144,8 @@ TEST_F(Description, MigLayoutChangeIsSeen) {
     simulate("550.54.15", {{0, 2, 0}, {1, 3, 1}});
     auto k = load(true);
     EXPECT_TRUE(k.recomputed);
-    ASSERT_EQ(manifest_.migs.size(), 2u);
-    for (const auto& m : manifest_.migs) {
+    ASSERT_EQ(manifest().migs.size(), 2u);
+    for (const auto& m : manifest().migs) {
         const auto& gpu = k.node.gpus.at(m.gpu);
         ASSERT_EQ(gpu.mig.size(), 1u);
         EXPECT_EQ(gpu.mig[0].gi, m.gi);
@@ -165,20 +159,20 @@ TEST_F(Description, MigLayoutChangeIsSeen) {
 // and the description is no longer the node's.
 TEST_F(Description, AGpuGoneFromTheDriverIsSeen) {
     load();
-    ASSERT_EQ(manifest_.gpus.size(), 2u);
-    const fs::path gone = node() / "proc/driver/nvidia/gpus" / manifest_.gpus[1].pci_bus_id;
+    ASSERT_EQ(manifest().gpus.size(), 2u);
+    const fs::path gone = root() / "proc/driver/nvidia/gpus" / manifest().gpus[1].pci_bus_id;
     ASSERT_TRUE(fs::is_directory(gone));
     fs::remove_all(gone);
     auto k = load();
     EXPECT_TRUE(k.recomputed);
     EXPECT_THAT(k.why, HasSubstr("proc"));
-    EXPECT_EQ(uuids(k), std::vector<std::string>{manifest_.gpus[0].uuid});
+    EXPECT_EQ(uuids(k), std::vector<std::string>{manifest().gpus[0].uuid});
     EXPECT_FALSE(load().recomputed);
 }
 
 TEST_F(Description, ConfigChangeIsSeen) {
     load();
-    config_.catalog.libraries.clear();
+    config().catalog.libraries.clear();
     auto k = load();
     EXPECT_TRUE(k.recomputed);
     EXPECT_THAT(k.why, HasSubstr("config changed"));
@@ -190,11 +184,11 @@ TEST_F(Description, ConfigChangeIsSeen) {
 // the specs' readers' directories do not.
 TEST_F(Description, ACdiConfigChangeIsSeen) {
     load();
-    config_.cdi.caps = kCapCompute;
+    config().cdi.caps = kCapCompute;
     EXPECT_TRUE(load().recomputed);
-    config_.cdi.hook = "/opt/gpubind/bin/gpubind-hook";
+    config().cdi.hook = "/opt/gpubind/bin/gpubind-hook";
     EXPECT_TRUE(load().recomputed);
-    config_.cdi.spec_dirs = {"/etc/cdi"};
+    config().cdi.spec_dirs = {"/etc/cdi"};
     EXPECT_FALSE(load().recomputed);
 }
 
@@ -209,16 +203,16 @@ TEST_F(Description, WhatOnlyAnEarlierStateWatchedIsNotKept) {
             if (key.find(root) != std::string::npos) ++n;
         return n;
     };
-    EXPECT_GT(watches(first, node().string()), 0u);
+    EXPECT_GT(watches(first, root().string()), 0u);
     test::TempDir other("gpubind-description-other");
     sim::Spec spec;
     spec.gpus = 1;
     sim::simulate(other.path(), spec);
-    config_.roots = {other.path(), other.path(), other.path() / "proc"};
+    config().roots = {other.path(), other.path(), other.path() / "proc", other.path() / "sys"};
     const auto second = load();
     EXPECT_TRUE(second.recomputed);
     EXPECT_GT(watches(second, other.path().string()), 0u);
-    EXPECT_EQ(watches(second, node().string()), 0u);
+    EXPECT_EQ(watches(second, root().string()), 0u);
     EXPECT_LE(second.fingerprint.size(), first.fingerprint.size());
     EXPECT_FALSE(load().recomputed);
 }
@@ -226,11 +220,11 @@ TEST_F(Description, WhatOnlyAnEarlierStateWatchedIsNotKept) {
 // A library's capabilities changed in the catalog: the next load sees it.
 TEST_F(Description, ACatalogCapabilityChangeIsSeen) {
     auto before = load();
-    ASSERT_FALSE(config_.catalog.libraries.empty());
-    const CatalogEntry& entry = config_.catalog.libraries.front();
+    ASSERT_FALSE(config().catalog.libraries.empty());
+    const CatalogEntry& entry = config().catalog.libraries.front();
     const std::string name = entry.name;
     const Capabilities caps = entry.caps == kCapDisplay ? kCapVideo : kCapDisplay;
-    config_.catalog.libraries.front().caps = caps;
+    config().catalog.libraries.front().caps = caps;
     auto k = load();
     EXPECT_TRUE(k.recomputed);
     EXPECT_THAT(k.why, HasSubstr("config changed"));
@@ -247,9 +241,9 @@ TEST_F(Description, ACatalogCapabilityChangeIsSeen) {
 // the node: no rediscovery for them.
 TEST_F(Description, ALogSettingChangeIsNotARediscovery) {
     load();
-    config_.log.level = config_.log.level == "debug" ? "info" : "debug";
-    config_.log.file = (dir_ / "gpubind.log").string();
-    config_.bpf_dir = config_.bpf_dir.empty() ? "/sys/fs/bpf/other" : "";
+    config().log.level = config().log.level == "debug" ? "info" : "debug";
+    config().log.file = (dir() / "gpubind.log").string();
+    config().bpf_dir = config().bpf_dir.empty() ? "/sys/fs/bpf/other" : "";
     auto k = load();
     EXPECT_FALSE(k.recomputed) << k.why;
     EXPECT_EQ(uuids(k), manifest_uuids());
@@ -257,25 +251,25 @@ TEST_F(Description, ALogSettingChangeIsNotARediscovery) {
 
 TEST_F(Description, LdcacheRewriteIsSeen) {
     load();
-    const fs::path cache = node() / "etc/ld.so.cache";
-    fs::copy_file(cache, node() / "etc/ld.so.cache.new");
-    fs::rename(node() / "etc/ld.so.cache.new", cache);
+    const fs::path cache = root() / "etc/ld.so.cache";
+    fs::copy_file(cache, root() / "etc/ld.so.cache.new");
+    fs::rename(root() / "etc/ld.so.cache.new", cache);
     auto k = load();
     EXPECT_TRUE(k.recomputed);
     EXPECT_THAT(k.why, HasSubstr("ldcache"));
 }
 
 TEST_F(Description, AnIpcAppearingIsSeen) {
-    fs::remove(node() / "run/nvidia-persistenced/socket");
+    fs::remove(root() / "run/nvidia-persistenced/socket");
     auto before = load();
     for (const auto& f : before.node.files)
-        EXPECT_NE(f.host_path, node() / "run/nvidia-persistenced/socket");
+        EXPECT_NE(f.host_path, root() / "run/nvidia-persistenced/socket");
     // The daemon starts after the first container: its socket appears.
     const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
     ASSERT_GE(fd, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    const std::string path = (node() / "run/nvidia-persistenced/socket").string();
+    const std::string path = (root() / "run/nvidia-persistenced/socket").string();
     ASSERT_LT(path.size(), sizeof addr.sun_path);
     std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
     ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
@@ -285,7 +279,7 @@ TEST_F(Description, AnIpcAppearingIsSeen) {
     EXPECT_THAT(k.why, HasSubstr("nvidia-persistenced/socket"));
     bool found = false;
     for (const auto& f : k.node.files)
-        found |= f.host_path == node() / "run/nvidia-persistenced/socket";
+        found |= f.host_path == root() / "run/nvidia-persistenced/socket";
     EXPECT_TRUE(found);
 }
 
@@ -295,9 +289,10 @@ TEST_F(Description, AProgramInTheDriversOwnPrefixIsSeen) {
     sim::Spec spec;
     spec.gpus = 1;
     spec.prefix = "usr/local/nvidia";
-    manifest_ = sim::simulate(node(), spec);
-    const fs::path smi = node() / "usr/local/nvidia/bin/nvidia-smi";
-    const fs::path kept = node() / "nvidia-smi.kept";
+    node_options().spec(spec);
+    simulate();
+    const fs::path smi = root() / "usr/local/nvidia/bin/nvidia-smi";
+    const fs::path kept = root() / "nvidia-smi.kept";
     fs::rename(smi, kept);
     auto before = load();
     EXPECT_TRUE(before.recomputed);
@@ -315,7 +310,7 @@ TEST_F(Description, AProgramInTheDriversOwnPrefixIsSeen) {
 TEST_F(Description, TamperedIsNotTrusted) {
     load();
     std::string text = read();
-    const std::string uuid = manifest_.gpus[0].uuid;
+    const std::string uuid = manifest().gpus[0].uuid;
     auto at = text.find(uuid);
     ASSERT_NE(at, std::string::npos);
     text[at + uuid.size() - 1] = text[at + uuid.size() - 1] == '0' ? '1' : '0';
@@ -377,7 +372,7 @@ TEST_F(Description, AnotherSchemaIsRecomputed) {
 
 TEST_F(Description, SymlinkedIsNotTrustedNorFollowed) {
     load();
-    const fs::path elsewhere = dir_ / "elsewhere.json";
+    const fs::path elsewhere = dir() / "elsewhere.json";
     fs::copy_file(file(), elsewhere);
     const std::string before = read();
     fs::remove(file());
@@ -424,17 +419,17 @@ TEST_F(Description, NotRegularOrOversizedIsNotTrusted) {
 }
 
 TEST_F(Description, AnUntrustedDirectoryIsNeitherReadNorWritten) {
-    fs::create_directories(config_.state_dir);
-    ASSERT_EQ(::chmod(config_.state_dir.c_str(), 0777), 0);
+    fs::create_directories(config().state_dir);
+    ASSERT_EQ(::chmod(config().state_dir.c_str(), 0777), 0);
     auto k = load();
     EXPECT_TRUE(k.recomputed);
     EXPECT_FALSE(k.stored);
     EXPECT_FALSE(fs::exists(file()));
     EXPECT_EQ(uuids(k), manifest_uuids());
     // A file put there by someone who may write the directory is not read.
-    ASSERT_EQ(::chmod(config_.state_dir.c_str(), 0755), 0);
+    ASSERT_EQ(::chmod(config().state_dir.c_str(), 0755), 0);
     load();
-    ASSERT_EQ(::chmod(config_.state_dir.c_str(), 0777), 0);
+    ASSERT_EQ(::chmod(config().state_dir.c_str(), 0777), 0);
     k = load();
     EXPECT_TRUE(k.recomputed);
     EXPECT_THAT(k.why, HasSubstr("writable by others"));
@@ -445,8 +440,8 @@ TEST_F(Description, AnUntrustedDirectoryIsNeitherReadNorWritten) {
 // read nor written. Fails with the owner check skipped.
 TEST_F(Description, ADirectoryAnotherUserOwnsIsNeitherReadNorWritten) {
     load();  // a good description there
-    ASSERT_EQ(::chown(config_.state_dir.c_str(), 1000, 1000), 0);
-    ASSERT_EQ(::chmod(config_.state_dir.c_str(), 0755), 0);
+    ASSERT_EQ(::chown(config().state_dir.c_str(), 1000, 1000), 0);
+    ASSERT_EQ(::chmod(config().state_dir.c_str(), 0755), 0);
     const std::string before = read();
     auto k = load();
     EXPECT_TRUE(k.recomputed);
@@ -454,7 +449,7 @@ TEST_F(Description, ADirectoryAnotherUserOwnsIsNeitherReadNorWritten) {
     EXPECT_THAT(k.why, HasSubstr("not owned by root"));
     EXPECT_EQ(read(), before) << "written into another user's directory";
     EXPECT_EQ(uuids(k), manifest_uuids());
-    ASSERT_EQ(::chown(config_.state_dir.c_str(), 0, 0), 0);
+    ASSERT_EQ(::chown(config().state_dir.c_str(), 0, 0), 0);
     EXPECT_FALSE(load().recomputed);
 }
 
@@ -466,13 +461,13 @@ TEST_F(Description, NvmlIsAskedOncePerDriverState) {
     auto asked = load(true);
     EXPECT_TRUE(asked.nvml_asked);
     EXPECT_EQ(asked.nvml.status, NvmlStatus::Answered);
-    EXPECT_EQ(asked.node.cuda_version, manifest_.cuda_version);
-    EXPECT_EQ(asked.node.gpus[0].brand, manifest_.gpus[0].brand);
-    EXPECT_EQ(asked.node.gpus[0].compute_capability, manifest_.gpus[0].compute_capability);
+    EXPECT_EQ(asked.node.cuda_version, manifest().cuda_version);
+    EXPECT_EQ(asked.node.gpus[0].brand, manifest().gpus[0].brand);
+    EXPECT_EQ(asked.node.gpus[0].compute_capability, manifest().gpus[0].compute_capability);
     for (int i = 0; i < 5; ++i) {
         auto k = load(true);
         EXPECT_FALSE(k.nvml_asked);
-        EXPECT_EQ(k.node.cuda_version, manifest_.cuda_version);
+        EXPECT_EQ(k.node.cuda_version, manifest().cuda_version);
     }
     EXPECT_EQ(nvml_inits(), 1u);
     // A new driver state asks again, once.
@@ -503,7 +498,7 @@ TEST_F(Description, AHungNvmlCostsOneWaitPerDriverState) {
     refresh.refresh = true;
     refresh.need_nvml = true;
     refresh.nvml_timeout = std::chrono::milliseconds(300);
-    auto r = load_node(config_, refresh);
+    auto r = load_node(config(), refresh);
     EXPECT_TRUE(r.recomputed);
     EXPECT_TRUE(r.nvml_asked);
     EXPECT_EQ(nvml_inits(), 2u);
@@ -512,7 +507,7 @@ TEST_F(Description, AHungNvmlCostsOneWaitPerDriverState) {
 TEST_F(Description, AReaderThatCannotWriteComputesInMemory) {
     LoadOptions options;
     options.write = false;
-    auto k = load_node(config_, options);
+    auto k = load_node(config(), options);
     EXPECT_TRUE(k.recomputed);
     EXPECT_FALSE(k.stored);
     EXPECT_FALSE(fs::exists(file()));

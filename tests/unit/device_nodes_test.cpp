@@ -22,6 +22,7 @@
 #include "errors.hpp"
 #include "gpubind/setup/setup.hpp"
 #include "gpubind/sim/sim.hpp"
+#include "sim_node.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -32,31 +33,27 @@ using namespace gpubind::setup;
 using gpubind::test::TempDir;
 using testing::HasSubstr;
 
-class DeviceNodes : public testing::Test {
+class DeviceNodes : public test::SimNodeTest {
   protected:
-    DeviceNodes() {
-        sim::Spec spec;
-        spec.gpus = 2;
-        spec.mig = {{0, 1, 0}};
-        spec.imex_channels = 2;
-        m_ = sim::simulate(dir_.path(), spec);
+    DeviceNodes() : test::SimNodeTest("gpubind-device-nodes") {
+        node_options().gpus(2).mig({{0, 1, 0}}).imex_channels(2);
     }
 
-    fs::path host(const std::string& path) const { return dir_.path() / path.substr(1); }
-    fs::path proc() const { return dir_.path() / "proc"; }
+    fs::path host(const std::string& path) const { return root() / path.substr(1); }
+    fs::path proc() const { return root() / "proc"; }
     static bool imex(const sim::ManifestNode& n) {
         return n.path.starts_with("/dev/nvidia-caps-imex-channels/");
     }
     // The manifest's node at `path`; fails the test when there is none.
     const sim::ManifestNode& node(const std::string& path) const {
-        for (const auto& n : m_.nodes)
+        for (const auto& n : manifest().nodes)
             if (n.path == path) return n;
         ADD_FAILURE() << "no node " << path;
         static const sim::ManifestNode none;
         return none;
     }
     void remove_all_nodes() const {
-        for (const auto& n : m_.nodes)
+        for (const auto& n : manifest().nodes)
             if (!imex(n)) fs::remove(host(n.path));
     }
     // "" when the node at `path` is the manifest's, root-owned, with `mode`.
@@ -78,16 +75,13 @@ class DeviceNodes : public testing::Test {
         o.dry_run = dry_run;
         o.mode = mode;
         o.simulated_proc = true;
-        return make_device_nodes(dir_.path(), proc(), o);
+        return make_device_nodes(root(), proc(), o);
     }
     static std::size_t lines_starting(const DeviceNodeReport& r, const std::string& prefix) {
         std::size_t n = 0;
         for (const auto& line : r.lines) n += line.starts_with(prefix) ? 1 : 0;
         return n;
     }
-
-    TempDir dir_{"gpubind-device-nodes"};
-    sim::Manifest m_;
 };
 
 TEST_F(DeviceNodes, EveryDeletedNodeComesBackWithTheDriversNumbers) {
@@ -96,7 +90,7 @@ TEST_F(DeviceNodes, EveryDeletedNodeComesBackWithTheDriversNumbers) {
     const auto report = make(NodeSet::All);
     ::umask(old_umask);
     std::size_t made = 0;
-    for (const auto& n : m_.nodes) {
+    for (const auto& n : manifest().nodes) {
         if (imex(n)) continue;  // channels are made on request, not from procfs
         EXPECT_EQ(is_drivers(n), "") << testing::PrintToString(report.lines);
         ++made;
@@ -118,7 +112,7 @@ TEST_F(DeviceNodes, EveryDeletedNodeComesBackWithTheDriversNumbers) {
 TEST_F(DeviceNodes, ExcludedGpusAndBadMinorsGetNoNode) {
     remove_all_nodes();
     const auto info = [&](unsigned i) {
-        return proc() / "driver/nvidia/gpus" / m_.gpus[i].pci_bus_id / "information";
+        return proc() / "driver/nvidia/gpus" / manifest().gpus[i].pci_bus_id / "information";
     };
     const auto edit = [&](unsigned i, const std::string& from, const std::string& to) {
         std::ifstream in(info(i));
@@ -129,12 +123,13 @@ TEST_F(DeviceNodes, ExcludedGpusAndBadMinorsGetNoNode) {
         std::ofstream(info(i)) << text;
     };
     edit(0, "GPU Excluded:\t No", "GPU Excluded:\t Yes");
-    edit(1, "Device Minor: \t " + std::to_string(m_.gpus[1].minor), "Device Minor: \t 254");
+    edit(1, "Device Minor: \t " + std::to_string(manifest().gpus[1].minor), "Device Minor: \t 254");
     const auto report = make(NodeSet::Gpus);
     const std::string lines = testing::PrintToString(report.lines);
-    EXPECT_THAT(lines, HasSubstr("GPU " + m_.gpus[0].pci_bus_id + " is excluded by the driver"));
+    EXPECT_THAT(lines,
+                HasSubstr("GPU " + manifest().gpus[0].pci_bus_id + " is excluded by the driver"));
     EXPECT_THAT(lines, HasSubstr(info(1).string() + ": no usable \\\"Device Minor\\\""));
-    for (const auto& gpu : m_.gpus)
+    for (const auto& gpu : manifest().gpus)
         EXPECT_FALSE(
             fs::exists(fs::symlink_status(host("/dev/nvidia" + std::to_string(gpu.minor)))));
     EXPECT_EQ(is_drivers(node("/dev/nvidiactl")), "");
@@ -143,7 +138,7 @@ TEST_F(DeviceNodes, ExcludedGpusAndBadMinorsGetNoNode) {
 // IMEX channels are made when asked, on the major the driver registered.
 TEST_F(DeviceNodes, AskedImexChannelsAreMadeOnTheirMajor) {
     std::vector<const sim::ManifestNode*> channels;
-    for (const auto& n : m_.nodes)
+    for (const auto& n : manifest().nodes)
         if (imex(n)) channels.push_back(&n), fs::remove(host(n.path));
     ASSERT_EQ(channels.size(), 2u);
     fs::remove(host("/dev/nvidia-caps-imex-channels"));
@@ -151,19 +146,19 @@ TEST_F(DeviceNodes, AskedImexChannelsAreMadeOnTheirMajor) {
     o.which = NodeSet::Control;
     o.imex_channels = {1};
     o.simulated_proc = true;
-    auto report = make_device_nodes(dir_.path(), proc(), o);
+    auto report = make_device_nodes(root(), proc(), o);
     EXPECT_EQ(is_drivers(*channels[1]), "") << testing::PrintToString(report.lines);
     EXPECT_FALSE(fs::exists(fs::symlink_status(host(channels[0]->path))));
     EXPECT_EQ(fs::status(host("/dev/nvidia-caps-imex-channels")).permissions(), fs::perms(0755));
     // The CLI, the same.
     const auto cli =
         test::run(std::string(GPUBIND_CLI_PATH) + " setup --device-nodes --control " +
-                  "--imex-channel 0 --simulated-proc --root " + dir_.path().string() + " 2>&1");
+                  "--imex-channel 0 --simulated-proc --root " + root().string() + " 2>&1");
     EXPECT_EQ(cli.status, 0) << cli.text;
     EXPECT_EQ(is_drivers(*channels[0]), "") << cli.text;
     // Beyond the driver's channels, refused with nothing made.
     o.imex_channels = {kMaxImexChannel};
-    EXPECT_THROW(make_device_nodes(dir_.path(), proc(), o), Error);
+    EXPECT_THROW(make_device_nodes(root(), proc(), o), Error);
     // A driver without IMEX: none, and a note says why.
     sim::Spec plain;
     plain.gpus = 1;
@@ -185,7 +180,7 @@ TEST_F(DeviceNodes, TheDefaultSetIsTheGpusAndControlNodesAndControlIsControlOnly
     EXPECT_EQ(is_drivers(node("/dev/nvidia0")), "");
     EXPECT_EQ(is_drivers(node("/dev/nvidia1")), "");
     EXPECT_FALSE(fs::exists(fs::symlink_status(host("/dev/nvidia-modeset"))));
-    for (const auto& mig : m_.migs)
+    for (const auto& mig : manifest().migs)
         EXPECT_FALSE(fs::exists(fs::symlink_status(
             host("/dev/nvidia-caps/nvidia-cap" + std::to_string(mig.ci_cap_minor)))));
 }
@@ -243,7 +238,7 @@ TEST_F(DeviceNodes, ADryRunWritesNothing) {
     fs::remove_all(host("/dev/nvidia-caps"));
     const auto r = make(NodeSet::All, false, true);
     EXPECT_GT(lines_starting(r, "would be created "), 4u);
-    for (const auto& n : m_.nodes)
+    for (const auto& n : manifest().nodes)
         if (!imex(n)) {
             EXPECT_FALSE(fs::exists(fs::symlink_status(host(n.path)))) << n.path;
         }
@@ -293,7 +288,7 @@ TEST_F(DeviceNodes, WithoutTheDriverNothingIsMade) {
 
 TEST_F(DeviceNodes, TheCliExitsFiveWhenANodeIsLeft) {
     const std::string cli = GPUBIND_CLI_PATH;
-    const std::string root = dir_.path().string();
+    const std::string root = this->root().string();
     remove_all_nodes();
     auto r = test::run(cli + " setup --device-nodes --simulated-proc --root " + root + " 2>&1");
     EXPECT_EQ(r.status, 0) << r.text;
@@ -316,7 +311,7 @@ TEST_F(DeviceNodes, TheCliExitsFiveWhenANodeIsLeft) {
 TEST_F(DeviceNodes, AProcThatIsNotProcfsIsReadOnlyWhenSaidToBeSimulated) {
     remove_all_nodes();
     const std::string cli =
-        std::string(GPUBIND_CLI_PATH) + " setup --device-nodes --root " + dir_.path().string();
+        std::string(GPUBIND_CLI_PATH) + " setup --device-nodes --root " + root().string();
     auto r = test::run(cli + " 2>&1");
     EXPECT_EQ(r.status, 4) << r.text;
     EXPECT_THAT(r.text, HasSubstr((proc() / "devices").string() + ": is not on procfs"));
@@ -329,7 +324,7 @@ TEST_F(DeviceNodes, AProcThatIsNotProcfsIsReadOnlyWhenSaidToBeSimulated) {
     // This machine's /proc is procfs: it gets as far as the driver's files.
     DeviceNodeOptions o;
     o.dry_run = true;
-    const Error e = test::error_of([&] { make_device_nodes(dir_.path(), "/proc", o); });
+    const Error e = test::error_of([&] { make_device_nodes(root(), "/proc", o); });
     EXPECT_THAT(e.what(), HasSubstr("/proc/driver/nvidia/version"));
 }
 
@@ -368,7 +363,7 @@ TEST_F(DeviceNodes, AMajorThatIsNotTheDriversIsRefusedWithNothingMade) {
 // load stops it with nothing made.
 TEST_F(DeviceNodes, LoadModulesRunsModprobeFirstAndStopsWhenItFails) {
     const std::string cli = GPUBIND_CLI_PATH;
-    const std::string root = dir_.path().string();
+    const std::string root = this->root().string();
     TempDir bin{"gpubind-device-nodes-bin"};
     const fs::path calls = bin.path() / "calls";
     const fs::path modprobe = bin.path() / "modprobe";

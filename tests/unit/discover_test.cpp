@@ -16,6 +16,7 @@
 #include "command.hpp"
 #include "gpubind/config/config.hpp"
 #include "gpubind/sim/sim.hpp"
+#include "sim_node.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -44,20 +45,22 @@ json cli_json(const std::string& args) {
 
 using Item = std::tuple<std::string, std::string, bool>;  // name, host path, compat32
 
-class Shape : public ::testing::TestWithParam<sim::Spec> {
+class Shape : public test::SimNodeTestWithParam<sim::Spec> {
   protected:
-    void SetUp() override { manifest_ = sim::simulate(dir_.path(), GetParam()); }
+    Shape() : test::SimNodeTestWithParam<sim::Spec>("gpubind-shape") {
+        node_options().spec(GetParam());
+    }
 
-    std::string root() const { return "--root " + dir_.path().string(); }
+    std::string root_arg() const { return "--root " + root().string(); }
     std::string host(const std::string& p) const {
-        return (dir_.path() / fs::path(p).relative_path()).string();
+        return (root() / fs::path(p).relative_path()).string();
     }
 
     // The manifest's files of `kind` brought by any of `caps`.
     std::set<Item> expected(const std::string& kind, const std::set<std::string>& caps,
                             bool compat32) const {
         std::set<Item> out;
-        for (const auto& f : manifest_.files)
+        for (const auto& f : manifest().files)
             if (f.kind == kind && caps.count(f.capability) && (compat32 || !f.compat32))
                 out.emplace(kind == "ipc" ? f.path : f.name,
                             host(kind == "library" ? f.real_path : f.path), f.compat32);
@@ -78,20 +81,17 @@ class Shape : public ::testing::TestWithParam<sim::Spec> {
             out.emplace(e["name"].get<std::string>(), e["path"].get<std::string>(), false);
         return out;
     }
-
-    test::TempDir dir_{"gpubind-shape"};
-    sim::Manifest manifest_;
 };
 
 const std::set<std::string> kAll = {"utility", "compute", "video", "graphics", "display", "ngx"};
 
 TEST_P(Shape, InfoShowsTheNodesGpus) {
-    json info = cli_json("info --json " + root());
+    json info = cli_json("info --json " + root_arg());
     EXPECT_EQ(info["schema"], "gpubind.info/v1");
-    EXPECT_EQ(info["driver_version"], manifest_.spec.driver_version);
-    EXPECT_EQ(info["cuda_version"], manifest_.cuda_version);
-    ASSERT_EQ(info["gpus"].size(), manifest_.gpus.size());
-    for (const auto& g : manifest_.gpus) {
+    EXPECT_EQ(info["driver_version"], manifest().spec.driver_version);
+    EXPECT_EQ(info["cuda_version"], manifest().cuda_version);
+    ASSERT_EQ(info["gpus"].size(), manifest().gpus.size());
+    for (const auto& g : manifest().gpus) {
         const auto& j = info["gpus"][g.index];
         EXPECT_EQ(j["minor"], g.minor);
         EXPECT_EQ(j["uuid"], g.uuid);
@@ -102,33 +102,33 @@ TEST_P(Shape, InfoShowsTheNodesGpus) {
         EXPECT_EQ(j["device"]["host_path"], host("/dev/nvidia" + std::to_string(g.minor)));
     }
     std::set<std::tuple<unsigned, unsigned, unsigned, std::string>> want, got;
-    for (const auto& m : manifest_.migs) want.emplace(m.gpu, m.gi, m.ci, m.uuid);
+    for (const auto& m : manifest().migs) want.emplace(m.gpu, m.gi, m.ci, m.uuid);
     for (const auto& g : info["gpus"])
         for (const auto& m : g["mig"])
             got.emplace(g["index"], m["gpu_instance"], m["compute_instance"], m["uuid"]);
     EXPECT_EQ(got, want);
     // IMEX channels: the manifest's channel nodes, with their numbers.
     std::set<std::tuple<unsigned, std::string, unsigned, unsigned>> want_imex, got_imex;
-    for (const auto& n : manifest_.nodes)
+    for (const auto& n : manifest().nodes)
         if (n.path.rfind("/dev/nvidia-caps-imex-channels/", 0) == 0)
             want_imex.emplace(n.minor, host(n.path), n.major, n.minor);
     for (const auto& c : info["imex_channels"])
         got_imex.emplace(c["channel"], c["host_path"], c["major"], c["minor"]);
     EXPECT_EQ(got_imex, want_imex);
-    EXPECT_EQ(want_imex.size(), manifest_.spec.imex_channels);
-    auto text = cli("info " + root());
+    EXPECT_EQ(want_imex.size(), manifest().spec.imex_channels);
+    auto text = cli("info " + root_arg());
     EXPECT_EQ(text.code, 0) << text.out;
-    if (manifest_.spec.imex_channels > 0) {
+    if (manifest().spec.imex_channels > 0) {
         EXPECT_THAT(text.out,
                     ::testing::HasSubstr("IMEX channels:    0-" +
-                                         std::to_string(manifest_.spec.imex_channels - 1) + "\n"));
+                                         std::to_string(manifest().spec.imex_channels - 1) + "\n"));
     } else {
         EXPECT_THAT(text.out, ::testing::Not(::testing::HasSubstr("IMEX")));
     }
 }
 
 TEST_P(Shape, ListsExactlyWhatTheNodeHolds) {
-    json all = cli_json("list --json --compat32 " + root());
+    json all = cli_json("list --json --compat32 " + root_arg());
     EXPECT_EQ(all["schema"], "gpubind.list/v1");
     EXPECT_EQ(listed(all, "libraries", false), expected("library", kAll, true));
     EXPECT_EQ(listed(all, "binaries", false), expected("binary", kAll, false));
@@ -140,18 +140,18 @@ TEST_P(Shape, ListsExactlyWhatTheNodeHolds) {
     std::set<std::string> configured;
     for (const auto& e : default_config().catalog.ipcs) configured.insert(e.name);
     EXPECT_FALSE(configured.count("/tmp/nvidia-mps"));
-    for (const auto& f : manifest_.files)
+    for (const auto& f : manifest().files)
         if (f.kind == "ipc" && configured.count(f.path)) want_ipcs.insert(host(f.path));
     EXPECT_EQ(ipc_paths, want_ipcs);
     std::set<std::string> fw_paths, want_fw;
     for (const auto& e : all["firmware"]) fw_paths.insert(e["path"].get<std::string>());
-    for (const auto& f : manifest_.files)
+    for (const auto& f : manifest().files)
         if (f.kind == "firmware") want_fw.insert(host(f.path));
     EXPECT_EQ(fw_paths, want_fw);
 
     // Devices: the control nodes and every GPU, with the node's numbers.
     std::set<std::tuple<std::string, unsigned, unsigned>> want_dev, got_dev;
-    for (const auto& n : manifest_.nodes)
+    for (const auto& n : manifest().nodes)
         if (n.path.rfind("/dev/nvidia-caps/", 0) != 0)
             want_dev.emplace(host(n.path), n.major, n.minor);
     for (const auto& d : all["devices"]) got_dev.emplace(d["host_path"], d["major"], d["minor"]);
@@ -159,25 +159,25 @@ TEST_P(Shape, ListsExactlyWhatTheNodeHolds) {
 }
 
 TEST_P(Shape, SelectionFlagsNarrowTheList) {
-    json compute = cli_json("list --json -l -c compute " + root());
+    json compute = cli_json("list --json -l -c compute " + root_arg());
     EXPECT_EQ(listed(compute, "libraries", false), expected("library", {"compute"}, false));
     EXPECT_TRUE(compute["devices"].empty());
     EXPECT_TRUE(compute["binaries"].empty());
-    json no32 = cli_json("list --json -l " + root());
+    json no32 = cli_json("list --json -l " + root_arg());
     EXPECT_EQ(listed(no32, "libraries", false), expected("library", kAll, false));
 
     // Text output: one host path a line, libraries as their versioned files.
-    auto text = cli("list -l -c utility " + root());
+    auto text = cli("list -l -c utility " + root_arg());
     ASSERT_EQ(text.code, 0);
-    for (const auto& f : manifest_.files) {
+    for (const auto& f : manifest().files) {
         if (f.kind == "library" && f.capability == "utility" && !f.compat32) {
             EXPECT_THAT(text.out, ::testing::HasSubstr(host(f.real_path) + "\n"));
         }
     }
 
     // One GPU by UUID: the control nodes and that GPU only.
-    const auto& last = manifest_.gpus.back();
-    json one = cli_json("list --json -d " + last.uuid + " " + root());
+    const auto& last = manifest().gpus.back();
+    json one = cli_json("list --json -d " + last.uuid + " " + root_arg());
     std::set<std::string> gpu_nodes;
     for (const auto& d : one["devices"])
         if (std::string(d["path"]).find_first_of("0123456789") != std::string::npos &&
@@ -187,13 +187,13 @@ TEST_P(Shape, SelectionFlagsNarrowTheList) {
 }
 
 TEST_P(Shape, MigDevicesBringTheirCapabilityNodes) {
-    for (const auto& m : manifest_.migs) {
+    for (const auto& m : manifest().migs) {
         unsigned index = 0;  // position among the parent's MIG devices, by (gi, ci)
-        for (const auto& o : manifest_.migs)
+        for (const auto& o : manifest().migs)
             if (o.gpu == m.gpu && std::tie(o.gi, o.ci) < std::tie(m.gi, m.ci)) ++index;
         for (const std::string& id :
              {std::to_string(m.gpu) + ":" + std::to_string(index), m.uuid}) {
-            json l = cli_json("list --json -d " + id + " " + root());
+            json l = cli_json("list --json -d " + id + " " + root_arg());
             std::set<unsigned> caps;
             for (const auto& d : l["devices"])
                 if (std::string(d["path"]).rfind("/dev/nvidia-caps/", 0) == 0)

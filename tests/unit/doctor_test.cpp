@@ -21,6 +21,7 @@
 #include "gpubind/setup/setup.hpp"
 #include "gpubind/sim/sim.hpp"
 #include "gpubind/start/start.hpp"
+#include "sim_node.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind::test {
@@ -48,20 +49,17 @@ std::string joined(const Check& c) {
     return s + c.fix;
 }
 
-class Doctor : public ::testing::Test {
+class Doctor : public SimNodeTest {
   protected:
+    Doctor() : SimNodeTest("gpubind-doctor") { node_options().gpus(2); }
     void SetUp() override {
-        sim::Spec spec;
-        spec.gpus = 2;
-        m_ = sim::simulate(dir_.path(), spec);
-        config_ = default_config();
-        config_.roots = {dir_.path(), dir_.path(), dir_.path() / "proc"};
+        SimNodeTest::SetUp();
         // A healthy node has its /dev/char links (the fix doctor offers for their absence).
-        setup::dev_char_links(dir_.path(), dir_.path() / "proc", false);
+        setup::dev_char_links(root(), root() / "proc", false);
     }
 
     std::vector<Check> node_checks() const {
-        return doctor::check_node(doctor::gather_node(config_));
+        return doctor::check_node(doctor::gather_node(config()));
     }
 
     // The check so named; fails the test when there is none.
@@ -83,8 +81,8 @@ class Doctor : public ::testing::Test {
     // A config file for the CLI naming the node, and the state and CDI
     // directories in the test's own directories (never the host's).
     std::string config_file() const {
-        const fs::path p = dir_.path() / "config.toml";
-        const std::string r = dir_.path().string();
+        const fs::path p = root() / "config.toml";
+        const std::string r = root().string();
         const std::string k = kept_.path().string();
         write(p, "[node]\ndriver-root = \"" + r + "\"\ndev-root = \"" + r + "\"\nproc-root = \"" +
                      r + "/proc\"\nstate-dir = \"" + k + "/state\"\n[cdi]\ndir = \"" + k +
@@ -92,29 +90,29 @@ class Doctor : public ::testing::Test {
         return p.string();
     }
     void own_state_dirs() {
-        config_.state_dir = kept_.path() / "state";
-        config_.cdi.dir = kept_.path() / "cdi";
-        fs::create_directories(config_.state_dir);
-        fs::permissions(config_.state_dir, fs::perms(0755));
+        config().state_dir = kept_.path() / "state";
+        config().cdi.dir = kept_.path() / "cdi";
+        fs::create_directories(config().state_dir);
+        fs::permissions(config().state_dir, fs::perms(0755));
     }
     std::vector<Check> state_checks() const {
-        return doctor::check_state(doctor::gather_state(config_));
+        return doctor::check_state(doctor::gather_state(config()));
     }
 
     const sim::ManifestFile& file(const std::string& name) const {
-        for (const auto& f : m_.files)
+        for (const auto& f : manifest().files)
             if (f.name == name && !f.compat32) return f;
         throw std::runtime_error("no " + name + " in the manifest");
     }
     const sim::ManifestNode& node(const std::string& path) const {
-        for (const auto& n : m_.nodes)
+        for (const auto& n : manifest().nodes)
             if (n.path == path) return n;
         throw std::runtime_error("no " + path + " in the manifest");
     }
-    fs::path host(const std::string& abs) const { return dir_.path() / abs.substr(1); }
+    fs::path host(const std::string& abs) const { return root() / abs.substr(1); }
 
     void set_param(const std::string& key, const std::string& value) {
-        const fs::path p = dir_.path() / "proc/driver/nvidia/params";
+        const fs::path p = root() / "proc/driver/nvidia/params";
         std::string text = read(p);
         const auto at = text.find(key + ": ");
         ASSERT_NE(at, std::string::npos);
@@ -124,23 +122,20 @@ class Doctor : public ::testing::Test {
         write(p, text);
     }
 
-    TempDir dir_{"gpubind-doctor"};
     TempDir kept_{"gpubind-doctor-kept"};  // outside the node: simulate() rewrites that
-    sim::Manifest m_;
-    Config config_;
 };
 
 TEST_F(Doctor, HealthyNodeHasNothingToSay) {
     const auto checks = node_checks();
     ASSERT_GE(checks.size(), 10u);
     only_this(checks, {});
-    EXPECT_THAT(named(checks, "kernel-module").summary, HasSubstr(m_.spec.driver_version));
+    EXPECT_THAT(named(checks, "kernel-module").summary, HasSubstr(manifest().spec.driver_version));
 }
 
 TEST_F(Doctor, DriverLibraryVersionMismatch) {
     // The module of the previous driver still loaded: the libraries were upgraded, no reboot.
     const std::string old_version = "535.161.07";
-    write(dir_.path() / "proc/driver/nvidia/version",
+    write(root() / "proc/driver/nvidia/version",
           "NVRM version: NVIDIA UNIX x86_64 Kernel Module  " + old_version +
               "  Thu Feb 22 00:00:00 UTC 2024\nGCC version:  gcc version 12.2.0\n");
     const auto checks = node_checks();
@@ -170,7 +165,7 @@ TEST_F(Doctor, MissingUvmNode) {
     only_this(checks, {"uvm-device-nodes", "dev-char-links"});
     // The fix gpubind offers first, run as given: the node is right again.
     const std::string setup =
-        "gpubind setup --device-nodes --root " + dir_.path().string() + " --simulated-proc";
+        "gpubind setup --device-nodes --root " + root().string() + " --simulated-proc";
     ASSERT_THAT(c.fix, HasSubstr(setup + " (or by hand: mknod"));
     const auto r = test::run(GPUBIND_CLI_PATH + setup.substr(std::string_view("gpubind").size()));
     EXPECT_EQ(r.status, 0) << r.text;
@@ -178,7 +173,7 @@ TEST_F(Doctor, MissingUvmNode) {
 }
 
 TEST_F(Doctor, WrongMajor) {
-    const auto& gpu = node("/dev/nvidia" + std::to_string(m_.gpus[1].minor));
+    const auto& gpu = node("/dev/nvidia" + std::to_string(manifest().gpus[1].minor));
     const unsigned wrong = gpu.major + 1;
     fs::remove(host(gpu.path));
     ASSERT_EQ(::mknod(host(gpu.path).c_str(), S_IFCHR | 0666, ::makedev(wrong, gpu.minor)), 0);
@@ -192,14 +187,13 @@ TEST_F(Doctor, WrongMajor) {
     EXPECT_THAT(c.fix, HasSubstr("rm " + host(gpu.path).string() + " && mknod -m 666 " +
                                  host(gpu.path).string() + " c " + std::to_string(gpu.major)));
     // The node has other numbers: the setup command replaces it only with --force.
-    EXPECT_THAT(c.fix,
-                HasSubstr("gpubind setup --device-nodes --force --root " + dir_.path().string()));
+    EXPECT_THAT(c.fix, HasSubstr("gpubind setup --device-nodes --force --root " + root().string()));
 }
 
 // A regular file where a node should be: setup never replaces it, so only
 // the command by hand is offered.
 TEST_F(Doctor, AFileWhereANodeShouldBeIsFixedByHandOnly) {
-    const auto& gpu = node("/dev/nvidia" + std::to_string(m_.gpus[1].minor));
+    const auto& gpu = node("/dev/nvidia" + std::to_string(manifest().gpus[1].minor));
     fs::remove(host(gpu.path));
     std::ofstream(host(gpu.path)) << "not a device\n";
     const Check c = named(node_checks(), "gpu-device-nodes");
@@ -223,7 +217,7 @@ TEST_F(Doctor, MissingLibraryOfACapability) {
 
 TEST_F(Doctor, AbsentPersistenceSocket) {
     fs::path socket;
-    for (const auto& f : m_.files)
+    for (const auto& f : manifest().files)
         if (f.kind == "ipc" && f.name == "nvidia-persistenced") socket = host(f.path);
     ASSERT_FALSE(socket.empty());
     fs::remove(socket);
@@ -252,14 +246,13 @@ TEST_F(Doctor, ModifyDeviceFilesOffWithoutNodes) {
 }
 
 TEST_F(Doctor, MigCapabilityNodeMissing) {
-    sim::Spec spec;
-    spec.gpus = 2;
-    spec.mig = {{0, 1, 0}};
-    m_ = sim::simulate(dir_.path(), spec);
-    setup::dev_char_links(dir_.path(), dir_.path() / "proc", false);
+    node_options().mig({{0, 1, 0}});
+    simulate();
+    setup::dev_char_links(root(), root() / "proc", false);
     only_this(node_checks(), {});
-    ASSERT_EQ(m_.migs.size(), 1u);
-    const std::string cap = "/dev/nvidia-caps/nvidia-cap" + std::to_string(m_.migs[0].ci_cap_minor);
+    ASSERT_EQ(manifest().migs.size(), 1u);
+    const std::string cap =
+        "/dev/nvidia-caps/nvidia-cap" + std::to_string(manifest().migs[0].ci_cap_minor);
     fs::remove(host(cap));
     const Check c = named(node_checks(), "mig-capability-nodes");
     EXPECT_EQ(c.verdict, Verdict::Problem);
@@ -267,8 +260,8 @@ TEST_F(Doctor, MigCapabilityNodeMissing) {
 }
 
 TEST_F(Doctor, LdconfigWithTheHostPathMarker) {
-    config_ = parse_config("[node]\nldconfig = \"@/nonexistent/sbin/ldconfig.real\"\n", "test");
-    config_.roots = {dir_.path(), dir_.path(), dir_.path() / "proc"};
+    config() = parse_config("[node]\nldconfig = \"@/nonexistent/sbin/ldconfig.real\"\n", "test");
+    config().roots = {root(), root(), root() / "proc"};
     const Check c = named(node_checks(), "ldconfig");
     EXPECT_EQ(c.verdict, Verdict::Warning);
     EXPECT_THAT(joined(c), HasSubstr("/nonexistent/sbin/ldconfig.real: missing"));
@@ -276,21 +269,21 @@ TEST_F(Doctor, LdconfigWithTheHostPathMarker) {
 }
 
 TEST_F(Doctor, MissingDevCharLinksAndTheirFix) {
-    fs::remove_all(dir_.path() / "dev/char");
+    fs::remove_all(root() / "dev/char");
     Check c = named(node_checks(), "dev-char-links");
     EXPECT_EQ(c.verdict, Verdict::Warning);
     const auto& ctl = node("/dev/nvidiactl");
     EXPECT_THAT(joined(c),
-                HasSubstr((dir_.path() / "dev/char").string() + "/" + std::to_string(ctl.major) +
-                          ":" + std::to_string(ctl.minor) + ": missing (for /dev/nvidiactl)"));
-    EXPECT_THAT(c.fix, HasSubstr("gpubind setup --dev-char-links --root " + dir_.path().string()));
+                HasSubstr((root() / "dev/char").string() + "/" + std::to_string(ctl.major) + ":" +
+                          std::to_string(ctl.minor) + ": missing (for /dev/nvidiactl)"));
+    EXPECT_THAT(c.fix, HasSubstr("gpubind setup --dev-char-links --root " + root().string()));
     // The fix, twice: the second run changes nothing.
-    auto first = setup::dev_char_links(dir_.path(), dir_.path() / "proc", false);
-    EXPECT_EQ(first.size(), m_.nodes.size());
-    for (const auto& line : setup::dev_char_links(dir_.path(), dir_.path() / "proc", false))
+    auto first = setup::dev_char_links(root(), root() / "proc", false);
+    EXPECT_EQ(first.size(), manifest().nodes.size());
+    for (const auto& line : setup::dev_char_links(root(), root() / "proc", false))
         EXPECT_THAT(line, HasSubstr("unchanged"));
-    for (const auto& n : m_.nodes)
-        EXPECT_EQ(fs::canonical(dir_.path() / "dev/char" /
+    for (const auto& n : manifest().nodes)
+        EXPECT_EQ(fs::canonical(root() / "dev/char" /
                                 (std::to_string(n.major) + ":" + std::to_string(n.minor))),
                   host(n.path));
     EXPECT_EQ(named(node_checks(), "dev-char-links").verdict, Verdict::Ok);
@@ -301,12 +294,12 @@ TEST_F(Doctor, MissingDevCharLinksAndTheirFix) {
 // NVIDIA driver registered in /proc/devices get one; the rest is skipped,
 // said in a line, and an existing link for that major is left alone.
 TEST_F(Doctor, DevCharLinksOnlyForNvidiaMajors) {
-    const fs::path fake = dir_.path() / "dev/nvidia-fake";
+    const fs::path fake = root() / "dev/nvidia-fake";
     ASSERT_EQ(::mknod(fake.c_str(), S_IFCHR | 0600, ::makedev(8, 0)), 0);
-    const fs::path system_link = dir_.path() / "dev/char/8:0";
+    const fs::path system_link = root() / "dev/char/8:0";
     fs::create_directories(system_link.parent_path());
     fs::create_symlink("../sda", system_link);
-    const auto report = setup::dev_char_links(dir_.path(), dir_.path() / "proc", false);
+    const auto report = setup::dev_char_links(root(), root() / "proc", false);
     EXPECT_EQ(fs::read_symlink(system_link), "../sda");
     bool said = false;
     for (const auto& line : report)
@@ -314,8 +307,8 @@ TEST_F(Doctor, DevCharLinksOnlyForNvidiaMajors) {
                 std::string::npos;
     EXPECT_TRUE(said) << ::testing::PrintToString(report);
     // NVIDIA's own nodes still have theirs.
-    for (const auto& n : m_.nodes)
-        EXPECT_EQ(fs::canonical(dir_.path() / "dev/char" /
+    for (const auto& n : manifest().nodes)
+        EXPECT_EQ(fs::canonical(root() / "dev/char" /
                                 (std::to_string(n.major) + ":" + std::to_string(n.minor))),
                   host(n.path));
 }
@@ -323,10 +316,10 @@ TEST_F(Doctor, DevCharLinksOnlyForNvidiaMajors) {
 // --- gpubind itself, through the command line ---
 
 TEST_F(Doctor, BadConfigNamesItsLine) {
-    const fs::path bad = dir_.path() / "bad.toml";
+    const fs::path bad = root() / "bad.toml";
     write(bad, "[node]\nldconfig = \"/sbin/ldconfig\"\nthis is not toml\n");
     auto out = run(std::string(GPUBIND_CLI_PATH) + " doctor --json --config " + bad.string() +
-                   " --root " + dir_.path().string() + " --prefix " + dir_.path().string());
+                   " --root " + root().string() + " --prefix " + root().string());
     EXPECT_EQ(out.status, doctor::kExitProblem);
     auto j = nlohmann::json::parse(out.text);
     bool found = false;
@@ -360,11 +353,11 @@ void expect_config_problem(const test::Output& out, const std::string& why) {
 TEST_F(Doctor, AConfigTheHookWouldRefuseIsAProblem) {
     // It parses, but other users may write it: the hook and the runtime
     // refuse it, so doctor must not call it fine.
-    const fs::path open = dir_.path() / "open.toml";
+    const fs::path open = root() / "open.toml";
     write(open, "[log]\nlevel = \"info\"\n");
     ::chmod(open.c_str(), 0666);
     auto out = run(std::string(GPUBIND_CLI_PATH) + " doctor --json --config " + open.string() +
-                   " --root " + dir_.path().string() + " --prefix " + dir_.path().string());
+                   " --root " + root().string() + " --prefix " + root().string());
     expect_config_problem(out, open.string() + ": writable by other users; refusing");
 }
 
@@ -372,10 +365,10 @@ TEST_F(Doctor, AConfigTheHookWouldRefuseIsAProblem) {
 // runtime refuse it (their working directory is the runtime's), so doctor
 // must say so rather than read the file it happens to find.
 TEST_F(Doctor, ARelativeGpubindConfigIsAProblem) {
-    write(dir_.path() / "good.toml", "[log]\nlevel = \"info\"\n");
-    auto out = run("cd " + dir_.path().string() + " && GPUBIND_CONFIG=good.toml " +
-                   std::string(GPUBIND_CLI_PATH) + " doctor --json --root " + dir_.path().string() +
-                   " --prefix " + dir_.path().string());
+    write(root() / "good.toml", "[log]\nlevel = \"info\"\n");
+    auto out = run("cd " + root().string() + " && GPUBIND_CONFIG=good.toml " +
+                   std::string(GPUBIND_CLI_PATH) + " doctor --json --root " + root().string() +
+                   " --prefix " + root().string());
     expect_config_problem(out, "good.toml: GPUBIND_CONFIG is not an absolute path; refusing");
     for (const auto& c : nlohmann::json::parse(out.text)["checks"]) {
         if (c["name"] != "config") continue;
@@ -395,19 +388,18 @@ TEST_F(Doctor, DescriptionAndCdiSpecFollowTheDriverState) {
     EXPECT_EQ(named(checks, "cdi-spec").verdict, Verdict::Ok);
     EXPECT_THAT(named(checks, "cdi-spec").summary, HasSubstr("not in use"));
 
-    const NodeKnowledge known = know_node(config_, {});  // what a start does
+    const NodeKnowledge known = know_node(config(), {});  // what a start does
     ASSERT_TRUE(known.stored);
-    const fs::path spec = config_.cdi.dir / "nvidia.com-gpu.json";
-    EXPECT_FALSE(fs::exists(spec));     // a start creates no CDI spec
-    cdi::refresh(known.node, config_);  // `gpubind cdi refresh`, the boot unit
+    const fs::path spec = config().cdi.dir / "nvidia.com-gpu.json";
+    EXPECT_FALSE(fs::exists(spec));      // a start creates no CDI spec
+    cdi::refresh(known.node, config());  // `gpubind cdi refresh`, the boot unit
     ASSERT_TRUE(fs::exists(spec));
     checks = state_checks();
     only_this(checks, {});
     EXPECT_THAT(joined(named(checks, "cdi-spec")), HasSubstr(spec.string() + ": current"));
 
-    sim::Spec upgraded = m_.spec;
-    upgraded.driver_version = "560.35.03";
-    m_ = sim::simulate(dir_.path(), upgraded);
+    node_options().driver_version("560.35.03");
+    simulate();
     checks = state_checks();
     EXPECT_EQ(named(checks, "node-description").verdict, Verdict::Warning);
     const Check cdi = named(checks, "cdi-spec");
@@ -417,14 +409,14 @@ TEST_F(Doctor, DescriptionAndCdiSpecFollowTheDriverState) {
     // Doctor changed nothing: the spec still names the old driver's files.
     EXPECT_THAT(read(spec), Not(HasSubstr("560.35.03")));
 
-    ASSERT_TRUE(know_node(config_, {}).recomputed);  // the next start
+    ASSERT_TRUE(know_node(config(), {}).recomputed);  // the next start
     EXPECT_THAT(read(spec), HasSubstr("560.35.03"));
     only_this(state_checks(), {});
 }
 
 TEST_F(Doctor, HealthyNodeExitsZeroAndABrokenOneFive) {
     const std::string cmd = std::string(GPUBIND_CLI_PATH) + " doctor --config " + config_file() +
-                            " --prefix " + dir_.path().string();
+                            " --prefix " + root().string();
     auto ok = run(cmd);
     EXPECT_EQ(ok.status, 0) << ok.text;
     EXPECT_THAT(ok.text, HasSubstr("0 problems"));
@@ -655,7 +647,7 @@ TEST_F(Doctor, JsonOutputFollowsItsSchema) {
     fs::remove(host("/dev/nvidia-uvm"));
     fs::remove(host("/run/nvidia-persistenced/socket"));
     auto out = run(std::string(GPUBIND_CLI_PATH) + " doctor --json --config " + config_file() +
-                   " --prefix " + dir_.path().string());
+                   " --prefix " + root().string());
     EXPECT_EQ(out.status, doctor::kExitProblem);
     const auto j = nlohmann::json::parse(out.text);
     std::vector<std::string> errors;

@@ -25,6 +25,7 @@
 #include "gpubind/setup/host.hpp"
 #include "gpubind/sim/sim.hpp"
 #include "gpubind/util/error.hpp"
+#include "sim_node.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -60,19 +61,19 @@ const char* const kInstallConfig =
     "[cdi]\n"
     "kind = \"nvidia.com/gpu\"\n";
 
-class HostInstall : public testing::Test {
+class HostInstall : public test::SimNodeTest {
   protected:
-    HostInstall() {
-        sim::Spec spec;
-        spec.gpus = 2;
-        manifest_ = sim::simulate(host(), spec);
+    HostInstall() : test::SimNodeTest("gpubind-host") { node_options().gpus(2); }
+    void SetUp() override {
+        test::SimNodeTest::SetUp();
         put(host() / "etc/containerd/config.toml", kContainerdConfig);
         fs::create_directories(host() / "var");
         fs::create_directory_symlink("/run", host() / "var/run");
-        put(dir_ / "config.toml", kInstallConfig);
+        put(dir() / "config.toml", kInstallConfig);
     }
 
-    fs::path host() const { return dir_ / "host"; }
+    // The directory that stands for the host's "/": the simulated node.
+    fs::path host() const { return root(); }
     static fs::path programs() { return fs::path(GPUBIND_HOOK_PATH).parent_path(); }
     fs::path installed(const std::string& name) const {
         return host() / "usr/local/gpubind" / name;
@@ -84,11 +85,8 @@ class HostInstall : public testing::Test {
         return test::run(env + " " + std::string(GPUBIND_CLI_PATH) + " setup --host-root " +
                          host().string() + " -e containerd --cdi --programs " +
                          programs().string() + " --install-config " +
-                         (dir_ / "config.toml").string() + " " + args + " 2>&1");
+                         (dir() / "config.toml").string() + " " + args + " 2>&1");
     }
-
-    TempDir dir_{"gpubind-host"};
-    sim::Manifest manifest_;
 };
 
 TEST_F(HostInstall, InstallsOnceRegistersAndRemoveLeavesTheHostAsItWas) {
@@ -126,7 +124,7 @@ TEST_F(HostInstall, InstallsOnceRegistersAndRemoveLeavesTheHostAsItWas) {
     // The node's GPUs, as the simulated node says it has them, by index and
     // UUID; every path the spec names is there on the host.
     const auto names = cdi::device_names(spec);
-    for (const auto& gpu : manifest_.gpus)
+    for (const auto& gpu : manifest().gpus)
         for (const std::string& id : {std::to_string(gpu.index), gpu.uuid})
             EXPECT_THAT(names, testing::Contains("nvidia.com/gpu=" + id));
     EXPECT_THAT(names, testing::Contains("nvidia.com/gpu=all"));
@@ -242,18 +240,18 @@ TEST_F(HostInstall, ADryRunWritesNothingAndPrintsNoProgram) {
 
 // Bad host roots and bad host files: one line naming what, nothing written.
 TEST_F(HostInstall, RefusesWhatIsNotAHostWithNothingWritten) {
-    put(dir_ / "file", "x");
-    fs::create_directory_symlink(host(), dir_ / "link");
+    put(dir() / "file", "x");
+    fs::create_directory_symlink(host(), dir() / "link");
     const struct {
         std::string root, env, why;
     } cases[] = {
-        {(dir_ / "missing").string(), "", "No such file or directory"},
-        {(dir_ / "file").string(), "", "is not a directory"},
-        {(dir_ / "link").string(), "", "is a symbolic link"},
+        {(dir() / "missing").string(), "", "No such file or directory"},
+        {(dir() / "file").string(), "", "is not a directory"},
+        {(dir() / "link").string(), "", "is a symbolic link"},
         {"relative/host", "", "is not an absolute path"},
         {"/", "container=podman", "is this container's own root, not the host's"},
     };
-    const Tree before = tree(dir_.path());
+    const Tree before = tree(dir());
     for (const auto& c : cases) {
         SCOPED_TRACE(c.root);
         const auto r =
@@ -264,7 +262,7 @@ TEST_F(HostInstall, RefusesWhatIsNotAHostWithNothingWritten) {
         EXPECT_THAT(r.text, HasSubstr(c.why));
         EXPECT_EQ(std::count(r.text.begin(), r.text.end(), '\n'), 1) << r.text;
     }
-    EXPECT_EQ(tree(dir_.path()), before);
+    EXPECT_EQ(tree(dir()), before);
 }
 
 TEST_F(HostInstall, RefusesBadHostFilesWithNothingWritten) {
@@ -334,7 +332,7 @@ TEST_F(HostInstall, ADirectoryAnotherUserCouldWriteIsRefusedBeforeAnythingIsWrit
 // Issue 44, F4: a link that leads nowhere inside the host root is refused,
 // never followed by path in the installer's own file system.
 TEST_F(HostInstall, ALinkThatDanglesInTheHostIsRefusedNotFollowedHere) {
-    const fs::path outside = dir_ / "outside";  // here, not in the host
+    const fs::path outside = dir() / "outside";  // here, not in the host
     fs::create_directories(outside);
     fs::remove_all(host() / "usr/local");
     fs::create_directories(host() / "usr");
@@ -418,24 +416,25 @@ TEST_F(HostInstall, ContainerdParsesTheInstalledConfig) {
 // environment of its own); $GPUBIND_CONFIG still wins, and a config there
 // others may write is refused.
 TEST_F(HostInstall, TheRuntimeReadsTheConfigBesideIt) {
-    const fs::path bin = dir_ / "bin";
+    const fs::path bin = dir() / "bin";
     fs::create_directories(bin);
     fs::copy_file(GPUBIND_RUNTIME_PATH, bin / "gpubind-runtime");
     const auto recorder = [&](const std::string& name) {
-        put(dir_ / name, "#!/bin/sh\necho " + name + " \"$@\" > " + (dir_ / "ran").string() + "\n",
+        put(dir() / name,
+            "#!/bin/sh\necho " + name + " \"$@\" > " + (dir() / "ran").string() + "\n",
             fs::perms(0755));
-        return "[runtime]\nruntimes = [\"" + (dir_ / name).string() + "\"]\n";
+        return "[runtime]\nruntimes = [\"" + (dir() / name).string() + "\"]\n";
     };
     put(bin / "config.toml", recorder("beside"));
-    put(dir_ / "env.toml", recorder("named"));
+    put(dir() / "env.toml", recorder("named"));
     const std::string runtime = (bin / "gpubind-runtime").string() + " state c1 2>&1";
 
     auto r = test::run("env -u GPUBIND_CONFIG " + runtime);
     EXPECT_EQ(r.status, 0) << r.text;
-    EXPECT_EQ(slurp(dir_ / "ran"), "beside state c1\n");
-    r = test::run("GPUBIND_CONFIG=" + (dir_ / "env.toml").string() + " " + runtime);
+    EXPECT_EQ(slurp(dir() / "ran"), "beside state c1\n");
+    r = test::run("GPUBIND_CONFIG=" + (dir() / "env.toml").string() + " " + runtime);
     EXPECT_EQ(r.status, 0) << r.text;
-    EXPECT_EQ(slurp(dir_ / "ran"), "named state c1\n");
+    EXPECT_EQ(slurp(dir() / "ran"), "named state c1\n");
     fs::permissions(bin / "config.toml", fs::perms(0666));
     r = test::run("env -u GPUBIND_CONFIG " + runtime);
     EXPECT_NE(r.status, 0);

@@ -9,19 +9,22 @@
 #include "gpubind/sim/sim.hpp"
 #include "gpubind/util/error.hpp"
 #include "nvml.hpp"
-#include "temp_dir.hpp"
+#include "sim_node.hpp"
 
 namespace gpubind {
 namespace {
 
-TEST(Nvml, ReadsTheSimulatedNodesFacts) {
-    test::TempDir dir("gpubind-nvml");
-    sim::Spec spec;
-    spec.gpus = 3;
-    spec.mig = {{1, 2, 0}};
-    auto manifest = sim::simulate(dir.path(), spec);
+class NvmlOnASimulatedNode : public test::SimNodeTest {
+  protected:
+    NvmlOnASimulatedNode() : test::SimNodeTest("gpubind-nvml") {
+        node_options().gpus(3).mig({{1, 2, 0}});
+    }
+};
+
+TEST_F(NvmlOnASimulatedNode, ReadsTheSimulatedNodesFacts) {
+    const sim::Manifest& manifest = this->manifest();
     auto facts =
-        query_nvml(dir / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", std::chrono::seconds(10));
+        query_nvml(root() / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", std::chrono::seconds(10));
     EXPECT_EQ(facts.cuda_version, manifest.cuda_version);
     ASSERT_EQ(facts.gpus.size(), manifest.gpus.size());
     for (const auto& g : manifest.gpus) {

@@ -14,6 +14,7 @@
 #include "gpubind/decide/plan.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/util/error.hpp"
+#include "gpubind/util/version.hpp"
 #include "target.hpp"
 #include "temp_dir.hpp"
 

@@ -20,6 +20,7 @@
 #include "gpubind/node/placement.hpp"
 #include "gpubind/sim/sim.hpp"
 #include "gpubind/util/strings.hpp"
+#include "sim_node.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -39,38 +40,27 @@ Output cli(const std::string& args) {
     return {o.status, std::move(o.text)};
 }
 
-class Topology : public ::testing::TestWithParam<std::string> {
+class Topology : public test::SimNodeTestWithParam<std::string> {
   protected:
-    void SetUp() override {
-        sim::Spec spec;
-        spec.topology = GetParam();
-        if (sim::topology_gpus(spec.topology) != 0) spec.gpus = sim::topology_gpus(spec.topology);
-        spec.hcas = 2;
-        manifest_ = sim::simulate(dir_.path(), spec);
+    Topology() : test::SimNodeTestWithParam<std::string>("gpubind-topology") {
+        node_options().topology(GetParam()).hcas(2);
     }
-    std::string root() const { return "--root " + dir_.path().string(); }
-    Node discover_node() const {
-        Config c = default_config();
-        c.roots = {dir_.path(), dir_.path(), dir_.path() / "proc", dir_.path() / "sys"};
-        return discover(c);
-    }
-
-    test::TempDir dir_{"gpubind-topology"};
-    sim::Manifest manifest_;
+    std::string root_arg() const { return "--root " + root().string(); }
+    Node discover_node() const { return discover(config()); }
 };
 
 TEST_P(Topology, InfoJsonMatchesTheKnownMatrixAndCliques) {
-    const auto o = cli("info --topology --json " + root());
+    const auto o = cli("info --topology --json " + root_arg());
     ASSERT_EQ(o.code, 0) << o.out;
     const json j = json::parse(o.out);
     EXPECT_EQ(j["schema"], "gpubind.topology/v2");
-    const auto& top = manifest_.topology;
-    ASSERT_EQ(j["gpus"].size(), manifest_.gpus.size());
-    for (std::size_t i = 0; i < manifest_.gpus.size(); ++i) {
+    const auto& top = manifest().topology;
+    ASSERT_EQ(j["gpus"].size(), manifest().gpus.size());
+    for (std::size_t i = 0; i < manifest().gpus.size(); ++i) {
         EXPECT_EQ(j["gpus"][i]["matrix"], json(top.matrix[i])) << "GPU " << i;
         const json& attrs = j["gpus"][i]["attributes"];
-        EXPECT_EQ(attrs["numaNode"], json::array({manifest_.gpus[i].numa_node}));
-        EXPECT_EQ(attrs["pcieRoot"], "pci" + manifest_.gpus[i].bridges.at(0).substr(0, 7));
+        EXPECT_EQ(attrs["numaNode"], json::array({manifest().gpus[i].numa_node}));
+        EXPECT_EQ(attrs["pcieRoot"], "pci" + manifest().gpus[i].bridges.at(0).substr(0, 7));
         if (!top.nvlink_known) {
             EXPECT_TRUE(attrs["nvlinkCliques"].is_null());
         } else {
@@ -90,10 +80,10 @@ TEST_P(Topology, InfoJsonMatchesTheKnownMatrixAndCliques) {
 }
 
 TEST_P(Topology, InfoTextShowsTheMatrixCellByCell) {
-    const auto o = cli("info --topology " + root());
+    const auto o = cli("info --topology " + root_arg());
     ASSERT_EQ(o.code, 0) << o.out;
     const auto lines = split(o.out, '\n');
-    for (std::size_t i = 0; i < manifest_.gpus.size(); ++i) {
+    for (std::size_t i = 0; i < manifest().gpus.size(); ++i) {
         const std::string label = fmt::format("GPU{}", i);
         auto row = std::find_if(lines.begin(), lines.end(),
                                 [&](std::string_view l) { return l.starts_with(label + " "); });
@@ -101,13 +91,13 @@ TEST_P(Topology, InfoTextShowsTheMatrixCellByCell) {
         std::vector<std::string> cells;
         for (auto w : split(*row, ' '))
             if (!w.empty()) cells.emplace_back(w);
-        const auto& want = manifest_.topology.matrix[i];
+        const auto& want = manifest().topology.matrix[i];
         ASSERT_GE(cells.size(), want.size() + 3) << *row;
         EXPECT_EQ(std::vector<std::string>(cells.begin() + 1, cells.begin() + 1 + want.size()),
                   want)
             << *row;
-        EXPECT_EQ(cells[want.size() + 1], manifest_.gpus[i].cpulist);
-        EXPECT_EQ(cells[want.size() + 2], std::to_string(manifest_.gpus[i].numa_node));
+        EXPECT_EQ(cells[want.size() + 1], manifest().gpus[i].cpulist);
+        EXPECT_EQ(cells[want.size() + 2], std::to_string(manifest().gpus[i].numa_node));
     }
     const std::string unknown = "NVLink: unknown (";
     const auto said = [&] {
@@ -117,7 +107,7 @@ TEST_P(Topology, InfoTextShowsTheMatrixCellByCell) {
             ++n;
         return n;
     }();
-    EXPECT_EQ(said, manifest_.topology.nvlink_known ? 0u : 1u) << o.out;
+    EXPECT_EQ(said, manifest().topology.nvlink_known ? 0u : 1u) << o.out;
 }
 
 // Against the documented order over the manifest's facts (brute_place.hpp).
@@ -125,7 +115,7 @@ TEST_P(Topology, PlaceIsNeverWorseThanBruteForce) {
     const Node node = discover_node();
     const auto graph = nvlink_graph(node.gpus);
     const auto t = place_topology(node.gpus, graph);
-    const auto& m = manifest_;
+    const auto& m = manifest();
     const unsigned n_gpus = static_cast<unsigned>(m.gpus.size());
     const auto facts = test::manifest_facts(m);
     unsigned compared = 0;

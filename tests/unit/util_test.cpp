@@ -25,6 +25,7 @@
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/log_sink.hpp"
 #include "gpubind/util/strings.hpp"
+#include "gpubind/util/version.hpp"
 #include "temp_dir.hpp"
 
 namespace gpubind {
@@ -488,6 +489,59 @@ TEST(Log, SettingALazyLoggerClosesTheLoggerMadeBefore) {
     EXPECT_EQ(descriptors_on(file), 0);
     EXPECT_FALSE(logger().should_log(LogLevel::Warn));
     set_logger(std::make_shared<spdlog::logger>("test"));
+}
+
+// ---- compare_versions: the one rule --------------------------------------------------------
+
+// The sign of compare_versions, both ways round: the rule is antisymmetric.
+int order(std::string_view a, std::string_view b) {
+    const int ab = compare_versions(a, b), ba = compare_versions(b, a);
+    EXPECT_EQ((ab > 0) - (ab < 0), -((ba > 0) - (ba < 0))) << a << " vs " << b;
+    return (ab > 0) - (ab < 0);
+}
+
+TEST(CompareVersions, ComponentsCompareAsNumbersNotAsText) {
+    EXPECT_EQ(order("10", "9"), 1);
+    EXPECT_EQ(order("550.100.1", "550.54.15"), 1);
+    EXPECT_EQ(order("12.10", "12.9"), 1);
+    EXPECT_EQ(order("1.2.3", "1.2.4"), -1);
+    EXPECT_EQ(order("560", "550.999.999"), 1);
+    EXPECT_EQ(order("550.54.15", "550.54.15"), 0);
+    // Leading zeros do not count; numbers are not limited to a machine word.
+    EXPECT_EQ(order("535.104.05", "535.104.5"), 0);
+    EXPECT_EQ(order("535.104.05", "535.104.4"), 1);
+    EXPECT_EQ(order("99999999999999999999999.1", "99999999999999999999998.9"), 1);
+    EXPECT_EQ(order("00000000000000000000001", "1"), 0);
+}
+
+TEST(CompareVersions, AMissingComponentIsZero) {
+    EXPECT_EQ(order("12", "12.0"), 0);
+    EXPECT_EQ(order("12", "12.0.0"), 0);
+    EXPECT_EQ(order("550.54", "550.54.1"), -1);
+    EXPECT_EQ(order("12.", "12"), 0);
+    EXPECT_EQ(order("", "0"), 0);
+    EXPECT_EQ(order("", "0.0.1"), -1);
+}
+
+TEST(CompareVersions, ALeadingVIsIgnored) {
+    EXPECT_EQ(order("v1.0.0", "1.0.0"), 0);
+    EXPECT_EQ(order("v0.6.0", "0.5.0"), 1);
+    EXPECT_EQ(order("v10", "v9"), 1);
+    EXPECT_EQ(order("v1.1", "1.1.0"), 0);
+}
+
+TEST(CompareVersions, ASuffixComesBeforeItsReleaseAndSuffixesCompareAsText) {
+    // The release decides when it differs, whatever the suffixes.
+    EXPECT_EQ(order("1.0.1-rc1", "1.0.0"), 1);
+    EXPECT_EQ(order("1.0.0-rc9", "1.0.1-alpha"), -1);
+    // Of equal releases, no suffix is newer: a pre-release comes before its release.
+    EXPECT_EQ(order("1.0.0-rc1", "1.0.0"), -1);
+    EXPECT_EQ(order("2.0beta", "2.0"), -1);
+    EXPECT_EQ(order("v1.0.0-rc1", "1.0"), -1);
+    // Two suffixes compare byte by byte.
+    EXPECT_EQ(order("1.0.0-alpha", "1.0.0-beta"), -1);
+    EXPECT_EQ(order("1.0.0-rc10", "1.0.0-rc9"), -1);
+    EXPECT_EQ(order("1.0.0-rc1", "1.0-rc1"), 0);
 }
 
 }  // namespace

@@ -49,7 +49,9 @@ inline constexpr std::string_view kImexClass = "imex-channel";
 // 1.1.0 for "netDevices" or intelRdt's "schemata"/"enableMonitoring".
 const std::vector<std::string>& versions();
 std::string minimum_version(const nlohmann::json& spec);
-// Index of `version` in versions() ("v" prefix accepted), or -1.
+// Index of `version` in versions() ("v" prefix accepted), or -1: whether a
+// spec's cdiVersion is one gpubind knows, written as the list writes it.
+// Known versions are ordered by util's compare_versions (gpubind/util/version.hpp).
 int version_index(std::string_view version);
 
 // The image layout CDI containers get: the node's own library directories

@@ -37,10 +37,8 @@ struct Image {
 inline constexpr const char* kCudaCompatDir = "/usr/local/cuda/compat";
 
 // Whether `s` is a version: numbers separated by single dots ("550.54.15", "12").
+// Such versions compare with util's compare_versions (gpubind/util/version.hpp).
 bool is_version(std::string_view s);
-// Compares two versions numerically, component by component (a missing
-// component counts as 0): <0, 0 or >0. Both must satisfy is_version.
-int compare_versions(std::string_view a, std::string_view b);
 
 // Debian multiarch layout when the image has /etc/debian_version or a
 // /usr/lib/<triplet> directory, else lib64; the CUDA compat libraries (the
