@@ -3,8 +3,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "gpubind/exec/exec.hpp"
-#include "gpubind/start/start.hpp"
+#include "gpubind/start/configure.hpp"
 #include "gpubind/util/error.hpp"
 
 namespace gpubind::cli {
@@ -77,13 +76,11 @@ void register_configure(CLI::App& app, Action& action) {
     cmd->callback([o, &action] {
         action = [o] {
             const Config config = node_config(o->node);
-            const auto rootfs = std::filesystem::absolute(o->rootfs);
-            Decision d = decide(make_request(*o), rootfs, config);
-            if (o->no_devbind)
-                for (auto& dev : d.plan.devices) dev.bind = false;
-            Target target = make_target(config, o->pid, rootfs);
-            if (o->no_cgroups) target.cgroups = false;
-            execute(d.plan, target);
+            start::configure(config, {.request = make_request(*o),
+                                      .rootfs = std::filesystem::absolute(o->rootfs).string(),
+                                      .pid = o->pid,
+                                      .no_cgroups = o->no_cgroups,
+                                      .no_devbind = o->no_devbind});
             return 0;
         };
     });

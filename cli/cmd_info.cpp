@@ -213,7 +213,7 @@ void register_info(CLI::App& app, Action& action) {
             load.need_nvml = true;  // the topology's NVLinks are NVML's too
             load.refresh = opts->refresh;
             const Config config = node_config(opts->node);
-            const NodeKnowledge k = know_node(config, load);
+            const NodeKnowledge k = start::know_node(config, load);
             if (opts->topology)
                 print_topology(k.node, config.roots.sys, opts->json);
             else if (opts->json)

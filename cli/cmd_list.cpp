@@ -213,7 +213,7 @@ void register_list(CLI::App& app, Action& action) {
             load.need_nvml = o->device.find("MIG-") != std::string::npos ||
                              o->device.find("mig-") != std::string::npos;
             const Config config = node_config(o->node);
-            const Node node = know_node(config, load).node;
+            const Node node = start::know_node(config, load).node;
             Listing listing = make_listing(node, config, *o, *caps);
             if (o->json)
                 print_json(listing);

@@ -60,7 +60,7 @@ int run_place(const PlaceOptions& o) {
     LoadOptions load = load_options(o.node);
     load.need_nvml = true;
     const Config config = node_config(o.node);
-    const NodeKnowledge k = know_node(config, load);
+    const NodeKnowledge k = start::know_node(config, load);
     const Node& node = k.node;
     const NvlinkGraph graph = nvlink_graph(node.gpus);
     if (!graph.unknown.empty() && o.nvlink != "ignore")

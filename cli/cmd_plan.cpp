@@ -30,7 +30,7 @@ void register_plan(CLI::App& app, Action& action) {
         action = [o] {
             const Config config = node_config(o->node);
             const oci::Spec spec = oci::load_spec(std::filesystem::absolute(o->bundle));
-            const Decision d = decide(spec, config);
+            const Decision d = start::decide(spec, config);
             if (o->json) {
                 nlohmann::json out = {{"schema", "gpubind.plan/v1"},
                                       {"gpu_container", d.gpu_container()},

@@ -126,7 +126,7 @@ json gpu_spec(const Node& node, const Config& config) {
     for (const auto& m : plan.mounts)
         mounts.push_back({{"hostPath", m.source},
                           {"containerPath", m.target},
-                          {"options", runtime::mount_options(m.flags)}});
+                          {"options", cdi::mount_options(m.flags)}});
     edits["mounts"] = mounts;
     std::string config_path;
     if (!config.source.empty())
@@ -192,8 +192,8 @@ std::optional<json> family_spec(const Node& node, const Config& config, std::str
     for (const auto& file : f->files)
         mounts.push_back({{"hostPath", detail::under(node.roots.driver, file).string()},
                           {"containerPath", file},
-                          {"options", runtime::mount_options(kMountReadOnly | kMountNoSuid |
-                                                             kMountNoDev | kMountNoExec)}});
+                          {"options", cdi::mount_options(kMountReadOnly | kMountNoSuid |
+                                                         kMountNoDev | kMountNoExec)}});
     if (!mounts.empty()) edits["mounts"] = mounts;
     json spec = {{"kind", family->cdi_kind}, {"devices", devices}};
     if (!edits.empty()) spec["containerEdits"] = edits;
@@ -385,32 +385,6 @@ SpecSelection selection_in_spec(const Node& node, const json& spec) {
             out.imex_channels.push_back(std::to_string(channel.minor));
             out.names.push_back(fmt::format("IMEX channel {}", channel.minor));
         }
-    return out;
-}
-
-HookDecision hook_plan(const NodeKnowledge& known, const oci::Spec& spec, const Config& config,
-                       System& sys) {
-    const Node& node = known.node;
-    HookDecision out;
-    const SpecSelection found = selection_in_spec(node, *spec.doc);
-    if (found.selection.empty() && found.imex_channels.empty()) {
-        out.reason = "CDI: the spec holds none of the node's GPU or IMEX channel nodes";
-        return out;
-    }
-    Request request;
-    request.source = RequestSource::Explicit;
-    request.caps = config.cdi.caps;
-    request.imex_channels = found.imex_channels;
-    request.devices = {found.selection.empty() ? DeviceIdsKind::None : DeviceIdsKind::List,
-                       found.names};
-    const Image image = image_for(node, inspect_image(sys, spec.rootfs));
-    out.plan =
-        runtime::finish_plan(make_plan(request, node, found.selection, image, config, known.proc));
-    std::string names;
-    for (const auto& n : found.names) names += (names.empty() ? "" : ", ") + n;
-    out.reason = fmt::format("CDI devices in the spec: {}; capabilities {}", names,
-                             capability_names(config.cdi.caps));
-    out.gpu_container = true;
     return out;
 }
 

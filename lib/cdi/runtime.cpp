@@ -11,7 +11,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind::runtime {
+namespace gpubind::cdi {
 
 namespace {
 
@@ -206,4 +206,4 @@ Plan edited_finish_plan(Plan plan) {
     return plan;
 }
 
-}  // namespace gpubind::runtime
+}  // namespace gpubind::cdi

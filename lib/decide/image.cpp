@@ -34,6 +34,25 @@ Fd open_dir(System& sys, int root_fd, const std::filesystem::path& path) {
     }
 }
 
+// Whether a failure to read a part of the image is the image's own shape
+// (missing, not a directory, a link loop, unreadable to a rootless caller,
+// a name too long): that part counts as absent. Any other (EIO, EMFILE,
+// ENOMEM, ...) is this host's trouble, not an answer about the image: it
+// fails the decision rather than make one without that part.
+bool image_shaped(const Error& e) {
+    switch (e.code().value()) {
+        case ENOENT:
+        case ENOTDIR:
+        case ELOOP:
+        case EACCES:
+        case ENAMETOOLONG:
+        case EXDEV:
+            return true;
+        default:
+            return false;
+    }
+}
+
 constexpr std::string_view kCompatPrefix = "libcuda.so.";
 constexpr std::size_t kMaxCompatEntries = 4096;  // read no further in an image's directory
 
@@ -58,6 +77,7 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
     try {
         cuda = sys.open_dir_in_root(root_fd, "/usr/local/cuda");
     } catch (const Error& e) {
+        if (!image_shaped(e)) throw;
         logger().debug("image: no CUDA compat libraries: {}", e.what());
         return;
     }
@@ -77,6 +97,7 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
             return name.starts_with(kCompatPrefix) || soname_like(name);
         });
     } catch (const Error& e) {
+        if (!image_shaped(e)) throw;
         logger().debug("image: {} not read ({}): no CUDA compat libraries", compat, e.what());
         return;
     }
@@ -98,6 +119,7 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
         try {
             type = sys.stat_at(dir.get(), name).type;
         } catch (const Error& e) {
+            if (!image_shaped(e)) throw;
             logger().debug("image: {}/{}: {}; ignored", compat, name, e.what());
             continue;
         }
@@ -122,6 +144,7 @@ bool names_directories(System& sys, int etc_fd) {
     try {
         text = sys.read_regular_at(etc_fd, "ld.so.conf", kMaxConf).data;
     } catch (const Error& e) {
+        if (!image_shaped(e) && e.code().value() != EINVAL && e.code().value() != EFBIG) throw;
         if (e.code().value() != ENOENT)
             logger().debug("image: /etc/ld.so.conf not read: {}", e.what());
         return false;

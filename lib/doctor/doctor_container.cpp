@@ -267,7 +267,7 @@ ContainerFacts gather_container(const ContainerOptions& options, const Config& c
     }
     try {
         const oci::Spec spec = oci::load_spec(c.bundle);
-        const Decision d = decide(spec, config, false);  // doctor only reads
+        const Decision d = start::decide(spec, config, false);  // doctor only reads
         c.request = d.reason;
         c.gpu = d.gpu_container();
         for (const auto& dev : d.plan.devices)

@@ -1,6 +1,5 @@
 // gpubind-nvc's commands: info and list printed as nvidia-container-cli
 // prints them, configure carried out by gpubind's decision and executor.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,13 +9,11 @@
 #include <fmt/format.h>
 
 #include "gpubind/decide/inject.hpp"
-#include "gpubind/exec/exec.hpp"
 #include "gpubind/nvc/nvc.hpp"
-#include "gpubind/os/system.hpp"
+#include "gpubind/start/configure.hpp"
 #include "gpubind/start/start.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
-#include "gpubind/util/id_map.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/platform.hpp"
 #include "gpubind/util/strings.hpp"
@@ -90,25 +87,6 @@ DeviceIds mig_ids(const std::string& value, const char* option) {
     return ids;
 }
 
-bool in_initial_user_ns() {
-    return is_initial_id_map(read_file("/proc/self/uid_map", 64 * 1024), "/proc/self/uid_map");
-}
-
-// Whether process `pid` is in this process's mount namespace.
-bool shares_mount_ns(pid_t pid) {
-    const std::string theirs = "/proc/" + std::to_string(pid) + "/ns/mnt";
-    struct stat own {
-    }, other{};
-    if (::stat("/proc/self/ns/mnt", &own) != 0) throw_errno("stat", "/proc/self/ns/mnt");
-    if (::stat(theirs.c_str(), &other) != 0) {
-        if (errno == ENOENT)
-            throw Error(ErrorKind::Invalid, ESRCH, "configure", "pid " + std::to_string(pid),
-                        "no such process");
-        throw_errno("stat", theirs);
-    }
-    return own.st_dev == other.st_dev && own.st_ino == other.st_ino;
-}
-
 Request make_request(const ConfigureArgs& a) {
     Request r;
     r.source = RequestSource::Explicit;
@@ -126,62 +104,35 @@ Request make_request(const ConfigureArgs& a) {
     return r;
 }
 
-// The plan less what the options leave out: the IPCs and firmware named,
-// the device binds (--no-devbind: cgroup access only).
-void trim_plan(Plan& plan, const Node& node, const ConfigureArgs& a) {
-    std::vector<std::string> dropped;
-    for (const auto& f : node.files)
-        if (left_out(f, a.select)) {
-            dropped.push_back(f.host_path);
-            dropped.push_back(f.real_path);
-        }
-    std::erase_if(plan.mounts, [&](const PlannedMount& m) {
-        return std::find(dropped.begin(), dropped.end(), m.source) != dropped.end();
-    });
-    if (a.no_devbind)
-        for (auto& d : plan.devices) d.bind = false;
-}
-
 int configure(const ConfigureArgs& a, const Global& g, const Config& config, bool store) {
-    const std::filesystem::path rootfs = std::filesystem::path(a.rootfs).lexically_normal();
-    if (!rootfs.is_absolute() || rootfs.relative_path().empty())
-        throw_invalid("configure", a.rootfs,
-                      "the container's root filesystem must be an absolute path other than /");
-    const bool privileged = ::geteuid() == 0 && in_initial_user_ns();
-    const bool cgroups = !a.no_cgroups && config.policy.cgroups;
-    if (cgroups && !privileged)
-        throw Error(ErrorKind::Refused, EPERM, "configure", a.rootfs,
-                    "device cgroups cannot be changed without privileges over the host; "
-                    "give --no-cgroups (the container stays in the caller's device cgroup)");
-    // Without --pid the parent's namespace, as nvidia-container-cli takes it:
-    // enroot's and Apptainer's hooks run in the container's, and it acts in
-    // place. A --pid in this process's namespace is refused (the executor).
-    const pid_t pid = a.pid ? *a.pid : ::getppid();
-    const bool in_place = shares_mount_ns(pid) && !a.pid;
     if (g.user) logger().debug("--user: acting as this process's own ids");
     for (const auto& word : g.ignored) logger().debug("{}: accepted, nothing to do", word);
-
     Config decided = config;
     if (a.no_cntlibs || a.cuda_compat_mode == "disabled") decided.policy.cuda_compat = false;
-    Target target = make_target(config, pid, rootfs);
-    target.cgroups = cgroups;
-    target.in_place = in_place;
-    target.join_user_ns = !in_place && !privileged;
+    start::ConfigureCall call{.request = make_request(a),
+                              .rootfs = a.rootfs,
+                              .pid = a.pid,
+                              .no_cgroups = a.no_cgroups,
+                              .no_devbind = a.no_devbind,
+                              .store = store};
     if (a.ldconfig.starts_with('@'))
-        target.ldconfig = a.ldconfig.substr(1);
+        call.ldconfig = a.ldconfig.substr(1);
     else if (!a.ldconfig.empty())
         logger().debug("--ldconfig={}: a program of the image; not run (gpubind writes the cache)",
                        a.ldconfig);
-
-    Request request = make_request(a);
-    NodeKnowledge known = know_node(config, node_needs(request, store));
-    LinuxSystem sys;  // the decision reads the image through it, then acts
-    Decision d = decide_on(std::move(request), sys, rootfs, decided, std::move(known));
-    trim_plan(d.plan, *d.node, a);
-    logger().debug("{}: {} devices, {} mounts, {} links{}", d.reason, d.plan.devices.size(),
-                   d.plan.mounts.size(), d.plan.symlinks.size(),
-                   in_place ? ", in this mount namespace" : "");
-    execute(d.plan, target, sys);
+    // The IPCs and firmware the options name.
+    call.leave_out = [&a](Plan& plan, const Node& node) {
+        std::vector<std::string> dropped;
+        for (const auto& f : node.files)
+            if (left_out(f, a.select)) {
+                dropped.push_back(f.host_path);
+                dropped.push_back(f.real_path);
+            }
+        std::erase_if(plan.mounts, [&](const PlannedMount& m) {
+            return std::find(dropped.begin(), dropped.end(), m.source) != dropped.end();
+        });
+    };
+    start::configure(decided, call);
     return kExitOk;
 }
 
@@ -351,14 +302,14 @@ int run(const Args& args, const Config& config) {
             LoadOptions load;
             load.write = store;
             load.need_nvml = true;
-            fmt::print("{}", info_text(know_node(config, load).node, args.csv));
+            fmt::print("{}", info_text(start::know_node(config, load).node, args.csv));
             return kExitOk;
         }
         case Command::List: {
             LoadOptions load;
             load.write = store;
             load.need_nvml = args.list.select.devices.find("MIG-") != std::string::npos;
-            fmt::print("{}", list_text(know_node(config, load).node, args.list));
+            fmt::print("{}", list_text(start::know_node(config, load).node, args.list));
             return kExitOk;
         }
         case Command::Configure:

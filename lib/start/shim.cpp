@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -20,9 +21,10 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
+#include "gpubind/util/strings.hpp"
 #include "gpubind/util/timing.hpp"
 
-namespace gpubind::runtime {
+namespace gpubind::start {
 
 namespace {
 
@@ -102,12 +104,12 @@ Invocation parse_invocation(int argc, const char* const* argv) {
 }
 
 void edit_bundle(const fs::path& bundle, const std::string& id, const Config& config,
-                 const fs::path& hook_path) {
+                 const fs::path& hook_path, System* sys) {
     Timing timing;
     timing.mark("");
     oci::Spec spec = oci::load_spec(bundle);
     timing.mark("spec read");
-    if (runtime::marked(*spec.doc)) {
+    if (cdi::marked(*spec.doc)) {
         logger().debug("{}: already edited by gpubind-runtime", id);
         return;
     }
@@ -136,19 +138,24 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const Config& co
                           requests.devices.size());
         }
     }
+    std::optional<LinuxSystem> own;
+    Start start{.config = config,
+                .sys = sys ? *sys : own.emplace(),
+                .rootfs = spec.rootfs,
+                .known = std::move(known)};
     const Decision decision =
-        known ? decide(spec, config, std::move(*known)) : decide(spec, config);
+        run(start, read_request(spec, config.policy, config.families), Act::Decide);
     timing.mark("decision");
     std::optional<nlohmann::json> edited;
     if (decision.gpu_container()) {
-        runtime::FinishHook hook;
+        cdi::FinishHook hook;
         hook.path = hook_path;
         if (::access(hook.path.c_str(), X_OK) != 0) throw_errno("find hook", hook.path.string());
         hook.env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         if (!config.source.empty())
             hook.env.push_back(std::string(kConfigEnv) + "=" +
                                fs::absolute(config.source).string());
-        edited = runtime::edit_spec(nlohmann::json(*spec.doc), spec, decision.plan, hook);
+        edited = cdi::edit_spec(nlohmann::json(*spec.doc), spec, decision.plan, hook);
         changed = true;
         logger().info("{}: {}: {} devices in the spec, {} mounts for the finish hook", id,
                       decision.reason, decision.plan.devices.size(), decision.plan.mounts.size());
@@ -179,4 +186,42 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const Config& co
     timing.log(id, ": timing: ");
 }
 
-}  // namespace gpubind::runtime
+// The real runtime: the first of config.runtimes that is an executable file
+// and not gpubind-runtime itself; names are searched in PATH.
+fs::path find_runtime(const Config& config) {
+    struct stat self {};
+    if (::stat("/proc/self/exe", &self) != 0) throw_errno("stat", "/proc/self/exe");
+    auto usable = [&](const fs::path& p) {
+        struct stat st {};
+        return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+               ::access(p.c_str(), X_OK) == 0 &&
+               !(st.st_dev == self.st_dev && st.st_ino == self.st_ino);
+    };
+    const char* env_path = std::getenv("PATH");
+    const std::string search = env_path && *env_path
+                                   ? env_path
+                                   : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    for (const auto& name : config.runtimes) {
+        if (name.find('/') != std::string::npos) {
+            if (usable(name)) return name;
+            continue;
+        }
+        for (auto dir : split(search, ':')) {
+            if (dir.empty()) continue;
+            fs::path p = fs::path(dir) / name;
+            if (usable(p)) return p;
+        }
+    }
+    std::string names;
+    for (const auto& name : config.runtimes) names += (names.empty() ? "" : ", ") + name;
+    throw Error(ENOENT, "find runtime", names,
+                "none is an executable other than gpubind-runtime (config key runtime.runtimes)");
+}
+
+fs::path prepare(const Invocation& args, const Config& config, const fs::path& hook) {
+    if (args.command == "create" || args.command == "run")
+        edit_bundle(args.bundle, args.id, config, hook);
+    return find_runtime(config);
+}
+
+}  // namespace gpubind::start

@@ -1,10 +1,15 @@
 #include "gpubind/start/start.hpp"
 
-#include <optional>
+#include <algorithm>
+
+#include <fmt/format.h>
 
 #include "gpubind/cdi/cdi.hpp"
+#include "gpubind/cdi/runtime.hpp"
+#include "gpubind/exec/exec.hpp"
+#include "gpubind/util/log.hpp"
 
-namespace gpubind {
+namespace gpubind::start {
 
 NodeKnowledge know_node(const Config& config, const LoadOptions& options) {
     NodeKnowledge known = load_node(config, options);
@@ -15,39 +20,90 @@ NodeKnowledge know_node(const Config& config, const LoadOptions& options) {
 
 namespace {
 
-// decide() with, where given, a node this process knew already, the image
-// read through `sys` (LinuxSystem when none is given).
-Decision decide_with(Request request, const std::filesystem::path& rootfs, const Config& config,
-                     bool store, std::optional<NodeKnowledge> known, System* sys = nullptr) {
-    if (!request.gpu_container()) return leave_alone(std::move(request));
-    const LoadOptions options = node_needs(request, store);
-    if (!known || (options.need_nvml && known->nvml.status == NvmlStatus::NotAsked))
-        known = know_node(config, options);
-    if (sys) return decide_on(std::move(request), *sys, rootfs, config, std::move(*known));
-    LinuxSystem linux_sys;
-    return decide_on(std::move(request), linux_sys, rootfs, config, std::move(*known));
+// The plan of `act` (what the runtime or the engine made already left out).
+Plan kept(Plan plan, Act act) {
+    switch (act) {
+        case Act::FinishEdited:
+            return cdi::edited_finish_plan(std::move(plan));
+        case Act::FinishCdi:
+            return cdi::finish_plan(std::move(plan));
+        case Act::Execute:
+        case Act::Decide:
+            break;
+    }
+    return plan;
+}
+
+Target make_target(const Start& start) {
+    const TargetOptions& o = start.target;
+    Target target = gpubind::make_target(start.config, start.pid, start.rootfs);
+    target.cgroups = target.cgroups && o.cgroups;
+    target.join_user_ns = o.rootless;
+    target.in_place = o.in_place;
+    target.fresh_tmpfs = o.fresh_tmpfs;
+    if (!o.ldconfig.empty()) target.ldconfig = o.ldconfig;
+    target.ldconfig_timeout = std::min(target.ldconfig_timeout, start.deadline.left());
+    return target;
 }
 
 }  // namespace
 
-Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
-                bool store) {
-    return decide_with(std::move(request), rootfs, config, store, std::nullopt);
+Decision run(Start& start, Request request, Act act) {
+    if (!request.gpu_container()) return leave_alone(std::move(request));
+    const LoadOptions options = node_needs(request, start.store);
+    if (!start.known || (options.need_nvml && start.known->nvml.status == NvmlStatus::NotAsked))
+        start.known = know_node(start.config, options);
+    start.deadline.check("decide");
+    Decision d = decide_on(std::move(request), start.sys, start.rootfs, start.config,
+                           std::move(*start.known));
+    start.known.reset();
+    if (start.leave_out) start.leave_out(d.plan, *d.node);
+    if (!start.target.bind_devices)
+        for (auto& dev : d.plan.devices) dev.bind = false;
+    d.plan = kept(std::move(d.plan), act);
+    if (!start.reason.empty()) d.reason = start.reason;
+    start.decided = std::chrono::steady_clock::now();
+    if (act == Act::Decide) return d;
+    logger().info("{}: {} devices, {} mounts, {} links", d.reason, d.plan.devices.size(),
+                  d.plan.mounts.size(), d.plan.symlinks.size());
+    if (start.target.rootless) logger().debug("rootless: joining the container's user namespace");
+    start.deadline.check("configure the container");
+    execute(d.plan, make_target(start), start.sys);
+    return d;
 }
 
 Decision decide(const oci::Spec& spec, const Config& config, bool store) {
-    return decide_with(read_request(spec, config.policy, config.families), spec.rootfs, config,
-                       store, std::nullopt);
+    LinuxSystem sys;
+    Start start{.config = config, .sys = sys, .rootfs = spec.rootfs, .store = store};
+    return run(start, read_request(spec, config.policy, config.families), Act::Decide);
 }
 
-Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
-                System& sys) {
-    return decide_with(std::move(request), rootfs, config, true, std::nullopt, &sys);
+Request cdi_stage_request(const Node& node, const oci::Spec& spec, const Config& config,
+                          std::string& reason) {
+    const cdi::SpecSelection found = cdi::selection_in_spec(node, *spec.doc);
+    Request request;
+    if (found.selection.empty() && found.imex_channels.empty()) {
+        reason = "CDI: the spec holds none of the node's GPU or IMEX channel nodes";
+        return request;
+    }
+    // By position (select_devices' "N" and "G:M"): the same devices, in the
+    // node's order, whatever NVML knew of their UUIDs.
+    std::vector<std::string> ids;
+    for (const Gpu* gpu : found.selection.gpus)
+        ids.push_back(std::to_string(gpu - node.gpus.data()));
+    for (const MigDevice* mig : found.selection.migs) {
+        const Gpu& parent = node.gpus[mig->gpu_index];
+        ids.push_back(fmt::format("{}:{}", mig->gpu_index, mig - parent.mig.data()));
+    }
+    request.source = RequestSource::Explicit;
+    request.caps = config.cdi.caps;
+    request.imex_channels = found.imex_channels;
+    request.devices = {ids.empty() ? DeviceIdsKind::None : DeviceIdsKind::List, std::move(ids)};
+    std::string names;
+    for (const auto& n : found.names) names += (names.empty() ? "" : ", ") + n;
+    reason = fmt::format("CDI devices in the spec: {}; capabilities {}", names,
+                         capability_names(config.cdi.caps));
+    return request;
 }
 
-Decision decide(const oci::Spec& spec, const Config& config, NodeKnowledge known) {
-    return decide_with(read_request(spec, config.policy, config.families), spec.rootfs, config,
-                       true, std::move(known));
-}
-
-}  // namespace gpubind
+}  // namespace gpubind::start

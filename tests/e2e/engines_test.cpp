@@ -99,7 +99,7 @@ TEST_F(EnginesTest, ContainerdRunsAGpuContainerThroughGpubindRuntime) {
     // runc got the spec gpubind-runtime edited from the one containerd made.
     ASSERT_TRUE(fs::exists(runc_got())) << "runc was not run through the recorder";
     json got = json::parse(read_text(runc_got()));
-    EXPECT_TRUE(runtime::marked(got)) << got["hooks"].dump();
+    EXPECT_TRUE(cdi::marked(got)) << got["hooks"].dump();
     EXPECT_FALSE(got.value("annotations", json::object()).contains("gpubind.injected"));
 
     // The same through plain runc: the checks fail.

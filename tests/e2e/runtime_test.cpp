@@ -162,7 +162,7 @@ TEST_F(RuntimeTest, GpuContainerGetsExactlyTheSelectedGpusFromTheSpec) {
 
     // The nodes and the grants are in the spec runc ran, with the host's numbers.
     const json spec = json::parse(read_text(b.dir() / "config.json"));
-    EXPECT_TRUE(runtime::marked(spec)) << spec["hooks"].dump();
+    EXPECT_TRUE(cdi::marked(spec)) << spec["hooks"].dump();
     std::set<std::string> devices, rules;
     for (const auto& d : spec["linux"]["devices"])
         devices.insert(d["path"].get<std::string>() + " " + std::to_string(d["major"].get<int>()) +

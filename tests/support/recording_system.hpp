@@ -97,6 +97,11 @@ class RecordingSystem : public System {
     bool host_namespace = false;     // ours is pid 1's (the host's)
     bool in_container = false;       // which mount namespace we are in
     bool in_user_ns = false;         // joined the container's user namespace (rootless)
+    // The rootfs's path is the host's too (a runtime's bundle before its
+    // pivot_root): until the first enter_mount_ns, the container's side may
+    // be read from the host's (a start's decision inspects the image there).
+    bool image_from_host = false;
+    bool entered = false;  // enter_mount_ns was called
 
     // --- The record ---
     std::vector<std::string> calls;
@@ -248,6 +253,7 @@ class RecordingSystem : public System {
         std::string l = label(fd);
         call("enter_mount_ns " + l, std::nullopt);
         in_container = l == "ns:container";
+        entered = true;
     }
     void change_dir(int fd) override { call("change_dir " + label(fd), std::nullopt); }
 
@@ -593,6 +599,7 @@ class RecordingSystem : public System {
     void call(const std::string& line, std::optional<bool> container) {
         std::size_t index = calls.size();
         calls.push_back(line);
+        if (image_from_host && !entered && container && *container) container.reset();
         // Sharing the container's namespace, every call is in both.
         if (container && !shares_namespace && *container != in_container)
             throw Error(EPERM, "wrong mount namespace", line,

@@ -388,7 +388,7 @@ TEST_F(Doctor, DescriptionAndCdiSpecFollowTheDriverState) {
     EXPECT_EQ(named(checks, "cdi-spec").verdict, Verdict::Ok);
     EXPECT_THAT(named(checks, "cdi-spec").summary, HasSubstr("not in use"));
 
-    const NodeKnowledge known = know_node(config(), {});  // what a start does
+    const NodeKnowledge known = start::know_node(config(), {});  // what a start does
     ASSERT_TRUE(known.stored);
     const fs::path spec = config().cdi.dir / "nvidia.com-gpu.json";
     EXPECT_FALSE(fs::exists(spec));      // a start creates no CDI spec
@@ -409,7 +409,7 @@ TEST_F(Doctor, DescriptionAndCdiSpecFollowTheDriverState) {
     // Doctor changed nothing: the spec still names the old driver's files.
     EXPECT_THAT(read(spec), Not(HasSubstr("560.35.03")));
 
-    ASSERT_TRUE(know_node(config(), {}).recomputed);  // the next start
+    ASSERT_TRUE(start::know_node(config(), {}).recomputed);  // the next start
     EXPECT_THAT(read(spec), HasSubstr("560.35.03"));
     only_this(state_checks(), {});
 }

@@ -1,4 +1,4 @@
-// runtime::edit_spec: the plan as spec fields the real runtime acts on, and
+// cdi::edit_spec: the plan as spec fields the real runtime acts on, and
 // nothing else in the spec changed; what the finish hook would refuse,
 // refused before the runtime runs.
 #include "gpubind/cdi/runtime.hpp"
@@ -58,13 +58,13 @@ Plan sample_plan() {
     return p;
 }
 
-runtime::FinishHook sample_hook() {
+cdi::FinishHook sample_hook() {
     return {"/opt/gpubind/bin/gpubind-hook", {"PATH=/usr/bin", "GPUBIND_CONFIG=/etc/g.toml"}};
 }
 
 // edit_spec with the spec's facts parsed as gpubind-runtime parses them.
 json edit(const json& in, const Plan& plan = sample_plan()) {
-    return runtime::edit_spec(in, oci::parse_spec_document(in, "/bundle"), plan, sample_hook());
+    return cdi::edit_spec(in, oci::parse_spec_document(in, "/bundle"), plan, sample_hook());
 }
 
 // The error edit() throws, or a failure naming the spec.
@@ -154,8 +154,8 @@ TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
               json::parse(R"({"path": "/opt/gpubind/bin/gpubind-hook",
                  "args": ["gpubind-hook", "finish"],
                  "env": ["PATH=/usr/bin", "GPUBIND_CONFIG=/etc/g.toml"]})"));
-    EXPECT_TRUE(runtime::marked(out));
-    EXPECT_FALSE(runtime::marked(in));
+    EXPECT_TRUE(cdi::marked(out));
+    EXPECT_FALSE(cdi::marked(in));
 }
 
 TEST(RuntimeEditSpec, CreatesMissingSections) {
@@ -170,7 +170,7 @@ TEST(RuntimeEditSpec, CreatesMissingSections) {
     EXPECT_EQ(out["hooks"]["createRuntime"].size(), 1u);
     EXPECT_FALSE(out["hooks"].contains("prestart"));
     EXPECT_EQ(out["root"], in["root"]);
-    EXPECT_TRUE(runtime::marked(out));
+    EXPECT_TRUE(cdi::marked(out));
 }
 
 TEST(RuntimeEditSpec, KeepsAnIdenticalDeviceOnceAndRefusesAnotherAtThePath) {
@@ -318,8 +318,8 @@ TEST(RuntimeEditSpec, RefusesBadShapesAndASpecEditedBefore) {
     const Error again = edit_error(edited);
     EXPECT_EQ(again.code().value(), EINVAL);
     EXPECT_THAT(again.what(), HasSubstr("already edited"));
-    EXPECT_THROW(runtime::edit_spec(json::array(), oci::parse_spec_document(full_spec(), "/b"),
-                                    sample_plan(), sample_hook()),
+    EXPECT_THROW(cdi::edit_spec(json::array(), oci::parse_spec_document(full_spec(), "/b"),
+                                sample_plan(), sample_hook()),
                  Error);
     json bad = full_spec();
     bad["linux"]["devices"] = "nope";
@@ -341,27 +341,26 @@ TEST(RuntimeEditSpec, RefusesBadShapesAndASpecEditedBefore) {
 // The mark is the finish hook the edit registers, nothing a container's
 // owner sets among its annotations.
 TEST(RuntimeEditSpec, MarkIsTheFinishHookEntry) {
-    EXPECT_FALSE(
-        runtime::marked(json::parse(R"({"annotations": {"gpubind.injected": "runtime"}})")));
-    EXPECT_FALSE(runtime::marked(json::parse("null")));
-    EXPECT_FALSE(runtime::marked(json::parse(R"({"hooks": []})")));
-    EXPECT_FALSE(runtime::marked(json::parse(
+    EXPECT_FALSE(cdi::marked(json::parse(R"({"annotations": {"gpubind.injected": "runtime"}})")));
+    EXPECT_FALSE(cdi::marked(json::parse("null")));
+    EXPECT_FALSE(cdi::marked(json::parse(R"({"hooks": []})")));
+    EXPECT_FALSE(cdi::marked(json::parse(
         R"({"hooks": {"prestart": [{"path": "/h", "args": ["gpubind-hook", "finish"]}]}})")));
-    EXPECT_FALSE(runtime::marked(json::parse(
+    EXPECT_FALSE(cdi::marked(json::parse(
         R"({"hooks": {"createRuntime": [{"path": "/h", "args": ["gpubind-hook"]}]}})")));
-    EXPECT_FALSE(runtime::marked(json::parse(
+    EXPECT_FALSE(cdi::marked(json::parse(
         R"({"hooks": {"createRuntime": [{"path": "/h", "args": ["gpubind-hook", "cdi"]}]}})")));
-    EXPECT_TRUE(runtime::marked(json::parse(
+    EXPECT_TRUE(cdi::marked(json::parse(
         R"({"hooks": {"createRuntime": [1, {"path": "/h", "args": ["gpubind-hook", "finish"]}]}})")));
 }
 
 TEST(RuntimeFinishPlan, KeepsOnlyWhatTheRuntimeCannotDo) {
     const Plan plan = sample_plan();
-    const Plan finish = runtime::finish_plan(plan);
+    const Plan finish = cdi::finish_plan(plan);
     EXPECT_TRUE(finish.devices.empty());
     EXPECT_TRUE(finish.mounts.empty());
     // In a spec gpubind-runtime edited: every mount, no device.
-    const Plan after_edit = runtime::edited_finish_plan(plan);
+    const Plan after_edit = cdi::edited_finish_plan(plan);
     EXPECT_TRUE(after_edit.devices.empty());
     ASSERT_EQ(after_edit.mounts.size(), plan.mounts.size());
     for (std::size_t i = 0; i < plan.mounts.size(); ++i)
@@ -398,7 +397,7 @@ TEST(RuntimeEditSpec, ImexChannelsAndTheCudaCompatFile) {
             json{{"allow", true}, {"type", "c"}, {"major", 508}, {"minor", 1}, {"access", "rw"}}),
         out["linux"]["resources"]["devices"].end());
     EXPECT_EQ(out.dump().find("000-cuda-compat"), std::string::npos);
-    const Plan finish = runtime::finish_plan(plan);
+    const Plan finish = cdi::finish_plan(plan);
     ASSERT_EQ(finish.files.size(), 1u);
     EXPECT_EQ(finish.files[0].path, plan.files[0].path);
     EXPECT_EQ(finish.files[0].content, plan.files[0].content);
@@ -406,9 +405,9 @@ TEST(RuntimeEditSpec, ImexChannelsAndTheCudaCompatFile) {
 
 // gpubind-runtime's command line, read as runc and crun read theirs: the
 // bundle it edits must be the one the runtime reads.
-runtime::Invocation invoked(std::vector<const char*> args) {
+start::Invocation invoked(std::vector<const char*> args) {
     args.insert(args.begin(), "gpubind-runtime");
-    return runtime::parse_invocation(static_cast<int>(args.size()), args.data());
+    return start::parse_invocation(static_cast<int>(args.size()), args.data());
 }
 
 TEST(RuntimeInvocation, GlobalFlagsThenTheCommandAndItsBundle) {

@@ -129,22 +129,6 @@ struct SpecSelection {
 };
 SpecSelection selection_in_spec(const Node& node, const nlohmann::json& spec);
 
-// What gpubind-hook's "cdi" stage does in a container the engine gave devices
-// of the node's spec: the plan for selection_in_spec()'s devices with
-// config.cdi.caps and image_for(the image), less the devices and mounts the
-// engine made (runtime::finish_plan): links, the /proc/driver/nvidia view
-// of those GPUs (the driver's files as `known` read them), the loader cache.
-// The image is read through `sys`, the System the hook executes with. Not a
-// GPU container (empty plan, reason saying so) when the spec holds none of
-// the node's devices.
-struct HookDecision {
-    Plan plan;
-    std::string reason;
-    bool gpu_container = false;
-};
-HookDecision hook_plan(const NodeKnowledge& known, const oci::Spec& spec, const Config& config,
-                       System& sys);
-
 // --- CDI requests (cdi_apply.cpp) ---
 
 // What a container asks for by CDI name, in the forms engines without CDI

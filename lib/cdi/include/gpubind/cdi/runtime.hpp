@@ -17,7 +17,7 @@
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/plan.hpp"
 
-namespace gpubind::runtime {
+namespace gpubind::cdi {
 
 // The stage argument of the hook the edit registers (as createRuntime): its
 // args are ["gpubind-hook", kFinishStage]. That entry is the mark of an
@@ -68,4 +68,4 @@ Plan finish_plan(Plan plan);
 // which the runtime created.
 Plan edited_finish_plan(Plan plan);
 
-}  // namespace gpubind::runtime
+}  // namespace gpubind::cdi

@@ -1,6 +1,6 @@
 // gpubind-runtime's work before it executes the real runtime: reading its
 // command line as runc and crun read theirs, and editing a GPU container's
-// bundle (CDI devices applied from the node's specs, then runtime::edit_spec).
+// bundle (CDI devices applied from the node's specs, then cdi::edit_spec).
 // The executable sets up logging, finds the real runtime and execs it.
 #pragma once
 
@@ -8,8 +8,9 @@
 #include <string>
 
 #include "gpubind/config/config.hpp"
+#include "gpubind/os/system.hpp"
 
-namespace gpubind::runtime {
+namespace gpubind::start {
 
 // What gpubind-runtime reads of its command line; everything else is the
 // real runtime's business.
@@ -34,11 +35,24 @@ Invocation parse_invocation(int argc, const char* const* argv);
 // CDI devices, edited and written back in place (its mode kept, a link or a
 // non-regular file refused). CDI devices the container names are applied
 // first, the node known before (a driver change rewrites the node's own
-// specs); then the decision, and for a GPU container runtime::edit_spec with
+// specs); then the decision, and for a GPU container cdi::edit_spec with
 // `hook` (gpubind-hook's path) registered as its finish hook. A spec already
 // edited, or one asking for nothing, is left as it is, byte for byte.
 // `id` names the container in the log.
+// The image is read through `sys` (none: this host's; the tests' recording one).
 void edit_bundle(const std::filesystem::path& bundle, const std::string& id, const Config& config,
-                 const std::filesystem::path& hook);
+                 const std::filesystem::path& hook, System* sys = nullptr);
 
-}  // namespace gpubind::runtime
+// The real runtime: the first of config.runtimes that is an executable file
+// and not gpubind-runtime itself (/proc/self/exe); a name without '/' is
+// searched in PATH (a default PATH when it is unset). Error (ENOENT) naming
+// them all when none is.
+std::filesystem::path find_runtime(const Config& config);
+
+// gpubind-runtime's work before it executes the real runtime: for create and
+// run, edit_bundle (args.bundle, args.id, `hook` registered); then
+// find_runtime. Returns the real runtime's path.
+std::filesystem::path prepare(const Invocation& args, const Config& config,
+                              const std::filesystem::path& hook);
+
+}  // namespace gpubind::start

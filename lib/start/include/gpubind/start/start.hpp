@@ -1,19 +1,93 @@
-// What every path that starts or inspects a container does first: know the
-// node (keeping its CDI specs current) and decide. Above both decide/ and
-// cdi/: deciding one container never rewrites the node's specs by itself.
-// Used by gpubind-hook, the shim, `gpubind plan`, `configure` and `doctor`.
+// One container start, the same for every way in: gpubind-hook's stages
+// (prestart or createRuntime, the finish hook of an edited spec, the CDI
+// stage), gpubind-runtime's create, `gpubind configure` and `gpubind-nvc
+// configure`. Each makes one Start and calls run(): know the node (keeping
+// its CDI specs current), decide, make the target, act. Above decide/, exec/
+// and cdi/: deciding one container never rewrites the node's specs by itself.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "gpubind/config/config.hpp"
 #include "gpubind/decide/inject.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/node/description.hpp"
+#include "gpubind/os/harden.hpp"
 #include "gpubind/os/system.hpp"
 
-namespace gpubind {
+namespace gpubind::start {
+
+// A start's whole run, shorter than a runtime's patience (containerd and
+// CRI-O give a container start minutes): checked between steps, bounding
+// stdin and ldconfig.
+inline constexpr std::chrono::milliseconds kBudget{45000};
+
+// What the way in knows of its caller and the container, beyond the config.
+struct TargetOptions {
+    // No privilege over the host (a rootless runtime's hook, an unprivileged
+    // gpubind-nvc): join the container's user namespace first.
+    bool rootless = false;
+    // This process is in the container's mount namespace already (the
+    // callers of nvidia-container-cli without --pid).
+    bool in_place = false;
+    // Grant the devices in the device cgroup (and config.policy.cgroups).
+    bool cgroups = true;
+    // Make the device nodes; false: device cgroup access only (--no-devbind).
+    bool bind_devices = true;
+    // The host's ldconfig, where the caller names another than config.ldconfig.
+    std::filesystem::path ldconfig{};
+    // Where the spec has the runtime mount a new tmpfs (oci::Spec::fresh_tmpfs).
+    std::vector<std::string> fresh_tmpfs{};
+};
+
+// What the way in does with its decision.
+enum class Act {
+    Execute,       // the whole plan in the container (the hook, configure)
+    FinishEdited,  // the plan less its devices, which the runtime made (finish hook)
+    FinishCdi,     // less the CDI spec's devices and mounts, which the engine made (cdi stage)
+    Decide,        // nothing carried out: the shim edits the spec with the decision
+};
+
+// One container start, made once per process by its way in.
+struct Start {
+    const Config& config;
+    System& sys;                     // the image is read, and every change made, through it
+    std::filesystem::path rootfs{};  // absolute, as the container's mount namespace sees it
+    pid_t pid = 0;                   // its init process (none for Act::Decide)
+    harden::Deadline deadline{kBudget};
+    TargetOptions target{};
+    // What is learned of the node is stored (false: gpubind doctor, which
+    // only reads, or a driver root other than the node's).
+    bool store = true;
+    // The node, where this process knew it already (know_node); asked again
+    // when the request needs NVML's facts and NVML was not asked.
+    std::optional<NodeKnowledge> known{};
+    // What the way in leaves out of the plan once the node is known
+    // (gpubind-nvc's --no-persistenced and the like); may be empty.
+    std::function<void(Plan&, const Node&)> leave_out{};
+    // Why, in the log, where the way in says it better than the request
+    // (the CDI stage: the devices found in the spec); empty: the decision's.
+    std::string reason{};
+    // Set by run(): when the decision was made (the debug timings).
+    std::chrono::steady_clock::time_point decided{};
+};
+
+// The one path of every start: for a GPU container, knows the node
+// (node_needs), decides (decide_on: the image read through start.sys), keeps
+// of the plan what `act` leaves to gpubind, and carries it out in the
+// container (pid, rootfs, the target options, the config's policy) unless
+// `act` is Decide; the decision is logged (info) before. Returns the decision, its plan as carried
+// out. A request that is no GPU container's is left alone (nothing known, nothing done). Throws
+// Error on a bad or refused request, or a failed step.
+Decision run(Start& start, Request request, Act act);
 
 // The node as load_node() knows it. When what is stored changed (the driver
 // state changed, or NVML was asked for the first time in this state), the
@@ -24,22 +98,17 @@ namespace gpubind {
 // request that needs NVML's facts): a start never waits for NVML for the spec.
 NodeKnowledge know_node(const Config& config, const LoadOptions& options);
 
-// Reads the container's request from its spec and, for a GPU container,
-// knows the node (NVML asked only when the request needs one of its facts)
-// and decides (decide_on). Throws Error on a bad or refused request.
-// `store` false: nothing is written (no node description, no CDI spec), as
-// for gpubind doctor, which only reads.
+// The decision for the container `spec` describes, nothing carried out
+// (gpubind plan, gpubind doctor): run() with Act::Decide on this host's
+// System. `store` false: nothing is written (no node description, no CDI spec).
 Decision decide(const oci::Spec& spec, const Config& config, bool store = true);
-// The same with the node this process has just known (know_node), used as
-// it is unless the request needs NVML's facts and NVML was never asked in
-// this driver state.
-Decision decide(const oci::Spec& spec, const Config& config, NodeKnowledge known);
-// The same for a request read already, the image read through `sys`:
-// gpubind-hook decides and executes with one System.
-Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
-                System& sys);
-// The same for a request made by hand (gpubind configure) and a rootfs.
-Decision decide(Request request, const std::filesystem::path& rootfs, const Config& config,
-                bool store = true);
 
-}  // namespace gpubind
+// The request of the CDI stage (gpubind-hook's createRuntime hook in the
+// node's CDI spec): the GPUs, MIG devices and IMEX channels of the node whose
+// nodes the engine put in the spec's linux.devices (cdi::selection_in_spec),
+// with config.cdi.caps. Not a GPU container's when the spec holds none.
+// `reason` gets what was found, for the log.
+Request cdi_stage_request(const Node& node, const oci::Spec& spec, const Config& config,
+                          std::string& reason);
+
+}  // namespace gpubind::start

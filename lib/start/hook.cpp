@@ -1,0 +1,107 @@
+#include "gpubind/start/hook.hpp"
+
+#include <chrono>
+#include <optional>
+
+#include "gpubind/cdi/cdi.hpp"
+#include "gpubind/cdi/runtime.hpp"
+#include "gpubind/decide/oci.hpp"
+#include "gpubind/os/harden.hpp"
+#include "gpubind/os/prefault.hpp"
+#include "gpubind/start/start.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/log.hpp"
+#include "gpubind/util/timing.hpp"
+
+namespace gpubind::start {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Which of the hook's ways in a stage is.
+enum class Stage { Request, Finish, Cdi };
+
+Stage stage_of(const HookCall& call) {
+    const std::string& s = call.stage;
+    const bool finish = s == cdi::kFinishStage, cdi_stage = s == cdi::kHookStage;
+    if ((s == "createContainer" || s == "startContainer" || cdi_stage) && call.inherited)
+        throw_invalid("run hook", s,
+                      "registered without \"env\", the hook would get the container's "
+                      "environment; refusing (register it at prestart or createRuntime, or "
+                      "give it env [\"GPUBIND_CONFIG=/absolute/path\"])");
+    if (s != "prestart" && s != "createRuntime" && s != "createContainer" && !finish && !cdi_stage)
+        throw_invalid("run hook", s,
+                      "unknown stage (prestart, createRuntime, poststop, finish, cdi)");
+    return finish ? Stage::Finish : cdi_stage ? Stage::Cdi : Stage::Request;
+}
+
+}  // namespace
+
+int run_hook(const HookCall& call, const OnContainer& on_container) {
+    if (call.stage == "poststop") return kExitOk;
+    const auto started = Clock::now();
+    // What every start touches first (the config, the state, the spec): its
+    // heap and stack mapped in one call each, not a page fault per page.
+    prefault({.heap = 64 * 1024, .stack = 16 * 1024});
+    const Stage stage = stage_of(call);
+    const harden::Deadline deadline(kBudget);
+    const Config config = load_trusted_config();
+    const oci::State state = oci::parse_state(
+        harden::read_stream(call.state_fd, oci::kMaxStateSize, "stdin", deadline), "stdin");
+    on_container(config, state.id);
+
+    deadline.check("read the spec");
+    const oci::Spec spec = oci::load_spec(state.bundle);
+    const auto read = Clock::now();
+    if (stage != Stage::Cdi && cdi::marked(*spec.doc) != (stage == Stage::Finish)) {
+        if (stage == Stage::Finish)
+            throw_invalid("run hook", call.stage, "the spec was not edited by gpubind-runtime");
+        logger().debug("edited by gpubind-runtime: its finish hook completes the container");
+        return kExitOk;
+    }
+    std::optional<NodeKnowledge> known;
+    Request request;
+    std::string reason;
+    if (stage == Stage::Cdi) {
+        known = know_node(config, {});
+        request = cdi_stage_request(known->node, spec, config, reason);
+    } else {
+        request = read_request(spec, config.policy, config.families);
+    }
+    if (!request.gpu_container()) {
+        if (stage == Stage::Cdi)
+            logger().info("{}: nothing to do", reason);
+        else
+            logger().debug("{}: nothing to do", describe_request(request));
+        return kExitOk;
+    }
+    // The decision and the changes to come: their heap (a hundred pages and
+    // more: one huge page where the kernel offers them) and stack.
+    prefault({.huge_page = true});
+    // One per process: the decision reads the image through it, then acts.
+    std::optional<LinuxSystem> own;
+    System& sys = call.sys ? *call.sys : own.emplace();
+    Start start{.config = config,
+                .sys = sys,
+                .rootfs = spec.rootfs,
+                .pid = state.pid,
+                .deadline = deadline,
+                // A rootless runtime runs its hooks as the user: no privilege
+                // over the host, all of them in the container's own user namespace.
+                .target = {.rootless = ::geteuid() != 0 && !spec.uid_mappings.empty(),
+                           .fresh_tmpfs = spec.fresh_tmpfs()},
+                .known = std::move(known),
+                .reason = stage == Stage::Cdi ? reason : std::string()};
+    const Act act = stage == Stage::Finish ? Act::FinishEdited
+                    : stage == Stage::Cdi  ? Act::FinishCdi
+                                           : Act::Execute;
+    run(start, std::move(request), act);
+    logger().info("container configured");
+    logger().debug("timing: config, state and spec {} us, decision {} us, execution {} us",
+                   micros(started, read), micros(read, start.decided),
+                   micros(start.decided, Clock::now()));
+    return kExitOk;
+}
+
+}  // namespace gpubind::start
