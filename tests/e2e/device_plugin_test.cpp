@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -24,6 +26,7 @@
 
 #include "binaries.hpp"
 #include "container.hpp"
+#include "gpubind/cdi/yaml.hpp"
 #include "gpubind/sim/sim.hpp"
 #include "stand_in_kubelet.hpp"
 #include "temp_dir.hpp"
@@ -257,6 +260,69 @@ TEST_P(DevicePluginE2e, VisibleDevicesThroughGpubindHookGiveExactlyAnNvlinkedPai
     ASSERT_EQ(r.exit_code, 0) << r.err;
     expect_nvlinked_pair(r, chosen);
     expect_no_gpus_through_plain_runc(b, chosen);
+}
+
+// The plugin's own container as deploy/kubernetes/gpubind.yaml shapes it (its
+// variable and its /dev/null mount, uid 0 with no capability, no new
+// privileges, a read-only root), run by gpubind-runtime under the installer's
+// config (deploy/kubernetes/config.toml): it must get every GPU and NVML,
+// which it needs for NVLinks and Xid events, without privilege.
+TEST(DevicePluginDaemonSet, ItsContainerGetsEveryGpuWithoutPrivilege) {
+    const fs::path source = GPUBIND_SOURCE_DIR;
+    std::string text;
+    {
+        std::ifstream in(source / "deploy/kubernetes/gpubind.yaml");
+        text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const auto last = text.rfind("\n---\n");
+    ASSERT_NE(last, std::string::npos);
+    const nlohmann::json ds = yaml::parse(text.substr(last + 5), "gpubind.yaml");
+    ASSERT_EQ(ds["metadata"]["name"], "gpubind-device-plugin");
+    const auto& c = ds["spec"]["template"]["spec"]["containers"][0];
+    sim::Spec spec;
+    spec.topology = "hgx8";
+    spec.gpus = 8;
+    SimNode node(spec, "gpubind-e2e-dp-ds");
+    std::string installer;
+    {
+        std::ifstream in(source / "deploy/kubernetes/config.toml");
+        installer.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    node.write_config("[runtime]\nruntimes = [\"" + env_or("GPUBIND_RUNC", "runc") + "\"]\n" +
+                      installer);
+    ::setenv("GPUBIND_CONFIG", node.config().c_str(), 1);
+    TempDir dir("gpubind-e2e-dp-ds");
+    Bundle b(dir.path() / "b");
+    for (const auto& [host, dest] : node.host_gpus()) b.bind(host, dest);
+    for (const auto& e : c["env"])
+        b.env(e["name"].get<std::string>() + "=" + e["value"].get<std::string>());
+    unsigned device_mounts = 0;
+    for (const auto& m : c["volumeMounts"]) {
+        const std::string path = m["mountPath"];
+        const std::string prefix = "/var/run/nvidia-container-devices/";
+        if (path.rfind(prefix, 0) != 0) continue;
+        b.volume_device(path.substr(prefix.size()));
+        ++device_mounts;
+    }
+    EXPECT_EQ(device_mounts, 1u);
+    const auto& sc = c["securityContext"];
+    ASSERT_EQ(sc["runAsUser"], 0);
+    b.spec()["process"]["user"] = {{"uid", 0}, {"gid", sc["runAsGroup"].get<int>()}};
+    b.spec()["process"]["capabilities"] = {{"bounding", nlohmann::json::array()},
+                                           {"effective", nlohmann::json::array()},
+                                           {"permitted", nlohmann::json::array()}};
+    b.spec()["process"]["noNewPrivileges"] = !sc["allowPrivilegeEscalation"].get<bool>();
+    b.spec()["root"]["readonly"] = sc["readOnlyRootFilesystem"].get<bool>();
+    const GpuChecks checks{};
+    b.command(gpu_script(node.manifest(), checks) +
+              "; echo '== caps'; grep CapEff /proc/self/status");
+    const auto r = b.run_with(runtime());
+    ::unsetenv("GPUBIND_CONFIG");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<unsigned> all;
+    for (const auto& g : node.manifest().gpus) all.push_back(g.index);
+    EXPECT_EQ(expect_gpus(node.manifest(), r.out, all, checks), "") << r.out;
+    EXPECT_TRUE(contains(sections(r.out)["caps"], "CapEff:\t0000000000000000")) << r.out;
 }
 
 // hgx8: every pair NVLinked through NVSwitches; dgx1 and pcie-pairs: pairs
