@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -27,6 +28,7 @@
 #include "files.hpp"
 #include "gpubind/cdi/yaml.hpp"
 #include "gpubind/config/config.hpp"
+#include "gpubind/config/device_plugin.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/setup/host.hpp"
 #include "gpubind/setup/setup.hpp"
@@ -167,7 +169,8 @@ std::string kinds(const std::vector<json>& docs) {
 TEST(Manifests, AreKubernetesObjectsOfTheirKinds) {
     const OpenApi api;
     const auto install = documents(source("deploy/kubernetes/gpubind.yaml"));
-    EXPECT_EQ(kinds(install), "v1 Namespace\napps/v1 DaemonSet\nnode.k8s.io/v1 RuntimeClass\n");
+    EXPECT_EQ(kinds(install),
+              "v1 Namespace\napps/v1 DaemonSet\nnode.k8s.io/v1 RuntimeClass\napps/v1 DaemonSet\n");
     const auto uninstall = documents(source("deploy/kubernetes/uninstall.yaml"));
     EXPECT_EQ(kinds(uninstall), "apps/v1 DaemonSet\n");
     for (const auto* docs : {&install, &uninstall})
@@ -439,6 +442,74 @@ TEST(Manifests, TheInstallersConfigTakesGpusOnlyFromTheDevicePlugin) {
               gpubind::DeviceIdsKind::All);
 }
 
+// gpubind-device-plugin's DaemonSet (issue 47) holds the least that works:
+// no privilege, no capability, no host namespace; its one host directory is
+// the kubelet's device-plugins (its config's plugin-dir); the GPUs NVML needs
+// come through gpubind-runtime (its RuntimeClass), asked for by a /dev/null
+// mount that the installer's config accepts as every GPU.
+TEST(Manifests, TheDevicePluginRunsThroughGpubindWithoutPrivilege) {
+    using gpubind::test::make_spec;
+    const auto install = documents(source("deploy/kubernetes/gpubind.yaml"));
+    ASSERT_EQ(install.size(), 4u);
+    const json& ds = install[3];
+    EXPECT_EQ(ds["metadata"]["name"], "gpubind-device-plugin");
+    EXPECT_EQ(ds["metadata"]["namespace"], install[0]["metadata"]["name"]);
+    const json& pod = ds["spec"]["template"];
+    EXPECT_EQ(ds["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"]);
+    const json& spec = pod["spec"];
+    EXPECT_EQ(spec["runtimeClassName"], install[2]["metadata"]["name"]);
+    EXPECT_FALSE(spec.value("hostPID", false) || spec.value("hostNetwork", false) ||
+                 spec.value("hostIPC", false) || spec.value("shareProcessNamespace", false));
+    EXPECT_FALSE(spec.value("automountServiceAccountToken", true));
+    EXPECT_FALSE(spec.contains("initContainers"));
+    ASSERT_EQ(spec["containers"].size(), 1u);
+    const json& c = spec["containers"][0];
+    EXPECT_EQ(c["command"], json::array({"gpubind-device-plugin"}));
+    EXPECT_EQ(c["image"], "gpubind-node:" + project_version());
+    const json& sc = c.value("securityContext", json::object());
+    EXPECT_FALSE(sc.value("privileged", false));
+    EXPECT_FALSE(sc.value("allowPrivilegeEscalation", true));
+    EXPECT_TRUE(sc.value("readOnlyRootFilesystem", false));
+    const json caps = sc.value("capabilities", json::object());
+    EXPECT_EQ(caps.value("drop", json::array()), json::array({"ALL"}));
+    EXPECT_FALSE(caps.contains("add"));
+    EXPECT_EQ(sc.value("seccompProfile", json::object()).value("type", ""), "RuntimeDefault");
+    // Host paths: the kubelet's directory, read-write; /dev/null, read-only.
+    std::map<std::string, json> volumes;
+    for (const auto& v : spec["volumes"]) volumes[v["name"].get<std::string>()] = v;
+    std::map<std::string, std::string> host;  // mount path -> host path (":ro" when read-only)
+    for (const auto& m : c["volumeMounts"]) {
+        const json& v = volumes.at(m["name"].get<std::string>());
+        if (v.contains("hostPath"))
+            host[m["mountPath"]] = v["hostPath"]["path"].get<std::string>() +
+                                   (m.value("readOnly", false) ? ":ro" : "");
+    }
+    const auto plugin = gpubind::parse_config_with_plugin(
+        slurp(source("deploy/kubernetes/config.toml")), "config.toml");
+    const std::string dir = "/var/run/nvidia-container-devices";
+    EXPECT_EQ(host, (std::map<std::string, std::string>{
+                        {plugin.plugin.plugin_dir.string(), plugin.plugin.plugin_dir.string()},
+                        {dir + "/all", "/dev/null:ro"}}));
+    // The mount and the variable the container has are every GPU to gpubind-runtime.
+    std::vector<std::string> env;
+    for (const auto& e : c["env"])
+        env.push_back(e["name"].get<std::string>() + "=" + e["value"].get<std::string>());
+    EXPECT_THAT(env, ElementsAre("NVIDIA_VISIBLE_DEVICES=" + dir));
+    const auto request =
+        gpubind::read_request(make_spec(env, false, {dir + "/all"}), installed_config().policy);
+    EXPECT_EQ(request.source, gpubind::RequestSource::VolumeMounts);
+    EXPECT_EQ(request.devices.kind, gpubind::DeviceIdsKind::All);
+    // The guide's pod (two-gpus.yaml) asks for 2 of the plugin's resource; its
+    // spec is a valid pod spec (checked in this DaemonSet's template).
+    const json pod_doc = documents(source("deploy/kubernetes/two-gpus.yaml")).at(0);
+    EXPECT_EQ(kinds({pod_doc}), "v1 Pod\n");
+    EXPECT_EQ(pod_doc["spec"]["containers"][0]["resources"]["limits"][plugin.plugin.resource_name],
+              2);
+    json as_template = ds;
+    as_template["spec"]["template"]["spec"] = pod_doc["spec"];
+    EXPECT_THAT(OpenApi().check(as_template), ElementsAre());
+}
+
 // docs/kubernetes.md shows the files themselves: each ```yaml or ```toml
 // block after a "<!-- file: PATH -->" line is that file, byte for byte.
 TEST(Manifests, TheGuideShowsTheseVeryFiles) {
@@ -450,9 +521,9 @@ TEST(Manifests, TheGuideShowsTheseVeryFiles) {
         EXPECT_EQ((*it)[2].str(), slurp(source(file))) << file;
         shown.insert(file);
     }
-    EXPECT_EQ(shown, (std::set<std::string>{"deploy/kubernetes/config.toml",
-                                            "deploy/kubernetes/gpubind.yaml",
-                                            "deploy/kubernetes/uninstall.yaml"}));
+    EXPECT_EQ(shown, (std::set<std::string>{
+                         "deploy/kubernetes/config.toml", "deploy/kubernetes/gpubind.yaml",
+                         "deploy/kubernetes/two-gpus.yaml", "deploy/kubernetes/uninstall.yaml"}));
 }
 
 }  // namespace
