@@ -303,12 +303,17 @@ const char* kVersionScript =
     "ls /usr/lib/x86_64-linux-gnu; true";
 
 // Problems of a run judged by its driver versions: started with one version
-// only (the one it loaded), or failed with one line and nothing left.
+// only (the one it loaded), or failed with one line saying that what it
+// mounts was removed meanwhile (not a bare ENOENT), and nothing left.
 std::string one_version_or_clean_failure(const RunResult& r, const Bundle& b,
                                          const std::string& tree, const std::string& mounts) {
     if (r.exit_code != 0) {
         std::string problems;
-        if (hook_lines(r.err).size() != 1) problems += "not one line from the hook: " + r.err;
+        const auto lines = hook_lines(r.err);
+        if (lines.size() != 1)
+            problems += "not one line from the hook: " + r.err;
+        else if (lines[0].find("removed meanwhile") == std::string::npos)
+            problems += "the line does not say the driver's files went: " + lines[0] + "\n";
         if (tree_shape(b.rootfs()) != tree) problems += "the rootfs changed\n";
         if (host_mounts() != mounts) problems += "the mount table changed\n";
         return problems;
