@@ -425,8 +425,14 @@ void LinuxSystem::set_mount_flags(int mount_fd, unsigned flags) {
 
 void LinuxSystem::attach(int mount_fd, int target_fd) {
     if (::syscall(SYS_move_mount, mount_fd, "", target_fd, "",
-                  MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
-        throw_errno("attach mount");
+                  MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0)
+        return;
+    // Both ends are held open: ENOENT means one was unlinked since it was
+    // opened (a driver upgraded during the start replaces its files).
+    if (errno == ENOENT)
+        throw Error(ENOENT, "attach mount", {},
+                    "the file it mounts or its mount point was removed meanwhile");
+    throw_errno("attach mount");
 }
 
 void LinuxSystem::detach(int dir_fd, const std::string& name) {
