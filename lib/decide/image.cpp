@@ -25,7 +25,7 @@ using Type = FileInfo::Type;
 
 // A directory of the image, resolved inside the root; empty when it is
 // missing or a component is not a directory.
-Fd open_dir(System& sys, int root_fd, const std::filesystem::path& path) {
+Fd open_dir(SystemFiles& sys, int root_fd, const std::filesystem::path& path) {
     try {
         return sys.open_dir_in_root(root_fd, path);
     } catch (const Error& e) {
@@ -69,9 +69,9 @@ bool soname_like(std::string_view name) {
 // and the entries named like sonames. /usr/local/cuda resolved inside the root
 // (CUDA images make it a symlink), "compat" a directory (not followed: a
 // symlink or a file there: none), listed by descriptor, its entries typed
-// without following them (System::stat_at), never opened. One of more than
+// without following them (SystemFiles::stat_at), never opened. One of more than
 // kMaxCompatEntries entries is an Error.
-void cuda_compat(System& sys, int root_fd, Image& image) {
+void cuda_compat(SystemFiles& sys, int root_fd, Image& image) {
     const std::string compat = kCudaCompatDir;
     Fd cuda;
     try {
@@ -138,7 +138,7 @@ void cuda_compat(System& sys, int root_fd, Image& image) {
 // Whether the image's /etc/ld.so.conf names anything (a line other than
 // blanks and comments); one that cannot be read as a regular file counts as
 // none (nothing of it is ever handed to ldconfig by this answer).
-bool names_directories(System& sys, int etc_fd) {
+bool names_directories(SystemFiles& sys, int etc_fd) {
     constexpr std::size_t kMaxConf = 1 << 20;
     std::string text;
     try {
@@ -167,7 +167,7 @@ bool is_version(std::string_view s) {
     return true;
 }
 
-Image inspect_image(System& sys, int root_fd) {
+Image inspect_image(SystemFiles& sys, int root_fd) {
     Image image;  // lib64 layout unless the image is Debian-like
     // Links are followed inside the root: an image may link these anywhere in itself.
     auto exists = [&](const char* path) {
@@ -186,7 +186,7 @@ Image inspect_image(System& sys, int root_fd) {
     return image;
 }
 
-Image inspect_image(System& sys, const std::filesystem::path& rootfs) {
+Image inspect_image(SystemFiles& sys, const std::filesystem::path& rootfs) {
     const Fd root = sys.open_root(rootfs);
     return inspect_image(sys, root.get());
 }

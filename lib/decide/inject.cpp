@@ -62,7 +62,7 @@ LoadOptions node_needs(const Request& request, bool store) {
     return options;
 }
 
-Decision decide_on(Request request, System& sys, const std::filesystem::path& rootfs,
+Decision decide_on(Request request, SystemFiles& sys, const std::filesystem::path& rootfs,
                    const Config& config, NodeKnowledge known) {
     Decision d = leave_alone(std::move(request));
     if (!d.request.gpu_container()) return d;

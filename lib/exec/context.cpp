@@ -72,25 +72,25 @@ bool use_ldconfig(const Plan& plan, const Target& target) {
 
 void Context::enter() {
     if (target.join_user_ns && !host.in_user_ns) {
-        sys.enter_user_ns(host.user_ns.get());
+        processes.enter_user_ns(host.user_ns.get());
         host.in_user_ns = true;
     }
-    if (!target.in_place) sys.enter_mount_ns(host.container_ns.get());
+    if (!target.in_place) processes.enter_mount_ns(host.container_ns.get());
     host.in_container = true;
 }
 
 void Context::leave() {
     // Nothing leads back out of a user namespace: the caller stays (and exits).
     if (host.in_user_ns) return;
-    if (!target.in_place) sys.enter_mount_ns(host.own_ns.get());
+    if (!target.in_place) processes.enter_mount_ns(host.own_ns.get());
     host.in_container = false;
-    sys.change_dir(host.cwd.get());
+    processes.change_dir(host.cwd.get());
 }
 
 // --- ids ---
 
 void Context::switch_fs_ids(Owner to) {
-    sys.set_fs_ids(to.uid, to.gid);
+    processes.set_fs_ids(to.uid, to.gid);
     fs_ids_switched_ = to != Owner{};
 }
 
@@ -106,7 +106,7 @@ void Context::restore_fs_ids() noexcept {
 // --- inside the root ---
 
 void Context::open_root() {
-    root_ = std::make_shared<Fd>(sys.open_root(target.rootfs));
+    root_ = std::make_shared<Fd>(files.open_root(target.rootfs));
     mounts.set_root(root_);
     mounts.find_fresh_tmpfs(host.fresh_candidates, host.host_mountinfo);
 }
@@ -116,7 +116,7 @@ SharedFd Context::resolve_dir(std::string_view p) {
     Fd fd;
     SharedFd parent = resolve_dir(dir_name(p));
     std::string name(base_name(p));
-    FileInfo info = sys.stat_at(parent->get(), name);
+    FileInfo info = files.stat_at(parent->get(), name);
     if (info.type == Type::Symlink)
         throw Error(ENOENT, "create directory", std::string(p),
                     "is a symbolic link that leads nowhere inside the container; "
@@ -125,7 +125,7 @@ SharedFd Context::resolve_dir(std::string_view p) {
         throw Error(ENOTDIR, "create directory", std::string(p), "exists and is " + describe(info));
     mounts.check(parent, p);
     as_owner([&] {
-        fd = sys.make_dir(parent->get(), name, 0755);
+        fd = files.make_dir(parent->get(), name, 0755);
         undo.push_back({Undo::Kind::RemoveDir, parent, name, std::string(p)});
     });
     auto shared = std::make_shared<Fd>(std::move(fd));
@@ -137,7 +137,7 @@ SharedFd Context::find_dir(std::string_view p) {
     if (p == "/") return root_;
     auto it = dirs_.find(p);
     if (it != dirs_.end()) return it->second;
-    Fd fd = sys.open_dir_in_root(root_->get(), p);
+    Fd fd = files.open_dir_in_root(root_->get(), p);
     if (!fd) return {};
     auto shared = std::make_shared<Fd>(std::move(fd));
     dirs_.emplace(p, shared);
@@ -153,14 +153,14 @@ Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kin
     const bool directory = kind == PointKind::Directory;
     Fd created;
     as_owner([&] {
-        created = directory ? sys.try_make_dir(dir->get(), name, 0755)
-                            : sys.try_make_file(dir->get(), name, 0644);
+        created = directory ? files.try_make_dir(dir->get(), name, 0755)
+                            : files.try_make_file(dir->get(), name, 0644);
         if (created)
             undo.push_back(
                 {directory ? Undo::Kind::RemoveDir : Undo::Kind::RemoveFile, dir, name, p});
     });
     if (created) return created;
-    return mount_point(dir, p, kind, sys.stat_at(dir->get(), name), major, minor);
+    return mount_point(dir, p, kind, files.stat_at(dir->get(), name), major, minor);
 }
 
 Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kind, FileInfo info,
@@ -180,8 +180,8 @@ Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kin
             Fd created;
             as_owner([&] {
                 const bool directory = kind == PointKind::Directory;
-                created = directory ? sys.make_dir(dir->get(), name, 0755)
-                                    : sys.make_file(dir->get(), name, 0644);
+                created = directory ? files.make_dir(dir->get(), name, 0755)
+                                    : files.make_file(dir->get(), name, 0644);
                 undo.push_back(
                     {directory ? Undo::Kind::RemoveDir : Undo::Kind::RemoveFile, dir, name, p});
             });
@@ -202,9 +202,9 @@ Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kin
     if (!ok)
         throw Error(EEXIST, "create mount point", p,
                     "exists and is " + describe(info) + "; refusing to mount over it");
-    Fd fd = sys.open_at(dir->get(), name);
+    Fd fd = files.open_at(dir->get(), name);
     // The inode we mount onto is the one just checked, not one swapped in meanwhile.
-    FileInfo now = sys.stat_fd(fd.get());
+    FileInfo now = files.stat_fd(fd.get());
     if (now.type != info.type)
         throw Error(EEXIST, "create mount point", p,
                     "changed to " + describe(now) + " while being prepared");
@@ -217,8 +217,8 @@ void Context::bind(Fd& tree, const std::string& target_path, PointKind kind, uns
     mounts.check(dir, target_path);
     Fd point = mount_point(dir, target_path, kind, major, minor);
     // Flags go on the detached mount: it never appears without them.
-    if (flags != 0) sys.set_mount_flags(tree.get(), flags);
-    sys.attach(tree.get(), point.get());
+    if (flags != 0) files.set_mount_flags(tree.get(), flags);
+    files.attach(tree.get(), point.get());
     undo.push_back({Undo::Kind::Detach, dir, std::string(base_name(target_path)), target_path});
     // A directory mounted over a path hides what was resolved below it.
     if (kind == PointKind::Directory) dirs_.clear();
@@ -226,15 +226,15 @@ void Context::bind(Fd& tree, const std::string& target_path, PointKind kind, uns
 
 void Context::replace_link(const SharedFd& dir, const std::string& p, const std::string& with) {
     const std::string name(base_name(p));
-    std::string old = sys.read_link_at(dir->get(), name);
+    std::string old = files.read_link_at(dir->get(), name);
     logger().info("{}: replaced the link to {} with {}", p, old, with);
-    sys.remove(dir->get(), name, false);
+    files.remove(dir->get(), name, false);
     undo.push_back({Undo::Kind::RestoreLink, dir, name, p, std::move(old)});
 }
 
 void Context::remove_file(const SharedFd& dir, const std::string& p, std::string old) {
     const std::string name(base_name(p));
-    sys.remove(dir->get(), name, false);
+    files.remove(dir->get(), name, false);
     forget(dir_name(p), name);
     undo.push_back({Undo::Kind::RestoreFile, dir, name, p, std::move(old)});
 }
@@ -242,7 +242,7 @@ void Context::remove_file(const SharedFd& dir, const std::string& p, std::string
 const DirListing& Context::listing(const SharedFd& dir, std::string_view path) {
     if (auto it = listings_.find(path); it != listings_.end()) return it->second;
     DirListing names;
-    const DirNames listed = sys.list_dir(dir->get(), kMaxDirEntries, [&](std::string_view name) {
+    const DirNames listed = files.list_dir(dir->get(), kMaxDirEntries, [&](std::string_view name) {
         names.add(name);
         return false;  // kept here, in one buffer, not as a string each
     });

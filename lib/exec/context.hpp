@@ -119,7 +119,7 @@ struct Host {
 // about once per start.
 class OwnMounts {
   public:
-    explicit OwnMounts(System& sys) : sys_(sys) {}
+    explicit OwnMounts(SystemFiles& sys) : sys_(sys) {}
 
     // The root just opened, and the tmpfs at `candidates` that are the
     // container's own memory (no mount of `host_mountinfo` shows them).
@@ -145,7 +145,7 @@ class OwnMounts {
     // directory's mount id).
     const char* problem(const SharedFd& dir, std::string_view p, std::uint64_t& id);
 
-    System& sys_;
+    SystemFiles& sys_;
     SharedFd root_;
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
@@ -158,11 +158,23 @@ class OwnMounts {
 class Context {
   public:
     Context(const Plan& plan_in, const Target& target_in, System& sys_in)
-        : plan(plan_in), target(target_in), sys(sys_in), mounts(sys_in) {}
+        : plan(plan_in),
+          target(target_in),
+          sys(sys_in),
+          files(sys_in),
+          processes(sys_in),
+          mounts(sys_in) {}
 
     const Plan& plan;
     const Target& target;
+    // The one System of the start, and the parts of it the steps use: the
+    // files and mounts (the root, the mounts, the loader cache, the proc
+    // view, the rollback) and the processes and namespaces (the host side,
+    // entering and leaving, file system ids, ldconfig). Device access takes
+    // its own parts (DeviceAccess).
     System& sys;
+    SystemFiles& files;
+    SystemProcesses& processes;
     Host host;
     OwnMounts mounts;
     Timing timing;

@@ -59,7 +59,7 @@ cgroup::DeviceCgroup DeviceAccess::locate(const std::string& proc_cgroup, const 
 
 void DeviceAccess::prepare(int pidfd, pid_t pid, const std::string& who) {
     const auto started = std::chrono::steady_clock::now();
-    std::string text = sys_.read_proc(pidfd, pid, "cgroup");
+    std::string text = processes_.read_proc(pidfd, pid, "cgroup");
     const cgroup::DeviceCgroup where = locate(text, who);
     logger().debug("device cgroup {} located in {} us", where.dir.string(), us_since(started));
     try {
@@ -154,7 +154,7 @@ Fd DeviceAccess::device_program(const std::vector<bpf::Insn>& want) {
                     "kept device program {} runs other instructions than its name "
                     "says; replacing it",
                     at);
-                sys_.remove(dir.get(), name, false);
+                files_.remove(dir.get(), name, false);
             }
         }
     } catch (const Error& e) {
@@ -174,11 +174,11 @@ void DeviceAccess::keep(int dir_fd, const std::string& path, int prog_fd,
             logger().debug("device program not kept: the kernel rewrote its instructions");
             return;
         }
-        const DirNames kept = sys_.list_dir(dir_fd, kMaxKeptPrograms, [](std::string_view n) {
+        const DirNames kept = files_.list_dir(dir_fd, kMaxKeptPrograms, [](std::string_view n) {
             return n.starts_with(kKeptPrefix);
         });
         if (kept.more || kept.names.size() >= kMaxKeptPrograms) {
-            for (const std::string& old : kept.names) sys_.remove(dir_fd, old, false);
+            for (const std::string& old : kept.names) files_.remove(dir_fd, old, false);
             logger().info("{}: {} kept device programs removed to keep new ones", program_dir_,
                           kept.names.size());
         }

@@ -1,7 +1,9 @@
 // Device access of one container start: its device cgroup located (v1, hybrid,
 // v2), then on cgroup v1 rules written to devices.allow, on cgroup v2 each
 // BPF_CGROUP_DEVICE program attached to its cgroup swapped for a copy that
-// also allows the planned nodes. Every system call goes through System; the
+// also allows the planned nodes. Every system call goes through the System's
+// devices part, but for the process's /proc/<pid>/cgroup (its processes part)
+// and the kept programs' directory listed and cleaned (its files part); the
 // executor decides when (prepare on the host side, allow after the mounts)
 // and keeps the undo of each step.
 #pragma once
@@ -35,12 +37,19 @@ class DeviceAccess {
     using Record = std::function<void(const std::string& what, std::function<void()> undo)>;
 
     // `program_dir`: where device programs are kept for reuse (empty: none is).
-    DeviceAccess(System& sys, const std::vector<PlannedDevice>& devices, OnRefused on_refused,
+    DeviceAccess(SystemDevices& sys, SystemFiles& files, SystemProcesses& processes,
+                 const std::vector<PlannedDevice>& devices, OnRefused on_refused,
                  std::string program_dir = {})
         : sys_(sys),
+          files_(files),
+          processes_(processes),
           devices_(devices),
           on_refused_(on_refused),
           program_dir_(std::move(program_dir)) {}
+    // The three parts of one System.
+    DeviceAccess(System& sys, const std::vector<PlannedDevice>& devices, OnRefused on_refused,
+                 std::string program_dir = {})
+        : DeviceAccess(sys, sys, sys, devices, on_refused, std::move(program_dir)) {}
 
     // Host side, before anything changes: locates the process's device cgroup
     // (its /proc/<pid>/cgroup through the pidfd, the host's mountinfo), reads
@@ -65,7 +74,9 @@ class DeviceAccess {
     // on-refused = warn a warning and false.
     bool kernel_allows(const std::function<void()>& step);
 
-    System& sys_;
+    SystemDevices& sys_;
+    SystemFiles& files_;          // the kept programs' directory: list_dir, remove
+    SystemProcesses& processes_;  // read_proc of the process's cgroup
     const std::vector<PlannedDevice>& devices_;
     OnRefused on_refused_;
     std::string program_dir_;

@@ -143,36 +143,36 @@ class Executor {
     }
 
     void undo(const Undo& u) {
-        System& sys = c_.sys;
+        SystemFiles& files = c_.files;
         switch (u.kind) {
             case Undo::Kind::Detach:
-                sys.detach(u.fd->get(), u.name);
+                files.detach(u.fd->get(), u.name);
                 break;
             case Undo::Kind::RemoveFile:
-                sys.remove(u.fd->get(), u.name, false);
+                files.remove(u.fd->get(), u.name, false);
                 break;
             case Undo::Kind::RemoveDir:
-                sys.remove(u.fd->get(), u.name, true);
+                files.remove(u.fd->get(), u.name, true);
                 break;
             case Undo::Kind::Call:
                 u.call();
                 break;
             case Undo::Kind::RenameBack:
-                sys.rename_at(u.fd->get(), u.other, u.name);
+                files.rename_at(u.fd->get(), u.other, u.name);
                 break;
             case Undo::Kind::ExchangeBack:
-                sys.exchange_at(u.fd->get(), u.name, u.other);
+                files.exchange_at(u.fd->get(), u.name, u.other);
                 break;
             case Undo::Kind::RestoreLink:
-                sys.make_symlink(u.old, u.fd->get(), u.name);
+                files.make_symlink(u.old, u.fd->get(), u.name);
                 break;
             case Undo::Kind::RestoreFile:
-                sys.write_file_at(u.fd->get(), u.name, u.old, 0644);
+                files.write_file_at(u.fd->get(), u.name, u.old, 0644);
                 break;
             case Undo::Kind::RestoreCache: {
                 const RegularFile& f = *u.original;
-                sys.replace_file_at(u.fd->get(), kCacheTemp, u.name, f.data, f.mode,
-                                    Owner{f.uid, f.gid});
+                files.replace_file_at(u.fd->get(), kCacheTemp, u.name, f.data, f.mode,
+                                      Owner{f.uid, f.gid});
                 break;
             }
         }

@@ -65,13 +65,15 @@ bool plan_reaches(const Plan& plan, std::string_view at) {
 void prepare_owner(Context& c, const std::string& who) {
     if (c.target.join_user_ns) {
         // What this process creates there is the container root's already.
-        c.host.user_ns = c.sys.open_user_ns(c.host.pidfd.get(), c.target.pid);
+        c.host.user_ns = c.processes.open_user_ns(c.host.pidfd.get(), c.target.pid);
         return;
     }
     if (c.target.in_place) return;  // the same: this process acts as the container's root
     const int pidfd = c.host.pidfd.get();
-    const auto uid = map_id(c.sys.read_proc(pidfd, c.target.pid, "uid_map"), 0, who + " uid_map");
-    const auto gid = map_id(c.sys.read_proc(pidfd, c.target.pid, "gid_map"), 0, who + " gid_map");
+    const auto uid =
+        map_id(c.processes.read_proc(pidfd, c.target.pid, "uid_map"), 0, who + " uid_map");
+    const auto gid =
+        map_id(c.processes.read_proc(pidfd, c.target.pid, "gid_map"), 0, who + " gid_map");
     if (!uid || !gid) {
         logger().warn(
             "{}: the container's root is not mapped in its user namespace; "
@@ -92,13 +94,13 @@ void check_in_place(Context& c, bool shared, const std::string& who) {
     if (!shared)
         throw Error(EPERM, "execute", who,
                     "is in another mount namespace than this process; refusing to act in place");
-    if (!is_initial_id_map(c.sys.read_proc(c.host.pidfd.get(), c.target.pid, "uid_map"),
+    if (!is_initial_id_map(c.processes.read_proc(c.host.pidfd.get(), c.target.pid, "uid_map"),
                            who + " uid_map"))
         return;
     Fd init_ns;
     try {
-        Fd init = c.sys.open_process(1);
-        init_ns = c.sys.open_mount_ns(init.get(), 1);
+        Fd init = c.processes.open_process(1);
+        init_ns = c.processes.open_mount_ns(init.get(), 1);
     } catch (const Error& e) {
         // Hidden (an LSM, an empty /proc mounted over the host's, pid 1 not
         // there): a namespace that cannot be told from the host's is taken
@@ -110,7 +112,7 @@ void check_in_place(Context& c, bool shared, const std::string& who) {
                         "); refusing to act in place (give the container's --pid, or make "
                         "/proc/1/ns/mnt readable)");
     }
-    if (c.sys.same_file(init_ns.get(), c.host.own_ns.get()))
+    if (c.processes.same_file(init_ns.get(), c.host.own_ns.get()))
         throw Error(EPERM, "execute", c.target.rootfs.string(),
                     "this process is in the host's mount namespace (pid 1's); refusing to "
                     "mount there (give the container's --pid, or run it in the container's "
@@ -126,8 +128,8 @@ void open_sources(Context& c) {
             host.device_trees.emplace_back();
             continue;
         }
-        Fd tree = c.sys.open_tree(dev.node.host_path);
-        FileInfo info = c.sys.stat_fd(tree.get());
+        Fd tree = c.files.open_tree(dev.node.host_path);
+        FileInfo info = c.files.stat_fd(tree.get());
         if (info.type != Type::CharDevice || info.major != dev.node.major ||
             info.minor != dev.node.minor)
             throw Error(ErrorKind::Invalid, EINVAL, "bind device", dev.node.host_path,
@@ -136,8 +138,8 @@ void open_sources(Context& c) {
         host.device_trees.push_back(std::move(tree));
     }
     for (const auto& m : plan.mounts) {
-        Fd tree = c.sys.open_tree(m.source);
-        FileInfo info = c.sys.stat_fd(tree.get());
+        Fd tree = c.files.open_tree(m.source);
+        FileInfo info = c.files.stat_fd(tree.get());
         if (m.directory != (info.type == Type::Directory))
             throw Error(m.directory ? ENOTDIR : EISDIR, "bind", m.source,
                         "is " + describe(info) + ", the plan wants " +
@@ -146,8 +148,8 @@ void open_sources(Context& c) {
     }
     if (plan.proc) {
         for (const auto& cap : plan.proc->capability_files) {
-            Fd tree = c.sys.open_tree(cap);
-            FileInfo info = c.sys.stat_fd(tree.get());
+            Fd tree = c.files.open_tree(cap);
+            FileInfo info = c.files.stat_fd(tree.get());
             if (info.type == Type::Directory)
                 throw Error(EISDIR, "bind", cap, "is a directory, not a file");
             host.cap_trees.push_back(std::move(tree));
@@ -174,13 +176,13 @@ void prepare_host(Context& c, DeviceAccess& devices) {
     for (const std::string& at : c.target.fresh_tmpfs)
         if (!within(at, "/dev") && !within(at, "/proc") && plan_reaches(c.plan, at))
             c.host.fresh_candidates.push_back(at);
-    if (!c.host.fresh_candidates.empty()) c.host.host_mountinfo = c.sys.open_mountinfo();
+    if (!c.host.fresh_candidates.empty()) c.host.host_mountinfo = c.files.open_mountinfo();
 
-    c.host.pidfd = c.sys.open_process(pid);
-    c.host.container_ns = c.sys.open_mount_ns(c.host.pidfd.get(), pid);
-    c.host.own_ns = c.sys.open_own_mount_ns();
+    c.host.pidfd = c.processes.open_process(pid);
+    c.host.container_ns = c.processes.open_mount_ns(c.host.pidfd.get(), pid);
+    c.host.own_ns = c.processes.open_own_mount_ns();
     prepare_owner(c, who);
-    const bool shared = c.sys.same_file(c.host.container_ns.get(), c.host.own_ns.get());
+    const bool shared = c.processes.same_file(c.host.container_ns.get(), c.host.own_ns.get());
     if (c.target.in_place)
         check_in_place(c, shared, who);
     else if (shared)
@@ -195,8 +197,8 @@ void prepare_host(Context& c, DeviceAccess& devices) {
 
     open_sources(c);
     if (c.plan.refresh_ldcache && use_ldconfig(c.plan, c.target))
-        c.host.ldconfig = c.sys.open_executable(c.target.ldconfig);
-    c.host.cwd = c.sys.open_cwd();
+        c.host.ldconfig = c.processes.open_executable(c.target.ldconfig);
+    c.host.cwd = c.processes.open_cwd();
     c.timing.mark("driver files opened");
 }
 

@@ -32,7 +32,7 @@ void cover(Context& c, const std::string& p, const std::string& with, const std:
     while (i < c.plan.mounts.size() && c.plan.mounts[i].target != with) ++i;
     if (i == c.plan.mounts.size()) return;
     logger().info("{}: {}", p, why);
-    Fd copy = c.sys.clone_tree(c.host.mount_trees[i].get());
+    Fd copy = c.files.clone_tree(c.host.mount_trees[i].get());
     c.bind(copy, p, Context::PointKind::File, c.plan.mounts[i].flags);
 }
 
@@ -45,8 +45,8 @@ void remove_stale_file(Context& c, const PlannedFile& f) {
     SharedFd dir = c.find_dir(dir_name(f.path));
     if (!dir || !c.mounts.may_clean(dir, f.path)) return;
     const std::string name(base_name(f.path));
-    if (c.sys.stat_at(dir->get(), name).type != Type::Regular) return;
-    std::string old = c.sys.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
+    if (c.files.stat_at(dir->get(), name).type != Type::Regular) return;
+    std::string old = c.files.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
     if (old != f.content) return;
     logger().info("{}: removed ({})", f.path, f.why);
     c.remove_file(dir, f.path, std::move(old));
@@ -65,9 +65,9 @@ void bring_up_to_date(Context& c, const OwnedDir& owned) {
     c.listing(dir, owned.dir).for_each([&](std::string_view name) {
         if (!may_be_owned(owned, name) || planned.count(std::string(name))) return;
         std::string n(name);
-        FileInfo info = c.sys.stat_at(dir->get(), n);
+        FileInfo info = c.files.stat_at(dir->get(), n);
         std::string target;
-        if (info.type == Type::Symlink) target = c.sys.read_link_at(dir->get(), n);
+        if (info.type == Type::Symlink) target = c.files.read_link_at(dir->get(), n);
         entries.push_back({std::move(n), info, std::move(target)});
     });
     for (const StaleEntry& e : stale_entries(owned, entries, planned)) {
@@ -80,7 +80,7 @@ void bring_up_to_date(Context& c, const OwnedDir& owned) {
         const auto it = std::find_if(entries.begin(), entries.end(),
                                      [&](const DirEntry& d) { return d.name == e.name; });
         logger().info("{}: removed, {}", p, e.why);
-        c.sys.remove(dir->get(), e.name, false);
+        c.files.remove(dir->get(), e.name, false);
         c.forget(owned.dir, e.name);
         if (it != entries.end() && it->info.type == Type::Symlink)
             c.undo.push_back({Undo::Kind::RestoreLink, dir, e.name, p, it->link});

@@ -34,7 +34,7 @@ void LoaderCache::check_files() {
         const SharedFd dir = c_.find_dir(dir_path);
         if (!dir) continue;
         for (const char* name : names) {
-            const FileInfo info = c_.sys.stat_at(dir->get(), name);
+            const FileInfo info = c_.files.stat_at(dir->get(), name);
             if (info.type != Type::Missing && info.type != Type::Regular)
                 throw Error(ErrorKind::Invalid, EINVAL, "refresh the loader cache",
                             join_path(dir_path, name),
@@ -50,7 +50,7 @@ void LoaderCache::check_files() {
 // ldconfig fails without it): anything else is refused here, before any
 // open, whichever method writes the cache.
 Type LoaderCache::check_etc() {
-    const FileInfo etc = c_.sys.stat_at(c_.root()->get(), "etc");
+    const FileInfo etc = c_.files.stat_at(c_.root()->get(), "etc");
     if (etc.type != Type::Directory && etc.type != Type::Missing)
         throw Error(
             ENOTDIR, "check", "/etc",
@@ -75,7 +75,7 @@ void LoaderCache::refresh() {
     std::optional<RegularFile> original;
     std::optional<ldcache::Cache> image;
     if (cache_type_ == Type::Regular) {
-        original = c_.sys.read_regular_at(etc->get(), kCache, ldcache::kMaxCacheSize);
+        original = c_.files.read_regular_at(etc->get(), kCache, ldcache::kMaxCacheSize);
         try {
             image = ldcache::parse(original->data, "/etc/ld.so.cache");
         } catch (const Error& e) {
@@ -92,7 +92,7 @@ void LoaderCache::refresh() {
         ldcache::merge(std::move(image), c_.plan.ldcache_libraries, c_.plan.library_dirs));
     // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
     if (cache_temp_type_ == Type::Regular)
-        c_.as_owner([&] { c_.sys.remove(etc->get(), kCacheTemp, false); });
+        c_.as_owner([&] { c_.files.remove(etc->get(), kCacheTemp, false); });
     // The new file is created as the container's root; it keeps the
     // original's owner (set by the host's root where that is someone else)
     // and permissions, or gets 0644 as ldconfig gives it.
@@ -105,10 +105,10 @@ void LoaderCache::refresh() {
     logger().debug("loader cache: {} entries, {} bytes ({} injected)", image_entries, bytes.size(),
                    c_.plan.ldcache_libraries.size());
     if (chown_to)
-        c_.sys.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, chown_to);
+        c_.files.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, chown_to);
     else
         c_.as_owner([&] {
-            c_.sys.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, std::nullopt);
+            c_.files.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, std::nullopt);
         });
     Undo undo{original ? Undo::Kind::RestoreCache : Undo::Kind::RemoveFile, etc, kCache,
               "/etc/ld.so.cache"};
@@ -131,11 +131,11 @@ void LoaderCache::run_ldconfig() {
     const std::string path = target.ldconfig.string();
     std::string cache;
     if (c_.chown())
-        cache = c_.sys.run_as(c_.owner(), exe, path, args, target.ldconfig_timeout);
+        cache = c_.processes.run_as(c_.owner(), exe, path, args, target.ldconfig_timeout);
     else if (target.join_user_ns || target.in_place)
-        cache = c_.sys.run_as(Owner{}, exe, path, args, target.ldconfig_timeout);
+        cache = c_.processes.run_as(Owner{}, exe, path, args, target.ldconfig_timeout);
     else
-        cache = c_.sys.run(exe, path, args, target.ldconfig_timeout);
+        cache = c_.processes.run(exe, path, args, target.ldconfig_timeout);
     install_cache(cache);
 }
 
@@ -149,22 +149,22 @@ void LoaderCache::install_cache(const std::string& cache) {
     const std::string name = kCache;  // missing or regular (check_files)
     const std::string temp = "ld.so.cache.gpubind-" + std::to_string(::getpid());
     c_.as_owner([&] {
-        c_.sys.write_file_at(etc->get(), temp, cache, 0644);
+        c_.files.write_file_at(etc->get(), temp, cache, 0644);
         c_.undo.push_back({Undo::Kind::RemoveFile, etc, temp, "/etc/" + temp});
     });
     if (cache_type_ == Type::Missing) {
-        c_.sys.rename_at(etc->get(), temp, name);
+        c_.files.rename_at(etc->get(), temp, name);
         Undo back{Undo::Kind::RenameBack, etc, temp, "/etc/ld.so.cache"};
         back.other = name;
         c_.undo.push_back(std::move(back));
         return;
     }
-    c_.sys.exchange_at(etc->get(), temp, name);
+    c_.files.exchange_at(etc->get(), temp, name);
     Undo back{Undo::Kind::ExchangeBack, etc, temp, "/etc/ld.so.cache"};
     back.other = name;
     c_.undo.push_back(std::move(back));
     // The image's old cache, now under the temporary name.
-    c_.sys.remove(etc->get(), temp, false);
+    c_.files.remove(etc->get(), temp, false);
     c_.undo.pop_back();
     c_.undo.pop_back();
 }

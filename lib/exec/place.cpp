@@ -60,13 +60,13 @@ void make_link(Context& c, const PlannedSymlink& link) {
     // on a fresh root the name is free. Whatever is there is looked at.
     bool made = false;
     c.as_owner([&] {
-        made = c.sys.try_make_symlink(link.target, dir->get(), name);
+        made = c.files.try_make_symlink(link.target, dir->get(), name);
         if (made) c.undo.push_back({Undo::Kind::RemoveFile, dir, name, link.path});
     });
     if (made) return;
-    FileInfo info = c.sys.stat_at(dir->get(), name);
+    FileInfo info = c.files.stat_at(dir->get(), name);
     if (info.type == Type::Symlink) {
-        std::string existing = c.sys.read_link_at(dir->get(), name);
+        std::string existing = c.files.read_link_at(dir->get(), name);
         if (existing == link.target) return;  // already there
         // Another driver version's link (an earlier start's, the image's):
         // removed through the directory, never followed, and made anew.
@@ -81,7 +81,7 @@ void make_link(Context& c, const PlannedSymlink& link) {
                             "; the plan mounts nothing it could be covered with");
         logger().info("{}: the image's own file, covered by the host's {}", link.path,
                       c.plan.mounts[i].source);
-        Fd copy = c.sys.clone_tree(c.host.mount_trees[i].get());
+        Fd copy = c.files.clone_tree(c.host.mount_trees[i].get());
         c.bind(copy, link.path, Context::PointKind::File, c.plan.mounts[i].flags);
         return;
     } else if (info.type == Type::Directory) {
@@ -91,7 +91,7 @@ void make_link(Context& c, const PlannedSymlink& link) {
         throw Error(EEXIST, "create symlink", link.path, "exists and is " + describe(info));
     }
     c.as_owner([&] {
-        c.sys.make_symlink(link.target, dir->get(), name);
+        c.files.make_symlink(link.target, dir->get(), name);
         c.undo.push_back({Undo::Kind::RemoveFile, dir, name, link.path});
     });
 }
@@ -105,9 +105,9 @@ void write_planned_file(Context& c, const PlannedFile& f) {
     SharedFd dir = c.resolve_dir(dir_name(f.path));
     c.mounts.check(dir, f.path);
     const std::string name(base_name(f.path));
-    FileInfo info = c.sys.stat_at(dir->get(), name);
+    FileInfo info = c.files.stat_at(dir->get(), name);
     if (info.type == Type::Regular) {
-        std::string old = c.sys.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
+        std::string old = c.files.read_regular_at(dir->get(), name, kMaxPlannedFile).data;
         if (old == f.content) {
             logger().debug("file {} is already there ({}); left as it is", f.path, f.why);
             return;
@@ -125,7 +125,7 @@ void write_planned_file(Context& c, const PlannedFile& f) {
                     "exists and is " + describe(info) + "; refusing to replace it");
     logger().debug("file {} ({})", f.path, f.why);
     c.as_owner([&] {
-        c.sys.write_file_at(dir->get(), name, f.content, 0644);
+        c.files.write_file_at(dir->get(), name, f.content, 0644);
         c.undo.push_back({Undo::Kind::RemoveFile, dir, name, f.path});
     });
 }

@@ -42,7 +42,7 @@ ViewPoint view_point(Context& c, const std::string& view_target) {
     ViewPoint v{{}, c.resolve_dir(dir_name(view_target)), view_target};
     const std::uint64_t mount = c.mounts.check(v.dir, v.target);
     const std::string name(base_name(v.target));
-    const FileInfo there = c.sys.stat_at(v.dir->get(), name);
+    const FileInfo there = c.files.stat_at(v.dir->get(), name);
     v.one_level_down = c.mounts.is_runtime_proc(mount) && there.type == Type::Missing;
     if (!v.one_level_down) {
         try {
@@ -51,7 +51,7 @@ ViewPoint view_point(Context& c, const std::string& view_target) {
         } catch (const Error& e) {
             const int err = e.code().value();
             if (err != ENOENT && err != EPERM && err != EACCES && err != EROFS) throw;
-            if (c.sys.stat_at(v.dir->get(), name).type != Type::Missing) throw;
+            if (c.files.stat_at(v.dir->get(), name).type != Type::Missing) throw;
             v.one_level_down = true;
         }
     }
@@ -66,13 +66,13 @@ ViewPoint view_point(Context& c, const std::string& view_target) {
 // The view's files written into `base` (a directory of the new tmpfs), and
 // the empty files the capability files are bound onto.
 std::vector<CapPoint> fill_view(Context& c, const ProcView& view, const SharedFd& base) {
-    c.sys.write_file_at(base->get(), "version", view.version, 0444);
-    c.sys.write_file_at(base->get(), "params", view.params, 0444);
+    c.files.write_file_at(base->get(), "version", view.version, 0444);
+    c.files.write_file_at(base->get(), "params", view.params, 0444);
     if (!view.gpus.empty()) {
-        Fd gpus = c.sys.make_dir(base->get(), "gpus", 0555);
+        Fd gpus = c.files.make_dir(base->get(), "gpus", 0555);
         for (const auto& g : view.gpus) {
-            Fd gdir = c.sys.make_dir(gpus.get(), g.bus_id, 0555);
-            c.sys.write_file_at(gdir.get(), "information", g.information, 0444);
+            Fd gdir = c.files.make_dir(gpus.get(), g.bus_id, 0555);
+            c.files.write_file_at(gdir.get(), "information", g.information, 0444);
         }
     }
     std::map<std::string, SharedFd> tmp_dirs;
@@ -87,11 +87,11 @@ std::vector<CapPoint> fill_view(Context& c, const ProcView& view, const SharedFd
             if (it == tmp_dirs.end())
                 it = tmp_dirs
                          .emplace(key,
-                                  std::make_shared<Fd>(c.sys.make_dir(cur->get(), rel[k], 0555)))
+                                  std::make_shared<Fd>(c.files.make_dir(cur->get(), rel[k], 0555)))
                          .first;
             cur = it->second;
         }
-        c.sys.make_file(cur->get(), rel.back(), 0444);
+        c.files.make_file(cur->get(), rel.back(), 0444);
         std::string where = view.target;  // where it shows in the container either way
         for (const auto& r : rel) where = join_path(where, r);
         cap_points.push_back({cur, rel.back(), where});
@@ -105,20 +105,20 @@ void mount_proc_view(Context& c) {
     const ProcView& view = *c.plan.proc;
     const ViewPoint at = view_point(c, view.target);
 
-    auto shared_fs = std::make_shared<Fd>(c.sys.make_tmpfs());
+    auto shared_fs = std::make_shared<Fd>(c.files.make_tmpfs());
     SharedFd base = shared_fs;
     if (at.one_level_down)
         base = std::make_shared<Fd>(
-            c.sys.make_dir(shared_fs->get(), std::string(base_name(view.target)), 0555));
+            c.files.make_dir(shared_fs->get(), std::string(base_name(view.target)), 0555));
     const std::vector<CapPoint> cap_points = fill_view(c, view, base);
-    c.sys.set_mount_flags(shared_fs->get(), kProcFlags);
-    c.sys.attach(shared_fs->get(), at.point.get());
+    c.files.set_mount_flags(shared_fs->get(), kProcFlags);
+    c.files.attach(shared_fs->get(), at.point.get());
     c.undo.push_back({Undo::Kind::Detach, at.dir, std::string(base_name(at.target)), at.target});
     for (std::size_t i = 0; i < cap_points.size(); ++i) {
         const CapPoint& cp = cap_points[i];
-        Fd cpoint = c.sys.open_at(cp.dir->get(), cp.name);
-        c.sys.set_mount_flags(c.host.cap_trees[i].get(), kProcFlags);
-        c.sys.attach(c.host.cap_trees[i].get(), cpoint.get());
+        Fd cpoint = c.files.open_at(cp.dir->get(), cp.name);
+        c.files.set_mount_flags(c.host.cap_trees[i].get(), kProcFlags);
+        c.files.attach(c.host.cap_trees[i].get(), cpoint.get());
         c.undo.push_back({Undo::Kind::Detach, cp.dir, cp.name, cp.container_path});
     }
 }

@@ -45,12 +45,12 @@ bool is_version(std::string_view s);
 // directory listed by descriptor, its entries checked with fstatat without
 // following them); /etc/ld.so.cache there, /etc/ld.so.conf naming anything
 // (read as a regular file, not followed). Every access goes through `sys`
-// from `root_fd` (System::open_root's): the lookups stay inside the rootfs
-// (System::open_dir_in_root, stat_in_root). Throws Error when a lookup fails
+// from `root_fd` (open_root's): the lookups stay inside the rootfs
+// (open_dir_in_root, stat_in_root). Throws Error when a lookup fails
 // otherwise than by a missing file.
-Image inspect_image(System& sys, int root_fd);
-// The same with the rootfs at `rootfs` opened through `sys` (System::open_root).
-Image inspect_image(System& sys, const std::filesystem::path& rootfs);
+Image inspect_image(SystemFiles& sys, int root_fd);
+// The same with the rootfs at `rootfs` opened through `sys` (open_root).
+Image inspect_image(SystemFiles& sys, const std::filesystem::path& rootfs);
 // The same through LinuxSystem.
 Image inspect_image(const std::filesystem::path& rootfs);
 

@@ -33,12 +33,12 @@ Decision leave_alone(Request request);
 LoadOptions node_needs(const Request& request, bool store);
 // The decision for `request` on the node given: selects the devices, checks
 // the requirements, inspects the image at `rootfs` (opened through `sys`,
-// only for a GPU container: the System the caller goes on to execute with,
-// which tests replace) and makes the plan. A request that is not a GPU
+// only for a GPU container: the files part of the System the caller goes on
+// to execute with, which tests replace) and makes the plan. A request that is not a GPU
 // container's is left alone (leave_alone). Throws Error on a bad or refused
 // request. Loading the node (and keeping its CDI specs current) is the
 // caller's: start.hpp's decide() does both.
-Decision decide_on(Request request, System& sys, const std::filesystem::path& rootfs,
+Decision decide_on(Request request, SystemFiles& sys, const std::filesystem::path& rootfs,
                    const Config& config, NodeKnowledge known);
 
 // What a request source means, in words ("NVIDIA_VISIBLE_DEVICES=0,2").

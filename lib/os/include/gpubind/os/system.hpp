@@ -1,8 +1,13 @@
 // The system layer: the system calls the executor (and the image reader)
-// make, one or so per method, behind an interface (`System`) so that the order
-// and the rollback of a start can be tested without root by a recording
+// make, one or so per method, behind interfaces so that the order and the
+// rollback of a start can be tested without root by a recording
 // implementation (tests/support/recording_system.hpp); the real one
 // (LinuxSystem, system_linux.cpp) stays small enough to read at a glance.
+// Three parts by what their users need: SystemFiles (files and mounts),
+// SystemDevices (device cgroups), SystemProcesses (processes and
+// namespaces); `System` is the three, made once per process, and each user
+// takes the narrowest part it uses (the image reader the files, device
+// access the devices).
 #pragma once
 
 #include <sys/types.h>
@@ -73,85 +78,23 @@ struct DirNames {
 };
 using NameFilter = std::function<bool(std::string_view)>;
 
-// The system calls the executor makes. Every directory argument is a
+// The system calls a start makes, in three parts by what their users need:
+// SystemFiles (the container's root, host files bound into it, mounts),
+// SystemDevices (device cgroups: v1 rules, v2 device programs) and
+// SystemProcesses (the container process, namespaces, file system ids,
+// ldconfig). `System` is all three: one object made per process and handed
+// down once; each user takes the part it uses. Every directory argument is a
 // descriptor; names are single path components. Failures throw Error.
-class System {
-  public:
-    virtual ~System() = default;
 
-    // --- The container process (host side) ---
-    // pidfd_open(2): pins the process so its pid cannot be reused under us.
-    virtual Fd open_process(pid_t pid) = 0;
-    // /proc/<pid>/ns/mnt, then a check through the pidfd that <pid> is still
-    // the pinned process (so the namespace is its).
-    virtual Fd open_mount_ns(int pidfd, pid_t pid) = 0;
-    // /proc/<pid>/<name> (e.g. "cgroup"), verified through the pidfd likewise.
-    virtual std::string read_proc(int pidfd, pid_t pid, const std::string& name) = 0;
-    // /proc/<pid>/ns/user, verified likewise.
-    virtual Fd open_user_ns(int pidfd, pid_t pid) = 0;
-    // setns(CLONE_NEWUSER): every capability there, none left over the host.
-    virtual void enter_user_ns(int ns_fd) = 0;
-    // This process's own mount namespace and working directory, to return to.
-    virtual Fd open_own_mount_ns() = 0;
-    virtual Fd open_cwd() = 0;
-    // Whether two descriptors are the same file (namespaces compare this way).
-    virtual bool same_file(int fd_a, int fd_b) = 0;
+// Files and mounts: the container's root, host files bound into it.
+class SystemFiles {
+  public:
+    virtual ~SystemFiles() = default;
 
     // --- Host files ---
-    // A small host file (/proc/self/mountinfo, a cgroup's devices.list).
-    virtual std::string read_host_file(const std::filesystem::path& path) = 0;
     // open_tree(OPEN_TREE_CLONE): a detached bind mount of a host path.
     virtual Fd open_tree(const std::filesystem::path& host_path) = 0;
-    // The host binary to execute later (ldconfig), opened on the host side: a
-    // sealed memfd copy of it (sandbox::seal_executable).
-    virtual Fd open_executable(const std::filesystem::path& path) = 0;
-    // O_WRONLY descriptor of a cgroup control file (`dir` a host path, `name` e.g.
-    // "devices.allow").
-    virtual Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) = 0;
-    // One write(2) of a rule to a cgroup control file; `what` names the file.
-    virtual void write_rule(int fd, const std::string& rule, const std::string& what) = 0;
     virtual FileInfo stat_fd(int fd) = 0;
-
-    // --- cgroup v2 device programs (bpf(2)) ---
-    // O_RDONLY|O_DIRECTORY of a cgroup v2 directory (a host path).
-    virtual Fd open_cgroup_dir(const std::filesystem::path& dir) = 0;
-    // BPF_PROG_QUERY(BPF_CGROUP_DEVICE) on the cgroup: the ids of the programs
-    // attached to it (not its ancestors) and the flags they were attached with.
-    virtual DevicePrograms query_device_programs(int cgroup_fd) = 0;
-    // BPF_PROG_GET_FD_BY_ID.
-    virtual Fd open_program(std::uint32_t id) = 0;
-    // BPF_OBJ_GET_INFO_BY_FD: the program's instructions as the kernel dumps them.
-    virtual std::vector<bpf::Insn> program_instructions(int prog_fd) = 0;
-    // BPF_PROG_LOAD of a BPF_PROG_TYPE_CGROUP_DEVICE program named `name`;
-    // the verifier's complaint is in the Error.
-    virtual Fd load_device_program(const std::vector<bpf::Insn>& insns,
-                                   const std::string& name) = 0;
-    // BPF_PROG_ATTACH(BPF_CGROUP_DEVICE) of `new_prog` in place of `old_prog`,
-    // atomically: with BPF_F_ALLOW_MULTI in `flags`, BPF_F_REPLACE naming the
-    // old program; otherwise (a single program per cgroup) the attach itself
-    // replaces it. `what` names the cgroup.
-    virtual void replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
-                                        const std::string& what) = 0;
-    // The directory where device programs are kept (pinned) for reuse, a host
-    // path: opened O_RDONLY|O_DIRECTORY|O_NOFOLLOW, made (0700) first when it
-    // is missing. It must be a directory on bpffs, root's and writable by no
-    // one else; otherwise an empty Fd, and `why` says what it is (no
-    // exception: a node without bpffs takes this path at every start);
-    // `taken` is then whether the name is held by someone else: a directory
-    // another user's or writable by others, or something not a directory (a
-    // symbolic link, a pinned object) at the name.
-    virtual Fd open_program_dir(const std::filesystem::path& dir, std::string& why,
-                                bool& taken) = 0;
-    // BPF_OBJ_GET of the program kept at `path` (in that directory); an
-    // empty Fd when nothing is there.
-    virtual Fd open_kept_program(const std::string& path) = 0;
-    // BPF_OBJ_PIN: keeps the program at `path` (EEXIST when something is there).
-    virtual void keep_program(int prog_fd, const std::string& path) = 0;
-
-    // --- Namespace ---
-    // setns(CLONE_NEWNS); the working directory then is the namespace's root.
-    virtual void enter_mount_ns(int ns_fd) = 0;
-    virtual void change_dir(int dir_fd) = 0;  // fchdir
 
     // --- Inside the container's root ---
     // O_PATH|O_DIRECTORY of the rootfs, by its path in the current namespace.
@@ -214,9 +157,10 @@ class System {
     virtual Fd open_at(int dir_fd, const std::string& name) = 0;
     // unlinkat (AT_REMOVEDIR for directories).
     virtual void remove(int dir_fd, const std::string& name, bool directory) = 0;
-    // setfsgid, setfsuid: the ids new files get and file permissions are
-    // checked as (not 0: no capability over files until set back to 0:0).
-    virtual void set_fs_ids(unsigned uid, unsigned gid) = 0;
+    // rename(2) within a directory (replacing the entry `to`, never following it).
+    virtual void rename_at(int dir_fd, const std::string& from, const std::string& to) = 0;
+    // renameat2(RENAME_EXCHANGE) within a directory: the two entries swap.
+    virtual void exchange_at(int dir_fd, const std::string& a, const std::string& b) = 0;
 
     // --- Mounts ---
     // mount_setattr on a (detached or attached) mount: MountFlag bits to set
@@ -231,11 +175,6 @@ class System {
     virtual Fd clone_tree(int tree_fd) = 0;
     // fsopen("tmpfs") / fsconfig / fsmount: a detached, empty tmpfs (nosuid, nodev, noexec).
     virtual Fd make_tmpfs() = 0;
-
-    // rename(2) within a directory (replacing the entry `to`, never following it).
-    virtual void rename_at(int dir_fd, const std::string& from, const std::string& to) = 0;
-    // renameat2(RENAME_EXCHANGE) within a directory: the two entries swap.
-    virtual void exchange_at(int dir_fd, const std::string& a, const std::string& b) = 0;
     // The id of the mount the descriptor's file is on (statx STATX_MNT_ID).
     virtual std::uint64_t mount_id(int fd) = 0;
     // The device (st_dev) of the tmpfs the descriptor's file is on; nullopt
@@ -245,12 +184,6 @@ class System {
     // (MS_SHARED), asked of the kernel directly (statmount(2), Linux 6.8);
     // nullopt where it cannot answer (an older kernel): read_mountinfo then.
     virtual std::optional<bool> mount_shared(int fd) = 0;
-    // mountinfo lines (fields the cgroup locator reads) for the cgroup file
-    // systems at the usual places, asked of statmount(2) in microseconds where
-    // the host's whole mountinfo costs ~2 us per mount: /sys/fs/cgroup/devices
-    // for a process in a v1 devices hierarchy, else /sys/fs/cgroup and
-    // /sys/fs/cgroup/unified. nullopt where the kernel cannot answer.
-    virtual std::optional<std::string> cgroup_mounts(bool v1_devices) = 0;
     // This thread's mount namespace's mountinfo (/proc/thread-self/mountinfo),
     // for mount_is_shared: read once per start by the executor where
     // mount_shared cannot answer (reading it costs ~2 us per mount listed).
@@ -261,7 +194,102 @@ class System {
     virtual Fd open_mountinfo() = 0;
     virtual std::vector<bool> mountinfo_shows(
         int mountinfo_fd, const std::vector<std::pair<unsigned, unsigned>>& devices) = 0;
+};
+
+// Devices and cgroups: a container's device cgroup, v1 rules and v2 device
+// programs, and the host files its location is read from.
+class SystemDevices {
+  public:
+    virtual ~SystemDevices() = default;
+
+    // --- cgroup v1, and where the cgroups are ---
+    // A small host file (/proc/self/mountinfo, a cgroup's devices.list).
+    virtual std::string read_host_file(const std::filesystem::path& path) = 0;
+    // mountinfo lines (fields the cgroup locator reads) for the cgroup file
+    // systems at the usual places, asked of statmount(2) in microseconds where
+    // the host's whole mountinfo costs ~2 us per mount: /sys/fs/cgroup/devices
+    // for a process in a v1 devices hierarchy, else /sys/fs/cgroup and
+    // /sys/fs/cgroup/unified. nullopt where the kernel cannot answer.
+    virtual std::optional<std::string> cgroup_mounts(bool v1_devices) = 0;
+    // O_WRONLY descriptor of a cgroup control file (`dir` a host path, `name` e.g.
+    // "devices.allow").
+    virtual Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) = 0;
+    // One write(2) of a rule to a cgroup control file; `what` names the file.
+    virtual void write_rule(int fd, const std::string& rule, const std::string& what) = 0;
+
+    // --- cgroup v2 device programs (bpf(2)) ---
+    // O_RDONLY|O_DIRECTORY of a cgroup v2 directory (a host path).
+    virtual Fd open_cgroup_dir(const std::filesystem::path& dir) = 0;
+    // BPF_PROG_QUERY(BPF_CGROUP_DEVICE) on the cgroup: the ids of the programs
+    // attached to it (not its ancestors) and the flags they were attached with.
+    virtual DevicePrograms query_device_programs(int cgroup_fd) = 0;
+    // BPF_PROG_GET_FD_BY_ID.
+    virtual Fd open_program(std::uint32_t id) = 0;
+    // BPF_OBJ_GET_INFO_BY_FD: the program's instructions as the kernel dumps them.
+    virtual std::vector<bpf::Insn> program_instructions(int prog_fd) = 0;
+    // BPF_PROG_LOAD of a BPF_PROG_TYPE_CGROUP_DEVICE program named `name`;
+    // the verifier's complaint is in the Error.
+    virtual Fd load_device_program(const std::vector<bpf::Insn>& insns,
+                                   const std::string& name) = 0;
+    // BPF_PROG_ATTACH(BPF_CGROUP_DEVICE) of `new_prog` in place of `old_prog`,
+    // atomically: with BPF_F_ALLOW_MULTI in `flags`, BPF_F_REPLACE naming the
+    // old program; otherwise (a single program per cgroup) the attach itself
+    // replaces it. `what` names the cgroup.
+    virtual void replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
+                                        const std::string& what) = 0;
+    // The directory where device programs are kept (pinned) for reuse, a host
+    // path: opened O_RDONLY|O_DIRECTORY|O_NOFOLLOW, made (0700) first when it
+    // is missing. It must be a directory on bpffs, root's and writable by no
+    // one else; otherwise an empty Fd, and `why` says what it is (no
+    // exception: a node without bpffs takes this path at every start);
+    // `taken` is then whether the name is held by someone else: a directory
+    // another user's or writable by others, or something not a directory (a
+    // symbolic link, a pinned object) at the name.
+    virtual Fd open_program_dir(const std::filesystem::path& dir, std::string& why,
+                                bool& taken) = 0;
+    // BPF_OBJ_GET of the program kept at `path` (in that directory); an
+    // empty Fd when nothing is there.
+    virtual Fd open_kept_program(const std::string& path) = 0;
+    // BPF_OBJ_PIN: keeps the program at `path` (EEXIST when something is there).
+    virtual void keep_program(int prog_fd, const std::string& path) = 0;
+};
+
+// Processes and namespaces: the container process seen from the host, the
+// namespaces entered and left, the ids files are made as, ldconfig run.
+class SystemProcesses {
+  public:
+    virtual ~SystemProcesses() = default;
+
+    // --- The container process (host side) ---
+    // pidfd_open(2): pins the process so its pid cannot be reused under us.
+    virtual Fd open_process(pid_t pid) = 0;
+    // /proc/<pid>/ns/mnt, then a check through the pidfd that <pid> is still
+    // the pinned process (so the namespace is its).
+    virtual Fd open_mount_ns(int pidfd, pid_t pid) = 0;
+    // /proc/<pid>/<name> (e.g. "cgroup"), verified through the pidfd likewise.
+    virtual std::string read_proc(int pidfd, pid_t pid, const std::string& name) = 0;
+    // /proc/<pid>/ns/user, verified likewise.
+    virtual Fd open_user_ns(int pidfd, pid_t pid) = 0;
+    // setns(CLONE_NEWUSER): every capability there, none left over the host.
+    virtual void enter_user_ns(int ns_fd) = 0;
+    // This process's own mount namespace and working directory, to return to.
+    virtual Fd open_own_mount_ns() = 0;
+    virtual Fd open_cwd() = 0;
+    // Whether two descriptors are the same file (namespaces compare this way).
+    virtual bool same_file(int fd_a, int fd_b) = 0;
+
+    // --- Namespace ---
+    // setns(CLONE_NEWNS); the working directory then is the namespace's root.
+    virtual void enter_mount_ns(int ns_fd) = 0;
+    virtual void change_dir(int dir_fd) = 0;  // fchdir
+    // setfsgid, setfsuid: the ids new files get and file permissions are
+    // checked as (not 0: no capability over files until set back to 0:0).
+    virtual void set_fs_ids(unsigned uid, unsigned gid) = 0;
+
     // --- ldconfig ---
+    // The host binary to execute later (ldconfig), opened on the host side: a
+    // sealed memfd copy of it (sandbox::seal_executable).
+    virtual Fd open_executable(const std::filesystem::path& path) = 0;
     // Runs the executable with `args` (argv[1..]), which start with "-r ROOT"
     // (ROOT a path in the current mount namespace): the program runs confined
     // to ROOT, pivoted into it, with ROOT's "-r" not passed on (sandbox::run:
@@ -281,6 +309,14 @@ class System {
     virtual std::string run_as(const Owner& owner, int exe_fd, const std::string& what,
                                const std::vector<std::string>& args,
                                std::chrono::milliseconds timeout) = 0;
+};
+
+// All three: what one process makes once (LinuxSystem; the tests'
+// RecordingSystem) and hands to the pieces that need every part (a start,
+// the executor's Context).
+class System : public SystemFiles, public SystemDevices, public SystemProcesses {
+  public:
+    ~System() override = default;
 };
 
 // Where the sandboxed ldconfig writes its cache (-C): a private tmpfs over
