@@ -19,7 +19,7 @@ using nlohmann::json;
 
 // The member `key` of `parent`, created as `empty` when absent; another type
 // is an Error naming `where`.
-json& member(json& parent, const char* key, const json& empty, const std::string& where) {
+json& edit_member(json& parent, const char* key, const json& empty, const std::string& where) {
     if (!parent.contains(key)) parent[key] = empty;
     json& m = parent[key];
     if (m.type() != empty.type())
@@ -43,10 +43,10 @@ bool has_namespace(const json& spec, std::string_view type) {
 // node: it binds the host's file at the container path, so where the dev
 // root is not the host's /dev the bind from the node's file is in the spec.
 void add_devices(json& spec, const Plan& plan, bool user_ns) {
-    json& linux = member(spec, "linux", json::object(), "linux");
-    json& devices = member(linux, "devices", json::array(), "linux.devices");
-    json& resources = member(linux, "resources", json::object(), "linux.resources");
-    json& rules = member(resources, "devices", json::array(), "linux.resources.devices");
+    json& linux = edit_member(spec, "linux", json::object(), "linux");
+    json& devices = edit_member(linux, "devices", json::array(), "linux.devices");
+    json& resources = edit_member(linux, "resources", json::object(), "linux.resources");
+    json& rules = edit_member(resources, "devices", json::array(), "linux.resources.devices");
     std::set<std::pair<unsigned, unsigned>> ruled;
     for (const auto& d : plan.devices) {
         const DeviceNode& n = d.node;
@@ -81,7 +81,7 @@ void add_devices(json& spec, const Plan& plan, bool user_ns) {
         }
         if (present) continue;
         if (user_ns && n.host_path != n.path) {
-            json& mounts = member(spec, "mounts", json::array(), "mounts");
+            json& mounts = edit_member(spec, "mounts", json::array(), "mounts");
             for (const auto& m : mounts)
                 if (m.is_object() && m.contains("destination") && m["destination"].is_string() &&
                     normal_path("/" + m["destination"].get_ref<const std::string&>()) ==
@@ -187,8 +187,8 @@ json edit_spec(json spec, const oci::Spec& facts, const Plan& plan, const Finish
                     "namespace in the spec); refusing");
     check_mounts(facts, plan);
     add_devices(spec, plan, has_namespace(spec, "user"));
-    json& hooks = member(spec, "hooks", json::object(), "hooks");
-    member(hooks, "createRuntime", json::array(), "hooks.createRuntime")
+    json& hooks = edit_member(spec, "hooks", json::object(), "hooks");
+    edit_member(hooks, "createRuntime", json::array(), "hooks.createRuntime")
         .push_back({{"path", hook.path.string()},
                     {"args", {"gpubind-hook", std::string(kFinishStage)}},
                     {"env", hook.env}});

@@ -121,6 +121,21 @@ class Stages : public ::testing::Test {
         return code;
     }
 
+    // The bundle as an engine leaves it once it applied a CDI device: no
+    // variable, `gpu`'s node in linux.devices. What the CDI stage then asks
+    // for (`index`: gpu's), for world().
+    Request engine_gave(const sim::ManifestNode& gpu, const std::string& index) {
+        bundle_.env("NVIDIA_VISIBLE_DEVICES=void");
+        bundle_.spec()["linux"]["devices"] = json::array(
+            {{{"path", gpu.path}, {"type", "c"}, {"major", gpu.major}, {"minor", gpu.minor}}});
+        bundle_.write_spec();
+        Request asked;
+        asked.source = RequestSource::Explicit;
+        asked.caps = config_.cdi.caps;
+        asked.devices = parse_device_ids(index);
+        return asked;
+    }
+
     // Whether a call attached something at the container's `path`.
     static bool attached(const RecordingSystem& sys, const std::string& path) {
         return std::any_of(sys.calls.begin(), sys.calls.end(), [&](const std::string& c) {
@@ -208,14 +223,7 @@ TEST_F(Stages, TheShimsEditThenTheFinishHookMakeTheRestWithoutTheDevice) {
 // makes links and the rest, nothing the engine made.
 TEST_F(Stages, TheCdiStageMakesNeitherTheDevicesNorTheMountsTheEngineMade) {
     const sim::ManifestNode& gpu = device("nvidia1");
-    bundle_.env("NVIDIA_VISIBLE_DEVICES=void");
-    bundle_.spec()["linux"]["devices"] = json::array(
-        {{{"path", gpu.path}, {"type", "c"}, {"major", gpu.major}, {"minor", gpu.minor}}});
-    bundle_.write_spec();
-    Request asked;
-    asked.source = RequestSource::Explicit;
-    asked.caps = config_.cdi.caps;
-    asked.devices = parse_device_ids("1");
+    const Request asked = engine_gave(gpu, "1");
     RecordingSystem sys = world(asked);
     ASSERT_EQ(hook(std::string(cdi::kHookStage), sys), kExitOk);
     EXPECT_TRUE(any_call(sys, "make_symlink ")) << "no soname link made";
@@ -317,14 +325,7 @@ TEST_F(StagesFailing, EveryCallOfTheFinishHook) {
 
 TEST_F(StagesFailing, EveryCallOfTheCdiStage) {
     const sim::ManifestNode& gpu = device("nvidia0");
-    bundle_.env("NVIDIA_VISIBLE_DEVICES=void");
-    bundle_.spec()["linux"]["devices"] = json::array(
-        {{{"path", gpu.path}, {"type", "c"}, {"major", gpu.major}, {"minor", gpu.minor}}});
-    bundle_.write_spec();
-    Request asked;
-    asked.source = RequestSource::Explicit;
-    asked.caps = config_.cdi.caps;
-    asked.devices = parse_device_ids("0");
+    const Request asked = engine_gave(gpu, "0");
     walk([this, asked] { return world(asked); },
          [this](RecordingSystem& sys) {
              ASSERT_EQ(hook(std::string(cdi::kHookStage), sys), kExitOk);

@@ -227,6 +227,18 @@ std::vector<json> all_containers(const json& pod) {
 }
 
 // What the manifests say agrees with what the installer and the image do.
+// A container's securityContext that keeps nothing of root's: no escalation,
+// a read-only root, every capability dropped and none added, the runtime's
+// default seccomp profile.
+void expect_no_privilege(const json& sc) {
+    EXPECT_FALSE(sc.value("allowPrivilegeEscalation", true));
+    EXPECT_TRUE(sc.value("readOnlyRootFilesystem", false));
+    const json caps = sc.value("capabilities", json::object());
+    EXPECT_EQ(caps.value("drop", json::array()), json::array({"ALL"}));
+    EXPECT_FALSE(caps.contains("add"));
+    EXPECT_EQ(sc.value("seccompProfile", json::object()).value("type", ""), "RuntimeDefault");
+}
+
 TEST(Manifests, AgreeWithTheInstallerAndTheImage) {
     const auto install = documents(source("deploy/kubernetes/gpubind.yaml"));
     const auto uninstall = documents(source("deploy/kubernetes/uninstall.yaml"));
@@ -318,12 +330,7 @@ TEST(Manifests, OnlyAnInitContainerHoldsPrivilegeOrTheHost) {
         EXPECT_TRUE(sc.value("runAsNonRoot", false));
         EXPECT_NE(sc.value("runAsUser", 0), 0);
         EXPECT_NE(sc.value("runAsGroup", 0), 0);
-        EXPECT_FALSE(sc.value("allowPrivilegeEscalation", true));
-        EXPECT_TRUE(sc.value("readOnlyRootFilesystem", false));
-        const json caps = sc.value("capabilities", json::object());
-        EXPECT_EQ(caps.value("drop", json::array()), json::array({"ALL"}));
-        EXPECT_FALSE(caps.contains("add"));
-        EXPECT_EQ(sc.value("seccompProfile", json::object()).value("type", ""), "RuntimeDefault");
+        expect_no_privilege(sc);
     }
 }
 
@@ -468,12 +475,7 @@ TEST(Manifests, TheDevicePluginRunsThroughGpubindWithoutPrivilege) {
     EXPECT_EQ(c["image"], "gpubind-node:" + project_version());
     const json& sc = c.value("securityContext", json::object());
     EXPECT_FALSE(sc.value("privileged", false));
-    EXPECT_FALSE(sc.value("allowPrivilegeEscalation", true));
-    EXPECT_TRUE(sc.value("readOnlyRootFilesystem", false));
-    const json caps = sc.value("capabilities", json::object());
-    EXPECT_EQ(caps.value("drop", json::array()), json::array({"ALL"}));
-    EXPECT_FALSE(caps.contains("add"));
-    EXPECT_EQ(sc.value("seccompProfile", json::object()).value("type", ""), "RuntimeDefault");
+    expect_no_privilege(sc);
     // Host paths: the kubelet's directory, read-write; /dev/null, read-only.
     std::map<std::string, json> volumes;
     for (const auto& v : spec["volumes"]) volumes[v["name"].get<std::string>()] = v;
