@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 
@@ -238,18 +239,17 @@ TEST(ReadRequest, TheEnvironmentsCapsRefuseOnlyARequest) {
 // ---- many device mounts (issue 44, F8) ------------------------------------------------------
 
 // Each device mount is one lookup, not a scan of those read before it. The
-// mounts name 100,000 HCAs of 64 characters that differ only at their end
-// (then the first 1,000 again): the quadratic reading compared each with
-// every one before it, billions of full-length comparisons, tens of seconds
-// of CPU; the linear one takes a fraction of a second. The bound catches the
-// quadratic reading coming back, not a slower linear one (bench_request
-// measures that).
-TEST(ReadRequest, ManyDeviceMountsAreReadInLinearTime) {
-    constexpr std::size_t kNames = 100'000;
+// mounts name HCAs of 64 characters that differ only at their end (then the
+// first 1,000 again). Read for n and for 4n names, a linear reading takes
+// about 4 times the CPU time, the quadratic one (each compared with every
+// one before it) 16 times: the ratio, not a time, is what is judged, so a
+// slow machine or the sanitizer build judges the same (bench_request
+// measures the time itself).
+double cpu_seconds_reading(std::size_t names, std::size_t* read = nullptr) {
     auto hca = [](std::size_t i) { return fmt::format("mlx5_{:0>59}", i); };
     oci::Spec spec = make_spec({}, false, {std::string(kDeviceDir) + "0"});
-    for (std::size_t i = 0; i < kNames + 1000; ++i)
-        spec.mounts.push_back({fmt::format("{}rdma/{}", kDeviceDir, hca(i % kNames)),
+    for (std::size_t i = 0; i < names + 1000; ++i)
+        spec.mounts.push_back({fmt::format("{}rdma/{}", kDeviceDir, hca(i % names)),
                                "/dev/null",
                                "bind",
                                {"bind", "ro"}});
@@ -259,12 +259,26 @@ TEST(ReadRequest, ManyDeviceMountsAreReadInLinearTime) {
     const Request r = read_request(spec, config.policy, config.families);
     const double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
     EXPECT_THAT(r.devices.ids, ElementsAre("0"));
-    ASSERT_EQ(r.families.size(), 1u);
-    EXPECT_EQ(r.families[0].family, "rdma");
-    ASSERT_EQ(r.families[0].names.size(), kNames);  // each once, in the mounts' order
-    EXPECT_EQ(r.families[0].names.front(), hca(0));
-    EXPECT_EQ(r.families[0].names.back(), hca(kNames - 1));
-    EXPECT_LT(seconds, 5.0) << "CPU seconds reading " << spec.mounts.size() << " device mounts";
+    EXPECT_EQ(r.families.size(), 1u);
+    if (r.families.size() == 1) {
+        EXPECT_EQ(r.families[0].family, "rdma");
+        EXPECT_EQ(r.families[0].names.front(), hca(0));  // each once, in the mounts' order
+        EXPECT_EQ(r.families[0].names.back(), hca(names - 1));
+        if (read) *read = r.families[0].names.size();
+    }
+    return seconds;
+}
+
+TEST(ReadRequest, ManyDeviceMountsAreReadInLinearTime) {
+    constexpr std::size_t kNames = 10'000;
+    std::size_t small = 0, large = 0;
+    const double t1 = cpu_seconds_reading(kNames, &small);
+    const double t4 = cpu_seconds_reading(4 * kNames, &large);
+    EXPECT_EQ(small, kNames);
+    EXPECT_EQ(large, 4 * kNames);
+    EXPECT_LT(t4, 8 * std::max(t1, 1e-3))
+        << "CPU seconds: " << t1 << " for " << kNames << " names, " << t4 << " for " << 4 * kNames
+        << " (linear: about 4 times; quadratic: 16)";
 }
 
 // ---- capabilities -----------------------------------------------------------------------------
