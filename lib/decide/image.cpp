@@ -36,10 +36,12 @@ Fd open_dir(SystemFiles& sys, int root_fd, const std::filesystem::path& path) {
 
 // Whether a failure to read a part of the image is the image's own shape
 // (missing, not a directory, a link loop, unreadable to a rootless caller,
-// a name too long): that part counts as absent. Any other (EIO, EMFILE,
-// ENOMEM, ...) is this host's trouble, not an answer about the image: it
-// fails the decision rather than make one without that part.
+// a name too long, a socket or device where a file belongs, a file that is
+// not regular or too large): that part counts as absent. Any other (EIO,
+// EMFILE, ENOMEM, ...) is this host's trouble, not an answer about the
+// image: it fails the decision rather than make one without that part.
 bool image_shaped(const Error& e) {
+    if (e.kind() == ErrorKind::Invalid) return true;  // read_fd: not regular, too large
     switch (e.code().value()) {
         case ENOENT:
         case ENOTDIR:
@@ -47,6 +49,9 @@ bool image_shaped(const Error& e) {
         case EACCES:
         case ENAMETOOLONG:
         case EXDEV:
+        case ENXIO:
+        case ENODEV:
+        case EISDIR:
             return true;
         default:
             return false;
@@ -144,7 +149,7 @@ bool names_directories(SystemFiles& sys, int etc_fd) {
     try {
         text = sys.read_regular_at(etc_fd, "ld.so.conf", kMaxConf).data;
     } catch (const Error& e) {
-        if (!image_shaped(e) && e.code().value() != EINVAL && e.code().value() != EFBIG) throw;
+        if (!image_shaped(e)) throw;
         if (e.code().value() != ENOENT)
             logger().debug("image: /etc/ld.so.conf not read: {}", e.what());
         return false;

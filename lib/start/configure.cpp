@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <optional>
 
 #include "gpubind/os/system.hpp"
 #include "gpubind/start/start.hpp"
@@ -54,10 +53,8 @@ void configure(const Config& config, const ConfigureCall& call) {
     // is refused (the executor).
     const pid_t pid = call.pid ? *call.pid : ::getppid();
     const bool in_place = shares_mount_ns(pid) && !call.pid;
-    std::optional<LinuxSystem> own;  // the decision reads the image through it, then acts
-    System& sys = call.sys ? *call.sys : own.emplace();
     Start start{.config = config,
-                .sys = sys,
+                .sys = call.sys,
                 .rootfs = rootfs,
                 .pid = pid,
                 .target = {.rootless = !in_place && !privileged,

@@ -79,11 +79,8 @@ int run_hook(const HookCall& call, const OnContainer& on_container) {
     // The decision and the changes to come: their heap (a hundred pages and
     // more: one huge page where the kernel offers them) and stack.
     prefault({.huge_page = true});
-    // One per process: the decision reads the image through it, then acts.
-    std::optional<LinuxSystem> own;
-    System& sys = call.sys ? *call.sys : own.emplace();
     Start start{.config = config,
-                .sys = sys,
+                .sys = call.sys,
                 .rootfs = spec.rootfs,
                 .pid = state.pid,
                 .deadline = deadline,

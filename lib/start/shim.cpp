@@ -138,11 +138,7 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const Config& co
                           requests.devices.size());
         }
     }
-    std::optional<LinuxSystem> own;
-    Start start{.config = config,
-                .sys = sys ? *sys : own.emplace(),
-                .rootfs = spec.rootfs,
-                .known = std::move(known)};
+    Start start{.config = config, .sys = sys, .rootfs = spec.rootfs, .known = std::move(known)};
     const Decision decision =
         run(start, read_request(spec, config.policy, config.families), Act::Decide);
     timing.mark("decision");

@@ -1,6 +1,7 @@
 #include "gpubind/start/start.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -54,8 +55,10 @@ Decision run(Start& start, Request request, Act act) {
     if (!start.known || (options.need_nvml && start.known->nvml.status == NvmlStatus::NotAsked))
         start.known = know_node(start.config, options);
     start.deadline.check("decide");
-    Decision d = decide_on(std::move(request), start.sys, start.rootfs, start.config,
-                           std::move(*start.known));
+    std::optional<LinuxSystem> own;  // the decision reads the image through it, then acts
+    System& sys = start.sys ? *start.sys : own.emplace();
+    Decision d =
+        decide_on(std::move(request), sys, start.rootfs, start.config, std::move(*start.known));
     start.known.reset();
     if (start.leave_out) start.leave_out(d.plan, *d.node);
     if (!start.target.bind_devices)
@@ -68,13 +71,12 @@ Decision run(Start& start, Request request, Act act) {
                   d.plan.mounts.size(), d.plan.symlinks.size());
     if (start.target.rootless) logger().debug("rootless: joining the container's user namespace");
     start.deadline.check("configure the container");
-    execute(d.plan, make_target(start), start.sys);
+    execute(d.plan, make_target(start), sys);
     return d;
 }
 
 Decision decide(const oci::Spec& spec, const Config& config, bool store) {
-    LinuxSystem sys;
-    Start start{.config = config, .sys = sys, .rootfs = spec.rootfs, .store = store};
+    Start start{.config = config, .rootfs = spec.rootfs, .store = store};
     return run(start, read_request(spec, config.policy, config.families), Act::Decide);
 }
 

@@ -83,7 +83,7 @@ class Stages : public ::testing::Test {
     RecordingSystem world(const Request& request) {
         RecordingSystem probe;
         probe.image_from_host = true;
-        start::Start s{.config = config_, .sys = probe, .rootfs = bundle_.rootfs()};
+        start::Start s{.config = config_, .sys = &probe, .rootfs = bundle_.rootfs()};
         const Plan plan = start::run(s, request, start::Act::Decide).plan;
         RecordingSystem sys;
         sys.image_from_host = true;

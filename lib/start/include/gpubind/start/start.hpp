@@ -59,7 +59,10 @@ enum class Act {
 // One container start, made once per process by its way in.
 struct Start {
     const Config& config;
-    System& sys;                     // the image is read, and every change made, through it
+    // What the image is read and every change made through: the tests'
+    // recording System; none, this host's (LinuxSystem, one per run, made
+    // only for a GPU container: it opens /proc).
+    System* sys = nullptr;
     std::filesystem::path rootfs{};  // absolute, as the container's mount namespace sees it
     pid_t pid = 0;                   // its init process (none for Act::Decide)
     harden::Deadline deadline{kBudget};
