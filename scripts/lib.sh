@@ -6,16 +6,34 @@ stage_name=""
 stage_start=$SECONDS
 stage_lines=()
 fmt_seconds() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+# The compiler cache's hits and misses so far ("" without ccache): a stage
+# that compiled says how many of its objects the cache had, so that a slow
+# run shows whether the cache was cold.
+ccache_counts() {
+    command -v ccache >/dev/null || return 0
+    ccache --print-stats 2>/dev/null | awk '
+        $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { h += $2 }
+        $1 == "cache_miss" { m += $2 }
+        END { print h + 0, m + 0 }'
+}
+stage_ccache=""
 stage() {
     local now=$SECONDS
     if [ -n "$stage_name" ]; then
-        local took
+        local took cache="" counts
         took=$(fmt_seconds $((now - stage_start)))
-        echo "== $stage_name ($took)"
-        stage_lines+=("$(printf '   %-44s %s' "$stage_name" "$took")")
+        counts=$(ccache_counts)
+        if [ -n "$counts" ] && [ -n "$stage_ccache" ] && [ "$counts" != "$stage_ccache" ]; then
+            read -r h1 m1 <<<"$counts"
+            read -r h0 m0 <<<"$stage_ccache"
+            cache=", ccache: $((h1 - h0)) hits, $((m1 - m0)) misses"
+        fi
+        echo "== $stage_name ($took$cache)"
+        stage_lines+=("$(printf '   %-44s %s%s' "$stage_name" "$took" "$cache")")
     fi
     stage_name=$1
     stage_start=$now
+    stage_ccache=$(ccache_counts)
     if [ -n "$stage_name" ]; then echo "== $stage_name"; fi
     return 0
 }
