@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "gpubind/decide/share.hpp"
 #include "gpubind/node/node.hpp"
 #include "gpubind/node/nvlink.hpp"
 #include "gpubind/node/sysfs.hpp"
@@ -94,10 +95,12 @@ void print_text(const Node& node) {
         fmt::print("  Bus location:   {}\n", gpu.pci_bus_id);
         fmt::print("  Device minor:   {}\n", gpu.minor);
         fmt::print("  Architecture:   {}\n", or_unknown(gpu.compute_capability));
+        fmt::print("  Memory:         {}\n", gpu.memory ? size_text(gpu.memory) : "unknown");
         for (const auto& mig : gpu.mig)
             fmt::print("  MIG {}:{}          GPU instance {}, compute instance {}, {}\n", gpu.index,
                        mig.index, mig.gi, mig.ci, or_unknown(mig.uuid));
     }
+    fmt::print("\nGPU shares:       not enforced: {}\n", share_enforcement());
     for (const auto& w : node.warnings) fmt::print(stderr, "gpubind: warning: {}\n", w);
 }
 
@@ -148,6 +151,7 @@ void print_json(const NodeKnowledge& k) {
                         {"uuid", gpu.uuid},
                         {"pci_bus_id", gpu.pci_bus_id},
                         {"compute_capability", gpu.compute_capability},
+                        {"memory", gpu.memory ? nlohmann::json(gpu.memory) : nlohmann::json()},
                         {"vbios", gpu.vbios},
                         {"device", to_json(gpu.node)},
                         {"mig", migs}});
@@ -163,6 +167,7 @@ void print_json(const NodeKnowledge& k) {
                           {"cuda_version", node.cuda_version},
                           {"gpus", gpus},
                           {"imex_channels", imex},
+                          {"shares", {{"enforced_by", nullptr}, {"why", share_enforcement()}}},
                           {"warnings", node.warnings},
                           {"description",
                            {{"path", k.path.string()},

@@ -169,6 +169,8 @@ class Reader {
                 config_.policy.cgroups = boolean(node, full);
             else if (k == "on-refused")
                 config_.policy.on_refused = on_refused(node, full);
+            else if (k == "shares")
+                config_.policy.shares = shares(node, full);
             else if (k == "cuda-compat")
                 config_.policy.cuda_compat = boolean(node, full);
             else if (k == "ldcache")
@@ -199,6 +201,13 @@ class Reader {
         if (value == "fail") return OnRefused::Fail;
         if (value == "warn") return OnRefused::Warn;
         fail(key, "expected \"fail\" or \"warn\", not \"" + value + "\"");
+    }
+
+    SharesPolicy shares(const toml::node& node, const std::string& key) const {
+        std::string value = string(node, key);
+        if (value == "strict") return SharesPolicy::Strict;
+        if (value == "soft") return SharesPolicy::Soft;
+        fail(key, "expected \"strict\" or \"soft\", not \"" + value + "\"");
     }
 
     LdcacheMethod ldcache_method(const toml::node& node, const std::string& key) const {

@@ -69,6 +69,16 @@ std::string boolean(bool b) {
     return b ? "true" : "false";
 }
 
+std::string shares_policy(SharesPolicy v) {
+    switch (v) {
+        case SharesPolicy::Strict:
+            return "SharesPolicy::Strict";
+        case SharesPolicy::Soft:
+            return "SharesPolicy::Soft";
+    }
+    return fmt::format("static_cast<SharesPolicy>({})", static_cast<int>(v));
+}
+
 std::string on_refused(OnRefused v) {
     switch (v) {
         case OnRefused::Fail:
@@ -123,7 +133,7 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
     const auto& [driver, dev, proc, sys] = roots;
     const auto& [libraries, binaries, ipcs, firmware] = catalog;
     const auto& [envvar, cdi_annotations, cdi_vendors, volumes, disable_require, supported, cgroups,
-                 refused, cuda_compat, ldcache_how, ipc_owners] = policy;
+                 refused, shares, cuda_compat, ldcache_how, ipc_owners] = policy;
     const auto& [log_file, log_level] = log;
     const auto& [cdi_dir, cdi_kind, cdi_caps, cdi_hook, spec_dirs] = cdi;
     constexpr std::string_view in2 = "        ", in3 = "            ";
@@ -159,13 +169,14 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
         "            .supported = {},\n"
         "            .cgroups = {},\n"
         "            .on_refused = {},\n"
+        "            .shares = {},\n"
         "            .cuda_compat = {},\n"
         "            .ldcache = {},\n"
         "            .ipc_owners = {},\n"
         "        }},\n",
         boolean(envvar), boolean(cdi_annotations), strings(cdi_vendors, in3), boolean(volumes),
         boolean(disable_require), caps(supported), boolean(cgroups), on_refused(refused),
-        boolean(cuda_compat), ldcache_method(ldcache_how),
+        shares_policy(shares), boolean(cuda_compat), ldcache_method(ldcache_how),
         list(
             ipc_owners, [](unsigned uid) { return fmt::format("{}u", uid); }, in3));
     out += fmt::format("        .log = {{.file = {}, .level = {}}},\n", literal(log_file),

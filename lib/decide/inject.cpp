@@ -56,8 +56,9 @@ Decision leave_alone(Request request) {
 
 LoadOptions node_needs(const Request& request, bool store) {
     LoadOptions options;
-    // A declared placement needs the NVLink facts, which NVML gives.
-    options.need_nvml = needs_nvml_facts(request) || request.placement != PlacementNeed::None;
+    // A declared placement needs the NVLink facts, a share each GPU's memory: NVML gives both.
+    options.need_nvml = needs_nvml_facts(request) || request.placement != PlacementNeed::None ||
+                        request.share.asked();
     options.write = store;
     return options;
 }
@@ -70,6 +71,7 @@ Decision decide_on(Request request, SystemFiles& sys, const std::filesystem::pat
     const Selection selection = select_devices(*d.node, d.request.devices);
     check_requirements(d.request, *d.node, selection);
     check_placement(d.request, *d.node, selection, config);
+    check_share(d.request.share, selection, config);
     const Image image = inspect_image(sys, rootfs);
     d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
     logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),

@@ -439,6 +439,7 @@ Request read_request(const oci::Spec& spec, const Policy& policy,
     else
         read_family_variables(req, spec, families, where);
     read_placement(req, spec, where);
+    req.share = read_share(spec, where);
     return req;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "gpubind/decide/share.hpp"
 #include "gpubind/doctor/doctor.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
 #include "gpubind/node/node.hpp"
@@ -149,6 +150,7 @@ NodeFacts gather_node(const Config& config) {
     f.persistenced = stat_path(f.persistenced_socket);
     f.ldconfig = config.ldconfig.string();
     f.ldcache_method = config.policy.ldcache;
+    f.shares = config.policy.shares;
     std::error_code ec;
     const fs::path real_ldconfig = fs::canonical(config.ldconfig, ec);
     f.ldconfig_fact = ec ? FileFact{} : stat_path(real_ldconfig);
@@ -501,6 +503,27 @@ Check check_persistenced(const NodeFacts& f) {
     return c;
 }
 
+// GPU shares (issue 48): none is enforced yet; what a container asking for
+// one gets follows [policy] shares.
+Check check_shares(const NodeFacts& f) {
+    Check c = node_check("gpu-shares");
+    c.evidence = {"enforced by: nothing (" + share_enforcement() + ")",
+                  std::string("[policy] shares = ") +
+                      (f.shares == SharesPolicy::Soft ? "\"soft\"" : "\"strict\"")};
+    if (f.shares == SharesPolicy::Strict) {
+        c.summary =
+            "no GPU share is enforced here: a container asking for one (GPUBIND_GPU_MEMORY, "
+            "NVIDIA_GPU_MEMORY_LIMIT, HAMi's or gpushare's variables) is refused";
+        return c;
+    }
+    c.verdict = Verdict::Warning;
+    c.summary =
+        "a container asking for a GPU share starts with its whole GPUs, unenforced: its "
+        "neighbours on the GPU are not protected from it";
+    c.fix = "set [policy] shares = \"strict\" to refuse such containers";
+    return c;
+}
+
 Check check_ldconfig(const NodeFacts& f) {
     Check c = node_check("ldconfig");
     c.evidence = {"[node] ldconfig = " + f.ldconfig + " (a leading @ means a host path)",
@@ -564,6 +587,7 @@ std::vector<Check> check_node(const NodeFacts& f) {
          {kCapUtility, kCapCompute, kCapVideo, kCapGraphics, kCapDisplay, kCapNgx})
         out.push_back(check_capability(f, cap));
     out.push_back(check_persistenced(f));
+    out.push_back(check_shares(f));
     out.push_back(check_ldconfig(f));
     out.push_back(check_dev_char(f));
     for (auto& c : check_families(f)) out.push_back(std::move(c));

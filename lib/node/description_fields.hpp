@@ -28,7 +28,7 @@ template <class Io, class T>
 requires std::same_as<std::remove_const_t<T>, Gpu>
 void fields(Io& io, T& g) {
     io(g.index, g.minor, g.model, g.uuid, g.pci_bus_id, g.vbios, g.bus_type, g.excluded, g.proc_dir,
-       g.node, g.mig, g.brand, g.compute_capability, g.place, g.nvlink);
+       g.node, g.mig, g.brand, g.compute_capability, g.memory, g.place, g.nvlink);
 }
 
 template <class Io, class T>

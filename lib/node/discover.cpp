@@ -436,6 +436,7 @@ std::string apply_nvml(Node& node, std::chrono::milliseconds timeout) {
         if (it == facts.gpus.end()) continue;
         gpu.brand = it->second.brand;
         gpu.compute_capability = it->second.compute_capability;
+        gpu.memory = it->second.memory;
         gpu.nvlink = it->second.nvlink;
         for (auto& mig : gpu.mig) {
             auto m = it->second.mig_uuids.find({mig.gi, mig.ci});

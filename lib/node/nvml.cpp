@@ -43,11 +43,14 @@ constexpr int kP2pStatusOk = 0;                // NVML_P2P_STATUS_OK
 constexpr unsigned char kFabricCompleted = 3;  // NVML_GPU_FABRIC_STATE_COMPLETED
 constexpr unsigned kMaxGpus = 256;
 
-// nvmlPciInfo_t and nvmlGpuFabricInfo_t as NVML lays them out.
+// nvmlPciInfo_t, nvmlMemory_t and nvmlGpuFabricInfo_t as NVML lays them out.
 struct NvmlPciInfo {
     char bus_id_legacy[16];
     unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
     char bus_id[32];
+};
+struct NvmlMemory {
+    unsigned long long total, free, used;
 };
 struct NvmlFabricInfo {
     unsigned char cluster_uuid[16];
@@ -79,6 +82,7 @@ class Child {
         auto minor_number = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMinorNumber");
         auto brand = sym<NvmlReturn (*)(NvmlDevice, int*)>("nvmlDeviceGetBrand");
         auto cc = sym<NvmlReturn (*)(NvmlDevice, int*, int*)>("nvmlDeviceGetCudaComputeCapability");
+        auto memory = sym<NvmlReturn (*)(NvmlDevice, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
         if (!init || !shutdown || !cuda || !count || !by_index || !minor_number)
             return fail("%s lacks a required NVML function", library);
         if (NvmlReturn r = init(); r != kNvmlSuccess) return fail("nvmlInit_v2 returned %d", r);
@@ -106,7 +110,9 @@ class Child {
                 static_cast<std::size_t>(b) < kBrands.size())
                 brand_name = kBrands[static_cast<std::size_t>(b)];
             if (!cc || cc(dev, &major_cc, &minor_cc) != kNvmlSuccess) major_cc = minor_cc = -1;
-            say("gpu %u %s %d.%d\n", m, brand_name, major_cc, minor_cc);
+            NvmlMemory mem{};
+            if (!memory || memory(dev, &mem) != kNvmlSuccess) mem.total = 0;
+            say("gpu %u %s %d.%d %llu\n", m, brand_name, major_cc, minor_cc, mem.total);
             report_mig(dev, m);
             report_nvlink(dev, m);
         }
@@ -324,12 +330,14 @@ NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
             throw Error(EIO, "query NVML", what, std::string(trim(line.substr(5))));
         } else if (words[0] == "cuda" && words.size() == 2) {
             facts.cuda_version = std::string(words[1]);
-        } else if (words[0] == "gpu" && words.size() == 4) {
+        } else if (words[0] == "gpu" && (words.size() == 4 || words.size() == 5)) {
             auto minor = parse_unsigned(words[1]);
             if (!minor) continue;
             auto& gpu = facts.gpus[static_cast<unsigned>(*minor)];
             gpu.brand = std::string(words[2]);
             if (words[3] != "-1.-1") gpu.compute_capability = std::string(words[3]);
+            if (words.size() == 5)
+                if (auto total = parse_unsigned(words[4])) gpu.memory = *total;
         } else if (words[0] == "nvlink" && words.size() >= 3) {
             auto minor = parse_unsigned(words[1]);
             if (!minor) continue;

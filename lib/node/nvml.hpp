@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -16,6 +17,7 @@ namespace gpubind {
 struct NvmlGpuFacts {
     std::string brand;               // "tesla", "nvidia", "geforce", ...
     std::string compute_capability;  // "9.0"
+    std::uint64_t memory = 0;        // bytes (nvmlDeviceGetMemoryInfo's total); 0: unknown
     std::map<std::pair<unsigned, unsigned>, std::string> mig_uuids;  // (gi, ci) -> "MIG-..."
     std::optional<GpuNvlink> nvlink;  // empty: the report said nothing of it (an older helper)
 };

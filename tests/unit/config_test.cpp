@@ -111,6 +111,18 @@ TEST(Config, OnRefusedFailsByDefaultAndTakesFailOrWarn) {
               "load config test.toml: policy.on-refused: expected a string");
 }
 
+TEST(Config, SharesAreStrictByDefaultOrSoft) {
+    EXPECT_EQ(default_config().policy.shares, SharesPolicy::Strict);
+    EXPECT_EQ(load_config(shipped_config()).policy.shares, SharesPolicy::Strict);
+    EXPECT_EQ(parse_config("[policy]\nshares = \"soft\"\n", "t.toml").policy.shares,
+              SharesPolicy::Soft);
+    EXPECT_EQ(parse_config("[policy]\nshares = \"strict\"\n", "t.toml").policy.shares,
+              SharesPolicy::Strict);
+    EXPECT_EQ(error_of("[policy]\nshares = \"warn\"\n"),
+              "load config test.toml: policy.shares: expected \"strict\" or \"soft\", not "
+              "\"warn\"");
+}
+
 TEST(Config, LdcacheIsGpubindsWriterByDefaultOrLdconfig) {
     EXPECT_EQ(default_config().policy.ldcache, LdcacheMethod::Gpubind);
     EXPECT_EQ(load_config(shipped_config()).policy.ldcache, LdcacheMethod::Gpubind);

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <regex>
 #include <set>
 #include <tuple>
 
@@ -100,7 +101,15 @@ TEST_P(Shape, InfoShowsTheNodesGpus) {
         EXPECT_EQ(j["brand"], g.brand);
         EXPECT_EQ(j["compute_capability"], g.compute_capability);
         EXPECT_EQ(j["device"]["host_path"], host("/dev/nvidia" + std::to_string(g.minor)));
+        // The memory NVML reports: the model's "<N>GB" in GiB, else 80 (lib/fake/fake_node.h).
+        std::smatch gb;
+        const std::uint64_t gib = std::regex_search(g.model, gb, std::regex("\\b([0-9]+)GB\\b"))
+                                      ? std::stoull(gb[1])
+                                      : 80;
+        EXPECT_EQ(j["memory"], gib << 30) << g.model;
     }
+    EXPECT_EQ(info["shares"]["enforced_by"], nullptr);
+    EXPECT_FALSE(info["shares"]["why"].get<std::string>().empty());
     std::set<std::tuple<unsigned, unsigned, unsigned, std::string>> want, got;
     for (const auto& m : manifest().migs) want.emplace(m.gpu, m.gi, m.ci, m.uuid);
     for (const auto& g : info["gpus"])

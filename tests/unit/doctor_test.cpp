@@ -229,6 +229,20 @@ TEST_F(Doctor, AbsentPersistenceSocket) {
     only_this(checks, {"persistence-daemon"});
 }
 
+TEST_F(Doctor, GpuSharesAreRefusedOrUnenforcedAsThePolicySays) {
+    const Check strict = named(node_checks(), "gpu-shares");
+    EXPECT_EQ(strict.verdict, Verdict::Ok);
+    EXPECT_THAT(strict.summary, HasSubstr("is refused"));
+    EXPECT_THAT(joined(strict), HasSubstr("[policy] shares = \"strict\""));
+    config().policy.shares = SharesPolicy::Soft;
+    const auto checks = node_checks();
+    const Check soft = named(checks, "gpu-shares");
+    EXPECT_EQ(soft.verdict, Verdict::Warning);
+    EXPECT_THAT(soft.summary, HasSubstr("unenforced"));
+    EXPECT_THAT(soft.fix, HasSubstr("shares = \"strict\""));
+    only_this(checks, {"gpu-shares"});
+}
+
 TEST_F(Doctor, ModifyDeviceFilesOffWithoutNodes) {
     set_param("ModifyDeviceFiles", "0");
     for (const char* n : {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}) fs::remove(host(n));

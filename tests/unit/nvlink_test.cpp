@@ -169,6 +169,20 @@ TEST(NvmlReport, NvlinkLinesParse) {
     EXPECT_TRUE(facts.gpus.at(2).nvlink->p2p_ok.empty());
 }
 
+TEST(NvmlReport, GpuLinesCarryTheMemoryWhenNvmlSaidIt) {
+    const auto facts = parse_nvml_report(
+        "gpu 0 tesla 8.0 42949672960\n"
+        "gpu 1 nvidia 9.0 0\n"  // nvmlDeviceGetMemoryInfo failed
+        "gpu 2 nvidia 9.0\n",   // a helper from before memory was asked
+        "test");
+    EXPECT_EQ(facts.gpus.at(0).memory, 40ull << 30);
+    EXPECT_EQ(facts.gpus.at(0).brand, "tesla");
+    EXPECT_EQ(facts.gpus.at(0).compute_capability, "8.0");
+    EXPECT_EQ(facts.gpus.at(1).memory, 0u);
+    EXPECT_EQ(facts.gpus.at(2).memory, 0u);
+    EXPECT_EQ(facts.gpus.at(2).brand, "nvidia");
+}
+
 // ---- placement against brute force ----------------------------------------
 
 // Checks place_gpus against brute force for every free set of `t`'s GPUs

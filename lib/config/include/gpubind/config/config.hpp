@@ -47,6 +47,9 @@ struct Catalog {
 // container, EPERM on the cgroup files): fail the container, or go on without
 // it and log a warning.
 enum class OnRefused { Fail, Warn };
+// [policy] shares: a GPU share this node cannot enforce refuses the container
+// (Strict) or starts it unenforced with a warning (Soft).
+enum class SharesPolicy { Strict, Soft };
 
 // How a container's loader cache is refreshed ([policy] ldcache): gpubind
 // writes /etc/ld.so.cache itself ("gpubind"), or runs the host's ldconfig
@@ -66,6 +69,7 @@ struct Policy {
     Capabilities supported = kCapAll;        // what containers may ask for
     bool cgroups = true;                     // write device cgroup rules for injected nodes
     OnRefused on_refused = OnRefused::Fail;  // [policy] on-refused
+    SharesPolicy shares = SharesPolicy::Strict;  // [policy] shares
     bool cuda_compat = true;                 // prefer the image's newer CUDA compat libcuda
     LdcacheMethod ldcache = LdcacheMethod::Gpubind;  // [policy] ldcache
     // Users besides root who may own the node's IPCs and their directories

@@ -9,6 +9,7 @@
 #include "gpubind/config/capabilities.hpp"
 #include "gpubind/config/config.hpp"
 #include "gpubind/decide/oci.hpp"
+#include "gpubind/decide/share.hpp"
 #include "gpubind/node/devices.hpp"
 #include "gpubind/node/node.hpp"
 
@@ -55,6 +56,7 @@ struct Request {
     std::vector<FamilyRequest> families;     // in the config's order
     PlacementNeed placement = PlacementNeed::None;  // gpubind.io/placement, GPUBIND_PLACEMENT
     std::string placement_asked_by;                 // "GPUBIND_PLACEMENT=nvlink", for messages
+    ShareRequest share;                             // a part of each GPU (decide/share.hpp)
 
     bool gpu_container() const { return source != RequestSource::None; }
 };

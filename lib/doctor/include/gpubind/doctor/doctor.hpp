@@ -106,6 +106,7 @@ struct NodeFacts {
     std::string ldconfig;    // the configured one ([node] ldconfig, '@' taken off)
     FileFact ldconfig_fact;  // stat through links
     LdcacheMethod ldcache_method = LdcacheMethod::Gpubind;
+    SharesPolicy shares = SharesPolicy::Strict;  // [policy] shares
     // dev/char/<major>:<minor> of each device in `dev`: lstat, and where it leads.
     std::map<std::string, FileFact> dev_char;
     std::map<std::string, std::optional<std::string>> dev_char_target;  // resolved in the dev root

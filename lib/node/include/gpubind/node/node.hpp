@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -70,6 +71,7 @@ struct Gpu {
     // From NVML, empty when it is not available.
     std::string brand;
     std::string compute_capability;   // "9.0"
+    std::uint64_t memory = 0;         // bytes (NVML's total); 0: unknown
     std::optional<PciPlace> place;    // from the sys root; empty when sysfs lacks it
     std::optional<GpuNvlink> nvlink;  // from NVML; empty when NVML was not asked or failed
 };

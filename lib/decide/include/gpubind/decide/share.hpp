@@ -1,0 +1,69 @@
+// A share of a GPU a container asks for (issue 48): a memory limit and a part
+// of the GPU's compute, by gpubind's own variables or the hints other
+// schedulers already write, read like every other request and checked at its
+// start. A start that asks for no share pays one scan of the environment.
+//
+// The variables (sizes take a unit: B, K, M, G, T, with or without "i" and
+// "B" - "10G", "10GiB", "10240Mi" - all powers of 1024; a bare number is in
+// the variable's own unit):
+//   GPUBIND_GPU_MEMORY=<size>        each GPU's limit; a bare number: MiB
+//   GPUBIND_GPU_COMPUTE=<percent>    1 to 100 ("50" or "50%")
+//   NVIDIA_GPU_MEMORY_LIMIT(S)=<size>, NVIDIA_GPU_MEMORY_REQUEST(S)=<size>
+//                                    NVIDIA's hook's; a bare number: bytes
+//   CUDA_DEVICE_MEMORY_LIMIT=<size>, CUDA_DEVICE_MEMORY_LIMIT_<i>=<size>
+//                                    HAMi's (every GPU, or the container's i-th); bytes
+//   CUDA_DEVICE_SM_LIMIT=<percent>   HAMi's
+//   ALIYUN_COM_GPU_MEM_CONTAINER=<n> gpushare's, in GiB, with ALIYUN_COM_GPU_MEM_IDX=<GPU>
+// Several may be given; those that set the same thing must agree.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "gpubind/config/config.hpp"
+#include "gpubind/decide/oci.hpp"
+#include "gpubind/node/devices.hpp"
+#include "gpubind/node/node.hpp"
+
+namespace gpubind {
+
+struct ShareRequest {
+    std::uint64_t memory = 0;  // bytes: each GPU's limit; 0: none asked
+    // bytes, by the container's GPU position (CUDA_DEVICE_MEMORY_LIMIT_<i>): wins over `memory`
+    std::map<unsigned, std::uint64_t> device_memory;
+    std::uint64_t memory_request = 0;  // bytes it must be able to use on each GPU; 0: none
+    unsigned compute = 0;              // percent of each GPU's compute; 0: none asked
+    std::optional<unsigned> gpu;       // ALIYUN_COM_GPU_MEM_IDX: the node's GPU it is on
+    std::string asked_by;              // the first variable that asks ("GPUBIND_GPU_MEMORY=10GiB")
+
+    bool asked() const { return memory || !device_memory.empty() || compute; }
+    bool operator==(const ShareRequest&) const = default;
+};
+
+// The share `spec`'s environment asks for; none when no variable above is
+// set (or each is empty). A malformed value, a request above the limit, a
+// percent outside 1 to 100 or two variables that disagree throw
+// Error(EINVAL, "read request", `where`, "<variable>: ...").
+ShareRequest read_share(const oci::Spec& spec, const std::string& where);
+
+// "10 GiB", "1536 MiB", "100 B": a size as messages say it.
+std::string size_text(std::uint64_t bytes);
+
+// Checks a share request against the GPUs handed and what the node can
+// enforce: nothing for a request that asks none. A share of a MIG device, a
+// limit above a GPU's memory (as NVML reports it), a device position the
+// container does not have or a gpushare GPU index it was not handed throw
+// Error(ECANCELED, "check share", <asked by>, <why>). This gpubind applies no
+// share mechanism yet: a share is refused with one line naming what the node
+// lacks, unless [policy] shares = "soft" starts the container unenforced with
+// that line logged as a warning.
+void check_share(const ShareRequest& share, const Selection& selection, const Config& config);
+
+// Why no GPU share is enforced on this node, for messages, `gpubind info` and
+// doctor: one line. (What a node offers, the driver's per-cgroup memory
+// limit or MPS, is not discovered yet: this gpubind applies neither.)
+std::string share_enforcement();
+
+}  // namespace gpubind

@@ -1,0 +1,147 @@
+// End to end (issue 48): a container asking for a share of a GPU
+// (GPUBIND_GPU_MEMORY, or the hint of another scheduler) started through
+// runc, by gpubind-hook and by gpubind-runtime, on a simulated node whose fake
+// NVML reports each GPU's memory. This gpubind enforces no share yet: the
+// start is refused with one line saying so, nothing left in the rootfs, and
+// with [policy] shares = "soft" it starts with the whole GPUs and a warning.
+// A limit above a GPU's memory is refused either way. Expectations come from
+// the simulated node's manifest and the simulator's documented memory (the
+// model's "<N>GB").
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "binaries.hpp"
+#include "container.hpp"
+#include "files.hpp"
+#include "gpubind/decide/share.hpp"
+#include "gpubind/node/node.hpp"
+#include "gpubind/sim/sim.hpp"
+#include "temp_dir.hpp"
+
+namespace gpubind::test {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class ShareE2e : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        sim::Spec spec;
+        spec.gpus = 2;
+        spec.model = "NVIDIA A100-SXM4-40GB";  // the fake NVML's memory: 40 GiB
+        node_ = std::make_unique<SimNode>(spec, "gpubind-e2e-share");
+    }
+    static void TearDownTestSuite() { node_.reset(); }
+    void TearDown() override {
+        node_->write_config();
+        ::unsetenv("GPUBIND_CONFIG");
+    }
+    static const sim::Manifest& m() { return node_->manifest(); }
+
+    // A container asking for `gpus` with `share` (one variable), with the hook
+    // registered unless `with_hook` is false (for the shim), and every GPU's
+    // node at /hostdev unless `hostdev` is false (runc makes those mount points
+    // before any hook: a refused start's rootfs would change).
+    Bundle bundle(const std::string& gpus, const std::string& share, bool with_hook = true,
+                  bool hostdev = true) {
+        Bundle b(work_.path() / ("b" + std::to_string(count_++)));
+        if (with_hook) b.hook(hook(), node_->config());
+        // Every GPU's node at /hostdev: the device cgroup must refuse those not given.
+        if (hostdev)
+            for (const auto& [host, dest] : node_->host_gpus()) b.bind(host, dest);
+        b.env("NVIDIA_VISIBLE_DEVICES=" + gpus).env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
+        b.env(share);
+        b.command(gpu_script(m()));
+        return b;
+    }
+    static void use_shim(const std::string& extra = {}) {
+        node_->write_config(fmt::format("[runtime]\nruntimes = [\"{}\"]\n{}",
+                                        env_or("GPUBIND_RUNC", "runc"), extra));
+        ::setenv("GPUBIND_CONFIG", node_->config().c_str(), 1);
+    }
+    // Runs `b` (through `runtime`, "" for runc with the hook): refused with
+    // `message`, nothing changed in the rootfs, the spec or the host's mounts.
+    static void expect_refused(Bundle& b, const std::string& runtime, const std::string& message) {
+        b.write_spec();
+        const std::string spec = slurp(b.dir() / "config.json"), rootfs = snapshot_tree(b.rootfs()),
+                          mounts = host_mounts();
+        auto r = runtime.empty() ? b.run() : b.run_with(runtime);
+        EXPECT_NE(r.exit_code, 0);
+        EXPECT_THAT(r.out, Not(HasSubstr("== dev"))) << "the container ran";
+        EXPECT_THAT(r.err, HasSubstr(message));
+        if (!runtime.empty()) {  // the shim's line alone: runc never ran
+            EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+        }
+        EXPECT_EQ(slurp(b.dir() / "config.json"), spec);
+        EXPECT_EQ(snapshot_tree(b.rootfs()), rootfs);
+        EXPECT_EQ(host_mounts(), mounts);
+    }
+    static std::string cannot_enforce(const std::string& asked_by) {
+        return fmt::format(
+            "check share {}: this node cannot enforce a GPU share: {}; [policy] shares = soft "
+            "starts it unenforced",
+            asked_by, share_enforcement());
+    }
+
+    static inline std::unique_ptr<SimNode> node_;
+    TempDir work_{"gpubind-e2e-share"};
+    int count_ = 0;
+};
+
+TEST_F(ShareE2e, TheHookRefusesAShareItCannotEnforce) {
+    for (const std::string share : {"GPUBIND_GPU_MEMORY=10GiB", "NVIDIA_GPU_MEMORY_LIMIT=10Gi",
+                                    "CUDA_DEVICE_SM_LIMIT=50", "ALIYUN_COM_GPU_MEM_CONTAINER=10"}) {
+        Bundle b = bundle("0", share, /*with_hook=*/true, /*hostdev=*/false);
+        expect_refused(b, "", "gpubind-hook: " + cannot_enforce(share));
+    }
+}
+
+TEST_F(ShareE2e, SoftStartsItWithTheWholeGpuAndAWarning) {
+    node_->write_config("[policy]\nshares = \"soft\"\n");
+    std::ofstream(node_->log(), std::ios::trunc).flush();
+    Bundle b = bundle("0,1", "GPUBIND_GPU_MEMORY=10GiB");
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node_->log());
+    EXPECT_EQ(expect_gpus(m(), r.out, {0, 1}), "") << r.out;
+    EXPECT_THAT(slurp(node_->log()),
+                HasSubstr("GPUBIND_GPU_MEMORY=10GiB: the share is not enforced: " +
+                          share_enforcement() + "; starting it anyway (shares = soft)"));
+}
+
+TEST_F(ShareE2e, ALimitAboveTheGpusMemoryIsRefusedEvenWhenSoft) {
+    node_->write_config("[policy]\nshares = \"soft\"\n");
+    Bundle b = bundle("1", "GPUBIND_GPU_MEMORY=48GiB", /*with_hook=*/true, /*hostdev=*/false);
+    expect_refused(b, "",
+                   fmt::format("gpubind-hook: check share GPUBIND_GPU_MEMORY=48GiB: a limit of 48 "
+                               "GiB on GPU 1 ({}), which has 40 GiB",
+                               m().gpus[1].uuid));
+}
+
+TEST_F(ShareE2e, AMalformedShareIsOneLine) {
+    Bundle b = bundle("0", "GPUBIND_GPU_MEMORY=lots", /*with_hook=*/true, /*hostdev=*/false);
+    expect_refused(b, "",
+                   "gpubind-hook: read request " + (b.dir() / "config.json").string() +
+                       ": GPUBIND_GPU_MEMORY=lots: not a size");
+}
+
+TEST_F(ShareE2e, TheShimRefusesBeforeRuncAndStartsWhenSoft) {
+    use_shim();
+    Bundle refused = bundle("0", "GPUBIND_GPU_COMPUTE=25", /*with_hook=*/false, /*hostdev=*/false);
+    expect_refused(refused, runtime(),
+                   "gpubind-runtime: " + cannot_enforce("GPUBIND_GPU_COMPUTE=25"));
+
+    use_shim("[policy]\nshares = \"soft\"\n");
+    Bundle soft = bundle("1", "GPUBIND_GPU_COMPUTE=25", /*with_hook=*/false);
+    auto r = soft.run_with(runtime());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(expect_gpus(m(), r.out, {1}), "") << r.out;
+    EXPECT_THAT(slurp(node_->log()), HasSubstr("starting it anyway (shares = soft)"));
+}
+
+}  // namespace
+}  // namespace gpubind::test
