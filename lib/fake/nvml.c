@@ -600,11 +600,14 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t*
     return NVML_SUCCESS;
 }
 
-/* Events. A test injects them by appending lines "<GPU index> <Xid>" to
+/* Events. A test injects them by appending lines "<GPU index> <Xid>" or
+ * "<GPU index> <Xid> <GPU instance> <compute instance>" to
  * <root>/gpubind-fake-nvml/xid (the GPU's NVML index, as the manifest's
  * gpus[].index); each becomes an nvmlEventTypeXidCriticalError event, with
- * the Xid as its data, for every event set that registered that GPU for Xid
- * events and was created before the line was written. A GPU's handle (not a
+ * the Xid as its data and the MIG instance ids (0xFFFFFFFF, as the driver
+ * says of an error it cannot attribute to one, when the line names none),
+ * for every event set that registered that GPU for Xid events and was
+ * created before the line was written. A GPU's handle (not a
  * MIG device's) supports Xid and ECC events; only Xid events are ever sent. */
 #define FAKE_SUPPORTED_EVENTS                                         \
     (nvmlEventTypeXidCriticalError | nvmlEventTypeSingleBitEccError | \
@@ -665,7 +668,7 @@ static int next_event(nvmlEventSet_t set, nvmlEventData_t* data) {
     for (;;) {
         ssize_t n;
         char *line, *end;
-        unsigned gpu, xid;
+        unsigned gpu, xid, gi = 0xFFFFFFFFu, ci = 0xFFFFFFFFu;
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) break;
         n = pread(fd, text, sizeof text - 1, set->offset);
         if (n <= 0) break;
@@ -674,11 +677,17 @@ static int next_event(nvmlEventSet_t set, nvmlEventData_t* data) {
         *end = '\0';
         line = text;
         set->offset += end - text + 1;
-        if (sscanf(line, "%u %u", &gpu, &xid) != 2 || gpu >= g_node.gpu_count) continue;
+        {
+            const int fields = sscanf(line, "%u %u %u %u", &gpu, &xid, &gi, &ci);
+            if ((fields != 2 && fields != 4) || gpu >= g_node.gpu_count) continue;
+            if (fields == 2) gi = ci = 0xFFFFFFFFu;
+        }
         if ((set->registered[gpu] & nvmlEventTypeXidCriticalError) == 0) continue;
         data->device = &g_gpu_handles[gpu];
         data->eventType = nvmlEventTypeXidCriticalError;
         data->eventData = xid;
+        data->gpuInstanceId = gi;
+        data->computeInstanceId = ci;
         close(fd);
         return 1;
     }
@@ -697,7 +706,10 @@ static nvmlReturn_t wait_event(nvmlEventSet_t set, nvmlEventData_t* data, unsign
             data->device = event.device;
             data->eventType = event.eventType;
             data->eventData = event.eventData;
-            if (v2) data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+            if (v2) {
+                data->gpuInstanceId = event.gpuInstanceId;
+                data->computeInstanceId = event.computeInstanceId;
+            }
             return NVML_SUCCESS;
         }
         if (waited >= timeout_ms) return NVML_ERROR_TIMEOUT;

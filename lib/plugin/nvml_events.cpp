@@ -158,7 +158,11 @@ std::optional<XidEvent> Nvml::wait_xid(std::chrono::milliseconds timeout) {
     if (!(e.type & kXidCriticalError)) return {};
     unsigned minor = 0;
     if (api_->minor(e.device, &minor) != kSuccess) return {};
-    return XidEvent{minor, static_cast<unsigned>(e.data)};
+    // NVML's "all instances": an error not attributable to one MIG instance.
+    constexpr unsigned kAllInstances = 0xFFFFFFFFu;
+    XidEvent event{minor, static_cast<unsigned>(e.data), std::nullopt};
+    if (e.gi != kAllInstances && e.ci != kAllInstances) event.instance = std::pair(e.gi, e.ci);
+    return event;
 }
 
 }  // namespace gpubind::plugin

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "gpubind/plugin/plugin.hpp"
 
@@ -16,6 +17,9 @@ namespace gpubind::plugin {
 struct XidEvent {
     unsigned minor = 0;
     unsigned xid = 0;
+    // The MIG instance it happened in (GPU instance, compute instance), when
+    // NVML could attribute it to one; none: the whole GPU.
+    std::optional<std::pair<unsigned, unsigned>> instance;
 };
 
 class Nvml {

@@ -160,24 +160,58 @@ std::vector<Resource> resources(const Node& node, const DevicePluginConfig& sett
 }
 
 bool record_xid(XidMarks& marks, const Node& node, unsigned minor, unsigned xid,
-                const DevicePluginConfig& settings) {
+                const DevicePluginConfig& settings,
+                std::optional<std::pair<unsigned, unsigned>> instance) {
     if (std::find(settings.ignored_xids.begin(), settings.ignored_xids.end(), xid) !=
         settings.ignored_xids.end())
         return false;
     for (const Gpu& gpu : node.gpus) {
         if (gpu.minor != minor) continue;
-        XidMark mark;
+        XidMark& mark = marks[minor];
         mark.xid = xid;
+        const bool of_instance =
+            instance && std::any_of(gpu.mig.begin(), gpu.mig.end(), [&](const MigDevice& m) {
+                return m.gi == instance->first && m.ci == instance->second;
+            });
+        if (of_instance)
+            mark.instances[*instance] = xid;
+        else
+            mark.whole = true;
         struct stat st {};
         if (::lstat(gpu.node.host_path.c_str(), &st) == 0) {
             mark.dev = st.st_dev;
             mark.ino = st.st_ino;
         }
-        marks[minor] = mark;
         return true;
     }
     return false;
 }
+
+namespace {
+
+// Why the Xid marks make device `d` (of `gpu`) unhealthy, or "".
+std::string xid_problem(const Device& d, const Gpu& gpu, const XidMark& mark) {
+    if (d.mig < 0 || mark.whole) {
+        if (mark.whole)
+            return fmt::format("{} reported the critical Xid {}", gpu_name(gpu), mark.xid);
+        const auto& [instance, xid] = *mark.instances.begin();
+        return fmt::format(
+            "{} reported the critical Xid {} in its GPU instance {}, compute "
+            "instance {}",
+            gpu_name(gpu), xid, instance.first, instance.second);
+    }
+    if (static_cast<std::size_t>(d.mig) >= gpu.mig.size()) return {};  // gone: the list changes
+    const MigDevice& m = gpu.mig[static_cast<std::size_t>(d.mig)];
+    const auto it = mark.instances.find({m.gi, m.ci});
+    if (it == mark.instances.end()) return {};
+    return fmt::format(
+        "MIG device {} (GPU instance {}, compute instance {} of {}) reported the "
+        "critical Xid {}",
+        m.uuid.empty() ? fmt::format("{}:{}", gpu.index, m.index) : m.uuid, m.gi, m.ci,
+        gpu_name(gpu), it->second);
+}
+
+}  // namespace
 
 bool clear_recovered_xids(XidMarks& marks, const Node& node) {
     bool cleared = false;
@@ -208,7 +242,7 @@ bool update_health(std::vector<Device>& devices, const Node& node, const XidMark
             const Gpu& gpu = node.gpus[d.position];
             why = node_problem(gpu);
             if (auto it = marks.find(gpu.minor); why.empty() && it != marks.end())
-                why = fmt::format("{} reported the critical Xid {}", gpu_name(gpu), it->second.xid);
+                why = xid_problem(d, gpu, it->second);
         }
         const bool healthy = why.empty();
         if (healthy != d.healthy) changed = true;

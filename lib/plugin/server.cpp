@@ -227,7 +227,7 @@ struct Shared {
             }
             last_failure.clear();
             std::lock_guard lock(mu);
-            if (!record_xid(xids, node, event->minor, event->xid, settings)) {
+            if (!record_xid(xids, node, event->minor, event->xid, settings, event->instance)) {
                 logger().info("device plugin: Xid {} on the GPU of minor {} is ignored", event->xid,
                               event->minor);
                 continue;

@@ -13,7 +13,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -31,6 +33,7 @@
 #include "gpubind/config/config.hpp"
 #include "gpubind/config/device_plugin.hpp"
 #include "gpubind/node/node.hpp"
+#include "gpubind/plugin/plugin.hpp"
 #include "gpubind/plugin/server.hpp"
 #include "gpubind/sim/sim.hpp"
 #include "gpubind/util/error.hpp"
@@ -644,9 +647,14 @@ TEST_F(DevicePlugin, MigMixedRegistersAResourcePerProfile) {
 }
 
 // Appends an Xid event for a GPU (by index) as the simulated NVML reads them.
-void inject_xid(const std::filesystem::path& node, unsigned gpu, unsigned xid) {
+// With `instance`, of that MIG instance (GPU instance, compute instance).
+void inject_xid(const std::filesystem::path& node, unsigned gpu, unsigned xid,
+                std::optional<std::pair<unsigned, unsigned>> instance = std::nullopt) {
     std::filesystem::create_directories(node / "gpubind-fake-nvml");
-    std::ofstream(node / "gpubind-fake-nvml/xid", std::ios::app) << gpu << ' ' << xid << '\n';
+    std::ofstream out(node / "gpubind-fake-nvml/xid", std::ios::app);
+    out << gpu << ' ' << xid;
+    if (instance) out << ' ' << instance->first << ' ' << instance->second;
+    out << '\n';
 }
 
 // A critical Xid turns exactly its GPU Unhealthy in the next list; an ignored
@@ -679,6 +687,91 @@ TEST_F(DevicePlugin, ACriticalXidMakesExactlyItsGpuUnhealthyUntilItsNodeIsBack) 
         for (const auto& d : list->devices()) healthy = healthy && d.health() == "Healthy";
     }
     EXPECT_TRUE(healthy);
+}
+
+// An Xid NVML attributes to one MIG instance turns exactly that MIG device
+// Unhealthy; one it cannot attribute (no instance ids) turns every MIG
+// device of its GPU Unhealthy.
+TEST_F(DevicePlugin, AnXidOfOneMigInstanceMakesOnlyItsMigDeviceUnhealthy) {
+    simulate("", 2, {{0, 1, 0}, {0, 2, 0}, {1, 1, 0}});
+    settings_.mig_strategy = MigStrategy::Single;
+    start();
+    Watch w(*stub_);
+    auto list = w.next();
+    ASSERT_TRUE(list);
+    ASSERT_EQ(list->devices_size(), 3);
+    for (const auto& d : list->devices()) ASSERT_EQ(d.health(), "Healthy");
+    const auto health = [&](const api::ListAndWatchResponse& l) {
+        std::map<std::string, std::string> out;
+        for (const auto& d : l.devices()) out[d.id()] = d.health();
+        return out;
+    };
+    const auto& migs = manifest_.migs;
+    ASSERT_EQ(migs[1].gpu, 0u);
+    // GPU 0's instance (2, 0): its MIG device alone.
+    inject_xid(node_dir_.path(), 0, 79, {{migs[1].gi, migs[1].ci}});
+    list = w.next();
+    ASSERT_TRUE(list);
+    EXPECT_EQ(health(*list), (std::map<std::string, std::string>{{migs[0].uuid, "Healthy"},
+                                                                 {migs[1].uuid, "Unhealthy"},
+                                                                 {migs[2].uuid, "Healthy"}}));
+    api::AllocateResponse out;
+    EXPECT_THAT(allocate({{migs[1].uuid}}, out).error_message(),
+                HasSubstr("unhealthy device " + migs[1].uuid));
+    EXPECT_TRUE(allocate({{migs[0].uuid}}, out).ok());
+    // GPU 1, not attributed to an instance: every MIG device of GPU 1.
+    inject_xid(node_dir_.path(), 1, 48);
+    list = w.next();
+    ASSERT_TRUE(list);
+    EXPECT_EQ(health(*list), (std::map<std::string, std::string>{{migs[0].uuid, "Healthy"},
+                                                                 {migs[1].uuid, "Unhealthy"},
+                                                                 {migs[2].uuid, "Unhealthy"}}));
+}
+
+// What each device is told, from the marks alone: a whole GPU is unhealthy
+// by any mark of its GPU, a MIG device by its own instance's or the GPU's.
+TEST(XidMarks, AMarkCoversItsInstanceOrTheWholeGpu) {
+    test::TempDir dir("gpubind-dp-xid");
+    sim::Spec spec;
+    spec.gpus = 2;
+    spec.mig = {{0, 1, 0}, {0, 2, 0}};
+    sim::simulate(dir.path(), spec);
+    Config config = default_config();
+    config.roots = {dir.path(), dir.path(), dir.path() / "proc", dir.path() / "sys"};
+    const Node node = discover(config);
+    ASSERT_EQ(node.gpus[0].mig.size(), 2u);
+    std::vector<plugin::Device> devices(4);
+    devices[0].position = 0;  // GPU 0 whole
+    devices[1].position = 0;  // its MIG devices
+    devices[1].mig = 0;
+    devices[2].position = 0;
+    devices[2].mig = 1;
+    devices[3].position = 1;  // GPU 1 whole
+    DevicePluginConfig settings;
+    plugin::XidMarks marks;
+    const auto healthy = [&] {
+        plugin::update_health(devices, node, marks);
+        std::vector<bool> out;
+        for (const auto& d : devices) out.push_back(d.healthy);
+        return out;
+    };
+    ASSERT_EQ(healthy(), (std::vector<bool>{true, true, true, true}));
+    const auto& second = node.gpus[0].mig[1];
+    EXPECT_TRUE(plugin::record_xid(marks, node, node.gpus[0].minor, 79, settings,
+                                   std::pair(second.gi, second.ci)));
+    EXPECT_EQ(healthy(), (std::vector<bool>{false, true, false, true}));
+    EXPECT_THAT(devices[2].why, HasSubstr("compute instance " + std::to_string(second.ci)));
+    EXPECT_THAT(devices[2].why, HasSubstr("reported the critical Xid 79"));
+    // An instance the GPU has no MIG device of: the whole GPU.
+    EXPECT_TRUE(
+        plugin::record_xid(marks, node, node.gpus[1].minor, 48, settings, std::pair(7u, 7u)));
+    EXPECT_EQ(healthy(), (std::vector<bool>{false, true, false, false}));
+    // Ignored Xids change nothing.
+    EXPECT_FALSE(plugin::record_xid(marks, node, node.gpus[0].minor, 13, settings,
+                                    std::pair(node.gpus[0].mig[0].gi, node.gpus[0].mig[0].ci)));
+    EXPECT_EQ(healthy(), (std::vector<bool>{false, true, false, false}));
+    EXPECT_TRUE(plugin::record_xid(marks, node, node.gpus[0].minor, 79, settings));
+    EXPECT_EQ(healthy(), (std::vector<bool>{false, false, false, false}));
 }
 
 // The simulated NVML answers a plugin's start: memory info from the model's
@@ -732,6 +825,13 @@ TEST_F(DevicePlugin, SimulatedNvmlAnswersMemoryInfoAndEvents) {
     EXPECT_EQ(e.device, d1);
     EXPECT_EQ(e.type, 0x8u);
     EXPECT_EQ(e.data, 48u);
+    EXPECT_EQ(e.gi, 0xFFFFFFFFu);  // not attributed to a MIG instance
+    EXPECT_EQ(e.ci, 0xFFFFFFFFu);
+    inject_xid(node_dir_.path(), 1, 94, {{3, 1}});
+    ASSERT_EQ(wait(set, &e, 1000), 0);
+    EXPECT_EQ(e.data, 94u);
+    EXPECT_EQ(e.gi, 3u);
+    EXPECT_EQ(e.ci, 1u);
     EXPECT_EQ(wait(set, &e, 50), 10);
     EXPECT_EQ(free_set(set), 0);
     ::dlclose(h);

@@ -73,17 +73,25 @@ std::vector<Resource> resources(const Node& node, const DevicePluginConfig& sett
 // until that node is made anew (another inode: the driver reloaded or the GPU
 // reset), which is how a GPU comes back.
 struct XidMark {
-    unsigned xid = 0;
+    unsigned xid = 0;  // the last critical one
+    // The whole GPU, or only these MIG instances (GPU instance, compute
+    // instance) of it, each with its Xid.
+    bool whole = false;
+    std::map<std::pair<unsigned, unsigned>, unsigned> instances;
     dev_t dev = 0;
     ino_t ino = 0;
 };
 using XidMarks = std::map<unsigned, XidMark>;  // by GPU minor
 
-// Records an Xid event of the GPU of `minor`. Returns false (nothing
+// Records an Xid event of the GPU of `minor`: of the MIG instance
+// `instance` (GPU instance, compute instance) when the GPU has a MIG device
+// of that instance, else of the whole GPU (an Xid NVML could not attribute
+// to one instance, or on a GPU without MIG). Returns false (nothing
 // recorded) for an Xid in settings.ignored_xids or a minor that is no GPU of
 // the node.
 bool record_xid(XidMarks& marks, const Node& node, unsigned minor, unsigned xid,
-                const DevicePluginConfig& settings);
+                const DevicePluginConfig& settings,
+                std::optional<std::pair<unsigned, unsigned>> instance = std::nullopt);
 // Drops the marks of GPUs whose device node is a new one now. Returns whether
 // any was dropped.
 bool clear_recovered_xids(XidMarks& marks, const Node& node);
@@ -91,8 +99,9 @@ bool clear_recovered_xids(XidMarks& marks, const Node& node);
 // Marks each device healthy or not as the node is now: Unhealthy when the
 // driver is gone (no driver/nvidia/version under the proc root), its GPU's
 // device node is missing or no longer the driver's character device (checked
-// without following links), or its GPU has an Xid mark. Returns whether any
-// device's health changed.
+// without following links), or an Xid mark covers it: a whole GPU any mark
+// of its GPU, a MIG device a mark of its GPU as a whole or of its own
+// instance. Returns whether any device's health changed.
 bool update_health(std::vector<Device>& devices, const Node& node, const XidMarks& marks = {});
 
 // The preferred `size` devices of `available`, holding `must_include`, as

@@ -72,7 +72,8 @@
 //   usual misc devices and, with HCAs, "rdma_cm". Modes are 0666 unless said.
 //   gpubind-simulated-node.json: the manifest.
 //
-// Xid events: a test appends lines "<GPU index> <Xid>" to
+// Xid events: a test appends lines "<GPU index> <Xid>" (or "<GPU index> <Xid>
+// <GI> <CI>": an Xid of one MIG instance) to
 // DIR/gpubind-fake-nvml/xid (made by the test; the simulator writes none);
 // the fake NVML's event API (nvmlEventSetWait_v2) sends each as a critical
 // Xid event of that GPU (lib/fake/nvml.c). nvmlDeviceGetMemoryInfo answers
