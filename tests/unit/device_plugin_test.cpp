@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,7 @@
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/config/config.hpp"
 #include "gpubind/config/device_plugin.hpp"
+#include "gpubind/node/description.hpp"
 #include "gpubind/node/node.hpp"
 #include "gpubind/plugin/plugin.hpp"
 #include "gpubind/plugin/server.hpp"
@@ -115,7 +117,7 @@ class DevicePlugin : public ::testing::Test {
     }
     void start(bool with_kubelet = true) {
         if (with_kubelet) kubelet_ = std::make_unique<Kubelet>(plugin_dir_.path());
-        server_ = std::make_unique<plugin::Server>(config_, settings_, discover(config_));
+        server_ = std::make_unique<plugin::Server>(config_, settings_, discover(config_), refresh_);
         thread_ = std::thread([this] {
             try {
                 server_->run();
@@ -176,6 +178,8 @@ class DevicePlugin : public ::testing::Test {
                                                          : std::to_string(index);
     }
 
+    // How the server reads the node again at each health check (none: never).
+    std::function<std::optional<Node>()> refresh_;
     test::TempDir node_dir_{"gpubind-dp-node"};
     test::TempDir plugin_dir_{"gpubind-dp"};
     sim::Manifest manifest_;
@@ -687,6 +691,41 @@ TEST_F(DevicePlugin, ACriticalXidMakesExactlyItsGpuUnhealthyUntilItsNodeIsBack) 
         for (const auto& d : list->devices()) healthy = healthy && d.health() == "Healthy";
     }
     EXPECT_TRUE(healthy);
+}
+
+// A new driver state is followed: the node simulated again with another
+// driver and a GPU more, then one less, sends each new list on the open
+// stream.
+TEST_F(DevicePlugin, ANewDriverStateSendsTheNewList) {
+    simulate("", 2);
+    // As gpubind-device-plugin does: the node as its description has it now.
+    refresh_ = [this]() -> std::optional<Node> { return load_node(config_).node; };
+    start();
+    Watch w(*stub_);
+    auto list = w.next();
+    ASSERT_TRUE(list);
+    const auto ids = [](const api::ListAndWatchResponse& l) {
+        std::vector<std::string> out;
+        for (const auto& d : l.devices()) out.push_back(d.id());
+        return out;
+    };
+    EXPECT_EQ(ids(*list),
+              (std::vector<std::string>{manifest_.gpus[0].uuid, manifest_.gpus[1].uuid}));
+    sim::Spec upgraded;
+    upgraded.driver_version = "560.35.03";
+    upgraded.gpus = 3;
+    manifest_ = sim::simulate(node_dir_.path(), upgraded);
+    list = w.next();
+    ASSERT_TRUE(list);
+    EXPECT_EQ(ids(*list), (std::vector<std::string>{manifest_.gpus[0].uuid, manifest_.gpus[1].uuid,
+                                                    manifest_.gpus[2].uuid}));
+    // And back to two GPUs, as a GPU excluded again.
+    upgraded.gpus = 2;
+    manifest_ = sim::simulate(node_dir_.path(), upgraded);
+    list = w.next();
+    ASSERT_TRUE(list);
+    EXPECT_EQ(ids(*list),
+              (std::vector<std::string>{manifest_.gpus[0].uuid, manifest_.gpus[1].uuid}));
 }
 
 // An Xid NVML attributes to one MIG instance turns exactly that MIG device
