@@ -38,8 +38,8 @@ struct CdiOptions {
 };
 
 // The config with the command line's overrides.
-Config cdi_config(const CdiOptions& o) {
-    Config config = node_config(o.node);
+config::Config cdi_config(const CdiOptions& o) {
+    config::Config config = node_config(o.node);
     if (!o.hook.empty()) config.cdi.hook = std::filesystem::absolute(o.hook);
     if (!o.dir.empty()) config.cdi.dir = std::filesystem::absolute(o.dir);
     return config;
@@ -53,38 +53,41 @@ Config cdi_config(const CdiOptions& o) {
 // to date with it: a description stored without them would keep the
 // starts, which rewrite the specs when they recompute, from seeing the
 // specs are stale.
-Node cdi_node(const Config& config, const CdiOptions& o, bool store) {
-    LoadOptions load = load_options(o.node);
+node::Node cdi_node(const config::Config& config, const CdiOptions& o, bool store) {
+    node::LoadOptions load = load_options(o.node);
     load.need_nvml = true;
     load.write = load.write && store;
-    return load_node(config, load).node;
+    return node::load_node(config, load).node;
 }
 
 int generate(const CdiOptions& o) {
     if (o.format != "json" && o.format != "yaml")
-        throw_invalid("parse arguments", "--format", "'" + o.format + "' is not json or yaml");
-    const Config config = cdi_config(o);
-    const Node node = cdi_node(config, o, false);
+        util::throw_invalid("parse arguments", "--format",
+                            "'" + o.format + "' is not json or yaml");
+    const config::Config config = cdi_config(o);
+    const node::Node node = cdi_node(config, o, false);
     nlohmann::json spec;
     if (!o.family.empty()) {
         if (o.imex)
-            throw_invalid("parse arguments", "--family", "--imex and --family exclude each other");
-        const Family* f = config.family(o.family);
+            util::throw_invalid("parse arguments", "--family",
+                                "--imex and --family exclude each other");
+        const config::Family* f = config.family(o.family);
         if (!f)
-            throw_invalid("generate CDI spec", "--family",
-                          "no family " + o.family + " in the config");
+            util::throw_invalid("generate CDI spec", "--family",
+                                "no family " + o.family + " in the config");
         if (f->cdi_kind.empty())
-            throw_invalid("generate CDI spec", "--family",
-                          "family " + o.family + " has no cdi-kind in the config");
+            util::throw_invalid("generate CDI spec", "--family",
+                                "family " + o.family + " has no cdi-kind in the config");
         auto family = cdi::family_spec(node, config, o.family);
         if (!family)
-            throw Error(ENOENT, "generate CDI spec", "--family",
-                        "the node has no device of family " + o.family);
+            throw util::Error(ENOENT, "generate CDI spec", "--family",
+                              "the node has no device of family " + o.family);
         spec = *family;
     } else if (o.imex) {
         auto imex = cdi::imex_spec(node, config);
         if (!imex)
-            throw Error(ENOENT, "generate CDI spec", "--imex", "the node has no IMEX channel");
+            throw util::Error(ENOENT, "generate CDI spec", "--imex",
+                              "the node has no IMEX channel");
         spec = *imex;
     } else {
         spec = cdi::gpu_spec(node, config);
@@ -103,7 +106,7 @@ int generate(const CdiOptions& o) {
 }
 
 int refresh(const CdiOptions& o) {
-    const Config config = cdi_config(o);
+    const config::Config config = cdi_config(o);
     const auto changed = cdi::refresh(cdi_node(config, o, true), config);
     for (const auto& f : changed) fmt::print("{}\n", f.string());
     return 0;
@@ -117,8 +120,8 @@ int remove(const CdiOptions& o) {
 int list(const CdiOptions& o) {
     std::vector<std::string> names;
     if (o.specs.empty()) {
-        const Config config = cdi_config(o);
-        const Node node = cdi_node(config, o, false);
+        const config::Config config = cdi_config(o);
+        const node::Node node = cdi_node(config, o, false);
         names = cdi::device_names(cdi::gpu_spec(node, config));
         if (auto imex = cdi::imex_spec(node, config))
             for (auto& n : cdi::device_names(*imex)) names.push_back(std::move(n));
@@ -127,7 +130,7 @@ int list(const CdiOptions& o) {
                 for (auto& n : cdi::device_names(*spec)) names.push_back(std::move(n));
     } else {
         for (const auto& file : o.specs) {
-            const auto spec = cdi::parse_spec(read_file(file, cdi::kMaxSpecFileSize),
+            const auto spec = cdi::parse_spec(util::read_file(file, cdi::kMaxSpecFileSize),
                                               file.extension() == ".yaml", file.string());
             for (auto& n : cdi::device_names(spec)) names.push_back(std::move(n));
         }
@@ -142,7 +145,7 @@ int list(const CdiOptions& o) {
 int check(const CdiOptions& o) {
     // In a child with a deadline, as doctor's groups: a spec naming a path on
     // a hung mount never hangs the command.
-    const Config config = cdi_config(o);
+    const config::Config config = cdi_config(o);
     doctor::Report report;
     report.checks = doctor::run_bounded(
         "cdi-specs",
@@ -154,7 +157,7 @@ int check(const CdiOptions& o) {
     } else {
         fmt::print("{}", doctor::format_text(report));
     }
-    if (std::fflush(stdout) != 0) throw_errno("write", "standard output");
+    if (std::fflush(stdout) != 0) util::throw_errno("write", "standard output");
     return doctor::exit_code(report);
 }
 

@@ -22,30 +22,31 @@ struct ConfigureOptions {
     std::string capabilities;
 };
 
-Request make_request(const ConfigureOptions& o) {
-    Request r;
-    r.source = RequestSource::Explicit;
-    r.devices = parse_device_ids(o.device.empty() ? "none" : o.device);
-    if (r.devices.kind == DeviceIdsKind::Void) r.devices.kind = DeviceIdsKind::None;
-    Capabilities caps = 0;
+decide::Request make_request(const ConfigureOptions& o) {
+    decide::Request r;
+    r.source = decide::RequestSource::Explicit;
+    r.devices = node::parse_device_ids(o.device.empty() ? "none" : o.device);
+    if (r.devices.kind == node::DeviceIdsKind::Void) r.devices.kind = node::DeviceIdsKind::None;
+    config::Capabilities caps = 0;
     if (!o.capabilities.empty()) {
         std::string unknown;
-        auto parsed = parse_capabilities(o.capabilities, &unknown);
+        auto parsed = config::parse_capabilities(o.capabilities, &unknown);
         if (!parsed)
-            throw_invalid("parse capabilities", "--capabilities",
-                          "unknown capability \"" + unknown + "\"");
+            util::throw_invalid("parse capabilities", "--capabilities",
+                                "unknown capability \"" + unknown + "\"");
         caps = *parsed;
     }
-    const std::pair<bool, Capability> flags[] = {
-        {o.utility, kCapUtility},   {o.compute, kCapCompute}, {o.video, kCapVideo},
-        {o.graphics, kCapGraphics}, {o.display, kCapDisplay}, {o.ngx, kCapNgx},
-        {o.compat32, kCapCompat32}};
+    const std::pair<bool, config::Capability> flags[] = {
+        {o.utility, config::kCapUtility},  {o.compute, config::kCapCompute},
+        {o.video, config::kCapVideo},      {o.graphics, config::kCapGraphics},
+        {o.display, config::kCapDisplay},  {o.ngx, config::kCapNgx},
+        {o.compat32, config::kCapCompat32}};
     for (auto [on, cap] : flags)
         if (on) caps |= cap;
-    r.caps = caps ? caps : kCapDefault;
+    r.caps = caps ? caps : config::kCapDefault;
     for (const auto& expr : o.requires_) r.requirements.push_back({"--require", expr});
-    if (o.mig_config) r.mig_config = parse_device_ids("all");
-    if (o.mig_monitor) r.mig_monitor = parse_device_ids("all");
+    if (o.mig_config) r.mig_config = node::parse_device_ids("all");
+    if (o.mig_monitor) r.mig_monitor = node::parse_device_ids("all");
     return r;
 }
 
@@ -75,7 +76,7 @@ void register_configure(CLI::App& app, Action& action) {
     cmd->add_option("rootfs", o->rootfs, "The container's root filesystem")->required();
     cmd->callback([o, &action] {
         action = [o] {
-            const Config config = node_config(o->node);
+            const config::Config config = node_config(o->node);
             start::configure(config, {.request = make_request(*o),
                                       .rootfs = std::filesystem::absolute(o->rootfs).string(),
                                       .pid = o->pid,

@@ -28,12 +28,13 @@ struct DoctorOptions {
 // The config file a command would read ("" for the built-in defaults).
 std::string config_path(const NodeOptions& o) {
     if (!o.config.empty()) return o.config.string();
-    if (const char* env = std::getenv(std::string(kConfigEnv).c_str()); env && *env) return env;
+    if (const char* env = std::getenv(std::string(config::kConfigEnv).c_str()); env && *env)
+        return env;
     // There unless missing: a link there is the loader's to refuse, not the defaults.
     std::error_code ec;
-    if (std::filesystem::symlink_status(kDefaultConfigPath, ec).type() !=
+    if (std::filesystem::symlink_status(config::kDefaultConfigPath, ec).type() !=
         std::filesystem::file_type::not_found)
-        return std::string(kDefaultConfigPath);
+        return std::string(config::kDefaultConfigPath);
     return {};
 }
 
@@ -43,17 +44,18 @@ int run_doctor(const DoctorOptions& o) {
     opts.gpubind.config_env_relative =
         o.node.config.empty() && !opts.gpubind.config_path.empty() &&
         !std::filesystem::path(opts.gpubind.config_path).is_absolute();
-    Config config;
+    config::Config config;
     try {
         // Judged as the hook and the runtime read it: its owner and mode,
         // and GPUBIND_CONFIG's path, too.
-        config = with_node_options(
-            o.node.config.empty() ? load_trusted_config() : load_trusted_config(o.node.config),
-            o.node);
+        config =
+            with_node_options(o.node.config.empty() ? config::load_trusted_config()
+                                                    : config::load_trusted_config(o.node.config),
+                              o.node);
     } catch (const std::system_error& e) {
         // Judged as a check; the rest runs on the defaults.
         opts.gpubind.config_error = e.what();
-        config = with_node_options(default_config(), o.node);
+        config = with_node_options(config::default_config(), o.node);
     }
     opts.engines.prefix = o.prefix;
     if (o.pid > 0 || !o.bundle.empty())
@@ -68,7 +70,7 @@ int run_doctor(const DoctorOptions& o) {
     } else {
         std::fputs(doctor::format_text(report).c_str(), stdout);
     }
-    if (std::fflush(stdout) != 0) throw_errno("write", "standard output");
+    if (std::fflush(stdout) != 0) util::throw_errno("write", "standard output");
     return doctor::exit_code(report);
 }
 

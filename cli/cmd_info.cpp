@@ -26,13 +26,13 @@ struct InfoOptions {
     bool topology = false;
 };
 
-const char* nvml_status(NvmlStatus s) {
+const char* nvml_status(node::NvmlStatus s) {
     switch (s) {
-        case NvmlStatus::NotAsked:
+        case node::NvmlStatus::NotAsked:
             return "not-asked";
-        case NvmlStatus::Answered:
+        case node::NvmlStatus::Answered:
             return "answered";
-        case NvmlStatus::Failed:
+        case node::NvmlStatus::Failed:
             return "failed";
     }
     return "";
@@ -44,7 +44,7 @@ std::string age(std::int64_t at) {
 }
 
 // Where the facts come from and how old they are.
-void print_source(const NodeKnowledge& k) {
+void print_source(const node::NodeKnowledge& k) {
     fmt::print("Description:      {} ({}, computed {})\n", k.path.string(),
                !k.stored                      ? "in memory only"
                : k.recomputed || k.nvml_asked ? "written now"
@@ -54,10 +54,10 @@ void print_source(const NodeKnowledge& k) {
         fmt::print("                  fingerprint of the driver state matches\n");
     else if (!k.why.empty())
         fmt::print("                  recomputed: {}\n", k.why);
-    if (k.nvml.status == NvmlStatus::Answered)
+    if (k.nvml.status == node::NvmlStatus::Answered)
         fmt::print("NVML:             answered {} (took {} ms)\n", age(k.nvml.asked_at),
                    k.nvml.took_ms);
-    else if (k.nvml.status == NvmlStatus::Failed)
+    else if (k.nvml.status == node::NvmlStatus::Failed)
         fmt::print("NVML:             failed {} (after {} ms): {}\n", age(k.nvml.asked_at),
                    k.nvml.took_ms, k.nvml.error);
     else
@@ -69,7 +69,7 @@ std::string or_unknown(const std::string& s) {
 }
 
 // IMEX channel numbers with consecutive runs folded: "0-3, 7".
-std::string channel_ranges(const std::vector<DeviceNode>& channels) {
+std::string channel_ranges(const std::vector<node::DeviceNode>& channels) {
     std::string out;
     for (std::size_t i = 0; i < channels.size();) {
         std::size_t j = i;
@@ -81,7 +81,7 @@ std::string channel_ranges(const std::vector<DeviceNode>& channels) {
     return out;
 }
 
-void print_text(const Node& node) {
+void print_text(const node::Node& node) {
     fmt::print("Driver version:   {}\n", node.driver_version);
     fmt::print("CUDA version:     {}\n", or_unknown(node.cuda_version));
     fmt::print("GPUs:             {}\n", node.gpus.size());
@@ -95,12 +95,13 @@ void print_text(const Node& node) {
         fmt::print("  Bus location:   {}\n", gpu.pci_bus_id);
         fmt::print("  Device minor:   {}\n", gpu.minor);
         fmt::print("  Architecture:   {}\n", or_unknown(gpu.compute_capability));
-        fmt::print("  Memory:         {}\n", gpu.memory ? size_text(gpu.memory) : "unknown");
+        fmt::print("  Memory:         {}\n",
+                   gpu.memory ? decide::size_text(gpu.memory) : "unknown");
         for (const auto& mig : gpu.mig)
             fmt::print("  MIG {}:{}          GPU instance {}, compute instance {}, {}\n", gpu.index,
                        mig.index, mig.gi, mig.ci, or_unknown(mig.uuid));
     }
-    fmt::print("\nGPU shares:       not enforced: {}\n", share_enforcement());
+    fmt::print("\nGPU shares:       not enforced: {}\n", decide::share_enforcement());
     for (const auto& w : node.warnings) fmt::print(stderr, "gpubind: warning: {}\n", w);
 }
 
@@ -113,7 +114,7 @@ std::string csv_field(const std::string& s) {
     return out + "\"";
 }
 
-void print_csv(const Node& node) {
+void print_csv(const node::Node& node) {
     fmt::print("Driver version,CUDA version\n{},{}\n\n", node.driver_version,
                csv_field(node.cuda_version));
     fmt::print("Index,Minor,Model,Brand,UUID,Bus location,Architecture\n");
@@ -129,12 +130,12 @@ void print_csv(const Node& node) {
             fmt::print("{},{},{},{},{}\n", gpu.index, mig.index, mig.gi, mig.ci, mig.uuid);
 }
 
-nlohmann::json to_json(const DeviceNode& n) {
+nlohmann::json to_json(const node::DeviceNode& n) {
     return {{"path", n.path}, {"host_path", n.host_path}, {"major", n.major}, {"minor", n.minor}};
 }
 
-void print_json(const NodeKnowledge& k) {
-    const Node& node = k.node;
+void print_json(const node::NodeKnowledge& k) {
+    const node::Node& node = k.node;
     nlohmann::json gpus = nlohmann::json::array();
     for (const auto& gpu : node.gpus) {
         nlohmann::json migs = nlohmann::json::array();
@@ -162,39 +163,41 @@ void print_json(const NodeKnowledge& k) {
         j["channel"] = c.minor;
         imex.push_back(std::move(j));
     }
-    nlohmann::json out = {{"schema", "gpubind.info/v1"},
-                          {"driver_version", node.driver_version},
-                          {"cuda_version", node.cuda_version},
-                          {"gpus", gpus},
-                          {"imex_channels", imex},
-                          {"shares", {{"enforced_by", nullptr}, {"why", share_enforcement()}}},
-                          {"warnings", node.warnings},
-                          {"description",
-                           {{"path", k.path.string()},
-                            {"stored", k.stored},
-                            {"recomputed", k.recomputed},
-                            {"why", k.why},
-                            {"computed_at", k.computed_at}}},
-                          {"nvml",
-                           {{"status", nvml_status(k.nvml.status)},
-                            {"asked_at", k.nvml.asked_at},
-                            {"took_ms", k.nvml.took_ms},
-                            {"error", k.nvml.error}}}};
+    nlohmann::json out = {
+        {"schema", "gpubind.info/v1"},
+        {"driver_version", node.driver_version},
+        {"cuda_version", node.cuda_version},
+        {"gpus", gpus},
+        {"imex_channels", imex},
+        {"shares", {{"enforced_by", nullptr}, {"why", decide::share_enforcement()}}},
+        {"warnings", node.warnings},
+        {"description",
+         {{"path", k.path.string()},
+          {"stored", k.stored},
+          {"recomputed", k.recomputed},
+          {"why", k.why},
+          {"computed_at", k.computed_at}}},
+        {"nvml",
+         {{"status", nvml_status(k.nvml.status)},
+          {"asked_at", k.nvml.asked_at},
+          {"took_ms", k.nvml.took_ms},
+          {"error", k.nvml.error}}}};
     fmt::print("{}\n", out.dump(2));
 }
 
 // --topology: the node's GPUs placed in the sys root's PCIe tree and the
 // NVLink graph the description keeps.
-void print_topology(const Node& node, const std::filesystem::path& sys, bool json) {
-    const std::vector<sysfs::Hca> hcas = sysfs::hcas(sys);
-    const std::vector<sysfs::Nvme> nvmes = sysfs::nvmes(sys);
-    const std::vector<GpuTopology> gpus = read_topology(node, sys, hcas, nvmes);
-    const NvlinkGraph graph = nvlink_graph(node.gpus);
+void print_topology(const node::Node& node, const std::filesystem::path& sys, bool json) {
+    const std::vector<node::sysfs::Hca> hcas = node::sysfs::hcas(sys);
+    const std::vector<node::sysfs::Nvme> nvmes = node::sysfs::nvmes(sys);
+    const std::vector<node::GpuTopology> gpus = node::read_topology(node, sys, hcas, nvmes);
+    const node::NvlinkGraph graph = node::nvlink_graph(node.gpus);
     if (json) {
-        fmt::print("{}\n", gpubind::to_json(gpus, hcas, nvmes, node, graph).dump(2));
+        fmt::print("{}\n", node::to_json(gpus, hcas, nvmes, node, graph).dump(2));
         return;
     }
-    fmt::print("{}\n{}", matrix_text(gpus, hcas, node, graph), to_text(gpus, hcas, nvmes, sys));
+    fmt::print("{}\n{}", node::matrix_text(gpus, hcas, node, graph),
+               to_text(gpus, hcas, nvmes, sys));
 }
 
 }  // namespace
@@ -214,11 +217,11 @@ void register_info(CLI::App& app, Action& action) {
                   "Discover the node and ask NVML now, and rewrite the node description");
     cmd->callback([opts, &action] {
         action = [opts] {
-            LoadOptions load = load_options(opts->node);
+            node::LoadOptions load = load_options(opts->node);
             load.need_nvml = true;  // the topology's NVLinks are NVML's too
             load.refresh = opts->refresh;
-            const Config config = node_config(opts->node);
-            const NodeKnowledge k = start::know_node(config, load);
+            const config::Config config = node_config(opts->node);
+            const node::NodeKnowledge k = start::know_node(config, load);
             if (opts->topology)
                 print_topology(k.node, config.roots.sys, opts->json);
             else if (opts->json)

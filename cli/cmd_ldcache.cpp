@@ -24,8 +24,8 @@ int run_ldcache(const LdcacheOptions& o) {
     const std::string text = ldcache::format_like_ldconfig(ldcache::load(path), path.string());
     // Written as bytes: names and the generator text may hold anything.
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
-        throw_errno("write", "standard output");
-    return kExitOk;
+        util::throw_errno("write", "standard output");
+    return util::kExitOk;
 }
 
 }  // namespace

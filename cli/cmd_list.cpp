@@ -28,31 +28,32 @@ struct ListOptions {
 };
 
 struct Listing {
-    std::vector<const DeviceNode*> devices;
-    std::vector<const DriverFile*> files;
-    FamilyItems families;  // what --family asks, for the GPUs listed
+    std::vector<const node::DeviceNode*> devices;
+    std::vector<const node::DriverFile*> files;
+    decide::FamilyItems families;  // what --family asks, for the GPUs listed
 };
 
 // --family NAME[=VALUE]: the family's devices a container given the listed
 // GPUs would get, VALUE as the family's selecting variable reads it (default all).
-Request family_request(const std::vector<std::string>& args, const Config& config) {
-    Request req;
+decide::Request family_request(const std::vector<std::string>& args, const config::Config& config) {
+    decide::Request req;
     for (const auto& arg : args) {
         const auto eq = arg.find('=');
         const std::string name = arg.substr(0, eq);
-        const Family* family = config.family(name);
+        const config::Family* family = config.family(name);
         if (!family)
-            throw_invalid("parse arguments", "--family", "no family " + name + " in the config");
+            util::throw_invalid("parse arguments", "--family",
+                                "no family " + name + " in the config");
         // Read as a container's selecting variable would be.
-        Family only = *family;
+        config::Family only = *family;
         only.variables.clear();
         only.caps = 0;
         only.select = "GPUBIND_LIST_FAMILY";
-        oci::Spec spec;
+        decide::oci::Spec spec;
         spec.env = {
             "NVIDIA_VISIBLE_DEVICES=none",
             "GPUBIND_LIST_FAMILY=" + (eq == std::string::npos ? "all" : arg.substr(eq + 1))};
-        for (auto fr : read_request(spec, Policy{}, {only}).families) {
+        for (auto fr : decide::read_request(spec, config::Policy{}, {only}).families) {
             fr.asked_by = "--family " + arg;
             req.families.push_back(std::move(fr));
         }
@@ -60,18 +61,18 @@ Request family_request(const std::vector<std::string>& args, const Config& confi
     return req;
 }
 
-Listing make_listing(const Node& node, const Config& config, const ListOptions& o,
-                     Capabilities caps) {
+Listing make_listing(const node::Node& node, const config::Config& config, const ListOptions& o,
+                     config::Capabilities caps) {
     const bool any_kind = o.libraries || o.binaries || o.ipcs || o.firmwares;
     const bool want_devices = !any_kind || !o.device.empty();
     Listing out;
     if (want_devices) {
-        DeviceIds ids = parse_device_ids(o.device.empty() ? "all" : o.device);
-        Selection sel = select_devices(node, ids);
+        node::DeviceIds ids = node::parse_device_ids(o.device.empty() ? "all" : o.device);
+        node::Selection sel = node::select_devices(node, ids);
         for (const auto& n : node.control) out.devices.push_back(&n);
-        for (const Gpu* gpu : sel.gpus) out.devices.push_back(&gpu->node);
-        for (const MigDevice* mig : sel.migs) {
-            const DeviceNode* parent = &node.gpus[mig->gpu_index].node;
+        for (const node::Gpu* gpu : sel.gpus) out.devices.push_back(&gpu->node);
+        for (const node::MigDevice* mig : sel.migs) {
+            const node::DeviceNode* parent = &node.gpus[mig->gpu_index].node;
             if (std::find(out.devices.begin(), out.devices.end(), parent) == out.devices.end())
                 out.devices.push_back(parent);
             out.devices.push_back(&mig->gi_cap);
@@ -80,46 +81,48 @@ Listing make_listing(const Node& node, const Config& config, const ListOptions& 
         if (o.mig_config && !node.mig_control.empty()) out.devices.push_back(&node.mig_control[0]);
         if (o.mig_monitor && node.mig_control.size() > 1)
             out.devices.push_back(&node.mig_control[1]);
-        for (const DeviceNode* c : select_imex_channels(
-                 node, parse_imex_channels(o.imex_channels, "--imex-channels", "command line")))
+        for (const node::DeviceNode* c : node::select_imex_channels(
+                 node,
+                 decide::parse_imex_channels(o.imex_channels, "--imex-channels", "command line")))
             out.devices.push_back(c);
-        std::vector<const Gpu*> gpus;
+        std::vector<const node::Gpu*> gpus;
         for (const auto& gpu : node.gpus)
             if (std::find(out.devices.begin(), out.devices.end(), &gpu.node) != out.devices.end())
                 gpus.push_back(&gpu);
         if (!o.families.empty())
-            out.families = plan_families(family_request(o.families, config), node, gpus, config);
+            out.families =
+                decide::plan_families(family_request(o.families, config), node, gpus, config);
         for (const auto& d : out.families.devices) out.devices.push_back(&d.node);
     }
     for (const auto& f : node.files) {
         if (!(f.caps & caps)) continue;
         if (f.compat32 && !o.compat32) continue;
-        bool want = !any_kind || (f.kind == FileKind::Library && o.libraries) ||
-                    (f.kind == FileKind::Binary && o.binaries) ||
-                    (f.kind == FileKind::Ipc && o.ipcs) ||
-                    (f.kind == FileKind::Firmware && o.firmwares);
+        bool want = !any_kind || (f.kind == node::FileKind::Library && o.libraries) ||
+                    (f.kind == node::FileKind::Binary && o.binaries) ||
+                    (f.kind == node::FileKind::Ipc && o.ipcs) ||
+                    (f.kind == node::FileKind::Firmware && o.firmwares);
         if (want) out.files.push_back(&f);
     }
     return out;
 }
 
-const char* kind_key(FileKind k) {
+const char* kind_key(node::FileKind k) {
     switch (k) {
-        case FileKind::Library:
+        case node::FileKind::Library:
             return "libraries";
-        case FileKind::Binary:
+        case node::FileKind::Binary:
             return "binaries";
-        case FileKind::Ipc:
+        case node::FileKind::Ipc:
             return "ipcs";
-        case FileKind::Firmware:
+        case node::FileKind::Firmware:
             return "firmware";
     }
     return "files";
 }
 
-nlohmann::json caps_json(Capabilities caps) {
+nlohmann::json caps_json(config::Capabilities caps) {
     nlohmann::json out = nlohmann::json::array();
-    std::string names = capability_names(caps & ~kCapCompat32);
+    std::string names = config::capability_names(caps & ~config::kCapCompat32);
     std::size_t start = 0;
     while (start < names.size()) {
         auto comma = names.find(',', start);
@@ -140,7 +143,7 @@ void print_json(const Listing& l) {
                             {"host_path", d->host_path},
                             {"major", d->major},
                             {"minor", d->minor}};
-        if (gpubind::dir_name(d->path) == "/dev/nvidia-caps-imex-channels")
+        if (gpubind::util::dir_name(d->path) == "/dev/nvidia-caps-imex-channels")
             j["imex_channel"] = d->minor;
         for (const auto& f : l.families.devices)
             if (&f.node == d) j["family"] = f.why;
@@ -160,7 +163,7 @@ void print_json(const Listing& l) {
                             {"path", f->host_path},
                             {"real_path", f->real_path},
                             {"capabilities", caps_json(f->caps)}};
-        if (f->kind == FileKind::Library) j["compat32"] = f->compat32;
+        if (f->kind == node::FileKind::Library) j["compat32"] = f->compat32;
         out[kind_key(f->kind)].push_back(std::move(j));
     }
     fmt::print("{}\n", out.dump(2));
@@ -171,7 +174,7 @@ void print_text(const Listing& l) {
     for (const auto* d : l.devices) text += d->host_path + "\n";
     for (const auto& m : l.families.files) text += m.source + "\n";
     for (const auto* f : l.files)
-        text += (f->kind == FileKind::Library ? f->real_path : f->host_path) + "\n";
+        text += (f->kind == node::FileKind::Library ? f->real_path : f->host_path) + "\n";
     fmt::print("{}", text);
 }
 
@@ -204,16 +207,16 @@ void register_list(CLI::App& app, Action& action) {
     cmd->callback([o, &action] {
         action = [o] {
             std::string unknown;
-            auto caps = parse_capabilities(o->capabilities, &unknown);
+            auto caps = config::parse_capabilities(o->capabilities, &unknown);
             if (!caps)
-                throw_invalid("parse capabilities", "--capabilities",
-                              "unknown capability \"" + unknown + "\"");
-            LoadOptions load = load_options(o->node);
+                util::throw_invalid("parse capabilities", "--capabilities",
+                                    "unknown capability \"" + unknown + "\"");
+            node::LoadOptions load = load_options(o->node);
             // NVML is needed only to resolve MIG UUIDs.
             load.need_nvml = o->device.find("MIG-") != std::string::npos ||
                              o->device.find("mig-") != std::string::npos;
-            const Config config = node_config(o->node);
-            const Node node = start::know_node(config, load).node;
+            const config::Config config = node_config(o->node);
+            const node::Node node = start::know_node(config, load).node;
             Listing listing = make_listing(node, config, *o, *caps);
             if (o->json)
                 print_json(listing);

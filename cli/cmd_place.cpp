@@ -31,12 +31,14 @@ struct PlaceOptions {
 };
 
 // "0,2,5" (GPU indices) as positions in the node's order.
-std::vector<unsigned> positions(const Node& node, const std::string& ids, const char* option) {
+std::vector<unsigned> positions(const node::Node& node, const std::string& ids,
+                                const char* option) {
     std::vector<unsigned> out;
     if (ids.empty()) return out;
-    for (auto word : split(ids, ',')) {
-        const auto id = parse_unsigned(trim(word));
-        if (!id) throw_invalid("place", option, fmt::format("\"{}\" is not a GPU index", word));
+    for (auto word : util::split(ids, ',')) {
+        const auto id = util::parse_unsigned(util::trim(word));
+        if (!id)
+            util::throw_invalid("place", option, fmt::format("\"{}\" is not a GPU index", word));
         bool found = false;
         for (unsigned p = 0; p < node.gpus.size(); ++p)
             if (node.gpus[p].index == *id) {
@@ -44,42 +46,43 @@ std::vector<unsigned> positions(const Node& node, const std::string& ids, const 
                 found = true;
             }
         if (!found)
-            throw_invalid("place", option,
-                          fmt::format("no GPU {} (the node has {})", *id, node.gpus.size()));
+            util::throw_invalid("place", option,
+                                fmt::format("no GPU {} (the node has {})", *id, node.gpus.size()));
     }
     return out;
 }
 
-NvlinkNeed need_of(const std::string& s) {
-    if (s == "required") return NvlinkNeed::Required;
-    if (s == "ignore") return NvlinkNeed::Ignore;
-    return NvlinkNeed::Preferred;
+node::NvlinkNeed need_of(const std::string& s) {
+    if (s == "required") return node::NvlinkNeed::Required;
+    if (s == "ignore") return node::NvlinkNeed::Ignore;
+    return node::NvlinkNeed::Preferred;
 }
 
 int run_place(const PlaceOptions& o) {
-    LoadOptions load = load_options(o.node);
+    node::LoadOptions load = load_options(o.node);
     load.need_nvml = true;
-    const Config config = node_config(o.node);
-    const NodeKnowledge k = start::know_node(config, load);
-    const Node& node = k.node;
-    const NvlinkGraph graph = nvlink_graph(node.gpus);
+    const config::Config config = node_config(o.node);
+    const node::NodeKnowledge k = start::know_node(config, load);
+    const node::Node& node = k.node;
+    const node::NvlinkGraph graph = node::nvlink_graph(node.gpus);
     if (!graph.unknown.empty() && o.nvlink != "ignore")
         fmt::print(stderr, "gpubind: warning: NVLink unknown ({}): placing by PCIe and NUMA\n",
                    graph.unknown);
 
     // The places discovery left empty come from sysfs, with the nearest HCAs.
-    std::vector<sysfs::Hca> hcas;
-    if (o.with_hcas) hcas = sysfs::hcas(config.roots.sys);
-    const std::vector<GpuTopology> topo = read_topology(node, config.roots.sys, hcas, {});
-    std::vector<Gpu> gpus = node.gpus;
+    std::vector<node::sysfs::Hca> hcas;
+    if (o.with_hcas) hcas = node::sysfs::hcas(config.roots.sys);
+    const std::vector<node::GpuTopology> topo =
+        node::read_topology(node, config.roots.sys, hcas, {});
+    std::vector<node::Gpu> gpus = node.gpus;
     for (std::size_t i = 0; i < gpus.size(); ++i) gpus[i].place = topo[i].place;
 
-    PlaceRequest r;
+    node::PlaceRequest r;
     r.count = o.gpus;
     r.from = positions(node, o.from, "--from");
     r.must_include = positions(node, o.must_include, "--must-include");
     r.nvlink = need_of(o.nvlink);
-    const Placement p = place_gpus(place_topology(gpus, graph), r);
+    const node::Placement p = node::place_gpus(node::place_topology(gpus, graph), r);
 
     std::vector<unsigned> indices;
     std::vector<std::string> uuids, near;

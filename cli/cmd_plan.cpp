@@ -28,9 +28,10 @@ void register_plan(CLI::App& app, Action& action) {
     cmd->add_flag("--json", o->json, "JSON output (schema gpubind.plan/v1)");
     cmd->callback([o, &action] {
         action = [o] {
-            const Config config = node_config(o->node);
-            const oci::Spec spec = oci::load_spec(std::filesystem::absolute(o->bundle));
-            const Decision d = start::decide(spec, config);
+            const config::Config config = node_config(o->node);
+            const decide::oci::Spec spec =
+                decide::oci::load_spec(std::filesystem::absolute(o->bundle));
+            const decide::Decision d = start::decide(spec, config);
             if (o->json) {
                 nlohmann::json out = {{"schema", "gpubind.plan/v1"},
                                       {"gpu_container", d.gpu_container()},

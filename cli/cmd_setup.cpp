@@ -44,8 +44,9 @@ std::vector<std::string> run_host_install(const SetupOptions& o) {
     for (const auto& name : o.engines) {
         const auto engine = *setup::parse_engine(name);
         if (engine == setup::Engine::Runc)
-            throw_invalid("parse arguments", "--engine runc",
-                          "has no host config to register in; use --bundle without --host-root");
+            util::throw_invalid(
+                "parse arguments", "--engine runc",
+                "has no host config to register in; use --bundle without --host-root");
         in.engines.push_back(engine);
     }
     if (in.program_dirs.empty()) {
@@ -55,7 +56,7 @@ std::vector<std::string> run_host_install(const SetupOptions& o) {
     std::error_code ec;
     if (!in.remove && (std::filesystem::exists(o.install_config, ec) ||
                        o.install_config != "/etc/gpubind/config.toml")) {
-        in.config_text = read_file(o.install_config, 1u << 20);
+        in.config_text = util::read_file(o.install_config, 1u << 20);
         in.config_what = o.install_config.string();
     } else {
         in.config_what = "the built-in config";
@@ -81,8 +82,8 @@ std::optional<mode_t> parse_mode(const std::string& text) {
 int run_setup(const SetupOptions& o) {
     if (!o.host.host_root.empty()) {
         for (const auto& line : run_host_install(o)) std::printf("%s\n", line.c_str());
-        if (std::fflush(stdout) != 0) throw_errno("write", "standard output");
-        return kExitOk;
+        if (std::fflush(stdout) != 0) util::throw_errno("write", "standard output");
+        return util::kExitOk;
     }
     // Every engine's files are read and checked before any is written.
     std::vector<std::vector<setup::Change>> plans;
@@ -129,13 +130,13 @@ int run_setup(const SetupOptions& o) {
     if (o.dev_char_links)
         for (const auto& line : setup::dev_char_links(o.dev_root, proc_root, o.dry_run))
             std::printf("%s\n", line.c_str());
-    if (std::fflush(stdout) != 0) throw_errno("write", "standard output");
+    if (std::fflush(stdout) != 0) util::throw_errno("write", "standard output");
     if (left > 0) {
         std::fprintf(stderr, "gpubind setup: %u device nodes are not the driver's and were left\n",
                      left);
         return doctor::kExitProblem;
     }
-    return kExitOk;
+    return util::kExitOk;
 }
 
 }  // namespace

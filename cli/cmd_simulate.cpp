@@ -29,13 +29,13 @@ struct SimulateOptions {
 // "0:1:0,0:2:0" -> MIG specs; a bad field is a usage error naming it.
 std::vector<sim::MigSpec> parse_mig(const std::string& text, unsigned gpus) {
     std::vector<sim::MigSpec> out;
-    for (auto item : split(text, ',')) {
-        item = trim(item);
+    for (auto item : util::split(text, ',')) {
+        item = util::trim(item);
         if (item.empty()) continue;
-        auto fields = split(item, ':');
+        auto fields = util::split(item, ':');
         std::optional<unsigned long> n[3];
         if (fields.size() == 3)
-            for (std::size_t i = 0; i < 3; ++i) n[i] = parse_unsigned(trim(fields[i]));
+            for (std::size_t i = 0; i < 3; ++i) n[i] = util::parse_unsigned(util::trim(fields[i]));
         if (fields.size() != 3 || !n[0] || !n[1] || !n[2] || *n[0] > 0xffff || *n[1] > 0xffff ||
             *n[2] > 0xffff)
             throw CLI::ValidationError(
@@ -168,7 +168,7 @@ void register_simulate(CLI::App& app, Action& action) {
             if (t == "gh200") o->spec.model = "NVIDIA GH200 480GB";
         }
         o->spec.mig = parse_mig(o->mig, o->spec.gpus);
-        o->spec.compat32 = platform::kHasCompat32 && !o->no_compat32;
+        o->spec.compat32 = util::platform::kHasCompat32 && !o->no_compat32;
         o->spec.ipcs = !o->no_ipcs;
         o->spec.firmware = !o->no_firmware;
         o->spec.graphics = !o->no_graphics;

@@ -30,13 +30,13 @@ void add_compat32_flag(CLI::App& cmd, bool& compat32, const std::string& help);
 // Adds --config, --root, --ldcache to `cmd`.
 void add_node_options(CLI::App& cmd, NodeOptions& opts);
 // The config the options describe: the config file, then --root and --ldcache over it.
-Config node_config(const NodeOptions& opts);
+config::Config node_config(const NodeOptions& opts);
 // `config` with --root and --ldcache over it.
-Config with_node_options(Config config, const NodeOptions& opts);
+config::Config with_node_options(config::Config config, const NodeOptions& opts);
 // How a command loads the node description: --root and --ldcache describe
 // another node than the configured one, whose knowledge is never stored
 // (nor its CDI specs refreshed).
-LoadOptions load_options(const NodeOptions& opts);
+node::LoadOptions load_options(const NodeOptions& opts);
 
 void register_info(CLI::App& app, Action& action);
 void register_list(CLI::App& app, Action& action);

@@ -10,10 +10,10 @@ void add_compat32_flag(CLI::App& cmd, bool& compat32, const std::string& help) {
     cmd.add_flag_function(
         "--compat32",
         [&compat32](std::int64_t) {
-            if (!platform::kHasCompat32)
-                throw CLI::ValidationError(
-                    "--compat32",
-                    fmt::format("an {} node has no 32-bit driver libraries", platform::kMachine));
+            if (!util::platform::kHasCompat32)
+                throw CLI::ValidationError("--compat32",
+                                           fmt::format("an {} node has no 32-bit driver libraries",
+                                                       util::platform::kMachine));
             compat32 = true;
         },
         help);
@@ -28,17 +28,17 @@ void add_node_options(CLI::App& cmd, NodeOptions& opts) {
     cmd.add_option("--ldcache", opts.ldcache, "ld.so.cache to read (default ROOT/etc/ld.so.cache)");
 }
 
-Config node_config(const NodeOptions& opts) {
-    return with_node_options(load_effective_config(opts.config), opts);
+config::Config node_config(const NodeOptions& opts) {
+    return with_node_options(config::load_effective_config(opts.config), opts);
 }
 
-LoadOptions load_options(const NodeOptions& opts) {
-    LoadOptions load;
+node::LoadOptions load_options(const NodeOptions& opts) {
+    node::LoadOptions load;
     load.write = opts.root.empty() && opts.ldcache.empty();
     return load;
 }
 
-Config with_node_options(Config config, const NodeOptions& opts) {
+config::Config with_node_options(config::Config config, const NodeOptions& opts) {
     if (!opts.root.empty()) {
         auto root = std::filesystem::absolute(opts.root);
         config.roots = {root, root, root / "proc", root / "sys"};

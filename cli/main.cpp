@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
     auto log = spdlog::stderr_color_st("gpubind");
     log->set_pattern("gpubind: %l: %v");
     log->set_level(spdlog::level::warn);
-    set_logger(log);
+    util::set_logger(log);
 
     CLI::App app{"gpubind: give containers NVIDIA GPUs", "gpubind"};
     app.require_subcommand(1);
@@ -35,15 +35,15 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? kExitOk : kExitUsage;
+        return app.exit(e) == 0 ? util::kExitOk : util::kExitUsage;
     }
     try {
-        return action ? action() : kExitOk;
+        return action ? action() : util::kExitOk;
     } catch (const std::system_error& e) {
         std::fprintf(stderr, "gpubind: %s\n", e.what());
-        return exit_code_for(e);
+        return util::exit_code_for(e);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "gpubind: %s\n", e.what());
-        return kExitFailure;
+        return util::kExitFailure;
     }
 }

@@ -29,7 +29,7 @@ class EscapingFormatter final : public spdlog::formatter {
 
     void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
         const std::string escaped =
-            escape_control(std::string_view(msg.payload.data(), msg.payload.size()));
+            util::escape_control(std::string_view(msg.payload.data(), msg.payload.size()));
         spdlog::details::log_msg copy = msg;
         copy.payload = spdlog::string_view_t(escaped.data(), escaped.size());
         inner_->format(copy, dest);
@@ -51,7 +51,7 @@ inline void set_escaped_pattern(spdlog::sinks::sink& sink, const std::string& pa
 // Outside text as a literal part of a pattern: escaped, '%' doubled.
 inline std::string pattern_text(std::string_view text) {
     std::string out;
-    for (char c : escape_control(text)) {
+    for (char c : util::escape_control(text)) {
         out += c;
         if (c == '%') out += '%';
     }

@@ -48,40 +48,40 @@ void set_up_logging(const nvc::Args& args) {
     auto logger = std::make_shared<spdlog::logger>("gpubind-nvc", sinks.begin(), sinks.end());
     logger->set_level(args.global.debug.empty() ? spdlog::level::warn : spdlog::level::debug);
     logger->flush_on(spdlog::level::trace);
-    set_logger(std::move(logger));
+    util::set_logger(std::move(logger));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
     // enroot runs its hooks with the container's environment: none of it is read.
-    harden::clear_environment({});
+    os::harden::clear_environment({});
     const nvc::Args args = nvc::parse(argc, argv);
     const std::string& program = args.program;
     if (!args.usage_error.empty()) {
         std::fprintf(stderr, "%s: %s (see %s --help)\n", program.c_str(),
-                     escape_control(args.usage_error).c_str(), program.c_str());
-        return kExitUsage;
+                     util::escape_control(args.usage_error).c_str(), program.c_str());
+        return util::kExitUsage;
     }
     if (args.command == nvc::Command::Help) {
         std::fputs(nvc::help_text(program, args.help_for).c_str(), stdout);
-        return kExitOk;
+        return util::kExitOk;
     }
     if (args.command == nvc::Command::Version) {
         std::fputs(nvc::version_text(GPUBIND_VERSION).c_str(), stdout);
-        return kExitOk;
+        return util::kExitOk;
     }
     set_up_logging(args);
     try {
-        const Config config =
-            nvc::with_global(load_trusted_config_beside(own_program().parent_path()), args.global);
+        const config::Config config = nvc::with_global(
+            config::load_trusted_config_beside(own_program().parent_path()), args.global);
         return nvc::run(args, config);
     } catch (const std::system_error& e) {
-        logger().debug("failed: {}", e.what());
-        std::fprintf(stderr, "%s: %s\n", program.c_str(), escape_control(e.what()).c_str());
-        return exit_code_for(e);
+        util::logger().debug("failed: {}", e.what());
+        std::fprintf(stderr, "%s: %s\n", program.c_str(), util::escape_control(e.what()).c_str());
+        return util::exit_code_for(e);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "%s: %s\n", program.c_str(), escape_control(e.what()).c_str());
-        return kExitFailure;
+        std::fprintf(stderr, "%s: %s\n", program.c_str(), util::escape_control(e.what()).c_str());
+        return util::kExitFailure;
     }
 }

@@ -12,5 +12,5 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: gpubind-nvml LIBRARY\n");
         return 2;
     }
-    return gpubind::write_nvml_report(argv[1], STDOUT_FILENO);
+    return gpubind::node::write_nvml_report(argv[1], STDOUT_FILENO);
 }

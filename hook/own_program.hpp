@@ -11,7 +11,7 @@ namespace gpubind {
 inline std::filesystem::path own_program() {
     std::error_code ec;
     std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec) throw Error(ec.value(), "read link", "/proc/self/exe");
+    if (ec) throw util::Error(ec.value(), "read link", "/proc/self/exe");
     return p;
 }
 

@@ -30,7 +30,7 @@ class EngineLogSink final : public spdlog::sinks::base_sink<spdlog::details::nul
   public:
     EngineLogSink(const std::string& path, bool json) : json_(json) {
         file_ = std::fopen(path.c_str(), "ae");
-        if (!file_) throw_errno("open log", path);
+        if (!file_) util::throw_errno("open log", path);
     }
     ~EngineLogSink() override {
         if (file_) std::fclose(file_);
@@ -75,7 +75,7 @@ struct RuntimeLog {
 // The logger is made by the first message at its level (log_sink.hpp): a
 // create whose config asks for warnings writes none and builds no sink.
 inline void set_up_logging(const RuntimeLog& setup) {
-    set_lazy_logger(setup.level, [setup] {
+    util::set_lazy_logger(setup.level, [setup] {
         std::vector<spdlog::sink_ptr> engine;
         if (!setup.engine_log.empty()) {
             try {

@@ -34,11 +34,11 @@ int main(int argc, char** argv) {
         const bool creates = args.command == "create" || args.command == "run";
         // The spec's edit to come: its heap and stack mapped in one call each
         // (os/prefault.hpp; 128 KiB is what an edit for four GPUs touches).
-        if (creates) prefault({.heap = 128 * 1024, .stack = 32 * 1024});
+        if (creates) os::prefault({.heap = 128 * 1024, .stack = 32 * 1024});
         RuntimeLog log{.engine_log = args.log, .json = args.log_format == "json"};
         set_up_logging(log);
         const std::filesystem::path own_dir = own_program().parent_path();
-        const Config config = load_trusted_config_beside(own_dir);
+        const config::Config config = config::load_trusted_config_beside(own_dir);
         log.level = spdlog::level::from_str(config.log.level);
         log.file = config.log.file;
         log.id = args.id;
@@ -47,9 +47,10 @@ int main(int argc, char** argv) {
         std::string runtime = start::prepare(args, config, own_dir / "gpubind-hook").string();
         if (creates) {
             const auto found = Clock::now();
-            logger().debug("timing: config {} us, bundle and runtime {} us, main to exec {} us",
-                           micros(started, configured), micros(configured, found),
-                           micros(started, found));
+            util::logger().debug(
+                "timing: config {} us, bundle and runtime {} us, main to exec {} us",
+                util::micros(started, configured), util::micros(configured, found),
+                util::micros(started, found));
         }
         // The log files are closed (a logger made is dropped): the runtime
         // inherits no descriptor of ours. Should execve fail, stderr says so.
@@ -58,12 +59,12 @@ int main(int argc, char** argv) {
         real[0] = runtime.data();
         real.push_back(nullptr);
         ::execve(runtime.c_str(), real.data(), environ);
-        throw_errno("execute", runtime);
+        util::throw_errno("execute", runtime);
     } catch (const std::system_error& e) {
-        logger().error("{}", e.what());
-        return exit_code_for(e);
+        util::logger().error("{}", e.what());
+        return util::exit_code_for(e);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "gpubind-runtime: %s\n", e.what());
-        return kExitFailure;
+        return util::kExitFailure;
     }
 }

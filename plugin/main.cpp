@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     auto log = spdlog::stderr_logger_mt("gpubind-device-plugin");
     log->set_pattern("gpubind-device-plugin: %l: %v");
     log->set_level(spdlog::level::info);
-    set_logger(log);
+    util::set_logger(log);
 
     CLI::App app{"gpubind-device-plugin: the node's GPUs for the kubelet", "gpubind-device-plugin"};
     app.set_version_flag("--version", std::string(GPUBIND_VERSION));
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? kExitOk : kExitUsage;
+        return app.exit(e) == 0 ? util::kExitOk : util::kExitUsage;
     }
 
     // SIGTERM and SIGINT are taken by a thread of their own (sigwait), so they
@@ -47,37 +47,38 @@ int main(int argc, char** argv) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
     try {
-        ConfigWithPlugin c = [&] {
+        config::ConfigWithPlugin c = [&] {
             try {
-                return load_effective_config_with_plugin(config_path);
-            } catch (const Error& e) {
+                return config::load_effective_config_with_plugin(config_path);
+            } catch (const util::Error& e) {
                 std::fprintf(stderr, "gpubind-device-plugin: %s\n", e.what());
-                std::exit(kExitUsage);  // a bad config is the command's fault: exit 2
+                std::exit(util::kExitUsage);  // a bad config is the command's fault: exit 2
             }
         }();
         if (!plugin_dir.empty()) c.plugin.plugin_dir = plugin_dir;
         log->set_level(spdlog::level::from_str(c.config.log.level));
-        LoadOptions load;
+        node::LoadOptions load;
         load.need_nvml = true;  // NVLink for the preferred allocation
-        Node node = load_node(c.config, load).node;
-        const Config config = c.config;
-        plugin::Server server(
-            c.config, c.plugin, std::move(node),
-            [config, load]() -> std::optional<Node> { return load_node(config, load).node; });
+        node::Node node = node::load_node(c.config, load).node;
+        const config::Config config = c.config;
+        plugin::Server server(c.config, c.plugin, std::move(node),
+                              [config, load]() -> std::optional<node::Node> {
+                                  return node::load_node(config, load).node;
+                              });
         std::thread waiter([&] {
             int sig = 0;
             sigwait(&stop_signals, &sig);
-            logger().info("device plugin: signal {}, stopping", sig);
+            util::logger().info("device plugin: signal {}, stopping", sig);
             server.stop();
         });
         waiter.detach();
         server.run();
-        return kExitOk;
+        return util::kExitOk;
     } catch (const std::system_error& e) {
         std::fprintf(stderr, "gpubind-device-plugin: %s\n", e.what());
-        return exit_code_for(e);
+        return util::exit_code_for(e);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "gpubind-device-plugin: %s\n", e.what());
-        return kExitFailure;
+        return util::kExitFailure;
     }
 }

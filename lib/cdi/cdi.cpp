@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 // Where a host path under the driver root appears in a container.
-std::optional<fs::path> container_path(const Node& node, const fs::path& host) {
+std::optional<fs::path> container_path(const node::Node& node, const fs::path& host) {
     const fs::path rel =
         host.lexically_normal().lexically_relative(node.roots.driver.lexically_normal());
     if (rel.empty() || *rel.begin() == "..") return std::nullopt;
@@ -43,10 +43,10 @@ std::optional<fs::path> container_path(const Node& node, const fs::path& host) {
 
 // The directory most of the node's libraries (64-bit or 32-bit) are in, as
 // a container sees it.
-std::optional<fs::path> library_dir(const Node& node, bool compat32) {
+std::optional<fs::path> library_dir(const node::Node& node, bool compat32) {
     std::map<fs::path, unsigned> count;
     for (const auto& f : node.files)
-        if (f.kind == FileKind::Library && f.compat32 == compat32)
+        if (f.kind == node::FileKind::Library && f.compat32 == compat32)
             if (auto dir = container_path(node, fs::path(f.host_path).parent_path())) ++count[*dir];
     std::optional<fs::path> best;
     unsigned most = 0;
@@ -58,28 +58,28 @@ std::optional<fs::path> library_dir(const Node& node, bool compat32) {
     return best;
 }
 
-json node_json(const DeviceNode& n) {
+json node_json(const node::DeviceNode& n) {
     json j = {{"path", n.path},
               {"type", "c"},
               {"major", n.major},
               {"minor", n.minor},
               {"fileMode", static_cast<unsigned>(n.mode & 0777)},
               {"permissions", "rw"}};
-    if (normal_path(n.host_path) != normal_path(n.path)) j["hostPath"] = n.host_path;
+    if (util::normal_path(n.host_path) != util::normal_path(n.path)) j["hostPath"] = n.host_path;
     return j;
 }
 
-json device_json(const std::string& name, const std::vector<const DeviceNode*>& nodes) {
+json device_json(const std::string& name, const std::vector<const node::DeviceNode*>& nodes) {
     json list = json::array();
-    for (const DeviceNode* n : nodes) list.push_back(node_json(*n));
+    for (const node::DeviceNode* n : nodes) list.push_back(node_json(*n));
     return {{"name", name}, {"containerEdits", {{"deviceNodes", list}}}};
 }
 
 // A device under a name the CDI rules accept; another name is left out (logged).
 void add_device(json& devices, const std::string& name,
-                const std::vector<const DeviceNode*>& nodes) {
-    if (auto why = device_name_error(name)) {
-        logger().warn("CDI spec: leaving out device \"{}\": {}", name, *why);
+                const std::vector<const node::DeviceNode*>& nodes) {
+    if (auto why = util::device_name_error(name)) {
+        util::logger().warn("CDI spec: leaving out device \"{}\": {}", name, *why);
         return;
     }
     devices.push_back(device_json(name, nodes));
@@ -92,20 +92,20 @@ json with_version(json spec) {
 
 }  // namespace
 
-Image image_for(const Node& node, Image image) {
+decide::Image image_for(const node::Node& node, decide::Image image) {
     if (auto dir = library_dir(node, false)) image.lib_dir = *dir;
     if (auto dir = library_dir(node, true)) image.lib32_dir = *dir;
     image.bin_dir = "/usr/bin";
     return image;
 }
 
-json gpu_spec(const Node& node, const Config& config) {
-    Request request;
-    request.source = RequestSource::Explicit;
-    request.devices = {DeviceIdsKind::All, {}};
+json gpu_spec(const node::Node& node, const config::Config& config) {
+    decide::Request request;
+    request.source = decide::RequestSource::Explicit;
+    request.devices = {node::DeviceIdsKind::All, {}};
     request.caps = config.cdi.caps;
-    const Plan plan = make_plan(request, node, select_devices(node, request.devices),
-                                image_for(node), config, {});
+    const decide::Plan plan = decide::make_plan(
+        request, node, node::select_devices(node, request.devices), image_for(node), config, {});
 
     // The nodes of single devices; every other planned node is common.
     std::set<fs::path> own;
@@ -131,18 +131,20 @@ json gpu_spec(const Node& node, const Config& config) {
     std::string config_path;
     if (!config.source.empty())
         config_path = fs::absolute(config.source).lexically_normal().string();
-    edits["hooks"] = json::array({{{"hookName", "createRuntime"},
-                                   {"path", config.cdi.hook.string()},
-                                   {"args", {"gpubind-hook", std::string(kHookStage)}},
-                                   {"env", {std::string(kConfigEnv) + "=" + config_path}}}});
+    edits["hooks"] =
+        json::array({{{"hookName", "createRuntime"},
+                      {"path", config.cdi.hook.string()},
+                      {"args", {"gpubind-hook", std::string(kHookStage)}},
+                      {"env", {std::string(config::kConfigEnv) + "=" + config_path}}}});
 
     // With the capabilities of a GPU-bound family (DRM with graphics), each
     // GPU's device carries that family's nodes of the GPU too.
-    auto gpu_nodes = [&](const Gpu& gpu) {
-        std::vector<const DeviceNode*> out = {&gpu.node};
+    auto gpu_nodes = [&](const node::Gpu& gpu) {
+        std::vector<const node::DeviceNode*> out = {&gpu.node};
         for (const auto& family : config.families) {
-            const FamilyNodes* f = find_family(node, family.name);
-            if (family.source != FamilySource::Drm || !(family.caps & config.cdi.caps) || !f)
+            const node::FamilyNodes* f = node::find_family(node, family.name);
+            if (family.source != config::FamilySource::Drm || !(family.caps & config.cdi.caps) ||
+                !f)
                 continue;
             for (const auto& d : f->devices)
                 if (d.pci_bus_id == gpu.pci_bus_id)
@@ -157,28 +159,30 @@ json gpu_spec(const Node& node, const Config& config) {
     }
     for (const auto& gpu : node.gpus)
         for (const auto& m : gpu.mig) {
-            const std::vector<const DeviceNode*> mig_nodes = {&gpu.node, &m.gi_cap, &m.ci_cap};
+            const std::vector<const node::DeviceNode*> mig_nodes = {&gpu.node, &m.gi_cap,
+                                                                    &m.ci_cap};
             add_device(devices, fmt::format("{}:{}", gpu.index, m.index), mig_nodes);
             if (!m.uuid.empty()) add_device(devices, m.uuid, mig_nodes);
         }
     if (!node.gpus.empty()) {
-        std::vector<const DeviceNode*> all;
+        std::vector<const node::DeviceNode*> all;
         for (const auto& gpu : node.gpus)
-            for (const DeviceNode* n : gpu_nodes(gpu)) all.push_back(n);
+            for (const node::DeviceNode* n : gpu_nodes(gpu)) all.push_back(n);
         add_device(devices, "all", all);
     }
     return with_version(
         {{"kind", config.cdi.kind}, {"devices", devices}, {"containerEdits", edits}});
 }
 
-std::optional<json> family_spec(const Node& node, const Config& config, std::string_view name) {
-    const Family* family = config.family(name);
-    const FamilyNodes* f = find_family(node, name);
+std::optional<json> family_spec(const node::Node& node, const config::Config& config,
+                                std::string_view name) {
+    const config::Family* family = config.family(name);
+    const node::FamilyNodes* f = node::find_family(node, name);
     if (!family || family->cdi_kind.empty() || !f) return std::nullopt;
     json devices = json::array();
-    std::vector<const DeviceNode*> all;
+    std::vector<const node::DeviceNode*> all;
     for (const auto& d : f->devices) {
-        std::vector<const DeviceNode*> nodes;
+        std::vector<const node::DeviceNode*> nodes;
         for (const auto& n : d.nodes) nodes.push_back(&n);
         all.insert(all.end(), nodes.begin(), nodes.end());
         add_device(devices, d.name, nodes);
@@ -190,23 +194,23 @@ std::optional<json> family_spec(const Node& node, const Config& config, std::str
     if (!shared.empty()) edits["deviceNodes"] = shared;
     json mounts = json::array();
     for (const auto& file : f->files)
-        mounts.push_back({{"hostPath", detail::under(node.roots.driver, file).string()},
+        mounts.push_back({{"hostPath", node::detail::under(node.roots.driver, file).string()},
                           {"containerPath", file},
-                          {"options", cdi::mount_options(kMountReadOnly | kMountNoSuid |
-                                                         kMountNoDev | kMountNoExec)}});
+                          {"options", cdi::mount_options(util::kMountReadOnly | util::kMountNoSuid |
+                                                         util::kMountNoDev | util::kMountNoExec)}});
     if (!mounts.empty()) edits["mounts"] = mounts;
     json spec = {{"kind", family->cdi_kind}, {"devices", devices}};
     if (!edits.empty()) spec["containerEdits"] = edits;
     return with_version(spec);
 }
 
-std::optional<json> imex_spec(const Node& node, const Config& config) {
+std::optional<json> imex_spec(const node::Node& node, const config::Config& config) {
     if (node.imex_channels.empty()) return std::nullopt;
     json devices = json::array();
     for (const auto& channel : node.imex_channels)
         add_device(devices, std::to_string(channel.minor), {&channel});
     return with_version(
-        {{"kind", std::string(vendor_of(config.cdi.kind)) + "/" + std::string(kImexClass)},
+        {{"kind", std::string(util::vendor_of(config.cdi.kind)) + "/" + std::string(kImexClass)},
          {"devices", devices}});
 }
 
@@ -221,13 +225,13 @@ std::string file_name(std::string_view kind, Format format) {
 }
 
 bool write_if_changed(const fs::path& path, std::string_view content, bool check_dir) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    util::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     struct stat st {};
     if (fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
         static_cast<std::size_t>(st.st_size) == content.size() &&
-        read_fd(fd.get(), content.size(), path.string()) == content)
+        util::read_fd(fd.get(), content.size(), path.string()) == content)
         return false;
-    write_file_atomic(path, content, {.mode = 0644, .check_dir = check_dir});
+    util::write_file_atomic(path, content, {.mode = 0644, .check_dir = check_dir});
     return true;
 }
 
@@ -235,11 +239,11 @@ namespace {
 
 // The files refresh() writes: the GPU spec, the IMEX spec, then each
 // family's that has a CDI kind (config order).
-std::vector<fs::path> spec_files(const Config& config) {
+std::vector<fs::path> spec_files(const config::Config& config) {
     const fs::path& dir = config.cdi.dir;
-    std::vector<fs::path> out = {
-        dir / file_name(config.cdi.kind),
-        dir / file_name(std::string(vendor_of(config.cdi.kind)) + "/" + std::string(kImexClass))};
+    std::vector<fs::path> out = {dir / file_name(config.cdi.kind),
+                                 dir / file_name(std::string(util::vendor_of(config.cdi.kind)) +
+                                                 "/" + std::string(kImexClass))};
     for (const auto& f : config.families)
         if (!f.cdi_kind.empty()) out.push_back(dir / file_name(f.cdi_kind));
     return out;
@@ -248,20 +252,20 @@ std::vector<fs::path> spec_files(const Config& config) {
 // Removes `file`; whether it was there.
 bool remove_file(const fs::path& file) {
     if (::unlink(file.c_str()) == 0) return true;
-    if (errno != ENOENT) throw_errno("remove", file.string());
+    if (errno != ENOENT) util::throw_errno("remove", file.string());
     return false;
 }
 
 }  // namespace
 
-std::vector<fs::path> remove(const Config& config) {
+std::vector<fs::path> remove(const config::Config& config) {
     std::vector<fs::path> out;
     for (const auto& f : spec_files(config))
         if (remove_file(f)) out.push_back(f);
     return out;
 }
 
-std::vector<SpecFile> wanted_specs(const Node& node, const Config& config) {
+std::vector<SpecFile> wanted_specs(const node::Node& node, const config::Config& config) {
     const auto files = spec_files(config);
     std::vector<SpecFile> out = {{files[0], serialize(gpu_spec(node, config), Format::Json)},
                                  {files[1], std::nullopt}};
@@ -276,17 +280,17 @@ std::vector<SpecFile> wanted_specs(const Node& node, const Config& config) {
     return out;
 }
 
-std::vector<fs::path> refresh(const Node& node, const Config& config) {
+std::vector<fs::path> refresh(const node::Node& node, const config::Config& config) {
     std::vector<fs::path> changed;
     const fs::path& dir = config.cdi.dir;
-    make_directories(dir);
+    util::make_directories(dir);
     for (const SpecFile& f : wanted_specs(node, config))
         if (f.content ? write_if_changed(f.path, *f.content) : remove_file(f.path))
             changed.push_back(f.path);
     return changed;
 }
 
-bool written_for(std::string_view spec_text, const Config& config) {
+bool written_for(std::string_view spec_text, const config::Config& config) {
     const json spec = json::parse(spec_text, nullptr, false);
     if (spec.is_discarded()) return false;
     const std::string dev = (config.roots.dev / "dev").lexically_normal().string() + "/";
@@ -308,18 +312,18 @@ bool written_for(std::string_view spec_text, const Config& config) {
     return nodes > 0 && all_here;
 }
 
-void refresh_quietly(const Node& node, const Config& config) {
+void refresh_quietly(const node::Node& node, const config::Config& config) {
     try {
         // This node's specs that are there, and what they hold: nothing is
         // computed for a node that has none.
         std::map<fs::path, std::string> ours;
         for (const fs::path& file : spec_files(config)) {
-            Fd fd(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+            util::Fd fd(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
             struct stat st {};
             if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-            std::string text = read_fd(fd.get(), kMaxSpecFileSize, file.string());
+            std::string text = util::read_fd(fd.get(), kMaxSpecFileSize, file.string());
             if (!written_for(text, config)) {
-                logger().debug("CDI spec {} is not this node's: left alone", file.string());
+                util::logger().debug("CDI spec {} is not this node's: left alone", file.string());
                 continue;
             }
             ours.emplace(file, std::move(text));
@@ -329,25 +333,27 @@ void refresh_quietly(const Node& node, const Config& config) {
             const auto there = ours.find(f.path);
             if (there == ours.end() || (f.content && *f.content == there->second)) continue;
             if (f.content)
-                write_file_atomic(f.path, *f.content, {.mode = 0644});
+                util::write_file_atomic(f.path, *f.content, {.mode = 0644});
             else
                 remove_file(f.path);
-            logger().info("CDI spec {} rewritten: the node changed", f.path.string());
+            util::logger().info("CDI spec {} rewritten: the node changed", f.path.string());
         }
     } catch (const std::system_error& e) {
         // A rootless start cannot write there, and need not say so every time.
         const int err = e.code().value();
         if (err == EACCES || err == EPERM || err == EROFS)
-            logger().debug("CDI spec under {} not refreshed: {}", config.cdi.dir.string(),
-                           e.what());
+            util::logger().debug("CDI spec under {} not refreshed: {}", config.cdi.dir.string(),
+                                 e.what());
         else
-            logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
+            util::logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(),
+                                e.what());
     } catch (const std::exception& e) {
-        logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(), e.what());
+        util::logger().warn("CDI spec under {} not refreshed: {}", config.cdi.dir.string(),
+                            e.what());
     }
 }
 
-SpecSelection selection_in_spec(const Node& node, const json& spec) {
+SpecSelection selection_in_spec(const node::Node& node, const json& spec) {
     std::set<std::tuple<std::string, unsigned, unsigned>> present;
     const json* linux = spec.is_object() && spec.contains("linux") ? &spec["linux"] : nullptr;
     if (linux && linux->is_object() && linux->contains("devices") && (*linux)["devices"].is_array())
@@ -359,11 +365,11 @@ SpecSelection selection_in_spec(const Node& node, const json& spec) {
             if (path == d.end() || !path->is_string() || major == d.end() ||
                 !major->is_number_unsigned() || minor == d.end() || !minor->is_number_unsigned())
                 continue;
-            present.insert({normal_path(path->get_ref<const std::string&>()),
+            present.insert({util::normal_path(path->get_ref<const std::string&>()),
                             major->get<unsigned>(), minor->get<unsigned>()});
         }
-    auto has = [&](const DeviceNode& n) {
-        return present.count({normal_path(n.path), n.major, n.minor}) > 0;
+    auto has = [&](const node::DeviceNode& n) {
+        return present.count({util::normal_path(n.path), n.major, n.minor}) > 0;
     };
     SpecSelection out;
     for (const auto& gpu : node.gpus) {

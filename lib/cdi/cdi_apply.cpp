@@ -49,7 +49,7 @@ class Checker {
     explicit Checker(std::string what) : what_(std::move(what)) {}
 
     [[noreturn]] void fail(const std::string& where, const std::string& why) const {
-        throw_invalid("read CDI spec", what_, where.empty() ? why : where + ": " + why);
+        util::throw_invalid("read CDI spec", what_, where.empty() ? why : where + ": " + why);
     }
 
     void keys(const json& obj, const std::string& where, std::initializer_list<std::string_view> ok,
@@ -131,7 +131,7 @@ class Checker {
               "gid"});
         if (!d.contains("path")) fail(where, "has no path");
         const std::string p = path(d["path"], where + ".path");
-        if (!normal_path(p).starts_with("/dev/"))
+        if (!util::normal_path(p).starts_with("/dev/"))
             fail(where + ".path", "'" + p + "' is not under /dev");
         if (d.contains("hostPath")) path(d["hostPath"], where + ".hostPath");
         if (d.contains("type")) {
@@ -188,26 +188,27 @@ class Checker {
 // One directory entry read as hostile input: not followed, a root-owned
 // regular file no one else may write, size-capped.
 std::string read_entry(int dirfd, const std::string& name, const fs::path& file) {
-    Fd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    util::Fd fd(
+        ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
         if (errno == ELOOP)
-            throw_invalid("read CDI spec", file.string(), "a symbolic link; refused");
-        throw_errno("open CDI spec", file.string());
+            util::throw_invalid("read CDI spec", file.string(), "a symbolic link; refused");
+        util::throw_errno("open CDI spec", file.string());
     }
     struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", file.string());
+    if (::fstat(fd.get(), &st) != 0) util::throw_errno("stat", file.string());
     if (!S_ISREG(st.st_mode))
-        throw_invalid("read CDI spec", file.string(), "not a regular file; refused");
+        util::throw_invalid("read CDI spec", file.string(), "not a regular file; refused");
     if (st.st_uid != 0)
-        throw_invalid("read CDI spec", file.string(),
-                      fmt::format("owned by uid {}, not root; refused", st.st_uid));
+        util::throw_invalid("read CDI spec", file.string(),
+                            fmt::format("owned by uid {}, not root; refused", st.st_uid));
     if (st.st_mode & (S_IWGRP | S_IWOTH))
-        throw_invalid("read CDI spec", file.string(), "writable by other users; refused");
+        util::throw_invalid("read CDI spec", file.string(), "writable by other users; refused");
     if (static_cast<std::uint64_t>(st.st_size) > kMaxSpecFileSize)
-        throw Error(ErrorKind::Invalid, EFBIG, "read CDI spec", file.string(),
-                    fmt::format("{} bytes, more than the {} a CDI spec may have; refused",
-                                st.st_size, kMaxSpecFileSize));
-    return read_fd(fd.get(), kMaxSpecFileSize, file.string());
+        throw util::Error(util::ErrorKind::Invalid, EFBIG, "read CDI spec", file.string(),
+                          fmt::format("{} bytes, more than the {} a CDI spec may have; refused",
+                                      st.st_size, kMaxSpecFileSize));
+    return util::read_fd(fd.get(), kMaxSpecFileSize, file.string());
 }
 
 // --- applying ---
@@ -220,14 +221,14 @@ json& member(json& parent, const char* key, const json& empty, const std::string
     if (!parent.contains(key) || parent[key].is_null()) parent[key] = empty;
     json& m = parent[key];
     if (m.type() != empty.type())
-        throw_invalid("apply CDI device", where,
-                      fmt::format("is of type {}, not {}", m.type_name(), empty.type_name()));
+        util::throw_invalid("apply CDI device", where,
+                            fmt::format("is of type {}, not {}", m.type_name(), empty.type_name()));
     return m;
 }
 
 // A path compared with others: lexically normal, without a trailing '/'.
 std::string normal(const std::string& p) {
-    return normal_path(p);
+    return util::normal_path(p);
 }
 
 // A device node with its type and numbers, read from the host node (never
@@ -238,9 +239,10 @@ json complete_node(json d, const std::string& device) {
     if (!type.empty() && (type == "p" || has_numbers)) return d;
     const std::string host = d.value("hostPath", d["path"].get<std::string>());
     struct stat st {};
-    if (::lstat(host.c_str(), &st) != 0) throw_errno("apply CDI device " + device + ": stat", host);
+    if (::lstat(host.c_str(), &st) != 0)
+        util::throw_errno("apply CDI device " + device + ": stat", host);
     if (!S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode) && !S_ISFIFO(st.st_mode))
-        throw Error(EINVAL, "apply CDI device", device, host + " is not a device node");
+        throw util::Error(EINVAL, "apply CDI device", device, host + " is not a device node");
     d["type"] = S_ISCHR(st.st_mode) ? "c" : S_ISBLK(st.st_mode) ? "b" : "p";
     if (!S_ISFIFO(st.st_mode)) {
         d["major"] = ::major(st.st_rdev);
@@ -276,9 +278,9 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
             if (added) {
                 g.env.push_back(entry);
             } else if (g.env[at->second] != entry) {
-                throw Error(EEXIST, "apply CDI device", device,
-                            fmt::format("conflict: {} and {} set by the requested devices",
-                                        g.env[at->second], entry));
+                throw util::Error(EEXIST, "apply CDI device", device,
+                                  fmt::format("conflict: {} and {} set by the requested devices",
+                                              g.env[at->second], entry));
             }
         }
     if (edits.contains("deviceNodes"))
@@ -293,9 +295,9 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
                     have.value("type", "") != node.value("type", "") ||
                     have.value("major", 0u) != node.value("major", 0u) ||
                     have.value("minor", 0u) != node.value("minor", 0u))
-                    throw Error(EEXIST, "apply CDI device", device,
-                                fmt::format("conflict: device {} differs from {}'s",
-                                            node["path"].get<std::string>(), who));
+                    throw util::Error(EEXIST, "apply CDI device", device,
+                                      fmt::format("conflict: device {} differs from {}'s",
+                                                  node["path"].get<std::string>(), who));
                 continue;
             }
             g.nodes.emplace_back(std::move(node), device);
@@ -308,9 +310,9 @@ void gather(Gathered& g, const json& edits, const std::string& device) {
             if (!added) {
                 const auto& [have, who] = g.mounts[at->second];
                 if (have != m)
-                    throw Error(EEXIST, "apply CDI device", device,
-                                fmt::format("conflict: mount at {} differs from {}'s",
-                                            m["containerPath"].get<std::string>(), who));
+                    throw util::Error(EEXIST, "apply CDI device", device,
+                                      fmt::format("conflict: mount at {} differs from {}'s",
+                                                  m["containerPath"].get<std::string>(), who));
                 continue;
             }
             g.mounts.emplace_back(m, device);
@@ -339,7 +341,7 @@ std::unordered_map<std::string, std::vector<std::size_t>> index_by(const json& l
 // The number of parts of a normal path ("/" and "": none).
 std::size_t depth(std::string_view path) {
     std::size_t n = 0;
-    for (const std::string_view part : split(path, '/'))
+    for (const std::string_view part : util::split(path, '/'))
         if (!part.empty()) ++n;
     return n;
 }
@@ -364,16 +366,17 @@ DefinedDevices index_devices(const Registry& registry) {
 std::pair<const LoadedSpec*, const json*> resolve(const std::string& name,
                                                   const DefinedDevices& defined,
                                                   const Registry& registry) {
-    const auto q = parse_qualified(name);
-    if (!q) throw_invalid("apply CDI device", name, "not a CDI device name (vendor/class=name)");
+    const auto q = util::parse_qualified(name);
+    if (!q)
+        util::throw_invalid("apply CDI device", name, "not a CDI device name (vendor/class=name)");
     const LoadedSpec* best = nullptr;
     const json* best_device = nullptr;
     if (const auto it = defined.find(q->text()); it != defined.end())
         for (const auto& [s, d] : it->second) {
             if (best && best->priority == s->priority)
-                throw Error(EEXIST, "apply CDI device", name,
-                            fmt::format("conflict: defined by {} and {}", best->file.string(),
-                                        s->file.string()));
+                throw util::Error(EEXIST, "apply CDI device", name,
+                                  fmt::format("conflict: defined by {} and {}", best->file.string(),
+                                              s->file.string()));
             if (!best || s->priority > best->priority) {
                 best = s;
                 best_device = d;
@@ -382,9 +385,9 @@ std::pair<const LoadedSpec*, const json*> resolve(const std::string& name,
     if (!best) {
         std::string refused;
         for (const auto& r : registry.refused) refused += (refused.empty() ? "" : "; ") + r.why;
-        throw Error(ENOENT, "apply CDI device", name,
-                    refused.empty() ? "no CDI spec on this node defines it"
-                                    : "no valid CDI spec defines it (" + refused + ")");
+        throw util::Error(ENOENT, "apply CDI device", name,
+                          refused.empty() ? "no CDI spec on this node defines it"
+                                          : "no valid CDI spec defines it (" + refused + ")");
     }
     return {best, best_device};
 }
@@ -401,7 +404,7 @@ Gathered gather_requested(const std::vector<std::string>& devices, const Registr
             gather(g, best->spec["containerEdits"], name);
         if (best_device->contains("containerEdits"))
             gather(g, (*best_device)["containerEdits"], name);
-        logger().info("CDI device {} from {}", name, best->file.string());
+        util::logger().info("CDI device {} from {}", name, best->file.string());
     }
     return g;
 }
@@ -435,8 +438,9 @@ bool add_once(json& list, std::vector<std::size_t>& same_place, const json& entr
     bool present = false;
     for (const std::size_t i : same_place) {
         if (differs(list[i]))
-            throw Error(EEXIST, "apply CDI device", who,
-                        fmt::format("conflict: the container's spec already {} at {}", has, place));
+            throw util::Error(
+                EEXIST, "apply CDI device", who,
+                fmt::format("conflict: the container's spec already {} at {}", has, place));
         present = true;
     }
     if (present) return false;
@@ -582,7 +586,7 @@ bool load_entry(Registry& reg, int dirfd, const std::string& name, const fs::pat
         reg.specs.push_back(
             {file, priority, parse_spec(text, name.ends_with(".yaml"), file.string())});
         return true;
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         reg.refused.push_back({file, e.what(), read || e.code().value() == EFBIG});
         return false;
     }
@@ -689,7 +693,7 @@ void validate(const json& spec, const std::string& what) {
     if (version_index(version) < 0) c.fail("cdiVersion", "unknown version '" + version + "'");
     if (!spec.contains("kind")) c.fail("", "no kind");
     const std::string& kind = c.string(spec["kind"], "kind");
-    if (auto why = kind_error(kind)) c.fail("kind", "'" + kind + "': " + *why);
+    if (auto why = util::kind_error(kind)) c.fail("kind", "'" + kind + "': " + *why);
     if (spec.contains("annotations")) c.annotations(spec["annotations"], "annotations");
     if (spec.contains("containerEdits")) c.edits(spec["containerEdits"], "containerEdits");
     if (!spec.contains("devices") || !spec["devices"].is_array() || spec["devices"].empty())
@@ -701,7 +705,8 @@ void validate(const json& spec, const std::string& what) {
         c.keys(devices[i], where, {"name", "annotations", "containerEdits"});
         if (!devices[i].contains("name")) c.fail(where, "has no name");
         const std::string& name = c.string(devices[i]["name"], where + ".name");
-        if (auto why = device_name_error(name)) c.fail(where + ".name", "'" + name + "': " + *why);
+        if (auto why = util::device_name_error(name))
+            c.fail(where + ".name", "'" + name + "': " + *why);
         if (!names.insert(name).second) c.fail(where + ".name", "'" + name + "' is defined twice");
         if (devices[i].contains("annotations"))
             c.annotations(devices[i]["annotations"], where + ".annotations");
@@ -709,7 +714,7 @@ void validate(const json& spec, const std::string& what) {
             c.edits(devices[i]["containerEdits"], where + ".containerEdits");
     }
     const std::string needed = minimum_version(spec);
-    if (compare_versions(version, needed) < 0)
+    if (util::compare_versions(version, needed) < 0)
         c.fail("cdiVersion",
                fmt::format("'{}' does not have what the spec uses (it needs {})", version, needed));
 }
@@ -719,13 +724,14 @@ json parse_spec(std::string_view text, bool yaml_text, const std::string& what) 
     if (yaml_text) {
         doc = yaml::parse(text, what);
     } else {
-        if (!json_depth_within(text, oci::kMaxJsonDepth))
-            throw_invalid("read CDI spec", what,
-                          fmt::format("nested deeper than {} levels", oci::kMaxJsonDepth));
+        if (!util::json_depth_within(text, decide::oci::kMaxJsonDepth))
+            util::throw_invalid(
+                "read CDI spec", what,
+                fmt::format("nested deeper than {} levels", decide::oci::kMaxJsonDepth));
         try {
             doc = json::parse(text);
         } catch (const json::exception& e) {
-            throw_invalid("read CDI spec", what, std::string("not JSON: ") + e.what());
+            util::throw_invalid("read CDI spec", what, std::string("not JSON: ") + e.what());
         }
     }
     validate(doc, what);
@@ -736,15 +742,15 @@ Registry load_specs(const std::vector<fs::path>& dirs) {
     Registry reg;
     for (std::size_t priority = 0; priority < dirs.size(); ++priority) {
         const fs::path& dir = dirs[priority];
-        Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        util::Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
         if (!dirfd) {
             if (errno == ENOENT) continue;
-            throw_errno("open CDI spec directory", dir.string());
+            util::throw_errno("open CDI spec directory", dir.string());
         }
         std::vector<std::string> names;
         {
             DIR* d = ::fdopendir(::dup(dirfd.get()));
-            if (!d) throw_errno("list", dir.string());
+            if (!d) util::throw_errno("list", dir.string());
             while (const dirent* e = ::readdir(d)) {
                 std::string name = e->d_name;
                 if (name.ends_with(".json") || name.ends_with(".yaml")) names.push_back(name);
@@ -754,7 +760,7 @@ Registry load_specs(const std::vector<fs::path>& dirs) {
         std::sort(names.begin(), names.end());
         for (const auto& name : names)
             if (!load_entry(reg, dirfd.get(), name, dir / name, static_cast<int>(priority)))
-                logger().warn("{}", reg.refused.back().why);
+                util::logger().warn("{}", reg.refused.back().why);
     }
     return reg;
 }
@@ -763,10 +769,10 @@ Registry load_spec_files(const std::vector<fs::path>& files) {
     Registry reg;
     for (const auto& file : files) {
         const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
-        const Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        const util::Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
         if (!dirfd) {
             reg.refused.push_back(
-                {file, Error(errno, "open CDI spec directory", dir.string()).what()});
+                {file, util::Error(errno, "open CDI spec directory", dir.string()).what()});
             continue;
         }
         load_entry(reg, dirfd.get(), file.filename().string(), file, 0);
@@ -775,10 +781,11 @@ Registry load_spec_files(const std::vector<fs::path>& files) {
 }
 
 json apply(json spec, const std::vector<std::string>& devices, const Registry& registry) {
-    if (!spec.is_object()) throw_invalid("apply CDI device", "config.json", "is not a JSON object");
+    if (!spec.is_object())
+        util::throw_invalid("apply CDI device", "config.json", "is not a JSON object");
     if (devices.size() > kMaxRequestNames)
-        throw Error(
-            ErrorKind::Invalid, E2BIG, "apply CDI device", "config.json",
+        throw util::Error(
+            util::ErrorKind::Invalid, E2BIG, "apply CDI device", "config.json",
             fmt::format("{} CDI devices, more than {}; refused", devices.size(), kMaxRequestNames));
     const Gathered g = gather_requested(devices, registry);
 

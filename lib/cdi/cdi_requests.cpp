@@ -35,29 +35,31 @@ class Names {
     // devices than the configured ones.
     void add(std::vector<std::string>& out, std::string_view list, const std::string& what,
              bool any_vendor) {
-        for (auto field : split(list, ',')) {
-            field = trim(field);
+        for (auto field : util::split(list, ',')) {
+            field = util::trim(field);
             if (field.empty()) continue;
             // Counted before they are told apart: a list of a million copies
             // of one name costs no more than one of distinct names.
             if (++fields_ > kMaxRequestNames)
-                throw Error(ErrorKind::Invalid, E2BIG, "read CDI request", where_,
-                            fmt::format("more than {} CDI device names asked for; refused",
-                                        kMaxRequestNames));
-            auto q = parse_qualified(field);
+                throw util::Error(util::ErrorKind::Invalid, E2BIG, "read CDI request", where_,
+                                  fmt::format("more than {} CDI device names asked for; refused",
+                                              kMaxRequestNames));
+            auto q = util::parse_qualified(field);
             if (!q)
-                throw_invalid("read CDI request", where_,
-                              fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)",
-                                          what, std::string(field)));
-            const std::string_view vendor = vendor_of(q->kind);
+                util::throw_invalid(
+                    "read CDI request", where_,
+                    fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)", what,
+                                std::string(field)));
+            const std::string_view vendor = util::vendor_of(q->kind);
             if (!any_vendor &&
                 std::find(vendors_.begin(), vendors_.end(), vendor) == vendors_.end())
-                throw Error(ECANCELED, "refuse request", where_,
-                            fmt::format("{} names {}, a device of vendor {}; {} may name only "
-                                        "devices of {} ([policy] cdi-vendors)",
-                                        what, q->text(), std::string(vendor),
-                                        privileged_ ? "it" : "a container without CAP_SYS_ADMIN",
-                                        join(vendors_, ", ")));
+                throw util::Error(
+                    ECANCELED, "refuse request", where_,
+                    fmt::format("{} names {}, a device of vendor {}; {} may name only "
+                                "devices of {} ([policy] cdi-vendors)",
+                                what, q->text(), std::string(vendor),
+                                privileged_ ? "it" : "a container without CAP_SYS_ADMIN",
+                                join(vendors_, ", ")));
             std::string name = q->text();
             if (seen_.insert(name).second) out.push_back(std::move(name));
         }
@@ -81,8 +83,8 @@ class Names {
 // what, and what has been found so far (the names, and the sources that gave
 // them).
 struct RequestReader {
-    const oci::Spec& spec;
-    const Policy& policy;
+    const decide::oci::Spec& spec;
+    const config::Policy& policy;
     const std::string where;
     const bool privileged;
     Names names;
@@ -100,11 +102,12 @@ struct RequestReader {
             const std::string& list = value.get_ref<const std::string&>();
             if (!privileged && !policy.accept_cdi_annotations_unprivileged &&
                 list.find_first_not_of(" \t,") != std::string::npos)
-                throw Error(ECANCELED, "refuse request", spec.bundle.string(),
-                            what +
-                                " names CDI devices, but the container is not privileged (no "
-                                "CAP_SYS_ADMIN) and policy accept-cdi-annotations-unprivileged "
-                                "is off");
+                throw util::Error(
+                    ECANCELED, "refuse request", spec.bundle.string(),
+                    what +
+                        " names CDI devices, but the container is not privileged (no "
+                        "CAP_SYS_ADMIN) and policy accept-cdi-annotations-unprivileged "
+                        "is off");
             names.add(out.devices, list, what, privileged);
             sources.push_back(what);
         }
@@ -125,7 +128,7 @@ struct RequestReader {
                 if (!part.empty()) parts.push_back(part.string());
             if (parts.empty() || parts[0] == "." || parts[0] == "..") continue;
             if (parts.size() != 3)
-                throw_invalid(
+                util::throw_invalid(
                     "read CDI request", where,
                     fmt::format("mounts[{}].destination {}: not {}/<vendor>/<class>/<name>", i,
                                 m.destination, kCdiMountDir));
@@ -133,10 +136,11 @@ struct RequestReader {
             const std::string what = fmt::format("mounts[{}].destination", i);
             if (policy.accept_volume_mounts) {
                 names.add(out.devices, name, what, privileged);
-            } else if (!parse_qualified(name)) {
-                throw_invalid("read CDI request", where,
-                              fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)",
-                                          what, name));
+            } else if (!util::parse_qualified(name)) {
+                util::throw_invalid(
+                    "read CDI request", where,
+                    fmt::format("{}: '{}' is not a CDI device name (vendor/class=name)", what,
+                                name));
             }
             if (mounted.empty() && policy.accept_volume_mounts) sources.push_back("volume mounts");
             mounted.push_back(m.destination);
@@ -149,18 +153,18 @@ struct RequestReader {
         auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES");
         if (!visible) return;
         bool cdi = false, other = false;
-        for (auto field : split(*visible, ',')) {
-            field = trim(field);
+        for (auto field : util::split(*visible, ',')) {
+            field = util::trim(field);
             if (field.empty()) continue;
-            (looks_qualified(field) ? cdi : other) = true;
+            (util::looks_qualified(field) ? cdi : other) = true;
         }
         if (cdi && other)
-            throw_invalid(
+            util::throw_invalid(
                 "read CDI request", where,
                 "NVIDIA_VISIBLE_DEVICES mixes CDI names and device ids: '" + *visible + "'");
         if (cdi) {
             if (!privileged && !policy.accept_envvar_unprivileged)
-                throw Error(
+                throw util::Error(
                     ECANCELED, "refuse request", spec.bundle.string(),
                     "NVIDIA_VISIBLE_DEVICES names CDI devices, but the container is not "
                     "privileged (no CAP_SYS_ADMIN) and policy accept_envvar_unprivileged is "
@@ -175,13 +179,13 @@ struct RequestReader {
 
 }  // namespace
 
-Requests read_requests(const oci::Spec& spec, const Config& config) {
-    const Policy& policy = config.policy;
+Requests read_requests(const decide::oci::Spec& spec, const config::Config& config) {
+    const config::Policy& policy = config.policy;
     const std::string where = (spec.bundle / "config.json").string();
     const bool privileged = spec.privileged();
     Names names(where, privileged,
                 policy.cdi_vendors.empty()
-                    ? std::vector<std::string>{std::string(vendor_of(config.cdi.kind))}
+                    ? std::vector<std::string>{std::string(util::vendor_of(config.cdi.kind))}
                     : policy.cdi_vendors);
     RequestReader reader{spec, policy, where, privileged, std::move(names), {}, {}};
     reader.read_annotations();
@@ -190,13 +194,13 @@ Requests read_requests(const oci::Spec& spec, const Config& config) {
         // The mounts replace the variable.
     } else {
         if (!mounted.empty())
-            logger().warn(
+            util::logger().warn(
                 "{}: ignoring the CDI device mounts under {}: policy does not accept them",
                 spec.bundle.string(), kCdiMountDir);
         reader.read_visible_devices();
     }
     Requests& out = reader.out;
-    if (!out.devices.empty()) oci::check_env_caps(spec);  // it asks for something
+    if (!out.devices.empty()) decide::oci::check_env_caps(spec);  // it asks for something
     for (const auto& s : reader.sources) out.source += (out.source.empty() ? "" : ", ") + s;
     return std::move(out);
 }

@@ -23,8 +23,8 @@ json& edit_member(json& parent, const char* key, const json& empty, const std::s
     if (!parent.contains(key)) parent[key] = empty;
     json& m = parent[key];
     if (m.type() != empty.type())
-        throw_invalid("edit spec", where,
-                      fmt::format("is of type {}, not {}", m.type_name(), empty.type_name()));
+        util::throw_invalid("edit spec", where,
+                            fmt::format("is of type {}, not {}", m.type_name(), empty.type_name()));
     return m;
 }
 
@@ -42,14 +42,14 @@ bool has_namespace(const json& spec, std::string_view type) {
 // Device nodes and their cgroup rules. In a user namespace runc cannot make a
 // node: it binds the host's file at the container path, so where the dev
 // root is not the host's /dev the bind from the node's file is in the spec.
-void add_devices(json& spec, const Plan& plan, bool user_ns) {
+void add_devices(json& spec, const decide::Plan& plan, bool user_ns) {
     json& linux = edit_member(spec, "linux", json::object(), "linux");
     json& devices = edit_member(linux, "devices", json::array(), "linux.devices");
     json& resources = edit_member(linux, "resources", json::object(), "linux.resources");
     json& rules = edit_member(resources, "devices", json::array(), "linux.resources.devices");
     std::set<std::pair<unsigned, unsigned>> ruled;
     for (const auto& d : plan.devices) {
-        const DeviceNode& n = d.node;
+        const node::DeviceNode& n = d.node;
         if (ruled.insert({n.major, n.minor}).second) {
             // Built member by member: an initializer list is copied element
             // by element (nlohmann's json_ref), several times the work.
@@ -68,15 +68,16 @@ void add_devices(json& spec, const Plan& plan, bool user_ns) {
             const auto path = e.find("path");
             if (path == e.end()) continue;
             if (!path->is_string())
-                throw_invalid("edit spec", "linux.devices",
-                              fmt::format("has a path of type {}, not string", path->type_name()));
+                util::throw_invalid(
+                    "edit spec", "linux.devices",
+                    fmt::format("has a path of type {}, not string", path->type_name()));
             if (path->get_ref<const std::string&>() != n.path) continue;
             if (e.value("type", "") != "c" || e.value("major", json()) != json(n.major) ||
                 e.value("minor", json()) != json(n.minor))
-                throw Error(EEXIST, "edit spec", "linux.devices " + n.path,
-                            fmt::format("the spec already has another device there, not the "
-                                        "character device {}:{} ({})",
-                                        n.major, n.minor, d.why));
+                throw util::Error(EEXIST, "edit spec", "linux.devices " + n.path,
+                                  fmt::format("the spec already has another device there, not the "
+                                              "character device {}:{} ({})",
+                                              n.major, n.minor, d.why));
             present = true;
         }
         if (present) continue;
@@ -84,11 +85,11 @@ void add_devices(json& spec, const Plan& plan, bool user_ns) {
             json& mounts = edit_member(spec, "mounts", json::array(), "mounts");
             for (const auto& m : mounts)
                 if (m.is_object() && m.contains("destination") && m["destination"].is_string() &&
-                    normal_path("/" + m["destination"].get_ref<const std::string&>()) ==
-                        normal_path(n.path))
-                    throw Error(EEXIST, "edit spec", "mounts " + n.path,
-                                "the spec already mounts something there; refusing to bind " +
-                                    n.host_path + " (" + d.why + ") over it");
+                    util::normal_path("/" + m["destination"].get_ref<const std::string&>()) ==
+                        util::normal_path(n.path))
+                    throw util::Error(EEXIST, "edit spec", "mounts " + n.path,
+                                      "the spec already mounts something there; refusing to bind " +
+                                          n.host_path + " (" + d.why + ") over it");
             mounts.push_back({{"destination", n.path},
                               {"type", "bind"},
                               {"source", n.host_path},
@@ -121,32 +122,34 @@ bool within(std::string_view inner, std::string_view outer) {
 // spec (a host directory: runc would make mount points in it, and with shared
 // propagation the driver's files would stay in the host's mount table), and
 // any target when the rootfs's propagation is shared.
-void check_mounts(const oci::Spec& spec, const Plan& plan) {
+void check_mounts(const decide::oci::Spec& spec, const decide::Plan& plan) {
     if (plan.mounts.empty()) return;
     if (const auto& p = spec.rootfs_propagation; p == "shared" || p == "rshared")
-        throw Error(EXDEV, "refuse", "linux.rootfsPropagation " + p,
-                    "the rootfs is on a shared mount: what gpubind mounts there would propagate "
-                    "to its peers, the host's mount table among them");
+        throw util::Error(
+            EXDEV, "refuse", "linux.rootfsPropagation " + p,
+            "the rootfs is on a shared mount: what gpubind mounts there would propagate "
+            "to its peers, the host's mount table among them");
     const std::vector<std::string> fresh = spec.fresh_tmpfs();
     std::vector<std::string> dests;  // normal, in the spec's order
     dests.reserve(spec.mounts.size());
-    for (const auto& m : spec.mounts) dests.push_back(normal_path("/" + m.destination));
+    for (const auto& m : spec.mounts) dests.push_back(util::normal_path("/" + m.destination));
     for (const auto& m : plan.mounts) {
-        const std::string target = normal_path(m.target);
+        const std::string target = util::normal_path(m.target);
         // The last mount at or above the target is what it lands on.
         for (std::size_t i = dests.size(); i-- > 0;) {
             if (!within(target, dests[i])) continue;
             if (dests[i] == target)
-                throw Error(EEXIST, "edit spec", "mounts " + m.target,
-                            "the spec already mounts something there; refusing to mount " +
-                                m.source + " (" + m.why + ") over it");
+                throw util::Error(EEXIST, "edit spec", "mounts " + m.target,
+                                  "the spec already mounts something there; refusing to mount " +
+                                      m.source + " (" + m.why + ") over it");
             if (std::find(fresh.begin(), fresh.end(), dests[i]) == fresh.end())
-                throw Error(EXDEV, "refuse", m.target,
-                            fmt::format("is on another mount than the container's root (the "
-                                        "spec's {} mount at {}, a volume); gpubind creates and "
-                                        "mounts only on the rootfs's own mount",
-                                        spec.mounts[i].type.empty() ? "bind" : spec.mounts[i].type,
-                                        dests[i]));
+                throw util::Error(
+                    EXDEV, "refuse", m.target,
+                    fmt::format("is on another mount than the container's root (the "
+                                "spec's {} mount at {}, a volume); gpubind creates and "
+                                "mounts only on the rootfs's own mount",
+                                spec.mounts[i].type.empty() ? "bind" : spec.mounts[i].type,
+                                dests[i]));
             break;
         }
     }
@@ -156,10 +159,10 @@ void check_mounts(const oci::Spec& spec, const Plan& plan) {
 
 std::vector<std::string> mount_options(unsigned flags) {
     std::vector<std::string> out = {"rbind"};
-    if (flags & kMountReadOnly) out.emplace_back("ro");
-    if (flags & kMountNoSuid) out.emplace_back("nosuid");
-    if (flags & kMountNoDev) out.emplace_back("nodev");
-    if (flags & kMountNoExec) out.emplace_back("noexec");
+    if (flags & util::kMountReadOnly) out.emplace_back("ro");
+    if (flags & util::kMountNoSuid) out.emplace_back("nosuid");
+    if (flags & util::kMountNoDev) out.emplace_back("nodev");
+    if (flags & util::kMountNoExec) out.emplace_back("noexec");
     return out;
 }
 
@@ -177,14 +180,15 @@ bool marked(const json& spec) {
     });
 }
 
-json edit_spec(json spec, const oci::Spec& facts, const Plan& plan, const FinishHook& hook) {
-    if (!spec.is_object()) throw_invalid("edit spec", "config.json", "is not a JSON object");
+json edit_spec(json spec, const decide::oci::Spec& facts, const decide::Plan& plan,
+               const FinishHook& hook) {
+    if (!spec.is_object()) util::throw_invalid("edit spec", "config.json", "is not a JSON object");
     if (marked(spec))
-        throw_invalid("edit spec", "config.json", "already edited by gpubind-runtime");
+        util::throw_invalid("edit spec", "config.json", "already edited by gpubind-runtime");
     if (!has_namespace(spec, "mount"))
-        throw Error(EPERM, "edit spec", "linux.namespaces",
-                    "the container shares this process's mount namespace (no \"mount\" "
-                    "namespace in the spec); refusing");
+        throw util::Error(EPERM, "edit spec", "linux.namespaces",
+                          "the container shares this process's mount namespace (no \"mount\" "
+                          "namespace in the spec); refusing");
     check_mounts(facts, plan);
     add_devices(spec, plan, has_namespace(spec, "user"));
     json& hooks = edit_member(spec, "hooks", json::object(), "hooks");
@@ -195,13 +199,13 @@ json edit_spec(json spec, const oci::Spec& facts, const Plan& plan, const Finish
     return spec;
 }
 
-Plan finish_plan(Plan plan) {
+decide::Plan finish_plan(decide::Plan plan) {
     plan.devices.clear();
     plan.mounts.clear();
     return plan;
 }
 
-Plan edited_finish_plan(Plan plan) {
+decide::Plan edited_finish_plan(decide::Plan plan) {
     plan.devices.clear();
     return plan;
 }

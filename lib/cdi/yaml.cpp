@@ -10,7 +10,7 @@
 
 #include "gpubind/util/error.hpp"
 
-namespace gpubind::yaml {
+namespace gpubind::cdi::yaml {
 
 namespace {
 
@@ -140,7 +140,7 @@ void emit(const json& v, std::size_t indent, std::string& out) {
 class Parser {
   public:
     Parser(std::string_view text, std::string what) : what_(std::move(what)) {
-        if (!yaml_parser_initialize(&parser_)) throw Error(ENOMEM, "parse YAML", what_);
+        if (!yaml_parser_initialize(&parser_)) throw util::Error(ENOMEM, "parse YAML", what_);
         yaml_parser_set_input_string(&parser_, reinterpret_cast<const unsigned char*>(text.data()),
                                      text.size());
     }
@@ -161,7 +161,7 @@ class Parser {
     }
 
     [[noreturn]] void fail(std::size_t line, std::string_view why) const {
-        throw_invalid("parse YAML", what_, fmt::format("line {}: {}", line + 1, why));
+        util::throw_invalid("parse YAML", what_, fmt::format("line {}: {}", line + 1, why));
     }
     [[noreturn]] void fail(std::string_view why) const { fail(event_.start_mark.line, why); }
 
@@ -276,4 +276,4 @@ json parse(std::string_view text, const std::string& what) {
     return doc;
 }
 
-}  // namespace gpubind::yaml
+}  // namespace gpubind::cdi::yaml

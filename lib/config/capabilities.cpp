@@ -5,7 +5,7 @@
 
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind {
+namespace gpubind::config {
 
 namespace {
 
@@ -23,8 +23,8 @@ constexpr std::array<std::pair<std::string_view, Capability>, 7> kNames{{
 
 std::optional<Capabilities> parse_capabilities(std::string_view csv, std::string* unknown) {
     Capabilities caps = 0;
-    for (auto field : split(csv, ',')) {
-        field = trim(field);
+    for (auto field : util::split(csv, ',')) {
+        field = util::trim(field);
         if (field.empty()) continue;
         if (field == "all") {
             caps |= kCapAll;
@@ -56,4 +56,4 @@ std::string capability_names(Capabilities caps) {
     return out;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::config

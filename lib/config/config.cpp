@@ -12,7 +12,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 
-namespace gpubind {
+namespace gpubind::config {
 
 namespace {
 
@@ -21,30 +21,31 @@ using detail::kMaxConfigSize;
 // The trusted config file at `path` (absolute); the defaults when it is
 // missing and `missing_is_defaults`.
 Config load_trusted(const std::filesystem::path& path, bool missing_is_defaults) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    util::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
         if (errno == ENOENT && missing_is_defaults) return default_config();
-        throw_errno("open config", path.string());
+        util::throw_errno("open config", path.string());
     }
     struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", path.string());
+    if (::fstat(fd.get(), &st) != 0) util::throw_errno("stat", path.string());
     if (!S_ISREG(st.st_mode))
-        throw Error(ErrorKind::Invalid, EINVAL, "load config", path.string(),
-                    "not a regular file; refusing");
+        throw util::Error(util::ErrorKind::Invalid, EINVAL, "load config", path.string(),
+                          "not a regular file; refusing");
     // An Unknown owner (a user namespace that does not map the host's root:
     // enroot's gpubind-nvc) passes: root's config shows so there, and its
     // path is no other user's choice (the installer's, beside the program or
     // /etc/gpubind; a registration's GPUBIND_CONFIG; the caller's own
     // --config). What it names is checked on its own: IPCs and family files
     // owned so are given only where root's description vouches for them.
-    if (host_owner(st.st_uid) == HostOwner::Other && st.st_uid != ::geteuid())
-        throw Error(EACCES, "load config", path.string(),
-                    "owned by uid " + std::to_string(st.st_uid) + ", not root; refusing");
+    if (util::host_owner(st.st_uid) == util::HostOwner::Other && st.st_uid != ::geteuid())
+        throw util::Error(EACCES, "load config", path.string(),
+                          "owned by uid " + std::to_string(st.st_uid) + ", not root; refusing");
     if ((st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0))
-        throw Error(EACCES, "load config", path.string(), "writable by other users; refusing");
-    return parse_config(
-        read_sized(fd.get(), static_cast<std::size_t>(st.st_size), kMaxConfigSize, path.string()),
-        path.string());
+        throw util::Error(EACCES, "load config", path.string(),
+                          "writable by other users; refusing");
+    return parse_config(util::read_sized(fd.get(), static_cast<std::size_t>(st.st_size),
+                                         kMaxConfigSize, path.string()),
+                        path.string());
 }
 
 }  // namespace
@@ -65,7 +66,7 @@ Config parse_config(std::string_view toml, const std::string& what) {
 }
 
 Config load_config(const std::filesystem::path& path) {
-    return parse_config(read_file(path, kMaxConfigSize), path.string());
+    return parse_config(util::read_file(path, kMaxConfigSize), path.string());
 }
 
 Config load_effective_config(const std::filesystem::path& explicit_path) {
@@ -81,8 +82,8 @@ Config load_trusted_config() {
     const char* env = std::getenv(std::string(kConfigEnv).c_str());
     if (env && *env) {
         if (!std::filesystem::path(env).is_absolute())
-            throw Error(ErrorKind::Invalid, EINVAL, "load config", env,
-                        std::string(kConfigEnv) + " is not an absolute path; refusing");
+            throw util::Error(util::ErrorKind::Invalid, EINVAL, "load config", env,
+                              std::string(kConfigEnv) + " is not an absolute path; refusing");
         return load_trusted(env, false);
     }
     return load_trusted(kDefaultConfigPath, true);
@@ -106,4 +107,4 @@ const Family* Config::family(std::string_view name) const {
     return nullptr;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::config

@@ -12,7 +12,7 @@
 #include "gpubind/config/config.hpp"
 #include "gpubind/config/device_plugin.hpp"
 
-namespace gpubind::detail {
+namespace gpubind::config::detail {
 
 // The largest config file read (config.cpp, device_plugin.cpp).
 inline constexpr std::size_t kMaxConfigSize = 1u << 20;
@@ -41,4 +41,4 @@ std::string_view builtin_config_text();
 // gpubind_config_gen writes.
 std::string builtin_config_source(const Config& config, std::string_view text);
 
-}  // namespace gpubind::detail
+}  // namespace gpubind::config::detail

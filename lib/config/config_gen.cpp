@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
         if (!file) throw std::runtime_error("cannot read " + in.string());
         const std::string text{std::istreambuf_iterator<char>(file),
                                std::istreambuf_iterator<char>()};
-        const std::string source = gpubind::detail::builtin_config_source(
-            gpubind::detail::parse_builtin_config(text, in.string()), text);
+        const std::string source = gpubind::config::detail::builtin_config_source(
+            gpubind::config::detail::parse_builtin_config(text, in.string()), text);
         // Written beside, then renamed: an interrupted build leaves no half file.
         const std::filesystem::path tmp = out.string() + ".tmp";
         {

@@ -15,7 +15,7 @@
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/toml.hpp"
 
-namespace gpubind::detail {
+namespace gpubind::config::detail {
 
 namespace {
 
@@ -57,7 +57,7 @@ class Reader {
 
   private:
     [[noreturn]] void fail(const std::string& key, const std::string& why) const {
-        throw_invalid("load config", what_, key + ": " + why);
+        util::throw_invalid("load config", what_, key + ": " + why);
     }
 
     template <typename F>
@@ -92,7 +92,7 @@ class Reader {
     std::vector<std::string> vendors(const toml::node& node, const std::string& key) const {
         auto list = strings(node, key);
         for (const auto& v : list)
-            if (auto why = cdi::vendor_error(v))
+            if (auto why = util::vendor_error(v))
                 fail(key, "\"" + v + "\" is not a CDI vendor: " + *why);
         return list;
     }
@@ -241,7 +241,7 @@ class Reader {
                 config_.cdi.dir = absolute(node, full);
             } else if (k == "kind") {
                 config_.cdi.kind = string(node, full);
-                if (auto why = cdi::kind_error(config_.cdi.kind))
+                if (auto why = util::kind_error(config_.cdi.kind))
                     fail(full, "\"" + config_.cdi.kind + "\" is not a CDI kind: " + *why);
             } else if (k == "capabilities") {
                 config_.cdi.caps = capabilities(node, full);
@@ -357,7 +357,7 @@ class Reader {
             } else if (k == "cdi-kind") {
                 f.cdi_kind = string(node, full);
                 if (!f.cdi_kind.empty())
-                    if (auto why = cdi::kind_error(f.cdi_kind))
+                    if (auto why = util::kind_error(f.cdi_kind))
                         fail(full, "\"" + f.cdi_kind + "\" is not a CDI kind: " + *why);
             } else {
                 fail(full, "unknown key");
@@ -473,7 +473,7 @@ class Reader {
                 config_.log.file = absolute(node, full).string();
             } else if (k == "path" || k == "environment" || k == "load-kmods" || k == "user" ||
                        k == "no-pivot" || k == "no-fabricmanager" || k == "no-persistenced") {
-                logger().debug("config {}: {} is accepted and has no effect", what_, full);
+                util::logger().debug("config {}: {} is accepted and has no effect", what_, full);
             } else {
                 fail(full, "unknown key");
             }
@@ -490,7 +490,7 @@ class Reader {
             else if (k == "debug")
                 config_.log.file = absolute(node, full).string();
             else if (k == "mode" || k == "modes")
-                logger().debug("config {}: {} is accepted and has no effect", what_, full);
+                util::logger().debug("config {}: {} is accepted and has no effect", what_, full);
             else
                 fail(full, "unknown key");
         }
@@ -504,7 +504,7 @@ class Reader {
             std::string k(key.str()), full = prefix + "." + k;
             if (k == "resource-name") {
                 p.resource_name = string(node, full);
-                if (auto why = cdi::kind_error(p.resource_name))
+                if (auto why = util::kind_error(p.resource_name))
                     fail(full, "\"" + p.resource_name + "\" is not a resource name: " + *why);
             } else if (k == "device-list-strategy") {
                 p.device_list.clear();
@@ -576,22 +576,24 @@ class Reader {
 
 Config parse_config_over(Config config, std::string_view text, const std::string& what,
                          DevicePluginConfig* plugin) {
-    if (auto unsafe = detail::toml_unsafe_text(text)) throw_invalid("load config", what, *unsafe);
+    if (auto unsafe = util::detail::toml_unsafe_text(text))
+        util::throw_invalid("load config", what, *unsafe);
     toml::table root;
     try {
         root = toml::parse(text, what);
     } catch (const toml::parse_error& e) {
         const auto& where = e.source().begin;
-        throw_invalid("load config", what,
-                      "line " + std::to_string(where.line) + ": " + std::string(e.description()));
+        util::throw_invalid(
+            "load config", what,
+            "line " + std::to_string(where.line) + ": " + std::string(e.description()));
     }
     Reader(config, what, plugin).read(root);
     return config;
 }
 
-}  // namespace gpubind::detail
+}  // namespace gpubind::config::detail
 
-namespace gpubind {
+namespace gpubind::config {
 
 std::string_view strategy_name(DeviceListStrategy s) {
     switch (s) {
@@ -623,4 +625,4 @@ std::string_view strategy_name(MigStrategy s) {
     return "?";
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::config

@@ -7,7 +7,7 @@
 #include "config_builtin.hpp"
 #include "gpubind/util/file.hpp"
 
-namespace gpubind {
+namespace gpubind::config {
 
 namespace {
 using detail::kMaxConfigSize;
@@ -33,7 +33,7 @@ ConfigWithPlugin load_effective_config_with_plugin(const std::filesystem::path& 
         if (!std::filesystem::exists(kDefaultConfigPath, ec)) return {default_config(), {}};
         path = kDefaultConfigPath;
     }
-    return parse_config_with_plugin(read_file(path, kMaxConfigSize), path.string());
+    return parse_config_with_plugin(util::read_file(path, kMaxConfigSize), path.string());
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::config

@@ -14,37 +14,38 @@
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/mount_flags.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 namespace {
 
-using detail::under;
+using node::detail::under;
 
-std::string names_of(const FamilyNodes& f) {
+std::string names_of(const node::FamilyNodes& f) {
     std::string out;
     for (const auto& d : f.devices) out += (out.empty() ? "" : ", ") + d.name;
     return out;
 }
 
 // The devices of `f` nearest to each of `gpus`, in the family's order.
-std::vector<bool> affine(const FamilyNodes& f, const std::vector<const Gpu*>& gpus) {
+std::vector<bool> affine(const node::FamilyNodes& f, const std::vector<const node::Gpu*>& gpus) {
     std::vector<bool> chosen(f.devices.size(), false);
-    std::vector<const PciPlace*> places;
+    std::vector<const node::PciPlace*> places;
     for (const auto& d : f.devices) places.push_back(d.place ? &*d.place : nullptr);
     if (gpus.empty())
-        logger().info("{}: affine asked without a GPU: no device of the family is near", f.name);
-    for (const Gpu* gpu : gpus) {
+        util::logger().info("{}: affine asked without a GPU: no device of the family is near",
+                            f.name);
+    for (const node::Gpu* gpu : gpus) {
         if (!gpu->place) {
-            logger().info("{}: {} has no PCI place in sysfs: no {} device is near it", f.name,
-                          gpu_name(*gpu), f.name);
+            util::logger().info("{}: {} has no PCI place in sysfs: no {} device is near it", f.name,
+                                node::gpu_name(*gpu), f.name);
             continue;
         }
-        const auto near = sysfs::nearest(*gpu->place, places);
+        const auto near = node::sysfs::nearest(*gpu->place, places);
         if (near.which.empty()) {
-            logger().info(
+            util::logger().info(
                 "{}: no {} device under {}'s PCIe switch or on its NUMA node: none "
                 "given for it",
-                f.name, f.name, gpu_name(*gpu));
+                f.name, f.name, node::gpu_name(*gpu));
             continue;
         }
         std::string given;
@@ -52,51 +53,54 @@ std::vector<bool> affine(const FamilyNodes& f, const std::vector<const Gpu*>& gp
             chosen[i] = true;
             given += (given.empty() ? "" : ", ") + f.devices[i].name;
         }
-        logger().debug("{}: {} nearest {} (by {})", f.name, given, gpu_name(*gpu),
-                       sysfs::to_string(near.how));
+        util::logger().debug("{}: {} nearest {} (by {})", f.name, given, node::gpu_name(*gpu),
+                             node::sysfs::to_string(near.how));
     }
     return chosen;
 }
 
 }  // namespace
 
-FamilyItems plan_families(const Request& request, const Node& node,
-                          const std::vector<const Gpu*>& gpus, const Config& config) {
+FamilyItems plan_families(const Request& request, const node::Node& node,
+                          const std::vector<const node::Gpu*>& gpus, const config::Config& config) {
     FamilyItems out;
     for (const auto& fr : request.families) {
-        const FamilyNodes* f = find_family(node, fr.family);
-        const Family* spec = config.family(fr.family);
+        const node::FamilyNodes* f = node::find_family(node, fr.family);
+        const config::Family* spec = config.family(fr.family);
         if (!f) {
             if (fr.by_capability) {
-                logger().debug("family {}: the node has none ({})", fr.family, fr.asked_by);
+                util::logger().debug("family {}: the node has none ({})", fr.family, fr.asked_by);
                 continue;
             }
             const std::string why = fmt::format(
                 "asks for {} devices and this node has none{}", fr.family,
-                spec && !spec->nodes.empty() && spec->source == FamilySource::Glob
+                spec && !spec->nodes.empty() && spec->source == config::FamilySource::Glob
                     ? fmt::format(" (no {} with the {} major)", spec->nodes.front(), spec->major)
                     : "");
-            if (config.policy.on_refused == OnRefused::Warn) {
-                logger().warn("{} {}; starting without them (on-refused = warn)", fr.asked_by, why);
+            if (config.policy.on_refused == config::OnRefused::Warn) {
+                util::logger().warn("{} {}; starting without them (on-refused = warn)", fr.asked_by,
+                                    why);
                 continue;
             }
-            throw_refused("plan", fr.asked_by, why);
+            util::throw_refused("plan", fr.asked_by, why);
         }
         std::vector<bool> chosen(f->devices.size(), fr.all);
-        if (spec && spec->source == FamilySource::Drm) {
+        if (spec && spec->source == config::FamilySource::Drm) {
             // DRM: only the container's own GPUs' nodes, whatever was asked.
             for (std::size_t i = 0; i < f->devices.size(); ++i)
-                chosen[i] = chosen[i] && std::any_of(gpus.begin(), gpus.end(), [&](const Gpu* g) {
-                                return g->pci_bus_id == f->devices[i].pci_bus_id;
-                            });
+                chosen[i] =
+                    chosen[i] && std::any_of(gpus.begin(), gpus.end(), [&](const node::Gpu* g) {
+                        return g->pci_bus_id == f->devices[i].pci_bus_id;
+                    });
         }
         for (const auto& name : fr.names) {
             auto it = std::find_if(f->devices.begin(), f->devices.end(),
-                                   [&](const FamilyDevice& d) { return d.name == name; });
+                                   [&](const node::FamilyDevice& d) { return d.name == name; });
             if (it == f->devices.end())
-                throw_invalid("select device", name,
-                              fmt::format("no {} device {} on this node (it has {}; asked by {})",
-                                          f->name, name, names_of(*f), fr.asked_by));
+                util::throw_invalid(
+                    "select device", name,
+                    fmt::format("no {} device {} on this node (it has {}; asked by {})", f->name,
+                                name, names_of(*f), fr.asked_by));
             chosen[static_cast<std::size_t>(it - f->devices.begin())] = true;
         }
         if (fr.affine) {
@@ -117,11 +121,12 @@ FamilyItems plan_families(const Request& request, const Node& node,
         if (!any) continue;
         for (const auto& n : f->shared) out.devices.push_back({n, f->name});
         for (const auto& file : f->files)
-            out.files.push_back({under(node.roots.driver, file).string(), file, false,
-                                 kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec,
-                                 f->name + " file"});
+            out.files.push_back(
+                {node::detail::under(node.roots.driver, file).string(), file, false,
+                 util::kMountReadOnly | util::kMountNoSuid | util::kMountNoDev | util::kMountNoExec,
+                 f->name + " file"});
     }
     return out;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

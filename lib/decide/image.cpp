@@ -14,22 +14,22 @@
 #include "gpubind/util/strings.hpp"
 #include "gpubind/util/version.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 namespace {
 
-using platform::kMultiarchLib32Dir;
-using platform::kMultiarchLibDir;
+using util::platform::kMultiarchLib32Dir;
+using util::platform::kMultiarchLibDir;
 
-using Type = FileInfo::Type;
+using Type = os::FileInfo::Type;
 
 // A directory of the image, resolved inside the root; empty when it is
 // missing or a component is not a directory.
-Fd open_dir(SystemFiles& sys, int root_fd, const std::filesystem::path& path) {
+util::Fd open_dir(os::SystemFiles& sys, int root_fd, const std::filesystem::path& path) {
     try {
         return sys.open_dir_in_root(root_fd, path);
-    } catch (const Error& e) {
-        if (e.code().value() == ENOTDIR) return Fd();
+    } catch (const util::Error& e) {
+        if (e.code().value() == ENOTDIR) return util::Fd();
         throw;
     }
 }
@@ -40,8 +40,8 @@ Fd open_dir(SystemFiles& sys, int root_fd, const std::filesystem::path& path) {
 // not regular or too large): that part counts as absent. Any other (EIO,
 // EMFILE, ENOMEM, ...) is this host's trouble, not an answer about the
 // image: it fails the decision rather than make one without that part.
-bool image_shaped(const Error& e) {
-    if (e.kind() == ErrorKind::Invalid) return true;  // read_fd: not regular, too large
+bool image_shaped(const util::Error& e) {
+    if (e.kind() == util::ErrorKind::Invalid) return true;  // read_fd: not regular, too large
     switch (e.code().value()) {
         case ENOENT:
         case ENOTDIR:
@@ -76,41 +76,41 @@ bool soname_like(std::string_view name) {
 // symlink or a file there: none), listed by descriptor, its entries typed
 // without following them (SystemFiles::stat_at), never opened. One of more than
 // kMaxCompatEntries entries is an Error.
-void cuda_compat(SystemFiles& sys, int root_fd, Image& image) {
+void cuda_compat(os::SystemFiles& sys, int root_fd, Image& image) {
     const std::string compat = kCudaCompatDir;
-    Fd cuda;
+    util::Fd cuda;
     try {
         cuda = sys.open_dir_in_root(root_fd, "/usr/local/cuda");
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         if (!image_shaped(e)) throw;
-        logger().debug("image: no CUDA compat libraries: {}", e.what());
+        util::logger().debug("image: no CUDA compat libraries: {}", e.what());
         return;
     }
     if (!cuda) return;
-    Fd dir;
-    DirNames listed;
+    util::Fd dir;
+    os::DirNames listed;
     try {
-        const FileInfo info = sys.stat_at(cuda.get(), "compat");
+        const os::FileInfo info = sys.stat_at(cuda.get(), "compat");
         if (info.type == Type::Missing) return;
         if (info.type != Type::Directory) {
-            logger().debug("image: {} is {}, not a directory: no CUDA compat libraries", compat,
-                           to_string(info.type));
+            util::logger().debug("image: {} is {}, not a directory: no CUDA compat libraries",
+                                 compat, to_string(info.type));
             return;
         }
         dir = sys.open_at(cuda.get(), "compat");
         listed = sys.list_dir(dir.get(), kMaxCompatEntries, [](std::string_view name) {
             return name.starts_with(kCompatPrefix) || soname_like(name);
         });
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         if (!image_shaped(e)) throw;
-        logger().debug("image: {} not read ({}): no CUDA compat libraries", compat, e.what());
+        util::logger().debug("image: {} not read ({}): no CUDA compat libraries", compat, e.what());
         return;
     }
     // What a part of it would give depends on the order the directory is
     // read in: none of it, and the container is refused.
     if (listed.more)
-        throw Error(ErrorKind::Invalid, E2BIG, "list directory", compat,
-                    fmt::format("has more than {} entries; refusing", kMaxCompatEntries));
+        throw util::Error(util::ErrorKind::Invalid, E2BIG, "list directory", compat,
+                          fmt::format("has more than {} entries; refusing", kMaxCompatEntries));
     std::string best;
     for (const std::string& name : listed.names) {
         const bool soname = soname_like(name);
@@ -123,16 +123,17 @@ void cuda_compat(SystemFiles& sys, int root_fd, Image& image) {
         Type type = Type::Missing;
         try {
             type = sys.stat_at(dir.get(), name).type;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             if (!image_shaped(e)) throw;
-            logger().debug("image: {}/{}: {}; ignored", compat, name, e.what());
+            util::logger().debug("image: {}/{}: {}; ignored", compat, name, e.what());
             continue;
         }
         if (type != Type::Regular && type != Type::Symlink) {
-            logger().debug("image: {}/{} is neither a file nor a symlink; ignored", compat, name);
+            util::logger().debug("image: {}/{} is neither a file nor a symlink; ignored", compat,
+                                 name);
             continue;
         }
-        if (!version.empty() && (best.empty() || compare_versions(version, best) > 0))
+        if (!version.empty() && (best.empty() || util::compare_versions(version, best) > 0))
             best = version;
         if (soname) image.cuda_compat_sonames.push_back(name);
     }
@@ -143,18 +144,18 @@ void cuda_compat(SystemFiles& sys, int root_fd, Image& image) {
 // Whether the image's /etc/ld.so.conf names anything (a line other than
 // blanks and comments); one that cannot be read as a regular file counts as
 // none (nothing of it is ever handed to ldconfig by this answer).
-bool names_directories(SystemFiles& sys, int etc_fd) {
+bool names_directories(os::SystemFiles& sys, int etc_fd) {
     constexpr std::size_t kMaxConf = 1 << 20;
     std::string text;
     try {
         text = sys.read_regular_at(etc_fd, "ld.so.conf", kMaxConf).data;
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         if (!image_shaped(e)) throw;
         if (e.code().value() != ENOENT)
-            logger().debug("image: /etc/ld.so.conf not read: {}", e.what());
+            util::logger().debug("image: /etc/ld.so.conf not read: {}", e.what());
         return false;
     }
-    for (std::string_view line : split(text, '\n')) {
+    for (std::string_view line : util::split(text, '\n')) {
         line = line.substr(0, line.find('#'));
         if (line.find_first_not_of(" \t\r\f\v") != std::string_view::npos) return true;
     }
@@ -165,40 +166,40 @@ bool names_directories(SystemFiles& sys, int etc_fd) {
 
 bool is_version(std::string_view s) {
     if (s.empty() || s.size() > 64) return false;
-    for (auto part : split(s, '.'))
+    for (auto part : util::split(s, '.'))
         if (part.empty() || part.size() > 9 ||
             part.find_first_not_of("0123456789") != std::string_view::npos)
             return false;
     return true;
 }
 
-Image inspect_image(SystemFiles& sys, int root_fd) {
+Image inspect_image(os::SystemFiles& sys, int root_fd) {
     Image image;  // lib64 layout unless the image is Debian-like
     // Links are followed inside the root: an image may link these anywhere in itself.
     auto exists = [&](const char* path) {
         return sys.stat_in_root(root_fd, path).type != Type::Missing;
     };
-    if (exists("/etc/debian_version") || open_dir(sys, root_fd, kMultiarchLibDir)) {
-        image.lib_dir = kMultiarchLibDir;
-        image.lib32_dir = kMultiarchLib32Dir;
+    if (exists("/etc/debian_version") || open_dir(sys, root_fd, util::platform::kMultiarchLibDir)) {
+        image.lib_dir = util::platform::kMultiarchLibDir;
+        image.lib32_dir = util::platform::kMultiarchLib32Dir;
     }
     cuda_compat(sys, root_fd, image);
     image.has_ldcache = exists("/etc/ld.so.cache");
     if (!image.has_ldcache) {
-        const Fd etc = open_dir(sys, root_fd, "/etc");
+        const util::Fd etc = open_dir(sys, root_fd, "/etc");
         image.ld_so_conf = etc && names_directories(sys, etc.get());
     }
     return image;
 }
 
-Image inspect_image(SystemFiles& sys, const std::filesystem::path& rootfs) {
-    const Fd root = sys.open_root(rootfs);
+Image inspect_image(os::SystemFiles& sys, const std::filesystem::path& rootfs) {
+    const util::Fd root = sys.open_root(rootfs);
     return inspect_image(sys, root.get());
 }
 
 Image inspect_image(const std::filesystem::path& rootfs) {
-    LinuxSystem sys;
+    os::LinuxSystem sys;
     return inspect_image(sys, rootfs);
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

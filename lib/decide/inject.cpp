@@ -6,19 +6,19 @@
 #include "gpubind/node/devices.hpp"
 #include "gpubind/util/log.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 namespace {
 
-std::string ids_text(const DeviceIds& ids) {
+std::string ids_text(const node::DeviceIds& ids) {
     switch (ids.kind) {
-        case DeviceIdsKind::Void:
+        case node::DeviceIdsKind::Void:
             return "void";
-        case DeviceIdsKind::None:
+        case node::DeviceIdsKind::None:
             return "none";
-        case DeviceIdsKind::All:
+        case node::DeviceIdsKind::All:
             return "all";
-        case DeviceIdsKind::List:
+        case node::DeviceIdsKind::List:
             break;
     }
     std::string out;
@@ -30,7 +30,7 @@ std::string ids_text(const DeviceIds& ids) {
 
 std::string describe_request(const Request& request) {
     const std::string devices = ids_text(request.devices);
-    const std::string caps = capability_names(request.caps);
+    const std::string caps = config::capability_names(request.caps);
     switch (request.source) {
         case RequestSource::None:
             return "not a GPU container";
@@ -54,8 +54,8 @@ Decision leave_alone(Request request) {
     return d;
 }
 
-LoadOptions node_needs(const Request& request, bool store) {
-    LoadOptions options;
+node::LoadOptions node_needs(const Request& request, bool store) {
+    node::LoadOptions options;
     // A declared placement needs the NVLink facts, a share each GPU's memory: NVML gives both.
     options.need_nvml = needs_nvml_facts(request) || request.placement != PlacementNeed::None ||
                         request.share.asked();
@@ -63,20 +63,20 @@ LoadOptions node_needs(const Request& request, bool store) {
     return options;
 }
 
-Decision decide_on(Request request, SystemFiles& sys, const std::filesystem::path& rootfs,
-                   const Config& config, NodeKnowledge known) {
+Decision decide_on(Request request, os::SystemFiles& sys, const std::filesystem::path& rootfs,
+                   const config::Config& config, node::NodeKnowledge known) {
     Decision d = leave_alone(std::move(request));
     if (!d.request.gpu_container()) return d;
-    d.node = std::make_unique<Node>(std::move(known.node));
-    const Selection selection = select_devices(*d.node, d.request.devices);
+    d.node = std::make_unique<node::Node>(std::move(known.node));
+    const node::Selection selection = node::select_devices(*d.node, d.request.devices);
     check_requirements(d.request, *d.node, selection);
     check_placement(d.request, *d.node, selection, config);
     check_share(d.request.share, selection, config);
     const Image image = inspect_image(sys, rootfs);
     d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
-    logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),
-                   d.plan.mounts.size(), d.plan.symlinks.size());
+    util::logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),
+                         d.plan.mounts.size(), d.plan.symlinks.size());
     return d;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

@@ -16,7 +16,7 @@
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind::oci {
+namespace gpubind::decide::oci {
 
 namespace {
 
@@ -28,16 +28,16 @@ struct Reader {
     std::string what;
 
     [[noreturn]] void fail(const std::string& field, const std::string& detail) const {
-        throw_invalid(op, what, field.empty() ? detail : field + ": " + detail);
+        util::throw_invalid(op, what, field.empty() ? detail : field + ": " + detail);
     }
 
     json parse(std::string_view text, std::size_t max_size) const {
         if (text.size() > max_size)
-            throw Error(ErrorKind::Invalid, EFBIG, op, what,
-                        fmt::format("larger than the limit of {} bytes", max_size));
-        if (!json_depth_within(text, kMaxJsonDepth))
-            throw Error(ErrorKind::Invalid, EINVAL, op, what,
-                        fmt::format("nested deeper than {} levels", kMaxJsonDepth));
+            throw util::Error(util::ErrorKind::Invalid, EFBIG, op, what,
+                              fmt::format("larger than the limit of {} bytes", max_size));
+        if (!util::json_depth_within(text, kMaxJsonDepth))
+            throw util::Error(util::ErrorKind::Invalid, EINVAL, op, what,
+                              fmt::format("nested deeper than {} levels", kMaxJsonDepth));
         try {
             return json::parse(text);
         } catch (const json::exception& e) {
@@ -172,7 +172,7 @@ std::vector<std::string> Spec::fresh_tmpfs() const {
     std::set<std::string, std::less<>> later;  // the destinations of the mounts after mounts[i]
     for (auto m = mounts.rbegin(); m != mounts.rend(); ++m) {
         // A relative destination is the runtime's below "/" too.
-        std::string at = normal_path("/" + m->destination);
+        std::string at = util::normal_path("/" + m->destination);
         const bool fresh = m->type == "tmpfs" &&
                            std::all_of(m->options.begin(), m->options.end(),
                                        [](const std::string& o) { return fresh_tmpfs_option(o); });
@@ -184,7 +184,8 @@ std::vector<std::string> Spec::fresh_tmpfs() const {
 
 void check_env_caps(const Spec& spec) {
     if (!spec.env_over_caps.empty())
-        throw_invalid("read request", (spec.bundle / "config.json").string(), spec.env_over_caps);
+        util::throw_invalid("read request", (spec.bundle / "config.json").string(),
+                            spec.env_over_caps);
 }
 
 State parse_state(std::string_view text, const std::string& what) {
@@ -294,7 +295,7 @@ Spec parse_spec_document(nlohmann::json doc_json, const std::filesystem::path& b
 }
 
 Spec load_spec(const std::filesystem::path& bundle) {
-    return parse_spec(read_file(bundle / "config.json", kMaxSpecSize), bundle);
+    return parse_spec(util::read_file(bundle / "config.json", kMaxSpecSize), bundle);
 }
 
-}  // namespace gpubind::oci
+}  // namespace gpubind::decide::oci

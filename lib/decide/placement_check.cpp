@@ -13,7 +13,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 namespace {
 
@@ -21,8 +21,8 @@ namespace {
 bool declares_nvlink(std::string_view what, std::string_view value, const std::string& where) {
     if (value.empty()) return false;
     if (value == "nvlink") return true;
-    throw_invalid("read request", where,
-                  fmt::format("{}: '{}' is not a placement (nvlink)", what, value));
+    util::throw_invalid("read request", where,
+                        fmt::format("{}: '{}' is not a placement (nvlink)", what, value));
 }
 
 // The annotation's value in the spec, if the spec has it.
@@ -33,13 +33,13 @@ std::optional<std::string_view> annotation(const oci::Spec& spec, const std::str
     const auto it = annotations->find(kPlacementAnnotation);
     if (it == annotations->end()) return std::nullopt;
     if (!it->is_string())
-        throw_invalid("read request", where,
-                      fmt::format("annotations.{}: not a string", kPlacementAnnotation));
+        util::throw_invalid("read request", where,
+                            fmt::format("annotations.{}: not a string", kPlacementAnnotation));
     return std::string_view(it->get_ref<const std::string&>());
 }
 
 // "GPUs 0, 1; GPUs 2, 3" of cliques given by position.
-std::string cliques_text(const Node& node, const NvlinkGraph& graph) {
+std::string cliques_text(const node::Node& node, const node::NvlinkGraph& graph) {
     std::string out;
     for (const auto& clique : graph.cliques) {
         out += out.empty() ? "GPUs " : "; GPUs ";
@@ -66,15 +66,15 @@ void read_placement(Request& request, const oci::Spec& spec, const std::string& 
     }
 }
 
-std::string nvlink_placement_failure(const Node& node, const Selection& selection) {
+std::string nvlink_placement_failure(const node::Node& node, const node::Selection& selection) {
     std::vector<std::size_t> handed;  // positions in node.gpus, in node order
     for (std::size_t i = 0; i < node.gpus.size(); ++i) {
-        const Gpu& gpu = node.gpus[i];
+        const node::Gpu& gpu = node.gpus[i];
         const bool whole =
             std::find(selection.gpus.begin(), selection.gpus.end(), &gpu) != selection.gpus.end();
         const bool parent =
             std::any_of(selection.migs.begin(), selection.migs.end(),
-                        [&](const MigDevice* m) { return m->gpu_index == gpu.index; });
+                        [&](const node::MigDevice* m) { return m->gpu_index == gpu.index; });
         if (whole || parent) handed.push_back(i);
     }
     if (handed.size() < 2) return {};
@@ -82,24 +82,24 @@ std::string nvlink_placement_failure(const Node& node, const Selection& selectio
     std::string gpus;
     for (std::size_t p : handed)
         gpus += fmt::format("{}{}", gpus.empty() ? "" : ", ", node.gpus[p].index);
-    const NvlinkGraph graph = nvlink_graph(node.gpus);
+    const node::NvlinkGraph graph = node::nvlink_graph(node.gpus);
     for (std::size_t p : handed)
         if (!graph.known[p]) {
             const auto& nv = node.gpus[p].nvlink;
             return fmt::format(
                 "GPUs {} are not known to be one NVLink clique: the NVLink of {} is unknown ({})",
-                gpus, gpu_name(node.gpus[p]),
+                gpus, node::gpu_name(node.gpus[p]),
                 nv ? nv->unknown : std::string("NVML did not answer"));
         }
     bool clique = true;
     std::string paths;
     for (std::size_t a = 0; a < handed.size(); ++a)
         for (std::size_t b = a + 1; b < handed.size(); ++b) {
-            const Path path = gpu_path(graph, node.gpus, handed[a], handed[b]);
-            clique = clique && path.kind == PathKind::Nvlink;
+            const node::Path path = node::gpu_path(graph, node.gpus, handed[a], handed[b]);
+            clique = clique && path.kind == node::PathKind::Nvlink;
             paths += fmt::format("{}GPU {}-{}: {}", paths.empty() ? "" : ", ",
                                  node.gpus[handed[a]].index, node.gpus[handed[b]].index,
-                                 path_name(path));
+                                 node::path_name(path));
         }
     if (clique) return {};
     const std::string cliques = cliques_text(node, graph);
@@ -107,17 +107,17 @@ std::string nvlink_placement_failure(const Node& node, const Selection& selectio
                        gpus, paths, cliques.empty() ? "none" : cliques);
 }
 
-void check_placement(const Request& request, const Node& node, const Selection& selection,
-                     const Config& config) {
+void check_placement(const Request& request, const node::Node& node,
+                     const node::Selection& selection, const config::Config& config) {
     if (request.placement == PlacementNeed::None) return;
     const std::string why = nvlink_placement_failure(node, selection);
     if (why.empty()) return;
-    if (config.policy.on_refused == OnRefused::Warn) {
-        logger().warn("{}: {}; starting it anyway (on-refused = warn)", request.placement_asked_by,
-                      why);
+    if (config.policy.on_refused == config::OnRefused::Warn) {
+        util::logger().warn("{}: {}; starting it anyway (on-refused = warn)",
+                            request.placement_asked_by, why);
         return;
     }
-    throw_refused("check placement", request.placement_asked_by, why);
+    util::throw_refused("check placement", request.placement_asked_by, why);
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

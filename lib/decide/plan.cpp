@@ -15,15 +15,15 @@
 #include "gpubind/util/strings.hpp"
 #include "gpubind/util/version.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr unsigned kReadOnlyFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
-constexpr unsigned kIpcFlags = kMountNoSuid | kMountNoDev | kMountNoExec;
-constexpr unsigned kFirmwareFlags = kReadOnlyFlags | kMountNoExec;
+constexpr unsigned kReadOnlyFlags = util::kMountReadOnly | util::kMountNoSuid | util::kMountNoDev;
+constexpr unsigned kIpcFlags = util::kMountNoSuid | util::kMountNoDev | util::kMountNoExec;
+constexpr unsigned kFirmwareFlags = kReadOnlyFlags | util::kMountNoExec;
 
 // Development links made beside the library whose soname is "<name>.1".
 constexpr std::array<std::string_view, 2> kDevLinks = {"libcuda.so", "libnvidia-ml.so"};
@@ -50,22 +50,22 @@ std::string params_without_device_files(std::string_view params) {
 }
 
 // The MPS pipe directory is the one IPC that is a directory, not a socket.
-bool is_directory_ipc(const DriverFile& f) {
-    return base_name(f.host_path) == "nvidia-mps";
+bool is_directory_ipc(const node::DriverFile& f) {
+    return util::base_name(f.host_path) == "nvidia-mps";
 }
 
 class Builder {
   public:
     Plan plan;
 
-    void device(const DeviceNode& node, std::string why) {
+    void device(const node::DeviceNode& node, std::string why) {
         if (node.path.empty()) return;
         for (const auto& d : plan.devices)
             if (d.node.path == node.path) return;
         plan.devices.push_back({node, std::move(why)});
     }
 
-    void mount(const DriverFile& f, std::string target, unsigned flags, std::string why,
+    void mount(const node::DriverFile& f, std::string target, unsigned flags, std::string why,
                bool directory = false) {
         for (const auto& m : plan.mounts)
             if (m.target == target) return;
@@ -74,7 +74,7 @@ class Builder {
     }
 
     void symlink(std::string path, std::string target) {
-        if (base_name(path) == target) return;
+        if (util::base_name(path) == target) return;
         for (const auto& s : plan.symlinks)
             if (s.path == path) return;
         for (const auto& m : plan.mounts)
@@ -85,22 +85,23 @@ class Builder {
     // The loader cache's entry for `soname` at dir/soname, once.
     void cache_entry(const std::string& soname, const std::string& dir, bool compat32) {
         const ldcache::Arch arch = compat32 ? ldcache::kCompat32Arch : ldcache::kNativeArch;
-        std::string path = join_path(dir, soname);
+        std::string path = util::join_path(dir, soname);
         for (const auto& l : plan.ldcache_libraries)
             if (l.path == path && l.arch == arch) return;
         plan.ldcache_libraries.push_back({soname, std::move(path), arch});
     }
 
-    void library(const DriverFile& f, const std::string& dir, Capabilities caps) {
-        const std::string file(base_name(f.real_path.empty() ? f.host_path : f.real_path));
-        mount(f, join_path(dir, file), kReadOnlyFlags,
-              fmt::format("{}{} library", capability_names(caps), f.compat32 ? " 32-bit" : ""));
-        symlink(join_path(dir, f.name), file);
+    void library(const node::DriverFile& f, const std::string& dir, config::Capabilities caps) {
+        const std::string file(util::base_name(f.real_path.empty() ? f.host_path : f.real_path));
+        mount(f, util::join_path(dir, file), kReadOnlyFlags,
+              fmt::format("{}{} library", config::capability_names(caps),
+                          f.compat32 ? " 32-bit" : ""));
+        symlink(util::join_path(dir, f.name), file);
         cache_entry(f.name, dir, f.compat32);
         for (std::string_view link : kDevLinks)
             if (f.name.size() == link.size() + 2 && f.name.starts_with(link) &&
                 f.name.ends_with(".1")) {
-                symlink(join_path(dir, link), f.name);
+                symlink(util::join_path(dir, link), f.name);
                 cache_entry(std::string(link), dir, f.compat32);
             }
         if (std::find(plan.library_dirs.begin(), plan.library_dirs.end(), dir) ==
@@ -113,7 +114,7 @@ class Builder {
 // The driver's names in the image's library and binary directories, from
 // every file of the node (any capability): what an earlier start may have
 // left there.
-void owned_names(Plan& plan, const Node& node, const Image& image) {
+void owned_names(Plan& plan, const node::Node& node, const Image& image) {
     auto add = [](std::vector<std::string>& v, std::string s) {
         if (!s.empty() && std::find(v.begin(), v.end(), s) == v.end()) v.push_back(std::move(s));
     };
@@ -121,12 +122,12 @@ void owned_names(Plan& plan, const Node& node, const Image& image) {
     OwnedDir bin{image.bin_dir, {}, {}, {}};
     const std::string& version = node.driver_version;
     for (const auto& f : node.files) {
-        const std::string file(base_name(f.real_path.empty() ? f.host_path : f.real_path));
-        if (f.kind == FileKind::Binary) {
-            add(bin.files, std::string(base_name(f.host_path)));
+        const std::string file(util::base_name(f.real_path.empty() ? f.host_path : f.real_path));
+        if (f.kind == node::FileKind::Binary) {
+            add(bin.files, std::string(util::base_name(f.host_path)));
             continue;
         }
-        if (f.kind != FileKind::Library) continue;
+        if (f.kind != node::FileKind::Library) continue;
         OwnedDir& d = f.compat32 ? lib32 : lib;
         if (!version.empty() && file.size() > version.size() + 1 && file.ends_with(version) &&
             file[file.size() - version.size() - 1] == '.')
@@ -156,36 +157,40 @@ class CapabilityFiles {
 };
 
 // Control nodes.
-void add_control_nodes(Builder& b, const Node& node, Capabilities caps) {
+void add_control_nodes(Builder& b, const node::Node& node, config::Capabilities caps) {
     auto control = [&](const char* name, const char* why) {
-        if (const DeviceNode* n = node.control_node(name)) b.device(*n, why);
+        if (const node::DeviceNode* n = node.control_node(name)) b.device(*n, why);
     };
     control("nvidiactl", "driver control");
-    if (caps & kCapCompute) {
+    if (caps & config::kCapCompute) {
         control("nvidia-uvm", "compute (unified memory)");
         control("nvidia-uvm-tools", "compute (unified memory tools)");
     }
-    if (caps & kCapDisplay) control("nvidia-modeset", "display");
+    if (caps & config::kCapDisplay) control("nvidia-modeset", "display");
 }
 
 // GPUs, whole or as the parents of MIG devices, in node order.
-std::vector<const Gpu*> add_gpus(Builder& b, const Node& node, const Selection& selection) {
-    std::vector<const Gpu*> gpus;
+std::vector<const node::Gpu*> add_gpus(Builder& b, const node::Node& node,
+                                       const node::Selection& selection) {
+    std::vector<const node::Gpu*> gpus;
     for (const auto& gpu : node.gpus) {
         bool whole =
             std::find(selection.gpus.begin(), selection.gpus.end(), &gpu) != selection.gpus.end();
-        bool parent = std::any_of(selection.migs.begin(), selection.migs.end(),
-                                  [&](const MigDevice* m) { return m->gpu_index == gpu.index; });
+        bool parent =
+            std::any_of(selection.migs.begin(), selection.migs.end(),
+                        [&](const node::MigDevice* m) { return m->gpu_index == gpu.index; });
         if (!whole && !parent) continue;
         gpus.push_back(&gpu);
-        b.device(gpu.node, whole ? gpu_name(gpu) : gpu_name(gpu) + ", parent of MIG devices");
+        b.device(gpu.node,
+                 whole ? node::gpu_name(gpu) : node::gpu_name(gpu) + ", parent of MIG devices");
     }
     return gpus;
 }
 
 // The selected MIG devices: their GPU and compute instance capabilities.
-void add_mig_devices(Builder& b, const Selection& selection, CapabilityFiles& capability_files) {
-    for (const MigDevice* m : selection.migs) {
+void add_mig_devices(Builder& b, const node::Selection& selection,
+                     CapabilityFiles& capability_files) {
+    for (const node::MigDevice* m : selection.migs) {
         std::string name = fmt::format("MIG {}:{}{}", m->gpu_index, m->index,
                                        m->uuid.empty() ? "" : " (" + m->uuid + ")");
         b.device(m->gi_cap, name + " GPU instance");
@@ -197,14 +202,14 @@ void add_mig_devices(Builder& b, const Selection& selection, CapabilityFiles& ca
 
 // NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES: the node lists the
 // MIG config capability, then the monitor one.
-void add_mig_control(Builder& b, const Node& node, const Request& request,
+void add_mig_control(Builder& b, const node::Node& node, const Request& request,
                      CapabilityFiles& capability_files) {
-    auto mig_control = [&](const DeviceIds& ids, std::size_t index, const char* what,
+    auto mig_control = [&](const node::DeviceIds& ids, std::size_t index, const char* what,
                            const char* variable) {
-        if (ids.kind == DeviceIdsKind::Void || ids.kind == DeviceIdsKind::None) return;
+        if (ids.kind == node::DeviceIdsKind::Void || ids.kind == node::DeviceIdsKind::None) return;
         if (index >= node.mig_control.size())
-            throw_refused("plan", variable,
-                          fmt::format("the node has no MIG {} capability device", what));
+            util::throw_refused("plan", variable,
+                                fmt::format("the node has no MIG {} capability device", what));
         b.device(node.mig_control[index], fmt::format("MIG {} ({})", what, variable));
         capability_files.add(node.roots.proc / "driver/nvidia/capabilities/mig" / what);
     };
@@ -213,23 +218,25 @@ void add_mig_control(Builder& b, const Node& node, const Request& request,
 }
 
 // Driver files of the asked capabilities.
-void add_driver_files(Builder& b, const Node& node, const Image& image, Capabilities caps) {
+void add_driver_files(Builder& b, const node::Node& node, const Image& image,
+                      config::Capabilities caps) {
     for (const auto& f : node.files) {
-        const Capabilities brings = f.caps & caps & ~Capabilities{kCapCompat32};
+        const config::Capabilities brings =
+            f.caps & caps & ~config::Capabilities{config::kCapCompat32};
         if (!brings) continue;
-        const std::string names = capability_names(brings);
+        const std::string names = config::capability_names(brings);
         switch (f.kind) {
-            case FileKind::Library:
+            case node::FileKind::Library:
                 if (!f.compat32)
                     b.library(f, image.lib_dir, brings);
-                else if ((caps & kCapCompat32) && !image.lib32_dir.empty())
+                else if ((caps & config::kCapCompat32) && !image.lib32_dir.empty())
                     b.library(f, image.lib32_dir, brings);
                 break;
-            case FileKind::Binary:
-                b.mount(f, join_path(image.bin_dir, base_name(f.host_path)), kReadOnlyFlags,
-                        names + " binary");
+            case node::FileKind::Binary:
+                b.mount(f, util::join_path(image.bin_dir, util::base_name(f.host_path)),
+                        kReadOnlyFlags, names + " binary");
                 break;
-            case FileKind::Ipc: {
+            case node::FileKind::Ipc: {
                 // The catalog names IPCs by their path under the driver root,
                 // which is where the container's programs look for them.
                 const fs::path target = fs::path("/") / f.name;
@@ -237,15 +244,16 @@ void add_driver_files(Builder& b, const Node& node, const Image& image, Capabili
                 // where clients create their pipes.
                 const bool directory = is_directory_ipc(f);
                 b.mount(f, target.lexically_normal().string(),
-                        directory ? kIpcFlags : kIpcFlags | kMountReadOnly, names + " IPC",
+                        directory ? kIpcFlags : kIpcFlags | util::kMountReadOnly, names + " IPC",
                         directory);
                 break;
             }
-            case FileKind::Firmware:
-                b.mount(f,
-                        join_path(join_path("/lib/firmware/nvidia", node.driver_version),
-                                  base_name(f.host_path)),
-                        kFirmwareFlags, names + " firmware");
+            case node::FileKind::Firmware:
+                b.mount(
+                    f,
+                    util::join_path(util::join_path("/lib/firmware/nvidia", node.driver_version),
+                                    util::base_name(f.host_path)),
+                    kFirmwareFlags, names + " firmware");
                 break;
         }
     }
@@ -253,11 +261,12 @@ void add_driver_files(Builder& b, const Node& node, const Image& image, Capabili
 
 // CUDA forward compatibility: the image's newer libcuda comes first. Where it
 // does not apply, the loader entry an earlier start wrote goes.
-void add_cuda_compat(Plan& plan, const Node& node, const Image& image, const Config& config,
-                     Capabilities caps) {
-    if ((caps & kCapCompute) && config.policy.cuda_compat && !image.cuda_compat_version.empty() &&
-        is_version(image.cuda_compat_version) && is_version(node.driver_version) &&
-        compare_versions(image.cuda_compat_version, node.driver_version) > 0) {
+void add_cuda_compat(Plan& plan, const node::Node& node, const Image& image,
+                     const config::Config& config, config::Capabilities caps) {
+    if ((caps & config::kCapCompute) && config.policy.cuda_compat &&
+        !image.cuda_compat_version.empty() && is_version(image.cuda_compat_version) &&
+        is_version(node.driver_version) &&
+        util::compare_versions(image.cuda_compat_version, node.driver_version) > 0) {
         plan.files.push_back(
             {kCudaCompatConf, std::string(kCudaCompatDir) + "\n",
              fmt::format("CUDA forward compatibility: the image's libcuda.so.{} is newer than "
@@ -270,7 +279,7 @@ void add_cuda_compat(Plan& plan, const Node& node, const Image& image, const Con
         auto& libs = plan.ldcache_libraries;
         std::vector<ldcache::Library> compat;
         for (const auto& name : image.cuda_compat_sonames)
-            compat.push_back({name, join_path(kCudaCompatDir, name), ldcache::kNativeArch});
+            compat.push_back({name, util::join_path(kCudaCompatDir, name), ldcache::kNativeArch});
         libs.insert(libs.begin(), compat.begin(), compat.end());
     }
     // Without a cache, directories the image's ld.so.conf names are known
@@ -282,13 +291,13 @@ void add_cuda_compat(Plan& plan, const Node& node, const Image& image, const Con
 }
 
 // The /proc/driver/nvidia view: the node's files, the selected GPUs' directories.
-ProcView proc_view(const ProcFiles& proc_files, const std::vector<const Gpu*>& gpus,
+ProcView proc_view(const node::ProcFiles& proc_files, const std::vector<const node::Gpu*>& gpus,
                    std::vector<std::string> capability_files) {
     ProcView proc;
     proc.version = proc_files.version;
     proc.params = params_without_device_files(proc_files.params);
-    for (const Gpu* gpu : gpus) {
-        auto name = proc_dir_name(*gpu);
+    for (const node::Gpu* gpu : gpus) {
+        auto name = node::proc_dir_name(*gpu);
         auto info = proc_files.information.find(name);
         proc.gpus.push_back({name, info == proc_files.information.end() ? "" : info->second});
     }
@@ -298,22 +307,23 @@ ProcView proc_view(const ProcFiles& proc_files, const std::vector<const Gpu*>& g
 
 }  // namespace
 
-Plan make_plan(const Request& request, const Node& node, const Selection& selection,
-               const Image& image, const Config& config, const ProcFiles& proc_files) {
+Plan make_plan(const Request& request, const node::Node& node, const node::Selection& selection,
+               const Image& image, const config::Config& config,
+               const node::ProcFiles& proc_files) {
     Builder b;
     if (!request.gpu_container()) return std::move(b.plan);
-    const Capabilities caps = request.caps;
-    const bool no_gpu = request.devices.kind == DeviceIdsKind::None;
+    const config::Capabilities caps = request.caps;
+    const bool no_gpu = request.devices.kind == node::DeviceIdsKind::None;
 
     add_control_nodes(b, node, caps);
-    std::vector<const Gpu*> gpus;
+    std::vector<const node::Gpu*> gpus;
     CapabilityFiles capability_files;
     if (!no_gpu) {
         gpus = add_gpus(b, node, selection);
         add_mig_devices(b, selection, capability_files);
     }
     add_mig_control(b, node, request, capability_files);
-    for (const DeviceNode* channel : select_imex_channels(node, request.imex_channels))
+    for (const node::DeviceNode* channel : node::select_imex_channels(node, request.imex_channels))
         b.device(*channel, fmt::format("IMEX channel {}", channel->minor));
     if (!request.families.empty()) {
         auto items = plan_families(request, node, gpus, config);
@@ -336,10 +346,10 @@ namespace {
 
 std::vector<std::string> flag_names(unsigned flags) {
     std::vector<std::string> out;
-    if (flags & kMountReadOnly) out.emplace_back("ro");
-    if (flags & kMountNoSuid) out.emplace_back("nosuid");
-    if (flags & kMountNoDev) out.emplace_back("nodev");
-    if (flags & kMountNoExec) out.emplace_back("noexec");
+    if (flags & util::kMountReadOnly) out.emplace_back("ro");
+    if (flags & util::kMountNoSuid) out.emplace_back("nosuid");
+    if (flags & util::kMountNoDev) out.emplace_back("nodev");
+    if (flags & util::kMountNoExec) out.emplace_back("noexec");
     return out;
 }
 
@@ -388,7 +398,7 @@ std::string describe(const Plan& plan) {
                            d.node.minor, d.node.host_path, d.why);
     for (const auto& m : plan.mounts) {
         auto flags = flag_names(m.flags);
-        if (!(m.flags & kMountReadOnly)) flags.insert(flags.begin(), "rw");
+        if (!(m.flags & util::kMountReadOnly)) flags.insert(flags.begin(), "rw");
         out += fmt::format("mount   {}{} from {} [{}]: {}\n", m.target, m.directory ? "/" : "",
                            m.source, fmt::join(flags, ","), m.why);
     }
@@ -408,4 +418,4 @@ std::string describe(const Plan& plan) {
     return out;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

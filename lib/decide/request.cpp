@@ -51,7 +51,7 @@
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 namespace {
 
@@ -75,7 +75,7 @@ class UniqueList {
 };
 
 bool truthy(std::string_view value) {
-    auto v = to_lower(trim(value));
+    auto v = util::to_lower(util::trim(value));
     return v == "1" || v == "true" || v == "yes" || v == "on";
 }
 
@@ -83,7 +83,7 @@ bool truthy(std::string_view value) {
 bool legacy_cuda_image(const oci::Spec& spec) {
     auto cuda = spec.getenv("CUDA_VERSION");
     auto require = spec.getenv("NVIDIA_REQUIRE_CUDA");
-    return cuda && !trim(*cuda).empty() && (!require || trim(*require).empty());
+    return cuda && !util::trim(*cuda).empty() && (!require || util::trim(*require).empty());
 }
 
 struct MountRequest {
@@ -102,7 +102,7 @@ bool device_name(std::string_view name) {
            name != "." && name != "..";
 }
 
-MountRequest read_device_mounts(const oci::Spec& spec, const std::vector<Family>& families,
+MountRequest read_device_mounts(const oci::Spec& spec, const std::vector<config::Family>& families,
                                 const std::string& where) {
     MountRequest out;
     for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
@@ -118,15 +118,16 @@ MountRequest read_device_mounts(const oci::Spec& spec, const std::vector<Family>
         if (parts[0] == "cdi") continue;  // CDI names: cdi::read_requests
 
         auto bad = [&](const char* why) {
-            throw_invalid("read request", where,
-                          fmt::format("mounts[{}].destination {}: {}", i, m.destination, why));
+            util::throw_invalid(
+                "read request", where,
+                fmt::format("mounts[{}].destination {}: {}", i, m.destination, why));
         };
         out.present = true;
         if (parts.size() == 1) {
             out.devices.add(parts[0]);
         } else if (parts.size() == 2 &&
                    std::any_of(families.begin(), families.end(),
-                               [&](const Family& f) { return f.name == parts[0]; })) {
+                               [&](const config::Family& f) { return f.name == parts[0]; })) {
             if (!device_name(parts[1])) bad("not a device name");
             out.families[parts[0]].add(parts[1]);
         } else if (parts.size() == 2 && parts[0] == "imex") {
@@ -146,8 +147,8 @@ MountRequest read_device_mounts(const oci::Spec& spec, const std::vector<Family>
 
 // Whether a NVIDIA_VISIBLE_DEVICES value names CDI devices ("nvidia.com/gpu=0").
 bool names_cdi_devices(std::string_view value) {
-    for (auto field : split(value, ','))
-        if (cdi::looks_qualified(trim(field))) return true;
+    for (auto field : util::split(value, ','))
+        if (util::looks_qualified(util::trim(field))) return true;
     return false;
 }
 
@@ -159,27 +160,29 @@ std::vector<std::string> read_imex_channels(const oci::Spec& spec, const std::st
 }
 
 // MIG configuration and monitoring: device ids, privileged containers only.
-DeviceIds read_mig(const oci::Spec& spec, const char* variable, const std::string& container) {
+node::DeviceIds read_mig(const oci::Spec& spec, const char* variable,
+                         const std::string& container) {
     auto value = spec.getenv(variable);
     if (!value) return {};
-    DeviceIds ids = parse_device_ids(*value);
-    if (ids.kind == DeviceIdsKind::None) ids = {};
-    if (ids.kind != DeviceIdsKind::Void && !spec.privileged())
-        throw_refused("refuse request", container,
-                      fmt::format("{} is only for privileged containers (CAP_SYS_ADMIN in the "
-                                  "bounding set), and this one is not",
-                                  variable));
+    node::DeviceIds ids = node::parse_device_ids(*value);
+    if (ids.kind == node::DeviceIdsKind::None) ids = {};
+    if (ids.kind != node::DeviceIdsKind::Void && !spec.privileged())
+        util::throw_refused(
+            "refuse request", container,
+            fmt::format("{} is only for privileged containers (CAP_SYS_ADMIN in the "
+                        "bounding set), and this one is not",
+                        variable));
     return ids;
 }
 
 // "cuda>=<major>.<minor>" from a legacy image's CUDA_VERSION ("10.2.89").
 std::string legacy_cuda_requirement(const std::string& cuda_version, const std::string& where) {
-    auto parts = split(trim(cuda_version), '.');
+    auto parts = util::split(util::trim(cuda_version), '.');
     std::string out = "cuda>=";
     for (std::size_t i = 0; i < parts.size() && i < 2; ++i) {
-        if (!parse_unsigned(parts[i]))
-            throw_invalid("read request", where,
-                          fmt::format("CUDA_VERSION: '{}' is not a version", cuda_version));
+        if (!util::parse_unsigned(parts[i]))
+            util::throw_invalid("read request", where,
+                                fmt::format("CUDA_VERSION: '{}' is not a version", cuda_version));
         if (i) out += '.';
         out += parts[i];
     }
@@ -203,7 +206,7 @@ std::vector<Requirement> read_requirements(const oci::Spec& spec, bool legacy,
     std::vector<Requirement> out;
     for (std::string_view name : order) {
         const std::string_view value = last[name];
-        if (!trim(value).empty()) out.push_back({std::string(name), std::string(value)});
+        if (!util::trim(value).empty()) out.push_back({std::string(name), std::string(value)});
     }
     if (legacy)
         out.push_back(
@@ -219,11 +222,11 @@ Request request_by_mounts(MountRequest mounts) {
     bool all = false;
     for (const auto& id : mounts.devices.items()) all = all || id == "all";
     if (all)
-        req.devices = {DeviceIdsKind::All, {}};
+        req.devices = {node::DeviceIdsKind::All, {}};
     else if (mounts.devices.items().empty())
-        req.devices = {DeviceIdsKind::None, {}};  // only IMEX channels: the driver, no GPU
+        req.devices = {node::DeviceIdsKind::None, {}};  // only IMEX channels: the driver, no GPU
     else
-        req.devices = {DeviceIdsKind::List, std::move(mounts.devices).take()};
+        req.devices = {node::DeviceIdsKind::List, std::move(mounts.devices).take()};
     bool all_channels = false;
     for (const auto& c : mounts.imex.items()) all_channels = all_channels || c == "all";
     if (all_channels)
@@ -236,79 +239,81 @@ Request request_by_mounts(MountRequest mounts) {
 // The request of the variables: NVIDIA_VISIBLE_DEVICES (or a legacy CUDA
 // image) and NVIDIA_IMEX_CHANNELS; none (not a GPU container) when they ask
 // for no GPU or name CDI devices.
-Request request_by_variables(const oci::Spec& spec, const Policy& policy, bool legacy,
+Request request_by_variables(const oci::Spec& spec, const config::Policy& policy, bool legacy,
                              const std::string& container, const std::string& where) {
     Request req;
     std::string asked_by;
     auto visible = spec.getenv("NVIDIA_VISIBLE_DEVICES");
     if (visible && names_cdi_devices(*visible)) {
-        logger().debug(
+        util::logger().debug(
             "{}: NVIDIA_VISIBLE_DEVICES names CDI devices: the engine or "
             "gpubind-runtime applies them",
             container);
         return Request{};
     }
     if (visible) {
-        req.devices = parse_device_ids(*visible);
-        if (req.devices.kind == DeviceIdsKind::Void) return Request{};
+        req.devices = node::parse_device_ids(*visible);
+        if (req.devices.kind == node::DeviceIdsKind::Void) return Request{};
         req.source = RequestSource::Env;
         asked_by = fmt::format("NVIDIA_VISIBLE_DEVICES={}", *visible);
     } else if (legacy) {
         req.source = RequestSource::LegacyCuda;
-        req.devices = {DeviceIdsKind::All, {}};
+        req.devices = {node::DeviceIdsKind::All, {}};
         asked_by = "a legacy CUDA image (CUDA_VERSION without NVIDIA_REQUIRE_CUDA)";
     } else {
         return Request{};
     }
     if (!spec.privileged() && !policy.accept_envvar_unprivileged)
-        throw_refused("refuse request", container,
-                      fmt::format("{} asks for GPUs by environment variable, but the container "
-                                  "is not privileged (no CAP_SYS_ADMIN) and policy "
-                                  "accept_envvar_unprivileged is off",
-                                  asked_by));
+        util::throw_refused(
+            "refuse request", container,
+            fmt::format("{} asks for GPUs by environment variable, but the container "
+                        "is not privileged (no CAP_SYS_ADMIN) and policy "
+                        "accept_envvar_unprivileged is off",
+                        asked_by));
     req.imex_channels = read_imex_channels(spec, where);
     return req;
 }
 
 // NVIDIA_DRIVER_CAPABILITIES (unset or empty: utility,compute, all for a
 // legacy CUDA image), limited to those policy supports.
-Capabilities read_capabilities(const oci::Spec& spec, const Policy& policy, bool legacy,
-                               const std::string& container, const std::string& where) {
-    Capabilities wanted;
+config::Capabilities read_capabilities(const oci::Spec& spec, const config::Policy& policy,
+                                       bool legacy, const std::string& container,
+                                       const std::string& where) {
+    config::Capabilities wanted;
     auto caps = spec.getenv("NVIDIA_DRIVER_CAPABILITIES");
-    if (!caps || trim(*caps).empty()) {
-        wanted = legacy ? kCapAll : kCapDefault;
+    if (!caps || util::trim(*caps).empty()) {
+        wanted = legacy ? config::kCapAll : config::kCapDefault;
     } else {
         std::string unknown;
-        auto parsed = parse_capabilities(*caps, &unknown);
+        auto parsed = config::parse_capabilities(*caps, &unknown);
         if (!parsed)
-            throw_invalid(
+            util::throw_invalid(
                 "read request", where,
                 fmt::format("NVIDIA_DRIVER_CAPABILITIES: unknown capability '{}'", unknown));
         wanted = *parsed;
     }
-    if (Capabilities dropped = wanted & ~policy.supported)
-        logger().warn("{}: capabilities {} are not supported by policy and are left out", container,
-                      capability_names(dropped));
+    if (config::Capabilities dropped = wanted & ~policy.supported)
+        util::logger().warn("{}: capabilities {} are not supported by policy and are left out",
+                            container, config::capability_names(dropped));
     return wanted & policy.supported;
 }
 
 // A family's switch variable: on (enabled, true, 1, yes, on, all), off
 // (disabled, false, 0, no, off, void, none, empty), else an error.
 bool switched_on(std::string_view variable, std::string_view value, const std::string& where) {
-    const std::string v = to_lower(trim(value));
+    const std::string v = util::to_lower(util::trim(value));
     if (v == "enabled" || v == "true" || v == "1" || v == "yes" || v == "on" || v == "all")
         return true;
     if (v.empty() || v == "disabled" || v == "false" || v == "0" || v == "no" || v == "off" ||
         v == "void" || v == "none")
         return false;
-    throw_invalid("read request", where,
-                  fmt::format("{}: '{}' is neither enabled nor disabled", variable, value));
+    util::throw_invalid("read request", where,
+                        fmt::format("{}: '{}' is neither enabled nor disabled", variable, value));
 }
 
 // What the variables and capabilities of a GPU container ask of each family.
-void read_family_variables(Request& req, const oci::Spec& spec, const std::vector<Family>& families,
-                           const std::string& where) {
+void read_family_variables(Request& req, const oci::Spec& spec,
+                           const std::vector<config::Family>& families, const std::string& where) {
     for (const auto& f : families) {
         FamilyRequest fr;
         fr.family = f.name;
@@ -319,8 +324,8 @@ void read_family_variables(Request& req, const oci::Spec& spec, const std::vecto
             }
         if (auto value = f.select.empty() ? std::nullopt : spec.getenv(f.select)) {
             UniqueList names;
-            for (auto field : split(*value, ',')) {
-                field = trim(field);
+            for (auto field : util::split(*value, ',')) {
+                field = util::trim(field);
                 if (field.empty() || field == "none" || field == "void") continue;
                 if (field == "all")
                     fr.all = true;
@@ -329,9 +334,9 @@ void read_family_variables(Request& req, const oci::Spec& spec, const std::vecto
                 else if (device_name(field))
                     names.add(std::string(field));
                 else
-                    throw_invalid("read request", where,
-                                  fmt::format("{}: '{}' is not all, affine or a device name",
-                                              f.select, field));
+                    util::throw_invalid("read request", where,
+                                        fmt::format("{}: '{}' is not all, affine or a device name",
+                                                    f.select, field));
             }
             fr.names = std::move(names).take();
             if (fr.all || fr.affine || !fr.names.empty())
@@ -340,7 +345,7 @@ void read_family_variables(Request& req, const oci::Spec& spec, const std::vecto
         if (fr.asked_by.empty() && (req.caps & f.caps) != 0) {
             fr.all = true;
             fr.by_capability = true;
-            fr.asked_by = "capabilities " + capability_names(req.caps & f.caps);
+            fr.asked_by = "capabilities " + config::capability_names(req.caps & f.caps);
         }
         if (fr.asked_by.empty()) continue;
         if (auto value = f.extras.empty() ? std::nullopt : spec.getenv(f.extras))
@@ -351,7 +356,7 @@ void read_family_variables(Request& req, const oci::Spec& spec, const std::vecto
 
 // What device mounts ask of each family (and the capabilities, as by variable).
 void read_family_mounts(Request& req, std::map<std::string, UniqueList> mounts,
-                        const std::vector<Family>& families) {
+                        const std::vector<config::Family>& families) {
     for (const auto& f : families) {
         FamilyRequest fr;
         fr.family = f.name;
@@ -366,7 +371,7 @@ void read_family_mounts(Request& req, std::map<std::string, UniqueList> mounts,
         } else if ((req.caps & f.caps) != 0) {
             fr.all = true;
             fr.by_capability = true;
-            fr.asked_by = "capabilities " + capability_names(req.caps & f.caps);
+            fr.asked_by = "capabilities " + config::capability_names(req.caps & f.caps);
         } else {
             continue;
         }
@@ -381,8 +386,8 @@ std::vector<std::string> parse_imex_channels(std::string_view value, std::string
     std::vector<std::string> out;
     std::set<unsigned long> seen;
     bool all = false;
-    for (auto field : split(value, ',')) {
-        field = trim(field);
+    for (auto field : util::split(value, ',')) {
+        field = util::trim(field);
         if (field.empty() || field == "void" || field == "none") continue;
         if (field == "all") {
             all = true;
@@ -390,20 +395,20 @@ std::vector<std::string> parse_imex_channels(std::string_view value, std::string
         }
         // Decimal digits only (no sign, no blanks inside), within a minor number.
         auto n = field.find_first_not_of("0123456789") == std::string_view::npos
-                     ? parse_unsigned(field)
+                     ? util::parse_unsigned(field)
                      : std::nullopt;
         if (!n || *n > kMaxImexChannel)
-            throw_invalid("read request", where,
-                          fmt::format("{}: '{}' is not an IMEX channel number (0 to {})", what,
-                                      field, kMaxImexChannel));
+            util::throw_invalid("read request", where,
+                                fmt::format("{}: '{}' is not an IMEX channel number (0 to {})",
+                                            what, field, kMaxImexChannel));
         if (seen.insert(*n).second) out.push_back(std::to_string(*n));
     }
     if (all) return {"all"};
     return out;
 }
 
-Request read_request(const oci::Spec& spec, const Policy& policy,
-                     const std::vector<Family>& families) {
+Request read_request(const oci::Spec& spec, const config::Policy& policy,
+                     const std::vector<config::Family>& families) {
     const std::string container = spec.bundle.string();
     const std::string where = (spec.bundle / "config.json").string();
     const bool legacy = legacy_cuda_image(spec);
@@ -416,7 +421,7 @@ Request read_request(const oci::Spec& spec, const Policy& policy,
         req = request_by_mounts(std::move(mounts));
     } else {
         if (mounts.present)
-            logger().warn(
+            util::logger().warn(
                 "{}: ignoring the device mounts under {}: policy does not accept them; "
                 "reading NVIDIA_VISIBLE_DEVICES instead",
                 container, kDeviceMountDir);
@@ -443,4 +448,4 @@ Request read_request(const oci::Spec& spec, const Policy& policy,
     return req;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

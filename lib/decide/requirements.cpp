@@ -24,7 +24,7 @@
 #include "gpubind/util/strings.hpp"
 #include "gpubind/util/version.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 namespace {
 
@@ -41,8 +41,8 @@ using Alternative = std::vector<Condition>;
 
 // Decimal numbers (each within an unsigned long) joined by single dots.
 bool is_numeric_version(std::string_view s) {
-    for (auto part : split(s, '.'))
-        if (!parse_unsigned(part)) return false;
+    for (auto part : util::split(s, '.'))
+        if (!util::parse_unsigned(part)) return false;
     return true;
 }
 
@@ -66,7 +66,7 @@ bool holds(int cmp, Op op) {
 
 Condition parse_condition(std::string_view text, const std::string& variable) {
     auto bad = [&](const std::string& why) {
-        throw_invalid("check requirement", variable, fmt::format("'{}': {}", text, why));
+        util::throw_invalid("check requirement", variable, fmt::format("'{}': {}", text, why));
     };
     Condition c;
     c.text = text;
@@ -74,7 +74,7 @@ Condition parse_condition(std::string_view text, const std::string& variable) {
     while (k < text.size() &&
            ((text[k] >= 'a' && text[k] <= 'z') || (text[k] >= 'A' && text[k] <= 'Z')))
         ++k;
-    std::string key = to_lower(text.substr(0, k));
+    std::string key = util::to_lower(text.substr(0, k));
     static constexpr std::pair<std::string_view, Key> kKeys[] = {
         {"cuda", Key::Cuda}, {"driver", Key::Driver}, {"arch", Key::Arch}, {"brand", Key::Brand}};
     auto known = std::find_if(std::begin(kKeys), std::end(kKeys),
@@ -119,7 +119,7 @@ std::vector<Alternative> parse_expression(const Requirement& r) {
         std::string_view token = s.substr(b, e == std::string_view::npos ? e : e - b);
         s.remove_prefix(b + token.size());
         Alternative alt;
-        for (auto field : split(token, ','))
+        for (auto field : util::split(token, ','))
             if (!field.empty()) alt.push_back(parse_condition(field, r.variable));
         if (!alt.empty()) out.push_back(std::move(alt));
     }
@@ -127,13 +127,14 @@ std::vector<Alternative> parse_expression(const Requirement& r) {
 }
 
 // Why `c` does not hold, or nullopt when it does.
-std::optional<std::string> failure(const Condition& c, const Node& node, const Gpu* gpu) {
+std::optional<std::string> failure(const Condition& c, const node::Node& node,
+                                   const node::Gpu* gpu) {
     auto version_check = [&](const std::string& have, std::string_view what,
                              std::string_view says) -> std::optional<std::string> {
         if (have.empty()) return fmt::format("the {} is unknown", what);
         if (!is_numeric_version(have))
             return fmt::format("the {} '{}' is not a version", what, have);
-        if (holds(compare_versions(have, c.value), c.op)) return std::nullopt;
+        if (holds(util::compare_versions(have, c.value), c.op)) return std::nullopt;
         return fmt::format("{}{}", says, have);
     };
     switch (c.key) {
@@ -145,15 +146,15 @@ std::optional<std::string> failure(const Condition& c, const Node& node, const G
         case Key::Arch:
             if (!gpu) return std::nullopt;
             return version_check(gpu->compute_capability,
-                                 fmt::format("compute capability of {}", gpu_name(*gpu)),
-                                 fmt::format("{} has compute capability ", gpu_name(*gpu)));
+                                 fmt::format("compute capability of {}", node::gpu_name(*gpu)),
+                                 fmt::format("{} has compute capability ", node::gpu_name(*gpu)));
         case Key::Brand: {
             if (!gpu) return std::nullopt;
             if (gpu->brand.empty())
-                return fmt::format("the brand of {} is unknown", gpu_name(*gpu));
-            bool equal = to_lower(gpu->brand) == to_lower(c.value);
+                return fmt::format("the brand of {} is unknown", node::gpu_name(*gpu));
+            bool equal = util::to_lower(gpu->brand) == util::to_lower(c.value);
             if (equal == (c.op == Op::Eq)) return std::nullopt;
-            return fmt::format("{} has brand {}", gpu_name(*gpu), gpu->brand);
+            return fmt::format("{} has brand {}", node::gpu_name(*gpu), gpu->brand);
         }
     }
     return std::nullopt;
@@ -161,7 +162,8 @@ std::optional<std::string> failure(const Condition& c, const Node& node, const G
 
 // "<condition> not satisfied: <why>" for the first condition of `alt` that
 // fails, or nullopt when they all hold.
-std::optional<std::string> first_failure(const Alternative& alt, const Node& node, const Gpu* gpu) {
+std::optional<std::string> first_failure(const Alternative& alt, const node::Node& node,
+                                         const node::Gpu* gpu) {
     for (const auto& c : alt)
         if (auto why = failure(c, node, gpu))
             return fmt::format("{} not satisfied: {}", c.text, *why);
@@ -172,7 +174,7 @@ std::optional<std::string> first_failure(const Alternative& alt, const Node& nod
 
 bool needs_nvml_facts(const Request& request) {
     for (const auto& id : request.devices.ids)
-        if (to_lower(id).rfind("mig-", 0) == 0) return true;
+        if (util::to_lower(id).rfind("mig-", 0) == 0) return true;
     for (const auto& r : request.requirements)
         for (const auto& alt : parse_expression(r))
             for (const auto& c : alt)
@@ -180,25 +182,27 @@ bool needs_nvml_facts(const Request& request) {
     return false;
 }
 
-void check_requirements(const Request& request, const Node& node, const Selection& selection) {
+void check_requirements(const Request& request, const node::Node& node,
+                        const node::Selection& selection) {
     if (request.requirements.empty()) return;
     // Parse everything first: a malformed expression is an error even where
     // an earlier variable would already fail.
     std::vector<std::vector<Alternative>> parsed;
     for (const auto& r : request.requirements) parsed.push_back(parse_expression(r));
 
-    std::vector<const Gpu*> gpus;  // whole GPUs and the parents of MIG devices, in node order
+    std::vector<const node::Gpu*> gpus;  // whole GPUs and the parents of MIG devices, in node order
     for (const auto& gpu : node.gpus) {
         bool selected = false;
-        for (const Gpu* g : selection.gpus) selected = selected || g == &gpu;
-        for (const MigDevice* m : selection.migs) selected = selected || m->gpu_index == gpu.index;
+        for (const node::Gpu* g : selection.gpus) selected = selected || g == &gpu;
+        for (const node::MigDevice* m : selection.migs)
+            selected = selected || m->gpu_index == gpu.index;
         if (selected) gpus.push_back(&gpu);
     }
     if (gpus.empty()) gpus.push_back(nullptr);  // cuda and driver only
 
     for (std::size_t i = 0; i < parsed.size(); ++i) {
         if (parsed[i].empty()) continue;
-        for (const Gpu* gpu : gpus) {
+        for (const node::Gpu* gpu : gpus) {
             std::vector<std::string> reasons;  // one per failing alternative
             for (const auto& alt : parsed[i]) {
                 auto why = first_failure(alt, node, gpu);
@@ -209,12 +213,12 @@ void check_requirements(const Request& request, const Node& node, const Selectio
                 reasons.push_back(std::move(*why));
             }
             if (reasons.empty()) continue;
-            throw_refused("check requirement", request.requirements[i].variable,
-                          reasons.size() == 1
-                              ? reasons[0]
-                              : fmt::format("no alternative holds: {}", fmt::join(reasons, "; ")));
+            util::throw_refused("check requirement", request.requirements[i].variable,
+                                reasons.size() == 1 ? reasons[0]
+                                                    : fmt::format("no alternative holds: {}",
+                                                                  fmt::join(reasons, "; ")));
         }
     }
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

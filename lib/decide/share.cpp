@@ -15,7 +15,7 @@
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 namespace {
 
@@ -65,7 +65,7 @@ std::vector<Found> share_variables(const std::vector<std::string>& env) {
             value(entry.data() + eq + 1, entry.size() - eq - 1);
         Found f{name, value};
         if (name.starts_with(kDevicePrefix)) {
-            const auto device = parse_unsigned(name.substr(kDevicePrefix.size()));
+            const auto device = util::parse_unsigned(name.substr(kDevicePrefix.size()));
             if (!device || *device > 255 || name.size() == kDevicePrefix.size()) continue;
             f.device = static_cast<unsigned>(*device);
         } else {
@@ -82,15 +82,15 @@ std::vector<Found> share_variables(const std::vector<std::string>& env) {
 }
 
 [[noreturn]] void malformed(const Found& f, const std::string& where, std::string_view why) {
-    throw_invalid("read request", where, fmt::format("{}={}: {}", f.name, f.value, why));
+    util::throw_invalid("read request", where, fmt::format("{}={}: {}", f.name, f.value, why));
 }
 
 // "10GiB", "10 G", "10240Mi", "1536m", "7": bytes (a bare number in `unit`).
 std::uint64_t parse_size(const Found& f, std::uint64_t unit, const std::string& where) {
-    const std::string_view v = trim(f.value);
+    const std::string_view v = util::trim(f.value);
     const auto digits = v.find_first_not_of("0123456789");
     const std::string_view number = v.substr(0, digits);
-    std::string suffix(trim(digits == std::string_view::npos ? "" : v.substr(digits)));
+    std::string suffix(util::trim(digits == std::string_view::npos ? "" : v.substr(digits)));
     std::transform(suffix.begin(), suffix.end(), suffix.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (suffix.size() > 1 && suffix.back() == 'b') suffix.pop_back();
@@ -111,10 +111,10 @@ std::uint64_t parse_size(const Found& f, std::uint64_t unit, const std::string& 
 }
 
 unsigned parse_percent(const Found& f, const std::string& where) {
-    std::string_view v = trim(f.value);
+    std::string_view v = util::trim(f.value);
     if (v.ends_with('%')) v.remove_suffix(1);
     const auto n = v.find_first_not_of("0123456789") == std::string_view::npos && !v.empty()
-                       ? parse_unsigned(v)
+                       ? util::parse_unsigned(v)
                        : std::nullopt;
     if (!n || *n < 1 || *n > 100) malformed(f, where, "not a percent of a GPU (1 to 100)");
     return static_cast<unsigned>(*n);
@@ -129,9 +129,9 @@ void agree(T& field, T value, std::string& set_by, const Found& f, const std::st
         field = value;
         set_by = by;
     } else if (field != value) {
-        throw_invalid("read request", where,
-                      fmt::format("{} and {} ask for different shares ({} and {})", set_by, by,
-                                  text(field), text(value)));
+        util::throw_invalid("read request", where,
+                            fmt::format("{} and {} ask for different shares ({} and {})", set_by,
+                                        by, text(field), text(value)));
     }
 }
 
@@ -154,7 +154,7 @@ ShareRequest read_share(const oci::Spec& spec, const std::string& where) {
         return fmt::format("GPU {}", i.value_or(0));
     };
     for (const Found& f : share_variables(spec.env)) {
-        if (trim(f.value).empty()) continue;
+        if (util::trim(f.value).empty()) continue;
         const std::string by = fmt::format("{}={}", f.name, f.value);
         if (!f.variable) {
             share.device_memory[f.device] = parse_size(f, 1, where);
@@ -174,7 +174,7 @@ ShareRequest read_share(const oci::Spec& spec, const std::string& where) {
                 agree(share.compute, parse_percent(f, where), compute_by, f, where, percent);
                 break;
             case Sets::GpuIndex: {
-                const auto i = parse_unsigned(trim(f.value));
+                const auto i = util::parse_unsigned(util::trim(f.value));
                 if (!i || *i > 255) malformed(f, where, "not a GPU index");
                 agree(share.gpu, std::optional<unsigned>(static_cast<unsigned>(*i)), gpu_by, f,
                       where, gpu);
@@ -191,61 +191,65 @@ ShareRequest read_share(const oci::Spec& spec, const std::string& where) {
         share.asked_by = request_by;
     }
     if (share.memory_request && share.memory && share.memory_request > share.memory)
-        throw_invalid("read request", where,
-                      fmt::format("{} is above the limit {}", request_by,
-                                  memory_by.empty() ? share.asked_by : memory_by));
+        util::throw_invalid("read request", where,
+                            fmt::format("{} is above the limit {}", request_by,
+                                        memory_by.empty() ? share.asked_by : memory_by));
     if (share.gpu && !share.asked())
-        throw_invalid(
+        util::throw_invalid(
             "read request", where,
             fmt::format("{} names a GPU for a share, but no variable asks for one", gpu_by));
     return share;
 }
 
-void check_share(const ShareRequest& share, const Selection& selection, const Config& config) {
+void check_share(const ShareRequest& share, const node::Selection& selection,
+                 const config::Config& config) {
     if (!share.asked()) return;
     const std::string& by = share.asked_by;
     if (!selection.migs.empty())
-        throw_refused("check share", by,
-                      fmt::format("a share of MIG device {}: a MIG device is already a fixed "
-                                  "part of its GPU; ask for the whole MIG device",
-                                  selection.migs.front()->uuid.empty()
-                                      ? fmt::format("{}:{}", selection.migs.front()->gpu_index,
-                                                    selection.migs.front()->index)
-                                      : selection.migs.front()->uuid));
+        util::throw_refused(
+            "check share", by,
+            fmt::format("a share of MIG device {}: a MIG device is already a fixed "
+                        "part of its GPU; ask for the whole MIG device",
+                        selection.migs.front()->uuid.empty()
+                            ? fmt::format("{}:{}", selection.migs.front()->gpu_index,
+                                          selection.migs.front()->index)
+                            : selection.migs.front()->uuid));
     if (share.gpu && std::none_of(selection.gpus.begin(), selection.gpus.end(),
-                                  [&](const Gpu* g) { return g->index == *share.gpu; }))
-        throw_refused(
+                                  [&](const node::Gpu* g) { return g->index == *share.gpu; }))
+        util::throw_refused(
             "check share", by,
             fmt::format("the share is on GPU {}, which the container is not given", *share.gpu));
     for (const auto& [position, bytes] : share.device_memory)
         if (position >= selection.gpus.size())
-            throw_refused("check share", by,
-                          fmt::format("CUDA_DEVICE_MEMORY_LIMIT_{} names the container's GPU {}, "
-                                      "but it is given {}",
-                                      position, position, selection.gpus.size()));
+            util::throw_refused(
+                "check share", by,
+                fmt::format("CUDA_DEVICE_MEMORY_LIMIT_{} names the container's GPU {}, "
+                            "but it is given {}",
+                            position, position, selection.gpus.size()));
     for (std::size_t i = 0; i < selection.gpus.size(); ++i) {
-        const Gpu& g = *selection.gpus[i];
+        const node::Gpu& g = *selection.gpus[i];
         const auto per = share.device_memory.find(static_cast<unsigned>(i));
         const std::uint64_t limit = per != share.device_memory.end() ? per->second : share.memory;
         if (g.memory && limit > g.memory)
-            throw_refused("check share", by,
-                          fmt::format("a limit of {} on {}, which has {}", size_text(limit),
-                                      gpu_name(g), size_text(g.memory)));
+            util::throw_refused("check share", by,
+                                fmt::format("a limit of {} on {}, which has {}", size_text(limit),
+                                            node::gpu_name(g), size_text(g.memory)));
     }
     const std::string lacks = share_enforcement();
-    if (config.policy.shares == SharesPolicy::Soft) {
-        logger().warn("{}: the share is not enforced: {}; starting it anyway (shares = soft)", by,
-                      lacks);
+    if (config.policy.shares == config::SharesPolicy::Soft) {
+        util::logger().warn("{}: the share is not enforced: {}; starting it anyway (shares = soft)",
+                            by, lacks);
         return;
     }
-    throw_refused("check share", by,
-                  fmt::format("this node cannot enforce a GPU share: {}; [policy] shares = soft "
-                              "starts it unenforced",
-                              lacks));
+    util::throw_refused(
+        "check share", by,
+        fmt::format("this node cannot enforce a GPU share: {}; [policy] shares = soft "
+                    "starts it unenforced",
+                    lacks));
 }
 
 std::string share_enforcement() {
     return "gpubind applies neither the driver's per-cgroup memory limit nor MPS yet";
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

@@ -50,7 +50,7 @@ const Check* Report::find(std::string_view name) const {
 }
 
 int exit_code(const Report& report) {
-    return report.count(Verdict::Problem) > 0 ? kExitProblem : kExitOk;
+    return report.count(Verdict::Problem) > 0 ? kExitProblem : util::kExitOk;
 }
 
 namespace {
@@ -181,7 +181,7 @@ std::vector<Check> run_bounded(const std::string& group,
                                const std::function<std::vector<Check>()>& fn,
                                std::chrono::milliseconds deadline) {
     const std::string what = "doctor's " + group + " checks";
-    const ReportingChild child = fork_reporting(
+    const util::ReportingChild child = util::fork_reporting(
         [&](int out) {
             std::string answer;
             try {
@@ -203,14 +203,14 @@ std::vector<Check> run_bounded(const std::string& group,
             return 0;
         },
         what);
-    BoundedRead answer;
+    util::BoundedRead answer;
     try {
-        answer = read_bounded(child.report.get(), kMaxAnswer, what,
-                              std::chrono::steady_clock::now() + deadline);
-    } catch (const Error&) {
-        answer.end = ReadEnd::TooLarge;  // a failed read: decoded below as no answer
+        answer = util::read_bounded(child.report.get(), kMaxAnswer, what,
+                                    std::chrono::steady_clock::now() + deadline);
+    } catch (const util::Error&) {
+        answer.end = util::ReadEnd::TooLarge;  // a failed read: decoded below as no answer
     }
-    if (answer.end == ReadEnd::Deadline) {
+    if (answer.end == util::ReadEnd::Deadline) {
         ::kill(child.pid, SIGKILL);
         // A child stuck in the kernel (a hung mount) may not die at once: not waited for.
         ::waitpid(child.pid, nullptr, WNOHANG);
@@ -218,11 +218,11 @@ std::vector<Check> run_bounded(const std::string& group,
                                           "what it was looking at is still stuck",
                                           deadline.count()))};
     }
-    if (answer.end == ReadEnd::TooLarge) {
-        kill_and_reap(child.pid);
+    if (answer.end == util::ReadEnd::TooLarge) {
+        util::kill_and_reap(child.pid);
         return {failed(group, "its child process died without an answer")};
     }
-    reap(child.pid);
+    util::reap(child.pid);
     try {
         return decode(answer.data);
     } catch (const std::exception&) {
@@ -230,7 +230,7 @@ std::vector<Check> run_bounded(const std::string& group,
     }
 }
 
-Report run(const Config& config, const Options& options) {
+Report run(const config::Config& config, const Options& options) {
     Report report;
     auto add = [&](std::vector<Check> checks) {
         report.checks.insert(report.checks.end(), std::make_move_iterator(checks.begin()),

@@ -80,19 +80,20 @@ std::string driver_version_of(const fs::path& path) {
                         name.starts_with("libnvcuvid.") || name.starts_with("libnvoptix.");
     if (const auto so = name.find(".so."); nvidia && so != std::string::npos) {
         const std::string version = name.substr(so + 4);
-        if (detail::is_version(version) && version.find('.') != version.rfind('.')) return version;
+        if (node::detail::is_version(version) && version.find('.') != version.rfind('.'))
+            return version;
     }
     const std::string p = path.string();
     if (const auto at = p.find("/firmware/nvidia/"); at != std::string::npos) {
         const std::string rest = p.substr(at + 17);
         const std::string version = rest.substr(0, rest.find('/'));
-        if (detail::is_version(version)) return version;
+        if (node::detail::is_version(version)) return version;
     }
     return {};
 }
 
 bool registered(const CdiSpecFacts& f, unsigned major) {
-    if (major == kNvidiaMajor) return true;  // listed as nvidia-frontend (or nvidia)
+    if (major == node::kNvidiaMajor) return true;  // listed as nvidia-frontend (or nvidia)
     for (const auto& [driver, m] : f.majors)
         if (m == major) return true;
     return false;
@@ -154,15 +155,16 @@ std::optional<Problem> edit_problem(const CdiSpecFacts& f, const CdiSpecFacts::E
 
 }  // namespace
 
-CdiSpecFacts gather_cdi_specs(const Config& config, const std::vector<fs::path>& files) {
+CdiSpecFacts gather_cdi_specs(const config::Config& config, const std::vector<fs::path>& files) {
     CdiSpecFacts f;
     f.roots = config.roots;
     try {
-        f.module_version = detail::read_driver_version(config.roots.proc / "driver/nvidia/version");
-        f.majors = detail::read_majors(config.roots.proc / "devices");
+        f.module_version =
+            node::detail::read_driver_version(config.roots.proc / "driver/nvidia/version");
+        f.majors = node::detail::read_majors(config.roots.proc / "devices");
         for (auto& node : setup::driver_nodes(config.roots.proc, setup::NodeSet::All).nodes)
             f.driver_nodes.emplace(node.path, node.why);
-    } catch (const Error&) {  // no driver: every node is judged by what is there
+    } catch (const util::Error&) {  // no driver: every node is judged by what is there
     }
     const cdi::Registry reg =
         files.empty() ? cdi::load_specs(config.cdi.spec_dirs) : cdi::load_spec_files(files);
@@ -223,7 +225,7 @@ std::vector<Check> check_cdi_specs(const CdiSpecFacts& f) {
             c.summary =
                 fmt::format("{} devices, every node, mount and hook present", file.devices.size());
             if (cdi::version_index(file.version) >= 0 &&
-                compare_versions(file.version, file.needed) > 0) {
+                util::compare_versions(file.version, file.needed) > 0) {
                 c.verdict = Verdict::Warning;
                 c.evidence.push_back(fmt::format(
                     "cdiVersion {}: its features need only {}; an engine whose CDI library "

@@ -34,11 +34,12 @@ constexpr std::size_t kMaxProc = 4u << 20;
 // roots' <id>/state.json ("init_process_pid", "config.labels": "bundle=...").
 std::string find_bundle(pid_t pid, const std::vector<fs::path>& roots) {
     for (const auto& root : roots) {
-        for (const auto& id : detail::list_dir(root)) {
+        for (const auto& id : node::detail::list_dir(root)) {
             const fs::path state = root / id / "state.json";
             if (!stat_path(state).exists()) continue;
             try {
-                auto j = nlohmann::json::parse(read_file(state, oci::kMaxStateSize * 16));
+                auto j =
+                    nlohmann::json::parse(util::read_file(state, decide::oci::kMaxStateSize * 16));
                 if (j.value("init_process_pid", 0) != pid) continue;
                 for (const auto& label : j.at("config").value("labels", nlohmann::json::array()))
                     if (label.is_string() && label.get<std::string>().rfind("bundle=", 0) == 0)
@@ -53,15 +54,16 @@ std::string find_bundle(pid_t pid, const std::vector<fs::path>& roots) {
 std::vector<fs::path> default_state_roots() {
     std::vector<fs::path> roots = {"/run/runc"};
     for (const char* parent : {"/run/containerd/runc", "/run/docker/runtime-runc"})
-        for (const auto& ns : detail::list_dir(parent)) roots.push_back(fs::path(parent) / ns);
+        for (const auto& ns : node::detail::list_dir(parent))
+            roots.push_back(fs::path(parent) / ns);
     return roots;
 }
 
 // Mount points of a /proc/<pid>/mountinfo (field 5, octal escapes undone).
 std::set<std::string> mount_points(std::string_view mountinfo) {
     std::set<std::string> out;
-    for (auto line : split(mountinfo, '\n')) {
-        auto f = split(line, ' ');
+    for (auto line : util::split(mountinfo, '\n')) {
+        auto f = util::split(line, ' ');
         if (f.size() < 5) continue;
         std::string p;
         const std::string_view s = f[4];
@@ -80,7 +82,7 @@ std::set<std::string> mount_points(std::string_view mountinfo) {
 
 // The file at `path` inside the container's root, not following a final link.
 FileFact stat_in_root(int root_fd, const fs::path& path) {
-    Fd dir = try_open_in_root(root_fd, path.parent_path(), O_PATH | O_DIRECTORY);
+    util::Fd dir = os::try_open_in_root(root_fd, path.parent_path(), O_PATH | O_DIRECTORY);
     if (!dir) return {};
     struct stat st {};
     if (::fstatat(dir.get(), path.filename().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return {};
@@ -105,12 +107,12 @@ FileFact stat_in_root(int root_fd, const fs::path& path) {
 // v2: whether every device program on `dir` and its ancestors (up to the
 // cgroup2 mount's top) allows read and write of each device.
 void judge_programs(ContainerFacts& c, const fs::path& dir) {
-    LinuxSystem sys;
-    std::vector<std::pair<std::string, std::vector<bpf::Insn>>> programs;
+    os::LinuxSystem sys;
+    std::vector<std::pair<std::string, std::vector<os::bpf::Insn>>> programs;
     for (fs::path d = dir; stat_path(d / "cgroup.controllers").exists(); d = d.parent_path()) {
-        Fd fd = sys.open_cgroup_dir(d);
+        util::Fd fd = sys.open_cgroup_dir(d);
         for (auto id : sys.query_device_programs(fd.get()).ids) {
-            Fd prog = sys.open_program(id);
+            util::Fd prog = sys.open_program(id);
             programs.emplace_back(fmt::format("program {} on {}", id, d.string()),
                                   sys.program_instructions(prog.get()));
             c.cgroup_evidence.push_back(programs.back().first);
@@ -121,9 +123,9 @@ void judge_programs(ContainerFacts& c, const fs::path& dir) {
     for (auto& dev : c.devices) {
         dev.allowed = true;
         for (const auto& [what, insns] : programs) {
-            const bpf::DeviceRequest req{bpf::kDevChar, bpf::kAccRead | bpf::kAccWrite, dev.major,
-                                         dev.minor};
-            if (bpf::run_device_program(insns, req) == 0) {
+            const os::bpf::DeviceRequest req{
+                os::bpf::kDevChar, os::bpf::kAccRead | os::bpf::kAccWrite, dev.major, dev.minor};
+            if (os::bpf::run_device_program(insns, req) == 0) {
                 dev.allowed = false;
                 c.cgroup_evidence.push_back(
                     fmt::format("{} denies {} ({}:{})", what, dev.path, dev.major, dev.minor));
@@ -251,7 +253,7 @@ Check check_cgroup(const ContainerFacts& c, bool nodes_there) {
 
 }  // namespace
 
-ContainerFacts gather_container(const ContainerOptions& options, const Config& config) {
+ContainerFacts gather_container(const ContainerOptions& options, const config::Config& config) {
     ContainerFacts c;
     c.pid = options.pid;
     c.bundle = options.bundle.string();
@@ -266,39 +268,39 @@ ContainerFacts gather_container(const ContainerOptions& options, const Config& c
         }
     }
     try {
-        const oci::Spec spec = oci::load_spec(c.bundle);
-        const Decision d = start::decide(spec, config, false);  // doctor only reads
+        const decide::oci::Spec spec = decide::oci::load_spec(c.bundle);
+        const decide::Decision d = start::decide(spec, config, false);  // doctor only reads
         c.request = d.reason;
         c.gpu = d.gpu_container();
         for (const auto& dev : d.plan.devices)
             c.devices.push_back({dev.node.path, dev.why, dev.node.major, dev.node.minor,
                                  std::nullopt, std::nullopt});
         for (const auto& m : d.plan.mounts) c.mounts.push_back({m.target, m.why, false});
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         c.plan_error = e.what();
         return c;
     }
     if (c.pid <= 0 || !c.gpu) return c;
     const std::string proc = "/proc/" + std::to_string(c.pid);
     try {
-        Fd root(::open((proc + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-        if (!root) throw_errno("open", proc + "/root");
+        util::Fd root(::open((proc + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+        if (!root) util::throw_errno("open", proc + "/root");
         for (auto& dev : c.devices) dev.now = stat_in_root(root.get(), dev.path);
-        const auto points = mount_points(read_file(proc + "/mountinfo", kMaxProc));
+        const auto points = mount_points(util::read_file(proc + "/mountinfo", kMaxProc));
         for (auto& m : c.mounts) m.present = points.count(m.target) > 0;
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         c.find_error = e.what();
         return c;
     }
     try {
-        const auto cg = cgroup::locate(read_file(proc + "/cgroup", kMaxProc),
-                                       read_file("/proc/self/mountinfo", kMaxProc), proc);
+        const auto cg = os::cgroup::locate(util::read_file(proc + "/cgroup", kMaxProc),
+                                           util::read_file("/proc/self/mountinfo", kMaxProc), proc);
         c.cgroup_dir = cg.dir.string();
-        if (cg.kind == cgroup::DeviceCgroup::Kind::V1) {
+        if (cg.kind == os::cgroup::DeviceCgroup::Kind::V1) {
             c.cgroup_kind = "v1";
-            const std::string list = read_file(cg.dir / "devices.list", kMaxProc);
+            const std::string list = util::read_file(cg.dir / "devices.list", kMaxProc);
             for (auto& dev : c.devices) {
-                dev.allowed = cgroup::allows(list, dev.major, dev.minor);
+                dev.allowed = os::cgroup::allows(list, dev.major, dev.minor);
                 if (!*dev.allowed)
                     c.cgroup_evidence.push_back(fmt::format("{}/devices.list lacks c {}:{} rw ({})",
                                                             c.cgroup_dir, dev.major, dev.minor,
@@ -308,7 +310,7 @@ ContainerFacts gather_container(const ContainerOptions& options, const Config& c
             c.cgroup_kind = "v2";
             judge_programs(c, cg.dir);
         }
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         c.cgroup_error = e.what();
     }
     return c;

@@ -23,7 +23,7 @@
 namespace gpubind::doctor {
 
 namespace fs = std::filesystem;
-using detail::under;
+using node::detail::under;
 
 namespace {
 
@@ -36,7 +36,7 @@ constexpr const char* kHooksDirs[] = {"/usr/share/containers/oci/hooks.d",
 // Whether an ELF file is statically linked (no PT_INTERP); nullopt when it
 // is not a 64-bit ELF file we can read.
 std::optional<bool> is_static(const fs::path& path) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    util::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd) return std::nullopt;
     Elf64_Ehdr eh{};
     if (::pread(fd.get(), &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh))
@@ -69,18 +69,18 @@ Registration registration(std::string mode, const fs::path& file, const std::str
 
 std::optional<std::string> read_if_there(const fs::path& path) {
     if (!stat_path(path).exists()) return std::nullopt;
-    return read_file(path, kMaxFile);
+    return util::read_file(path, kMaxFile);
 }
 
 toml::table parse_toml_file(const fs::path& path, const std::string& text) {
-    if (auto unsafe = gpubind::detail::toml_unsafe_text(text))
-        throw_invalid("read", path.string(), "invalid TOML at " + *unsafe);
+    if (auto unsafe = gpubind::util::detail::toml_unsafe_text(text))
+        util::throw_invalid("read", path.string(), "invalid TOML at " + *unsafe);
     try {
         return toml::parse(text, path.string());
     } catch (const toml::parse_error& e) {
-        throw_invalid("read", path.string(),
-                      "invalid TOML at line " + std::to_string(e.source().begin.line) + ": " +
-                          std::string(e.description()));
+        util::throw_invalid("read", path.string(),
+                            "invalid TOML at line " + std::to_string(e.source().begin.line) + ": " +
+                                std::string(e.description()));
     }
 }
 
@@ -172,18 +172,18 @@ void gather_containerd(EngineFacts& e, const fs::path& prefix) {
         r.is_default =
             cri(t)["default_runtime_name"].value<std::string>() == std::string(setup::kRuntimeName);
         e.registrations.push_back(std::move(r));
-    } catch (const Error& x) {
+    } catch (const util::Error& x) {
         e.error = x.what();
     }
 }
 
 void gather_hooks(EngineFacts& e, const fs::path& prefix) {
     for (const char* dir : kHooksDirs) {
-        for (const auto& name : detail::list_dir(under(prefix, dir))) {
+        for (const auto& name : node::detail::list_dir(under(prefix, dir))) {
             if (fs::path(name).extension() != ".json") continue;
             const fs::path file = under(prefix, dir) / name;
             try {
-                auto j = nlohmann::json::parse(read_file(file, kMaxFile));
+                auto j = nlohmann::json::parse(util::read_file(file, kMaxFile));
                 const auto path = j.at("hook").at("path").get<std::string>();
                 if (fs::path(path).filename() != kHookName) continue;
                 e.registrations.push_back(registration("hook", file, path));
@@ -200,7 +200,7 @@ void gather_crio(EngineFacts& e, const fs::path& prefix) {
     e.systemd_cgroup_driver = true;
     try {
         std::vector<fs::path> files = {prefix / "etc/crio/crio.conf"};
-        for (const auto& name : detail::list_dir(prefix / "etc/crio/crio.conf.d"))
+        for (const auto& name : node::detail::list_dir(prefix / "etc/crio/crio.conf.d"))
             files.push_back(prefix / "etc/crio/crio.conf.d" / name);
         for (const auto& file : files) {
             auto text = read_if_there(file);
@@ -216,7 +216,7 @@ void gather_crio(EngineFacts& e, const fs::path& prefix) {
                 e.registrations.push_back(std::move(r));
             }
         }
-    } catch (const Error& x) {
+    } catch (const util::Error& x) {
         e.error = x.what();
     }
     gather_hooks(e, prefix);
@@ -230,7 +230,7 @@ void gather_podman(EngineFacts& e, const fs::path& prefix) {
             const toml::table t = parse_toml_file(prefix / "etc/containers/containers.conf", *text);
             if (auto m = t.at_path("engine.cgroup_manager").value<std::string>())
                 e.systemd_cgroup_driver = *m == "systemd";
-        } catch (const Error& x) {
+        } catch (const util::Error& x) {
             e.error = x.what();
         }
     }

@@ -11,35 +11,35 @@
 
 namespace gpubind::doctor {
 
-void gather_families(NodeFacts& f, const Config& config) {
+void gather_families(NodeFacts& f, const config::Config& config) {
     // The GPUs as procfs lists them: their bus ids are what DRM and the
     // HCAs' nearness are found by.
-    Node node;
+    node::Node node;
     node.roots = config.roots;
     for (const auto& g : f.gpus) {
-        Gpu gpu;
+        node::Gpu gpu;
         gpu.index = static_cast<unsigned>(node.gpus.size());
         gpu.pci_bus_id = g.bus_id;
         node.gpus.push_back(std::move(gpu));
     }
-    discover_families(node, config, f.majors);
-    std::vector<const PciPlace*> gpu_places;
+    node::discover_families(node, config, f.majors);
+    std::vector<const node::PciPlace*> gpu_places;
     for (const auto& gpu : node.gpus) gpu_places.push_back(gpu.place ? &*gpu.place : nullptr);
     for (const auto& family : config.families) {
         NodeFacts::Family out;
         out.name = family.name;
-        if (family.source == FamilySource::Glob) {
+        if (family.source == config::FamilySource::Glob) {
             out.driver = family.major;
             out.driver_loaded = family.major == "misc" || f.majors.count(family.major) != 0;
         }
         const std::string prefix = "family " + family.name + ": ";
         for (const auto& w : node.warnings)
             if (w.starts_with(prefix)) out.left_out.push_back(w.substr(prefix.size()));
-        if (const FamilyNodes* found = find_family(node, family.name))
+        if (const node::FamilyNodes* found = node::find_family(node, family.name))
             for (const auto& d : found->devices) {
                 out.devices.push_back(d.name);
-                if (family.source == FamilySource::Infiniband && !node.gpus.empty() &&
-                    (!d.place || sysfs::nearest(*d.place, gpu_places).which.empty()))
+                if (family.source == config::FamilySource::Infiniband && !node.gpus.empty() &&
+                    (!d.place || node::sysfs::nearest(*d.place, gpu_places).which.empty()))
                     out.far_hcas.push_back(d.name);
             }
         f.families.push_back(std::move(out));

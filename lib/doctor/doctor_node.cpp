@@ -17,7 +17,7 @@
 namespace gpubind::doctor {
 
 namespace fs = std::filesystem;
-using detail::under;
+using node::detail::under;
 
 namespace {
 
@@ -43,10 +43,10 @@ std::string version_of(std::string_view real_path) {
 void add_mig_caps(NodeFacts& f, const fs::path& access) {
     std::optional<unsigned> minor;
     try {
-        auto fields = detail::read_fields(access);
+        auto fields = node::detail::read_fields(access);
         if (auto it = fields.find("DeviceFileMinor"); it != fields.end())
-            if (auto n = parse_unsigned(it->second)) minor = static_cast<unsigned>(*n);
-    } catch (const Error&) {
+            if (auto n = util::parse_unsigned(it->second)) minor = static_cast<unsigned>(*n);
+    } catch (const util::Error&) {
     }
     f.mig_caps.emplace(access.string(), minor);
     if (minor) f.dev.emplace(cap_node(*minor), FileFact{});
@@ -56,28 +56,28 @@ void add_mig_caps(NodeFacts& f, const fs::path& access) {
 // parameters and its GPUs (each GPU's node named in f.dev).
 void read_driver_proc(NodeFacts& f, const fs::path& proc) {
     try {
-        f.module_version = detail::read_driver_version(proc / "driver/nvidia/version");
-    } catch (const Error& e) {
+        f.module_version = node::detail::read_driver_version(proc / "driver/nvidia/version");
+    } catch (const util::Error& e) {
         f.version_error = e.what();
     }
     try {
-        f.majors = detail::read_majors(proc / "devices");
-    } catch (const Error&) {
+        f.majors = node::detail::read_majors(proc / "devices");
+    } catch (const util::Error&) {
     }
     try {
-        f.params = detail::read_fields(proc / "driver/nvidia/params");
-    } catch (const Error&) {
+        f.params = node::detail::read_fields(proc / "driver/nvidia/params");
+    } catch (const util::Error&) {
     }
     const fs::path gpus_dir = proc / "driver/nvidia/gpus";
-    for (const auto& bus_id : detail::list_dir(gpus_dir)) {
+    for (const auto& bus_id : node::detail::list_dir(gpus_dir)) {
         NodeFacts::ProcGpu g;
         g.bus_id = bus_id;
         try {
-            const auto node_fields =
-                detail::gpu_node_fields(detail::read_fields(gpus_dir / bus_id / "information"));
+            const auto node_fields = node::detail::gpu_node_fields(
+                node::detail::read_fields(gpus_dir / bus_id / "information"));
             g.minor = node_fields.minor;
             g.excluded = node_fields.excluded;
-        } catch (const Error&) {
+        } catch (const util::Error&) {
         }
         if (g.minor) f.dev.emplace(gpu_node(*g.minor), FileFact{});
         f.gpus.push_back(std::move(g));
@@ -85,7 +85,7 @@ void read_driver_proc(NodeFacts& f, const fs::path& proc) {
 }
 
 // Libraries: the catalog's, as the host's ld.so.cache resolves them.
-void read_libraries(NodeFacts& f, const Config& config) {
+void read_libraries(NodeFacts& f, const config::Config& config) {
     f.ldcache_path = config.ldcache_path().string();
     try {
         const auto cache = ldcache::load(config.ldcache_path());
@@ -105,40 +105,40 @@ void read_libraries(NodeFacts& f, const Config& config) {
                 }
                 const auto* chosen = ldcache::lookup(cache, e.soname, arch);
                 LibraryFact lib{e.soname, entry.caps, compat32, chosen->path, std::nullopt};
-                if (auto real = detail::resolve_in(config.roots.driver, chosen->path))
+                if (auto real = node::detail::resolve_in(config.roots.driver, chosen->path))
                     lib.real = real->string();
                 f.libraries.push_back(std::move(lib));
             }
         }
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         f.ldcache_error = e.what();
     }
 }
 
 // The /dev/char/<major>:<minor> link of each character device found, and
 // where it leads.
-void read_dev_char(NodeFacts& f, const Config& config) {
+void read_dev_char(NodeFacts& f, const config::Config& config) {
     for (const auto& [path, fact] : f.dev) {
         if (fact.type != FileFact::Type::CharDevice) continue;
         const std::string link = fmt::format("/dev/char/{}:{}", fact.major, fact.minor);
         f.dev_char.emplace(link, stat_path(under(config.roots.dev, link)));
-        auto target = detail::resolve_in(config.roots.dev, link);
+        auto target = node::detail::resolve_in(config.roots.dev, link);
         f.dev_char_target.emplace(link, target ? std::optional(target->string()) : std::nullopt);
     }
 }
 
 }  // namespace
 
-NodeFacts gather_node(const Config& config) {
+NodeFacts gather_node(const config::Config& config) {
     NodeFacts f;
     f.roots = config.roots;
     const fs::path& proc = config.roots.proc;
     read_driver_proc(f, proc);
     for (const char* name : {"nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"})
         f.dev.emplace(std::string("/dev/") + name, FileFact{});
-    for (const auto& access : detail::mig_access_files(proc / "driver/nvidia/capabilities"))
+    for (const auto& access : node::detail::mig_access_files(proc / "driver/nvidia/capabilities"))
         add_mig_caps(f, access);
-    for (const auto& name : detail::list_dir(under(config.roots.dev, kImexDir))) {
+    for (const auto& name : node::detail::list_dir(under(config.roots.dev, kImexDir))) {
         f.imex_names.push_back(name);
         f.dev.emplace(std::string(kImexDir) + "/" + name, FileFact{});
     }
@@ -329,9 +329,10 @@ Check check_gpu_nodes(const NodeFacts& f) {
             continue;
         }
         ++gpus;
-        expect_node(f, c, bad, gpu_node(*g.minor), kNvidiaMajor, *g.minor);
+        expect_node(f, c, bad, gpu_node(*g.minor), node::kNvidiaMajor, *g.minor);
     }
-    if (gpus > 0) expect_node(f, c, bad, "/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor);
+    if (gpus > 0)
+        expect_node(f, c, bad, "/dev/nvidiactl", node::kNvidiaMajor, node::kNvidiactlMinor);
     if (!bad.empty()) {
         c.verdict = Verdict::Problem;
         c.summary = fmt::format("{} of the GPU and control nodes are missing or wrong", bad.size());
@@ -344,7 +345,7 @@ Check check_gpu_nodes(const NodeFacts& f) {
         c.fix = "check that the GPUs are bound to the nvidia driver (lspci -k, dmesg)";
     } else {
         c.summary = fmt::format("{} GPU nodes and nvidiactl have the driver's numbers ({}:N)", gpus,
-                                kNvidiaMajor);
+                                node::kNvidiaMajor);
     }
     return c;
 }
@@ -426,7 +427,8 @@ Check check_imex(const NodeFacts& f) {
     BadNodes bad;
     for (const auto& name : f.imex_names) {
         const std::string path = std::string(kImexDir) + "/" + name;
-        auto n = name.rfind("channel", 0) == 0 ? parse_unsigned(name.substr(7)) : std::nullopt;
+        auto n =
+            name.rfind("channel", 0) == 0 ? util::parse_unsigned(name.substr(7)) : std::nullopt;
         if (!n) {
             c.evidence.push_back(under(f.roots.dev, path).string() + " is not a channel name");
             continue;
@@ -447,8 +449,8 @@ Check check_imex(const NodeFacts& f) {
 
 // A capability's libraries: each catalog library in the cache must lead to a
 // file of the module's version; utility and compute need NVML and CUDA.
-Check check_capability(const NodeFacts& f, Capabilities cap) {
-    const std::string name = capability_names(cap);
+Check check_capability(const NodeFacts& f, config::Capabilities cap) {
+    const std::string name = config::capability_names(cap);
     Check c = node_check("capability-" + name);
     std::vector<std::string> bad;
     unsigned found = 0;
@@ -463,9 +465,9 @@ Check check_capability(const NodeFacts& f, Capabilities cap) {
         if (!f.module_version.empty() && version_of(*lib.real) != f.module_version) continue;
         ++found;
     }
-    const char* need = cap == kCapUtility   ? "libnvidia-ml.so.1"
-                       : cap == kCapCompute ? "libcuda.so.1"
-                                            : nullptr;
+    const char* need = cap == config::kCapUtility   ? "libnvidia-ml.so.1"
+                       : cap == config::kCapCompute ? "libcuda.so.1"
+                                                    : nullptr;
     if (need) {
         const bool have = std::any_of(f.libraries.begin(), f.libraries.end(), [&](const auto& l) {
             return l.soname == need && !l.compat32 && l.real;
@@ -507,10 +509,10 @@ Check check_persistenced(const NodeFacts& f) {
 // one gets follows [policy] shares.
 Check check_shares(const NodeFacts& f) {
     Check c = node_check("gpu-shares");
-    c.evidence = {"enforced by: nothing (" + share_enforcement() + ")",
+    c.evidence = {"enforced by: nothing (" + decide::share_enforcement() + ")",
                   std::string("[policy] shares = ") +
-                      (f.shares == SharesPolicy::Soft ? "\"soft\"" : "\"strict\"")};
-    if (f.shares == SharesPolicy::Strict) {
+                      (f.shares == config::SharesPolicy::Soft ? "\"soft\"" : "\"strict\"")};
+    if (f.shares == config::SharesPolicy::Strict) {
         c.summary =
             "no GPU share is enforced here: a container asking for one (GPUBIND_GPU_MEMORY, "
             "NVIDIA_GPU_MEMORY_LIMIT, HAMi's or gpushare's variables) is refused";
@@ -532,7 +534,7 @@ Check check_ldconfig(const NodeFacts& f) {
         c.summary = f.ldconfig + " is executable";
         return c;
     }
-    const bool needed = f.ldcache_method == LdcacheMethod::Ldconfig;
+    const bool needed = f.ldcache_method == config::LdcacheMethod::Ldconfig;
     c.verdict = needed ? Verdict::Problem : Verdict::Warning;
     c.summary = needed ? "the configured ldconfig cannot run: every GPU container fails"
                        : "the configured ldconfig cannot run: images without a loader cache fail";
@@ -583,8 +585,8 @@ std::vector<Check> check_node(const NodeFacts& f) {
     out.push_back(check_uvm_nodes(f));
     out.push_back(check_mig(f));
     out.push_back(check_imex(f));
-    for (Capabilities cap :
-         {kCapUtility, kCapCompute, kCapVideo, kCapGraphics, kCapDisplay, kCapNgx})
+    for (config::Capabilities cap : {config::kCapUtility, config::kCapCompute, config::kCapVideo,
+                                     config::kCapGraphics, config::kCapDisplay, config::kCapNgx})
         out.push_back(check_capability(f, cap));
     out.push_back(check_persistenced(f));
     out.push_back(check_shares(f));

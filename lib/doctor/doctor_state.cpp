@@ -12,14 +12,14 @@
 
 namespace gpubind::doctor {
 
-StateFacts gather_state(const Config& config) {
+StateFacts gather_state(const config::Config& config) {
     StateFacts f;
-    f.description_path = description_path(config).string();
-    NodeKnowledge known;
+    f.description_path = node::description_path(config).string();
+    node::NodeKnowledge known;
     try {
-        LoadOptions load;
+        node::LoadOptions load;
         load.write = false;
-        known = load_node(config, load);
+        known = node::load_node(config, load);
     } catch (const std::exception& e) {
         f.node_error = e.what();
         return f;
@@ -37,8 +37,8 @@ StateFacts gather_state(const Config& config) {
         } else if (s.file.type != FileFact::Type::Regular) {
             s.state = "stale";
         } else {
-            s.state =
-                read_file(want.path, cdi::kMaxSpecFileSize) == *want.content ? "current" : "stale";
+            s.state = util::read_file(want.path, cdi::kMaxSpecFileSize) == *want.content ? "current"
+                                                                                         : "stale";
         }
         f.cdi.push_back(std::move(s));
     }

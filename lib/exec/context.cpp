@@ -15,7 +15,7 @@ namespace gpubind::exec {
 
 void check_container_path(std::string_view p, std::string_view kind) {
     auto fail = [&](std::string_view why) {
-        throw_invalid("execute", std::string(p), fmt::format("{} {} {}", kind, p, why));
+        util::throw_invalid("execute", std::string(p), fmt::format("{} {} {}", kind, p, why));
     };
     if (!p.starts_with('/')) fail("is not an absolute path");
     if (p == "/") fail("is the root itself");
@@ -31,12 +31,12 @@ void check_container_path(std::string_view p, std::string_view kind) {
 void check_name(const std::string& name, const std::string& what) {
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
         name.find('\0') != std::string::npos)
-        throw_invalid("execute", name, what + " is not a single file name");
+        util::throw_invalid("execute", name, what + " is not a single file name");
 }
 
 std::vector<std::string> proc_relative(const std::string& host_path) {
     std::vector<std::string> parts;
-    for (std::string_view c : split(host_path, '/'))
+    for (std::string_view c : util::split(host_path, '/'))
         if (!c.empty()) parts.emplace_back(c);
     for (std::size_t i = parts.size(); i-- > 1;) {
         if (parts[i - 1] == "driver" && parts[i] == "nvidia") {
@@ -47,10 +47,11 @@ std::vector<std::string> proc_relative(const std::string& host_path) {
             return rel;
         }
     }
-    throw_invalid("execute", host_path, "capability file is not under a driver/nvidia directory");
+    util::throw_invalid("execute", host_path,
+                        "capability file is not under a driver/nvidia directory");
 }
 
-std::string describe(const FileInfo& info) {
+std::string describe(const os::FileInfo& info) {
     std::string s(to_string(info.type));
     if (info.type == Type::CharDevice || info.type == Type::BlockDevice)
         s.append(" ")
@@ -64,8 +65,8 @@ bool within(std::string_view p, std::string_view dir) {
     return p.starts_with(dir) && (p.size() == dir.size() || dir == "/" || p[dir.size()] == '/');
 }
 
-bool use_ldconfig(const Plan& plan, const Target& target) {
-    return target.ldcache == LdcacheMethod::Ldconfig || plan.ldcache_scan;
+bool use_ldconfig(const decide::Plan& plan, const Target& target) {
+    return target.ldcache == config::LdcacheMethod::Ldconfig || plan.ldcache_scan;
 }
 
 // --- namespaces ---
@@ -89,9 +90,9 @@ void Context::leave() {
 
 // --- ids ---
 
-void Context::switch_fs_ids(Owner to) {
+void Context::switch_fs_ids(os::Owner to) {
     processes.set_fs_ids(to.uid, to.gid);
-    fs_ids_switched_ = to != Owner{};
+    fs_ids_switched_ = to != os::Owner{};
 }
 
 void Context::restore_fs_ids() noexcept {
@@ -99,36 +100,37 @@ void Context::restore_fs_ids() noexcept {
     try {
         switch_fs_ids({});
     } catch (const std::exception& e) {
-        logger().error("cannot switch the file system ids back: {}", e.what());
+        util::logger().error("cannot switch the file system ids back: {}", e.what());
     }
 }
 
 // --- inside the root ---
 
 void Context::open_root() {
-    root_ = std::make_shared<Fd>(files.open_root(target.rootfs));
+    root_ = std::make_shared<util::Fd>(files.open_root(target.rootfs));
     mounts.set_root(root_);
     mounts.find_fresh_tmpfs(host.fresh_candidates, host.host_mountinfo);
 }
 
 SharedFd Context::resolve_dir(std::string_view p) {
     if (SharedFd found = find_dir(p)) return found;
-    Fd fd;
-    SharedFd parent = resolve_dir(dir_name(p));
-    std::string name(base_name(p));
-    FileInfo info = files.stat_at(parent->get(), name);
+    util::Fd fd;
+    SharedFd parent = resolve_dir(util::dir_name(p));
+    std::string name(util::base_name(p));
+    os::FileInfo info = files.stat_at(parent->get(), name);
     if (info.type == Type::Symlink)
-        throw Error(ENOENT, "create directory", std::string(p),
-                    "is a symbolic link that leads nowhere inside the container; "
-                    "not following it");
+        throw util::Error(ENOENT, "create directory", std::string(p),
+                          "is a symbolic link that leads nowhere inside the container; "
+                          "not following it");
     if (info.type != Type::Missing)
-        throw Error(ENOTDIR, "create directory", std::string(p), "exists and is " + describe(info));
+        throw util::Error(ENOTDIR, "create directory", std::string(p),
+                          "exists and is " + describe(info));
     mounts.check(parent, p);
     as_owner([&] {
         fd = files.make_dir(parent->get(), name, 0755);
         undo.push_back({Undo::Kind::RemoveDir, parent, name, std::string(p)});
     });
-    auto shared = std::make_shared<Fd>(std::move(fd));
+    auto shared = std::make_shared<util::Fd>(std::move(fd));
     dirs_.emplace(p, shared);
     return shared;
 }
@@ -137,21 +139,21 @@ SharedFd Context::find_dir(std::string_view p) {
     if (p == "/") return root_;
     auto it = dirs_.find(p);
     if (it != dirs_.end()) return it->second;
-    Fd fd = files.open_dir_in_root(root_->get(), p);
+    util::Fd fd = files.open_dir_in_root(root_->get(), p);
     if (!fd) return {};
-    auto shared = std::make_shared<Fd>(std::move(fd));
+    auto shared = std::make_shared<util::Fd>(std::move(fd));
     dirs_.emplace(p, shared);
     return shared;
 }
 
-Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kind, unsigned major,
-                        unsigned minor) {
+util::Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kind,
+                              unsigned major, unsigned minor) {
     // Created first (O_CREAT|O_EXCL|O_NOFOLLOW, mkdirat): on a fresh root the
     // name is free, and no lookup needs to find nothing first. Whatever is
     // there already is looked at as before.
-    const std::string name(base_name(p));
+    const std::string name(util::base_name(p));
     const bool directory = kind == PointKind::Directory;
-    Fd created;
+    util::Fd created;
     as_owner([&] {
         created = directory ? files.try_make_dir(dir->get(), name, 0755)
                             : files.try_make_file(dir->get(), name, 0644);
@@ -163,9 +165,9 @@ Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kin
     return mount_point(dir, p, kind, files.stat_at(dir->get(), name), major, minor);
 }
 
-Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kind, FileInfo info,
-                        unsigned major, unsigned minor) {
-    const std::string name(base_name(p));
+util::Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kind,
+                              os::FileInfo info, unsigned major, unsigned minor) {
+    const std::string name(util::base_name(p));
     if (info.type == Type::Symlink && kind == PointKind::File) {
         // A link at a driver file's name (the image's, or one of an
         // earlier start): replaced by the mount point, never followed.
@@ -177,7 +179,7 @@ Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kin
         case Type::Missing: {
             // What we create is the mount point: its own descriptor, no
             // second lookup that something swapped in could answer.
-            Fd created;
+            util::Fd created;
             as_owner([&] {
                 const bool directory = kind == PointKind::Directory;
                 created = directory ? files.make_dir(dir->get(), name, 0755)
@@ -200,55 +202,57 @@ Fd Context::mount_point(const SharedFd& dir, const std::string& p, PointKind kin
             break;
     }
     if (!ok)
-        throw Error(EEXIST, "create mount point", p,
-                    "exists and is " + describe(info) + "; refusing to mount over it");
-    Fd fd = files.open_at(dir->get(), name);
+        throw util::Error(EEXIST, "create mount point", p,
+                          "exists and is " + describe(info) + "; refusing to mount over it");
+    util::Fd fd = files.open_at(dir->get(), name);
     // The inode we mount onto is the one just checked, not one swapped in meanwhile.
-    FileInfo now = files.stat_fd(fd.get());
+    os::FileInfo now = files.stat_fd(fd.get());
     if (now.type != info.type)
-        throw Error(EEXIST, "create mount point", p,
-                    "changed to " + describe(now) + " while being prepared");
+        throw util::Error(EEXIST, "create mount point", p,
+                          "changed to " + describe(now) + " while being prepared");
     return fd;
 }
 
-void Context::bind(Fd& tree, const std::string& target_path, PointKind kind, unsigned flags,
+void Context::bind(util::Fd& tree, const std::string& target_path, PointKind kind, unsigned flags,
                    unsigned major, unsigned minor) {
-    SharedFd dir = resolve_dir(dir_name(target_path));
+    SharedFd dir = resolve_dir(util::dir_name(target_path));
     mounts.check(dir, target_path);
-    Fd point = mount_point(dir, target_path, kind, major, minor);
+    util::Fd point = mount_point(dir, target_path, kind, major, minor);
     // Flags go on the detached mount: it never appears without them.
     if (flags != 0) files.set_mount_flags(tree.get(), flags);
     files.attach(tree.get(), point.get());
-    undo.push_back({Undo::Kind::Detach, dir, std::string(base_name(target_path)), target_path});
+    undo.push_back(
+        {Undo::Kind::Detach, dir, std::string(util::base_name(target_path)), target_path});
     // A directory mounted over a path hides what was resolved below it.
     if (kind == PointKind::Directory) dirs_.clear();
 }
 
 void Context::replace_link(const SharedFd& dir, const std::string& p, const std::string& with) {
-    const std::string name(base_name(p));
+    const std::string name(util::base_name(p));
     std::string old = files.read_link_at(dir->get(), name);
-    logger().info("{}: replaced the link to {} with {}", p, old, with);
+    util::logger().info("{}: replaced the link to {} with {}", p, old, with);
     files.remove(dir->get(), name, false);
     undo.push_back({Undo::Kind::RestoreLink, dir, name, p, std::move(old)});
 }
 
 void Context::remove_file(const SharedFd& dir, const std::string& p, std::string old) {
-    const std::string name(base_name(p));
+    const std::string name(util::base_name(p));
     files.remove(dir->get(), name, false);
-    forget(dir_name(p), name);
+    forget(util::dir_name(p), name);
     undo.push_back({Undo::Kind::RestoreFile, dir, name, p, std::move(old)});
 }
 
 const DirListing& Context::listing(const SharedFd& dir, std::string_view path) {
     if (auto it = listings_.find(path); it != listings_.end()) return it->second;
     DirListing names;
-    const DirNames listed = files.list_dir(dir->get(), kMaxDirEntries, [&](std::string_view name) {
-        names.add(name);
-        return false;  // kept here, in one buffer, not as a string each
-    });
+    const os::DirNames listed =
+        files.list_dir(dir->get(), kMaxDirEntries, [&](std::string_view name) {
+            names.add(name);
+            return false;  // kept here, in one buffer, not as a string each
+        });
     if (listed.more)
-        throw Error(ErrorKind::Invalid, E2BIG, "list directory", std::string(path),
-                    fmt::format("has more than {} entries; refusing", kMaxDirEntries));
+        throw util::Error(util::ErrorKind::Invalid, E2BIG, "list directory", std::string(path),
+                          fmt::format("has more than {} entries; refusing", kMaxDirEntries));
     names.sort();
     return listings_.emplace(std::string(path), std::move(names)).first->second;
 }
@@ -294,21 +298,21 @@ void OwnMounts::set_root(const SharedFd& root) {
 // shows. Looked at before anything is mounted, so nothing of ours is
 // what a path there resolves to.
 void OwnMounts::find_fresh_tmpfs(const std::vector<std::string>& candidates,
-                                 const Fd& host_mountinfo) {
+                                 const util::Fd& host_mountinfo) {
     std::vector<std::uint64_t> ids;
     std::vector<std::pair<unsigned, unsigned>> devices;
     for (const std::string& at : candidates) {
-        Fd top;
+        util::Fd top;
         try {
             top = sys_.open_dir_in_root(root_->get(), at);
-        } catch (const Error& e) {
-            logger().debug("{}: not taken as the runtime's tmpfs: {}", at, e.what());
+        } catch (const util::Error& e) {
+            util::logger().debug("{}: not taken as the runtime's tmpfs: {}", at, e.what());
             continue;
         }
         if (!top) continue;
         const auto device = sys_.tmpfs_device(top.get());
         if (!device) {
-            logger().debug("{}: not a tmpfs", at);
+            util::logger().debug("{}: not a tmpfs", at);
             continue;
         }
         ids.push_back(sys_.mount_id(top.get()));
@@ -320,7 +324,7 @@ void OwnMounts::find_fresh_tmpfs(const std::vector<std::string>& candidates,
     const std::vector<bool> shown = sys_.mountinfo_shows(host_mountinfo.get(), devices);
     for (std::size_t i = 0; i < ids.size(); ++i) {
         if (shown[i]) {
-            logger().debug("mount {}: a tmpfs the runtime's namespace shows too", ids[i]);
+            util::logger().debug("mount {}: a tmpfs the runtime's namespace shows too", ids[i]);
             continue;
         }
         fresh_tmpfs_.insert(ids[i]);
@@ -329,14 +333,15 @@ void OwnMounts::find_fresh_tmpfs(const std::vector<std::string>& candidates,
 
 std::uint64_t OwnMounts::check(const SharedFd& dir, std::string_view p) {
     std::uint64_t id = 0;
-    if (const char* why = problem(dir, p, id)) throw Error(EXDEV, "refuse", std::string(p), why);
+    if (const char* why = problem(dir, p, id))
+        throw util::Error(EXDEV, "refuse", std::string(p), why);
     return id;
 }
 
 bool OwnMounts::may_clean(const SharedFd& dir, std::string_view p) {
     std::uint64_t id = 0;
     const char* why = problem(dir, p, id);
-    if (why) logger().debug("{}: left as it is: {}", p, why);
+    if (why) util::logger().debug("{}: left as it is: {}", p, why);
     return why == nullptr;
 }
 
@@ -354,7 +359,7 @@ const char* OwnMounts::problem(const SharedFd& dir, std::string_view p, std::uin
         if (first == "dev" || first == "proc") {
             auto& known = first == "dev" ? dev_mount_ : proc_mount_;
             if (!known) {
-                Fd top = sys_.open_dir_in_root(root_->get(), join_path("/", first));
+                util::Fd top = sys_.open_dir_in_root(root_->get(), util::join_path("/", first));
                 known = top ? sys_.mount_id(top.get()) : root_mount_;
             }
             runtime_mount = id == *known;
@@ -370,7 +375,7 @@ const char* OwnMounts::problem(const SharedFd& dir, std::string_view p, std::uin
             known->second = *shared;
         } else {
             if (!mountinfo_) mountinfo_ = sys_.read_mountinfo();  // once per start
-            known->second = mount_is_shared(*mountinfo_, id);
+            known->second = os::mount_is_shared(*mountinfo_, id);
         }
     }
     if (known->second)

@@ -23,17 +23,16 @@
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/timing.hpp"
 
-namespace gpubind {
-class DeviceAccess;
-namespace ldcache {
+namespace gpubind::ldcache {
 struct Cache;
-}
-}  // namespace gpubind
+}  // namespace gpubind::ldcache
 
 namespace gpubind::exec {
 
-using Type = FileInfo::Type;
-using SharedFd = std::shared_ptr<Fd>;
+class DeviceAccess;
+
+using Type = os::FileInfo::Type;
+using SharedFd = std::shared_ptr<util::Fd>;
 
 inline constexpr std::size_t kMaxPlannedFile = 64 * 1024;  // an existing file of the plan
 inline constexpr std::size_t kMaxDirEntries = 1u << 16;    // an image's library directory
@@ -47,11 +46,11 @@ void check_name(const std::string& name, const std::string& what);
 // Where a capability file (a host path under <proc root>/driver/nvidia) sits in the view.
 std::vector<std::string> proc_relative(const std::string& host_path);
 // "character device 195:0", "directory", ...
-std::string describe(const FileInfo& info);
+std::string describe(const os::FileInfo& info);
 // Whether the normal path `p` is `dir` or lies below it.
 bool within(std::string_view p, std::string_view dir);
 // Whether the loader cache is made by the host's ldconfig (not gpubind's writer).
-bool use_ldconfig(const Plan& plan, const Target& target);
+bool use_ldconfig(const decide::Plan& plan, const Target& target);
 
 struct Undo {
     enum class Kind {
@@ -74,7 +73,7 @@ struct Undo {
         other{};  // RenameBack, ExchangeBack: the entry `name` was renamed to / swapped with
     std::function<void()> call{};  // Call
     // RestoreCache: the loader cache we replaced goes back as it was.
-    std::shared_ptr<const RegularFile> original{};
+    std::shared_ptr<const os::RegularFile> original{};
 };
 
 inline constexpr const char* kCache = "ld.so.cache";
@@ -104,13 +103,13 @@ class DirListing {
 
 // What the host side opened: the process, the namespaces, the sources.
 struct Host {
-    Fd pidfd, container_ns, own_ns, cwd, ldconfig;
-    Fd user_ns;               // the container's user namespace (Target::join_user_ns)
+    util::Fd pidfd, container_ns, own_ns, cwd, ldconfig;
+    util::Fd user_ns;         // the container's user namespace (Target::join_user_ns)
     bool in_user_ns = false;  // joined it: there is no way back
     bool in_container = false;
-    std::vector<Fd> device_trees, mount_trees, cap_trees;  // one per planned item
+    std::vector<util::Fd> device_trees, mount_trees, cap_trees;  // one per planned item
     std::vector<std::string> fresh_candidates;  // Target::fresh_tmpfs the plan reaches into
-    Fd host_mountinfo;  // the runtime's namespace's, when fresh_candidates has any
+    util::Fd host_mountinfo;  // the runtime's namespace's, when fresh_candidates has any
 };
 
 // The rule for where gpubind may create, mount or remove: on the container
@@ -119,12 +118,13 @@ struct Host {
 // about once per start.
 class OwnMounts {
   public:
-    explicit OwnMounts(SystemFiles& sys) : sys_(sys) {}
+    explicit OwnMounts(os::SystemFiles& sys) : sys_(sys) {}
 
     // The root just opened, and the tmpfs at `candidates` that are the
     // container's own memory (no mount of `host_mountinfo` shows them).
     void set_root(const SharedFd& root);
-    void find_fresh_tmpfs(const std::vector<std::string>& candidates, const Fd& host_mountinfo);
+    void find_fresh_tmpfs(const std::vector<std::string>& candidates,
+                          const util::Fd& host_mountinfo);
 
     // What gpubind creates or mounts at `p` (in the directory `dir`) is on
     // the container root's own mount, never on a volume a host directory may
@@ -145,7 +145,7 @@ class OwnMounts {
     // directory's mount id).
     const char* problem(const SharedFd& dir, std::string_view p, std::uint64_t& id);
 
-    SystemFiles& sys_;
+    os::SystemFiles& sys_;
     SharedFd root_;
     std::uint64_t root_mount_ = 0;
     std::optional<std::uint64_t> dev_mount_, proc_mount_;
@@ -157,7 +157,7 @@ class OwnMounts {
 
 class Context {
   public:
-    Context(const Plan& plan_in, const Target& target_in, System& sys_in)
+    Context(const decide::Plan& plan_in, const Target& target_in, os::System& sys_in)
         : plan(plan_in),
           target(target_in),
           sys(sys_in),
@@ -165,19 +165,19 @@ class Context {
           processes(sys_in),
           mounts(sys_in) {}
 
-    const Plan& plan;
+    const decide::Plan& plan;
     const Target& target;
     // The one System of the start, and the parts of it the steps use: the
     // files and mounts (the root, the mounts, the loader cache, the proc
     // view, the rollback) and the processes and namespaces (the host side,
     // entering and leaving, file system ids, ldconfig). Device access takes
     // its own parts (DeviceAccess).
-    System& sys;
-    SystemFiles& files;
-    SystemProcesses& processes;
+    os::System& sys;
+    os::SystemFiles& files;
+    os::SystemProcesses& processes;
     Host host;
     OwnMounts mounts;
-    Timing timing;
+    util::Timing timing;
     std::vector<Undo> undo;
 
     // --- namespaces ---
@@ -187,10 +187,10 @@ class Context {
     // --- the ids what is created belongs to ---
     // The container's root as the host sees it (a container with a user
     // namespace gets what we create owned by the ids its root maps to).
-    void set_owner(Owner owner) { owner_ = owner; }
-    const Owner& owner() const { return owner_; }
+    void set_owner(os::Owner owner) { owner_ = owner; }
+    const os::Owner& owner() const { return owner_; }
     // Whether what we create is created as other ids than root's.
-    bool chown() const { return owner_ != Owner{}; }
+    bool chown() const { return owner_ != os::Owner{}; }
     // Creates something in the root (and records its undo) as the container's
     // root: with the file system ids switched to its host ids, so that it is
     // theirs from the start (a file system the container mounted in its user
@@ -228,13 +228,13 @@ class Context {
     enum class PointKind { File, Directory, Device };
     // The inode to mount onto at dir/name (container path `p`): an existing
     // one of the right type, or a new empty file or directory.
-    Fd mount_point(const SharedFd& dir, const std::string& p, PointKind kind, unsigned major = 0,
-                   unsigned minor = 0);
+    util::Fd mount_point(const SharedFd& dir, const std::string& p, PointKind kind,
+                         unsigned major = 0, unsigned minor = 0);
     // The same where `info` is what stat_at found there just now.
-    Fd mount_point(const SharedFd& dir, const std::string& p, PointKind kind, FileInfo info,
-                   unsigned major = 0, unsigned minor = 0);
+    util::Fd mount_point(const SharedFd& dir, const std::string& p, PointKind kind,
+                         os::FileInfo info, unsigned major = 0, unsigned minor = 0);
     // The detached mount `tree` attached at `target` (flags set on it first).
-    void bind(Fd& tree, const std::string& target, PointKind kind, unsigned flags,
+    void bind(util::Fd& tree, const std::string& target, PointKind kind, unsigned flags,
               unsigned major = 0, unsigned minor = 0);
     // Removes the link at `p` (its directory `dir`), never following it, and
     // records how to put it back; `with` says what takes its place (the log).
@@ -253,9 +253,9 @@ class Context {
     void forget(std::string_view dir_path, std::string_view name);
 
   private:
-    void switch_fs_ids(Owner to);
+    void switch_fs_ids(os::Owner to);
 
-    Owner owner_;  // the host ids of the container's root
+    os::Owner owner_;  // the host ids of the container's root
     bool fs_ids_switched_ = false;
     SharedFd root_;
     std::map<std::string, SharedFd, std::less<>> dirs_;        // container path -> directory
@@ -272,12 +272,12 @@ void prepare_host(Context& c, DeviceAccess& devices);
 // place.cpp: the plan's devices, mounts, links and files.
 void bind_device(Context& c, std::size_t i);
 void bind_mount(Context& c, std::size_t i);
-void make_link(Context& c, const PlannedSymlink& link);
-void write_planned_file(Context& c, const PlannedFile& f);
+void make_link(Context& c, const decide::PlannedSymlink& link);
+void write_planned_file(Context& c, const decide::PlannedFile& f);
 
 // leftovers.cpp: what an earlier start or the image left that this plan does not want.
-void remove_stale_file(Context& c, const PlannedFile& f);
-void bring_up_to_date(Context& c, const OwnedDir& owned);
+void remove_stale_file(Context& c, const decide::PlannedFile& f);
+void bring_up_to_date(Context& c, const decide::OwnedDir& owned);
 
 // proc_view.cpp: the tmpfs over /proc/driver/nvidia.
 void mount_proc_view(Context& c);

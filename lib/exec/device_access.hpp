@@ -24,7 +24,7 @@
 #include "gpubind/os/system.hpp"
 #include "gpubind/util/fd.hpp"
 
-namespace gpubind {
+namespace gpubind::exec {
 
 // Whether an errno is the kernel (or a sandbox) refusing a device cgroup step
 // (EPERM, EACCES, EROFS, ENOSYS), not a bug of ours.
@@ -37,8 +37,8 @@ class DeviceAccess {
     using Record = std::function<void(const std::string& what, std::function<void()> undo)>;
 
     // `program_dir`: where device programs are kept for reuse (empty: none is).
-    DeviceAccess(SystemDevices& sys, SystemFiles& files, SystemProcesses& processes,
-                 const std::vector<PlannedDevice>& devices, OnRefused on_refused,
+    DeviceAccess(os::SystemDevices& sys, os::SystemFiles& files, os::SystemProcesses& processes,
+                 const std::vector<decide::PlannedDevice>& devices, config::OnRefused on_refused,
                  std::string program_dir = {})
         : sys_(sys),
           files_(files),
@@ -47,8 +47,8 @@ class DeviceAccess {
           on_refused_(on_refused),
           program_dir_(std::move(program_dir)) {}
     // The three parts of one System.
-    DeviceAccess(System& sys, const std::vector<PlannedDevice>& devices, OnRefused on_refused,
-                 std::string program_dir = {})
+    DeviceAccess(os::System& sys, const std::vector<decide::PlannedDevice>& devices,
+                 config::OnRefused on_refused, std::string program_dir = {})
         : DeviceAccess(sys, sys, sys, devices, on_refused, std::move(program_dir)) {}
 
     // Host side, before anything changes: locates the process's device cgroup
@@ -60,30 +60,31 @@ class DeviceAccess {
     void allow(const Record& record);
 
   private:
-    using SharedFd = std::shared_ptr<Fd>;
+    using SharedFd = std::shared_ptr<util::Fd>;
 
-    std::vector<bpf::DeviceRule> device_rules() const;
+    std::vector<os::bpf::DeviceRule> device_rules() const;
     void prepare_v1(const std::filesystem::path& dir);
-    cgroup::DeviceCgroup locate(const std::string& proc_cgroup, const std::string& who);
+    os::cgroup::DeviceCgroup locate(const std::string& proc_cgroup, const std::string& who);
     void prepare_v2(const std::filesystem::path& dir);
     // The program `want` loaded: the one kept in program_dir_ when it runs
     // exactly `want`, else loaded now and kept there.
-    Fd device_program(const std::vector<bpf::Insn>& want);
-    void keep(int dir_fd, const std::string& path, int prog_fd, const std::vector<bpf::Insn>& want);
+    util::Fd device_program(const std::vector<os::bpf::Insn>& want);
+    void keep(int dir_fd, const std::string& path, int prog_fd,
+              const std::vector<os::bpf::Insn>& want);
     // Runs one step; a refusal by the kernel is an error, or with
     // on-refused = warn a warning and false.
     bool kernel_allows(const std::function<void()>& step);
 
-    SystemDevices& sys_;
-    SystemFiles& files_;          // the kept programs' directory: list_dir, remove
-    SystemProcesses& processes_;  // read_proc of the process's cgroup
-    const std::vector<PlannedDevice>& devices_;
-    OnRefused on_refused_;
+    os::SystemDevices& sys_;
+    os::SystemFiles& files_;          // the kept programs' directory: list_dir, remove
+    os::SystemProcesses& processes_;  // read_proc of the process's cgroup
+    const std::vector<decide::PlannedDevice>& devices_;
+    config::OnRefused on_refused_;
     std::string program_dir_;
 
     // cgroup v1
     std::vector<std::string> rules_;
-    Fd allow_;
+    util::Fd allow_;
     SharedFd deny_;
     std::string allow_what_, deny_what_;
     // cgroup v2
@@ -97,4 +98,4 @@ class DeviceAccess {
     std::vector<std::uint32_t> attached_ids_;  // what prepare_v2 extended
 };
 
-}  // namespace gpubind
+}  // namespace gpubind::exec

@@ -18,11 +18,9 @@
 #include "context.hpp"
 #include "device_access.hpp"
 
-namespace gpubind {
+namespace gpubind::exec {
 
 namespace {
-
-using namespace exec;
 
 // Runs one item's steps; an Error says which item it was about. `what`
 // (text, or a callable making it) is made only then: a start names no item
@@ -31,17 +29,17 @@ template <class What, class F>
 void in_context(What&& what, F&& step) {
     try {
         step();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         if constexpr (std::is_invocable_v<What>)
-            throw Error(e.kind(), e.code().value(), std::string(what()), {}, e.what());
+            throw util::Error(e.kind(), e.code().value(), std::string(what()), {}, e.what());
         else
-            throw Error(e.kind(), e.code().value(), std::string(what), {}, e.what());
+            throw util::Error(e.kind(), e.code().value(), std::string(what), {}, e.what());
     }
 }
 
 class Executor {
   public:
-    Executor(const Plan& plan, const Target& target, System& sys)
+    Executor(const decide::Plan& plan, const Target& target, os::System& sys)
         : c_(plan, target, sys), devices_(sys, plan.devices, target.on_refused, target.bpf_dir) {}
 
     void run() {
@@ -75,7 +73,7 @@ class Executor {
   private:
     // Devices, mounts, links and files.
     void place() {
-        const Plan& plan = c_.plan;
+        const decide::Plan& plan = c_.plan;
         for (std::size_t i = 0; i < plan.devices.size(); ++i) {
             const auto& d = plan.devices[i];
             in_context([&] { return "device " + d.node.path + " (" + d.why + ")"; },
@@ -97,7 +95,7 @@ class Executor {
 
     // The proc view, what earlier starts left, the loader cache.
     void finish() {
-        const Plan& plan = c_.plan;
+        const decide::Plan& plan = c_.plan;
         if (plan.proc)
             in_context([&] { return "proc view " + plan.proc->target; },
                        [&] { mount_proc_view(c_); });
@@ -120,15 +118,15 @@ class Executor {
             try {
                 c_.enter();
             } catch (const std::exception& e) {
-                logger().error("rollback: cannot re-enter the container's mount namespace: {}",
-                               e.what());
+                util::logger().error(
+                    "rollback: cannot re-enter the container's mount namespace: {}", e.what());
             }
         }
         for (auto it = c_.undo.rbegin(); it != c_.undo.rend(); ++it) {
             try {
                 undo(*it);
             } catch (const std::exception& e) {
-                logger().error("rollback: {}: {}", it->what, e.what());
+                util::logger().error("rollback: {}: {}", it->what, e.what());
             }
         }
         c_.undo.clear();
@@ -136,14 +134,14 @@ class Executor {
             try {
                 c_.leave();
             } catch (const std::exception& e) {
-                logger().error("rollback: cannot return to the host's mount namespace: {}",
-                               e.what());
+                util::logger().error("rollback: cannot return to the host's mount namespace: {}",
+                                     e.what());
             }
         }
     }
 
     void undo(const Undo& u) {
-        SystemFiles& files = c_.files;
+        os::SystemFiles& files = c_.files;
         switch (u.kind) {
             case Undo::Kind::Detach:
                 files.detach(u.fd->get(), u.name);
@@ -170,9 +168,9 @@ class Executor {
                 files.write_file_at(u.fd->get(), u.name, u.old, 0644);
                 break;
             case Undo::Kind::RestoreCache: {
-                const RegularFile& f = *u.original;
+                const os::RegularFile& f = *u.original;
                 files.replace_file_at(u.fd->get(), kCacheTemp, u.name, f.data, f.mode,
-                                      Owner{f.uid, f.gid});
+                                      os::Owner{f.uid, f.gid});
                 break;
             }
         }
@@ -185,7 +183,7 @@ class Executor {
 
 }  // namespace
 
-Target make_target(const Config& config, pid_t pid, std::filesystem::path rootfs) {
+Target make_target(const config::Config& config, pid_t pid, std::filesystem::path rootfs) {
     Target target;
     target.pid = pid;
     target.rootfs = std::move(rootfs);
@@ -197,13 +195,13 @@ Target make_target(const Config& config, pid_t pid, std::filesystem::path rootfs
     return target;
 }
 
-void execute(const Plan& plan, const Target& target, System& sys) {
+void execute(const decide::Plan& plan, const Target& target, os::System& sys) {
     Executor(plan, target, sys).run();
 }
 
-void execute(const Plan& plan, const Target& target) {
-    LinuxSystem sys;
+void execute(const decide::Plan& plan, const Target& target) {
+    os::LinuxSystem sys;
     execute(plan, target, sys);
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::exec

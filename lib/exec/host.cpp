@@ -17,21 +17,22 @@ namespace gpubind::exec {
 
 namespace {
 
-void validate_plan(const Plan& plan) {
+void validate_plan(const decide::Plan& plan) {
     for (const auto& d : plan.devices) {
         check_container_path(d.node.path, "device");
         if (d.bind && !d.node.host_path.starts_with('/'))
-            throw_invalid("execute", d.node.host_path, "device source is not an absolute path");
+            util::throw_invalid("execute", d.node.host_path,
+                                "device source is not an absolute path");
     }
     for (const auto& m : plan.mounts) {
         check_container_path(m.target, "mount target");
         if (!m.source.starts_with('/'))
-            throw_invalid("execute", m.source, "mount source is not an absolute path");
+            util::throw_invalid("execute", m.source, "mount source is not an absolute path");
     }
     for (const auto& s : plan.symlinks) {
         check_container_path(s.path, "symlink");
         if (s.target.empty() || s.target.find('\0') != std::string::npos)
-            throw_invalid("execute", s.path, "symlink has an empty target");
+            util::throw_invalid("execute", s.path, "symlink has an empty target");
     }
     if (plan.proc) {
         check_container_path(plan.proc->target, "proc view");
@@ -43,7 +44,7 @@ void validate_plan(const Plan& plan) {
 }
 
 // Whether the plan creates, mounts or writes anything at or below `at`.
-bool plan_reaches(const Plan& plan, std::string_view at) {
+bool plan_reaches(const decide::Plan& plan, std::string_view at) {
     auto in = [&](std::string_view p) { return within(p, at); };
     return std::any_of(plan.mounts.begin(), plan.mounts.end(),
                        [&](const auto& m) { return in(m.target); }) ||
@@ -71,11 +72,11 @@ void prepare_owner(Context& c, const std::string& who) {
     if (c.target.in_place) return;  // the same: this process acts as the container's root
     const int pidfd = c.host.pidfd.get();
     const auto uid =
-        map_id(c.processes.read_proc(pidfd, c.target.pid, "uid_map"), 0, who + " uid_map");
+        os::map_id(c.processes.read_proc(pidfd, c.target.pid, "uid_map"), 0, who + " uid_map");
     const auto gid =
-        map_id(c.processes.read_proc(pidfd, c.target.pid, "gid_map"), 0, who + " gid_map");
+        os::map_id(c.processes.read_proc(pidfd, c.target.pid, "gid_map"), 0, who + " gid_map");
     if (!uid || !gid) {
-        logger().warn(
+        util::logger().warn(
             "{}: the container's root is not mapped in its user namespace; "
             "what gpubind creates stays owned by the host's root",
             who);
@@ -83,7 +84,7 @@ void prepare_owner(Context& c, const std::string& who) {
     }
     c.set_owner({*uid, *gid});
     if (c.chown())
-        logger().debug("{}: user namespace, its root is {}:{} on the host", who, *uid, *gid);
+        util::logger().debug("{}: user namespace, its root is {}:{} on the host", who, *uid, *gid);
 }
 
 // In place: the pid shares this process's mount namespace, and that is not
@@ -92,66 +93,68 @@ void prepare_owner(Context& c, const std::string& who) {
 // namespace cannot be in the host's, or could not mount there.
 void check_in_place(Context& c, bool shared, const std::string& who) {
     if (!shared)
-        throw Error(EPERM, "execute", who,
-                    "is in another mount namespace than this process; refusing to act in place");
-    if (!is_initial_id_map(c.processes.read_proc(c.host.pidfd.get(), c.target.pid, "uid_map"),
-                           who + " uid_map"))
+        throw util::Error(
+            EPERM, "execute", who,
+            "is in another mount namespace than this process; refusing to act in place");
+    if (!util::is_initial_id_map(c.processes.read_proc(c.host.pidfd.get(), c.target.pid, "uid_map"),
+                                 who + " uid_map"))
         return;
-    Fd init_ns;
+    util::Fd init_ns;
     try {
-        Fd init = c.processes.open_process(1);
+        util::Fd init = c.processes.open_process(1);
         init_ns = c.processes.open_mount_ns(init.get(), 1);
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         // Hidden (an LSM, an empty /proc mounted over the host's, pid 1 not
         // there): a namespace that cannot be told from the host's is taken
         // for it (issue 44, F2: the mounts went to the host's namespace).
-        throw Error(EPERM, "execute", c.target.rootfs.string(),
-                    std::string("pid 1's mount namespace cannot be compared with this "
-                                "process's (") +
-                        e.what() +
-                        "); refusing to act in place (give the container's --pid, or make "
-                        "/proc/1/ns/mnt readable)");
+        throw util::Error(EPERM, "execute", c.target.rootfs.string(),
+                          std::string("pid 1's mount namespace cannot be compared with this "
+                                      "process's (") +
+                              e.what() +
+                              "); refusing to act in place (give the container's --pid, or make "
+                              "/proc/1/ns/mnt readable)");
     }
     if (c.processes.same_file(init_ns.get(), c.host.own_ns.get()))
-        throw Error(EPERM, "execute", c.target.rootfs.string(),
-                    "this process is in the host's mount namespace (pid 1's); refusing to "
-                    "mount there (give the container's --pid, or run it in the container's "
-                    "namespaces)");
+        throw util::Error(EPERM, "execute", c.target.rootfs.string(),
+                          "this process is in the host's mount namespace (pid 1's); refusing to "
+                          "mount there (give the container's --pid, or run it in the container's "
+                          "namespaces)");
 }
 
 // Each planned source as a detached mount, checked to be what the plan says.
 void open_sources(Context& c) {
-    const Plan& plan = c.plan;
+    const decide::Plan& plan = c.plan;
     Host& host = c.host;
     for (const auto& dev : plan.devices) {
         if (!dev.bind) {  // cgroup access only
             host.device_trees.emplace_back();
             continue;
         }
-        Fd tree = c.files.open_tree(dev.node.host_path);
-        FileInfo info = c.files.stat_fd(tree.get());
+        util::Fd tree = c.files.open_tree(dev.node.host_path);
+        os::FileInfo info = c.files.stat_fd(tree.get());
         if (info.type != Type::CharDevice || info.major != dev.node.major ||
             info.minor != dev.node.minor)
-            throw Error(ErrorKind::Invalid, EINVAL, "bind device", dev.node.host_path,
-                        "is " + describe(info) + ", not the character device " +
-                            std::to_string(dev.node.major) + ":" + std::to_string(dev.node.minor));
+            throw util::Error(util::ErrorKind::Invalid, EINVAL, "bind device", dev.node.host_path,
+                              "is " + describe(info) + ", not the character device " +
+                                  std::to_string(dev.node.major) + ":" +
+                                  std::to_string(dev.node.minor));
         host.device_trees.push_back(std::move(tree));
     }
     for (const auto& m : plan.mounts) {
-        Fd tree = c.files.open_tree(m.source);
-        FileInfo info = c.files.stat_fd(tree.get());
+        util::Fd tree = c.files.open_tree(m.source);
+        os::FileInfo info = c.files.stat_fd(tree.get());
         if (m.directory != (info.type == Type::Directory))
-            throw Error(m.directory ? ENOTDIR : EISDIR, "bind", m.source,
-                        "is " + describe(info) + ", the plan wants " +
-                            (m.directory ? "a directory" : "a file"));
+            throw util::Error(m.directory ? ENOTDIR : EISDIR, "bind", m.source,
+                              "is " + describe(info) + ", the plan wants " +
+                                  (m.directory ? "a directory" : "a file"));
         host.mount_trees.push_back(std::move(tree));
     }
     if (plan.proc) {
         for (const auto& cap : plan.proc->capability_files) {
-            Fd tree = c.files.open_tree(cap);
-            FileInfo info = c.files.stat_fd(tree.get());
+            util::Fd tree = c.files.open_tree(cap);
+            os::FileInfo info = c.files.stat_fd(tree.get());
             if (info.type == Type::Directory)
-                throw Error(EISDIR, "bind", cap, "is a directory, not a file");
+                throw util::Error(EISDIR, "bind", cap, "is a directory, not a file");
             host.cap_trees.push_back(std::move(tree));
         }
     }
@@ -162,11 +165,11 @@ void open_sources(Context& c) {
 void prepare_host(Context& c, DeviceAccess& devices) {
     const pid_t pid = c.target.pid;
     const std::string who = "pid " + std::to_string(pid);
-    if (pid <= 1) throw_invalid("execute", who, "refusing to act on pid <= 1");
-    if (pid == ::getpid()) throw_invalid("execute", who, "refusing to act on this process");
+    if (pid <= 1) util::throw_invalid("execute", who, "refusing to act on pid <= 1");
+    if (pid == ::getpid()) util::throw_invalid("execute", who, "refusing to act on this process");
     if (!c.target.rootfs.is_absolute() || c.target.rootfs.relative_path().empty())
-        throw_invalid("execute", c.target.rootfs.string(),
-                      "the rootfs must be an absolute path other than /");
+        util::throw_invalid("execute", c.target.rootfs.string(),
+                            "the rootfs must be an absolute path other than /");
     validate_plan(c.plan);
     // What the runtime's namespace shows, to tell the container's own
     // tmpfs from a host one: opened here, before any namespace is
@@ -186,8 +189,8 @@ void prepare_host(Context& c, DeviceAccess& devices) {
     if (c.target.in_place)
         check_in_place(c, shared, who);
     else if (shared)
-        throw Error(EPERM, "execute", who,
-                    "the container shares this process's mount namespace; refusing");
+        throw util::Error(EPERM, "execute", who,
+                          "the container shares this process's mount namespace; refusing");
     c.timing.mark("process and namespaces");
     if (c.target.cgroups && !c.plan.devices.empty()) devices.prepare(c.host.pidfd.get(), pid, who);
     c.timing.mark("device cgroup prepared");

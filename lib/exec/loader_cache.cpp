@@ -34,11 +34,11 @@ void LoaderCache::check_files() {
         const SharedFd dir = c_.find_dir(dir_path);
         if (!dir) continue;
         for (const char* name : names) {
-            const FileInfo info = c_.files.stat_at(dir->get(), name);
+            const os::FileInfo info = c_.files.stat_at(dir->get(), name);
             if (info.type != Type::Missing && info.type != Type::Regular)
-                throw Error(ErrorKind::Invalid, EINVAL, "refresh the loader cache",
-                            join_path(dir_path, name),
-                            "is " + describe(info) + ", not a regular file; refusing");
+                throw util::Error(util::ErrorKind::Invalid, EINVAL, "refresh the loader cache",
+                                  util::join_path(dir_path, name),
+                                  "is " + describe(info) + ", not a regular file; refusing");
             if (std::string_view(name) == kCache) cache_type_ = info.type;
             if (std::string_view(name) == kCacheTemp) cache_temp_type_ = info.type;
         }
@@ -50,9 +50,9 @@ void LoaderCache::check_files() {
 // ldconfig fails without it): anything else is refused here, before any
 // open, whichever method writes the cache.
 Type LoaderCache::check_etc() {
-    const FileInfo etc = c_.files.stat_at(c_.root()->get(), "etc");
+    const os::FileInfo etc = c_.files.stat_at(c_.root()->get(), "etc");
     if (etc.type != Type::Directory && etc.type != Type::Missing)
-        throw Error(
+        throw util::Error(
             ENOTDIR, "check", "/etc",
             "is " + describe(etc) + ", not a directory (refusing to write the cache there)");
     return etc.type;
@@ -72,14 +72,14 @@ void LoaderCache::refresh() {
     }
     c_.mounts.check(etc, "/etc/ld.so.cache");
     // The image's cache, if any: read by descriptor, never following a link.
-    std::optional<RegularFile> original;
+    std::optional<os::RegularFile> original;
     std::optional<ldcache::Cache> image;
     if (cache_type_ == Type::Regular) {
         original = c_.files.read_regular_at(etc->get(), kCache, ldcache::kMaxCacheSize);
         try {
             image = ldcache::parse(original->data, "/etc/ld.so.cache");
-        } catch (const Error& e) {
-            logger().warn("{}; writing a cache of the injected libraries alone", e.what());
+        } catch (const util::Error& e) {
+            util::logger().warn("{}; writing a cache of the injected libraries alone", e.what());
         }
     }
     // ldconfig rescans the refreshed directories: an image entry there
@@ -96,14 +96,14 @@ void LoaderCache::refresh() {
     // The new file is created as the container's root; it keeps the
     // original's owner (set by the host's root where that is someone else)
     // and permissions, or gets 0644 as ldconfig gives it.
-    const Owner creator = c_.owner();
+    const os::Owner creator = c_.owner();
     const unsigned mode = original ? (original->mode & 0777) : 0644;
-    std::optional<Owner> chown_to;
-    if (original && (Owner{original->uid, original->gid} != creator) && !c_.target.join_user_ns &&
-        !c_.target.in_place)
-        chown_to = Owner{original->uid, original->gid};
-    logger().debug("loader cache: {} entries, {} bytes ({} injected)", image_entries, bytes.size(),
-                   c_.plan.ldcache_libraries.size());
+    std::optional<os::Owner> chown_to;
+    if (original && (os::Owner{original->uid, original->gid} != creator) &&
+        !c_.target.join_user_ns && !c_.target.in_place)
+        chown_to = os::Owner{original->uid, original->gid};
+    util::logger().debug("loader cache: {} entries, {} bytes ({} injected)", image_entries,
+                         bytes.size(), c_.plan.ldcache_libraries.size());
     if (chown_to)
         c_.files.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, chown_to);
     else
@@ -112,7 +112,7 @@ void LoaderCache::refresh() {
         });
     Undo undo{original ? Undo::Kind::RestoreCache : Undo::Kind::RemoveFile, etc, kCache,
               "/etc/ld.so.cache"};
-    if (original) undo.original = std::make_shared<const RegularFile>(std::move(*original));
+    if (original) undo.original = std::make_shared<const os::RegularFile>(std::move(*original));
     c_.undo.push_back(std::move(undo));
 }
 
@@ -121,7 +121,8 @@ void LoaderCache::refresh() {
 // and is put in place by descriptor.
 void LoaderCache::run_ldconfig() {
     const Target& target = c_.target;
-    const std::string out = std::string(kLdconfigScratch) + "/" + std::string(kLdconfigOutput);
+    const std::string out =
+        std::string(os::kLdconfigScratch) + "/" + std::string(os::kLdconfigOutput);
     std::vector<std::string> args = {"-r", target.rootfs.string(), "-X", "-C", out};
     for (const auto& d : c_.plan.library_dirs) args.push_back(d);
     // The root of ldconfig's user namespace: the container's root where it
@@ -133,7 +134,7 @@ void LoaderCache::run_ldconfig() {
     if (c_.chown())
         cache = c_.processes.run_as(c_.owner(), exe, path, args, target.ldconfig_timeout);
     else if (target.join_user_ns || target.in_place)
-        cache = c_.processes.run_as(Owner{}, exe, path, args, target.ldconfig_timeout);
+        cache = c_.processes.run_as(os::Owner{}, exe, path, args, target.ldconfig_timeout);
     else
         cache = c_.processes.run(exe, path, args, target.ldconfig_timeout);
     install_cache(cache);
@@ -179,12 +180,12 @@ void LoaderCache::drop_gone_entries(ldcache::Cache& image) {
         const DirListing* names = nullptr;  // none: the directory is gone
         bool listed = false;
         for (std::size_t i = 0; i < image.entries.size(); ++i) {
-            if (dir_name(image.entries[i].path) != d) continue;
+            if (util::dir_name(image.entries[i].path) != d) continue;
             if (!listed) {
                 listed = true;
                 if (const SharedFd dir = c_.find_dir(d)) names = &c_.listing(dir, d);
             }
-            gone[i] = !names || !names->contains(base_name(image.entries[i].path));
+            gone[i] = !names || !names->contains(util::base_name(image.entries[i].path));
         }
     }
     auto& entries = image.entries;

@@ -6,7 +6,7 @@
 #include <map>
 #include <optional>
 
-namespace gpubind {
+namespace gpubind::exec {
 
 bool is_driver_version(std::string_view s) {
     if (s.empty() || s.front() < '0' || s.front() > '9' || s.back() < '0' || s.back() > '9')
@@ -28,10 +28,10 @@ bool is_driver_version(std::string_view s) {
 
 namespace {
 
-using Type = FileInfo::Type;
+using Type = os::FileInfo::Type;
 
 // The stem `name` is "<stem><version>" of, if any.
-std::optional<std::string> stem_of(const OwnedDir& owned, std::string_view name) {
+std::optional<std::string> stem_of(const decide::OwnedDir& owned, std::string_view name) {
     if (std::find(owned.links.begin(), owned.links.end(), name) != owned.links.end())
         return std::nullopt;
     for (const auto& stem : owned.stems)
@@ -47,11 +47,12 @@ bool contains(const std::vector<std::string>& v, std::string_view s) {
 
 }  // namespace
 
-bool may_be_owned(const OwnedDir& owned, std::string_view name) {
+bool may_be_owned(const decide::OwnedDir& owned, std::string_view name) {
     return stem_of(owned, name) || contains(owned.links, name) || contains(owned.files, name);
 }
 
-std::vector<StaleEntry> stale_entries(const OwnedDir& owned, const std::vector<DirEntry>& entries,
+std::vector<StaleEntry> stale_entries(const decide::OwnedDir& owned,
+                                      const std::vector<DirEntry>& entries,
                                       const std::set<std::string>& planned) {
     using Action = StaleEntry::Action;
     std::vector<StaleEntry> out;
@@ -100,4 +101,4 @@ std::vector<StaleEntry> stale_entries(const OwnedDir& owned, const std::vector<D
     return out;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::exec

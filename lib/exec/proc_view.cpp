@@ -15,7 +15,8 @@ namespace gpubind::exec {
 
 namespace {
 
-constexpr unsigned kProcFlags = kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec;
+constexpr unsigned kProcFlags =
+    util::kMountReadOnly | util::kMountNoSuid | util::kMountNoDev | util::kMountNoExec;
 
 // An empty file in the tmpfs where a capability file is bound once it is attached.
 struct CapPoint {
@@ -27,7 +28,7 @@ struct CapPoint {
 // Where the tmpfs is attached: `point` at the container path `target` in
 // `dir`; `one_level_down` when that is the parent of the view's path.
 struct ViewPoint {
-    Fd point;
+    util::Fd point;
     SharedFd dir;
     std::string target;
     bool one_level_down = false;
@@ -39,16 +40,16 @@ struct ViewPoint {
 // tmpfs goes over the parent instead, holding the view. Known beforehand on
 // the runtime's /proc; learnt from the refusal elsewhere.
 ViewPoint view_point(Context& c, const std::string& view_target) {
-    ViewPoint v{{}, c.resolve_dir(dir_name(view_target)), view_target};
+    ViewPoint v{{}, c.resolve_dir(util::dir_name(view_target)), view_target};
     const std::uint64_t mount = c.mounts.check(v.dir, v.target);
-    const std::string name(base_name(v.target));
-    const FileInfo there = c.files.stat_at(v.dir->get(), name);
+    const std::string name(util::base_name(v.target));
+    const os::FileInfo there = c.files.stat_at(v.dir->get(), name);
     v.one_level_down = c.mounts.is_runtime_proc(mount) && there.type == Type::Missing;
     if (!v.one_level_down) {
         try {
             v.point = c.mount_point(v.dir, v.target, Context::PointKind::Directory, there);
             return v;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             const int err = e.code().value();
             if (err != ENOENT && err != EPERM && err != EACCES && err != EROFS) throw;
             if (c.files.stat_at(v.dir->get(), name).type != Type::Missing) throw;
@@ -56,8 +57,8 @@ ViewPoint view_point(Context& c, const std::string& view_target) {
         }
     }
     // The view is the tmpfs's "nvidia" directory.
-    v.target = std::string(dir_name(v.target));
-    v.dir = c.resolve_dir(dir_name(v.target));
+    v.target = std::string(util::dir_name(v.target));
+    v.dir = c.resolve_dir(util::dir_name(v.target));
     c.mounts.check(v.dir, v.target);
     v.point = c.mount_point(v.dir, v.target, Context::PointKind::Directory);
     return v;
@@ -65,13 +66,13 @@ ViewPoint view_point(Context& c, const std::string& view_target) {
 
 // The view's files written into `base` (a directory of the new tmpfs), and
 // the empty files the capability files are bound onto.
-std::vector<CapPoint> fill_view(Context& c, const ProcView& view, const SharedFd& base) {
+std::vector<CapPoint> fill_view(Context& c, const decide::ProcView& view, const SharedFd& base) {
     c.files.write_file_at(base->get(), "version", view.version, 0444);
     c.files.write_file_at(base->get(), "params", view.params, 0444);
     if (!view.gpus.empty()) {
-        Fd gpus = c.files.make_dir(base->get(), "gpus", 0555);
+        util::Fd gpus = c.files.make_dir(base->get(), "gpus", 0555);
         for (const auto& g : view.gpus) {
-            Fd gdir = c.files.make_dir(gpus.get(), g.bus_id, 0555);
+            util::Fd gdir = c.files.make_dir(gpus.get(), g.bus_id, 0555);
             c.files.write_file_at(gdir.get(), "information", g.information, 0444);
         }
     }
@@ -86,14 +87,14 @@ std::vector<CapPoint> fill_view(Context& c, const ProcView& view, const SharedFd
             auto it = tmp_dirs.find(key);
             if (it == tmp_dirs.end())
                 it = tmp_dirs
-                         .emplace(key,
-                                  std::make_shared<Fd>(c.files.make_dir(cur->get(), rel[k], 0555)))
+                         .emplace(key, std::make_shared<util::Fd>(
+                                           c.files.make_dir(cur->get(), rel[k], 0555)))
                          .first;
             cur = it->second;
         }
         c.files.make_file(cur->get(), rel.back(), 0444);
         std::string where = view.target;  // where it shows in the container either way
-        for (const auto& r : rel) where = join_path(where, r);
+        for (const auto& r : rel) where = util::join_path(where, r);
         cap_points.push_back({cur, rel.back(), where});
     }
     return cap_points;
@@ -102,21 +103,22 @@ std::vector<CapPoint> fill_view(Context& c, const ProcView& view, const SharedFd
 }  // namespace
 
 void mount_proc_view(Context& c) {
-    const ProcView& view = *c.plan.proc;
+    const decide::ProcView& view = *c.plan.proc;
     const ViewPoint at = view_point(c, view.target);
 
-    auto shared_fs = std::make_shared<Fd>(c.files.make_tmpfs());
+    auto shared_fs = std::make_shared<util::Fd>(c.files.make_tmpfs());
     SharedFd base = shared_fs;
     if (at.one_level_down)
-        base = std::make_shared<Fd>(
-            c.files.make_dir(shared_fs->get(), std::string(base_name(view.target)), 0555));
+        base = std::make_shared<util::Fd>(
+            c.files.make_dir(shared_fs->get(), std::string(util::base_name(view.target)), 0555));
     const std::vector<CapPoint> cap_points = fill_view(c, view, base);
     c.files.set_mount_flags(shared_fs->get(), kProcFlags);
     c.files.attach(shared_fs->get(), at.point.get());
-    c.undo.push_back({Undo::Kind::Detach, at.dir, std::string(base_name(at.target)), at.target});
+    c.undo.push_back(
+        {Undo::Kind::Detach, at.dir, std::string(util::base_name(at.target)), at.target});
     for (std::size_t i = 0; i < cap_points.size(); ++i) {
         const CapPoint& cp = cap_points[i];
-        Fd cpoint = c.files.open_at(cp.dir->get(), cp.name);
+        util::Fd cpoint = c.files.open_at(cp.dir->get(), cp.name);
         c.files.set_mount_flags(c.host.cap_trees[i].get(), kProcFlags);
         c.files.attach(c.host.cap_trees[i].get(), cpoint.get());
         c.undo.push_back({Undo::Kind::Detach, cp.dir, cp.name, cp.container_path});

@@ -35,7 +35,7 @@ class Parser {
 
   private:
     [[noreturn]] void fail(const std::string& detail) const {
-        throw_invalid("parse ld.so.cache", what_, detail);
+        util::throw_invalid("parse ld.so.cache", what_, detail);
     }
 
     // Callers check bounds first. The cache is in the host's byte order.
@@ -259,7 +259,7 @@ Cache parse(std::string_view bytes, const std::string& what) {
 }
 
 Cache load(const std::filesystem::path& path) {
-    const std::string bytes = read_file(path, kMaxCacheSize);
+    const std::string bytes = util::read_file(path, kMaxCacheSize);
     return parse(bytes, path.string());
 }
 

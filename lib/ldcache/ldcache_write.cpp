@@ -88,7 +88,7 @@ void put(std::string& out, std::size_t at, T v) {
 }
 
 [[noreturn]] void refuse(const std::string& detail) {
-    throw_invalid("write ld.so.cache", "new layout", detail);
+    util::throw_invalid("write ld.so.cache", "new layout", detail);
 }
 
 // glibc-hwcaps subdirectories in use, numbered in strcmp order; `text`
@@ -250,10 +250,10 @@ Cache merge(std::optional<Cache> image, const std::vector<Library>& added,
     for (const Library& lib : added) {
         const std::optional<std::int32_t> flags = flags_of(lib.arch);
         if (!flags)
-            throw_invalid("write ld.so.cache", lib.path,
-                          "only x86-64, 32-bit x86 and AArch64 libraries can be added");
+            util::throw_invalid("write ld.so.cache", lib.path,
+                                "only x86-64, 32-bit x86 and AArch64 libraries can be added");
         if (!orderable(lib.soname))
-            throw_invalid(
+            util::throw_invalid(
                 "write ld.so.cache", lib.path,
                 "a soname with more than 9 digits in a row cannot be ordered as glibc does");
         Entry e;

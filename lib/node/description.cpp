@@ -35,7 +35,7 @@
 
 #include "description_fields.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 namespace fs = std::filesystem;
 
@@ -67,11 +67,11 @@ const char* failure(int err) {
 // A small file's content (at most kMaxProcFile bytes), or what kept it from
 // being read.
 std::string content_of(int at, const char* name) {
-    Fd fd(::openat(at, name, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    util::Fd fd(::openat(at, name, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) return fmt::format("unreadable: {}", std::strerror(errno));
     try {
-        return read_stream(fd.get(), kMaxProcFile, name);
-    } catch (const Error& e) {
+        return util::read_stream(fd.get(), kMaxProcFile, name);
+    } catch (const util::Error& e) {
         return std::string("unreadable: ") + e.what();
     }
 }
@@ -81,7 +81,7 @@ std::string content_of(int at, const char* name) {
 // description root wrote: a key, not a trust (what such an owner holds is
 // given only as that description vouches: vouches()).
 unsigned owner_key(uid_t uid) {
-    return host_owner(uid) == HostOwner::Other ? uid : 0u;
+    return util::host_owner(uid) == util::HostOwner::Other ? uid : 0u;
 }
 
 // lstat identity: what changes when the entry is replaced, written, renamed
@@ -105,7 +105,7 @@ std::string identity(int at, const char* path) {
 // the directory cannot be read.
 using Entries = std::vector<std::pair<std::string, std::pair<ino_t, unsigned char>>>;
 bool read_entries(int fd, Entries& out, const std::vector<std::string>& prefixes = {""}) {
-    const bool ok = detail::for_each_entry(fd, [&](std::string_view name, const dirent64& e) {
+    const bool ok = util::detail::for_each_entry(fd, [&](std::string_view name, const dirent64& e) {
         for (const auto& prefix : prefixes)
             if (name.starts_with(prefix)) {
                 out.push_back({std::string(name), {e.d_ino, e.d_type}});
@@ -120,7 +120,7 @@ bool read_entries(int fd, Entries& out, const std::vector<std::string>& prefixes
 // Appends "<rel>/<name>:<inode>;" for each entry of the directory `name`
 // (relative to `at`), sorted, and of its subdirectories down to kMaxDepth.
 void listing(std::string& out, int at, const char* name, const std::string& rel, int depth) {
-    Fd fd(::openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    util::Fd fd(::openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd) {
         (out += rel) += errno == ENOENT ? ":missing;" : ":error;";
         return;
@@ -141,7 +141,7 @@ void listing(std::string& out, int at, const char* name, const std::string& rel,
 // The dev root's NVIDIA entries (nvidia*): names and inodes, and for the
 // nodes their identity (type, numbers, mode, owner: what discovery reads with
 // stat).
-std::string dev_entries(const Fd& fd, const std::vector<std::string>& prefixes) {
+std::string dev_entries(const util::Fd& fd, const std::vector<std::string>& prefixes) {
     if (!fd) return failure(errno);
     Entries entries;
     if (!read_entries(fd.get(), entries, prefixes)) return "error";
@@ -171,7 +171,7 @@ std::string owner_identity(const char* path) {
 constexpr std::string_view kWatch = "watch:";
 constexpr std::string_view kOwner = "owner:";
 
-std::set<std::string> watched_keys(const Config& config, const Node& node) {
+std::set<std::string> watched_keys(const config::Config& config, const Node& node) {
     std::set<std::string> keys;
     auto watch = [&](const fs::path& p) { keys.insert(std::string(kWatch) + p.string()); };
     for (const auto& dir : program_dirs(node)) watch(under(config.roots.driver, dir));
@@ -309,7 +309,7 @@ class Reader {
 
   private:
     [[noreturn]] void corrupt(const char* why) const {
-        throw_invalid("read node description", what_, std::string("corrupt: ") + why);
+        util::throw_invalid("read node description", what_, std::string("corrupt: ") + why);
     }
     std::string_view take(std::size_t n) {
         if (n > in_.size() - at_) corrupt("ends early");
@@ -407,10 +407,10 @@ std::string serialize(const NodeKnowledge& k) {
 }
 
 // The stored description, or nullopt with `why` saying what was wrong with it.
-std::optional<NodeKnowledge> read_description(const Config& config, std::string& why) {
+std::optional<NodeKnowledge> read_description(const config::Config& config, std::string& why) {
     const fs::path dir = config.state_dir;
     const fs::path path = description_path(config);
-    Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    util::Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!dirfd) {
         why = errno == ENOENT ? "no description yet" : dir.string() + ": " + std::strerror(errno);
         return std::nullopt;
@@ -419,14 +419,14 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
     // it, and its directory is the trusted config's.
     struct stat st {};
     const bool unknown = ::fstat(dirfd.get(), &st) == 0 && S_ISDIR(st.st_mode) &&
-                         host_owner(st.st_uid) == HostOwner::Unknown &&
+                         util::host_owner(st.st_uid) == util::HostOwner::Unknown &&
                          (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
-    if (std::string bad = untrusted_dir(dirfd.get()); !bad.empty() && !unknown) {
+    if (std::string bad = util::untrusted_dir(dirfd.get()); !bad.empty() && !unknown) {
         why = dir.string() + " " + bad;
         return std::nullopt;
     }
-    Fd fd(::openat(dirfd.get(), kNodeDescriptionName,
-                   O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    util::Fd fd(::openat(dirfd.get(), kNodeDescriptionName,
+                         O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
         why = errno == ENOENT  ? "no description yet"
               : errno == ELOOP ? path.string() + " is a symbolic link"
@@ -437,7 +437,7 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
         why = path.string() + " is not a regular file";
         return std::nullopt;
     }
-    if (host_owner(st.st_uid) == HostOwner::Other) {
+    if (util::host_owner(st.st_uid) == util::HostOwner::Other) {
         why = path.string() + " is not owned by root";
         return std::nullopt;
     }
@@ -452,9 +452,9 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
     std::string text;
     try {
         // Its type and size are checked above: read it as it is.
-        text = read_sized(fd.get(), static_cast<std::size_t>(st.st_size), kMaxDescriptionSize,
-                          path.string());
-    } catch (const Error& e) {
+        text = util::read_sized(fd.get(), static_cast<std::size_t>(st.st_size), kMaxDescriptionSize,
+                                path.string());
+    } catch (const util::Error& e) {
         why = e.what();
         return std::nullopt;
     }
@@ -472,7 +472,7 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
         stored_digest |= std::uint64_t{static_cast<unsigned char>(text[kMagic.size() + i])}
                          << (8 * i);
     const std::string_view body = std::string_view(text).substr(kMagic.size() + kDigestSize);
-    if (digest(body) != stored_digest) {
+    if (util::digest(body) != stored_digest) {
         why = path.string() + " does not match its digest (truncated or changed since written)";
         return std::nullopt;
     }
@@ -485,7 +485,7 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
         r.finish();
         k.stored = true;
         return k;
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         why = e.what();
         return std::nullopt;
     }
@@ -493,22 +493,23 @@ std::optional<NodeKnowledge> read_description(const Config& config, std::string&
 
 // Writes the description atomically: a new file (O_EXCL, never through a
 // link) in the state directory, 0644, renamed over the description. Root only.
-void write_description(const Config& config, const NodeKnowledge& k) {
+void write_description(const config::Config& config, const NodeKnowledge& k) {
     const fs::path dir = config.state_dir;
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_errno("create directory", dir);
-    Fd dirfd = open_or_throw(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    if (std::string bad = untrusted_dir(dirfd.get()); !bad.empty())
-        throw Error(EACCES, "write node description", dir.string(), bad);
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+        util::throw_errno("create directory", dir);
+    util::Fd dirfd = util::open_or_throw(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (std::string bad = util::untrusted_dir(dirfd.get()); !bad.empty())
+        throw util::Error(EACCES, "write node description", dir.string(), bad);
     const std::string tmp =
         std::string(kNodeDescriptionName) + ".tmp-" + std::to_string(::getpid());
     const std::string what = (dir / tmp).string();
     ::unlinkat(dirfd.get(), tmp.c_str(), 0);
-    Fd fd = openat_or_throw(dirfd.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW,
-                            what, 0644);
+    util::Fd fd = util::openat_or_throw(dirfd.get(), tmp.c_str(),
+                                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, what, 0644);
     auto fail = [&](const char* op) {
         const int err = errno;
         ::unlinkat(dirfd.get(), tmp.c_str(), 0);
-        throw Error(err, op, what);
+        throw util::Error(err, op, what);
     };
     if (::fchmod(fd.get(), 0644) != 0) fail("chmod");
     const std::string data = serialize(k);
@@ -531,9 +532,9 @@ void ask_nvml(NodeKnowledge& k, std::chrono::milliseconds timeout) {
                          std::chrono::steady_clock::now() - start)
                          .count();
     k.nvml_asked = true;
-    logger().debug("node description: NVML {} in {} ms{}{}",
-                   k.nvml.error.empty() ? "answered" : "failed", k.nvml.took_ms,
-                   k.nvml.error.empty() ? "" : ": ", k.nvml.error);
+    util::logger().debug("node description: NVML {} in {} ms{}{}",
+                         k.nvml.error.empty() ? "answered" : "failed", k.nvml.took_ms,
+                         k.nvml.error.empty() ? "" : ": ", k.nvml.error);
 }
 
 // discover's Vouch: root's description gave that IPC, which and every
@@ -559,7 +560,7 @@ bool vouches(const NodeKnowledge& stored, const std::string& host_path) {
 }  // namespace
 
 std::string seal_description(std::string_view body) {
-    const std::uint64_t d = digest(body);
+    const std::uint64_t d = util::digest(body);
     std::string out(kMagic);
     out.reserve(kMagic.size() + kDigestSize + body.size());
     for (std::size_t i = 0; i < kDigestSize; ++i)
@@ -567,23 +568,23 @@ std::string seal_description(std::string_view body) {
     return out += body;
 }
 
-std::filesystem::path description_path(const Config& config) {
+std::filesystem::path description_path(const config::Config& config) {
     return config.state_dir / kNodeDescriptionName;
 }
 
-std::string config_digest(const Config& c) {
+std::string config_digest(const config::Config& c) {
     // Every field that can change what the node is, in order; a field added to
     // Config belongs here too. Not [log] nor bpf-dir: the log's level and file
     // and where device programs are kept change no fact of the node, so
     // changing them does not cost a rediscovery. Each
     // piece goes in with its length (Digest::add), so no separator is needed.
-    Digest d;
+    util::Digest d;
     d.add(c.roots.driver.native()).add(c.roots.dev.native()).add(c.roots.proc.native());
     d.add(c.roots.sys.native());
     d.add(c.ldcache_path().native()).add(c.ldconfig.native()).add(c.state_dir.native());
     d.add(c.runtimes.size());
     for (const auto& r : c.runtimes) d.add(r);
-    const Policy& p = c.policy;
+    const config::Policy& p = c.policy;
     for (const bool b : {p.accept_envvar_unprivileged, p.accept_cdi_annotations_unprivileged,
                          p.accept_volume_mounts, p.disable_require, p.cgroups, p.cuda_compat})
         d.add(b);
@@ -613,25 +614,25 @@ std::string config_digest(const Config& c) {
     return hex(d.value());
 }
 
-Fingerprint node_fingerprint(const Config& config) {
+Fingerprint node_fingerprint(const config::Config& config) {
     Fingerprint fp;
     fp["schema"] = kSchema;
     fp["config"] = config_digest(config);
     // Every part read relative to a directory opened once: no path walked twice.
-    const Fd proc(::open(config.roots.proc.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    const Fd nv(::openat(proc.get(), "driver/nvidia", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    const util::Fd proc(::open(config.roots.proc.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    const util::Fd nv(::openat(proc.get(), "driver/nvidia", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     fp["version"] = content_of(nv.get(), "version");
-    fp["params"] = hex(digest(content_of(nv.get(), "params")));
-    fp["devices"] = hex(digest(content_of(proc.get(), "devices")));
+    fp["params"] = hex(util::digest(content_of(nv.get(), "params")));
+    fp["devices"] = hex(util::digest(content_of(proc.get(), "devices")));
     std::string listed;
     // gpus/: its entries alone. The driver makes a GPU's directory and its
     // files together and removes them together, so the directory's inode
     // says what listing it would (4 system calls a GPU at every start).
     listing(listed, nv.get(), "gpus", "gpus", kMaxDepth);
     listing(listed, nv.get(), "capabilities", "capabilities", 1);
-    fp["proc"] = hex(digest(listed));
+    fp["proc"] = hex(util::digest(listed));
     const fs::path dev = under(config.roots.dev, "/dev");
-    const Fd devfd(::open(dev.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    const util::Fd devfd(::open(dev.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     auto family_dirs = family_dev_entries(config);
     std::vector<std::string> dev_prefixes = {"nvidia"};
     if (auto it = family_dirs.find("/dev"); it != family_dirs.end()) {
@@ -641,7 +642,7 @@ Fingerprint node_fingerprint(const Config& config) {
     std::string nodes = dev_entries(devfd, dev_prefixes);
     listing(nodes, devfd.get(), "nvidia-caps", "nvidia-caps", kMaxDepth);
     listing(nodes, devfd.get(), "nvidia-caps-imex-channels", "imex", kMaxDepth);
-    fp["dev"] = hex(digest(nodes));
+    fp["dev"] = hex(util::digest(nodes));
     if (!config.families.empty()) {
         // The families' nodes (names, inodes, numbers), /proc/misc (rdma_cm's
         // minor) and the GPUs' PCI placement are learned with the node: a
@@ -649,18 +650,19 @@ Fingerprint node_fingerprint(const Config& config) {
         std::string families = content_of(proc.get(), "misc");
         for (const auto& [dir, prefixes] : family_dirs) {
             if (!dir.starts_with("/dev/")) continue;  // the config allows no other
-            const Fd fd(::openat(devfd.get(), dir.c_str() + 5, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+            const util::Fd fd(
+                ::openat(devfd.get(), dir.c_str() + 5, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
             ((families += dir) += ':') += dev_entries(fd, prefixes);
             if (dir == "/dev/dri" && fd)
                 listing(families, fd.get(), "by-path", "by-path", kMaxDepth);
         }
-        fp["families"] = hex(digest(families));
+        fp["families"] = hex(util::digest(families));
     }
     fp["ldcache"] = identity(AT_FDCWD, config.ldcache_path().c_str());
     return fp;
 }
 
-NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
+NodeKnowledge load_node(const config::Config& config, const LoadOptions& options) {
     const auto started = std::chrono::steady_clock::now();
     Fingerprint now = node_fingerprint(config);
     const auto fingerprinted = std::chrono::steady_clock::now();
@@ -682,14 +684,14 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
     bool dirty = false;
     if (stored && why.empty()) {
         k = std::move(*stored);
-        logger().debug(
+        util::logger().debug(
             "node description {}: computed {} s ago, checked and read in {} us (fingerprint "
             "{} us, reading and parsing {} us)",
             k.path.string(), now_seconds() - k.computed_at,
-            micros(started, std::chrono::steady_clock::now()), micros(started, fingerprinted),
-            micros(fingerprinted, read));
+            util::micros(started, std::chrono::steady_clock::now()),
+            util::micros(started, fingerprinted), util::micros(fingerprinted, read));
     } else {
-        logger().debug("node description: discovering the node: {}", why);
+        util::logger().debug("node description: discovering the node: {}", why);
         k.path = description_path(config);
         k.why = why;
         k.recomputed = true;
@@ -725,12 +727,12 @@ NodeKnowledge load_node(const Config& config, const LoadOptions& options) {
             try {
                 write_description(config, k);
                 k.stored = true;
-            } catch (const Error& e) {
-                logger().debug("node description not stored: {}", e.what());
+            } catch (const util::Error& e) {
+                util::logger().debug("node description not stored: {}", e.what());
             }
         }
     }
     return k;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::node

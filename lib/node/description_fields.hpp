@@ -10,7 +10,7 @@
 #include "gpubind/node/description.hpp"
 #include "gpubind/node/families.hpp"
 
-namespace gpubind::description_fields {
+namespace gpubind::node::description_fields {
 
 template <class Io, class T>
 requires std::same_as<std::remove_const_t<T>, DeviceNode>
@@ -93,4 +93,4 @@ void fields(Io& io, T& k) {
     io(k.computed_at, k.fingerprint, k.nvml, k.node, k.proc);
 }
 
-}  // namespace gpubind::description_fields
+}  // namespace gpubind::node::description_fields

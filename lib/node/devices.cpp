@@ -8,7 +8,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 std::string gpu_name(const Gpu& gpu) {
     return gpu.uuid.empty() ? fmt::format("GPU {}", gpu.index)
@@ -18,12 +18,12 @@ std::string gpu_name(const Gpu& gpu) {
 namespace {
 
 [[noreturn]] void no_such(const std::string& id, const std::string& why) {
-    throw_invalid("select device", id, why);
+    util::throw_invalid("select device", id, why);
 }
 
 // "0000:3b:00.0", "00000000:3B:00.0" and "3b:00.0" all name the same function.
 std::string normalize_bus_id(std::string_view id) {
-    std::string s = to_lower(id);
+    std::string s = util::to_lower(id);
     if (std::count(s.begin(), s.end(), ':') == 1) s = "0000:" + s;
     auto colon = s.find(':');
     if (colon > 4 && s.find_first_not_of('0') >= colon - 4) s.erase(0, colon - 4);
@@ -39,7 +39,7 @@ bool is_bus_id(std::string_view id) {
 }  // namespace
 
 DeviceIds parse_device_ids(std::string_view value) {
-    value = trim(value);
+    value = util::trim(value);
     DeviceIds out;
     if (value.empty() || value == "void") return out;
     if (value == "none") {
@@ -47,8 +47,8 @@ DeviceIds parse_device_ids(std::string_view value) {
         return out;
     }
     out.kind = DeviceIdsKind::List;
-    for (auto field : split(value, ',')) {
-        field = trim(field);
+    for (auto field : util::split(value, ',')) {
+        field = util::trim(field);
         if (field.empty()) continue;
         if (field == "all") {
             out.kind = DeviceIdsKind::All;
@@ -79,32 +79,32 @@ Selection select_devices(const Node& node, const DeviceIds& ids) {
             sel.migs.push_back(&mig);
     };
     for (const auto& id : ids.ids) {
-        const std::string lower = to_lower(id);
-        if (auto index = parse_unsigned(id)) {
+        const std::string lower = util::to_lower(id);
+        if (auto index = util::parse_unsigned(id)) {
             if (*index >= node.gpus.size())
                 no_such(id, "no GPU with this index (the node has " +
                                 std::to_string(node.gpus.size()) + ")");
             add_gpu(node.gpus[*index]);
         } else if (auto colon = id.find(':');
                    colon != std::string::npos && id.find(':', colon + 1) == std::string::npos &&
-                   parse_unsigned(std::string_view(id).substr(0, colon)) &&
-                   parse_unsigned(std::string_view(id).substr(colon + 1))) {
-            auto g = *parse_unsigned(std::string_view(id).substr(0, colon));
-            auto m = *parse_unsigned(std::string_view(id).substr(colon + 1));
+                   util::parse_unsigned(std::string_view(id).substr(0, colon)) &&
+                   util::parse_unsigned(std::string_view(id).substr(colon + 1))) {
+            auto g = *util::parse_unsigned(std::string_view(id).substr(0, colon));
+            auto m = *util::parse_unsigned(std::string_view(id).substr(colon + 1));
             if (g >= node.gpus.size()) no_such(id, "no GPU with this index");
             if (m >= node.gpus[g].mig.size())
                 no_such(id, "GPU " + std::to_string(g) + " has no MIG device " + std::to_string(m));
             add_mig(node.gpus[g].mig[m]);
         } else if (lower.rfind("gpu-", 0) == 0) {
             auto it = std::find_if(node.gpus.begin(), node.gpus.end(),
-                                   [&](const Gpu& g) { return to_lower(g.uuid) == lower; });
+                                   [&](const Gpu& g) { return util::to_lower(g.uuid) == lower; });
             if (it == node.gpus.end()) no_such(id, "no GPU with this UUID");
             add_gpu(*it);
         } else if (lower.rfind("mig-", 0) == 0) {
             const MigDevice* found = nullptr;
             for (const auto& g : node.gpus)
                 for (const auto& m : g.mig)
-                    if (!m.uuid.empty() && to_lower(m.uuid) == lower) found = &m;
+                    if (!m.uuid.empty() && util::to_lower(m.uuid) == lower) found = &m;
             if (!found) no_such(id, "no MIG device with this UUID");
             add_mig(*found);
         } else if (is_bus_id(id)) {
@@ -137,22 +137,23 @@ std::vector<const DeviceNode*> select_imex_channels(const Node& node,
                 if (std::find(out.begin(), out.end(), &n) == out.end()) out.push_back(&n);
             continue;
         }
-        auto number = parse_unsigned(c);
+        auto number = util::parse_unsigned(c);
         auto it = std::find_if(node.imex_channels.begin(), node.imex_channels.end(),
                                [&](const DeviceNode& n) { return number && n.minor == *number; });
         if (it == node.imex_channels.end()) {
             std::string have;
             for (const auto& n : node.imex_channels)
                 have += (have.empty() ? "" : ", ") + std::to_string(n.minor);
-            throw_invalid("select IMEX channel", c,
-                          "no /dev/nvidia-caps-imex-channels/channel" + c + " on this node (" +
-                              (have.empty() ? std::string("it has no IMEX channel")
-                                            : "it has channel " + have) +
-                              ")");
+            util::throw_invalid("select IMEX channel", c,
+                                "no /dev/nvidia-caps-imex-channels/channel" + c +
+                                    " on this node (" +
+                                    (have.empty() ? std::string("it has no IMEX channel")
+                                                  : "it has channel " + have) +
+                                    ")");
         }
         if (std::find(out.begin(), out.end(), &*it) == out.end()) out.push_back(&*it);
     }
     return out;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::node

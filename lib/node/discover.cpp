@@ -25,13 +25,18 @@
 #include "gpubind/util/strings.hpp"
 #include "nvml.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-using namespace detail;
+using detail::gpu_node_fields;
+using detail::list_dir;
+using detail::program_dirs;
+using detail::read_fields;
+using detail::resolve_in;
+using detail::under;
 
 // Checks that a character device with the expected numbers sits at `path`.
 std::optional<DeviceNode> stat_node(const fs::path& dev_root, const fs::path& path, unsigned major,
@@ -40,15 +45,15 @@ std::optional<DeviceNode> stat_node(const fs::path& dev_root, const fs::path& pa
     struct stat st {};
     if (::stat(node.host_path.c_str(), &st) != 0) {
         if (errno == ENOENT && !required) return std::nullopt;
-        throw_errno("stat device node", node.host_path);
+        util::throw_errno("stat device node", node.host_path);
     }
     if (!S_ISCHR(st.st_mode))
-        throw_invalid("check device node", node.host_path, "not a character device");
+        util::throw_invalid("check device node", node.host_path, "not a character device");
     if (::major(st.st_rdev) != major || ::minor(st.st_rdev) != minor)
-        throw_invalid("check device node", node.host_path,
-                      "is " + std::to_string(::major(st.st_rdev)) + ":" +
-                          std::to_string(::minor(st.st_rdev)) + ", expected " +
-                          std::to_string(major) + ":" + std::to_string(minor));
+        util::throw_invalid("check device node", node.host_path,
+                            "is " + std::to_string(::major(st.st_rdev)) + ":" +
+                                std::to_string(::minor(st.st_rdev)) + ", expected " +
+                                std::to_string(major) + ":" + std::to_string(minor));
     node.mode = st.st_mode & 07777;
     return node;
 }
@@ -56,8 +61,8 @@ std::optional<DeviceNode> stat_node(const fs::path& dev_root, const fs::path& pa
 unsigned access_minor(const fs::path& access) {
     auto fields = read_fields(access);
     auto it = fields.find("DeviceFileMinor");
-    auto minor = it == fields.end() ? std::nullopt : parse_unsigned(it->second);
-    if (!minor) throw_invalid("read MIG capability", access.string(), "no DeviceFileMinor");
+    auto minor = it == fields.end() ? std::nullopt : util::parse_unsigned(it->second);
+    if (!minor) util::throw_invalid("read MIG capability", access.string(), "no DeviceFileMinor");
     return static_cast<unsigned>(*minor);
 }
 
@@ -70,12 +75,12 @@ void discover_gpus(Node& node, const std::map<std::string, unsigned, std::less<>
             auto it = fields.find(key);
             if (it != fields.end()) return it->second;
             if (required)
-                throw_invalid("read GPU information", info.string(),
-                              "no \"" + std::string(key) + "\" field");
+                util::throw_invalid("read GPU information", info.string(),
+                                    "no \"" + std::string(key) + "\" field");
             return {};
         };
         Gpu gpu;
-        gpu.pci_bus_id = to_lower(bus_id);
+        gpu.pci_bus_id = util::to_lower(bus_id);
         gpu.proc_dir = gpus_dir / bus_id;
         gpu.model = get("Model", true);
         gpu.uuid = get("GPU UUID", true);
@@ -85,7 +90,7 @@ void discover_gpus(Node& node, const std::map<std::string, unsigned, std::less<>
         const auto node_fields = gpu_node_fields(fields);
         gpu.excluded = node_fields.excluded;
         if (!node_fields.minor)
-            throw_invalid("read GPU information", info.string(), "bad \"Device Minor\"");
+            util::throw_invalid("read GPU information", info.string(), "bad \"Device Minor\"");
         gpu.minor = *node_fields.minor;
         if (gpu.excluded) {
             node.warnings.push_back("GPU " + gpu.pci_bus_id + " is excluded by the driver");
@@ -104,8 +109,9 @@ void discover_gpus(Node& node, const std::map<std::string, unsigned, std::less<>
     auto caps_major = majors.find("nvidia-caps");
     auto cap_node = [&](const fs::path& access) {
         if (caps_major == majors.end())
-            throw_invalid("read MIG capability", access.string(),
-                          "no nvidia-caps major in " + (node.roots.proc / "devices").string());
+            util::throw_invalid(
+                "read MIG capability", access.string(),
+                "no nvidia-caps major in " + (node.roots.proc / "devices").string());
         unsigned minor = access_minor(access);
         return *stat_node(node.roots.dev, "/dev/nvidia-caps/nvidia-cap" + std::to_string(minor),
                           caps_major->second, minor, true);
@@ -113,12 +119,12 @@ void discover_gpus(Node& node, const std::map<std::string, unsigned, std::less<>
     for (auto& gpu : node.gpus) {
         const fs::path mig_dir = caps_dir / ("gpu" + std::to_string(gpu.minor)) / "mig";
         for (const auto& gi_name : list_dir(mig_dir)) {
-            auto gi =
-                gi_name.rfind("gi", 0) == 0 ? parse_unsigned(gi_name.substr(2)) : std::nullopt;
+            auto gi = gi_name.rfind("gi", 0) == 0 ? util::parse_unsigned(gi_name.substr(2))
+                                                  : std::nullopt;
             if (!gi) continue;
             for (const auto& ci_name : list_dir(mig_dir / gi_name)) {
-                auto ci =
-                    ci_name.rfind("ci", 0) == 0 ? parse_unsigned(ci_name.substr(2)) : std::nullopt;
+                auto ci = ci_name.rfind("ci", 0) == 0 ? util::parse_unsigned(ci_name.substr(2))
+                                                      : std::nullopt;
                 if (!ci) continue;
                 MigDevice mig;
                 mig.gpu_index = gpu.index;
@@ -175,7 +181,7 @@ void discover_imex_channels(Node& node,
     std::vector<std::string> names;
     try {
         names = list_dir(dir);
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         node.warnings.push_back(std::string("no IMEX channel: ") + e.what());
         return;
     }
@@ -192,7 +198,7 @@ void discover_imex_channels(Node& node,
             std::string_view(name).substr(name.rfind("channel", 0) == 0 ? 7 : name.size());
         auto n = !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos &&
                          (digits.size() == 1 || digits.front() != '0')
-                     ? parse_unsigned(digits)
+                     ? util::parse_unsigned(digits)
                      : std::nullopt;
         if (!n || *n >= (1ul << 20)) {
             node.warnings.push_back((dir / name).string() + " is not an IMEX channel name");
@@ -202,7 +208,7 @@ void discover_imex_channels(Node& node,
             if (auto dev = stat_node(node.roots.dev, rel_dir / name, major->second,
                                      static_cast<unsigned>(*n), false))
                 node.imex_channels.push_back(*dev);
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             node.warnings.push_back(std::string("IMEX channel left out: ") + e.what());
         }
     }
@@ -210,7 +216,7 @@ void discover_imex_channels(Node& node,
               [](const DeviceNode& a, const DeviceNode& b) { return a.minor < b.minor; });
 }
 
-void discover_libraries(Node& node, const Config& config) {
+void discover_libraries(Node& node, const config::Config& config) {
     const auto cache = ldcache::load(config.ldcache_path());
     const std::string suffix = ".so." + node.driver_version;
     for (const auto& entry : config.catalog.libraries) {
@@ -258,19 +264,19 @@ std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners,
                        const Vouch& vouched) {
     bool unknown = false;
     auto trusted = [&](uid_t uid) {
-        switch (host_owner(uid)) {
-            case HostOwner::Root:
+        switch (util::host_owner(uid)) {
+            case util::HostOwner::Root:
                 return true;
-            case HostOwner::Unknown:  // never an ipc-owners user: any unmapped one shows so
+            case util::HostOwner::Unknown:  // never an ipc-owners user: any unmapped one shows so
                 unknown = true;
                 return true;
-            case HostOwner::Other:
+            case util::HostOwner::Other:
                 break;
         }
         return std::find(owners.begin(), owners.end(), uid) != owners.end();
     };
     if (!p.is_absolute()) return "is not an absolute path";
-    Fd dir(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    util::Fd dir(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!dir) return "cannot be checked (open /)";
     std::vector<std::string> parts;
     for (const auto& c : p.relative_path()) parts.push_back(c.string());
@@ -281,7 +287,7 @@ std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners,
             return "is in a directory not owned by root (or [policy] ipc-owners)";
         if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
             return "is in a directory other users may write";
-        Fd next(::openat(dir.get(), parts[i].c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+        util::Fd next(::openat(dir.get(), parts[i].c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
         if (!next) return errno == ENOENT ? "missing" : "cannot be opened";
         if (::fstat(next.get(), &st) != 0) return "cannot be checked (stat)";
         const bool last = i + 1 == parts.size();
@@ -305,7 +311,7 @@ std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners,
 // own prefix, a path a container does not have.
 enum class Program { Missing, Elf, Other };
 Program program_at(const fs::path& p) {
-    Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+    util::Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
     struct stat st {};
     if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0)
         return Program::Missing;
@@ -316,7 +322,7 @@ Program program_at(const fs::path& p) {
                : Program::Other;
 }
 
-void discover_other_files(Node& node, const Config& config, const Vouch& vouched) {
+void discover_other_files(Node& node, const config::Config& config, const Vouch& vouched) {
     const auto dirs = program_dirs(node);
     for (const auto& entry : config.catalog.binaries) {
         std::optional<fs::path> skipped;
@@ -408,7 +414,7 @@ std::vector<fs::path> program_dirs(const Node& node) {
 
 const DeviceNode* Node::control_node(std::string_view name) const {
     for (const auto& n : control)
-        if (base_name(n.path) == name) return &n;
+        if (util::base_name(n.path) == name) return &n;
     return nullptr;
 }
 
@@ -426,7 +432,7 @@ std::string apply_nvml(Node& node, std::chrono::milliseconds timeout) {
     NvmlFacts facts;
     try {
         facts = query_nvml(lib->host_path, timeout);
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         node.warnings.push_back(std::string("NVML: ") + e.what());
         return e.what();
     }
@@ -446,11 +452,12 @@ std::string apply_nvml(Node& node, std::chrono::milliseconds timeout) {
     return {};
 }
 
-Node discover(const Config& config, const DiscoverOptions& options) {
+Node discover(const config::Config& config, const DiscoverOptions& options) {
     Node node;
     node.roots = config.roots;
-    node.driver_version = read_driver_version(node.roots.proc / "driver/nvidia/version");
-    const auto majors = read_majors(node.roots.proc / "devices");
+    node.driver_version =
+        node::detail::read_driver_version(node.roots.proc / "driver/nvidia/version");
+    const auto majors = node::detail::read_majors(node.roots.proc / "devices");
     discover_gpus(node, majors);
     discover_control_nodes(node, majors);
     discover_imex_channels(node, majors);
@@ -458,8 +465,8 @@ Node discover(const Config& config, const DiscoverOptions& options) {
     discover_libraries(node, config);
     discover_other_files(node, config, options.vouched);
     if (options.nvml && !node.gpus.empty()) apply_nvml(node, options.nvml_timeout);
-    for (const auto& w : node.warnings) logger().debug("discover: {}", w);
+    for (const auto& w : node.warnings) util::logger().debug("discover: {}", w);
     return node;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -22,7 +22,7 @@
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 namespace fs = std::filesystem;
 
@@ -42,17 +42,17 @@ std::map<std::string, unsigned, std::less<>> read_misc(const fs::path& path) {
     std::map<std::string, unsigned, std::less<>> out;
     std::string text;
     try {
-        text = read_file(path, detail::kMaxProcFile);
-    } catch (const Error& e) {
-        logger().debug("families: {}", e.what());
+        text = util::read_file(path, detail::kMaxProcFile);
+    } catch (const util::Error& e) {
+        util::logger().debug("families: {}", e.what());
         return out;
     }
-    for (auto line : split(text, '\n')) {
-        line = trim(line);
+    for (auto line : util::split(text, '\n')) {
+        line = util::trim(line);
         const auto space = line.find(' ');
         if (space == std::string_view::npos) continue;
-        if (auto minor = parse_unsigned(line.substr(0, space)); minor && *minor < 256)
-            out.emplace(trim(line.substr(space + 1)), static_cast<unsigned>(*minor));
+        if (auto minor = util::parse_unsigned(line.substr(0, space)); minor && *minor < 256)
+            out.emplace(util::trim(line.substr(space + 1)), static_cast<unsigned>(*minor));
     }
     return out;
 }
@@ -116,15 +116,15 @@ std::vector<std::string> matches(const fs::path& dev_root, const std::string& pa
             if (::fnmatch(name.c_str(), entry.c_str(), FNM_PERIOD) == 0)
                 out.push_back((p.parent_path() / entry).string());
         std::sort(out.begin(), out.end(), sysfs::name_less);  // nvidia-fs2 before nvidia-fs10
-    } catch (const Error& e) {
-        logger().debug("families: {}", e.what());
+    } catch (const util::Error& e) {
+        util::logger().debug("families: {}", e.what());
     }
     return out;
 }
 
 // The nodes of `patterns` that exist with the driver's numbers; the others
 // are warnings (a pattern's absence is not: a node may lack the family).
-std::vector<DeviceNode> glob_nodes(Node& node, const Family& f,
+std::vector<DeviceNode> glob_nodes(Node& node, const config::Family& f,
                                    const std::vector<std::string>& patterns, const Kernel& k) {
     std::vector<DeviceNode> out;
     for (const auto& pattern : patterns)
@@ -150,7 +150,7 @@ std::vector<DeviceNode> glob_nodes(Node& node, const Family& f,
 
 // The node a sysfs class device describes, at /dev/<dir><name>, if it is
 // there with sysfs's numbers and its driver's major.
-std::optional<DeviceNode> class_node(Node& node, const Family& f, const std::string& dir,
+std::optional<DeviceNode> class_node(Node& node, const config::Family& f, const std::string& dir,
                                      const sysfs::ClassDevice& c, std::string_view driver,
                                      const Kernel& k) {
     std::string why;
@@ -167,7 +167,7 @@ std::optional<DeviceNode> class_node(Node& node, const Family& f, const std::str
     return found;
 }
 
-void infiniband(Node& node, const Family& f, FamilyNodes& out, const Kernel& k) {
+void infiniband(Node& node, const config::Family& f, FamilyNodes& out, const Kernel& k) {
     for (const auto& hca : sysfs::hcas(node.roots.sys)) {
         FamilyDevice d{hca.name, hca.pci_bus_id, hca.place, {}, {}, {}};
         for (const auto& v : hca.verbs)
@@ -185,7 +185,7 @@ void infiniband(Node& node, const Family& f, FamilyNodes& out, const Kernel& k) 
     }
 }
 
-void drm(Node& node, const Family& f, FamilyNodes& out, const Kernel& k) {
+void drm(Node& node, const config::Family& f, FamilyNodes& out, const Kernel& k) {
     for (const auto& gpu : node.gpus) {
         FamilyDevice d;
         d.pci_bus_id = gpu.pci_bus_id;
@@ -207,7 +207,7 @@ void drm(Node& node, const Family& f, FamilyNodes& out, const Kernel& k) {
 
 }  // namespace
 
-void discover_families(Node& node, const Config& config, const Majors& majors,
+void discover_families(Node& node, const config::Config& config, const Majors& majors,
                        const Vouch& vouched) {
     for (auto& gpu : node.gpus) gpu.place = sysfs::pci_place(node.roots.sys, gpu.pci_bus_id);
     if (config.families.empty()) return;
@@ -215,21 +215,21 @@ void discover_families(Node& node, const Config& config, const Majors& majors,
     for (const auto& f : config.families) {
         FamilyNodes out{f.name, {}, {}, {}};
         switch (f.source) {
-            case FamilySource::Glob:
+            case config::FamilySource::Glob:
                 for (auto& n : glob_nodes(node, f, f.nodes, k)) {
                     std::string name = fs::path(n.path).filename();
                     out.devices.push_back({std::move(name), {}, {}, {std::move(n)}, {}, {}});
                 }
                 break;
-            case FamilySource::Infiniband:
+            case config::FamilySource::Infiniband:
                 infiniband(node, f, out, k);
                 break;
-            case FamilySource::Drm:
+            case config::FamilySource::Drm:
                 drm(node, f, out, k);
                 break;
         }
         if (out.devices.empty()) continue;
-        if (f.source != FamilySource::Glob) out.shared = glob_nodes(node, f, f.nodes, k);
+        if (f.source != config::FamilySource::Glob) out.shared = glob_nodes(node, f, f.nodes, k);
         for (const auto& file : f.files) {
             const fs::path host = under(node.roots.driver, file);
             struct stat st {};
@@ -237,16 +237,16 @@ void discover_families(Node& node, const Config& config, const Majors& majors,
             // An owner that cannot be told from another user's (a user
             // namespace without the host's root) only where root's stored
             // description gave the same file.
-            const HostOwner owner = host_owner(st.st_uid);
+            const util::HostOwner owner = util::host_owner(st.st_uid);
             const bool vouched_for =
-                owner == HostOwner::Unknown && vouched && vouched(host.string());
-            if (!S_ISREG(st.st_mode) || (owner != HostOwner::Root && !vouched_for) ||
+                owner == util::HostOwner::Unknown && vouched && vouched(host.string());
+            if (!S_ISREG(st.st_mode) || (owner != util::HostOwner::Root && !vouched_for) ||
                 (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
                 node.warnings.push_back(fmt::format(
                     "family {}: {} left out: not a regular file of root's that only root "
                     "may write{}",
                     f.name, host.string(),
-                    owner == HostOwner::Unknown
+                    owner == util::HostOwner::Unknown
                         ? " (its owner is not mapped in this user namespace, and root's "
                           "description does not vouch for it)"
                         : ""));
@@ -254,7 +254,7 @@ void discover_families(Node& node, const Config& config, const Majors& majors,
             }
             out.files.push_back(file);
         }
-        logger().debug("discover: family {}: {} device(s)", f.name, out.devices.size());
+        util::logger().debug("discover: family {}: {} device(s)", f.name, out.devices.size());
         node.families.push_back(std::move(out));
     }
 }
@@ -265,7 +265,7 @@ const FamilyNodes* find_family(const Node& node, std::string_view name) {
     return nullptr;
 }
 
-std::map<std::string, std::vector<std::string>> family_dev_entries(const Config& config) {
+std::map<std::string, std::vector<std::string>> family_dev_entries(const config::Config& config) {
     std::map<std::string, std::vector<std::string>> out;
     auto add = [&](const std::string& dir, std::string prefix) {
         auto& prefixes = out[dir];
@@ -279,10 +279,10 @@ std::map<std::string, std::vector<std::string>> family_dev_entries(const Config&
             name.resize(std::min(name.size(), name.find_first_of("*?")));
             add(p.parent_path().string(), std::move(name));
         }
-        if (f.source == FamilySource::Infiniband) add("/dev/infiniband", "");
-        if (f.source == FamilySource::Drm) add("/dev/dri", "");
+        if (f.source == config::FamilySource::Infiniband) add("/dev/infiniband", "");
+        if (f.source == config::FamilySource::Drm) add("/dev/dri", "");
     }
     return out;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::node

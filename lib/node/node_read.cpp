@@ -13,7 +13,7 @@
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind::detail {
+namespace gpubind::node::detail {
 
 namespace fs = std::filesystem;
 
@@ -25,11 +25,11 @@ fs::path under(const fs::path& root, const fs::path& path) {
 // "Key: value" lines (procfs information, params, capability files).
 std::map<std::string, std::string, std::less<>> read_fields(const fs::path& path) {
     std::map<std::string, std::string, std::less<>> fields;
-    const std::string text = read_file(path, kMaxProcFile);
-    for (auto line : split(text, '\n')) {
+    const std::string text = util::read_file(path, kMaxProcFile);
+    for (auto line : util::split(text, '\n')) {
         auto colon = line.find(':');
         if (colon == std::string_view::npos) continue;
-        fields.emplace(trim(line.substr(0, colon)), trim(line.substr(colon + 1)));
+        fields.emplace(util::trim(line.substr(0, colon)), util::trim(line.substr(colon + 1)));
     }
     return fields;
 }
@@ -58,7 +58,7 @@ GpuNodeFields gpu_node_fields(const std::map<std::string, std::string, std::less
     if (const auto it = fields.find("GPU Excluded"); it != fields.end())
         out.excluded = it->second == "Yes";
     if (const auto it = fields.find("Device Minor"); it != fields.end())
-        if (const auto n = parse_unsigned(it->second); n && *n < kModesetMinor)
+        if (const auto n = util::parse_unsigned(it->second); n && *n < kModesetMinor)
             out.minor = static_cast<unsigned>(*n);
     return out;
 }
@@ -68,7 +68,7 @@ std::vector<std::string> list_dir(const fs::path& dir) {
     DIR* d = ::opendir(dir.c_str());
     if (!d) {
         if (errno == ENOENT) return names;
-        throw_errno("open directory", dir.string());
+        util::throw_errno("open directory", dir.string());
     }
     while (const dirent* e = ::readdir(d)) {
         std::string_view name = e->d_name;
@@ -87,22 +87,23 @@ bool is_version(std::string_view s) {
 // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..." (also the
 // open kernel module's "... Open Kernel Module for x86_64  550.54.15  Release Build ...").
 std::string read_driver_version(const fs::path& path) {
-    const std::string text = read_file(path, kMaxProcFile);
-    for (auto line : split(text, '\n')) {
+    const std::string text = util::read_file(path, kMaxProcFile);
+    for (auto line : util::split(text, '\n')) {
         if (line.rfind("NVRM version:", 0) != 0) continue;
-        for (auto word : split(line, ' '))
-            if (is_version(trim(word))) return std::string(trim(word));
+        for (auto word : util::split(line, ' '))
+            if (is_version(util::trim(word))) return std::string(util::trim(word));
     }
-    throw_invalid("read driver version", path.string(), "no \"NVRM version:\" line with a version");
+    util::throw_invalid("read driver version", path.string(),
+                        "no \"NVRM version:\" line with a version");
 }
 
 // The character-device majors by driver name, from a /proc/devices-style file.
 std::map<std::string, unsigned, std::less<>> read_majors(const fs::path& path) {
     std::map<std::string, unsigned, std::less<>> majors;
     bool chars = false;
-    const std::string text = read_file(path, kMaxProcFile);
-    for (auto line : split(text, '\n')) {
-        line = trim(line);
+    const std::string text = util::read_file(path, kMaxProcFile);
+    for (auto line : util::split(text, '\n')) {
+        line = util::trim(line);
         if (line == "Character devices:")
             chars = true;
         else if (line == "Block devices:")
@@ -110,8 +111,8 @@ std::map<std::string, unsigned, std::less<>> read_majors(const fs::path& path) {
         else if (chars) {
             auto space = line.find(' ');
             if (space == std::string_view::npos) continue;
-            if (auto major = parse_unsigned(line.substr(0, space)))
-                majors.emplace(trim(line.substr(space + 1)), static_cast<unsigned>(*major));
+            if (auto major = util::parse_unsigned(line.substr(0, space)))
+                majors.emplace(util::trim(line.substr(space + 1)), static_cast<unsigned>(*major));
         }
     }
     return majors;
@@ -156,16 +157,16 @@ std::optional<fs::path> resolve_in(const fs::path& root, const fs::path& path) {
     return clean;
 }
 
-}  // namespace gpubind::detail
+}  // namespace gpubind::node::detail
 
-namespace gpubind {
+namespace gpubind::node {
 
 namespace {
 
 std::string read_optional(const std::filesystem::path& path) {
     try {
-        return read_file(path, detail::kMaxProcFile);
-    } catch (const Error& e) {
+        return util::read_file(path, detail::kMaxProcFile);
+    } catch (const util::Error& e) {
         if (e.code().value() == ENOENT) return {};
         throw;
     }
@@ -174,14 +175,14 @@ std::string read_optional(const std::filesystem::path& path) {
 }  // namespace
 
 std::string proc_dir_name(const Gpu& gpu) {
-    std::string name(base_name(gpu.proc_dir));
+    std::string name(util::base_name(gpu.proc_dir));
     return name.empty() ? gpu.pci_bus_id : name;
 }
 
 ProcFiles read_proc_files(const Node& node) {
     const std::filesystem::path dir = node.roots.proc / "driver/nvidia";
     ProcFiles files;
-    files.version = read_file(dir / "version", detail::kMaxProcFile);
+    files.version = util::read_file(dir / "version", detail::kMaxProcFile);
     files.params = read_optional(dir / "params");
     for (const auto& gpu : node.gpus) {
         const std::filesystem::path gpu_dir = gpu.proc_dir.empty()
@@ -192,4 +193,4 @@ ProcFiles read_proc_files(const Node& node) {
     return files;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::node

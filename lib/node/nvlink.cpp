@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-namespace gpubind {
+namespace gpubind::node {
 
 namespace {
 
@@ -209,4 +209,4 @@ Path gpu_path(const NvlinkGraph& graph, const std::vector<Gpu>& gpus, std::size_
     return {pcie_path(gpus[a].place, gpus[b].place), 0};
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -23,7 +23,7 @@
 #include "gpubind/util/process.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 namespace {
 
@@ -323,59 +323,59 @@ int write_nvml_report(const char* library, int out_fd) noexcept {
 
 NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
     NvmlFacts facts;
-    for (auto line : split(report, '\n')) {
+    for (auto line : util::split(report, '\n')) {
         if (line.empty()) continue;
-        auto words = split(line, ' ');
+        auto words = util::split(line, ' ');
         if (words[0] == "error") {
-            throw Error(EIO, "query NVML", what, std::string(trim(line.substr(5))));
+            throw util::Error(EIO, "query NVML", what, std::string(util::trim(line.substr(5))));
         } else if (words[0] == "cuda" && words.size() == 2) {
             facts.cuda_version = std::string(words[1]);
         } else if (words[0] == "gpu" && (words.size() == 4 || words.size() == 5)) {
-            auto minor = parse_unsigned(words[1]);
+            auto minor = util::parse_unsigned(words[1]);
             if (!minor) continue;
             auto& gpu = facts.gpus[static_cast<unsigned>(*minor)];
             gpu.brand = std::string(words[2]);
             if (words[3] != "-1.-1") gpu.compute_capability = std::string(words[3]);
             if (words.size() == 5)
-                if (auto total = parse_unsigned(words[4])) gpu.memory = *total;
+                if (auto total = util::parse_unsigned(words[4])) gpu.memory = *total;
         } else if (words[0] == "nvlink" && words.size() >= 3) {
-            auto minor = parse_unsigned(words[1]);
+            auto minor = util::parse_unsigned(words[1]);
             if (!minor) continue;
             auto& nv = nvlink_of(facts, *minor);
             if (words[2] == "unknown") {
                 nv.links.clear();
                 const std::size_t at = line.find("unknown") + 7;
-                nv.unknown = std::string(trim(line.substr(at)));
+                nv.unknown = std::string(util::trim(line.substr(at)));
                 if (nv.unknown.empty()) nv.unknown = "NVML did not say";
             }
         } else if (words[0] == "link" && words.size() == 5) {
-            auto minor = parse_unsigned(words[1]);
-            auto link = parse_unsigned(words[2]);
-            auto type = parse_unsigned(words[3]);
+            auto minor = util::parse_unsigned(words[1]);
+            auto link = util::parse_unsigned(words[2]);
+            auto type = util::parse_unsigned(words[3]);
             if (!minor || !link || !type || *type > 0xff) continue;
             nvlink_of(facts, *minor)
                 .links.push_back({static_cast<unsigned>(*link), static_cast<std::uint8_t>(*type),
                                   std::string(words[4])});
         } else if (words[0] == "p2p" && words.size() == 3) {
-            auto minor = parse_unsigned(words[1]);
+            auto minor = util::parse_unsigned(words[1]);
             if (!minor) continue;
             auto& nv = nvlink_of(facts, *minor);
             nv.p2p_known = true;
             if (words[2] != "-")
-                for (auto peer : split(words[2], ','))
-                    if (auto p = parse_unsigned(peer))
+                for (auto peer : util::split(words[2], ','))
+                    if (auto p = util::parse_unsigned(peer))
                         nv.p2p_ok.push_back(static_cast<unsigned>(*p));
         } else if (words[0] == "fabric" && words.size() == 4) {
-            auto minor = parse_unsigned(words[1]);
-            auto clique = parse_unsigned(words[3]);
+            auto minor = util::parse_unsigned(words[1]);
+            auto clique = util::parse_unsigned(words[3]);
             if (!minor || !clique) continue;
             auto& nv = nvlink_of(facts, *minor);
             nv.fabric_cluster = std::string(words[2]);
             nv.fabric_clique = static_cast<unsigned>(*clique);
         } else if (words[0] == "mig" && words.size() == 5) {
-            auto minor = parse_unsigned(words[1]);
-            auto gi = parse_unsigned(words[2]);
-            auto ci = parse_unsigned(words[3]);
+            auto minor = util::parse_unsigned(words[1]);
+            auto gi = util::parse_unsigned(words[2]);
+            auto ci = util::parse_unsigned(words[3]);
             if (!minor || !gi || !ci) continue;
             facts.gpus[static_cast<unsigned>(*minor)]
                 .mig_uuids[{static_cast<unsigned>(*gi), static_cast<unsigned>(*ci)}] =
@@ -391,14 +391,14 @@ NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::millisec
     if (linked_statically()) {
         helper = find_helper();
         if (helper.empty())
-            throw Error(ENOENT, "query NVML", what,
-                        std::string(kNvmlHelperName) +
-                            " not found next to this program or in ../libexec/gpubind");
+            throw util::Error(ENOENT, "query NVML", what,
+                              std::string(kNvmlHelperName) +
+                                  " not found next to this program or in ../libexec/gpubind");
     }
     std::vector<std::string> argv_s = {kNvmlHelperName, what};
     std::vector<char*> argv = {argv_s[0].data(), argv_s[1].data(), nullptr};
     char* envp[] = {nullptr};
-    const ReportingChild child = fork_reporting(
+    const util::ReportingChild child = util::fork_reporting(
         [&](int out) {
             if (helper.empty()) return Child(out).run(what.c_str());
             // The helper, with an empty environment, its report on stdout.
@@ -410,24 +410,24 @@ NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::millisec
         what);
 
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    BoundedRead report;
+    util::BoundedRead report;
     try {
-        report = read_bounded(child.report.get(), kMaxReport, what, deadline);
+        report = util::read_bounded(child.report.get(), kMaxReport, what, deadline);
     } catch (...) {
-        kill_and_reap(child.pid);
+        util::kill_and_reap(child.pid);
         throw;
     }
     // A runaway child (too large a report) is treated like a hung one.
-    if (report.end != ReadEnd::Eof) {
-        kill_and_reap(child.pid);
-        throw Error(ETIMEDOUT, "query NVML", what,
-                    "no answer within " + std::to_string(timeout.count()) + " ms");
+    if (report.end != util::ReadEnd::Eof) {
+        util::kill_and_reap(child.pid);
+        throw util::Error(ETIMEDOUT, "query NVML", what,
+                          "no answer within " + std::to_string(timeout.count()) + " ms");
     }
-    const int status = reap(child.pid);
+    const int status = util::reap(child.pid);
     NvmlFacts facts = parse_nvml_report(report.data, what);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        throw Error(EIO, "query NVML", what, "the NVML child failed");
+        throw util::Error(EIO, "query NVML", what, "the NVML child failed");
     return facts;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -12,7 +12,7 @@
 
 #include "gpubind/node/nvlink_facts.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 struct NvmlGpuFacts {
     std::string brand;               // "tesla", "nvidia", "geforce", ...
@@ -46,4 +46,4 @@ int write_nvml_report(const char* library, int out_fd) noexcept;
 // Parses the child's report (exposed for tests).
 NvmlFacts parse_nvml_report(std::string_view report, const std::string& what);
 
-}  // namespace gpubind
+}  // namespace gpubind::node

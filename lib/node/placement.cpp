@@ -10,7 +10,7 @@
 
 #include "gpubind/util/error.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 namespace {
 
@@ -70,8 +70,8 @@ class Search {
 
     void offer() {
         if (++scored_ > kMaxSubsets)
-            throw Error(E2BIG, "place GPUs", "",
-                        fmt::format("more than {} subsets to compare", kMaxSubsets));
+            throw util::Error(E2BIG, "place GPUs", "",
+                              fmt::format("more than {} subsets to compare", kMaxSubsets));
         Candidate c{{}, chosen_};
         std::sort(c.gpus.begin(), c.gpus.end());
         c.score = score_of(t_, c.gpus, need_);
@@ -157,24 +157,24 @@ Placement place_gpus(const PlaceTopology& t, const PlaceRequest& r) {
         for (unsigned i = 0; i < n; ++i) free.insert(i);
     for (unsigned g : r.from) {
         if (g >= n)
-            throw_invalid("place GPUs", "", fmt::format("no GPU {} (the node has {})", g, n));
+            util::throw_invalid("place GPUs", "", fmt::format("no GPU {} (the node has {})", g, n));
         free.insert(g);
     }
     std::set<unsigned> must;
     for (unsigned g : r.must_include) {
         if (g >= n)
-            throw_invalid("place GPUs", "", fmt::format("no GPU {} (the node has {})", g, n));
+            util::throw_invalid("place GPUs", "", fmt::format("no GPU {} (the node has {})", g, n));
         must.insert(g);
         free.insert(g);
     }
-    if (r.count == 0) throw_invalid("place GPUs", "", "asked for 0 GPUs");
+    if (r.count == 0) util::throw_invalid("place GPUs", "", "asked for 0 GPUs");
     if (r.count > free.size())
-        throw_invalid("place GPUs", "",
-                      fmt::format("asked for {} GPUs of {} free", r.count, free.size()));
+        util::throw_invalid("place GPUs", "",
+                            fmt::format("asked for {} GPUs of {} free", r.count, free.size()));
     if (must.size() > r.count)
-        throw_invalid("place GPUs", "",
-                      fmt::format("{} GPUs must be included but only {} are asked for", must.size(),
-                                  r.count));
+        util::throw_invalid("place GPUs", "",
+                            fmt::format("{} GPUs must be included but only {} are asked for",
+                                        must.size(), r.count));
     std::vector<unsigned> candidates;
     for (unsigned g : free)
         if (!must.count(g)) candidates.push_back(g);
@@ -206,4 +206,4 @@ Placement place_gpus(const PlaceTopology& t, const PlaceRequest& r) {
     return p;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::node

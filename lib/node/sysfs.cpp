@@ -19,7 +19,7 @@
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind::sysfs {
+namespace gpubind::node::sysfs {
 
 namespace fs = std::filesystem;
 
@@ -57,7 +57,7 @@ bool is_numbered(std::string_view name, std::string_view prefix) {
 // digits without further leading zeros (NVML's "00000000:3B:00.0" is sysfs's
 // "0000:3b:00.0").
 std::string normal_bus_id(std::string_view id) {
-    std::string out = to_lower(trim(id));
+    std::string out = util::to_lower(util::trim(id));
     const auto colon = out.find(':');
     if (colon != std::string::npos && colon > 4) {
         std::size_t zeros = 0;
@@ -74,11 +74,11 @@ std::optional<std::string> read_attribute(const fs::path& sys, const fs::path& d
                                           std::string_view name) {
     const fs::path path = detail::under(sys, dir / name);
     try {
-        const Fd fd = open_or_throw(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
-        return read_fd(fd.get(), kMaxAttribute, path.string());
-    } catch (const Error& e) {
+        const util::Fd fd = util::open_or_throw(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+        return util::read_fd(fd.get(), kMaxAttribute, path.string());
+    } catch (const util::Error& e) {
         if (e.code().value() == ENOENT) return std::nullopt;
-        logger().warn("sysfs: {}; left out", e.what());
+        util::logger().warn("sysfs: {}; left out", e.what());
         return std::nullopt;
     }
 }
@@ -88,7 +88,7 @@ std::optional<fs::path> resolve(const fs::path& sys, const fs::path& rel) {
     try {
         return detail::resolve_in(sys, rel);
     } catch (const std::exception& e) {  // allocation only; never a node's fault
-        logger().warn("sysfs: resolve {}: {}", rel.string(), e.what());
+        util::logger().warn("sysfs: resolve {}: {}", rel.string(), e.what());
         return std::nullopt;
     }
 }
@@ -99,20 +99,20 @@ std::vector<std::string> class_entries(const fs::path& sys, std::string_view cls
     const fs::path rel = fs::path("/class") / cls;
     const auto dir = resolve(sys, rel);
     if (!dir) {
-        logger().debug("sysfs: no {}", detail::under(sys, rel).string());
+        util::logger().debug("sysfs: no {}", detail::under(sys, rel).string());
         return {};
     }
     std::vector<std::string> names;
     try {
         names = detail::list_dir(detail::under(sys, *dir));
-    } catch (const Error& e) {
-        logger().warn("sysfs: {}; no {} devices", e.what(), cls);
+    } catch (const util::Error& e) {
+        util::logger().warn("sysfs: {}; no {} devices", e.what(), cls);
         return {};
     }
     std::erase_if(names, [&](const std::string& name) {
         if (is_name(name)) return false;
-        logger().warn("sysfs: {} in {} is not a device name; left out", escape_control(name),
-                      detail::under(sys, rel).string());
+        util::logger().warn("sysfs: {} in {} is not a device name; left out",
+                            util::escape_control(name), detail::under(sys, rel).string());
         return true;
     });
     std::sort(names.begin(), names.end(), name_less);
@@ -134,22 +134,24 @@ PciPlace place_at(const fs::path& sys, const fs::path& dir) {
         if (std::next(it) != rel.end() && is_pci_address(it->string()))
             place.bridges.push_back(it->string());
     if (const auto text = read_attribute(sys, dir, "numa_node")) {
-        const std::string_view v = trim(*text);
+        const std::string_view v = util::trim(*text);
         if (v == "-1") {
-        } else if (const auto n = parse_unsigned(v); n && *n < kMaxNumaNode) {
+        } else if (const auto n = util::parse_unsigned(v); n && *n < kMaxNumaNode) {
             place.numa_node = static_cast<int>(*n);
         } else {
-            logger().warn("sysfs: {}: numa_node \"{}\" is not a NUMA node; taken as unknown",
-                          detail::under(sys, dir).string(), escape_control(v.substr(0, 64)));
+            util::logger().warn("sysfs: {}: numa_node \"{}\" is not a NUMA node; taken as unknown",
+                                detail::under(sys, dir).string(),
+                                util::escape_control(v.substr(0, 64)));
         }
     }
     if (const auto text = read_attribute(sys, dir, "local_cpulist")) {
-        const std::string_view v = trim(*text);
+        const std::string_view v = util::trim(*text);
         if (v.size() <= kMaxCpulist && v.find_first_not_of("0123456789,-") == v.npos)
             place.cpulist = v;
         else
-            logger().warn("sysfs: {}: local_cpulist \"{}\" is not a CPU list; left out",
-                          detail::under(sys, dir).string(), escape_control(v.substr(0, 64)));
+            util::logger().warn("sysfs: {}: local_cpulist \"{}\" is not a CPU list; left out",
+                                detail::under(sys, dir).string(),
+                                util::escape_control(v.substr(0, 64)));
     }
     return place;
 }
@@ -160,13 +162,15 @@ std::optional<ClassDevice> class_device(const fs::path& sys, const fs::path& dir
                                         const std::string& name) {
     const auto text = read_attribute(sys, dir, "dev");
     if (!text) {
-        logger().debug("sysfs: {} has no dev file; left out", detail::under(sys, dir).string());
+        util::logger().debug("sysfs: {} has no dev file; left out",
+                             detail::under(sys, dir).string());
         return std::nullopt;
     }
     const auto numbers = parse_dev(*text);
     if (!numbers) {
-        logger().warn("sysfs: {}/dev: \"{}\" is not MAJOR:MINOR; left out",
-                      detail::under(sys, dir).string(), escape_control(trim(*text).substr(0, 64)));
+        util::logger().warn("sysfs: {}/dev: \"{}\" is not MAJOR:MINOR; left out",
+                            detail::under(sys, dir).string(),
+                            util::escape_control(util::trim(*text).substr(0, 64)));
         return std::nullopt;
     }
     return ClassDevice{name, numbers->first, numbers->second};
@@ -178,13 +182,13 @@ void pci_device_of(const fs::path& sys, const fs::path& dir, std::string& bus_id
                    std::optional<PciPlace>& place) {
     const auto device = resolve(sys, dir / "device");
     if (!device) {
-        logger().debug("sysfs: {} has no device", detail::under(sys, dir).string());
+        util::logger().debug("sysfs: {} has no device", detail::under(sys, dir).string());
         return;
     }
     const std::string id = device->filename().string();
     if (!is_pci_address(id) || !is_pci_device_dir(*device, id)) {
-        logger().debug("sysfs: {}'s device is {}, not a PCI device",
-                       detail::under(sys, dir).string(), device->string());
+        util::logger().debug("sysfs: {}'s device is {}, not a PCI device",
+                             detail::under(sys, dir).string(), device->string());
         return;
     }
     bus_id = id;
@@ -200,13 +204,13 @@ void add_by_ibdev(const fs::path& sys, std::string_view cls, std::string_view pr
         const auto dir = resolve(sys, fs::path("/class") / cls / name);
         if (!dir) continue;
         const auto ibdev = read_attribute(sys, *dir, "ibdev");
-        if (!ibdev || !is_name(trim(*ibdev))) {
-            logger().warn("sysfs: {} names no HCA (ibdev); left out",
-                          detail::under(sys, *dir).string());
+        if (!ibdev || !is_name(util::trim(*ibdev))) {
+            util::logger().warn("sysfs: {} names no HCA (ibdev); left out",
+                                detail::under(sys, *dir).string());
             continue;
         }
         if (auto device = class_device(sys, *dir, name))
-            out[std::string(trim(*ibdev))].push_back(std::move(*device));
+            out[std::string(util::trim(*ibdev))].push_back(std::move(*device));
     }
 }
 
@@ -215,18 +219,19 @@ std::optional<fs::path> pci_device_dir(const fs::path& sys, std::string_view bus
                                        std::string& id) {
     id = normal_bus_id(bus_id);
     if (!is_pci_address(id)) {
-        logger().warn("sysfs: \"{}\" is not a PCI address", escape_control(bus_id.substr(0, 64)));
+        util::logger().warn("sysfs: \"{}\" is not a PCI address",
+                            util::escape_control(bus_id.substr(0, 64)));
         return std::nullopt;
     }
     const fs::path rel = fs::path("/bus/pci/devices") / id;
     const auto dir = resolve(sys, rel);
     if (!dir) {
-        logger().debug("sysfs: no {}", detail::under(sys, rel).string());
+        util::logger().debug("sysfs: no {}", detail::under(sys, rel).string());
         return std::nullopt;
     }
     if (!is_pci_device_dir(*dir, id)) {
-        logger().warn("sysfs: {} leads to {}, not a PCI device under devices/; left out",
-                      detail::under(sys, rel).string(), dir->string());
+        util::logger().warn("sysfs: {} leads to {}, not a PCI device under devices/; left out",
+                            detail::under(sys, rel).string(), dir->string());
         return std::nullopt;
     }
     return dir;
@@ -253,11 +258,11 @@ bool is_name(std::string_view s) noexcept {
 }
 
 std::optional<std::pair<unsigned, unsigned>> parse_dev(std::string_view text) noexcept {
-    text = trim(text);
+    text = util::trim(text);
     const auto colon = text.find(':');
     if (colon == text.npos) return std::nullopt;
-    const auto major = parse_unsigned(text.substr(0, colon));
-    const auto minor = parse_unsigned(text.substr(colon + 1));
+    const auto major = util::parse_unsigned(text.substr(0, colon));
+    const auto minor = util::parse_unsigned(text.substr(colon + 1));
     if (!major || !minor || *major >= kMaxMajor || *minor >= kMaxMinor) return std::nullopt;
     return std::pair{static_cast<unsigned>(*major), static_cast<unsigned>(*minor)};
 }
@@ -298,9 +303,9 @@ std::vector<Hca> hcas(const fs::path& sys) {
     for (const auto& name : class_entries(sys, "infiniband")) {
         const auto dir = resolve(sys, fs::path("/class/infiniband") / name);
         if (!dir) {
-            logger().warn("sysfs: {} leads nowhere in {}; left out",
-                          detail::under(sys, fs::path("/class/infiniband") / name).string(),
-                          sys.string());
+            util::logger().warn("sysfs: {} leads nowhere in {}; left out",
+                                detail::under(sys, fs::path("/class/infiniband") / name).string(),
+                                sys.string());
             continue;
         }
         Hca hca;
@@ -339,8 +344,8 @@ std::vector<ClassDevice> drm_nodes(const fs::path& sys, std::string_view bus_id)
     std::vector<std::string> names;
     try {
         names = detail::list_dir(detail::under(sys, *drm));
-    } catch (const Error& e) {
-        logger().warn("sysfs: {}; no DRM nodes for {}", e.what(), id);
+    } catch (const util::Error& e) {
+        util::logger().warn("sysfs: {}; no DRM nodes for {}", e.what(), id);
         return {};
     }
     std::vector<ClassDevice> out;
@@ -405,4 +410,4 @@ Nearest nearest(const PciPlace& to, const std::vector<const PciPlace*>& others) 
     return out;
 }
 
-}  // namespace gpubind::sysfs
+}  // namespace gpubind::node::sysfs

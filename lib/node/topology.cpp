@@ -5,7 +5,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-namespace gpubind {
+namespace gpubind::node {
 
 namespace fs = std::filesystem;
 
@@ -293,4 +293,4 @@ std::string matrix_text(const std::vector<GpuTopology>& gpus, const std::vector<
     return out;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -193,7 +193,8 @@ std::optional<pid_t> parse_pid(const char* value) {
 
 Args parse(int argc, char* const* argv) {
     Args args;
-    args.program = argc > 0 && argv[0] ? std::string(base_name(argv[0])) : "nvidia-container-cli";
+    args.program =
+        argc > 0 && argv[0] ? std::string(util::base_name(argv[0])) : "nvidia-container-cli";
     if (args.program.empty()) args.program = "nvidia-container-cli";
     Global& g = args.global;
     bool help = false;
@@ -360,9 +361,9 @@ Args parse(int argc, char* const* argv) {
     // enroot asks for --compat32 with every capability ("all"), on arm64 too,
     // where libnvidia-container finds no 32-bit library and goes on.
     Selection& chosen = args.command == Command::List ? args.list.select : args.configure.select;
-    if (chosen.compat32 && !platform::kHasCompat32) {
+    if (chosen.compat32 && !util::platform::kHasCompat32) {
         chosen.compat32 = false;
-        args.global.ignored.push_back("--compat32 (an " + std::string(platform::kMachine) +
+        args.global.ignored.push_back("--compat32 (an " + std::string(util::platform::kMachine) +
                                       " node has no 32-bit driver libraries)");
     }
     return args;

@@ -66,9 +66,9 @@ std::string relative_to(const std::string& path, const std::filesystem::path& ro
 }
 
 // The kinds of IPC `select` leaves out.
-bool left_out(const DriverFile& f, const Selection& select) {
-    if (f.kind == FileKind::Firmware) return select.no_gsp_firmware;
-    if (f.kind != FileKind::Ipc) return false;
+bool left_out(const node::DriverFile& f, const Selection& select) {
+    if (f.kind == node::FileKind::Firmware) return select.no_gsp_firmware;
+    if (f.kind != node::FileKind::Ipc) return false;
     return (select.no_persistenced &&
             f.host_path.find("/nvidia-persistenced/") != std::string::npos) ||
            (select.no_fabricmanager &&
@@ -76,25 +76,25 @@ bool left_out(const DriverFile& f, const Selection& select) {
 }
 
 std::vector<std::string> imex_channels(const Selection& select) {
-    return parse_imex_channels(select.imex_channels, "--imex-channel", "command line");
+    return decide::parse_imex_channels(select.imex_channels, "--imex-channel", "command line");
 }
 
-DeviceIds mig_ids(const std::string& value, const char* option) {
-    const DeviceIds ids = parse_device_ids(value);
-    if (ids.kind == DeviceIdsKind::List)
-        throw_invalid("select MIG devices", option,
-                      "only \"all\" is supported, as by nvidia-container-cli");
+node::DeviceIds mig_ids(const std::string& value, const char* option) {
+    const node::DeviceIds ids = node::parse_device_ids(value);
+    if (ids.kind == node::DeviceIdsKind::List)
+        util::throw_invalid("select MIG devices", option,
+                            "only \"all\" is supported, as by nvidia-container-cli");
     return ids;
 }
 
-Request make_request(const ConfigureArgs& a) {
-    Request r;
-    r.source = RequestSource::Explicit;
-    r.devices = parse_device_ids(a.select.devices.empty() ? "none" : a.select.devices);
-    if (r.devices.kind == DeviceIdsKind::Void) r.devices.kind = DeviceIdsKind::None;
-    Capabilities caps = 0;
-    if (a.select.compat32) caps |= kCapCompat32;
-    for (const auto& name : a.capabilities) caps |= *parse_capabilities(name);
+decide::Request make_request(const ConfigureArgs& a) {
+    decide::Request r;
+    r.source = decide::RequestSource::Explicit;
+    r.devices = node::parse_device_ids(a.select.devices.empty() ? "none" : a.select.devices);
+    if (r.devices.kind == node::DeviceIdsKind::Void) r.devices.kind = node::DeviceIdsKind::None;
+    config::Capabilities caps = 0;
+    if (a.select.compat32) caps |= config::kCapCompat32;
+    for (const auto& name : a.capabilities) caps |= *config::parse_capabilities(name);
     r.caps = caps;
     for (const auto& expr : a.requires_) r.requirements.push_back({"--require", expr});
     if (!a.select.mig_config.empty()) r.mig_config = mig_ids(a.select.mig_config, "--mig-config");
@@ -104,10 +104,10 @@ Request make_request(const ConfigureArgs& a) {
     return r;
 }
 
-int configure(const ConfigureArgs& a, const Global& g, const Config& config, bool store) {
-    if (g.user) logger().debug("--user: acting as this process's own ids");
-    for (const auto& word : g.ignored) logger().debug("{}: accepted, nothing to do", word);
-    Config decided = config;
+int configure(const ConfigureArgs& a, const Global& g, const config::Config& config, bool store) {
+    if (g.user) util::logger().debug("--user: acting as this process's own ids");
+    for (const auto& word : g.ignored) util::logger().debug("{}: accepted, nothing to do", word);
+    config::Config decided = config;
     if (a.no_cntlibs || a.cuda_compat_mode == "disabled") decided.policy.cuda_compat = false;
     start::ConfigureCall call{.request = make_request(a),
                               .rootfs = a.rootfs,
@@ -118,22 +118,23 @@ int configure(const ConfigureArgs& a, const Global& g, const Config& config, boo
     if (a.ldconfig.starts_with('@'))
         call.ldconfig = a.ldconfig.substr(1);
     else if (!a.ldconfig.empty())
-        logger().debug("--ldconfig={}: a program of the image; not run (gpubind writes the cache)",
-                       a.ldconfig);
+        util::logger().debug(
+            "--ldconfig={}: a program of the image; not run (gpubind writes the cache)",
+            a.ldconfig);
     // The IPCs and firmware the options name.
-    call.leave_out = [&a](Plan& plan, const Node& node) {
+    call.leave_out = [&a](decide::Plan& plan, const node::Node& node) {
         std::vector<std::string> dropped;
         for (const auto& f : node.files)
             if (left_out(f, a.select)) {
                 dropped.push_back(f.host_path);
                 dropped.push_back(f.real_path);
             }
-        std::erase_if(plan.mounts, [&](const PlannedMount& m) {
+        std::erase_if(plan.mounts, [&](const decide::PlannedMount& m) {
             return std::find(dropped.begin(), dropped.end(), m.source) != dropped.end();
         });
     };
     start::configure(decided, call);
-    return kExitOk;
+    return util::kExitOk;
 }
 
 }  // namespace
@@ -195,10 +196,10 @@ std::string help_text(const std::string& program, Command command) {
 
 std::string version_text(const std::string& version) {
     return fmt::format("cli-version: {0}\nlib-version: {0}\nbuild platform: {1}\n", version,
-                       platform::kMachine);
+                       util::platform::kMachine);
 }
 
-std::string info_text(const Node& node, bool csv) {
+std::string info_text(const node::Node& node, bool csv) {
     std::string out;
     if (csv) {
         out += fmt::format("NVRM version,CUDA version\n{},{}\n", node.driver_version,
@@ -225,31 +226,32 @@ std::string info_text(const Node& node, bool csv) {
     return out;
 }
 
-std::string list_text(const Node& node, const ListArgs& args) {
+std::string list_text(const node::Node& node, const ListArgs& args) {
     const Selection& s = args.select;
     const bool all = args.everything;
     std::string out;
     auto line = [&](const std::string& path) { out += path + "\n"; };
     if (all || !s.devices.empty()) {
-        const gpubind::Selection sel =
-            select_devices(node, parse_device_ids(all ? "all" : s.devices));
+        const gpubind::node::Selection sel =
+            node::select_devices(node, node::parse_device_ids(all ? "all" : s.devices));
         for (const char* name : {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"})
-            if (const DeviceNode* n = node.control_node(name)) line(n->path);
-        std::vector<const Gpu*> gpus = sel.gpus;
-        for (const MigDevice* mig : sel.migs) {
-            const Gpu* parent = &node.gpus[mig->gpu_index];
+            if (const node::DeviceNode* n = node.control_node(name)) line(n->path);
+        std::vector<const node::Gpu*> gpus = sel.gpus;
+        for (const node::MigDevice* mig : sel.migs) {
+            const node::Gpu* parent = &node.gpus[mig->gpu_index];
             if (std::find(gpus.begin(), gpus.end(), parent) == gpus.end()) gpus.push_back(parent);
         }
-        for (const Gpu* gpu : gpus) line(gpu->node.path);
+        for (const node::Gpu* gpu : gpus) line(gpu->node.path);
         if (s.mig_config.empty() && s.mig_monitor.empty())
-            for (const MigDevice* mig : sel.migs) {
+            for (const node::MigDevice* mig : sel.migs) {
                 line("/proc" + relative_to(mig->gi_access, node.roots.proc));
                 line(mig->gi_cap.path);
                 line("/proc" + relative_to(mig->ci_access, node.roots.proc));
                 line(mig->ci_cap.path);
             }
     }
-    for (const DeviceNode* c : select_imex_channels(node, imex_channels(s))) line(c->path);
+    for (const node::DeviceNode* c : node::select_imex_channels(node, imex_channels(s)))
+        line(c->path);
     // The MIG config and monitor capabilities (node.mig_control's order).
     const struct {
         const std::string& value;
@@ -266,23 +268,23 @@ std::string list_text(const Node& node, const ListArgs& args) {
     }
     const bool compat32 = all || s.compat32;
     // Each kind in the node's order; libraries 64-bit first, then 32-bit.
-    auto files = [&](FileKind kind, bool wanted, bool lib32 = false) {
+    auto files = [&](node::FileKind kind, bool wanted, bool lib32 = false) {
         if (!wanted) return;
         for (const auto& f : node.files) {
             if (f.kind != kind || f.compat32 != lib32 || left_out(f, s)) continue;
-            line(relative_to(kind == FileKind::Library ? f.real_path : f.host_path,
+            line(relative_to(kind == node::FileKind::Library ? f.real_path : f.host_path,
                              node.roots.driver));
         }
     };
-    files(FileKind::Binary, all || args.binaries);
-    files(FileKind::Library, all || args.libraries);
-    files(FileKind::Library, (all || args.libraries) && compat32, true);
-    files(FileKind::Ipc, all || args.ipcs);
-    files(FileKind::Firmware, all || args.firmwares);
+    files(node::FileKind::Binary, all || args.binaries);
+    files(node::FileKind::Library, all || args.libraries);
+    files(node::FileKind::Library, (all || args.libraries) && compat32, true);
+    files(node::FileKind::Ipc, all || args.ipcs);
+    files(node::FileKind::Firmware, all || args.firmwares);
     return out;
 }
 
-Config with_global(Config config, const Global& global) {
+config::Config with_global(config::Config config, const Global& global) {
     if (!global.root.empty()) {
         const std::filesystem::path root = std::filesystem::absolute(global.root);
         config.roots.driver = root;
@@ -294,28 +296,28 @@ Config with_global(Config config, const Global& global) {
     return config;
 }
 
-int run(const Args& args, const Config& config) {
+int run(const Args& args, const config::Config& config) {
     // Another driver root is another node, whose knowledge is not stored.
     const bool store = args.global.root.empty() && args.global.ldcache.empty();
     switch (args.command) {
         case Command::Info: {
-            LoadOptions load;
+            node::LoadOptions load;
             load.write = store;
             load.need_nvml = true;
             fmt::print("{}", info_text(start::know_node(config, load).node, args.csv));
-            return kExitOk;
+            return util::kExitOk;
         }
         case Command::List: {
-            LoadOptions load;
+            node::LoadOptions load;
             load.write = store;
             load.need_nvml = args.list.select.devices.find("MIG-") != std::string::npos;
             fmt::print("{}", list_text(start::know_node(config, load).node, args.list));
-            return kExitOk;
+            return util::kExitOk;
         }
         case Command::Configure:
             return configure(args.configure, args.global, config, store);
         default:
-            return kExitOk;
+            return util::kExitOk;
     }
 }
 

@@ -12,7 +12,7 @@
 
 #include "gpubind/util/error.hpp"
 
-namespace gpubind::bpf {
+namespace gpubind::os::bpf {
 
 namespace {
 
@@ -41,7 +41,7 @@ Insn jne_imm(unsigned dst, std::int32_t imm, int off) {
 
 std::int32_t as_imm(unsigned v) {
     if (v > static_cast<unsigned>(std::numeric_limits<std::int32_t>::max()))
-        throw_invalid("build device program", std::to_string(v), "number out of range");
+        util::throw_invalid("build device program", std::to_string(v), "number out of range");
     return static_cast<std::int32_t>(v);
 }
 
@@ -94,11 +94,11 @@ std::vector<Insn> extend_device_program(const std::vector<DeviceRule>& rules,
 
 void check_reloadable(const std::vector<Insn>& insns, const std::string& what) {
     auto refuse = [&](std::size_t i, const std::string& why) {
-        throw Error(ENOTSUP, "extend device program", what,
-                    "instruction " + std::to_string(i) + " " + why +
-                        "; only self-contained device programs can be extended");
+        throw util::Error(ENOTSUP, "extend device program", what,
+                          "instruction " + std::to_string(i) + " " + why +
+                              "; only self-contained device programs can be extended");
     };
-    if (insns.empty()) throw Error(ENOTSUP, "extend device program", what, "no instructions");
+    if (insns.empty()) throw util::Error(ENOTSUP, "extend device program", what, "no instructions");
     for (std::size_t i = 0; i < insns.size(); ++i) {
         const Insn& in = insns[i];
         const unsigned cls = BPF_CLASS(in.code);
@@ -154,7 +154,7 @@ struct Machine {
             return ctx + (addr - kCtxBase);
         if (addr >= kStackTop - sizeof stack && addr + size <= kStackTop)
             return stack + (addr - (kStackTop - sizeof stack));
-        throw Error(ENOTSUP, "run device program", "", "memory access out of bounds");
+        throw util::Error(ENOTSUP, "run device program", "", "memory access out of bounds");
     }
 
     // An instruction's operands: its destination register and its source
@@ -211,7 +211,7 @@ std::uint64_t alu_result(unsigned op, std::uint64_t a, std::uint64_t b, bool is6
         case BPF_MOV:
             return b;
         default:
-            throw Error(ENOTSUP, "run device program", "", "unsupported ALU operation");
+            throw util::Error(ENOTSUP, "run device program", "", "unsupported ALU operation");
     }
 }
 
@@ -263,7 +263,7 @@ bool jump_taken(unsigned op, std::uint64_t a, std::uint64_t b, std::int64_t sa, 
         case BPF_JSLE:
             return ordered(op, sa, sb);
         default:
-            throw Error(ENOTSUP, "run device program", "", "unsupported jump");
+            throw util::Error(ENOTSUP, "run device program", "", "unsupported jump");
     }
 }
 
@@ -271,7 +271,8 @@ bool jump_taken(unsigned op, std::uint64_t a, std::uint64_t b, std::int64_t sa, 
 std::size_t run_jump(const Machine& m, const Insn& in, std::size_t pc) {
     const unsigned cls = BPF_CLASS(in.code);
     const unsigned op = BPF_OP(in.code);
-    if (op == BPF_CALL) throw Error(ENOTSUP, "run device program", "", "calls are not supported");
+    if (op == BPF_CALL)
+        throw util::Error(ENOTSUP, "run device program", "", "calls are not supported");
     const auto [a, b] = m.operands(in, cls == BPF_JMP32);
     const auto sa = cls == BPF_JMP32 ? static_cast<std::int64_t>(static_cast<std::int32_t>(a))
                                      : static_cast<std::int64_t>(a);
@@ -304,7 +305,8 @@ std::uint64_t run_device_program(const std::vector<Insn>& prog, DeviceRequest re
     Machine m(req);
     std::size_t pc = 0;
     for (int steps = 0; steps < 100000; ++steps) {
-        if (pc >= prog.size()) throw Error(ENOTSUP, "run device program", "", "fell off the end");
+        if (pc >= prog.size())
+            throw util::Error(ENOTSUP, "run device program", "", "fell off the end");
         const Insn& in = prog[pc];
         const unsigned cls = BPF_CLASS(in.code);
         if (cls == BPF_ALU || cls == BPF_ALU64) {
@@ -325,10 +327,10 @@ std::uint64_t run_device_program(const std::vector<Insn>& prog, DeviceRequest re
                 (static_cast<std::uint64_t>(static_cast<std::uint32_t>(prog[pc + 1].imm)) << 32);
             pc += 2;
         } else {
-            throw Error(ENOTSUP, "run device program", "", "unsupported instruction");
+            throw util::Error(ENOTSUP, "run device program", "", "unsupported instruction");
         }
     }
-    throw Error(ENOTSUP, "run device program", "", "runaway program");
+    throw util::Error(ENOTSUP, "run device program", "", "runaway program");
 }
 
-}  // namespace gpubind::bpf
+}  // namespace gpubind::os::bpf

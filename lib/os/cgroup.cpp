@@ -9,7 +9,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
 
-namespace gpubind::cgroup {
+namespace gpubind::os::cgroup {
 
 namespace {
 
@@ -32,13 +32,13 @@ std::string unescape(std::string_view s) {
 
 std::vector<std::string_view> fields(std::string_view line) {
     std::vector<std::string_view> out;
-    for (auto f : split(line, ' '))
+    for (auto f : util::split(line, ' '))
         if (!f.empty()) out.push_back(f);
     return out;
 }
 
 bool has_token(std::string_view list, std::string_view token) {
-    for (auto t : split(list, ','))
+    for (auto t : util::split(list, ','))
         if (t == token) return true;
     return false;
 }
@@ -52,7 +52,7 @@ bool is_prefix(std::string_view root, std::string_view path) {
 
 bool safe_cgroup_path(std::string_view p) {
     if (p.empty() || p.front() != '/') return false;
-    for (auto c : split(p.substr(1), '/'))
+    for (auto c : util::split(p.substr(1), '/'))
         if (c == "." || c == "..") return false;
     return true;
 }
@@ -66,13 +66,13 @@ struct CgroupLines {
 
 CgroupLines parse_proc_cgroup(std::string_view proc_cgroup, const std::string& what) {
     CgroupLines out;
-    for (auto line : split(proc_cgroup, '\n')) {
+    for (auto line : util::split(proc_cgroup, '\n')) {
         if (line.empty()) continue;
         std::size_t a = line.find(':');
         std::size_t b = a == std::string_view::npos ? a : line.find(':', a + 1);
         if (b == std::string_view::npos)
-            throw_invalid("read cgroup", what,
-                          "malformed line in /proc/<pid>/cgroup: " + std::string(line));
+            util::throw_invalid("read cgroup", what,
+                                "malformed line in /proc/<pid>/cgroup: " + std::string(line));
         std::string_view id = line.substr(0, a);
         std::string_view controllers = line.substr(a + 1, b - a - 1);
         std::string_view cg_path = line.substr(b + 1);
@@ -95,7 +95,7 @@ struct MountLine {
 
 std::vector<MountLine> parse_mountinfo(std::string_view mountinfo) {
     std::vector<MountLine> out;
-    for (auto line : split(mountinfo, '\n')) {
+    for (auto line : util::split(mountinfo, '\n')) {
         auto f = fields(line);
         std::size_t sep = 0;
         while (sep < f.size() && f[sep] != "-") ++sep;
@@ -142,7 +142,7 @@ bool reachable(const std::vector<MountLine>& mounts, std::size_t m) {
     std::size_t cur = cross(base, from);
     std::string sofar = from == "/" ? "" : from;
     std::string_view rest = std::string_view(target).substr(sofar.size());
-    for (auto c : split(rest, '/')) {
+    for (auto c : util::split(rest, '/')) {
         if (c.empty()) continue;
         sofar += '/';
         sofar += c;
@@ -157,7 +157,8 @@ std::filesystem::path find_dir(std::string_view mountinfo, const std::string& cg
                                bool (*wanted)(const MountLine&), const std::string& what,
                                const std::string& kind) {
     if (!safe_cgroup_path(cg_path))
-        throw_invalid("set device cgroup", what, "odd " + kind + " cgroup path '" + cg_path + "'");
+        util::throw_invalid("set device cgroup", what,
+                            "odd " + kind + " cgroup path '" + cg_path + "'");
     auto mounts = parse_mountinfo(mountinfo);
     const MountLine* best = nullptr;
     for (std::size_t i = 0; i < mounts.size(); ++i) {
@@ -168,8 +169,8 @@ std::filesystem::path find_dir(std::string_view mountinfo, const std::string& cg
         best = &mnt;
     }
     if (!best)
-        throw Error(ENOENT, "set device cgroup", what,
-                    "no " + kind + " hierarchy holding " + cg_path + " is mounted");
+        throw util::Error(ENOENT, "set device cgroup", what,
+                          "no " + kind + " hierarchy holding " + cg_path + " is mounted");
     std::filesystem::path dir = best->point;
     std::string rest = best->root == "/" ? cg_path : cg_path.substr(best->root.size());
     if (!rest.empty() && rest != "/") dir /= std::filesystem::path(rest).relative_path();
@@ -190,8 +191,8 @@ std::filesystem::path devices_dir(std::string_view proc_cgroup, std::string_view
                                   const std::string& what) {
     CgroupLines lines = parse_proc_cgroup(proc_cgroup, what);
     if (!lines.v1_devices)
-        throw Error(ENOENT, "set device cgroup", what,
-                    "the process has no cgroup v1 devices controller");
+        throw util::Error(ENOENT, "set device cgroup", what,
+                          "the process has no cgroup v1 devices controller");
     return find_dir(mountinfo, lines.v1_path, is_v1_devices, what, "cgroup v1 devices");
 }
 
@@ -199,7 +200,7 @@ std::filesystem::path unified_dir(std::string_view proc_cgroup, std::string_view
                                   const std::string& what) {
     CgroupLines lines = parse_proc_cgroup(proc_cgroup, what);
     if (!lines.unified)
-        throw Error(ENOENT, "set device cgroup", what, "the process has no cgroup v2 cgroup");
+        throw util::Error(ENOENT, "set device cgroup", what, "the process has no cgroup v2 cgroup");
     return find_dir(mountinfo, lines.unified_path, is_cgroup2, what, "cgroup2");
 }
 
@@ -216,19 +217,19 @@ DeviceCgroup locate(std::string_view proc_cgroup, std::string_view mountinfo,
             return {DeviceCgroup::Kind::V1, devices_dir(proc_cgroup, mountinfo, what)};
     }
     if (!lines.unified)
-        throw Error(ENOENT, "set device cgroup", what,
-                    "the process has neither a cgroup v1 devices controller nor a cgroup v2 "
-                    "cgroup");
+        throw util::Error(ENOENT, "set device cgroup", what,
+                          "the process has neither a cgroup v1 devices controller nor a cgroup v2 "
+                          "cgroup");
     return {DeviceCgroup::Kind::V2, unified_dir(proc_cgroup, mountinfo, what)};
 }
 
 bool allows(std::string_view devices_list, unsigned major, unsigned minor) {
     auto matches = [](std::string_view field, unsigned value) {
         if (field == "*") return true;
-        auto v = parse_unsigned(field);
+        auto v = util::parse_unsigned(field);
         return v && *v == value;
     };
-    for (auto line : split(devices_list, '\n')) {
+    for (auto line : util::split(devices_list, '\n')) {
         auto f = fields(line);
         if (f.size() != 3) continue;
         std::string_view type = f[0], numbers = f[1], access = f[2];
@@ -244,4 +245,4 @@ bool allows(std::string_view devices_list, unsigned major, unsigned minor) {
     return false;
 }
 
-}  // namespace gpubind::cgroup
+}  // namespace gpubind::os::cgroup

@@ -15,7 +15,7 @@
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
 
-namespace gpubind::harden {
+namespace gpubind::os::harden {
 
 void clear_environment(std::initializer_list<std::string_view> keep) {
     std::vector<std::pair<std::string, std::string>> kept;
@@ -51,20 +51,22 @@ std::chrono::milliseconds Deadline::left() const {
 
 void Deadline::check(const std::string& next) const {
     if (left().count() <= 0)
-        throw Error(ETIMEDOUT, "deadline", next,
-                    "the hook's " + std::to_string(budget_.count()) + " ms were spent before it");
+        throw util::Error(
+            ETIMEDOUT, "deadline", next,
+            "the hook's " + std::to_string(budget_.count()) + " ms were spent before it");
 }
 
 std::string read_stream(int fd, std::size_t max_size, const std::string& what,
                         const Deadline& deadline) {
-    BoundedRead read = read_bounded(fd, max_size, what, deadline.end());
-    if (read.end == ReadEnd::Deadline)
-        throw Error(ETIMEDOUT, "read", what,
-                    "no end of input within " + std::to_string(deadline.budget().count()) + " ms");
-    if (read.end == ReadEnd::TooLarge)
-        throw Error(ErrorKind::Invalid, EFBIG, "read", what,
-                    "larger than " + std::to_string(max_size) + " bytes");
+    util::BoundedRead read = util::read_bounded(fd, max_size, what, deadline.end());
+    if (read.end == util::ReadEnd::Deadline)
+        throw util::Error(
+            ETIMEDOUT, "read", what,
+            "no end of input within " + std::to_string(deadline.budget().count()) + " ms");
+    if (read.end == util::ReadEnd::TooLarge)
+        throw util::Error(util::ErrorKind::Invalid, EFBIG, "read", what,
+                          "larger than " + std::to_string(max_size) + " bytes");
     return std::move(read.data);
 }
 
-}  // namespace gpubind::harden
+}  // namespace gpubind::os::harden

@@ -40,7 +40,7 @@
 #define AT_RECURSIVE 0x8000
 #endif
 
-namespace gpubind::mount_api {
+namespace gpubind::os::mount_api {
 
 // fsconfig commands (enum fsconfig_command).
 inline constexpr unsigned kFsconfigSetString = 1;
@@ -57,7 +57,7 @@ struct MountAttr {
 // fsopen("tmpfs"), fsconfig with `options` ("mode", "uid", "size", ...),
 // fsmount: a detached tmpfs, nosuid, nodev, noexec. Errors name `what`.
 // (sandbox.cpp)
-Fd make_tmpfs(std::initializer_list<std::pair<const char*, std::string>> options,
-              const std::string& what);
+util::Fd make_tmpfs(std::initializer_list<std::pair<const char*, std::string>> options,
+                    const std::string& what);
 
-}  // namespace gpubind::mount_api
+}  // namespace gpubind::os::mount_api

@@ -14,7 +14,7 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-namespace gpubind {
+namespace gpubind::os {
 
 namespace {
 
@@ -121,4 +121,4 @@ void prefault(const Prefault& sizes) noexcept {
     std::free(block);
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::os

@@ -15,7 +15,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 
-namespace gpubind {
+namespace gpubind::os {
 
 namespace {
 
@@ -96,7 +96,7 @@ int open_in_root_walk(int root_fd, const std::filesystem::path& path, int flags,
     flags |= O_CLOEXEC;
     std::deque<std::string> todo;
     split_components(path.native(), todo, false);
-    std::vector<Fd> stack;  // directories below the root, innermost last
+    std::vector<util::Fd> stack;  // directories below the root, innermost last
     int links = 0;
     auto cur = [&] { return stack.empty() ? root_fd : stack.back().get(); };
 
@@ -132,7 +132,7 @@ int open_in_root_walk(int root_fd, const std::filesystem::path& path, int flags,
                     return ::openat(cur(), comp.c_str(), flags | O_NOFOLLOW, mode);
                 return -1;
             }
-            Fd link(probe);
+            util::Fd link(probe);
             struct stat st {};
             if (::fstat(probe, &st) != 0) return -1;
             if (!S_ISLNK(st.st_mode))
@@ -145,7 +145,7 @@ int open_in_root_walk(int root_fd, const std::filesystem::path& path, int flags,
         // intermediate too): it must be a directory or a symlink to one.
         int fd = ::openat(cur(), comp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) return -1;
-        Fd next(fd);
+        util::Fd next(fd);
         struct stat st {};
         if (::fstat(fd, &st) != 0) return -1;
         if (S_ISLNK(st.st_mode)) {
@@ -164,19 +164,19 @@ int open_in_root_walk(int root_fd, const std::filesystem::path& path, int flags,
 
 }  // namespace detail
 
-Fd open_in_root(int root_fd, const std::filesystem::path& path, int flags, unsigned mode) {
+util::Fd open_in_root(int root_fd, const std::filesystem::path& path, int flags, unsigned mode) {
     int fd = open_in_root_raw(root_fd, path, flags, mode);
-    if (fd < 0) throw_errno("open", describe(path));
-    return Fd(fd);
+    if (fd < 0) util::throw_errno("open", describe(path));
+    return util::Fd(fd);
 }
 
-Fd try_open_in_root(int root_fd, const std::filesystem::path& path, int flags) {
+util::Fd try_open_in_root(int root_fd, const std::filesystem::path& path, int flags) {
     int fd = open_in_root_raw(root_fd, path, flags, 0);
     if (fd < 0) {
-        if (errno == ENOENT) return Fd();
-        throw_errno("open", describe(path));
+        if (errno == ENOENT) return util::Fd();
+        util::throw_errno("open", describe(path));
     }
-    return Fd(fd);
+    return util::Fd(fd);
 }
 
 std::string read_file_in_root(int root_fd, const std::filesystem::path& path,
@@ -186,15 +186,16 @@ std::string read_file_in_root(int root_fd, const std::filesystem::path& path,
         int err = errno;
         if (err == ELOOP) {
             // Say plainly when the last component is a symlink we refuse to follow.
-            Fd link(open_in_root_raw(root_fd, path, O_PATH | O_NOFOLLOW, 0));
+            util::Fd link(open_in_root_raw(root_fd, path, O_PATH | O_NOFOLLOW, 0));
             struct stat st {};
             if (link && ::fstat(link.get(), &st) == 0 && S_ISLNK(st.st_mode))
-                throw Error(ELOOP, "read", describe(path), "is a symbolic link (not followed)");
+                throw util::Error(ELOOP, "read", describe(path),
+                                  "is a symbolic link (not followed)");
         }
-        throw Error(err, "open", describe(path));
+        throw util::Error(err, "open", describe(path));
     }
-    Fd owner(fd);
-    return read_fd(fd, max_size, describe(path));
+    util::Fd owner(fd);
+    return util::read_fd(fd, max_size, describe(path));
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::os

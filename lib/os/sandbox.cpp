@@ -40,7 +40,7 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
-namespace gpubind::sandbox {
+namespace gpubind::os::sandbox {
 
 namespace {
 
@@ -152,12 +152,12 @@ using FilterPtr = std::unique_ptr<void, FilterDeleter>;
 FilterPtr make_filter(Filter filter, int exe_fd, const std::string& what) {
     if (filter == Filter::None) return {};
     FilterPtr ctx(seccomp_init(SCMP_ACT_ERRNO(EPERM)));
-    if (!ctx) throw Error(ENOMEM, "seccomp_init", what);
+    if (!ctx) throw util::Error(ENOMEM, "seccomp_init", what);
     for (const char* name : kLdconfigCalls) {
         int nr = seccomp_syscall_resolve_name(name);
         if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture (stat on arm64)
         if (int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, nr, 0); rc < 0)
-            throw Error(-rc, "seccomp allow", what, name);
+            throw util::Error(-rc, "seccomp allow", what, name);
     }
     // (spelled out: SCMP_A0 is a C compound literal, not C++)
     scmp_arg_cmp same_fd{};
@@ -167,7 +167,7 @@ FilterPtr make_filter(Filter filter, int exe_fd, const std::string& what) {
     same_fd.datum_b = 0;
     if (int rc = seccomp_rule_add_array(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(execveat), 1, &same_fd);
         rc < 0)
-        throw Error(-rc, "seccomp allow", what, "execveat");
+        throw util::Error(-rc, "seccomp allow", what, "execveat");
     return ctx;
 }
 
@@ -309,7 +309,7 @@ struct ChildArgs {
 // a time; the path is the image's text, so it is capped and escaped.
 std::string blocked_opening(pid_t pid) {
     const std::string proc = "/proc/" + std::to_string(pid) + "/syscall";
-    Fd fd(::open(proc.c_str(), O_RDONLY | O_CLOEXEC));
+    util::Fd fd(::open(proc.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) return {};
     char text[512];
     const ssize_t n = ::read(fd.get(), text, sizeof text - 1);
@@ -342,14 +342,14 @@ std::string blocked_opening(pid_t pid) {
         addr += len;
     }
     if (path.empty()) return {};
-    std::string shown = escape_control(std::string_view(path).substr(0, kMaxShown));
+    std::string shown = util::escape_control(std::string_view(path).substr(0, kMaxShown));
     if (path.size() > kMaxShown) shown += "...";
     return "; it was blocked opening " + shown;
 }
 
 // A detached tmpfs for the program's output, its root directory the
 // sandbox's ids' alone; nosuid, nodev, noexec.
-Fd make_scratch(const Options& o, const std::string& what) {
+util::Fd make_scratch(const Options& o, const std::string& what) {
     return mount_api::make_tmpfs({{"mode", "0700"},
                                   {"uid", std::to_string(o.uid)},
                                   {"gid", std::to_string(o.gid)},
@@ -359,7 +359,7 @@ Fd make_scratch(const Options& o, const std::string& what) {
 
 // Whether this process's user namespace denies setgroups (so will the child's).
 bool setgroups_denied(int proc_fd) {
-    Fd fd(::openat(proc_fd, "self/setgroups", O_RDONLY | O_CLOEXEC));
+    util::Fd fd(::openat(proc_fd, "self/setgroups", O_RDONLY | O_CLOEXEC));
     if (!fd) return false;
     char buf[16] = {};
     const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
@@ -371,26 +371,26 @@ void map_ids(int proc_fd, pid_t pid, const Options& o, const std::string& what) 
     const std::pair<const char*, unsigned> maps[] = {{"uid_map", o.uid}, {"gid_map", o.gid}};
     for (const auto& [name, id] : maps) {
         const std::string file = std::to_string(pid) + "/" + name;
-        Fd fd(::openat(proc_fd, file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
-        if (!fd) throw_errno("open /proc/" + file, what);
+        util::Fd fd(::openat(proc_fd, file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
+        if (!fd) util::throw_errno("open /proc/" + file, what);
         const std::string line = "0 " + std::to_string(id) + " 1\n";
         if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-            throw_errno("write /proc/" + file, what);
+            util::throw_errno("write /proc/" + file, what);
     }
 }
 
 // The regular file `name` the program left in its scratch (never a link or
 // another kind of file).
 std::string read_result(int scratch_fd, const std::string& name, const std::string& what) {
-    Fd fd(::openat(scratch_fd, name.c_str(),
-                   O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
-    if (!fd) throw_errno("open the program's " + name, what);
+    util::Fd fd(::openat(scratch_fd, name.c_str(),
+                         O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!fd) util::throw_errno("open the program's " + name, what);
     struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", name);
+    if (::fstat(fd.get(), &st) != 0) util::throw_errno("stat", name);
     if (!S_ISREG(st.st_mode))
-        throw Error(ErrorKind::Invalid, EINVAL, "read the program's " + name, what,
-                    "not a regular file");
-    return read_fd(fd.get(), kMaxResult, name);
+        throw util::Error(util::ErrorKind::Invalid, EINVAL, "read the program's " + name, what,
+                          "not a regular file");
+    return util::read_fd(fd.get(), kMaxResult, name);
 }
 
 void append_capped(std::string& out, const char* data, std::size_t n) {
@@ -402,19 +402,19 @@ void append_capped(std::string& out, const char* data, std::size_t n) {
 // and an output only as a file name in an absolute scratch directory.
 void check_options(const Options& options, const std::string& what) {
     if (options.root.empty() || !options.root.is_absolute())
-        throw_invalid("run", what, "the sandbox needs an absolute root directory");
+        util::throw_invalid("run", what, "the sandbox needs an absolute root directory");
     if (!options.output.empty() &&
         (options.scratch.empty() || options.output.find('/') != std::string::npos))
-        throw_invalid("run", what, "the output is a file name in the scratch directory");
+        util::throw_invalid("run", what, "the output is a file name in the scratch directory");
     if (!options.scratch.empty() && options.scratch.front() != '/')
-        throw_invalid("run", what, "the scratch directory is an absolute path in the root");
+        util::throw_invalid("run", what, "the scratch directory is an absolute path in the root");
 }
 
 // A close-on-exec pipe: its read end, then its write end.
-std::pair<Fd, Fd> make_pipe(const std::string& what) {
+std::pair<util::Fd, util::Fd> make_pipe(const std::string& what) {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe", what);
-    return {Fd(fds[0]), Fd(fds[1])};
+    if (::pipe2(fds, O_CLOEXEC) != 0) util::throw_errno("pipe", what);
+    return {util::Fd(fds[0]), util::Fd(fds[1])};
 }
 
 // The child, started: its pid here (child_main runs in it and never returns).
@@ -424,18 +424,18 @@ pid_t start_child(const ChildArgs& child_args, const std::string& what) {
     const long flags =
         CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | SIGCHLD;
     pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, flags, nullptr, nullptr, nullptr, 0));
-    if (pid < 0) throw_errno("clone (new namespaces)", what);
+    if (pid < 0) util::throw_errno("clone (new namespaces)", what);
     if (pid == 0) child_main(child_args);
     return pid;
 }
 
 // A pidfd of the child; without one, the child is killed.
-Fd open_pidfd(pid_t pid, const std::string& what) {
-    Fd child(sys_int(::syscall(SYS_pidfd_open, pid, 0)));
+util::Fd open_pidfd(pid_t pid, const std::string& what) {
+    util::Fd child(sys_int(::syscall(SYS_pidfd_open, pid, 0)));
     if (!child) {
         int err = errno;
-        kill_and_reap(pid);
-        throw Error(err, "pidfd_open", what);
+        util::kill_and_reap(pid);
+        throw util::Error(err, "pidfd_open", what);
     }
     return child;
 }
@@ -453,13 +453,13 @@ void map_child(int ready_fd, int go_fd, int proc_fd, pid_t pid, const Options& o
         try {
             map_ids(proc_fd, pid, options, what);
         } catch (...) {
-            kill_and_reap(pid);
+            util::kill_and_reap(pid);
             throw;
         }
         if (::write(go_fd, &sync, 1) != 1) {
             int err = errno;
-            kill_and_reap(pid);
-            throw Error(err, "sandbox: release the child", what);
+            util::kill_and_reap(pid);
+            throw util::Error(err, "sandbox: release the child", what);
         }
     }
 }
@@ -472,7 +472,7 @@ struct Outcome {
 
 // The child's output read until it exits (it is killed at the deadline),
 // then the child reaped and what it left in the pipe read.
-Outcome wait_child(const Fd& child, int out_fd, pid_t pid, const Options& options,
+Outcome wait_child(const util::Fd& child, int out_fd, pid_t pid, const Options& options,
                    const std::string& what) {
     std::string output;
     const auto deadline = std::chrono::steady_clock::now() + options.timeout;
@@ -481,17 +481,18 @@ Outcome wait_child(const Fd& child, int out_fd, pid_t pid, const Options& option
         struct pollfd pfd[2] = {{child.get(), POLLIN, 0}, {out_fd, POLLIN, 0}};
         bool ready = false;
         try {
-            ready = poll_until({pfd, out_open ? 2u : 1u}, deadline, what);
+            ready = util::poll_until({pfd, out_open ? 2u : 1u}, deadline, what);
         } catch (...) {
-            kill_and_reap(pid);
+            util::kill_and_reap(pid);
             throw;
         }
         if (!ready) {
             const std::string where = blocked_opening(pid);
             ::syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0);
-            reap(pid);
-            throw Error(ETIMEDOUT, "run", what,
-                        "killed after " + std::to_string(options.timeout.count()) + " ms" + where);
+            util::reap(pid);
+            throw util::Error(
+                ETIMEDOUT, "run", what,
+                "killed after " + std::to_string(options.timeout.count()) + " ms" + where);
         }
         if (out_open && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
             char buf[1024];
@@ -503,7 +504,7 @@ Outcome wait_child(const Fd& child, int out_fd, pid_t pid, const Options& option
         }
         if ((pfd[0].revents & POLLIN) != 0) exited = true;
     }
-    const int status = reap(pid);
+    const int status = util::reap(pid);
     if (out_open && ::fcntl(out_fd, F_SETFL, O_NONBLOCK) == 0) {
         char buf[1024];
         ssize_t r;
@@ -521,54 +522,55 @@ void check_outcome(int err_fd, Outcome outcome, const std::string& what) {
     if (setup_n > static_cast<ssize_t>(sizeof(int))) {
         int err = 0;
         std::memcpy(&err, setup, sizeof err);
-        throw Error(err,
-                    "sandbox: " + std::string(setup + sizeof err,
-                                              static_cast<std::size_t>(setup_n) - sizeof err),
-                    what);
+        throw util::Error(err,
+                          "sandbox: " + std::string(setup + sizeof err,
+                                                    static_cast<std::size_t>(setup_n) - sizeof err),
+                          what);
     }
     std::string& output = outcome.output;
     const int status = outcome.status;
     while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
     const std::string tail = output.empty() ? "" : ": " + output;
     if (WIFSIGNALED(status))
-        throw Error(EIO, "run", what,
-                    "killed by signal " + std::to_string(WTERMSIG(status)) + tail);
+        throw util::Error(EIO, "run", what,
+                          "killed by signal " + std::to_string(WTERMSIG(status)) + tail);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        throw Error(EIO, "run", what,
-                    "exited with status " + std::to_string(WEXITSTATUS(status)) + tail);
+        throw util::Error(EIO, "run", what,
+                          "exited with status " + std::to_string(WEXITSTATUS(status)) + tail);
 }
 
 }  // namespace
 
-Fd seal_executable(const std::filesystem::path& path) {
-    Fd src = open_or_throw(path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+util::Fd seal_executable(const std::filesystem::path& path) {
+    util::Fd src = util::open_or_throw(path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
     struct stat st {};
-    if (::fstat(src.get(), &st) != 0) throw_errno("stat", path.string());
+    if (::fstat(src.get(), &st) != 0) util::throw_errno("stat", path.string());
     if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0)
-        throw Error(EACCES, "execute", path.string(), "not an executable file");
+        throw util::Error(EACCES, "execute", path.string(), "not an executable file");
     if (static_cast<std::size_t>(st.st_size) > kMaxProgram)
-        throw Error(ErrorKind::Invalid, EFBIG, "execute", path.string(), "larger than 64 MiB");
-    const std::string bytes = read_fd(src.get(), kMaxProgram, path.string());
+        throw util::Error(util::ErrorKind::Invalid, EFBIG, "execute", path.string(),
+                          "larger than 64 MiB");
+    const std::string bytes = util::read_fd(src.get(), kMaxProgram, path.string());
 
-    Fd mem(::memfd_create(path.filename().c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
-    if (!mem) throw_errno("memfd_create", path.string());
+    util::Fd mem(::memfd_create(path.filename().c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    if (!mem) util::throw_errno("memfd_create", path.string());
     std::size_t done = 0;
     while (done < bytes.size()) {
         ssize_t n = ::write(mem.get(), bytes.data() + done, bytes.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) throw_errno("copy into memfd", path.string());
+        if (n <= 0) util::throw_errno("copy into memfd", path.string());
         done += static_cast<std::size_t>(n);
     }
     // Executable by the ids the sandbox may switch to (Options::uid); it is
     // reachable only through this process's descriptors anyway.
-    if (::fchmod(mem.get(), 0555) != 0) throw_errno("chmod memfd", path.string());
+    if (::fchmod(mem.get(), 0555) != 0) util::throw_errno("chmod memfd", path.string());
     if (::fcntl(mem.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
         0)
-        throw_errno("seal memfd", path.string());
+        util::throw_errno("seal memfd", path.string());
     // A read-only descriptor of it: execve refuses a file open for writing (ETXTBSY).
     const std::string self = "/proc/self/fd/" + std::to_string(mem.get());
-    Fd ro(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!ro) throw_errno("reopen memfd", path.string());
+    util::Fd ro(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ro) util::throw_errno("reopen memfd", path.string());
     return ro;
 }
 
@@ -583,18 +585,18 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
     argv.push_back(nullptr);
     const std::string root = options.root.string();
 
-    Fd proc_own;
+    util::Fd proc_own;
     int proc_fd = options.proc_fd;
     if (proc_fd < 0) {
-        proc_own = Fd(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
-        if (!proc_own) throw_errno("open /proc", what);
+        proc_own = util::Fd(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
+        if (!proc_own) util::throw_errno("open /proc", what);
         proc_fd = proc_own.get();
     }
-    Fd scratch;
+    util::Fd scratch;
     if (!options.scratch.empty()) scratch = make_scratch(options, what);
     FilterPtr filter = make_filter(options.filter, exe_fd, what);
     CapPtr no_caps(cap_init());
-    if (!no_caps) throw_errno("cap_init", what);
+    if (!no_caps) util::throw_errno("cap_init", what);
 
     auto [err_r, err_w] = make_pipe(what);
     auto [out_r, out_w] = make_pipe(what);
@@ -626,7 +628,7 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
     ready_w.reset();
     go_r.reset();
 
-    const Fd child = open_pidfd(pid, what);
+    const util::Fd child = open_pidfd(pid, what);
     map_child(ready_r.get(), go_w.get(), proc_fd, pid, options, what);
     go_w.reset();
     check_outcome(err_r.get(), wait_child(child, out_r.get(), pid, options, what), what);
@@ -634,23 +636,24 @@ std::string run(int exe_fd, const std::string& what, const std::vector<std::stri
     return read_result(scratch.get(), options.output, what);
 }
 
-}  // namespace gpubind::sandbox
+}  // namespace gpubind::os::sandbox
 
-namespace gpubind::mount_api {
+namespace gpubind::os::mount_api {
 
-Fd make_tmpfs(std::initializer_list<std::pair<const char*, std::string>> options,
-              const std::string& what) {
-    Fd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
-    if (!fs) throw_errno("fsopen tmpfs", what);
+util::Fd make_tmpfs(std::initializer_list<std::pair<const char*, std::string>> options,
+                    const std::string& what) {
+    util::Fd fs(static_cast<int>(::syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC)));
+    if (!fs) util::throw_errno("fsopen tmpfs", what);
     for (const auto& [key, value] : options)
         if (::syscall(SYS_fsconfig, fs.get(), kFsconfigSetString, key, value.c_str(), 0) != 0)
-            throw_errno(std::string("fsconfig tmpfs ") + key, what);
+            util::throw_errno(std::string("fsconfig tmpfs ") + key, what);
     if (::syscall(SYS_fsconfig, fs.get(), kFsconfigCmdCreate, nullptr, nullptr, 0) != 0)
-        throw_errno("fsconfig tmpfs create", what);
-    Fd mnt(static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
-                                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)));
-    if (!mnt) throw_errno("fsmount tmpfs", what);
+        util::throw_errno("fsconfig tmpfs create", what);
+    util::Fd mnt(
+        static_cast<int>(::syscall(SYS_fsmount, fs.get(), FSMOUNT_CLOEXEC,
+                                   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)));
+    if (!mnt) util::throw_errno("fsmount tmpfs", what);
     return mnt;
 }
 
-}  // namespace gpubind::mount_api
+}  // namespace gpubind::os::mount_api

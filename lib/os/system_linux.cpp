@@ -40,7 +40,7 @@
 #include "gpubind/util/dir_entries.hpp"
 #include "mount_api.hpp"
 
-namespace gpubind {
+namespace gpubind::os {
 
 namespace {
 
@@ -59,8 +59,8 @@ std::string proc_path(pid_t pid, const std::string& name) {
 // The pinned process is still alive, so /proc/<pid> was it.
 void verify_alive(int pidfd, pid_t pid) {
     if (::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) != 0)
-        throw Error(errno, "check process", "pid " + std::to_string(pid),
-                    "the process exited while being opened");
+        throw util::Error(errno, "check process", "pid " + std::to_string(pid),
+                          "the process exited while being opened");
 }
 
 FileInfo info_of(const struct stat& st) {
@@ -104,7 +104,7 @@ void write_all(int fd, const std::string& data, const std::string& what) {
         ssize_t n = ::write(fd, data.data() + done, data.size() - done);
         if (n < 0) {
             if (errno == EINTR) continue;
-            throw_errno("write", what);
+            util::throw_errno("write", what);
         }
         done += static_cast<std::size_t>(n);
     }
@@ -135,115 +135,116 @@ std::string_view to_string(FileInfo::Type type) {
 }
 
 std::optional<unsigned> map_id(std::string_view id_map, unsigned id, const std::string& what) {
-    for (const IdRange& r : id_ranges(id_map, what))
+    for (const util::IdRange& r : util::id_ranges(id_map, what))
         if (id >= r.inside && id - r.inside < r.count) {
             if (r.outside + (id - r.inside) > 0xffffffffull)
-                throw_invalid("read id map", what, "maps outside the 32-bit id range");
+                util::throw_invalid("read id map", what, "maps outside the 32-bit id range");
             return static_cast<unsigned>(r.outside + (id - r.inside));
         }
     return std::nullopt;  // not mapped (an empty map maps nothing)
 }
 
-Fd LinuxSystem::open_process(pid_t pid) {
+util::Fd LinuxSystem::open_process(pid_t pid) {
     int fd = sys_int(::syscall(SYS_pidfd_open, pid, 0));
-    if (fd < 0) throw_errno("pidfd_open", "pid " + std::to_string(pid));
-    return Fd(fd);
+    if (fd < 0) util::throw_errno("pidfd_open", "pid " + std::to_string(pid));
+    return util::Fd(fd);
 }
 
-Fd LinuxSystem::open_mount_ns(int pidfd, pid_t pid) {
-    Fd ns = open_or_throw(proc_path(pid, "ns/mnt"), O_RDONLY);
+util::Fd LinuxSystem::open_mount_ns(int pidfd, pid_t pid) {
+    util::Fd ns = util::open_or_throw(proc_path(pid, "ns/mnt"), O_RDONLY);
     verify_alive(pidfd, pid);
     return ns;
 }
 
 std::string LinuxSystem::read_proc(int pidfd, pid_t pid, const std::string& name) {
-    std::string text = read_file(proc_path(pid, name), kMaxHostFile);
+    std::string text = util::read_file(proc_path(pid, name), kMaxHostFile);
     verify_alive(pidfd, pid);
     return text;
 }
 
-Fd LinuxSystem::open_user_ns(int pidfd, pid_t pid) {
-    Fd ns = open_or_throw(proc_path(pid, "ns/user"), O_RDONLY);
+util::Fd LinuxSystem::open_user_ns(int pidfd, pid_t pid) {
+    util::Fd ns = util::open_or_throw(proc_path(pid, "ns/user"), O_RDONLY);
     verify_alive(pidfd, pid);
     return ns;
 }
 
 void LinuxSystem::enter_user_ns(int ns_fd) {
-    if (::setns(ns_fd, CLONE_NEWUSER) != 0) throw_errno("enter user namespace");
+    if (::setns(ns_fd, CLONE_NEWUSER) != 0) util::throw_errno("enter user namespace");
 }
 
-Fd LinuxSystem::open_own_mount_ns() {
-    return open_or_throw("/proc/self/ns/mnt", O_RDONLY);
+util::Fd LinuxSystem::open_own_mount_ns() {
+    return util::open_or_throw("/proc/self/ns/mnt", O_RDONLY);
 }
 
-Fd LinuxSystem::open_cwd() {
-    return open_or_throw(".", O_PATH | O_DIRECTORY);
+util::Fd LinuxSystem::open_cwd() {
+    return util::open_or_throw(".", O_PATH | O_DIRECTORY);
 }
 
 bool LinuxSystem::same_file(int fd_a, int fd_b) {
     struct stat a {
     }, b{};
-    if (::fstat(fd_a, &a) != 0 || ::fstat(fd_b, &b) != 0) throw_errno("stat", "namespace");
+    if (::fstat(fd_a, &a) != 0 || ::fstat(fd_b, &b) != 0) util::throw_errno("stat", "namespace");
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 std::string LinuxSystem::read_host_file(const std::filesystem::path& path) {
-    return read_file(path, kMaxHostFile);
+    return util::read_file(path, kMaxHostFile);
 }
 
-Fd LinuxSystem::open_tree(const std::filesystem::path& host_path) {
+util::Fd LinuxSystem::open_tree(const std::filesystem::path& host_path) {
     int fd = sys_int(
         ::syscall(SYS_open_tree, AT_FDCWD, host_path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-    if (fd < 0) throw_errno("open mount source", host_path.string());
-    return Fd(fd);
+    if (fd < 0) util::throw_errno("open mount source", host_path.string());
+    return util::Fd(fd);
 }
 
-Fd LinuxSystem::open_executable(const std::filesystem::path& path) {
+util::Fd LinuxSystem::open_executable(const std::filesystem::path& path) {
     return sandbox::seal_executable(path);
 }
 
-Fd LinuxSystem::clone_tree(int tree_fd) {
+util::Fd LinuxSystem::clone_tree(int tree_fd) {
     int fd = sys_int(
         ::syscall(SYS_open_tree, tree_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
-    if (fd < 0) throw_errno("clone mount", "descriptor " + std::to_string(tree_fd));
-    return Fd(fd);
+    if (fd < 0) util::throw_errno("clone mount", "descriptor " + std::to_string(tree_fd));
+    return util::Fd(fd);
 }
 
-Fd LinuxSystem::open_cgroup_file(const std::filesystem::path& dir, const std::string& name) {
-    Fd d = open_or_throw(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW);
-    return openat_or_throw(d.get(), name.c_str(), O_WRONLY | O_NOFOLLOW, (dir / name).string());
+util::Fd LinuxSystem::open_cgroup_file(const std::filesystem::path& dir, const std::string& name) {
+    util::Fd d = util::open_or_throw(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW);
+    return util::openat_or_throw(d.get(), name.c_str(), O_WRONLY | O_NOFOLLOW,
+                                 (dir / name).string());
 }
 
 void LinuxSystem::write_rule(int fd, const std::string& rule, const std::string& what) {
     ssize_t n = ::write(fd, rule.data(), rule.size());
-    if (n < 0) throw Error(errno, "write '" + rule + "' to", what);
+    if (n < 0) throw util::Error(errno, "write '" + rule + "' to", what);
     if (static_cast<std::size_t>(n) != rule.size())
-        throw Error(EIO, "write '" + rule + "' to", what, "short write");
+        throw util::Error(EIO, "write '" + rule + "' to", what, "short write");
 }
 
 FileInfo LinuxSystem::stat_fd(int fd) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw_errno("stat", "descriptor " + std::to_string(fd));
+    if (::fstat(fd, &st) != 0) util::throw_errno("stat", "descriptor " + std::to_string(fd));
     return info_of(st);
 }
 
-Fd LinuxSystem::open_cgroup_dir(const std::filesystem::path& dir) {
-    return open_or_throw(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+util::Fd LinuxSystem::open_cgroup_dir(const std::filesystem::path& dir) {
+    return util::open_or_throw(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
 }
 
 void LinuxSystem::enter_mount_ns(int ns_fd) {
-    if (::setns(ns_fd, CLONE_NEWNS) != 0) throw_errno("enter mount namespace");
+    if (::setns(ns_fd, CLONE_NEWNS) != 0) util::throw_errno("enter mount namespace");
 }
 
 void LinuxSystem::change_dir(int dir_fd) {
-    if (::fchdir(dir_fd) != 0) throw_errno("change directory");
+    if (::fchdir(dir_fd) != 0) util::throw_errno("change directory");
 }
 
-Fd LinuxSystem::open_root(const std::filesystem::path& rootfs) {
-    return open_or_throw(rootfs, O_PATH | O_DIRECTORY);
+util::Fd LinuxSystem::open_root(const std::filesystem::path& rootfs) {
+    return util::open_or_throw(rootfs, O_PATH | O_DIRECTORY);
 }
 
-Fd LinuxSystem::open_dir_in_root(int root_fd, const std::filesystem::path& path) {
+util::Fd LinuxSystem::open_dir_in_root(int root_fd, const std::filesystem::path& path) {
     return try_open_in_root(root_fd, path, O_PATH | O_DIRECTORY);
 }
 
@@ -251,16 +252,16 @@ FileInfo LinuxSystem::stat_at(int dir_fd, const std::string& name) {
     struct stat st {};
     if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) return {};
-        throw_errno("stat", name);
+        util::throw_errno("stat", name);
     }
     return info_of(st);
 }
 
 FileInfo LinuxSystem::stat_in_root(int root_fd, const std::filesystem::path& path) {
-    Fd fd;
+    util::Fd fd;
     try {
         fd = try_open_in_root(root_fd, path, O_PATH);
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         if (e.code().value() == ENOTDIR) return {};
         throw;
     }
@@ -270,76 +271,79 @@ FileInfo LinuxSystem::stat_in_root(int root_fd, const std::filesystem::path& pat
 std::string LinuxSystem::read_link_at(int dir_fd, const std::string& name) {
     char buf[PATH_MAX];
     ssize_t n = ::readlinkat(dir_fd, name.c_str(), buf, sizeof buf);
-    if (n < 0) throw_errno("readlink", name);
-    if (static_cast<std::size_t>(n) >= sizeof buf) throw Error(ENAMETOOLONG, "readlink", name);
+    if (n < 0) util::throw_errno("readlink", name);
+    if (static_cast<std::size_t>(n) >= sizeof buf)
+        throw util::Error(ENAMETOOLONG, "readlink", name);
     return std::string(buf, static_cast<std::size_t>(n));
 }
 
 DirNames LinuxSystem::list_dir(int dir_fd, std::size_t max_entries, const NameFilter& keep) {
     // The descriptor may be O_PATH: a readable one of the same directory.
-    const Fd fd(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd) throw_errno("open directory", "descriptor " + std::to_string(dir_fd));
+    const util::Fd fd(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) util::throw_errno("open directory", "descriptor " + std::to_string(dir_fd));
     DirNames out;
     std::size_t read = 0;
-    const bool ok = detail::for_each_entry(fd.get(), [&](std::string_view name, const dirent64&) {
-        if (++read > max_entries) {
-            out.more = true;
-            return false;
-        }
-        if (!keep || keep(name)) out.names.emplace_back(name);
-        return true;
-    });
-    if (!ok) throw_errno("read directory", "descriptor " + std::to_string(dir_fd));
+    const bool ok =
+        util::detail::for_each_entry(fd.get(), [&](std::string_view name, const dirent64&) {
+            if (++read > max_entries) {
+                out.more = true;
+                return false;
+            }
+            if (!keep || keep(name)) out.names.emplace_back(name);
+            return true;
+        });
+    if (!ok) util::throw_errno("read directory", "descriptor " + std::to_string(dir_fd));
     return out;
 }
 
-Fd LinuxSystem::make_dir(int dir_fd, const std::string& name, unsigned mode) {
+util::Fd LinuxSystem::make_dir(int dir_fd, const std::string& name, unsigned mode) {
     if (::mkdirat(dir_fd, name.c_str(), static_cast<mode_t>(mode)) != 0)
-        throw_errno("create directory", name);
+        util::throw_errno("create directory", name);
     return open_made_dir(dir_fd, name);
 }
 
-Fd LinuxSystem::try_make_dir(int dir_fd, const std::string& name, unsigned mode) {
+util::Fd LinuxSystem::try_make_dir(int dir_fd, const std::string& name, unsigned mode) {
     if (::mkdirat(dir_fd, name.c_str(), static_cast<mode_t>(mode)) != 0) {
         if (errno == EEXIST) return {};
-        throw_errno("create directory", name);
+        util::throw_errno("create directory", name);
     }
     return open_made_dir(dir_fd, name);
 }
 
-Fd LinuxSystem::open_made_dir(int dir_fd, const std::string& name) {
+util::Fd LinuxSystem::open_made_dir(int dir_fd, const std::string& name) {
     int fd = ::openat(dir_fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
         ::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);  // not left behind unrecorded
-        throw Error(err, "open", name);
+        throw util::Error(err, "open", name);
     }
-    return Fd(fd);
+    return util::Fd(fd);
 }
 
 // A new empty file at `name`, never through a link; none (errno set) if taken.
-static Fd create_file(int dir_fd, const std::string& name, unsigned mode) {
-    return Fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                       static_cast<mode_t>(mode)));
+static util::Fd create_file(int dir_fd, const std::string& name, unsigned mode) {
+    return util::Fd(::openat(dir_fd, name.c_str(),
+                             O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                             static_cast<mode_t>(mode)));
 }
 
-Fd LinuxSystem::make_file(int dir_fd, const std::string& name, unsigned mode) {
-    Fd fd = create_file(dir_fd, name, mode);
-    if (!fd) throw_errno("create file", name);
+util::Fd LinuxSystem::make_file(int dir_fd, const std::string& name, unsigned mode) {
+    util::Fd fd = create_file(dir_fd, name, mode);
+    if (!fd) util::throw_errno("create file", name);
     return fd;
 }
 
-Fd LinuxSystem::try_make_file(int dir_fd, const std::string& name, unsigned mode) {
-    Fd fd = create_file(dir_fd, name, mode);
-    if (!fd && errno != EEXIST) throw_errno("create file", name);
+util::Fd LinuxSystem::try_make_file(int dir_fd, const std::string& name, unsigned mode) {
+    util::Fd fd = create_file(dir_fd, name, mode);
+    if (!fd && errno != EEXIST) util::throw_errno("create file", name);
     return fd;
 }
 
 void LinuxSystem::write_file_at(int dir_fd, const std::string& name, const std::string& data,
                                 unsigned mode) {
-    Fd fd(::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                   static_cast<mode_t>(mode)));
-    if (!fd) throw_errno("create file", name);
+    util::Fd fd(::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                         static_cast<mode_t>(mode)));
+    if (!fd) util::throw_errno("create file", name);
     write_all(fd.get(), data, name);
 }
 
@@ -347,38 +351,39 @@ RegularFile LinuxSystem::read_regular_at(int dir_fd, const std::string& name,
                                          std::size_t max_size) {
     // O_NONBLOCK: a FIFO swapped in after the caller's check does not block the
     // open; fstat then refuses it before any read.
-    Fd fd(
+    util::Fd fd(
         ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
-        if (errno == ELOOP) throw Error(ELOOP, "read", name, "is a symbolic link (not followed)");
-        throw_errno("open", name);
+        if (errno == ELOOP)
+            throw util::Error(ELOOP, "read", name, "is a symbolic link (not followed)");
+        util::throw_errno("open", name);
     }
     struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", name);
+    if (::fstat(fd.get(), &st) != 0) util::throw_errno("stat", name);
     RegularFile file;
     file.uid = st.st_uid;
     file.gid = st.st_gid;
     file.mode = st.st_mode & 07777;
-    file.data = read_fd(fd.get(), max_size, name);  // regular and size-capped
+    file.data = util::read_fd(fd.get(), max_size, name);  // regular and size-capped
     return file;
 }
 
 void LinuxSystem::replace_file_at(int dir_fd, const std::string& temp, const std::string& name,
                                   const std::string& data, unsigned mode,
                                   const std::optional<Owner>& chown_to) {
-    Fd fd(::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                   static_cast<mode_t>(mode & 0777)));
-    if (!fd) throw_errno("create file", temp);
+    util::Fd fd(::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                         static_cast<mode_t>(mode & 0777)));
+    if (!fd) util::throw_errno("create file", temp);
     try {
         write_all(fd.get(), data, temp);
         if (chown_to && ::fchown(fd.get(), static_cast<uid_t>(chown_to->uid),
                                  static_cast<gid_t>(chown_to->gid)) != 0)
-            throw_errno("change the owner of", temp);
+            util::throw_errno("change the owner of", temp);
         // After fchown, which clears set-id bits; the umask does not apply.
         if (::fchmod(fd.get(), static_cast<mode_t>(mode & 07777)) != 0)
-            throw_errno("change the mode of", temp);
+            util::throw_errno("change the mode of", temp);
         if (::renameat(dir_fd, temp.c_str(), dir_fd, name.c_str()) != 0)
-            throw_errno("rename " + temp + " to", name);
+            util::throw_errno("rename " + temp + " to", name);
     } catch (...) {
         ::unlinkat(dir_fd, temp.c_str(), 0);
         throw;
@@ -386,22 +391,23 @@ void LinuxSystem::replace_file_at(int dir_fd, const std::string& temp, const std
 }
 
 void LinuxSystem::make_symlink(const std::string& target, int dir_fd, const std::string& name) {
-    if (::symlinkat(target.c_str(), dir_fd, name.c_str()) != 0) throw_errno("create symlink", name);
+    if (::symlinkat(target.c_str(), dir_fd, name.c_str()) != 0)
+        util::throw_errno("create symlink", name);
 }
 
 bool LinuxSystem::try_make_symlink(const std::string& target, int dir_fd, const std::string& name) {
     if (::symlinkat(target.c_str(), dir_fd, name.c_str()) == 0) return true;
-    if (errno != EEXIST) throw_errno("create symlink", name);
+    if (errno != EEXIST) util::throw_errno("create symlink", name);
     return false;
 }
 
-Fd LinuxSystem::open_at(int dir_fd, const std::string& name) {
-    return openat_or_throw(dir_fd, name.c_str(), O_PATH | O_NOFOLLOW, name);
+util::Fd LinuxSystem::open_at(int dir_fd, const std::string& name) {
+    return util::openat_or_throw(dir_fd, name.c_str(), O_PATH | O_NOFOLLOW, name);
 }
 
 void LinuxSystem::remove(int dir_fd, const std::string& name, bool directory) {
     if (::unlinkat(dir_fd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0)
-        throw_errno("remove", name);
+        util::throw_errno("remove", name);
 }
 
 void LinuxSystem::set_fs_ids(unsigned uid, unsigned gid) {
@@ -410,17 +416,18 @@ void LinuxSystem::set_fs_ids(unsigned uid, unsigned gid) {
     ::setfsuid(static_cast<uid_t>(uid));
     if (static_cast<unsigned>(::setfsgid(static_cast<gid_t>(-1))) != gid ||
         static_cast<unsigned>(::setfsuid(static_cast<uid_t>(-1))) != uid)
-        throw Error(EPERM, "set file system ids", std::to_string(uid) + ":" + std::to_string(gid));
+        throw util::Error(EPERM, "set file system ids",
+                          std::to_string(uid) + ":" + std::to_string(gid));
 }
 
 void LinuxSystem::set_mount_flags(int mount_fd, unsigned flags) {
     MountAttr attr{};
-    if (flags & kMountReadOnly) attr.attr_set |= MOUNT_ATTR_RDONLY;
-    if (flags & kMountNoSuid) attr.attr_set |= MOUNT_ATTR_NOSUID;
-    if (flags & kMountNoDev) attr.attr_set |= MOUNT_ATTR_NODEV;
-    if (flags & kMountNoExec) attr.attr_set |= MOUNT_ATTR_NOEXEC;
+    if (flags & util::kMountReadOnly) attr.attr_set |= MOUNT_ATTR_RDONLY;
+    if (flags & util::kMountNoSuid) attr.attr_set |= MOUNT_ATTR_NOSUID;
+    if (flags & util::kMountNoDev) attr.attr_set |= MOUNT_ATTR_NODEV;
+    if (flags & util::kMountNoExec) attr.attr_set |= MOUNT_ATTR_NOEXEC;
     if (::syscall(SYS_mount_setattr, mount_fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
-        throw_errno("set mount flags");
+        util::throw_errno("set mount flags");
 }
 
 void LinuxSystem::attach(int mount_fd, int target_fd) {
@@ -430,36 +437,37 @@ void LinuxSystem::attach(int mount_fd, int target_fd) {
     // Both ends are held open: ENOENT means one was unlinked since it was
     // opened (a driver upgraded during the start replaces its files).
     if (errno == ENOENT)
-        throw Error(ENOENT, "attach mount", {},
-                    "the file it mounts or its mount point was removed meanwhile");
-    throw_errno("attach mount");
+        throw util::Error(ENOENT, "attach mount", {},
+                          "the file it mounts or its mount point was removed meanwhile");
+    util::throw_errno("attach mount");
 }
 
 void LinuxSystem::detach(int dir_fd, const std::string& name) {
     // umount2 takes a path: the name, relative to the directory made current.
-    if (::fchdir(dir_fd) != 0) throw_errno("change directory", name);
-    if (::umount2(name.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0) throw_errno("unmount", name);
+    if (::fchdir(dir_fd) != 0) util::throw_errno("change directory", name);
+    if (::umount2(name.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0)
+        util::throw_errno("unmount", name);
 }
 
-Fd LinuxSystem::make_tmpfs() {
+util::Fd LinuxSystem::make_tmpfs() {
     return mount_api::make_tmpfs({{"mode", "0555"}}, "tmpfs");
 }
 
 void LinuxSystem::rename_at(int dir_fd, const std::string& from, const std::string& to) {
-    if (::renameat(dir_fd, from.c_str(), dir_fd, to.c_str()) != 0) throw_errno("rename", to);
+    if (::renameat(dir_fd, from.c_str(), dir_fd, to.c_str()) != 0) util::throw_errno("rename", to);
 }
 
 void LinuxSystem::exchange_at(int dir_fd, const std::string& a, const std::string& b) {
     if (::renameat2(dir_fd, a.c_str(), dir_fd, b.c_str(), RENAME_EXCHANGE) != 0)
-        throw_errno("exchange", b);
+        util::throw_errno("exchange", b);
 }
 
 std::uint64_t LinuxSystem::mount_id(int fd) {
     struct statx stx {};
     if (::statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) != 0)
-        throw_errno("statx", "descriptor " + std::to_string(fd));
+        util::throw_errno("statx", "descriptor " + std::to_string(fd));
     if ((stx.stx_mask & STATX_MNT_ID) == 0)
-        throw Error(ENOSYS, "statx", "descriptor " + std::to_string(fd), "no mount id");
+        throw util::Error(ENOSYS, "statx", "descriptor " + std::to_string(fd), "no mount id");
     return stx.stx_mnt_id;
 }
 
@@ -546,7 +554,7 @@ struct StatmountAnswer {
 std::optional<StatmountAnswer> statmount_of(int fd, std::uint64_t want) {
     struct statx stx {};
     if (::statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, kStatxMntIdUnique, &stx) != 0)
-        throw_errno("statx", "descriptor " + std::to_string(fd));
+        util::throw_errno("statx", "descriptor " + std::to_string(fd));
     if ((stx.stx_mask & kStatxMntIdUnique) == 0) return std::nullopt;
     MntIdReq req;
     req.mnt_id = stx.stx_mnt_id;
@@ -574,10 +582,10 @@ std::string mountinfo_escape(const std::string& s) {
 
 std::optional<std::pair<unsigned, unsigned>> LinuxSystem::tmpfs_device(int fd) {
     struct statfs fs {};
-    if (::fstatfs(fd, &fs) != 0) throw_errno("statfs", "descriptor " + std::to_string(fd));
+    if (::fstatfs(fd, &fs) != 0) util::throw_errno("statfs", "descriptor " + std::to_string(fd));
     if (fs.f_type != TMPFS_MAGIC) return std::nullopt;
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw_errno("stat", "descriptor " + std::to_string(fd));
+    if (::fstat(fd, &st) != 0) util::throw_errno("stat", "descriptor " + std::to_string(fd));
     return std::pair{::major(st.st_dev), ::minor(st.st_dev)};
 }
 
@@ -593,7 +601,7 @@ std::optional<std::string> LinuxSystem::cgroup_mounts(bool v1_devices) {
     std::string out;
     for (const char* candidate :
          v1_devices ? std::span<const char* const>(kV1) : std::span<const char* const>(kV2)) {
-        Fd fd(::open(candidate, O_PATH | O_DIRECTORY | O_CLOEXEC));
+        util::Fd fd(::open(candidate, O_PATH | O_DIRECTORY | O_CLOEXEC));
         if (!fd) continue;
         const auto m = statmount_of(fd.get(), kStatmountMntBasic | kStatmountMntRoot |
                                                   kStatmountMntPoint | kStatmountFsType);
@@ -614,17 +622,17 @@ std::optional<std::string> LinuxSystem::cgroup_mounts(bool v1_devices) {
 std::string LinuxSystem::read_mountinfo() {
     // thread-self resolves to the reader: this thread's mount namespace.
     const char* what = "/proc/thread-self/mountinfo";
-    Fd fd(proc_ ? ::openat(proc_.get(), "thread-self/mountinfo", O_RDONLY | O_CLOEXEC)
-                : ::open(what, O_RDONLY | O_CLOEXEC));
-    if (!fd) throw_errno("open", what);
-    return read_fd(fd.get(), kMaxHostFile, what);
+    util::Fd fd(proc_ ? ::openat(proc_.get(), "thread-self/mountinfo", O_RDONLY | O_CLOEXEC)
+                      : ::open(what, O_RDONLY | O_CLOEXEC));
+    if (!fd) util::throw_errno("open", what);
+    return util::read_fd(fd.get(), kMaxHostFile, what);
 }
 
-Fd LinuxSystem::open_mountinfo() {
+util::Fd LinuxSystem::open_mountinfo() {
     const char* what = "/proc/thread-self/mountinfo";
-    Fd fd(proc_ ? ::openat(proc_.get(), "thread-self/mountinfo", O_RDONLY | O_CLOEXEC)
-                : ::open(what, O_RDONLY | O_CLOEXEC));
-    if (!fd) throw_errno("open", what);
+    util::Fd fd(proc_ ? ::openat(proc_.get(), "thread-self/mountinfo", O_RDONLY | O_CLOEXEC)
+                      : ::open(what, O_RDONLY | O_CLOEXEC));
+    if (!fd) util::throw_errno("open", what);
     return fd;
 }
 
@@ -645,7 +653,7 @@ std::vector<bool> LinuxSystem::mountinfo_shows(
         if (held == buffer.size()) buffer.resize(buffer.size() * 2);  // a line that long
         const ssize_t n = ::read(mountinfo_fd, buffer.data() + held, buffer.size() - held);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw_errno("read", "the runtime's mountinfo");
+        if (n < 0) util::throw_errno("read", "the runtime's mountinfo");
         const std::size_t end = held + static_cast<std::size_t>(n);
         std::string_view text(buffer.data(), end);
         std::size_t start = 0;
@@ -676,8 +684,9 @@ std::string LinuxSystem::run_as(const Owner& owner, int exe_fd, const std::strin
     // ldconfig's "-r ROOT" becomes the sandbox's root (pivot_root, not the
     // program's own chroot); the rest of the arguments are passed on.
     if (args.size() < 2 || args[0] != "-r")
-        throw_invalid("run", what, "a program runs only confined to a root (-r ROOT first)");
-    if (!proc_) throw Error(ENOENT, "run", what, "no /proc to map the sandbox's user namespace");
+        util::throw_invalid("run", what, "a program runs only confined to a root (-r ROOT first)");
+    if (!proc_)
+        throw util::Error(ENOENT, "run", what, "no /proc to map the sandbox's user namespace");
     sandbox::Options options;
     options.root = args[1];
     options.timeout = timeout;
@@ -690,4 +699,4 @@ std::string LinuxSystem::run_as(const Owner& owner, int exe_fd, const std::strin
                         options);
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::os

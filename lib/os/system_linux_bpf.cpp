@@ -20,7 +20,7 @@
 #include "gpubind/os/system.hpp"
 #include "gpubind/util/error.hpp"
 
-namespace gpubind {
+namespace gpubind::os {
 
 namespace {
 
@@ -50,20 +50,21 @@ DevicePrograms LinuxSystem::query_device_programs(int cgroup_fd) {
                 ids.resize(attr.query.prog_cnt);
                 continue;
             }
-            throw_errno("query device programs", "cgroup descriptor " + std::to_string(cgroup_fd));
+            util::throw_errno("query device programs",
+                              "cgroup descriptor " + std::to_string(cgroup_fd));
         }
         ids.resize(attr.query.prog_cnt);
         return {attr.query.attach_flags, ids};
     }
 }
 
-Fd LinuxSystem::open_program(std::uint32_t id) {
+util::Fd LinuxSystem::open_program(std::uint32_t id) {
     union bpf_attr attr;
     std::memset(&attr, 0, sizeof attr);
     attr.prog_id = id;
     int fd = static_cast<int>(bpf_call(BPF_PROG_GET_FD_BY_ID, &attr));
-    if (fd < 0) throw_errno("open device program", "id " + std::to_string(id));
-    return Fd(fd);
+    if (fd < 0) util::throw_errno("open device program", "id " + std::to_string(id));
+    return util::Fd(fd);
 }
 
 std::vector<bpf::Insn> LinuxSystem::program_instructions(int prog_fd) {
@@ -74,19 +75,19 @@ std::vector<bpf::Insn> LinuxSystem::program_instructions(int prog_fd) {
         attr.info.info_len = sizeof info;
         attr.info.info = pointer(&info);
         if (bpf_call(BPF_OBJ_GET_INFO_BY_FD, &attr) != 0)
-            throw_errno("read device program", "descriptor " + std::to_string(prog_fd));
+            util::throw_errno("read device program", "descriptor " + std::to_string(prog_fd));
     };
     struct bpf_prog_info info;
     std::memset(&info, 0, sizeof info);
     info_of_prog(info);
     const std::string what = "program " + std::to_string(info.id);
     if (info.type != BPF_PROG_TYPE_CGROUP_DEVICE)
-        throw Error(ErrorKind::Invalid, EINVAL, "read device program", what,
-                    "not a cgroup device program");
+        throw util::Error(util::ErrorKind::Invalid, EINVAL, "read device program", what,
+                          "not a cgroup device program");
     // The kernel shows the instructions only to a caller with CAP_BPF (or CAP_SYS_ADMIN).
     if (info.xlated_prog_len == 0)
-        throw Error(EPERM, "read device program", what,
-                    "the kernel does not show its instructions");
+        throw util::Error(EPERM, "read device program", what,
+                          "the kernel does not show its instructions");
     std::vector<bpf::Insn> insns(info.xlated_prog_len / sizeof(bpf::Insn));
     const std::uint32_t len = info.xlated_prog_len;
     std::memset(&info, 0, sizeof info);
@@ -94,11 +95,12 @@ std::vector<bpf::Insn> LinuxSystem::program_instructions(int prog_fd) {
     info.xlated_prog_insns = pointer(insns.data());
     info_of_prog(info);
     if (info.xlated_prog_len != len)
-        throw Error(EAGAIN, "read device program", what, "changed while being read");
+        throw util::Error(EAGAIN, "read device program", what, "changed while being read");
     return insns;
 }
 
-Fd LinuxSystem::load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) {
+util::Fd LinuxSystem::load_device_program(const std::vector<bpf::Insn>& insns,
+                                          const std::string& name) {
     static const char kLicense[] = "GPL";
     auto load = [&](char* log, std::uint32_t log_size) {
         union bpf_attr attr;
@@ -116,19 +118,19 @@ Fd LinuxSystem::load_device_program(const std::vector<bpf::Insn>& insns, const s
         return static_cast<int>(bpf_call(BPF_PROG_LOAD, &attr));
     };
     int fd = load(nullptr, 0);
-    if (fd >= 0) return Fd(fd);
+    if (fd >= 0) return util::Fd(fd);
     const int err = errno;
-    if (err != EINVAL && err != EACCES) throw Error(err, "load device program", name);
+    if (err != EINVAL && err != EACCES) throw util::Error(err, "load device program", name);
     // The verifier's reason: the last line of its log.
     std::vector<char> log(1u << 16, '\0');
     fd = load(log.data(), static_cast<std::uint32_t>(log.size()));
-    if (fd >= 0) return Fd(fd);
+    if (fd >= 0) return util::Fd(fd);
     std::string text(log.data());
     while (!text.empty() && text.back() == '\n') text.pop_back();
     std::size_t nl = text.rfind('\n');
     std::string last = nl == std::string::npos ? text : text.substr(nl + 1);
-    throw Error(err, "load device program", name,
-                last.empty() ? std::string(std::strerror(err)) : "verifier: " + last);
+    throw util::Error(err, "load device program", name,
+                      last.empty() ? std::string(std::strerror(err)) : "verifier: " + last);
 }
 
 void LinuxSystem::replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
@@ -143,17 +145,18 @@ void LinuxSystem::replace_device_program(int cgroup_fd, int new_prog, int old_pr
         attr.attach_flags |= BPF_F_REPLACE;
         attr.replace_bpf_fd = static_cast<std::uint32_t>(old_prog);
     }
-    if (bpf_call(BPF_PROG_ATTACH, &attr) != 0) throw_errno("attach device program", what);
+    if (bpf_call(BPF_PROG_ATTACH, &attr) != 0) util::throw_errno("attach device program", what);
 }
 
-Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& why, bool& taken) {
+util::Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& why,
+                                       bool& taken) {
     taken = false;
     auto unusable = [&](const std::string& path, const std::string& what) {
         why = path + ": " + what;
-        return Fd();
+        return util::Fd();
     };
     const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-    Fd fd(::open(dir.c_str(), flags));
+    util::Fd fd(::open(dir.c_str(), flags));
     struct statfs fs {};
     if (!fd && errno == ENOENT) {
         // Made only on a bpffs parent: never a directory of some other file system.
@@ -162,7 +165,7 @@ Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& 
         if (fs.f_type != BPF_FS_MAGIC) return unusable(parent, "not a bpffs");
         if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
             return unusable(dir, std::string("mkdir: ") + std::strerror(errno));
-        fd = Fd(::open(dir.c_str(), flags));
+        fd = util::Fd(::open(dir.c_str(), flags));
     }
     if (!fd && (errno == ELOOP || errno == ENOTDIR)) {
         // Something other than a directory holds the name (a link, a pinned
@@ -187,14 +190,14 @@ Fd LinuxSystem::open_program_dir(const std::filesystem::path& dir, std::string& 
     return fd;
 }
 
-Fd LinuxSystem::open_kept_program(const std::string& path) {
+util::Fd LinuxSystem::open_kept_program(const std::string& path) {
     union bpf_attr attr;
     std::memset(&attr, 0, sizeof attr);
     attr.pathname = pointer(path.c_str());  // (a program is opened read-write or not at all)
     const int fd = static_cast<int>(bpf_call(BPF_OBJ_GET, &attr));
-    if (fd < 0 && errno == ENOENT) return Fd();
-    if (fd < 0) throw_errno("open kept device program", path);
-    return Fd(fd);
+    if (fd < 0 && errno == ENOENT) return util::Fd();
+    if (fd < 0) util::throw_errno("open kept device program", path);
+    return util::Fd(fd);
 }
 
 void LinuxSystem::keep_program(int prog_fd, const std::string& path) {
@@ -202,7 +205,7 @@ void LinuxSystem::keep_program(int prog_fd, const std::string& path) {
     std::memset(&attr, 0, sizeof attr);
     attr.pathname = pointer(path.c_str());
     attr.bpf_fd = static_cast<std::uint32_t>(prog_fd);
-    if (bpf_call(BPF_OBJ_PIN, &attr) != 0) throw_errno("keep device program", path);
+    if (bpf_call(BPF_OBJ_PIN, &attr) != 0) util::throw_errno("keep device program", path);
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::os

@@ -59,7 +59,8 @@ struct Nvml::Api {
 
 Nvml::Nvml(const std::string& library) {
     lib_ = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib_) throw Error(ENOENT, kOp, library, fmt::format("cannot load it: {}", ::dlerror()));
+    if (!lib_)
+        throw util::Error(ENOENT, kOp, library, fmt::format("cannot load it: {}", ::dlerror()));
     auto api = std::make_unique<Api>();
     bool missing = false;
     auto look = [&](auto& f, const char* name) {
@@ -83,11 +84,12 @@ Nvml::Nvml(const std::string& library) {
     look(api->wait, "nvmlEventSetWait_v2");
     if (missing) {
         ::dlclose(lib_);
-        throw Error(ENOSYS, kOp, library, "it lacks an NVML function the device plugin needs");
+        throw util::Error(ENOSYS, kOp, library,
+                          "it lacks an NVML function the device plugin needs");
     }
     if (NvmlReturn r = api->init(); r != kSuccess) {
         ::dlclose(lib_);
-        throw Error(EIO, kOp, library, fmt::format("nvmlInit_v2 returned {}", r));
+        throw util::Error(EIO, kOp, library, fmt::format("nvmlInit_v2 returned {}", r));
     }
     api_ = api.release();
 }
@@ -128,7 +130,7 @@ std::optional<XidEvent> Nvml::wait_xid(std::chrono::milliseconds timeout) {
     if (!set_) {
         NvmlEventSet set = nullptr;
         if (NvmlReturn r = api_->set_create(&set); r != kSuccess)
-            throw Error(EIO, kOp, "", fmt::format("nvmlEventSetCreate returned {}", r));
+            throw util::Error(EIO, kOp, "", fmt::format("nvmlEventSetCreate returned {}", r));
         set_ = set;
         unsigned n = 0, registered = 0;
         if (api_->count(&n) != kSuccess) n = 0;
@@ -137,7 +139,7 @@ std::optional<XidEvent> Nvml::wait_xid(std::chrono::milliseconds timeout) {
             unsigned long long types = 0;
             if (api_->by_index(i, &gpu) != kSuccess) continue;
             if (api_->supported(gpu, &types) != kSuccess || !(types & kXidCriticalError)) {
-                logger().warn(
+                util::logger().warn(
                     "device plugin: GPU {} has no Xid events; its health is its "
                     "device node's",
                     i);
@@ -145,16 +147,18 @@ std::optional<XidEvent> Nvml::wait_xid(std::chrono::milliseconds timeout) {
             }
             if (NvmlReturn r = api_->register_events(gpu, kXidCriticalError, set_);
                 r != kSuccess && r != kNotSupported)
-                throw Error(EIO, kOp, "",
-                            fmt::format("nvmlDeviceRegisterEvents(GPU {}) returned {}", i, r));
+                throw util::Error(
+                    EIO, kOp, "",
+                    fmt::format("nvmlDeviceRegisterEvents(GPU {}) returned {}", i, r));
             ++registered;
         }
-        logger().debug("device plugin: waiting for Xid events of {} GPUs", registered);
+        util::logger().debug("device plugin: waiting for Xid events of {} GPUs", registered);
     }
     EventData e{};
     const NvmlReturn r = api_->wait(set_, &e, static_cast<unsigned>(timeout.count()));
     if (r == kTimeout) return {};
-    if (r != kSuccess) throw Error(EIO, kOp, "", fmt::format("nvmlEventSetWait_v2 returned {}", r));
+    if (r != kSuccess)
+        throw util::Error(EIO, kOp, "", fmt::format("nvmlEventSetWait_v2 returned {}", r));
     if (!(e.type & kXidCriticalError)) return {};
     unsigned minor = 0;
     if (api_->minor(e.device, &minor) != kSuccess) return {};

@@ -22,7 +22,7 @@ constexpr const char* kAllocate = "allocate devices";
 constexpr const char* kPrefer = "prefer devices";
 
 // Why the GPU's node is not usable now, or "".
-std::string node_problem(const Gpu& gpu) {
+std::string node_problem(const node::Gpu& gpu) {
     struct stat st {};
     if (::lstat(gpu.node.host_path.c_str(), &st) != 0)
         return fmt::format("its device node {} is missing", gpu.node.host_path);
@@ -46,14 +46,15 @@ namespace {
 
 constexpr const char* kList = "list devices";
 
-Device whole_gpu(const Node& node, std::size_t i, const DevicePluginConfig& settings) {
-    const Gpu& gpu = node.gpus[i];
+Device whole_gpu(const node::Node& node, std::size_t i,
+                 const config::DevicePluginConfig& settings) {
+    const node::Gpu& gpu = node.gpus[i];
     Device d;
     d.position = static_cast<unsigned>(i);
-    if (settings.id_strategy == IdStrategy::Uuid) {
+    if (settings.id_strategy == config::IdStrategy::Uuid) {
         if (gpu.uuid.empty())
-            throw_invalid(kList, gpu.proc_dir,
-                          gpu_name(gpu) + " has no UUID (id-strategy \"uuid\")");
+            util::throw_invalid(kList, gpu.proc_dir,
+                                node::gpu_name(gpu) + " has no UUID (id-strategy \"uuid\")");
         d.id = gpu.uuid;
     } else {
         d.id = std::to_string(gpu.index);
@@ -62,17 +63,18 @@ Device whole_gpu(const Node& node, std::size_t i, const DevicePluginConfig& sett
     return d;
 }
 
-Device mig_device(const Node& node, std::size_t i, std::size_t m,
-                  const DevicePluginConfig& settings) {
-    const Gpu& gpu = node.gpus[i];
-    const MigDevice& mig = gpu.mig[m];
+Device mig_device(const node::Node& node, std::size_t i, std::size_t m,
+                  const config::DevicePluginConfig& settings) {
+    const node::Gpu& gpu = node.gpus[i];
+    const node::MigDevice& mig = gpu.mig[m];
     Device d = whole_gpu(node, i, settings);
     d.mig = static_cast<int>(m);
-    if (settings.id_strategy == IdStrategy::Uuid) {
+    if (settings.id_strategy == config::IdStrategy::Uuid) {
         if (mig.uuid.empty())
-            throw_invalid(kList, mig.gi_access,
-                          fmt::format("MIG device {}:{} of {} has no UUID (id-strategy \"uuid\")",
-                                      gpu.index, mig.index, gpu_name(gpu)));
+            util::throw_invalid(
+                kList, mig.gi_access,
+                fmt::format("MIG device {}:{} of {} has no UUID (id-strategy \"uuid\")", gpu.index,
+                            mig.index, node::gpu_name(gpu)));
         d.id = mig.uuid;
     } else {
         d.id = fmt::format("{}:{}", gpu.index, mig.index);
@@ -81,58 +83,62 @@ Device mig_device(const Node& node, std::size_t i, std::size_t m,
 }
 
 // The MIG device's profile, checked.
-std::string profile_of(const Gpu& gpu, const MigDevice& mig, const MigProfiles& profiles) {
+std::string profile_of(const node::Gpu& gpu, const node::MigDevice& mig,
+                       const MigProfiles& profiles) {
     auto it = mig.uuid.empty() ? profiles.end() : profiles.find(mig.uuid);
     if (it == profiles.end())
-        throw_invalid(kList, mig.gi_access,
-                      fmt::format("the profile of MIG device {}:{} of {} is unknown (NVML did not "
-                                  "name it)",
-                                  gpu.index, mig.index, gpu_name(gpu)));
+        util::throw_invalid(
+            kList, mig.gi_access,
+            fmt::format("the profile of MIG device {}:{} of {} is unknown (NVML did not "
+                        "name it)",
+                        gpu.index, mig.index, node::gpu_name(gpu)));
     const std::string& p = it->second;
     const bool ok = !p.empty() && p.size() <= 32 && std::all_of(p.begin(), p.end(), [](char c) {
         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '+' || c == '-';
     });
     if (!ok)
-        throw_invalid(kList, mig.gi_access,
-                      fmt::format("MIG device {}:{} of {} has a profile that is not one: \"{}\"",
-                                  gpu.index, mig.index, gpu_name(gpu), p));
+        util::throw_invalid(
+            kList, mig.gi_access,
+            fmt::format("MIG device {}:{} of {} has a profile that is not one: \"{}\"", gpu.index,
+                        mig.index, node::gpu_name(gpu), p));
     return p;
 }
 
 }  // namespace
 
-std::string_view strategy_name(DeviceListStrategy s);
+std::string_view strategy_name(config::DeviceListStrategy s);
 
-std::vector<Resource> resources(const Node& node, const DevicePluginConfig& settings,
+std::vector<Resource> resources(const node::Node& node, const config::DevicePluginConfig& settings,
                                 const MigProfiles& profiles) {
     Resource plain{settings.resource_name, settings.socket_name, {}};
     const bool any_mig = std::any_of(node.gpus.begin(), node.gpus.end(),
-                                     [](const Gpu& g) { return !g.mig.empty(); });
-    if (settings.mig_strategy == MigStrategy::None || !any_mig) {
+                                     [](const node::Gpu& g) { return !g.mig.empty(); });
+    if (settings.mig_strategy == config::MigStrategy::None || !any_mig) {
         for (std::size_t i = 0; i < node.gpus.size(); ++i)
             plain.devices.push_back(whole_gpu(node, i, settings));
         return {plain};
     }
-    if (settings.mig_strategy == MigStrategy::Single) {
+    if (settings.mig_strategy == config::MigStrategy::Single) {
         std::set<std::string> seen;
         for (std::size_t i = 0; i < node.gpus.size(); ++i) {
-            const Gpu& gpu = node.gpus[i];
+            const node::Gpu& gpu = node.gpus[i];
             if (gpu.mig.empty())
-                throw_invalid(kList, gpu.proc_dir,
-                              fmt::format("mig-strategy \"single\": {} has no MIG devices while "
-                                          "other GPUs have (every GPU must have MIG on, with one "
-                                          "profile)",
-                                          gpu_name(gpu)));
+                util::throw_invalid(
+                    kList, gpu.proc_dir,
+                    fmt::format("mig-strategy \"single\": {} has no MIG devices while "
+                                "other GPUs have (every GPU must have MIG on, with one "
+                                "profile)",
+                                node::gpu_name(gpu)));
             for (std::size_t m = 0; m < gpu.mig.size(); ++m) {
                 seen.insert(profile_of(gpu, gpu.mig[m], profiles));
                 plain.devices.push_back(mig_device(node, i, m, settings));
             }
         }
         if (seen.size() > 1)
-            throw_invalid(kList, "",
-                          fmt::format("mig-strategy \"single\": the MIG devices are of {} "
-                                      "profiles ({}), not one",
-                                      seen.size(), fmt::join(seen, ", ")));
+            util::throw_invalid(kList, "",
+                                fmt::format("mig-strategy \"single\": the MIG devices are of {} "
+                                            "profiles ({}), not one",
+                                            seen.size(), fmt::join(seen, ", ")));
         return {plain};
     }
     // Mixed.
@@ -142,7 +148,7 @@ std::vector<Resource> resources(const Node& node, const DevicePluginConfig& sett
     if (stem.size() > 5 && stem.ends_with(".sock")) stem.resize(stem.size() - 5);
     std::map<std::string, Resource> by_profile;
     for (std::size_t i = 0; i < node.gpus.size(); ++i) {
-        const Gpu& gpu = node.gpus[i];
+        const node::Gpu& gpu = node.gpus[i];
         if (gpu.mig.empty()) plain.devices.push_back(whole_gpu(node, i, settings));
         for (std::size_t m = 0; m < gpu.mig.size(); ++m) {
             const std::string profile = profile_of(gpu, gpu.mig[m], profiles);
@@ -159,18 +165,18 @@ std::vector<Resource> resources(const Node& node, const DevicePluginConfig& sett
     return out;
 }
 
-bool record_xid(XidMarks& marks, const Node& node, unsigned minor, unsigned xid,
-                const DevicePluginConfig& settings,
+bool record_xid(XidMarks& marks, const node::Node& node, unsigned minor, unsigned xid,
+                const config::DevicePluginConfig& settings,
                 std::optional<std::pair<unsigned, unsigned>> instance) {
     if (std::find(settings.ignored_xids.begin(), settings.ignored_xids.end(), xid) !=
         settings.ignored_xids.end())
         return false;
-    for (const Gpu& gpu : node.gpus) {
+    for (const node::Gpu& gpu : node.gpus) {
         if (gpu.minor != minor) continue;
         XidMark& mark = marks[minor];
         mark.xid = xid;
         const bool of_instance =
-            instance && std::any_of(gpu.mig.begin(), gpu.mig.end(), [&](const MigDevice& m) {
+            instance && std::any_of(gpu.mig.begin(), gpu.mig.end(), [&](const node::MigDevice& m) {
                 return m.gi == instance->first && m.ci == instance->second;
             });
         if (of_instance)
@@ -190,32 +196,32 @@ bool record_xid(XidMarks& marks, const Node& node, unsigned minor, unsigned xid,
 namespace {
 
 // Why the Xid marks make device `d` (of `gpu`) unhealthy, or "".
-std::string xid_problem(const Device& d, const Gpu& gpu, const XidMark& mark) {
+std::string xid_problem(const Device& d, const node::Gpu& gpu, const XidMark& mark) {
     if (d.mig < 0 || mark.whole) {
         if (mark.whole)
-            return fmt::format("{} reported the critical Xid {}", gpu_name(gpu), mark.xid);
+            return fmt::format("{} reported the critical Xid {}", node::gpu_name(gpu), mark.xid);
         const auto& [instance, xid] = *mark.instances.begin();
         return fmt::format(
             "{} reported the critical Xid {} in its GPU instance {}, compute "
             "instance {}",
-            gpu_name(gpu), xid, instance.first, instance.second);
+            node::gpu_name(gpu), xid, instance.first, instance.second);
     }
     if (static_cast<std::size_t>(d.mig) >= gpu.mig.size()) return {};  // gone: the list changes
-    const MigDevice& m = gpu.mig[static_cast<std::size_t>(d.mig)];
+    const node::MigDevice& m = gpu.mig[static_cast<std::size_t>(d.mig)];
     const auto it = mark.instances.find({m.gi, m.ci});
     if (it == mark.instances.end()) return {};
     return fmt::format(
         "MIG device {} (GPU instance {}, compute instance {} of {}) reported the "
         "critical Xid {}",
         m.uuid.empty() ? fmt::format("{}:{}", gpu.index, m.index) : m.uuid, m.gi, m.ci,
-        gpu_name(gpu), it->second);
+        node::gpu_name(gpu), it->second);
 }
 
 }  // namespace
 
-bool clear_recovered_xids(XidMarks& marks, const Node& node) {
+bool clear_recovered_xids(XidMarks& marks, const node::Node& node) {
     bool cleared = false;
-    for (const Gpu& gpu : node.gpus) {
+    for (const node::Gpu& gpu : node.gpus) {
         auto it = marks.find(gpu.minor);
         if (it == marks.end() || !node_problem(gpu).empty()) continue;
         struct stat st {};
@@ -227,7 +233,7 @@ bool clear_recovered_xids(XidMarks& marks, const Node& node) {
     return cleared;
 }
 
-bool update_health(std::vector<Device>& devices, const Node& node, const XidMarks& marks) {
+bool update_health(std::vector<Device>& devices, const node::Node& node, const XidMarks& marks) {
     const std::string version = (node.roots.proc / "driver/nvidia/version").string();
     struct stat st {};
     const bool driver = ::lstat(version.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -239,7 +245,7 @@ bool update_health(std::vector<Device>& devices, const Node& node, const XidMark
         } else if (d.position >= node.gpus.size()) {
             why = "its GPU is no longer on the node";
         } else {
-            const Gpu& gpu = node.gpus[d.position];
+            const node::Gpu& gpu = node.gpus[d.position];
             why = node_problem(gpu);
             if (auto it = marks.find(gpu.minor); why.empty() && it != marks.end())
                 why = xid_problem(d, gpu, it->second);
@@ -252,36 +258,38 @@ bool update_health(std::vector<Device>& devices, const Node& node, const XidMark
     return changed;
 }
 
-std::vector<std::string> preferred_allocation(const Node& node, const std::vector<Device>& devices,
+std::vector<std::string> preferred_allocation(const node::Node& node,
+                                              const std::vector<Device>& devices,
                                               const std::vector<std::string>& available,
                                               const std::vector<std::string>& must_include,
                                               int size) {
     auto position = [&](const std::string& id) {
         const Device* d = find(devices, id);
-        if (!d) throw_invalid(kPrefer, "", fmt::format("no device \"{}\"", id));
+        if (!d) util::throw_invalid(kPrefer, "", fmt::format("no device \"{}\"", id));
         return d->position;
     };
     if (size <= 0 || static_cast<std::size_t>(size) > available.size())
-        throw_invalid(kPrefer, "",
-                      fmt::format("allocation_size {} is not 1..{} (the available devices)", size,
-                                  available.size()));
+        util::throw_invalid(kPrefer, "",
+                            fmt::format("allocation_size {} is not 1..{} (the available devices)",
+                                        size, available.size()));
     if (must_include.size() > static_cast<std::size_t>(size))
-        throw_invalid(kPrefer, "",
-                      fmt::format("{} devices must be included in an allocation of {}",
-                                  must_include.size(), size));
-    PlaceRequest request;
+        util::throw_invalid(kPrefer, "",
+                            fmt::format("{} devices must be included in an allocation of {}",
+                                        must_include.size(), size));
+    node::PlaceRequest request;
     request.count = static_cast<unsigned>(size);
-    request.nvlink = NvlinkNeed::Preferred;
+    request.nvlink = node::NvlinkNeed::Preferred;
     std::set<std::string> seen;
     for (const auto& id : available) {
         if (!seen.insert(id).second)
-            throw_invalid(kPrefer, "", fmt::format("device \"{}\" is available twice", id));
+            util::throw_invalid(kPrefer, "", fmt::format("device \"{}\" is available twice", id));
         request.from.push_back(position(id));
     }
     for (const auto& id : must_include) {
         if (!seen.count(id))
-            throw_invalid(kPrefer, "",
-                          fmt::format("device \"{}\" must be included but is not available", id));
+            util::throw_invalid(
+                kPrefer, "",
+                fmt::format("device \"{}\" must be included but is not available", id));
         const unsigned p = position(id);
         if (std::find(request.must_include.begin(), request.must_include.end(), p) ==
             request.must_include.end())
@@ -300,8 +308,8 @@ std::vector<std::string> preferred_allocation(const Node& node, const std::vecto
         return out;
     }
     std::sort(request.from.begin(), request.from.end());
-    const auto topology = place_topology(node.gpus, nvlink_graph(node.gpus));
-    const Placement placement = place_gpus(topology, request);
+    const auto topology = node::place_topology(node.gpus, node::nvlink_graph(node.gpus));
+    const node::Placement placement = node::place_gpus(topology, request);
     std::vector<std::string> out;
     for (unsigned p : placement.gpus)
         for (const Device& d : devices)
@@ -309,14 +317,14 @@ std::vector<std::string> preferred_allocation(const Node& node, const std::vecto
     return out;
 }
 
-Allocation allocate(const Config& config, const DevicePluginConfig& settings,
+Allocation allocate(const config::Config& config, const config::DevicePluginConfig& settings,
                     const std::vector<Device>& devices, const std::vector<std::string>& ids) {
-    if (ids.empty()) throw_invalid(kAllocate, "", "no device ids");
+    if (ids.empty()) util::throw_invalid(kAllocate, "", "no device ids");
     std::vector<std::string> unknown, unhealthy;
     std::set<std::string> seen;
     for (const auto& id : ids) {
         if (!seen.insert(id).second)
-            throw_invalid(kAllocate, "", fmt::format("device \"{}\" is asked for twice", id));
+            util::throw_invalid(kAllocate, "", fmt::format("device \"{}\" is asked for twice", id));
         const Device* d = find(devices, id);
         if (!d)
             unknown.push_back(id);
@@ -331,23 +339,24 @@ Allocation allocate(const Config& config, const DevicePluginConfig& settings,
         if (!unhealthy.empty())
             parts.push_back(fmt::format("unhealthy device{} {}", unhealthy.size() == 1 ? "" : "s",
                                         fmt::join(unhealthy, ", ")));
-        throw_refused(kAllocate, settings.resource_name, fmt::format("{}", fmt::join(parts, "; ")));
+        util::throw_refused(kAllocate, settings.resource_name,
+                            fmt::format("{}", fmt::join(parts, "; ")));
     }
     Allocation a;
     std::vector<std::string> names;
     for (const auto& id : ids) names.push_back(config.cdi.kind + "=" + id);
-    for (DeviceListStrategy s : settings.device_list) {
+    for (config::DeviceListStrategy s : settings.device_list) {
         switch (s) {
-            case DeviceListStrategy::CdiCri:
+            case config::DeviceListStrategy::CdiCri:
                 a.cdi_devices = names;
                 break;
-            case DeviceListStrategy::CdiAnnotations:
+            case config::DeviceListStrategy::CdiAnnotations:
                 a.annotations[kCdiAnnotation] = fmt::format("{}", fmt::join(names, ","));
                 break;
-            case DeviceListStrategy::Envvar:
+            case config::DeviceListStrategy::Envvar:
                 a.envs["NVIDIA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(ids, ","));
                 break;
-            case DeviceListStrategy::VolumeMounts:
+            case config::DeviceListStrategy::VolumeMounts:
                 for (const auto& id : ids)
                     a.mounts.push_back(
                         {std::string(kDeviceMountDir) + "/" + id, "/dev/null", true});

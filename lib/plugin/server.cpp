@@ -44,10 +44,10 @@ Identity identity(const std::string& path) {
 
 // A gRPC status for a failure of the decisions: one line, what and why.
 grpc::Status status_of(const std::exception& e) {
-    if (const auto* err = dynamic_cast<const Error*>(&e)) {
-        if (err->kind() == ErrorKind::Invalid)
+    if (const auto* err = dynamic_cast<const util::Error*>(&e)) {
+        if (err->kind() == util::ErrorKind::Invalid)
             return {grpc::StatusCode::INVALID_ARGUMENT, err->what()};
-        if (err->kind() == ErrorKind::Refused)
+        if (err->kind() == util::ErrorKind::Refused)
             return {grpc::StatusCode::FAILED_PRECONDITION, err->what()};
     }
     return {grpc::StatusCode::INTERNAL, e.what()};
@@ -59,7 +59,7 @@ grpc::Status answer(const char* what, F&& body) {
         body();
         return grpc::Status::OK;
     } catch (const std::exception& e) {
-        logger().warn("{}: {}", what, e.what());
+        util::logger().warn("{}: {}", what, e.what());
         return status_of(e);
     }
 }
@@ -73,9 +73,9 @@ std::vector<std::string> strings(const google::protobuf::RepeatedPtrField<std::s
 // What every resource's service shares: the node, the resources' device
 // lists, the Xid marks.
 struct Shared {
-    Config config;
-    DevicePluginConfig settings;
-    std::function<std::optional<Node>()> refresh;
+    config::Config config;
+    config::DevicePluginConfig settings;
+    std::function<std::optional<node::Node>()> refresh;
     std::string nvml_library;  // the node's libnvidia-ml.so.1, "" if none
 
     std::mutex nvml_mu;  // guards nvml
@@ -83,7 +83,7 @@ struct Shared {
 
     std::mutex mu;  // guards what follows
     std::condition_variable changed;
-    Node node;
+    node::Node node;
     MigProfiles profiles;
     std::vector<Resource> resources;  // the names fixed at start
     XidMarks xids;
@@ -101,9 +101,10 @@ struct Shared {
             for (std::size_t i = 0; i < now.size(); ++i) {
                 const bool had = i < was.size() && was[i].id == now[i].id ? was[i].healthy : true;
                 if (had && !now[i].healthy)
-                    logger().warn("device plugin: {} is unhealthy: {}", now[i].id, now[i].why);
+                    util::logger().warn("device plugin: {} is unhealthy: {}", now[i].id,
+                                        now[i].why);
                 else if (!had && now[i].healthy)
-                    logger().info("device plugin: {} is healthy again", now[i].id);
+                    util::logger().info("device plugin: {} is healthy again", now[i].id);
             }
         }
         return any;
@@ -112,17 +113,17 @@ struct Shared {
     // Health, and the node as its description has it now; wakes the streams
     // when a list changed.
     void check() {
-        std::optional<Node> fresh;
+        std::optional<node::Node> fresh;
         if (refresh) {
             try {
                 fresh = refresh();
             } catch (const std::exception& e) {
-                logger().debug("device plugin: the node cannot be read now: {}", e.what());
+                util::logger().debug("device plugin: the node cannot be read now: {}", e.what());
             }
         }
         MigProfiles fresh_profiles;
         bool have_profiles = false;
-        if (fresh && settings.mig_strategy != MigStrategy::None) {
+        if (fresh && settings.mig_strategy != config::MigStrategy::None) {
             std::lock_guard nl(nvml_mu);
             if (nvml) {
                 fresh_profiles = nvml->mig_profiles();
@@ -142,7 +143,7 @@ struct Shared {
                 node = std::move(*fresh);
                 if (have_profiles) profiles = std::move(fresh_profiles);
             } catch (const std::exception& e) {
-                logger().warn("device plugin: keeping the device list: {}", e.what());
+                util::logger().warn("device plugin: keeping the device list: {}", e.what());
             }
         }
         const std::vector<Resource> before = resources;
@@ -176,13 +177,14 @@ struct Shared {
             std::vector<Device> now =
                 it == list.end() ? std::vector<Device>{} : std::move(it->devices);
             if (key(now) != key(r.devices))
-                logger().info("device plugin: {}'s devices changed ({} now)", r.name, now.size());
+                util::logger().info("device plugin: {}'s devices changed ({} now)", r.name,
+                                    now.size());
             r.devices = std::move(now);
         }
         for (const Resource& n : list)
             if (std::none_of(resources.begin(), resources.end(),
                              [&](const Resource& r) { return r.name == n.name; }))
-                logger().warn(
+                util::logger().warn(
                     "device plugin: the node has a new resource {}; it is served once "
                     "the plugin restarts",
                     n.name);
@@ -193,7 +195,7 @@ struct Shared {
     // loaded again after a while.
     void watch_xids() {
         if (nvml_library.empty()) {
-            logger().warn("device plugin: no libnvidia-ml.so.1 on the node: no Xid events");
+            util::logger().warn("device plugin: no libnvidia-ml.so.1 on the node: no Xid events");
             return;
         }
         std::string last_failure;
@@ -218,7 +220,7 @@ struct Shared {
                 }
             }
             if (!failure.empty() && failure != last_failure)
-                logger().warn("device plugin: no Xid events now: {}", failure);
+                util::logger().warn("device plugin: no Xid events now: {}", failure);
             if (!failure.empty()) last_failure = failure;
             if (!event) {
                 std::unique_lock lock(mu);
@@ -228,8 +230,8 @@ struct Shared {
             last_failure.clear();
             std::lock_guard lock(mu);
             if (!record_xid(xids, node, event->minor, event->xid, settings, event->instance)) {
-                logger().info("device plugin: Xid {} on the GPU of minor {} is ignored", event->xid,
-                              event->minor);
+                util::logger().info("device plugin: Xid {} on the GPU of minor {} is ignored",
+                                    event->xid, event->minor);
                 continue;
             }
             const std::vector<Resource> before = resources;
@@ -314,8 +316,8 @@ struct Endpoint final : api::DevicePlugin::Service {
         return answer("Allocate", [&] {
             std::lock_guard lock(s.mu);
             if (request->container_requests().empty())
-                throw_invalid("allocate devices", "", "no container requests");
-            DevicePluginConfig settings = s.settings;
+                util::throw_invalid("allocate devices", "", "no container requests");
+            config::DevicePluginConfig settings = s.settings;
             settings.resource_name = res().name;
             for (const auto& c : request->container_requests()) {
                 const Allocation a =
@@ -345,24 +347,25 @@ struct Server::State {
     std::vector<std::unique_ptr<Endpoint>> endpoints;
 };
 
-Server::Server(Config config, DevicePluginConfig settings, Node node,
-               std::function<std::optional<Node>()> refresh)
+Server::Server(config::Config config, config::DevicePluginConfig settings, node::Node node,
+               std::function<std::optional<node::Node>()> refresh)
     : state_(std::make_unique<State>()) {
     Shared& s = state_->shared;
     s.config = std::move(config);
     s.settings = std::move(settings);
     s.refresh = std::move(refresh);
-    for (const DriverFile& f : node.files)
-        if (f.kind == FileKind::Library && !f.compat32 && f.name == "libnvidia-ml.so.1")
+    for (const node::DriverFile& f : node.files)
+        if (f.kind == node::FileKind::Library && !f.compat32 && f.name == "libnvidia-ml.so.1")
             s.nvml_library = f.host_path;
     const bool any_mig = std::any_of(node.gpus.begin(), node.gpus.end(),
-                                     [](const Gpu& g) { return !g.mig.empty(); });
-    if (s.settings.mig_strategy != MigStrategy::None && any_mig && !s.nvml_library.empty()) {
+                                     [](const node::Gpu& g) { return !g.mig.empty(); });
+    if (s.settings.mig_strategy != config::MigStrategy::None && any_mig &&
+        !s.nvml_library.empty()) {
         try {
             s.nvml = std::make_unique<Nvml>(s.nvml_library);
             s.profiles = s.nvml->mig_profiles();
         } catch (const std::exception& e) {
-            logger().warn("device plugin: the MIG profiles are unknown: {}", e.what());
+            util::logger().warn("device plugin: the MIG profiles are unknown: {}", e.what());
         }
     }
     s.resources = plugin::resources(node, s.settings, s.profiles);
@@ -396,9 +399,10 @@ void start(Endpoint& e) {
     builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
     builder.RegisterService(&e);
     e.server = builder.BuildAndStart();
-    if (!e.server) throw Error(EADDRNOTAVAIL, "serve device plugin", own, "cannot listen there");
+    if (!e.server)
+        throw util::Error(EADDRNOTAVAIL, "serve device plugin", own, "cannot listen there");
     e.served = identity(own);
-    logger().info("device plugin: serving {} on {}", e.res().name, own);
+    util::logger().info("device plugin: serving {} on {}", e.res().name, own);
 }
 
 void halt(Endpoint& e) {
@@ -430,13 +434,13 @@ void try_register(Endpoint& e, const std::string& kubelet) {
             e.registered = true;
             e.kubelet_seen = k;
             e.last_failure.clear();
-            logger().info("device plugin: registered {} with {}", e.res().name, kubelet);
+            util::logger().info("device plugin: registered {} with {}", e.res().name, kubelet);
             return;
         }
         failure = fmt::format("the kubelet refused the registration of {} at {}: {}", e.res().name,
                               kubelet, st.error_message());
     }
-    if (failure != e.last_failure) logger().warn("device plugin: {}; retrying", failure);
+    if (failure != e.last_failure) util::logger().warn("device plugin: {}; retrying", failure);
     e.last_failure = failure;
     e.next_try = Clock::now() + e.backoff;
     e.backoff = std::min(e.backoff * 2, milliseconds(10000));
@@ -471,7 +475,7 @@ void Server::run() {
             // The kubelet restarted: ours was removed (serve again, even
             // before registering), or its socket is new.
             if (identity(e.socket_path()) != e.served) {
-                logger().info(
+                util::logger().info(
                     "device plugin: {} was removed (the kubelet restarted); serving "
                     "and registering again",
                     e.socket_path());
@@ -483,7 +487,7 @@ void Server::run() {
                     e.next_try = now;
                 }
             } else if (e.registered && identity(kubelet) != e.kubelet_seen) {
-                logger().info(
+                util::logger().info(
                     "device plugin: {} is new (the kubelet restarted); registering {} "
                     "again",
                     kubelet, e.res().name);
@@ -506,7 +510,7 @@ void Server::run() {
     for (auto& e : state_->endpoints) {
         halt(*e);
         remove_socket(e->socket_path());
-        logger().info("device plugin: stopped; {} removed", e->socket_path());
+        util::logger().info("device plugin: stopped; {} removed", e->socket_path());
     }
 }
 

@@ -23,7 +23,7 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, const fs::path
     // "nvidia-caps", ...; 195 is always theirs): a node named like theirs with
     // another major (a disk's) must not get the link a system device has.
     std::set<unsigned> nvidia_majors = {195};
-    for (const auto& [driver, major] : gpubind::detail::read_majors(proc_root / "devices"))
+    for (const auto& [driver, major] : gpubind::node::detail::read_majors(proc_root / "devices"))
         if (driver.starts_with("nvidia")) nvidia_majors.insert(major);
     // NVIDIA's character devices, as paths relative to dev/.
     std::vector<std::pair<std::string, struct stat>> nodes;
@@ -32,10 +32,10 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, const fs::path
         if (::lstat((dev / rel).c_str(), &st) == 0 && S_ISCHR(st.st_mode))
             nodes.emplace_back(rel, st);
     };
-    for (const auto& name : gpubind::detail::list_dir(dev))
+    for (const auto& name : gpubind::node::detail::list_dir(dev))
         if (name.rfind("nvidia", 0) == 0) add(name);
     for (const char* sub : {"nvidia-caps", "nvidia-caps-imex-channels"})
-        for (const auto& name : gpubind::detail::list_dir(dev / sub))
+        for (const auto& name : gpubind::node::detail::list_dir(dev / sub))
             add(std::string(sub) + "/" + name);
 
     std::vector<std::string> report;
@@ -49,7 +49,7 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, const fs::path
     });
     const fs::path dir = dev / "char";
     if (!nodes.empty() && !dry_run && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-        throw_errno("mkdir", dir.string());
+        util::throw_errno("mkdir", dir.string());
     for (const auto& [rel, st] : nodes) {
         const std::string name = fmt::format("{}:{}", ::major(st.st_rdev), ::minor(st.st_rdev));
         const fs::path link = dir / name;
@@ -63,8 +63,8 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, const fs::path
         }
         struct stat lst {};
         if (exists && ::lstat(link.c_str(), &lst) == 0 && !S_ISLNK(lst.st_mode))
-            throw Error(EEXIST, "link", link.string(),
-                        "exists and is not a symbolic link; left alone");
+            throw util::Error(EEXIST, "link", link.string(),
+                              "exists and is not a symbolic link; left alone");
         const std::string verb = exists ? "replace" : "create";
         if (dry_run) {
             report.push_back("would " + verb + " " + link.string() + " -> " + target);
@@ -72,11 +72,12 @@ std::vector<std::string> dev_char_links(const fs::path& dev_root, const fs::path
         }
         const fs::path temp = dir / (name + ".gpubind-new");
         ::unlink(temp.c_str());
-        if (::symlink(target.c_str(), temp.c_str()) != 0) throw_errno("symlink", temp.string());
+        if (::symlink(target.c_str(), temp.c_str()) != 0)
+            util::throw_errno("symlink", temp.string());
         if (::rename(temp.c_str(), link.c_str()) != 0) {
             const int err = errno;
             ::unlink(temp.c_str());
-            throw Error(err, "rename", link.string());
+            throw util::Error(err, "rename", link.string());
         }
         report.push_back((exists ? "replaced " : "created ") + link.string() + " -> " + target);
     }

@@ -34,17 +34,17 @@ using Fields = std::map<std::string, std::string, std::less<>>;
 std::optional<unsigned> minor_field(const Fields& fields, std::string_view key) {
     const auto it = fields.find(key);
     if (it == fields.end()) return std::nullopt;
-    const auto n = parse_unsigned(it->second);
+    const auto n = util::parse_unsigned(it->second);
     if (!n || *n > 0xfffff) return std::nullopt;
     return static_cast<unsigned>(*n);
 }
 
 void add_gpus(DriverNodes& out, const fs::path& proc) {
     const fs::path gpus = proc / "driver/nvidia/gpus";
-    for (const auto& bus_id : gpubind::detail::list_dir(gpus)) {
+    for (const auto& bus_id : gpubind::node::detail::list_dir(gpus)) {
         const fs::path info = gpus / bus_id / "information";
         const auto [minor, excluded] =
-            gpubind::detail::gpu_node_fields(gpubind::detail::read_fields(info));
+            gpubind::node::detail::gpu_node_fields(gpubind::node::detail::read_fields(info));
         if (excluded) {
             out.notes.push_back("GPU " + bus_id + " is excluded by the driver: no node");
             continue;
@@ -54,14 +54,15 @@ void add_gpus(DriverNodes& out, const fs::path& proc) {
             continue;
         }
         out.nodes.push_back(
-            {"/dev/nvidia" + std::to_string(*minor), kNvidiaMajor, *minor, "GPU " + bus_id});
+            {"/dev/nvidia" + std::to_string(*minor), node::kNvidiaMajor, *minor, "GPU " + bus_id});
     }
 }
 
 // Each MIG capability's node: the DeviceFileMinor of its access file.
 void add_mig_caps(DriverNodes& out, const fs::path& proc,
                   const std::map<std::string, unsigned, std::less<>>& majors) {
-    const auto access = gpubind::detail::mig_access_files(proc / "driver/nvidia/capabilities");
+    const auto access =
+        gpubind::node::detail::mig_access_files(proc / "driver/nvidia/capabilities");
     if (access.empty()) return;
     const auto major = majors.find("nvidia-caps");
     if (major == majors.end()) {
@@ -70,7 +71,7 @@ void add_mig_caps(DriverNodes& out, const fs::path& proc,
         return;
     }
     for (const auto& file : access) {
-        const auto minor = minor_field(gpubind::detail::read_fields(file), "DeviceFileMinor");
+        const auto minor = minor_field(gpubind::node::detail::read_fields(file), "DeviceFileMinor");
         if (!minor) {
             out.notes.push_back(file.string() + ": no usable DeviceFileMinor: no node");
             continue;
@@ -83,26 +84,26 @@ void add_mig_caps(DriverNodes& out, const fs::path& proc,
 // The directory `rel` under dev (made 0755 when missing unless dry_run),
 // opened without following links, owned by this user and writable by nobody
 // else. An invalid Fd when it is missing in a dry run.
-Fd open_dir(int dev_fd, const fs::path& dev, const std::string& rel, bool dry_run) {
+util::Fd open_dir(int dev_fd, const fs::path& dev, const std::string& rel, bool dry_run) {
     const fs::path path = rel.empty() ? dev : dev / rel;
     int fd = rel.empty()
                  ? ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                  : ::openat(dev_fd, rel.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT && !rel.empty()) {
-        if (dry_run) return Fd();
+        if (dry_run) return util::Fd();
         if (::mkdirat(dev_fd, rel.c_str(), 0755) != 0 && errno != EEXIST)
-            throw_errno("mkdir", path.string());
+            util::throw_errno("mkdir", path.string());
         fd = ::openat(dev_fd, rel.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     }
-    if (fd < 0) throw_errno("open directory", path.string());
-    Fd dir(fd);
+    if (fd < 0) util::throw_errno("open directory", path.string());
+    util::Fd dir(fd);
     struct stat st {};
-    if (::fstat(dir.get(), &st) != 0) throw_errno("stat", path.string());
+    if (::fstat(dir.get(), &st) != 0) util::throw_errno("stat", path.string());
     if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
-        throw Error(EPERM, "make device nodes", path.string(),
-                    fmt::format("the directory is owned by uid {} with mode {:04o}: only one "
-                                "owned by this user and writable by nobody else is used",
-                                st.st_uid, st.st_mode & 07777));
+        throw util::Error(EPERM, "make device nodes", path.string(),
+                          fmt::format("the directory is owned by uid {} with mode {:04o}: only one "
+                                      "owned by this user and writable by nobody else is used",
+                                      st.st_uid, st.st_mode & 07777));
     return dir;
 }
 
@@ -136,7 +137,7 @@ void make_one(int dir, const std::string& name, const fs::path& host, const Driv
     const std::string numbers = fmt::format("c {}:{}", node.major, node.minor);
     struct stat st {};
     const bool exists = dir >= 0 && ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-    if (!exists && dir >= 0 && errno != ENOENT) throw_errno("stat", host.string());
+    if (!exists && dir >= 0 && errno != ENOENT) util::throw_errno("stat", host.string());
     if (exists && S_ISCHR(st.st_mode) && st.st_rdev == want) {
         report.lines.push_back(
             fmt::format("unchanged {} {} ({})", host.string(), numbers, node.why));
@@ -158,19 +159,19 @@ void make_one(int dir, const std::string& name, const fs::path& host, const Driv
     const NoUmask no_umask;
     if (!exists) {
         if (::mknodat(dir, name.c_str(), S_IFCHR | o.mode, want) != 0)
-            throw_errno("mknod", host.string());
+            util::throw_errno("mknod", host.string());
     } else {  // a new node renamed over the old one: never a moment without one
         // The directory is this user's and no one else's (open_dir): a
         // temporary left by a run that died is ours to take away.
         const std::string temp = name + ".gpubind-new";
         if (::unlinkat(dir, temp.c_str(), 0) != 0 && errno != ENOENT)
-            throw_errno("unlink", (host.parent_path() / temp).string());
+            util::throw_errno("unlink", (host.parent_path() / temp).string());
         if (::mknodat(dir, temp.c_str(), S_IFCHR | o.mode, want) != 0)
-            throw_errno("mknod", (host.parent_path() / temp).string());
+            util::throw_errno("mknod", (host.parent_path() / temp).string());
         if (::renameat(dir, temp.c_str(), dir, name.c_str()) != 0) {
             const int err = errno;
             ::unlinkat(dir, temp.c_str(), 0);
-            throw Error(err, "rename", host.string());
+            throw util::Error(err, "rename", host.string());
         }
     }
     report.lines.push_back(fmt::format("{} {} {} mode {:04o} ({}){}", verb, host.string(), numbers,
@@ -184,16 +185,16 @@ using Majors = std::map<std::string, unsigned, std::less<>>;
 // system: a simulated node's, or nothing else.
 Majors majors_from_proc(const fs::path& proc_root, bool simulated) {
     const fs::path path = proc_root / "devices";
-    const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    if (!fd) throw_errno("open", path.string());
+    const util::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd) util::throw_errno("open", path.string());
     struct statfs on {};
-    if (::fstatfs(fd.get(), &on) != 0) throw_errno("statfs", path.string());
+    if (::fstatfs(fd.get(), &on) != 0) util::throw_errno("statfs", path.string());
     if (on.f_type != PROC_SUPER_MAGIC && !simulated)
-        throw Error(ErrorKind::Refused, EPERM, "make device nodes", path.string(),
-                    "is not on procfs, so not the kernel's word on the majors; for a "
-                    "simulated node add --simulated-proc");
+        throw util::Error(util::ErrorKind::Refused, EPERM, "make device nodes", path.string(),
+                          "is not on procfs, so not the kernel's word on the majors; for a "
+                          "simulated node add --simulated-proc");
     // The same file again, through its descriptor: never another put at the path.
-    return gpubind::detail::read_majors("/proc/self/fd/" + std::to_string(fd.get()));
+    return gpubind::node::detail::read_majors("/proc/self/fd/" + std::to_string(fd.get()));
 }
 
 // The character majors the kernel fixes for its own devices (its
@@ -213,11 +214,11 @@ constexpr std::pair<unsigned, std::string_view> kFixedMajors[] = {
 void check_drivers_major(const DriverNode& node, const fs::path& where, const Majors& majors,
                          const fs::path& devices) {
     const auto refuse = [&](const std::string& why) {
-        throw Error(ErrorKind::Refused, EPERM, "make device nodes", where.string(),
-                    fmt::format("major {} is {}, not the driver's: no node is made on it",
-                                node.major, why));
+        throw util::Error(util::ErrorKind::Refused, EPERM, "make device nodes", where.string(),
+                          fmt::format("major {} is {}, not the driver's: no node is made on it",
+                                      node.major, why));
     };
-    bool drivers = node.major == kNvidiaMajor;
+    bool drivers = node.major == node::kNvidiaMajor;
     for (const auto& [name, major] : majors) {
         if (major != node.major) continue;
         if (!name.starts_with("nvidia")) refuse(name + "'s in " + devices.string());
@@ -240,10 +241,10 @@ void load_modules(const std::string& modprobe, const std::vector<std::string>& m
         if (const int err =
                 ::posix_spawn(&pid, modprobe.c_str(), nullptr, nullptr, argv.data(), envp);
             err != 0)
-            throw Error(err, "run", modprobe);
-        const int status = reap(pid);
+            throw util::Error(err, "run", modprobe);
+        const int status = util::reap(pid);
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            throw Error(
+            throw util::Error(
                 EIO, "load module", module,
                 WIFEXITED(status)
                     ? fmt::format("{} exited with {}", modprobe, WEXITSTATUS(status))
@@ -255,9 +256,9 @@ DriverNodes driver_nodes(const fs::path& proc_root, NodeSet which,
                          const std::vector<unsigned>& imex_channels) {
     DriverNodes out;
     // The module must be there: its version file says so (throws when missing).
-    (void)gpubind::detail::read_driver_version(proc_root / "driver/nvidia/version");
-    const auto majors = gpubind::detail::read_majors(proc_root / "devices");
-    out.nodes.push_back({"/dev/nvidiactl", kNvidiaMajor, kNvidiactlMinor, "nvidiactl"});
+    (void)gpubind::node::detail::read_driver_version(proc_root / "driver/nvidia/version");
+    const auto majors = gpubind::node::detail::read_majors(proc_root / "devices");
+    out.nodes.push_back({"/dev/nvidiactl", node::kNvidiaMajor, node::kNvidiactlMinor, "nvidiactl"});
     if (const auto uvm = majors.find("nvidia-uvm"); uvm != majors.end()) {
         out.nodes.push_back({"/dev/nvidia-uvm", uvm->second, 0, "nvidia-uvm"});
         out.nodes.push_back({"/dev/nvidia-uvm-tools", uvm->second, 1, "nvidia-uvm-tools"});
@@ -279,7 +280,8 @@ DriverNodes driver_nodes(const fs::path& proc_root, NodeSet which,
     if (which == NodeSet::Control) return out;
     add_gpus(out, proc_root);
     if (which == NodeSet::Gpus) return out;
-    out.nodes.push_back({"/dev/nvidia-modeset", kNvidiaMajor, kModesetMinor, "nvidia-modeset"});
+    out.nodes.push_back(
+        {"/dev/nvidia-modeset", node::kNvidiaMajor, node::kModesetMinor, "nvidia-modeset"});
     add_mig_caps(out, proc_root, majors);
     return out;
 }
@@ -287,13 +289,14 @@ DriverNodes driver_nodes(const fs::path& proc_root, NodeSet which,
 DeviceNodeReport make_device_nodes(const fs::path& dev_root, const fs::path& proc_root,
                                    const DeviceNodeOptions& options) {
     if ((options.mode & ~mode_t{0777}) != 0)
-        throw Error(EINVAL, "make device nodes", {},
-                    fmt::format("mode {:o} is not a permission mode (0 to 0777)", options.mode));
+        throw util::Error(
+            EINVAL, "make device nodes", {},
+            fmt::format("mode {:o} is not a permission mode (0 to 0777)", options.mode));
     for (const unsigned n : options.imex_channels)
         if (n >= kMaxImexChannel)
-            throw Error(EINVAL, "make device nodes", {},
-                        fmt::format("IMEX channel {} is not one the driver makes (0 to {})", n,
-                                    kMaxImexChannel - 1));
+            throw util::Error(EINVAL, "make device nodes", {},
+                              fmt::format("IMEX channel {} is not one the driver makes (0 to {})",
+                                          n, kMaxImexChannel - 1));
     const Majors majors = majors_from_proc(proc_root, options.simulated_proc);
     const DriverNodes wanted = driver_nodes(proc_root, options.which, options.imex_channels);
     const fs::path dev = dev_root / "dev";
@@ -303,8 +306,8 @@ DeviceNodeReport make_device_nodes(const fs::path& dev_root, const fs::path& pro
                             proc_root / "devices");
     DeviceNodeReport report;
     for (const auto& note : wanted.notes) report.lines.push_back("note: " + note);
-    const Fd dev_fd = open_dir(-1, dev, "", options.dry_run);
-    std::map<std::string, Fd> subdirs;  // nvidia-caps/, nvidia-caps-imex-channels/
+    const util::Fd dev_fd = open_dir(-1, dev, "", options.dry_run);
+    std::map<std::string, util::Fd> subdirs;  // nvidia-caps/, nvidia-caps-imex-channels/
     for (const auto& node : wanted.nodes) {
         const fs::path rel = fs::path(node.path).lexically_relative("/dev");
         const std::string sub = rel.parent_path().string();

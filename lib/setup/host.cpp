@@ -82,7 +82,7 @@ std::string not_installable(char kind, const fs::path& p, const Written& w) {
 Installed parse_installed(const Text& text, const std::string& what, const Written& w) {
     Installed out;
     if (!text) return out;
-    auto lines = split(*text, '\n');
+    auto lines = util::split(*text, '\n');
     if (!lines.empty() && lines.back().empty()) lines.pop_back();  // the final newline
     for (std::size_t i = 0; i < lines.size(); ++i) {
         const std::string_view l = lines[i];
@@ -90,9 +90,9 @@ Installed parse_installed(const Text& text, const std::string& what, const Writt
         const fs::path p = l.size() > 2 ? fs::path(l.substr(2)) : fs::path();
         if (l.size() < 3 || (l[0] != 'f' && l[0] != 'd') || l[1] != ' ' || !p.is_absolute() ||
             p.lexically_normal() != p || p == "/")
-            throw_invalid("read", what, "line " + line + " is not \"f PATH\" or \"d PATH\"");
+            util::throw_invalid("read", what, "line " + line + " is not \"f PATH\" or \"d PATH\"");
         if (const std::string why = not_installable(l[0], p, w); !why.empty())
-            throw_invalid("read", what, "line " + line + " " + why);
+            util::throw_invalid("read", what, "line " + line + " " + why);
         (l[0] == 'f' ? out.files : out.dirs).push_back(p);
     }
     return out;
@@ -125,8 +125,8 @@ fs::path find_program(const std::vector<fs::path>& dirs, std::string_view name) 
             return p;
         where += (where.empty() ? "" : ", ") + dir.string();
     }
-    throw Error(ENOENT, "find program", std::string(name),
-                "not an executable file in " + (where.empty() ? "no directory" : where));
+    throw util::Error(ENOENT, "find program", std::string(name),
+                      "not an executable file in " + (where.empty() ? "no directory" : where));
 }
 
 // The engine's new config is read at its start: what the admin does next.
@@ -165,14 +165,15 @@ void refuse_dangling(int fd, const fs::path& dir, const fs::path& name) {
     struct stat st {};
     if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) return;
-        throw_errno("stat", (dir / name).string());
+        util::throw_errno("stat", (dir / name).string());
     }
     char target[4096];
     const ssize_t n = ::readlinkat(fd, name.c_str(), target, sizeof target - 1);
-    throw Error(ErrorKind::Refused, ENOENT, "resolve in the host root", (dir / name).string(),
-                n >= 0 ? "is a symbolic link to " + std::string(target, std::size_t(n)) +
-                             ", which the host root does not have"
-                       : "is there but cannot be opened as a directory");
+    throw util::Error(util::ErrorKind::Refused, ENOENT, "resolve in the host root",
+                      (dir / name).string(),
+                      n >= 0 ? "is a symbolic link to " + std::string(target, std::size_t(n)) +
+                                   ", which the host root does not have"
+                             : "is there but cannot be opened as a directory");
 }
 
 // Refuses (nothing written yet) unless every directory from the host root
@@ -180,18 +181,19 @@ void refuse_dangling(int fd, const fs::path& dir, const fs::path& name) {
 // else: a name in one that another user may write could be swapped under
 // this root process. The ones missing are made by the install, 0755.
 void check_before_writing(const fs::path& real_root, const fs::path& dir) {
-    Fd at = open_or_throw(real_root, O_PATH | O_DIRECTORY);
+    util::Fd at = util::open_or_throw(real_root, O_PATH | O_DIRECTORY);
     fs::path path = real_root;
     const fs::path rel = dir.lexically_relative(real_root);
     for (auto part = rel.begin();; ++part) {
-        if (const std::string bad = untrusted_dir(at.get(), true); !bad.empty())
-            throw Error(ErrorKind::Refused, EACCES, "install into host", path.string(),
-                        "the directory " + bad + "; refusing to write under it");
+        if (const std::string bad = util::untrusted_dir(at.get(), true); !bad.empty())
+            throw util::Error(util::ErrorKind::Refused, EACCES, "install into host", path.string(),
+                              "the directory " + bad + "; refusing to write under it");
         if (part == rel.end() || *part == ".") return;
         path /= *part;
-        Fd next(::openat(at.get(), part->c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        util::Fd next(
+            ::openat(at.get(), part->c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!next && errno == ENOENT) return;
-        if (!next) throw_errno("open directory", path.string());
+        if (!next) util::throw_errno("open directory", path.string());
         at = std::move(next);
     }
 }
@@ -199,7 +201,7 @@ void check_before_writing(const fs::path& real_root, const fs::path& dir) {
 // A directory by device and inode.
 std::pair<dev_t, ino_t> dir_id(int fd, const fs::path& what) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw_errno("stat", what.string());
+    if (::fstat(fd, &st) != 0) util::throw_errno("stat", what.string());
     return {st.st_dev, st.st_ino};
 }
 
@@ -212,7 +214,7 @@ bool listed_id(const std::vector<std::pair<dev_t, ino_t>>& ids, std::pair<dev_t,
 std::string not_ours(const struct stat& st) {
     if (S_ISLNK(st.st_mode)) return "a symbolic link";
     if (!S_ISREG(st.st_mode)) return "not a regular file";
-    if (!host_root_owns(st.st_uid) && st.st_uid != ::geteuid())
+    if (!util::host_root_owns(st.st_uid) && st.st_uid != ::geteuid())
         return "owned by uid " + std::to_string(st.st_uid);
     if (st.st_mode & (S_IWGRP | S_IWOTH)) return "writable by others than its owner";
     return {};
@@ -229,29 +231,29 @@ std::string remove_written(int dir, const std::string& name, bool dry_run) {
     struct stat st {
     }, saved{};
     const bool there = ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-    if (!there && errno != ENOENT) throw_errno("stat", here.string());
+    if (!there && errno != ENOENT) util::throw_errno("stat", here.string());
     const bool kept = ::fstatat(dir, backup.c_str(), &saved, AT_SYMLINK_NOFOLLOW) == 0;
-    if (!kept && errno != ENOENT) throw_errno("stat", (here.parent_path() / backup).string());
+    if (!kept && errno != ENOENT) util::throw_errno("stat", (here.parent_path() / backup).string());
     if (const std::string why = there ? not_ours(st) : ""; !why.empty())
         return "left " + here.string() + ": " + why + ", not a file gpubind wrote";
     if (const std::string why = kept ? not_ours(saved) : ""; !why.empty())
         return "left " + here.string() + ": its backup " + backup + " is " + why;
     if (kept) {
         if (!dry_run && ::renameat(dir, backup.c_str(), dir, name.c_str()) != 0)
-            throw_errno("rename", (here.parent_path() / backup).string());
+            util::throw_errno("rename", (here.parent_path() / backup).string());
         return (dry_run ? "would restore " : "restored ") + here.string() + " from " + backup;
     }
     if (!there) return {};
     if (!dry_run && ::unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT)
-        throw_errno("unlink", here.string());
+        util::throw_errno("unlink", here.string());
     return (dry_run ? "would remove " : "removed ") + here.string();
 }
 
 // The directory `dir` (the host's path) taken out when empty, relative to its
 // parent's descriptor: a link or a file there is left.
 std::string remove_made_dir(int root_fd, const fs::path& dir, bool dry_run) {
-    const Fd parent =
-        try_open_in_root(root_fd, dir.parent_path().relative_path(), O_PATH | O_DIRECTORY);
+    const util::Fd parent =
+        os::try_open_in_root(root_fd, dir.parent_path().relative_path(), O_PATH | O_DIRECTORY);
     if (!parent) return {};
     const fs::path here = path_of(parent.get()) / dir.filename();
     if (dry_run) return "would remove directory " + here.string();
@@ -260,20 +262,20 @@ std::string remove_made_dir(int root_fd, const fs::path& dir, bool dry_run) {
     if (errno == ENOTEMPTY || errno == EEXIST)
         return "left directory " + here.string() + " (not empty)";
     if (errno == ENOTDIR) return "left " + here.string() + " (not a directory)";
-    throw_errno("remove directory", here.string());
+    util::throw_errno("remove directory", here.string());
 }
 
 // The directories an install may have written CDI specs into: the built-in
 // config's and the one installed (or being installed) names.
 std::vector<fs::path> spec_dirs_of(const HostInstall& in, const fs::path& installed_config) {
-    const Config defaults = parse_config("", "the built-in config");
+    const config::Config defaults = config::parse_config("", "the built-in config");
     std::vector<fs::path> out = defaults.cdi.spec_dirs;
     out.push_back(defaults.cdi.dir);
     try {
-        if (!in.remove) out.push_back(parse_config(in.config_text, in.config_what).cdi.dir);
+        if (!in.remove) out.push_back(config::parse_config(in.config_text, in.config_what).cdi.dir);
         if (const Text text = read_text(installed_config))
-            out.push_back(parse_config(*text, installed_config.string()).cdi.dir);
-    } catch (const Error&) {
+            out.push_back(config::parse_config(*text, installed_config.string()).cdi.dir);
+    } catch (const util::Error&) {
         // Said where it matters: an install parses its config again, and a
         // list naming a spec elsewhere is refused.
     }
@@ -287,20 +289,21 @@ std::vector<fs::path> spec_dirs_of(const HostInstall& in, const fs::path& instal
 // list; then the directories it made, when empty.
 void remove_installed(const HostInstall& in, const Installed& was, const Written& written,
                       bool has_list, bool dry_run, std::vector<std::string>& report) {
-    const Fd root = open_or_throw(in.host_root, O_PATH | O_DIRECTORY);
+    const util::Fd root = util::open_or_throw(in.host_root, O_PATH | O_DIRECTORY);
     std::vector<std::pair<dev_t, ino_t>> ids;
-    Fd install_dir;
+    util::Fd install_dir;
     for (const auto& dir : written.spec_dirs)
-        if (Fd fd = try_open_in_root(root.get(), dir.relative_path(), O_PATH | O_DIRECTORY))
+        if (util::Fd fd =
+                os::try_open_in_root(root.get(), dir.relative_path(), O_PATH | O_DIRECTORY))
             ids.push_back(dir_id(fd.get(), dir));
-    if (Fd fd =
-            try_open_in_root(root.get(), in.install_dir.relative_path(), O_PATH | O_DIRECTORY)) {
+    if (util::Fd fd = os::try_open_in_root(root.get(), in.install_dir.relative_path(),
+                                           O_PATH | O_DIRECTORY)) {
         ids.push_back(dir_id(fd.get(), in.install_dir));
         install_dir = std::move(fd);
     }
     for (const auto& f : was.files) {
-        const Fd dir =
-            try_open_in_root(root.get(), f.parent_path().relative_path(), O_PATH | O_DIRECTORY);
+        const util::Fd dir =
+            os::try_open_in_root(root.get(), f.parent_path().relative_path(), O_PATH | O_DIRECTORY);
         if (!dir) continue;  // gone, and the file with it
         if (!listed_id(ids, dir_id(dir.get(), f))) {
             report.push_back("left " + (path_of(dir.get()) / f.filename()).string() +
@@ -316,7 +319,7 @@ void remove_installed(const HostInstall& in, const Installed& was, const Written
         if (!dry_run &&
             ::unlinkat(install_dir.get(), std::string(kInstalledList).c_str(), 0) != 0 &&
             errno != ENOENT)
-            throw_errno("unlink", list.string());
+            util::throw_errno("unlink", list.string());
         report.push_back((dry_run ? "would remove " : "removed ") + list.string());
     }
     for (auto d = was.dirs.rbegin(); d != was.dirs.rend(); ++d)
@@ -327,12 +330,12 @@ void remove_installed(const HostInstall& in, const Installed& was, const Written
 }  // namespace
 
 fs::path host_path(const fs::path& root, const fs::path& path) {
-    Fd root_fd = open_or_throw(root, O_PATH | O_DIRECTORY);
+    util::Fd root_fd = util::open_or_throw(root, O_PATH | O_DIRECTORY);
     const fs::path rel = path.lexically_normal().relative_path();
     std::vector<fs::path> rest = {rel.filename()};
     for (fs::path dir = rel.parent_path();; dir = dir.parent_path()) {
         // Opened inside the root: ".." and every symlink stay in it.
-        if (Fd fd = try_open_in_root(root_fd.get(), dir, O_PATH | O_DIRECTORY)) {
+        if (util::Fd fd = os::try_open_in_root(root_fd.get(), dir, O_PATH | O_DIRECTORY)) {
             fs::path out = path_of(fd.get());
             if (rest.size() > 1) refuse_dangling(fd.get(), out, rest.back());
             for (auto it = rest.rbegin(); it != rest.rend(); ++it)
@@ -353,18 +356,19 @@ bool in_container() {
 
 void check_host_root(const fs::path& root) {
     const std::string r = root.string();
-    if (!root.is_absolute()) throw_invalid("use host root", r, "is not an absolute path");
+    if (!root.is_absolute()) util::throw_invalid("use host root", r, "is not an absolute path");
     struct stat st {
     }, own{};
-    if (::lstat(root.c_str(), &st) != 0) throw_errno("use host root", r);
+    if (::lstat(root.c_str(), &st) != 0) util::throw_errno("use host root", r);
     if (S_ISLNK(st.st_mode))
-        throw_invalid("use host root", r, "is a symbolic link; name the directory itself");
-    if (!S_ISDIR(st.st_mode)) throw_invalid("use host root", r, "is not a directory");
+        util::throw_invalid("use host root", r, "is a symbolic link; name the directory itself");
+    if (!S_ISDIR(st.st_mode)) util::throw_invalid("use host root", r, "is not a directory");
     if (::stat("/", &own) == 0 && own.st_dev == st.st_dev && own.st_ino == st.st_ino &&
         in_container())
-        throw_invalid("use host root", r,
-                      "is this container's own root, not the host's: mount the host's / there "
-                      "(a hostPath volume) and name that directory");
+        util::throw_invalid(
+            "use host root", r,
+            "is this container's own root, not the host's: mount the host's / there "
+            "(a hostPath volume) and name that directory");
 }
 
 std::string config_with_hook(std::string_view text, const std::string& hook,
@@ -378,9 +382,9 @@ std::string config_with_hook(std::string_view text, const std::string& hook,
         return out + (out.empty() ? "" : "\n") + "[cdi]\n" + line;
     }
     const toml::table* cdi = node->as_table();
-    if (!cdi) throw_invalid("read", what, "cdi is not a table");
+    if (!cdi) util::throw_invalid("read", what, "cdi is not a table");
     if (const toml::node* h = cdi->get("hook")) {
-        if (!h->is_string()) throw_invalid("read", what, "[cdi] hook is not a string");
+        if (!h->is_string()) util::throw_invalid("read", what, "[cdi] hook is not a string");
         const auto begin = offset_of(out, h->source().begin);
         return out.replace(begin, offset_of(out, h->source().end) - begin, quote(hook));
     }
@@ -390,7 +394,8 @@ std::string config_with_hook(std::string_view text, const std::string& hook,
     std::string header = out.substr(at, close == std::string::npos ? 0 : close + 1 - at);
     std::erase_if(header, [](char c) { return c == ' ' || c == '\t'; });
     if (cdi->is_inline() || header != "[cdi]")
-        throw_invalid("read", what, "its cdi keys are not under a [cdi] header; write them so");
+        util::throw_invalid("read", what,
+                            "its cdi keys are not under a [cdi] header; write them so");
     const auto nl = out.find('\n', close);
     if (nl == std::string::npos) return out + "\n" + line;
     return out.insert(nl + 1, line);
@@ -439,8 +444,8 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
         return "/" / here.lexically_relative(real_root);
     };
     if (!in.install_dir.is_absolute() || in.install_dir.lexically_normal() != in.install_dir)
-        throw_invalid("install into host", in.install_dir.string(),
-                      "the install dir must be an absolute path without . or ..");
+        util::throw_invalid("install into host", in.install_dir.string(),
+                            "the install dir must be an absolute path without . or ..");
     const fs::path list_path = local(in.install_dir / kInstalledList);
     const Text list_text = read_text(list_path);
     Written written =
@@ -449,7 +454,7 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     for (std::size_t i = 0, n = written.dirs.size(); i < n; ++i) {
         try {
             written.dirs.push_back(host_of(local(written.dirs[i])));
-        } catch (const Error&) {
+        } catch (const util::Error&) {
             // A link on the way that dangles: nothing made below it is listed.
         }
     }
@@ -489,24 +494,24 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     if (!in.remove) {
         for (const auto name : kHostPrograms) {
             const fs::path from = find_program(in.program_dirs, name);
-            ours(in.install_dir / name, read_file(from, kMaxProgramSize), "from " + from.string(),
-                 0755, false);
+            ours(in.install_dir / name, util::read_file(from, kMaxProgramSize),
+                 "from " + from.string(), 0755, false);
         }
         const std::string text = config_with_hook(in.config_text, o.hook_path, in.config_what);
-        Config config = parse_config(text, in.config_what);
+        config::Config config = config::parse_config(text, in.config_what);
         config.source = o.config_path;
         ours(o.config_path, text, "[cdi] hook " + o.hook_path, 0644, true);
         if (in.cdi) {
             // The node read under the host root; the specs say what the host sees.
-            Config here = config;
+            config::Config here = config;
             here.roots = {under(in.host_root, config.roots.driver),
                           under(in.host_root, config.roots.dev),
                           under(in.host_root, config.roots.proc)};
             here.ldcache = under(in.host_root, config.ldcache);
-            LoadOptions load;
+            node::LoadOptions load;
             load.need_nvml = true;
             load.write = false;
-            const Node node = load_node(here, load).node;
+            const node::Node node = node::load_node(here, load).node;
             for (const auto& f : cdi::wanted_specs(node, here)) {
                 if (!f.content) {
                     if (listed(was.files, f.path)) {  // the node's IMEX channels went
@@ -549,7 +554,7 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     for (const auto& d : now.dirs)
         if (!listed(was.dirs, d)) report.push_back("made directory " + local(d).string());
     if (new_list) {
-        if (!dry_run) write_file_atomic(list_path, format_installed(now), {.mode = 0644});
+        if (!dry_run) util::write_file_atomic(list_path, format_installed(now), {.mode = 0644});
         report.push_back((dry_run ? "would write " : "wrote ") + list_path.string() +
                          " (what --remove takes out)");
     }

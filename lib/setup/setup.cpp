@@ -40,9 +40,9 @@ Json parse_json(const Text& text, const std::string& what) {
     try {
         j = Json::parse(*text);
     } catch (const Json::parse_error& e) {
-        throw_invalid("read", what, std::string("invalid JSON: ") + e.what());
+        util::throw_invalid("read", what, std::string("invalid JSON: ") + e.what());
     }
-    if (!j.is_object()) throw_invalid("read", what, "expected a JSON object");
+    if (!j.is_object()) util::throw_invalid("read", what, "expected a JSON object");
     return j;
 }
 
@@ -70,7 +70,7 @@ Json& member(Json& j, const std::string& key, const Json& init, const std::strin
     Json& m = j[key];
     if (m.is_null()) m = init;
     if (m.type() != init.type())
-        throw_invalid("read", what, "\"" + key + "\" is not a JSON " + init.type_name());
+        util::throw_invalid("read", what, "\"" + key + "\" is not a JSON " + init.type_name());
     return m;
 }
 
@@ -83,14 +83,14 @@ Json hook_entry(const Options& o) {
 // --- TOML ---
 
 toml::table parse_toml(std::string_view text, const std::string& what) {
-    if (auto unsafe = gpubind::detail::toml_unsafe_text(text))
-        throw_invalid("read", what, "invalid TOML at " + *unsafe);
+    if (auto unsafe = gpubind::util::detail::toml_unsafe_text(text))
+        util::throw_invalid("read", what, "invalid TOML at " + *unsafe);
     try {
         return toml::parse(text, what);
     } catch (const toml::parse_error& e) {
-        throw_invalid("read", what,
-                      "invalid TOML at line " + std::to_string(e.source().begin.line) + ": " +
-                          std::string(e.description()));
+        util::throw_invalid("read", what,
+                            "invalid TOML at line " + std::to_string(e.source().begin.line) + ": " +
+                                std::string(e.description()));
     }
 }
 
@@ -124,7 +124,7 @@ toml::array string_array(const std::vector<std::string>& items) {
 toml::table& subtable(toml::table& t, std::string_view key, const std::string& what) {
     auto [it, inserted] = t.insert(key, toml::table{});
     auto* sub = it->second.as_table();
-    if (!sub) throw_invalid("read", what, "\"" + std::string(key) + "\" is not a table");
+    if (!sub) util::throw_invalid("read", what, "\"" + std::string(key) + "\" is not a table");
     return *sub;
 }
 
@@ -148,27 +148,28 @@ bool containerd_version(const toml::table& root, const std::string& what) {
     const auto* v = root.get("version");
     if (!v) {
         if (root.contains("plugins"))
-            throw_invalid("read", what,
-                          "no \"version = 2\": version 1 configs are not supported (containerd 1.x "
-                          "reads version 2; add it and rename the plugins)");
+            util::throw_invalid(
+                "read", what,
+                "no \"version = 2\": version 1 configs are not supported (containerd 1.x "
+                "reads version 2; add it and rename the plugins)");
         return false;
     }
     const auto n = v->value<std::int64_t>();
     if (!v->is_integer() || n != 2)
-        throw_invalid("read", what,
-                      "version " + (n ? std::to_string(*n) : std::string("?")) +
-                          " is not supported: gpubind writes containerd config version 2 "
-                          "(containerd 1.6 and 1.7)");
+        util::throw_invalid("read", what,
+                            "version " + (n ? std::to_string(*n) : std::string("?")) +
+                                " is not supported: gpubind writes containerd config version 2 "
+                                "(containerd 1.6 and 1.7)");
     return true;
 }
 
 std::vector<std::string> imports_of(const toml::node& node, const std::string& what) {
     const auto* arr = node.as_array();
     std::vector<std::string> out;
-    if (!arr) throw_invalid("read", what, "\"imports\" is not an array of strings");
+    if (!arr) util::throw_invalid("read", what, "\"imports\" is not an array of strings");
     for (const auto& item : *arr) {
         const auto* s = item.as_string();
-        if (!s) throw_invalid("read", what, "\"imports\" is not an array of strings");
+        if (!s) util::throw_invalid("read", what, "\"imports\" is not an array of strings");
         out.push_back(s->get());
     }
     return out;
@@ -186,25 +187,26 @@ bool imports(const std::string& entry, std::string_view path) {
 // opened without following a link. Anything else there is an Error naming
 // it: a link at a backup could hand another file's content to --remove.
 Text read_text(const fs::path& path, std::size_t max_size) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    util::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
         if (errno == ENOENT) return std::nullopt;
         if (errno == ELOOP)
-            throw Error(ErrorKind::Refused, ELOOP, "read", path.string(),
-                        "is a symbolic link; refusing to read or replace it");
-        throw_errno("open", path.string());
+            throw util::Error(util::ErrorKind::Refused, ELOOP, "read", path.string(),
+                              "is a symbolic link; refusing to read or replace it");
+        util::throw_errno("open", path.string());
     }
     struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw_errno("stat", path.string());
+    if (::fstat(fd.get(), &st) != 0) util::throw_errno("stat", path.string());
     if (!S_ISREG(st.st_mode))
-        throw Error(ErrorKind::Refused, EINVAL, "read", path.string(), "is not a regular file");
+        throw util::Error(util::ErrorKind::Refused, EINVAL, "read", path.string(),
+                          "is not a regular file");
     if (st.st_uid != 0 && st.st_uid != ::geteuid())
-        throw Error(ErrorKind::Refused, EACCES, "read", path.string(),
-                    "is owned by another user; refusing to use it");
+        throw util::Error(util::ErrorKind::Refused, EACCES, "read", path.string(),
+                          "is owned by another user; refusing to use it");
     if (st.st_mode & (S_IWGRP | S_IWOTH))
-        throw Error(ErrorKind::Refused, EACCES, "read", path.string(),
-                    "is writable by others than its owner; refusing to use it");
-    return read_fd(fd.get(), max_size, path.string());
+        throw util::Error(util::ErrorKind::Refused, EACCES, "read", path.string(),
+                          "is writable by others than its owner; refusing to use it");
+    return util::read_fd(fd.get(), max_size, path.string());
 }
 
 fs::path backup_of(const fs::path& path) {
@@ -246,7 +248,7 @@ unsigned mode_of(const fs::path& path) {
 }
 
 void unlink_if_there(const fs::path& path) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("unlink", path.string());
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) util::throw_errno("unlink", path.string());
 }
 
 }  // namespace detail
@@ -304,7 +306,8 @@ std::string containerd_drop_in(const Text& main_config, const Options& o, const 
         containerd_version(root, what);
         const auto* plugins = root.get_as<toml::table>("plugins");
         if (const auto* cri = plugins ? plugins->get(kCriPlugin) : nullptr) {
-            if (!cri->is_table()) throw_invalid("read", what, "the cri plugin is not a table");
+            if (!cri->is_table())
+                util::throw_invalid("read", what, "the cri plugin is not a table");
             subtable(out, "plugins", what).insert(kCriPlugin, *cri->as_table());
         }
     }
@@ -507,11 +510,11 @@ std::vector<Change> plan_setup(const Request& r) {
             break;
         case Engine::Runc: {
             if (r.bundle.empty())
-                throw_invalid("setup", "runc", "needs the bundle whose config.json to edit");
+                util::throw_invalid("setup", "runc", "needs the bundle whose config.json to edit");
             const fs::path path = r.bundle / "config.json";
             const std::string p = path.string();
             const auto need = [&](const Text& t) -> const std::string& {
-                if (!t) throw Error(ENOENT, "read", p);
+                if (!t) throw util::Error(ENOENT, "read", p);
                 return *t;
             };
             changes.push_back(edit(
@@ -540,15 +543,15 @@ std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dr
             unlink_if_there(c.path);
             report.push_back("removed " + p + what);
         } else {
-            make_directories(c.path.parent_path());
+            util::make_directories(c.path.parent_path());
             const unsigned mode = c.before ? mode_of(c.path) : c.mode;
             std::string saved;
             if (c.keep_backup && c.before && !read_text(backup)) {
                 // Made only where nothing is: never over another's file.
-                write_file_atomic(backup, *c.before, {.mode = mode, .replace = false});
+                util::write_file_atomic(backup, *c.before, {.mode = mode, .replace = false});
                 saved = "; the original is in " + backup.string();
             }
-            write_file_atomic(c.path, *c.after, {.mode = mode});
+            util::write_file_atomic(c.path, *c.after, {.mode = mode});
             report.push_back("wrote " + p + what + saved);
         }
         if (c.drop_backup && !dry_run) unlink_if_there(backup);

@@ -7,7 +7,7 @@
 
 #include "gpubind/util/error.hpp"
 
-namespace gpubind::elf {
+namespace gpubind::sim::elf {
 
 namespace {
 
@@ -142,8 +142,8 @@ std::string build(std::uint16_t machine, std::size_t page, std::string_view sona
 std::string make_shared_object(Machine machine, std::string_view soname) {
     if (soname.empty() || soname.find('\0') != std::string_view::npos ||
         soname.find('/') != std::string_view::npos)
-        throw_invalid("make shared object", std::string(soname),
-                      "a soname is a non-empty file name");
+        util::throw_invalid("make shared object", std::string(soname),
+                            "a soname is a non-empty file name");
     switch (machine) {
         case Machine::X86_64:
             return build<Elf64>(EM_X86_64, 0x1000, soname);
@@ -152,7 +152,7 @@ std::string make_shared_object(Machine machine, std::string_view soname) {
         case Machine::Aarch64:
             return build<Elf64>(EM_AARCH64, 0x10000, soname);
     }
-    throw_invalid("make shared object", std::string(soname), "unknown machine");
+    util::throw_invalid("make shared object", std::string(soname), "unknown machine");
 }
 
-}  // namespace gpubind::elf
+}  // namespace gpubind::sim::elf

@@ -128,78 +128,82 @@ void check_spec(const Spec& spec) {
     const std::string what = "simulated node spec";
     detail::check_topology(spec);
     if (spec.gpus < 1 || spec.gpus > kMaxGpus)
-        throw_invalid("simulate", what,
-                      fmt::format("gpus must be 1 to {}, not {}", kMaxGpus, spec.gpus));
+        util::throw_invalid("simulate", what,
+                            fmt::format("gpus must be 1 to {}, not {}", kMaxGpus, spec.gpus));
     const auto& v = spec.driver_version;
     bool version_ok =
         !v.empty() && v.size() <= 32 && v.front() != '.' && v.back() != '.' &&
         v.find("..") == std::string::npos && v.find('.') != std::string::npos &&
         std::all_of(v.begin(), v.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
     if (!version_ok)
-        throw_invalid("simulate", what,
-                      fmt::format("driver version \"{}\" is not numbers separated by dots "
-                                  "(like 550.54.15)",
-                                  v));
+        util::throw_invalid("simulate", what,
+                            fmt::format("driver version \"{}\" is not numbers separated by dots "
+                                        "(like 550.54.15)",
+                                        v));
     const auto& m = spec.model;
-    bool model_ok =
-        !m.empty() && m.size() < 96 && trim(m) == m && std::none_of(m.begin(), m.end(), [](char c) {
-            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-        });
+    bool model_ok = !m.empty() && m.size() < 96 && util::trim(m) == m &&
+                    std::none_of(m.begin(), m.end(), [](char c) {
+                        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+                    });
     if (!model_ok)
-        throw_invalid("simulate", what,
-                      fmt::format("model \"{}\" must be 1 to 95 printable characters without "
-                                  "surrounding blanks",
-                                  m));
+        util::throw_invalid("simulate", what,
+                            fmt::format("model \"{}\" must be 1 to 95 printable characters without "
+                                        "surrounding blanks",
+                                        m));
     const auto& prefix = spec.prefix;
     bool prefix_ok = prefix.size() < 128;
     if (!prefix.empty())
-        for (const auto& part : split(prefix, '/'))
+        for (const auto& part : util::split(prefix, '/'))
             prefix_ok = prefix_ok && !part.empty() && part != "." && part != ".." &&
                         std::all_of(part.begin(), part.end(), [](char c) {
                             return std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
                                    c == '_' || c == '-';
                         });
     if (!prefix_ok)
-        throw_invalid("simulate", what,
-                      fmt::format("prefix \"{}\" is not a relative path of names made of letters, "
-                                  "digits, '.', '_' and '-'",
-                                  prefix));
-    if (!spec.ldconfig.empty() && spec.ldconfig.front() != '/')
-        throw_invalid("simulate", what,
-                      fmt::format("ldconfig \"{}\" is not an absolute path", spec.ldconfig));
-    if (spec.compat32 && !platform::kHasCompat32)
-        throw_invalid(
+        util::throw_invalid(
             "simulate", what,
-            fmt::format("32-bit libraries: a {} node has none (no compat32)", platform::kMachine));
+            fmt::format("prefix \"{}\" is not a relative path of names made of letters, "
+                        "digits, '.', '_' and '-'",
+                        prefix));
+    if (!spec.ldconfig.empty() && spec.ldconfig.front() != '/')
+        util::throw_invalid("simulate", what,
+                            fmt::format("ldconfig \"{}\" is not an absolute path", spec.ldconfig));
+    if (spec.compat32 && !util::platform::kHasCompat32)
+        util::throw_invalid("simulate", what,
+                            fmt::format("32-bit libraries: a {} node has none (no compat32)",
+                                        util::platform::kMachine));
     std::set<std::tuple<unsigned, unsigned, unsigned>> seen;
     for (const auto& mig : spec.mig) {
         std::string id = fmt::format("{}:{}:{}", mig.gpu, mig.gi, mig.ci);
         if (mig.gpu >= spec.gpus)
-            throw_invalid("simulate", what,
-                          fmt::format("MIG device {}: GPU {} does not exist (the node has {})", id,
-                                      mig.gpu, spec.gpus));
+            util::throw_invalid(
+                "simulate", what,
+                fmt::format("MIG device {}: GPU {} does not exist (the node has {})", id, mig.gpu,
+                            spec.gpus));
         if (mig.gpu >= FAKE_MIG_MAX_GPU_MINORS)
-            throw_invalid("simulate", what,
-                          fmt::format("MIG device {}: the driver supports MIG on GPUs 0 to {} only",
-                                      id, FAKE_MIG_MAX_GPU_MINORS - 1));
+            util::throw_invalid(
+                "simulate", what,
+                fmt::format("MIG device {}: the driver supports MIG on GPUs 0 to {} only", id,
+                            FAKE_MIG_MAX_GPU_MINORS - 1));
         if (mig.gi >= FAKE_MIG_MAX_GI || mig.ci >= FAKE_MIG_MAX_CI)
-            throw_invalid("simulate", what,
-                          fmt::format("MIG device {}: GPU instance must be 0 to {} and compute "
-                                      "instance 0 to {}",
-                                      id, FAKE_MIG_MAX_GI - 1, FAKE_MIG_MAX_CI - 1));
+            util::throw_invalid(
+                "simulate", what,
+                fmt::format("MIG device {}: GPU instance must be 0 to {} and compute "
+                            "instance 0 to {}",
+                            id, FAKE_MIG_MAX_GI - 1, FAKE_MIG_MAX_CI - 1));
         if (!seen.insert({mig.gpu, mig.gi, mig.ci}).second)
-            throw_invalid("simulate", what, fmt::format("MIG device {} is listed twice", id));
+            util::throw_invalid("simulate", what, fmt::format("MIG device {} is listed twice", id));
     }
     if (spec.imex_channels > kMaxImexChannels)
-        throw_invalid("simulate", what,
-                      fmt::format("imex channels must be 0 to {}, not {}", kMaxImexChannels,
-                                  spec.imex_channels));
+        util::throw_invalid("simulate", what,
+                            fmt::format("imex channels must be 0 to {}, not {}", kMaxImexChannels,
+                                        spec.imex_channels));
     if (spec.hcas > kMaxHcas)
-        throw_invalid("simulate", what,
-                      fmt::format("hcas must be 0 to {}, not {}", kMaxHcas, spec.hcas));
+        util::throw_invalid("simulate", what,
+                            fmt::format("hcas must be 0 to {}, not {}", kMaxHcas, spec.hcas));
     if (spec.nvmes > kMaxNvmes)
-        throw_invalid("simulate", what,
-                      fmt::format("nvmes must be 0 to {}, not {}", kMaxNvmes, spec.nvmes));
+        util::throw_invalid("simulate", what,
+                            fmt::format("nvmes must be 0 to {}, not {}", kMaxNvmes, spec.nvmes));
 }
 
 // ---------------------------------------------------------------------------
@@ -213,11 +217,11 @@ void Writer::make_node(std::string_view rel, unsigned major, unsigned minor, mod
     mkdirs(path.parent_path());
     if (::mknod(path.c_str(), S_IFCHR | mode, makedev(major, minor)) != 0) {
         if (errno == EPERM)
-            throw Error(EPERM, "simulate", path.string(),
-                        "making device nodes needs root (CAP_MKNOD)");
-        throw_errno("mknod", path.string());
+            throw util::Error(EPERM, "simulate", path.string(),
+                              "making device nodes needs root (CAP_MKNOD)");
+        util::throw_errno("mknod", path.string());
     }
-    if (::chmod(path.c_str(), mode) != 0) throw_errno("chmod", path.string());
+    if (::chmod(path.c_str(), mode) != 0) util::throw_errno("chmod", path.string());
 }
 
 void Writer::node(std::string_view rel, unsigned major, unsigned minor, mode_t mode) {
@@ -229,21 +233,21 @@ void Writer::node(std::string_view rel, unsigned major, unsigned minor, mode_t m
 void Writer::socket(std::string_view rel) const {
     fs::path path = at(rel);
     mkdirs(path.parent_path());
-    Fd dirfd = open_or_throw(path.parent_path(), O_PATH | O_DIRECTORY);
+    util::Fd dirfd = util::open_or_throw(path.parent_path(), O_PATH | O_DIRECTORY);
     // Bound through the directory's descriptor: the full path may be longer
     // than sun_path allows.
     std::string name = fmt::format("/proc/self/fd/{}/{}", dirfd.get(), path.filename().string());
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    if (name.size() >= sizeof addr.sun_path) throw Error(ENAMETOOLONG, "bind", path.string());
+    if (name.size() >= sizeof addr.sun_path) throw util::Error(ENAMETOOLONG, "bind", path.string());
     std::copy(name.begin(), name.end(), addr.sun_path);
-    Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd) throw_errno("socket", path.string());
+    util::Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) util::throw_errno("socket", path.string());
     if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
-        throw_errno("bind", path.string());
+        util::throw_errno("bind", path.string());
     // Anyone may connect, as to the daemons' own sockets.
     if (::fchmodat(dirfd.get(), path.filename().c_str(), 0777, 0) != 0)
-        throw_errno("chmod", path.string());
+        util::throw_errno("chmod", path.string());
 }
 
 // nvidia-uvm's, nvidia-caps', the IMEX channels', gdrdrv's, nvidia-fs' and
@@ -252,20 +256,20 @@ void Writer::socket(std::string_view rel) const {
 void Writer::choose_majors() {
     std::set<unsigned> used = {kFrontendMajor, kMiscMajor, kDrmMajor, kInfinibandMajor};
     try {
-        std::string text = read_file("/proc/devices", 1 << 16);
+        std::string text = util::read_file("/proc/devices", 1 << 16);
         bool chars = false;
-        for (auto line : split(text, '\n')) {
-            line = trim(line);
+        for (auto line : util::split(text, '\n')) {
+            line = util::trim(line);
             if (line.empty()) continue;
             if (line.back() == ':') {
                 chars = line == "Character devices:";
                 continue;
             }
-            auto number = parse_unsigned(line.substr(0, line.find(' ')));
+            auto number = util::parse_unsigned(line.substr(0, line.find(' ')));
             if (chars && number) used.insert(static_cast<unsigned>(*number));
         }
-    } catch (const Error& e) {
-        logger().warn(
+    } catch (const util::Error& e) {
+        util::logger().warn(
             "simulate: cannot read this host's /proc/devices ({}); assuming majors "
             "235, 236 and 234 down to 200 are free",
             e.what());
@@ -278,7 +282,7 @@ void Writer::choose_majors() {
         if (!used.count(m) && std::find(free.begin(), free.end(), m) == free.end())
             free.push_back(m);
     if (free.size() < 6)
-        throw Error(EBUSY, "simulate", "/proc/devices", "no free character device majors");
+        throw util::Error(EBUSY, "simulate", "/proc/devices", "no free character device majors");
     uvm_major_ = free[0];
     caps_major_ = free[1];
     imex_major_ = free[2];
@@ -355,7 +359,7 @@ void Writer::proc_driver() const {
     write(at("proc/driver/nvidia/version"),
           fmt::format("NVRM version: NVIDIA UNIX {} Kernel Module  {}  Tue Mar  5 22:23:56 "
                       "UTC 2024\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n",
-                      platform::kMachine, spec.driver_version),
+                      util::platform::kMachine, spec.driver_version),
           0444);
     std::string params;
     for (const auto& [key, value] : kParams) params += fmt::format("{}: {}\n", key, value);
@@ -415,7 +419,7 @@ Manifest Writer::run() {
         node(fmt::format("dev/nvidia{}", gpu.minor), kFrontendMajor, gpu.minor, 0666);
     struct statvfs fs_info {};
     if (::statvfs(dir_.c_str(), &fs_info) == 0 && (fs_info.f_flag & ST_NODEV) != 0)
-        logger().warn(
+        util::logger().warn(
             "simulate: {} is on a filesystem mounted nodev: its device nodes cannot "
             "be opened, so the fake driver will see no GPU there",
             dir_.string());
@@ -466,9 +470,9 @@ void clear(const fs::path& dir) {
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
         std::error_code rm;
         fs::remove_all(it->path(), rm);
-        if (rm) throw Error(rm.value(), "remove", it->path().string());
+        if (rm) throw util::Error(rm.value(), "remove", it->path().string());
     }
-    if (ec) throw Error(ec.value(), "read directory", dir.string());
+    if (ec) throw util::Error(ec.value(), "read directory", dir.string());
 }
 
 }  // namespace
@@ -537,38 +541,38 @@ void to_json(nlohmann::json& j, const Manifest& m) {
 
 Manifest simulate(const fs::path& dir_arg, const Spec& spec) {
     check_spec(spec);
-    if (dir_arg.empty()) throw_invalid("simulate", "", "no directory given");
+    if (dir_arg.empty()) util::throw_invalid("simulate", "", "no directory given");
     std::error_code ec;
     fs::path dir = fs::absolute(dir_arg, ec).lexically_normal();
-    if (ec) throw Error(ec.value(), "simulate", dir_arg.string());
+    if (ec) throw util::Error(ec.value(), "simulate", dir_arg.string());
     if (dir.has_relative_path() && !dir.has_filename()) dir = dir.parent_path();
     if (dir == dir.root_path())
-        throw_invalid("simulate", dir.string(), "refusing to write a simulated node at /");
+        util::throw_invalid("simulate", dir.string(), "refusing to write a simulated node at /");
 
     bool created = false;
     struct stat st {};
     if (::stat(dir.c_str(), &st) == 0) {
         if (!S_ISDIR(st.st_mode))
-            throw Error(ENOTDIR, "simulate", dir.string(), "exists and is not a directory");
+            throw util::Error(ENOTDIR, "simulate", dir.string(), "exists and is not a directory");
         struct stat manifest_st {};
         bool ours = ::lstat((dir / kManifestName).c_str(), &manifest_st) == 0 &&
                     S_ISREG(manifest_st.st_mode);
         if (ours) {
-            logger().info("simulate: replacing the simulated node at {}", dir.string());
+            util::logger().info("simulate: replacing the simulated node at {}", dir.string());
             clear(dir);
         } else if (!fs::is_empty(dir, ec) || ec) {
-            throw Error(ENOTEMPTY, "simulate", dir.string(),
-                        fmt::format("not empty and not a simulated node (no {}): refusing to "
-                                    "write into it",
-                                    kManifestName));
+            throw util::Error(ENOTEMPTY, "simulate", dir.string(),
+                              fmt::format("not empty and not a simulated node (no {}): refusing to "
+                                          "write into it",
+                                          kManifestName));
         }
     } else if (errno == ENOENT) {
         std::error_code mk;
         fs::create_directories(dir, mk);
-        if (mk) throw Error(mk.value(), "mkdir", dir.string());
+        if (mk) throw util::Error(mk.value(), "mkdir", dir.string());
         created = true;
     } else {
-        throw_errno("simulate", dir.string());
+        util::throw_errno("simulate", dir.string());
     }
 
     try {

@@ -193,9 +193,9 @@ void Writer::ldconfig() const {
     char* envp[] = {nullptr};
 
     int pipefd[2];
-    if (::pipe2(pipefd, O_CLOEXEC) != 0) throw_errno("pipe", program);
-    Fd out(pipefd[0]);
-    Fd in(pipefd[1]);
+    if (::pipe2(pipefd, O_CLOEXEC) != 0) util::throw_errno("pipe", program);
+    util::Fd out(pipefd[0]);
+    util::Fd in(pipefd[1]);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, in.get(), 1);
@@ -203,7 +203,7 @@ void Writer::ldconfig() const {
     pid_t pid = 0;
     int err = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp);
     posix_spawn_file_actions_destroy(&actions);
-    if (err != 0) throw Error(err, "run", program);
+    if (err != 0) throw util::Error(err, "run", program);
     in.reset();
 
     std::string output;
@@ -216,16 +216,16 @@ void Writer::ldconfig() const {
     }
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) throw_errno("wait", program);
-    std::string said(trim(output));
+        if (errno != EINTR) util::throw_errno("wait", program);
+    std::string said(util::trim(output));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         std::string how = WIFEXITED(status) ? fmt::format("exited with {}", WEXITSTATUS(status))
                                             : fmt::format("killed by signal {}", WTERMSIG(status));
-        throw Error(ECHILD, "simulate", (dir_ / "etc/ld.so.cache").string(),
-                    fmt::format("{} -X -i -r {} {}{}{}", program, root, how,
-                                said.empty() ? "" : ": ", said));
+        throw util::Error(ECHILD, "simulate", (dir_ / "etc/ld.so.cache").string(),
+                          fmt::format("{} -X -i -r {} {}{}{}", program, root, how,
+                                      said.empty() ? "" : ": ", said));
     }
-    if (!said.empty()) logger().debug("simulate: ldconfig said: {}", said);
+    if (!said.empty()) util::logger().debug("simulate: ldconfig said: {}", said);
 }
 
 }  // namespace gpubind::sim::detail

@@ -165,7 +165,7 @@ void Writer::pci_layout() {
             for (auto& e : eps)
                 if (e.bus == 0) e.bus = free++;
             if (base < next || free > 0x100 || eps.size() > 32)
-                throw Error(
+                throw util::Error(
                     EOVERFLOW, "simulate", "sys/devices",
                     fmt::format("PCI domain {:04x}: no room for switch {}'s buses", domain, k));
             next = free;
@@ -187,8 +187,8 @@ void Writer::pci_layout() {
                                 kDownstreamIds.pci_class, k});
                 std::string id = bdf(domain, e.bus, 0);
                 if (!e.bus_id->empty() && *e.bus_id != id)  // GPUs keep theirs
-                    throw Error(EINVAL, "simulate", "sys/devices",
-                                fmt::format("{} placed as {}", *e.bus_id, id));
+                    throw util::Error(EINVAL, "simulate", "sys/devices",
+                                      fmt::format("{} placed as {}", *e.bus_id, id));
                 *e.bus_id = id;
                 *e.numa_node = k;
                 *e.cpulist = std::string(kCpulists[k]);
@@ -204,8 +204,8 @@ void Writer::pci_layout() {
 const PciDir& Writer::pci_dir(std::string_view bus_id) const {
     for (const auto& d : pci_)
         if (d.bus_id == bus_id) return d;
-    throw Error(ENOENT, "simulate", "sys/bus/pci/devices/" + std::string(bus_id),
-                "not in the simulated PCI tree");
+    throw util::Error(ENOENT, "simulate", "sys/bus/pci/devices/" + std::string(bus_id),
+                      "not in the simulated PCI tree");
 }
 
 // rdma_cm's minor is dynamic: pick one that this host's /proc/misc does not
@@ -215,13 +215,13 @@ void Writer::choose_misc_minor() {
     std::set<unsigned> used;
     for (const auto& [minor, name] : kOtherMisc) used.insert(minor);
     try {
-        for (auto line : split(read_file("/proc/misc", 1 << 16), '\n')) {
-            line = trim(line);
-            if (auto number = parse_unsigned(line.substr(0, line.find(' '))))
+        for (auto line : util::split(util::read_file("/proc/misc", 1 << 16), '\n')) {
+            line = util::trim(line);
+            if (auto number = util::parse_unsigned(line.substr(0, line.find(' '))))
                 used.insert(static_cast<unsigned>(*number));
         }
-    } catch (const Error& e) {
-        logger().warn(
+    } catch (const util::Error& e) {
+        util::logger().warn(
             "simulate: cannot read this host's /proc/misc ({}); assuming misc minor "
             "63 and below are free",
             e.what());
@@ -236,7 +236,7 @@ void Writer::choose_misc_minor() {
             rdma_cm_minor_ = m;
             return;
         }
-    throw Error(EBUSY, "simulate", "/proc/misc", "no free misc minor for rdma_cm");
+    throw util::Error(EBUSY, "simulate", "/proc/misc", "no free misc minor for rdma_cm");
 }
 
 void Writer::proc_misc() const {

@@ -64,17 +64,18 @@ void check_topology(const Spec& spec) {
     const std::string& t = spec.topology;
     if (t.empty()) return;
     if (std::find(std::begin(kTopologies), std::end(kTopologies), t) == std::end(kTopologies))
-        throw_invalid("simulate", "simulated node spec",
-                      fmt::format("no topology \"{}\" (one of {})", t,
-                                  fmt::join(std::begin(kTopologies), std::end(kTopologies), ", ")));
+        util::throw_invalid(
+            "simulate", "simulated node spec",
+            fmt::format("no topology \"{}\" (one of {})", t,
+                        fmt::join(std::begin(kTopologies), std::end(kTopologies), ", ")));
     const unsigned need = topology_gpus(t);
     if (need != 0 && spec.gpus != need)
-        throw_invalid("simulate", "simulated node spec",
-                      fmt::format("topology {} has {} GPU{}, not {}", t, need, need == 1 ? "" : "s",
-                                  spec.gpus));
+        util::throw_invalid("simulate", "simulated node spec",
+                            fmt::format("topology {} has {} GPU{}, not {}", t, need,
+                                        need == 1 ? "" : "s", spec.gpus));
     if (t == "pcie-pairs" && spec.gpus < 2)
-        throw_invalid("simulate", "simulated node spec",
-                      "topology pcie-pairs needs 2 GPUs or more");
+        util::throw_invalid("simulate", "simulated node spec",
+                            "topology pcie-pairs needs 2 GPUs or more");
 }
 
 void Writer::topology() {

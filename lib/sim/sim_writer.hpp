@@ -28,9 +28,10 @@ namespace gpubind::sim::detail {
 namespace fs = std::filesystem;
 
 // The distribution layout's library directories (relative to the node).
-constexpr std::string_view kLib64 = std::string_view(platform::kMultiarchLibDir).substr(1);
+constexpr std::string_view kLib64 = std::string_view(util::platform::kMultiarchLibDir).substr(1);
 constexpr std::string_view kLib32 =
-    platform::kHasCompat32 ? std::string_view(platform::kMultiarchLib32Dir).substr(1) : "";
+    util::platform::kHasCompat32 ? std::string_view(util::platform::kMultiarchLib32Dir).substr(1)
+                                 : "";
 
 // The kernel's fixed majors of the device families.
 constexpr unsigned kMiscMajor = 10;
@@ -69,25 +70,25 @@ class Writer {
     void mkdirs(const fs::path& path) const {
         std::error_code ec;
         fs::create_directories(path, ec);
-        if (ec) throw Error(ec.value(), "mkdir", path.string());
+        if (ec) throw util::Error(ec.value(), "mkdir", path.string());
     }
 
     void write(const fs::path& path, std::string_view data, mode_t mode) const {
         mkdirs(path.parent_path());
-        Fd fd = open_or_throw(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+        util::Fd fd = util::open_or_throw(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
         std::size_t done = 0;
         while (done < data.size()) {
             ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
             if (n < 0 && errno == EINTR) continue;
-            if (n < 0) throw_errno("write", path.string());
+            if (n < 0) util::throw_errno("write", path.string());
             done += static_cast<std::size_t>(n);
         }
-        if (::fchmod(fd.get(), mode) != 0) throw_errno("chmod", path.string());
+        if (::fchmod(fd.get(), mode) != 0) util::throw_errno("chmod", path.string());
     }
 
     void symlink(std::string_view target, const fs::path& path) const {
         if (::symlink(std::string(target).c_str(), path.c_str()) != 0)
-            throw_errno("symlink", path.string());
+            util::throw_errno("symlink", path.string());
     }
 
     // Links `rel` to `target` (both relative to the node) by a relative path

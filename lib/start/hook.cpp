@@ -26,59 +26,61 @@ Stage stage_of(const HookCall& call) {
     const std::string& s = call.stage;
     const bool finish = s == cdi::kFinishStage, cdi_stage = s == cdi::kHookStage;
     if ((s == "createContainer" || s == "startContainer" || cdi_stage) && call.inherited)
-        throw_invalid("run hook", s,
-                      "registered without \"env\", the hook would get the container's "
-                      "environment; refusing (register it at prestart or createRuntime, or "
-                      "give it env [\"GPUBIND_CONFIG=/absolute/path\"])");
+        util::throw_invalid("run hook", s,
+                            "registered without \"env\", the hook would get the container's "
+                            "environment; refusing (register it at prestart or createRuntime, or "
+                            "give it env [\"GPUBIND_CONFIG=/absolute/path\"])");
     if (s != "prestart" && s != "createRuntime" && s != "createContainer" && !finish && !cdi_stage)
-        throw_invalid("run hook", s,
-                      "unknown stage (prestart, createRuntime, poststop, finish, cdi)");
+        util::throw_invalid("run hook", s,
+                            "unknown stage (prestart, createRuntime, poststop, finish, cdi)");
     return finish ? Stage::Finish : cdi_stage ? Stage::Cdi : Stage::Request;
 }
 
 }  // namespace
 
 int run_hook(const HookCall& call, const OnContainer& on_container) {
-    if (call.stage == "poststop") return kExitOk;
+    if (call.stage == "poststop") return util::kExitOk;
     const auto started = Clock::now();
     // What every start touches first (the config, the state, the spec): its
     // heap and stack mapped in one call each, not a page fault per page.
-    prefault({.heap = 64 * 1024, .stack = 16 * 1024});
+    os::prefault({.heap = 64 * 1024, .stack = 16 * 1024});
     const Stage stage = stage_of(call);
-    const harden::Deadline deadline(kBudget);
-    const Config config = load_trusted_config();
-    const oci::State state = oci::parse_state(
-        harden::read_stream(call.state_fd, oci::kMaxStateSize, "stdin", deadline), "stdin");
+    const os::harden::Deadline deadline(kBudget);
+    const config::Config config = config::load_trusted_config();
+    const decide::oci::State state = decide::oci::parse_state(
+        os::harden::read_stream(call.state_fd, decide::oci::kMaxStateSize, "stdin", deadline),
+        "stdin");
     on_container(config, state.id);
 
     deadline.check("read the spec");
-    const oci::Spec spec = oci::load_spec(state.bundle);
+    const decide::oci::Spec spec = decide::oci::load_spec(state.bundle);
     const auto read = Clock::now();
     if (stage != Stage::Cdi && cdi::marked(*spec.doc) != (stage == Stage::Finish)) {
         if (stage == Stage::Finish)
-            throw_invalid("run hook", call.stage, "the spec was not edited by gpubind-runtime");
-        logger().debug("edited by gpubind-runtime: its finish hook completes the container");
-        return kExitOk;
+            util::throw_invalid("run hook", call.stage,
+                                "the spec was not edited by gpubind-runtime");
+        util::logger().debug("edited by gpubind-runtime: its finish hook completes the container");
+        return util::kExitOk;
     }
-    std::optional<NodeKnowledge> known;
-    Request request;
+    std::optional<node::NodeKnowledge> known;
+    decide::Request request;
     std::string reason;
     if (stage == Stage::Cdi) {
         known = know_node(config, {});
         request = cdi_stage_request(known->node, spec, config, reason);
     } else {
-        request = read_request(spec, config.policy, config.families);
+        request = decide::read_request(spec, config.policy, config.families);
     }
     if (!request.gpu_container()) {
         if (stage == Stage::Cdi)
-            logger().info("{}: nothing to do", reason);
+            util::logger().info("{}: nothing to do", reason);
         else
-            logger().debug("{}: nothing to do", describe_request(request));
-        return kExitOk;
+            util::logger().debug("{}: nothing to do", decide::describe_request(request));
+        return util::kExitOk;
     }
     // The decision and the changes to come: their heap (a hundred pages and
     // more: one huge page where the kernel offers them) and stack.
-    prefault({.huge_page = true});
+    os::prefault({.huge_page = true});
     Start start{.config = config,
                 .sys = call.sys,
                 .rootfs = spec.rootfs,
@@ -94,11 +96,11 @@ int run_hook(const HookCall& call, const OnContainer& on_container) {
                     : stage == Stage::Cdi  ? Act::FinishCdi
                                            : Act::Execute;
     run(start, std::move(request), act);
-    logger().info("container configured");
-    logger().debug("timing: config, state and spec {} us, decision {} us, execution {} us",
-                   micros(started, read), micros(read, start.decided),
-                   micros(start.decided, Clock::now()));
-    return kExitOk;
+    util::logger().info("container configured");
+    util::logger().debug("timing: config, state and spec {} us, decision {} us, execution {} us",
+                         util::micros(started, read), util::micros(read, start.decided),
+                         util::micros(start.decided, Clock::now()));
+    return util::kExitOk;
 }
 
 }  // namespace gpubind::start

@@ -88,9 +88,10 @@ Invocation parse_invocation(int argc, const char* const* argv) {
             break;
         }
         if (!takes_value(command_values, name) && !takes_value(command_switches, name))
-            throw_invalid("parse " + args.command + " arguments", std::string(argv[i]),
-                          "an option gpubind-runtime does not know; refusing (it could not tell "
-                          "which config.json the runtime reads)");
+            util::throw_invalid(
+                "parse " + args.command + " arguments", std::string(argv[i]),
+                "an option gpubind-runtime does not know; refusing (it could not tell "
+                "which config.json the runtime reads)");
         const bool is_bundle = name == "bundle" || name == "b";
         if (inline_value) {
             if (is_bundle) args.bundle = *inline_value;
@@ -103,18 +104,18 @@ Invocation parse_invocation(int argc, const char* const* argv) {
     return args;
 }
 
-void edit_bundle(const fs::path& bundle, const std::string& id, const Config& config,
-                 const fs::path& hook_path, System* sys) {
-    Timing timing;
+void edit_bundle(const fs::path& bundle, const std::string& id, const config::Config& config,
+                 const fs::path& hook_path, os::System* sys) {
+    util::Timing timing;
     timing.mark("");
-    oci::Spec spec = oci::load_spec(bundle);
+    decide::oci::Spec spec = decide::oci::load_spec(bundle);
     timing.mark("spec read");
     if (cdi::marked(*spec.doc)) {
-        logger().debug("{}: already edited by gpubind-runtime", id);
+        util::logger().debug("{}: already edited by gpubind-runtime", id);
         return;
     }
     bool changed = false;
-    std::optional<NodeKnowledge> known;
+    std::optional<node::NodeKnowledge> known;
     const auto& annotations = spec.doc->value("annotations", nlohmann::json::object());
     if (!annotations.is_object() || !annotations.contains(cdi::kAppliedAnnotation)) {
         const cdi::Requests requests = cdi::read_requests(spec, config);
@@ -123,70 +124,74 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const Config& co
             // know_node rewrites the node's own specs, which would name what
             // is gone.
             try {
-                LoadOptions load;  // MIG devices are named by UUIDs only NVML knows
+                node::LoadOptions load;  // MIG devices are named by UUIDs only NVML knows
                 for (const auto& name : requests.devices)
                     load.need_nvml |= name.find("=MIG-") != std::string::npos;
                 known = know_node(config, load);
             } catch (const std::exception& e) {
-                logger().warn("the node not known before its CDI specs are applied: {}", e.what());
+                util::logger().warn("the node not known before its CDI specs are applied: {}",
+                                    e.what());
             }
-            spec = oci::parse_spec_document(cdi::apply(nlohmann::json(*spec.doc), requests.devices,
-                                                       cdi::load_specs(config.cdi.spec_dirs)),
-                                            bundle);
+            spec = decide::oci::parse_spec_document(
+                cdi::apply(nlohmann::json(*spec.doc), requests.devices,
+                           cdi::load_specs(config.cdi.spec_dirs)),
+                bundle);
             changed = true;
-            logger().info("{}: {}: {} CDI devices applied", id, requests.source,
-                          requests.devices.size());
+            util::logger().info("{}: {}: {} CDI devices applied", id, requests.source,
+                                requests.devices.size());
         }
     }
     Start start{.config = config, .sys = sys, .rootfs = spec.rootfs, .known = std::move(known)};
-    const Decision decision =
-        run(start, read_request(spec, config.policy, config.families), Act::Decide);
+    const decide::Decision decision =
+        run(start, decide::read_request(spec, config.policy, config.families), Act::Decide);
     timing.mark("decision");
     std::optional<nlohmann::json> edited;
     if (decision.gpu_container()) {
         cdi::FinishHook hook;
         hook.path = hook_path;
-        if (::access(hook.path.c_str(), X_OK) != 0) throw_errno("find hook", hook.path.string());
+        if (::access(hook.path.c_str(), X_OK) != 0)
+            util::throw_errno("find hook", hook.path.string());
         hook.env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         if (!config.source.empty())
-            hook.env.push_back(std::string(kConfigEnv) + "=" +
+            hook.env.push_back(std::string(config::kConfigEnv) + "=" +
                                fs::absolute(config.source).string());
         edited = cdi::edit_spec(nlohmann::json(*spec.doc), spec, decision.plan, hook);
         changed = true;
-        logger().info("{}: {}: {} devices in the spec, {} mounts for the finish hook", id,
-                      decision.reason, decision.plan.devices.size(), decision.plan.mounts.size());
+        util::logger().info("{}: {}: {} devices in the spec, {} mounts for the finish hook", id,
+                            decision.reason, decision.plan.devices.size(),
+                            decision.plan.mounts.size());
     } else {
-        logger().debug("{}: {}: nothing to do", id, decision.reason);
+        util::logger().debug("{}: {}: nothing to do", id, decision.reason);
     }
     if (!changed) return;
     const fs::path file = bundle / "config.json";
     // The file's mode kept, read from what is there: never through a link.
     struct stat st {};
     if (::fstatat(AT_FDCWD, file.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
-        throw_errno("stat", file.string());
+        util::throw_errno("stat", file.string());
     if (!S_ISREG(st.st_mode))
-        throw Error(ErrorKind::Invalid, EINVAL, "edit spec", file.string(),
-                    "is not a regular file; refusing to replace it");
+        throw util::Error(util::ErrorKind::Invalid, EINVAL, "edit spec", file.string(),
+                          "is not a regular file; refusing to replace it");
     const auto mode = static_cast<unsigned>(st.st_mode & 07777);
     // As big as the hook will read it (CDI edits add to it).
     const std::string text = (edited ? *edited : *spec.doc).dump();
     timing.mark("edit and serialization");
-    if (text.size() > oci::kMaxSpecSize)
-        throw Error(ErrorKind::Invalid, EFBIG, "edit spec", file.string(),
-                    fmt::format("{} bytes once edited, larger than the limit of {} bytes",
-                                text.size(), oci::kMaxSpecSize));
+    if (text.size() > decide::oci::kMaxSpecSize)
+        throw util::Error(util::ErrorKind::Invalid, EFBIG, "edit spec", file.string(),
+                          fmt::format("{} bytes once edited, larger than the limit of {} bytes",
+                                      text.size(), decide::oci::kMaxSpecSize));
     // Read by the runtime at once, useless after a crash: no fsync. The mode
     // is set on the new file's descriptor, past the umask.
-    write_file_atomic(file, text, {.mode = mode, .durable = false});
+    util::write_file_atomic(file, text, {.mode = mode, .durable = false});
     timing.mark("written");
     timing.log(id, ": timing: ");
 }
 
 // The real runtime: the first of config.runtimes that is an executable file
 // and not gpubind-runtime itself; names are searched in PATH.
-fs::path find_runtime(const Config& config) {
+fs::path find_runtime(const config::Config& config) {
     struct stat self {};
-    if (::stat("/proc/self/exe", &self) != 0) throw_errno("stat", "/proc/self/exe");
+    if (::stat("/proc/self/exe", &self) != 0) util::throw_errno("stat", "/proc/self/exe");
     auto usable = [&](const fs::path& p) {
         struct stat st {};
         return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
@@ -202,7 +207,7 @@ fs::path find_runtime(const Config& config) {
             if (usable(name)) return name;
             continue;
         }
-        for (auto dir : split(search, ':')) {
+        for (auto dir : util::split(search, ':')) {
             if (dir.empty()) continue;
             fs::path p = fs::path(dir) / name;
             if (usable(p)) return p;
@@ -210,11 +215,12 @@ fs::path find_runtime(const Config& config) {
     }
     std::string names;
     for (const auto& name : config.runtimes) names += (names.empty() ? "" : ", ") + name;
-    throw Error(ENOENT, "find runtime", names,
-                "none is an executable other than gpubind-runtime (config key runtime.runtimes)");
+    throw util::Error(
+        ENOENT, "find runtime", names,
+        "none is an executable other than gpubind-runtime (config key runtime.runtimes)");
 }
 
-fs::path prepare(const Invocation& args, const Config& config, const fs::path& hook) {
+fs::path prepare(const Invocation& args, const config::Config& config, const fs::path& hook) {
     if (args.command == "create" || args.command == "run")
         edit_bundle(args.bundle, args.id, config, hook);
     return find_runtime(config);

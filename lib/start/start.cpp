@@ -12,8 +12,8 @@
 
 namespace gpubind::start {
 
-NodeKnowledge know_node(const Config& config, const LoadOptions& options) {
-    NodeKnowledge known = load_node(config, options);
+node::NodeKnowledge know_node(const config::Config& config, const node::LoadOptions& options) {
+    node::NodeKnowledge known = node::load_node(config, options);
     if (known.stored && (known.recomputed || known.nvml_asked))
         cdi::refresh_quietly(known.node, config);
     return known;
@@ -22,7 +22,7 @@ NodeKnowledge know_node(const Config& config, const LoadOptions& options) {
 namespace {
 
 // The plan of `act` (what the runtime or the engine made already left out).
-Plan kept(Plan plan, Act act) {
+decide::Plan kept(decide::Plan plan, Act act) {
     switch (act) {
         case Act::FinishEdited:
             return cdi::edited_finish_plan(std::move(plan));
@@ -35,9 +35,9 @@ Plan kept(Plan plan, Act act) {
     return plan;
 }
 
-Target make_target(const Start& start) {
+exec::Target make_target(const Start& start) {
     const TargetOptions& o = start.target;
-    Target target = gpubind::make_target(start.config, start.pid, start.rootfs);
+    exec::Target target = gpubind::exec::make_target(start.config, start.pid, start.rootfs);
     target.cgroups = target.cgroups && o.cgroups;
     target.join_user_ns = o.rootless;
     target.in_place = o.in_place;
@@ -49,16 +49,17 @@ Target make_target(const Start& start) {
 
 }  // namespace
 
-Decision run(Start& start, Request request, Act act) {
-    if (!request.gpu_container()) return leave_alone(std::move(request));
-    const LoadOptions options = node_needs(request, start.store);
-    if (!start.known || (options.need_nvml && start.known->nvml.status == NvmlStatus::NotAsked))
+decide::Decision run(Start& start, decide::Request request, Act act) {
+    if (!request.gpu_container()) return decide::leave_alone(std::move(request));
+    const node::LoadOptions options = decide::node_needs(request, start.store);
+    if (!start.known ||
+        (options.need_nvml && start.known->nvml.status == node::NvmlStatus::NotAsked))
         start.known = know_node(start.config, options);
     start.deadline.check("decide");
-    std::optional<LinuxSystem> own;  // the decision reads the image through it, then acts
-    System& sys = start.sys ? *start.sys : own.emplace();
-    Decision d =
-        decide_on(std::move(request), sys, start.rootfs, start.config, std::move(*start.known));
+    std::optional<os::LinuxSystem> own;  // the decision reads the image through it, then acts
+    os::System& sys = start.sys ? *start.sys : own.emplace();
+    decide::Decision d = decide::decide_on(std::move(request), sys, start.rootfs, start.config,
+                                           std::move(*start.known));
     start.known.reset();
     if (start.leave_out) start.leave_out(d.plan, *d.node);
     if (!start.target.bind_devices)
@@ -67,23 +68,24 @@ Decision run(Start& start, Request request, Act act) {
     if (!start.reason.empty()) d.reason = start.reason;
     start.decided = std::chrono::steady_clock::now();
     if (act == Act::Decide) return d;
-    logger().info("{}: {} devices, {} mounts, {} links", d.reason, d.plan.devices.size(),
-                  d.plan.mounts.size(), d.plan.symlinks.size());
-    if (start.target.rootless) logger().debug("rootless: joining the container's user namespace");
+    util::logger().info("{}: {} devices, {} mounts, {} links", d.reason, d.plan.devices.size(),
+                        d.plan.mounts.size(), d.plan.symlinks.size());
+    if (start.target.rootless)
+        util::logger().debug("rootless: joining the container's user namespace");
     start.deadline.check("configure the container");
     execute(d.plan, make_target(start), sys);
     return d;
 }
 
-Decision decide(const oci::Spec& spec, const Config& config, bool store) {
+decide::Decision decide(const decide::oci::Spec& spec, const config::Config& config, bool store) {
     Start start{.config = config, .rootfs = spec.rootfs, .store = store};
-    return run(start, read_request(spec, config.policy, config.families), Act::Decide);
+    return run(start, decide::read_request(spec, config.policy, config.families), Act::Decide);
 }
 
-Request cdi_stage_request(const Node& node, const oci::Spec& spec, const Config& config,
-                          std::string& reason) {
+decide::Request cdi_stage_request(const node::Node& node, const decide::oci::Spec& spec,
+                                  const config::Config& config, std::string& reason) {
     const cdi::SpecSelection found = cdi::selection_in_spec(node, *spec.doc);
-    Request request;
+    decide::Request request;
     if (found.selection.empty() && found.imex_channels.empty()) {
         reason = "CDI: the spec holds none of the node's GPU or IMEX channel nodes";
         return request;
@@ -91,20 +93,21 @@ Request cdi_stage_request(const Node& node, const oci::Spec& spec, const Config&
     // By position (select_devices' "N" and "G:M"): the same devices, in the
     // node's order, whatever NVML knew of their UUIDs.
     std::vector<std::string> ids;
-    for (const Gpu* gpu : found.selection.gpus)
+    for (const node::Gpu* gpu : found.selection.gpus)
         ids.push_back(std::to_string(gpu - node.gpus.data()));
-    for (const MigDevice* mig : found.selection.migs) {
-        const Gpu& parent = node.gpus[mig->gpu_index];
+    for (const node::MigDevice* mig : found.selection.migs) {
+        const node::Gpu& parent = node.gpus[mig->gpu_index];
         ids.push_back(fmt::format("{}:{}", mig->gpu_index, mig - parent.mig.data()));
     }
-    request.source = RequestSource::Explicit;
+    request.source = decide::RequestSource::Explicit;
     request.caps = config.cdi.caps;
     request.imex_channels = found.imex_channels;
-    request.devices = {ids.empty() ? DeviceIdsKind::None : DeviceIdsKind::List, std::move(ids)};
+    request.devices = {ids.empty() ? node::DeviceIdsKind::None : node::DeviceIdsKind::List,
+                       std::move(ids)};
     std::string names;
     for (const auto& n : found.names) names += (names.empty() ? "" : ", ") + n;
     reason = fmt::format("CDI devices in the spec: {}; capabilities {}", names,
-                         capability_names(config.cdi.caps));
+                         config::capability_names(config.cdi.caps));
     return request;
 }
 

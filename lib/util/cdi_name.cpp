@@ -1,6 +1,6 @@
 #include "gpubind/util/cdi_name.hpp"
 
-namespace gpubind::cdi {
+namespace gpubind::util {
 
 namespace {
 
@@ -65,4 +65,4 @@ std::optional<QualifiedName> parse_qualified(std::string_view device) {
     return q;
 }
 
-}  // namespace gpubind::cdi
+}  // namespace gpubind::util

@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace gpubind {
+namespace gpubind::util {
 
 namespace {
 
@@ -58,4 +58,4 @@ int exit_code_for(const std::exception& e) noexcept {
     return error ? exit_code_for(error->kind()) : kExitFailure;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

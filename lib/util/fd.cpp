@@ -8,7 +8,7 @@
 
 #include "gpubind/util/error.hpp"
 
-namespace gpubind {
+namespace gpubind::util {
 
 void Fd::reset(int fd) noexcept {
     if (fd_ >= 0) ::close(fd_);
@@ -29,4 +29,4 @@ bool poll_until(std::span<pollfd> fds, std::chrono::steady_clock::time_point dea
     }
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

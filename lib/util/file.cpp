@@ -14,7 +14,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/id_map.hpp"
 
-namespace gpubind {
+namespace gpubind::util {
 
 Fd open_or_throw(const std::filesystem::path& path, int flags, unsigned mode) {
     int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
@@ -241,4 +241,4 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view data,
     ::unlinkat(dirfd.get(), tmp.c_str(), 0);
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

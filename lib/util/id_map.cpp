@@ -4,7 +4,7 @@
 
 #include "gpubind/util/error.hpp"
 
-namespace gpubind {
+namespace gpubind::util {
 
 std::vector<IdRange> id_ranges(std::string_view id_map, const std::string& what) {
     constexpr std::string_view kBlank = " \t";
@@ -44,4 +44,4 @@ bool is_initial_id_map(std::string_view id_map, const std::string& what) {
            ranges[0].count == 0xffffffffull;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

@@ -4,7 +4,7 @@
 
 #include "gpubind/util/log_sink.hpp"
 
-namespace gpubind {
+namespace gpubind::util {
 
 namespace {
 
@@ -83,4 +83,4 @@ void set_lazy_logger(spdlog::level::level_enum level,
     lazy() = {level, std::move(make)};
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

@@ -10,7 +10,7 @@
 
 #include "gpubind/util/error.hpp"
 
-namespace gpubind {
+namespace gpubind::util {
 
 ReportingChild fork_reporting(const std::function<int(int report_fd)>& body,
                               const std::string& what) {
@@ -44,4 +44,4 @@ void kill_and_reap(pid_t pid) {
     reap(pid);
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-namespace gpubind {
+namespace gpubind::util {
 
 std::string_view trim(std::string_view s) noexcept {
     constexpr std::string_view kSpace = " \t\r\n\v\f";
@@ -142,4 +142,4 @@ bool json_depth_within(std::string_view text, std::size_t max_depth) noexcept {
     return true;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

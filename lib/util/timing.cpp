@@ -6,7 +6,7 @@
 
 #include "gpubind/util/log.hpp"
 
-namespace gpubind {
+namespace gpubind::util {
 
 long long micros(std::chrono::steady_clock::time_point from,
                  std::chrono::steady_clock::time_point to) {
@@ -28,4 +28,4 @@ void Timing::log(std::string_view subject, std::string_view label) const {
     logger().debug("{}{}{}", subject, label, text);
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

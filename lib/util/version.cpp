@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace gpubind {
+namespace gpubind::util {
 
 namespace {
 
@@ -48,4 +48,4 @@ int compare_versions(std::string_view a, std::string_view b) noexcept {
     return pa.suffix < pb.suffix ? -1 : 1;
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

@@ -28,13 +28,14 @@ driver-root = "/run/nvidia/driver"
 // What a process pays on its first default_config() (later calls copy it):
 // the generated initialisers, no parsing.
 void BM_DefaultConfig(benchmark::State& state) {
-    for (auto _ : state) benchmark::DoNotOptimize(detail::make_builtin_config());
+    for (auto _ : state) benchmark::DoNotOptimize(config::detail::make_builtin_config());
 }
 BENCHMARK(BM_DefaultConfig);
 
 // A user's file read over the defaults (made once per process, outside the loop).
 void BM_ParseSmallUserConfig(benchmark::State& state) {
-    for (auto _ : state) benchmark::DoNotOptimize(parse_config(kSmallUserConfig, "config.toml"));
+    for (auto _ : state)
+        benchmark::DoNotOptimize(config::parse_config(kSmallUserConfig, "config.toml"));
     state.SetBytesProcessed(
         static_cast<std::int64_t>(state.iterations() * kSmallUserConfig.size()));
 }

@@ -29,7 +29,7 @@ class SimulatedNode {
         sim::Spec spec;
         spec.gpus = 4;
         sim::simulate(dir_ / "node", spec);
-        config_ = default_config();
+        config_ = config::default_config();
         config_.roots = {dir_ / "node", dir_ / "node", dir_ / "node/proc"};
         config_.state_dir = dir_ / "state";
     }
@@ -40,40 +40,40 @@ class SimulatedNode {
     SimulatedNode(const SimulatedNode&) = delete;
     SimulatedNode& operator=(const SimulatedNode&) = delete;
 
-    const Config& config() const { return config_; }
+    const config::Config& config() const { return config_; }
 
   private:
     fs::path dir_;
-    Config config_;
+    config::Config config_;
 };
 
-const Config& node_config() {
+const config::Config& node_config() {
     static SimulatedNode node;
     return node.config();
 }
 
 void BM_NodeFingerprint(benchmark::State& state) {
-    const Config& config = node_config();
-    for (auto _ : state) benchmark::DoNotOptimize(node_fingerprint(config));
+    const config::Config& config = node_config();
+    for (auto _ : state) benchmark::DoNotOptimize(node::node_fingerprint(config));
 }
 BENCHMARK(BM_NodeFingerprint)->Unit(benchmark::kMicrosecond);
 
 void BM_ConfigDigest(benchmark::State& state) {
-    const Config& config = node_config();
-    for (auto _ : state) benchmark::DoNotOptimize(config_digest(config));
+    const config::Config& config = node_config();
+    for (auto _ : state) benchmark::DoNotOptimize(node::config_digest(config));
 }
 BENCHMARK(BM_ConfigDigest)->Unit(benchmark::kMicrosecond);
 
 // What a container start pays when the description holds.
 void BM_LoadNodeValid(benchmark::State& state) {
-    const Config& config = node_config();
-    if (load_node(config).recomputed && load_node(config).recomputed) {
+    const config::Config& config = node_config();
+    if (node::load_node(config).recomputed && node::load_node(config).recomputed) {
         state.SkipWithError("the description is recomputed at every load (not root?)");
         return;
     }
     std::size_t parts = 0;
     for (auto _ : state) {
-        NodeKnowledge k = load_node(config);
+        node::NodeKnowledge k = node::load_node(config);
         parts = k.fingerprint.size();
         if (k.recomputed) {
             state.SkipWithError(("recomputed: " + k.why).c_str());

@@ -170,11 +170,12 @@ int run(long calls, int clients, long preferred, long rss_limit_kib) {
         preferred, median, percentile(us, 0.9), p99, percentile(us, 1.0), preferred_failed);
 
     // The decision alone, in this process: plugin::preferred_allocation on the node.
-    gpubind::Config cfg = gpubind::default_config();
+    gpubind::config::Config cfg = gpubind::config::default_config();
     cfg.roots = {node.path(), node.path(), node.path() / "proc", node.path() / "sys"};
     cfg.state_dir = node.path() / "run-gpubind";
-    const gpubind::Node n = gpubind::discover(cfg);
-    const auto devices = gpubind::plugin::resources(n, gpubind::DevicePluginConfig{})[0].devices;
+    const gpubind::node::Node n = gpubind::node::discover(cfg);
+    const auto devices =
+        gpubind::plugin::resources(n, gpubind::config::DevicePluginConfig{})[0].devices;
     std::vector<double> pure;
     for (long i = 0; i < preferred; ++i) {
         std::shuffle(ids.begin(), ids.end(), rng);

@@ -21,7 +21,7 @@ const char* cache_path() {
 }
 
 void BM_LoadAndParse(benchmark::State& state) {
-    std::size_t entries = 0, bytes = read_file(cache_path(), ldcache::kMaxCacheSize).size();
+    std::size_t entries = 0, bytes = util::read_file(cache_path(), ldcache::kMaxCacheSize).size();
     for (auto _ : state) {
         ldcache::Cache cache = ldcache::load(cache_path());
         entries = cache.entries.size();
@@ -33,7 +33,7 @@ void BM_LoadAndParse(benchmark::State& state) {
 BENCHMARK(BM_LoadAndParse);
 
 void BM_ParseFromMemory(benchmark::State& state) {
-    const std::string bytes = read_file(cache_path(), ldcache::kMaxCacheSize);
+    const std::string bytes = util::read_file(cache_path(), ldcache::kMaxCacheSize);
     std::size_t entries = 0;
     for (auto _ : state) {
         ldcache::Cache cache = ldcache::parse(bytes, cache_path());
@@ -65,7 +65,7 @@ BENCHMARK(BM_LookupEverySoname);
 // libraries (a typical compute,utility set, x86-64 and 32-bit) merged in,
 // the new file's bytes made.
 void BM_MergeAndSerialize(benchmark::State& state) {
-    const std::string bytes = read_file(cache_path(), ldcache::kMaxCacheSize);
+    const std::string bytes = util::read_file(cache_path(), ldcache::kMaxCacheSize);
     const std::vector<std::string> dirs = {"/usr/lib/x86_64-linux-gnu", "/usr/lib/i386-linux-gnu"};
     std::vector<ldcache::Library> added;
     for (const char* so : {"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so",

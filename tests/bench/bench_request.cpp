@@ -15,9 +15,9 @@ using namespace gpubind;
 
 // N /dev/null mounts under /var/run/nvidia-container-devices/rdma/, each of
 // N/2 HCAs twice, and one GPU's.
-oci::Spec spec_with_mounts(std::size_t n) {
+decide::oci::Spec spec_with_mounts(std::size_t n) {
     const std::string dir = "/var/run/nvidia-container-devices/";
-    oci::Spec spec;
+    decide::oci::Spec spec;
     spec.bundle = "/bundles/c1";
     spec.mounts.push_back({dir + "0", "/dev/null", "bind", {"bind", "ro"}});
     for (std::size_t i = 0; i < n; ++i)
@@ -30,11 +30,11 @@ oci::Spec spec_with_mounts(std::size_t n) {
 
 void BM_ReadRequestDeviceMounts(benchmark::State& state) {
     const auto n = static_cast<std::size_t>(state.range(0));
-    const oci::Spec spec = spec_with_mounts(n);
-    Config config = default_config();
+    const decide::oci::Spec spec = spec_with_mounts(n);
+    config::Config config = config::default_config();
     config.policy.accept_volume_mounts = true;
     for (auto _ : state)
-        benchmark::DoNotOptimize(read_request(spec, config.policy, config.families));
+        benchmark::DoNotOptimize(decide::read_request(spec, config.policy, config.families));
     state.SetComplexityN(state.range(0));
 }
 BENCHMARK(BM_ReadRequestDeviceMounts)
@@ -46,7 +46,7 @@ BENCHMARK(BM_ReadRequestDeviceMounts)
 // The hook's judgement of which tmpfs mounts are fresh, over N tmpfs mounts.
 void BM_FreshTmpfs(benchmark::State& state) {
     const auto n = static_cast<std::size_t>(state.range(0));
-    oci::Spec spec;
+    decide::oci::Spec spec;
     for (std::size_t i = 0; i < n; ++i)
         spec.mounts.push_back({"/t/" + std::to_string(i), "tmpfs", "tmpfs", {"nosuid"}});
     for (auto _ : state) benchmark::DoNotOptimize(spec.fresh_tmpfs());

@@ -76,8 +76,8 @@ std::vector<std::uint32_t> loaded_programs_named(const std::string& name) {
 
 // The names of the device programs attached to a cgroup directory.
 std::vector<std::string> attached_names(const fs::path& dir) {
-    LinuxSystem sys;
-    Fd fd = sys.open_cgroup_dir(dir);
+    os::LinuxSystem sys;
+    util::Fd fd = sys.open_cgroup_dir(dir);
     std::vector<std::string> out;
     for (auto id : sys.query_device_programs(fd.get()).ids) out.push_back(program_name(id));
     return out;
@@ -145,7 +145,7 @@ class Cgroup2E2e : public ::testing::Test {
     static std::vector<std::uint32_t> ours_left() {
         std::vector<std::uint32_t> left;
         for (int i = 0; i < 100; ++i) {
-            left = loaded_programs_named(bpf::kProgramName);
+            left = loaded_programs_named(os::bpf::kProgramName);
             if (left.empty()) break;
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
@@ -160,7 +160,7 @@ class Cgroup2E2e : public ::testing::Test {
 TEST_F(Cgroup2E2e, HookGrantsThePlannedNodesByExtendingRuncsProgram) {
     PrivateCgroup2 v2;
     ASSERT_EQ(v2.error(), "");
-    ASSERT_EQ(loaded_programs_named(bpf::kProgramName), std::vector<std::uint32_t>{})
+    ASSERT_EQ(loaded_programs_named(os::bpf::kProgramName), std::vector<std::uint32_t>{})
         << "a program of ours is loaded before the test";
     Bundle b = bundle(/*with_hook=*/true);
     const std::string cid = id();
@@ -174,7 +174,7 @@ TEST_F(Cgroup2E2e, HookGrantsThePlannedNodesByExtendingRuncsProgram) {
         EXPECT_THAT(cg, HasSubstr(":devices:/\n"));
         ASSERT_TRUE(fs::is_directory(cgroup_dir));
         // One device program on it, ours in place of runc's.
-        EXPECT_EQ(attached_names(cgroup_dir), std::vector<std::string>{bpf::kProgramName});
+        EXPECT_EQ(attached_names(cgroup_dir), std::vector<std::string>{os::bpf::kProgramName});
 
         auto [args, want] = open_check();
         auto r = c.exec(args);
@@ -197,9 +197,9 @@ TEST_F(Cgroup2E2e, TheDeviceProgramMadeOnceIsKeptForTheNextContainers) {
     const fs::path bpffs = node_->bpf_dir().parent_path();
     fs::create_directories(bpffs);
     ASSERT_EQ(::mount("bpf", bpffs.c_str(), "bpf", 0, "mode=0700"), 0) << std::strerror(errno);
-    ASSERT_EQ(loaded_programs_named(bpf::kProgramName), std::vector<std::uint32_t>{})
+    ASSERT_EQ(loaded_programs_named(os::bpf::kProgramName), std::vector<std::uint32_t>{})
         << "a program of ours is loaded before the test";
-    LinuxSystem sys;
+    os::LinuxSystem sys;
     std::vector<std::uint32_t> attached;
     {
         Bundle a = bundle(/*with_hook=*/true), b = bundle(/*with_hook=*/true);
@@ -209,13 +209,13 @@ TEST_F(Cgroup2E2e, TheDeviceProgramMadeOnceIsKeptForTheNextContainers) {
         Detached second(b, id_b);
         ASSERT_TRUE(second.created()) << second.error() << read_text(node_->log());
         for (const std::string& cid : {id_a, id_b}) {
-            Fd cg = sys.open_cgroup_dir(fs::path("/sys/fs/cgroup") / cid);
+            util::Fd cg = sys.open_cgroup_dir(fs::path("/sys/fs/cgroup") / cid);
             const auto ids = sys.query_device_programs(cg.get()).ids;
             ASSERT_EQ(ids.size(), 1u);
             attached.push_back(ids[0]);
         }
         EXPECT_EQ(attached[0], attached[1]) << "the second container's program was loaded anew";
-        EXPECT_EQ(program_name(attached[0]), bpf::kProgramName);
+        EXPECT_EQ(program_name(attached[0]), os::bpf::kProgramName);
         std::vector<std::string> kept;
         for (const auto& e : fs::directory_iterator(node_->bpf_dir()))
             kept.push_back(e.path().filename().string());
@@ -234,7 +234,8 @@ TEST_F(Cgroup2E2e, TheDeviceProgramMadeOnceIsKeptForTheNextContainers) {
         second.remove();
     }
     // Kept: loaded still, attached nowhere; gone with its bpffs.
-    EXPECT_EQ(loaded_programs_named(bpf::kProgramName), std::vector<std::uint32_t>{attached[0]});
+    EXPECT_EQ(loaded_programs_named(os::bpf::kProgramName),
+              std::vector<std::uint32_t>{attached[0]});
     ASSERT_EQ(::umount2(bpffs.c_str(), MNT_DETACH), 0) << std::strerror(errno);
     EXPECT_EQ(ours_left(), std::vector<std::uint32_t>{});
 }
@@ -249,7 +250,7 @@ TEST_F(Cgroup2E2e, ChecksFailWithoutTheHook) {
     // runc's own program, not ours.
     auto names = attached_names(fs::path("/sys/fs/cgroup") / cid);
     EXPECT_EQ(names.size(), 1u);
-    EXPECT_EQ(std::count(names.begin(), names.end(), bpf::kProgramName), 0);
+    EXPECT_EQ(std::count(names.begin(), names.end(), os::bpf::kProgramName), 0);
 
     auto [args, want] = open_check();
     auto r = c.exec(args);

@@ -276,7 +276,7 @@ TEST(DevicePluginDaemonSet, ItsContainerGetsEveryGpuWithoutPrivilege) {
     }
     const auto last = text.rfind("\n---\n");
     ASSERT_NE(last, std::string::npos);
-    const nlohmann::json ds = yaml::parse(text.substr(last + 5), "gpubind.yaml");
+    const nlohmann::json ds = cdi::yaml::parse(text.substr(last + 5), "gpubind.yaml");
     ASSERT_EQ(ds["metadata"]["name"], "gpubind-device-plugin");
     const auto& c = ds["spec"]["template"]["spec"]["containers"][0];
     sim::Spec spec;

@@ -133,11 +133,11 @@ class DoctorE2e : public ::testing::Test {
     }
 
     // Checks that `c` started; its init's pid and its device cgroup.
-    static void started(const Detached& c, int& pid, cgroup::DeviceCgroup& cg) {
+    static void started(const Detached& c, int& pid, os::cgroup::DeviceCgroup& cg) {
         ASSERT_TRUE(c.created()) << c.error() << read_text(node_->log());
         pid = c.pid();
         ASSERT_GT(pid, 0);
-        cg = cgroup::locate(c.proc_cgroup(), read_text("/proc/self/mountinfo"), "test");
+        cg = os::cgroup::locate(c.proc_cgroup(), read_text("/proc/self/mountinfo"), "test");
     }
 
     static inline std::unique_ptr<SimNode> node_;
@@ -149,9 +149,9 @@ TEST_F(DoctorE2e, V1RulesDeniedAsByDaemonReload) {
     Bundle b = bundle();
     Detached c(b, id());
     int pid = -1;
-    cgroup::DeviceCgroup cg;
+    os::cgroup::DeviceCgroup cg;
     ASSERT_NO_FATAL_FAILURE(started(c, pid, cg));
-    if (cg.kind != cgroup::DeviceCgroup::Kind::V1) GTEST_SKIP() << "not a cgroup v1 host";
+    if (cg.kind != os::cgroup::DeviceCgroup::Kind::V1) GTEST_SKIP() << "not a cgroup v1 host";
 
     auto [args, enxio] = open_check("ENXIO");
     auto r = c.exec(args);
@@ -182,33 +182,35 @@ TEST_F(DoctorE2e, V2RuntimesProgramPutBack) {
     Bundle b = bundle();
     Detached c(b, id());
     int pid = -1;
-    cgroup::DeviceCgroup cg;
+    os::cgroup::DeviceCgroup cg;
     ASSERT_NO_FATAL_FAILURE(started(c, pid, cg));
-    ASSERT_EQ(cg.kind, cgroup::DeviceCgroup::Kind::V2);
+    ASSERT_EQ(cg.kind, os::cgroup::DeviceCgroup::Kind::V2);
     expect_healthy(doctor({"--pid", std::to_string(pid), "--bundle", b.dir().string()}));
 
     // The hook's program is the runtime's behind a prologue of one rule per
     // given node: the runtime's own, taken back out of it, goes back in its place.
-    LinuxSystem sys;
-    Fd dir = sys.open_cgroup_dir(cg.dir);
-    const DevicePrograms progs = sys.query_device_programs(dir.get());
+    os::LinuxSystem sys;
+    util::Fd dir = sys.open_cgroup_dir(cg.dir);
+    const os::DevicePrograms progs = sys.query_device_programs(dir.get());
     ASSERT_EQ(progs.ids.size(), 1u);
-    Fd ours = sys.open_program(progs.ids[0]);
+    util::Fd ours = sys.open_program(progs.ids[0]);
     const auto insns = sys.program_instructions(ours.get());
-    std::vector<bpf::DeviceRule> rules(given().size());
-    const std::size_t prologue = bpf::extend_device_program(rules, {}).size();
+    std::vector<os::bpf::DeviceRule> rules(given().size());
+    const std::size_t prologue = os::bpf::extend_device_program(rules, {}).size();
     ASSERT_GT(insns.size(), prologue);
-    const std::vector<bpf::Insn> runtimes(insns.begin() + static_cast<long>(prologue), insns.end());
+    const std::vector<os::bpf::Insn> runtimes(insns.begin() + static_cast<long>(prologue),
+                                              insns.end());
     for (const auto& n : given())
-        ASSERT_EQ(bpf::run_device_program(
-                      runtimes, {bpf::kDevChar, bpf::kAccRead | bpf::kAccWrite, n.major, n.minor}),
+        ASSERT_EQ(os::bpf::run_device_program(
+                      runtimes, {os::bpf::kDevChar, os::bpf::kAccRead | os::bpf::kAccWrite, n.major,
+                                 n.minor}),
                   0u)
             << "not the runtime's program: it allows " << n.path;
-    ASSERT_NE(
-        bpf::run_device_program(runtimes, {bpf::kDevChar, bpf::kAccRead | bpf::kAccWrite, 1, 3}),
-        0u)
+    ASSERT_NE(os::bpf::run_device_program(
+                  runtimes, {os::bpf::kDevChar, os::bpf::kAccRead | os::bpf::kAccWrite, 1, 3}),
+              0u)
         << "not the runtime's program: it denies /dev/null";
-    Fd back = sys.load_device_program(runtimes, "runc_devices");
+    util::Fd back = sys.load_device_program(runtimes, "runc_devices");
     sys.replace_device_program(dir.get(), back.get(), ours.get(), progs.attach_flags,
                                cg.dir.string());
 

@@ -1120,7 +1120,7 @@ class LoopDevice {
         std::ofstream(backing, std::ios::binary) << bytes;
         auto r = run_command({"losetup", "--find", "--show", backing.string()});
         if (r.exit_code != 0) throw std::runtime_error("losetup: " + r.err);
-        dev_ = std::string(trim(r.out));
+        dev_ = std::string(util::trim(r.out));
         struct stat st {};
         if (::stat(dev_.c_str(), &st) != 0) throw std::runtime_error("stat " + dev_);
         rdev_ = st.st_rdev;
@@ -1434,7 +1434,7 @@ TEST_F(HostileTest, Issue12LogFileGetsImageTextEscaped) {
     EXPECT_THAT(r.out, Not(HasSubstr("started")));
     const std::string text = read_text(log);
     ASSERT_THAT(text, HasSubstr("select device"));
-    for (const auto& line : split(text, '\n'))
+    for (const auto& line : util::split(text, '\n'))
         EXPECT_FALSE(line.starts_with("* * * * *")) << "a forged log line: " << line;
     EXPECT_THAT(text, HasSubstr("\\n* * * * * root touch /forged"));
 }

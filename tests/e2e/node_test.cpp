@@ -98,10 +98,10 @@ class NodeTest : public ::testing::Test {
 
     // What the stored description holds, read through the library (as
     // `gpubind info` does) without recomputing or rewriting it.
-    NodeKnowledge description() const {
-        LoadOptions options;
+    node::NodeKnowledge description() const {
+        node::LoadOptions options;
         options.write = false;
-        NodeKnowledge k = load_node(load_config(node_.config()), options);
+        node::NodeKnowledge k = node::load_node(config::load_config(node_.config()), options);
         EXPECT_FALSE(k.recomputed) << "the stored description is not current: " << k.why;
         return k;
     }
@@ -121,7 +121,7 @@ TEST_F(NodeTest, TenCudaImageStartsInitialiseNvmlOnce) {
     }
     EXPECT_EQ(nvml_inits(), 1u);
     const auto d = description();
-    EXPECT_EQ(d.nvml.status, NvmlStatus::Answered);
+    EXPECT_EQ(d.nvml.status, node::NvmlStatus::Answered);
     EXPECT_EQ(d.node.cuda_version, node_.manifest().cuda_version);
     // An unmet requirement is refused from the stored facts, without NVML.
     auto b = bundle();
@@ -143,7 +143,7 @@ TEST_F(NodeTest, AStartWithoutRequirementsNeverWaitsForNvml) {
             << devices;
     }
     EXPECT_EQ(nvml_inits(), 0u);
-    EXPECT_EQ(description().nvml.status, NvmlStatus::NotAsked);
+    EXPECT_EQ(description().nvml.status, node::NvmlStatus::NotAsked);
     // The requirement on the driver version alone is procfs's.
     auto b = bundle();
     b->env("NVIDIA_REQUIRE_DRIVER=driver>=500");
@@ -161,7 +161,7 @@ TEST_F(NodeTest, AHungNvmlCostsOneWaitPerDriverState) {
         EXPECT_THAT(r.err, HasSubstr("is unknown"));
     }
     EXPECT_EQ(nvml_inits(), 1u);
-    EXPECT_EQ(description().nvml.status, NvmlStatus::Failed);
+    EXPECT_EQ(description().nvml.status, node::NvmlStatus::Failed);
 }
 
 TEST_F(NodeTest, ADriverUpgradeIsSeenByTheNextStart) {
@@ -279,8 +279,9 @@ TEST_F(NodeTest, TheShimsFinishHookDoesNotRediscover) {
     ASSERT_EQ(loads_current_driver(r), "");
     const std::string log = log_text();
     EXPECT_EQ(count(log, "discovering the node"), 1u) << log;  // the shim, at create
-    EXPECT_EQ(count(log, "node description " + (node_.state_dir() / kNodeDescriptionName).string()),
-              1u)
+    EXPECT_EQ(
+        count(log, "node description " + (node_.state_dir() / node::kNodeDescriptionName).string()),
+        1u)
         << log;  // the finish hook read it
 }
 

@@ -194,9 +194,9 @@ TEST(PlacementNvml, ADeclaredStartAsksNvmlOnceAStartDeclaringNothingNever) {
     SimNode node(spec, "gpubind-e2e-placement-nvml");
     TempDir work("gpubind-e2e-placement-nvml");
     auto nvml = [&] {
-        LoadOptions options;
+        node::LoadOptions options;
         options.write = false;
-        return load_node(load_config(node.config()), options).nvml.status;
+        return node::load_node(config::load_config(node.config()), options).nvml.status;
     };
     auto start = [&](const std::string& name, const std::string& declared) {
         Bundle b(work.path() / name);
@@ -207,10 +207,10 @@ TEST(PlacementNvml, ADeclaredStartAsksNvmlOnceAStartDeclaringNothingNever) {
     };
     auto r = start("undeclared", "");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(nvml(), NvmlStatus::NotAsked);
+    EXPECT_EQ(nvml(), node::NvmlStatus::NotAsked);
     r = start("declared", "nvlink");
     ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node.log());
-    EXPECT_EQ(nvml(), NvmlStatus::Answered);
+    EXPECT_EQ(nvml(), node::NvmlStatus::Answered);
 }
 
 // The system calls of a start, by name, as strace counts them: gpubind-hook

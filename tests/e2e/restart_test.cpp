@@ -248,10 +248,10 @@ TEST_F(RestartTest, ImageDriverFilesGiveWayToTheHosts) {
     const fs::path dir = b->rootfs() / fs::path(kMultiarch).relative_path();
     fs::create_directories(dir);
     std::ofstream(dir / "libcuda.so.470.82.01", std::ios::binary)
-        << elf::make_shared_object(elf::Machine::X86_64, "libcuda.so.1");
+        << sim::elf::make_shared_object(sim::elf::Machine::X86_64, "libcuda.so.1");
     fs::create_symlink("libcuda.so.470.82.01", dir / "libcuda.so.1");
     std::ofstream(dir / "libnvidia-ml.so.1", std::ios::binary)
-        << elf::make_shared_object(elf::Machine::X86_64, "libnvidia-ml.so.1");
+        << sim::elf::make_shared_object(sim::elf::Machine::X86_64, "libnvidia-ml.so.1");
     fs::create_directories(b->rootfs() / "usr/bin");
     std::ofstream(b->rootfs() / "usr/bin/nvidia-smi") << "#!/bin/sh\necho image nvidia-smi\n";
     fs::permissions(b->rootfs() / "usr/bin/nvidia-smi", fs::perms::owner_all);
@@ -332,7 +332,7 @@ TEST_F(RestartTest, CompatEntryFollowsTheDecisionOfEachStart) {
     fs::create_directories(compat);
     const std::string between = "555.10.01";  // newer than kOld, older than kNew
     std::ofstream(compat / ("libcuda.so." + between), std::ios::binary)
-        << elf::make_shared_object(elf::Machine::X86_64, "libcuda.so.1");
+        << sim::elf::make_shared_object(sim::elf::Machine::X86_64, "libcuda.so.1");
     fs::create_symlink("libcuda.so." + between, compat / "libcuda.so.1");
     const fs::path conf = b->rootfs() / "etc/ld.so.conf.d/000-cuda-compat.conf";
     auto r = b->run();

@@ -461,7 +461,7 @@ class CudaCompatE2e : public RuncTest {
         const fs::path compat = b.rootfs() / "usr/local/cuda/compat";
         fs::create_directories(compat);
         std::ofstream(compat / ("libcuda.so." + version), std::ios::binary)
-            << elf::make_shared_object(elf::Machine::X86_64, "libcuda.so.1");
+            << sim::elf::make_shared_object(sim::elf::Machine::X86_64, "libcuda.so.1");
         // As CUDA images ship it.
         fs::create_symlink("libcuda.so." + version, compat / "libcuda.so.1");
         b.env("NVIDIA_VISIBLE_DEVICES=0")

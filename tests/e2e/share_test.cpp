@@ -18,7 +18,6 @@
 #include "container.hpp"
 #include "files.hpp"
 #include "gpubind/decide/share.hpp"
-#include "gpubind/node/node.hpp"
 #include "gpubind/sim/sim.hpp"
 #include "temp_dir.hpp"
 
@@ -85,7 +84,7 @@ class ShareE2e : public ::testing::Test {
         return fmt::format(
             "check share {}: this node cannot enforce a GPU share: {}; [policy] shares = soft "
             "starts it unenforced",
-            asked_by, share_enforcement());
+            asked_by, decide::share_enforcement());
     }
 
     static inline std::unique_ptr<SimNode> node_;
@@ -110,7 +109,7 @@ TEST_F(ShareE2e, SoftStartsItWithTheWholeGpuAndAWarning) {
     EXPECT_EQ(expect_gpus(m(), r.out, {0, 1}), "") << r.out;
     EXPECT_THAT(slurp(node_->log()),
                 HasSubstr("GPUBIND_GPU_MEMORY=10GiB: the share is not enforced: " +
-                          share_enforcement() + "; starting it anyway (shares = soft)"));
+                          decide::share_enforcement() + "; starting it anyway (shares = soft)"));
 }
 
 TEST_F(ShareE2e, ALimitAboveTheGpusMemoryIsRefusedEvenWhenSoft) {

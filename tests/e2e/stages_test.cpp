@@ -51,14 +51,15 @@ class Stages : public ::testing::Test {
         spec.gpus = 2;
         node_ = std::make_unique<SimNode>(spec);
         // The hook reads its config as a runtime gives it: from its environment.
-        ::setenv(std::string(kConfigEnv).c_str(), node_->config().c_str(), 1);
+        ::setenv(std::string(config::kConfigEnv).c_str(), node_->config().c_str(), 1);
     }
     static void TearDownTestSuite() {
-        ::unsetenv(std::string(kConfigEnv).c_str());
+        ::unsetenv(std::string(config::kConfigEnv).c_str());
         node_.reset();
     }
 
-    Stages() : bundle_(dir_.path() / "bundle"), config_(load_trusted_config(node_->config())) {
+    Stages()
+        : bundle_(dir_.path() / "bundle"), config_(config::load_trusted_config(node_->config())) {
         bundle_.env("NVIDIA_VISIBLE_DEVICES=1");
         bundle_.write_spec();
     }
@@ -80,18 +81,19 @@ class Stages : public ::testing::Test {
     // A recording world where the bundle's container can start: the host
     // holds every source of the plan for `request`, the image the usual
     // directories, and the image is read from the host's side.
-    RecordingSystem world(const Request& request) {
+    RecordingSystem world(const decide::Request& request) {
         RecordingSystem probe;
         probe.image_from_host = true;
         start::Start s{.config = config_, .sys = &probe, .rootfs = bundle_.rootfs()};
-        const Plan plan = start::run(s, request, start::Act::Decide).plan;
+        const decide::Plan plan = start::run(s, request, start::Act::Decide).plan;
         RecordingSystem sys;
         sys.image_from_host = true;
         exec_test::setup_world(sys, plan);
         return sys;
     }
     RecordingSystem world() {
-        return world(read_request(oci::load_spec(bundle_.dir()), config_.policy, config_.families));
+        return world(decide::read_request(decide::oci::load_spec(bundle_.dir()), config_.policy,
+                                          config_.families));
     }
 
     // The hook at `stage` through `sys`, the state on a pipe as a runtime
@@ -112,7 +114,7 @@ class Stages : public ::testing::Test {
         int code = -1;
         try {
             code = start::run_hook({.stage = stage, .state_fd = fds[0], .sys = &sys},
-                                   [](const Config&, const std::string&) {});
+                                   [](const config::Config&, const std::string&) {});
         } catch (...) {
             ::close(fds[0]);
             throw;
@@ -124,15 +126,15 @@ class Stages : public ::testing::Test {
     // The bundle as an engine leaves it once it applied a CDI device: no
     // variable, `gpu`'s node in linux.devices. What the CDI stage then asks
     // for (`index`: gpu's), for world().
-    Request engine_gave(const sim::ManifestNode& gpu, const std::string& index) {
+    decide::Request engine_gave(const sim::ManifestNode& gpu, const std::string& index) {
         bundle_.env("NVIDIA_VISIBLE_DEVICES=void");
         bundle_.spec()["linux"]["devices"] = json::array(
             {{{"path", gpu.path}, {"type", "c"}, {"major", gpu.major}, {"minor", gpu.minor}}});
         bundle_.write_spec();
-        Request asked;
-        asked.source = RequestSource::Explicit;
+        decide::Request asked;
+        asked.source = decide::RequestSource::Explicit;
         asked.caps = config_.cdi.caps;
-        asked.devices = parse_device_ids(index);
+        asked.devices = node::parse_device_ids(index);
         return asked;
     }
 
@@ -163,12 +165,12 @@ class Stages : public ::testing::Test {
     static inline std::unique_ptr<SimNode> node_;
     TempDir dir_{"gpubind-stages"};
     Bundle bundle_;
-    Config config_;
+    config::Config config_;
 };
 
 TEST_F(Stages, PrestartMakesTheSelectedDeviceAndTheDriverFilesThroughTheSystem) {
     RecordingSystem sys = world();
-    ASSERT_EQ(hook("prestart", sys), kExitOk);
+    ASSERT_EQ(hook("prestart", sys), util::kExitOk);
     EXPECT_TRUE(attached(sys, "/dev/nvidia1"));
     EXPECT_FALSE(attached(sys, "/dev/nvidia0"));
     EXPECT_TRUE(library_attached(sys));
@@ -178,8 +180,8 @@ TEST_F(Stages, PrestartMakesTheSelectedDeviceAndTheDriverFilesThroughTheSystem) 
 
 TEST_F(Stages, CreateRuntimeIsThePrestartPath) {
     RecordingSystem prestart = world(), create_runtime = world();
-    ASSERT_EQ(hook("prestart", prestart), kExitOk);
-    ASSERT_EQ(hook("createRuntime", create_runtime), kExitOk);
+    ASSERT_EQ(hook("prestart", prestart), util::kExitOk);
+    ASSERT_EQ(hook("createRuntime", create_runtime), util::kExitOk);
     EXPECT_FALSE(prestart.calls.empty());
     EXPECT_EQ(create_runtime.calls, prestart.calls);
 }
@@ -187,11 +189,11 @@ TEST_F(Stages, CreateRuntimeIsThePrestartPath) {
 TEST_F(Stages, PoststopAndAContainerWithoutGpusTouchNothing) {
     RecordingSystem sys = world();
     EXPECT_EQ(start::run_hook({.stage = "poststop", .state_fd = -1, .sys = &sys},
-                              [](const Config&, const std::string&) {}),
-              kExitOk);
+                              [](const config::Config&, const std::string&) {}),
+              util::kExitOk);
     bundle_.env("NVIDIA_VISIBLE_DEVICES=void");
     bundle_.write_spec();
-    ASSERT_EQ(hook("prestart", sys), kExitOk);
+    ASSERT_EQ(hook("prestart", sys), util::kExitOk);
     EXPECT_EQ(sys.calls, std::vector<std::string>{});
 }
 
@@ -209,11 +211,11 @@ TEST_F(Stages, TheShimsEditThenTheFinishHookMakeTheRestWithoutTheDevice) {
     EXPECT_THAT(edited["linux"]["devices"].dump(), HasSubstr("\"" + device("nvidia1").path + "\""));
 
     RecordingSystem other = world();
-    ASSERT_EQ(hook("prestart", other), kExitOk);  // left to the finish hook
+    ASSERT_EQ(hook("prestart", other), util::kExitOk);  // left to the finish hook
     EXPECT_EQ(other.calls, std::vector<std::string>{});
 
     RecordingSystem finish = world();
-    ASSERT_EQ(hook("finish", finish), kExitOk);
+    ASSERT_EQ(hook("finish", finish), util::kExitOk);
     EXPECT_TRUE(library_attached(finish));
     EXPECT_FALSE(attached(finish, "/dev/nvidia1"));
     EXPECT_FALSE(any_call(finish, "write_rule "));
@@ -223,9 +225,9 @@ TEST_F(Stages, TheShimsEditThenTheFinishHookMakeTheRestWithoutTheDevice) {
 // makes links and the rest, nothing the engine made.
 TEST_F(Stages, TheCdiStageMakesNeitherTheDevicesNorTheMountsTheEngineMade) {
     const sim::ManifestNode& gpu = device("nvidia1");
-    const Request asked = engine_gave(gpu, "1");
+    const decide::Request asked = engine_gave(gpu, "1");
     RecordingSystem sys = world(asked);
-    ASSERT_EQ(hook(std::string(cdi::kHookStage), sys), kExitOk);
+    ASSERT_EQ(hook(std::string(cdi::kHookStage), sys), util::kExitOk);
     EXPECT_TRUE(any_call(sys, "make_symlink ")) << "no soname link made";
     EXPECT_FALSE(attached(sys, gpu.path));
     EXPECT_FALSE(library_attached(sys));
@@ -234,17 +236,17 @@ TEST_F(Stages, TheCdiStageMakesNeitherTheDevicesNorTheMountsTheEngineMade) {
     bundle_.spec()["linux"]["devices"] = json::array();
     bundle_.write_spec();
     RecordingSystem none = world(asked);
-    ASSERT_EQ(hook(std::string(cdi::kHookStage), none), kExitOk);
+    ASSERT_EQ(hook(std::string(cdi::kHookStage), none), util::kExitOk);
     EXPECT_EQ(none.calls, std::vector<std::string>{});
 }
 
 // gpubind configure and gpubind-nvc configure: a running container given a
 // device by hand, through the same path.
 TEST_F(Stages, ConfigureGivesTheRequestedDeviceThroughTheSystem) {
-    Request asked;
-    asked.source = RequestSource::Explicit;
-    asked.caps = kCapDefault;
-    asked.devices = parse_device_ids("0");
+    decide::Request asked;
+    asked.source = decide::RequestSource::Explicit;
+    asked.caps = config::kCapDefault;
+    asked.devices = node::parse_device_ids("0");
     RecordingSystem sys = world(asked);
     start::configure(
         config_,
@@ -270,7 +272,7 @@ class StagesFailing : public Stages {
   protected:
     // What a way in changed in the model.
     struct Changes {
-        std::map<std::string, FileInfo> root;
+        std::map<std::string, os::FileInfo> root;
         std::map<std::string, std::string> links;
         std::set<std::string> mounted;  // where something is attached
         std::set<std::string> allowed;
@@ -313,22 +315,22 @@ class StagesFailing : public Stages {
 
 TEST_F(StagesFailing, EveryCallOfThePrestartHook) {
     walk([this] { return world(); },
-         [this](RecordingSystem& sys) { ASSERT_EQ(hook("prestart", sys), kExitOk); });
+         [this](RecordingSystem& sys) { ASSERT_EQ(hook("prestart", sys), util::kExitOk); });
 }
 
 TEST_F(StagesFailing, EveryCallOfTheFinishHook) {
     RecordingSystem edit = world();
     start::edit_bundle(bundle_.dir(), "stages", config_, "/bin/true", &edit);
     walk([this] { return world(); },
-         [this](RecordingSystem& sys) { ASSERT_EQ(hook("finish", sys), kExitOk); });
+         [this](RecordingSystem& sys) { ASSERT_EQ(hook("finish", sys), util::kExitOk); });
 }
 
 TEST_F(StagesFailing, EveryCallOfTheCdiStage) {
     const sim::ManifestNode& gpu = device("nvidia0");
-    const Request asked = engine_gave(gpu, "0");
+    const decide::Request asked = engine_gave(gpu, "0");
     walk([this, asked] { return world(asked); },
          [this](RecordingSystem& sys) {
-             ASSERT_EQ(hook(std::string(cdi::kHookStage), sys), kExitOk);
+             ASSERT_EQ(hook(std::string(cdi::kHookStage), sys), util::kExitOk);
          });
 }
 
@@ -345,10 +347,10 @@ TEST_F(StagesFailing, EveryCallOfTheShimsEdit) {
 }
 
 TEST_F(StagesFailing, EveryCallOfConfigure) {
-    Request asked;
-    asked.source = RequestSource::Explicit;
-    asked.caps = kCapDefault;
-    asked.devices = parse_device_ids("1");
+    decide::Request asked;
+    asked.source = decide::RequestSource::Explicit;
+    asked.caps = config::kCapDefault;
+    asked.devices = node::parse_device_ids("1");
     walk([this, asked] { return world(asked); },
          [this, asked](RecordingSystem& sys) {
              start::configure(config_, {.request = asked,

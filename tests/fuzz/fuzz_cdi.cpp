@@ -26,21 +26,22 @@ void check_spec(std::string_view bytes, bool yaml_text) {
     nlohmann::json spec;
     try {
         spec = cdi::parse_spec(bytes, yaml_text, "fuzz");
-    } catch (const Error&) {
+    } catch (const util::Error&) {
         return;
     }
-    if (compare_versions(spec["cdiVersion"].get<std::string>(), cdi::minimum_version(spec)) < 0)
+    if (util::compare_versions(spec["cdiVersion"].get<std::string>(), cdi::minimum_version(spec)) <
+        0)
         std::abort();
-    if (yaml::parse(yaml::dump(spec), "dump") != spec) std::abort();
+    if (cdi::yaml::parse(cdi::yaml::dump(spec), "dump") != spec) std::abort();
     const auto names = cdi::device_names(spec);
     for (const auto& n : names)
-        if (!cdi::parse_qualified(n)) std::abort();
+        if (!util::parse_qualified(n)) std::abort();
     cdi::Registry reg;
     reg.specs.push_back({"/fuzz.json", 0, spec});
     try {
         const auto out = cdi::apply(nlohmann::json::object(), names, reg);
         if (!out.is_object()) std::abort();
-    } catch (const Error&) {
+    } catch (const util::Error&) {
     }
 }
 
@@ -52,9 +53,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check_spec(bytes, false);
     check_spec(bytes, true);
     try {
-        const oci::Spec spec = oci::parse_spec(bytes, "/bundle");
+        const decide::oci::Spec spec = decide::oci::parse_spec(bytes, "/bundle");
         for (bool strict : {false, true}) {
-            Config config;
+            config::Config config;
             config.policy.accept_volume_mounts = strict;
             config.policy.accept_envvar_unprivileged = !strict;
             config.policy.accept_cdi_annotations_unprivileged = !strict;
@@ -62,11 +63,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 const auto names = cdi::read_requests(spec, config).devices;
                 if (names.size() > cdi::kMaxRequestNames) std::abort();
                 for (const auto& n : names)
-                    if (!cdi::parse_qualified(n)) std::abort();
-            } catch (const Error&) {
+                    if (!util::parse_qualified(n)) std::abort();
+            } catch (const util::Error&) {
             }
         }
-    } catch (const Error&) {
+    } catch (const util::Error&) {
     }
     return 0;
 }

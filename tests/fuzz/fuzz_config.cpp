@@ -12,10 +12,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     using namespace gpubind;
     const std::string_view text(reinterpret_cast<const char*>(data), size);
     try {
-        const Config config = parse_config(text, "fuzz.toml");
+        const config::Config config = config::parse_config(text, "fuzz.toml");
         if (!config.roots.driver.is_absolute() || !config.roots.proc.is_absolute()) std::abort();
         if (config.runtimes.empty()) std::abort();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         if (e.code().value() != EINVAL) std::abort();
     }
     return 0;

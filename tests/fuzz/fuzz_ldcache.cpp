@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (i > 0 && ldcache::compare_entries(back.entries[i - 1], a) > 0) std::abort();
         }
         if (ldcache::serialize(ldcache::merge(back, {}, {})) != written) std::abort();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         if (e.code().value() != EINVAL) std::abort();
     }
     return 0;

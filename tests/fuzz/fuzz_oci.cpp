@@ -13,24 +13,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     using namespace gpubind;
     const std::string_view bytes(reinterpret_cast<const char*>(data), size);
     try {
-        const oci::State state = oci::parse_state(bytes, "fuzz");
+        const decide::oci::State state = decide::oci::parse_state(bytes, "fuzz");
         if (state.pid <= 0 || !state.bundle.is_absolute()) std::abort();
-    } catch (const Error&) {
+    } catch (const util::Error&) {
     }
     try {
-        const oci::Spec spec = oci::parse_spec(bytes, "/bundle");
+        const decide::oci::Spec spec = decide::oci::parse_spec(bytes, "/bundle");
         if (!spec.rootfs.is_absolute()) std::abort();
         for (bool strict : {false, true}) {
-            Policy policy;
+            config::Policy policy;
             policy.accept_volume_mounts = strict;
             policy.accept_envvar_unprivileged = !strict;
             try {
-                const Request request = read_request(spec, policy);
+                const decide::Request request = decide::read_request(spec, policy);
                 if (request.caps & ~policy.supported) std::abort();
-            } catch (const Error&) {
+            } catch (const util::Error&) {
             }
         }
-    } catch (const Error&) {
+    } catch (const util::Error&) {
     }
     return 0;
 }

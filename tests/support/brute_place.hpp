@@ -33,7 +33,7 @@ struct BestPlace {
 
 // The best `n` of `free` that hold `must` (when given).
 inline BestPlace brute_place(const PlaceFacts& f, const std::vector<unsigned>& free, unsigned n,
-                             NvlinkNeed need, std::optional<unsigned> must = std::nullopt) {
+                             node::NvlinkNeed need, std::optional<unsigned> must = std::nullopt) {
     BestPlace best;
     for (unsigned mask = 0; mask < (1u << free.size()); ++mask) {
         if (static_cast<unsigned>(__builtin_popcount(mask)) != n) continue;
@@ -54,8 +54,8 @@ inline BestPlace brute_place(const PlaceFacts& f, const std::vector<unsigned>& f
                 pcie += f.pcie(set[i], set[j]);
             }
         }
-        if (need == NvlinkNeed::Required && !all) continue;
-        if (need == NvlinkNeed::Ignore) nv = 0;
+        if (need == node::NvlinkNeed::Required && !all) continue;
+        if (need == node::NvlinkNeed::Ignore) nv = 0;
         const std::tuple<long, long, long> key{-nv, pcie, static_cast<long>(numa.size())};
         if (!best.found || key < best.key || (key == best.key && set < best.gpus))
             best = {true, set, key};

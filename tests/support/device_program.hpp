@@ -1,7 +1,7 @@
 // For tests of cgroup v2 device programs without the kernel: the library's
-// interpreter (bpf::run_device_program), and a program built the way runtimes build theirs (runc's
-// and crun's generated filters: the context read into r2..r5, one block per rule, deny at the end),
-// written here from the documented context layout.
+// interpreter (os::bpf::run_device_program), and a program built the way runtimes build theirs
+// (runc's and crun's generated filters: the context read into r2..r5, one block per rule, deny at
+// the end), written here from the documented context layout.
 #pragma once
 
 #include <linux/bpf.h>
@@ -16,8 +16,8 @@
 
 namespace gpubind::test {
 
-using bpf::DeviceRequest;
-using bpf::run_device_program;
+using os::bpf::DeviceRequest;
+using os::bpf::run_device_program;
 
 // A runtime's rule: type 0 for any ('a'), major/minor nullopt for '*'.
 struct RuntimeRule {
@@ -29,9 +29,9 @@ struct RuntimeRule {
 
 // A program in the shape runtimes generate: first matching rule decides,
 // no match denies. Like theirs, it clobbers r1 once the context is read.
-inline std::vector<bpf::Insn> runtime_like_program(const std::vector<RuntimeRule>& rules) {
-    using bpf::Insn;
-    std::vector<Insn> p = {
+inline std::vector<os::bpf::Insn> runtime_like_program(const std::vector<RuntimeRule>& rules) {
+    using os::bpf::Insn;
+    std::vector<os::bpf::Insn> p = {
         Insn::make(BPF_LDX | BPF_MEM | BPF_W, 2, 1, 0, 0),
         Insn::make(BPF_ALU | BPF_AND | BPF_K, 2, 0, 0, 0xffff),
         Insn::make(BPF_LDX | BPF_MEM | BPF_W, 3, 1, 0, 0),

@@ -8,14 +8,14 @@
 namespace gpubind::test {
 
 template <typename F>
-Error error_of(F&& f) {
+util::Error error_of(F&& f) {
     try {
         f();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         return e;
     }
     ADD_FAILURE() << "no error thrown";
-    return Error(0, "none");
+    return util::Error(0, "none");
 }
 
 }  // namespace gpubind::test

@@ -27,9 +27,9 @@ namespace gpubind::exec_test {
 
 using test::RecordingSystem;
 using ::testing::HasSubstr;
-using Type = FileInfo::Type;
+using Type = os::FileInfo::Type;
 
-inline constexpr unsigned kLibFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
+inline constexpr unsigned kLibFlags = util::kMountReadOnly | util::kMountNoSuid | util::kMountNoDev;
 inline const std::string kAllow = "cgroup:/sys/fs/cgroup/devices/ctr/devices.allow";
 inline const std::string kDeny = "cgroup:/sys/fs/cgroup/devices/ctr/devices.deny";
 
@@ -37,12 +37,12 @@ using test::fake_pid;
 
 // The ldconfig method of the cache refresh: its calls are what most tests
 // follow; exec_ldcache_test.cpp has the writer's own target.
-inline Target target() {
+inline exec::Target target() {
     return test::recording_target();
 }
 
-inline Plan sample_plan() {
-    Plan plan;
+inline decide::Plan sample_plan() {
+    decide::Plan plan;
     plan.devices.push_back(
         {{"/dev/nvidiactl", "/host/dev/nvidiactl", 195, 255, 0666}, "nvidiactl"});
     plan.devices.push_back({{"/dev/nvidia0", "/host/dev/nvidia0", 195, 0, 0666}, "GPU 0"});
@@ -51,9 +51,9 @@ inline Plan sample_plan() {
     plan.mounts.push_back(
         {"/host/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi", false, kLibFlags, "utility binary"});
     plan.mounts.push_back({"/host/lib/firmware/nvidia/550.54.15", "/lib/firmware/nvidia/550.54.15",
-                           true, kLibFlags | kMountNoExec, "firmware"});
+                           true, kLibFlags | util::kMountNoExec, "firmware"});
     plan.symlinks.push_back({"/usr/lib/x86_64-linux-gnu/libcuda.so", "libcuda.so.1"});
-    ProcView view;
+    decide::ProcView view;
     view.version = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n";
     view.params = "ModifyDeviceFiles: 0\n";
     view.gpus.push_back({"0000:3b:00.0", "Model: \t\t Fake GPU\n"});
@@ -66,7 +66,7 @@ inline Plan sample_plan() {
 
 // The host holds every source; the image has /dev, /usr/lib, /usr/bin, /lib,
 // /proc/driver but no /usr/lib/x86_64-linux-gnu or /lib/firmware.
-inline void setup_world(RecordingSystem& sys, const Plan& plan) {
+inline void setup_world(RecordingSystem& sys, const decide::Plan& plan) {
     for (const auto& d : plan.devices)
         sys.host[d.node.host_path] = {Type::CharDevice, d.node.major, d.node.minor};
     for (const auto& m : plan.mounts)

@@ -38,17 +38,17 @@ inline pid_t fake_pid() {
 // The container the recording tests act on: rootfs /rootfs. The cache is
 // refreshed by the ldconfig method (the tests follow its run); the writer's
 // own tests (exec_test.cpp, LoaderCache) ask for LdcacheMethod::Gpubind.
-inline Target recording_target() {
-    Target t;
+inline exec::Target recording_target() {
+    exec::Target t;
     t.pid = fake_pid();
     t.rootfs = "/rootfs";
-    t.ldcache = LdcacheMethod::Ldconfig;
+    t.ldcache = config::LdcacheMethod::Ldconfig;
     return t;
 }
 
-class RecordingSystem : public System {
+class RecordingSystem : public os::System {
   public:
-    using Type = FileInfo::Type;
+    using Type = os::FileInfo::Type;
 
     struct Mount {
         std::string source;  // label of what was attached ("tree:/host/x", "tmpfs")
@@ -56,10 +56,10 @@ class RecordingSystem : public System {
     };
 
     // --- The model ---
-    std::map<std::string, FileInfo> host;  // host paths open_tree and friends find
-    std::map<std::string, FileInfo> root{{"/", {Type::Directory, 0, 0}}};  // container paths
+    std::map<std::string, os::FileInfo> host;  // host paths open_tree and friends find
+    std::map<std::string, os::FileInfo> root{{"/", {Type::Directory, 0, 0}}};  // container paths
     std::map<std::string, std::string> links;     // container symlink -> target
-    std::map<std::string, FileInfo> tmpfs;        // the proc view: "/version", "/gpus", ...
+    std::map<std::string, os::FileInfo> tmpfs;    // the proc view: "/version", "/gpus", ...
     std::map<std::string, std::string> contents;  // files written: "tmpfs:/version" -> text
     std::map<std::string, Mount> mounted;         // container path (or "tmpfs:/x") -> mount
     std::set<std::string> allowed;                // device rules now allowed (allow - deny)
@@ -75,7 +75,7 @@ class RecordingSystem : public System {
     std::map<std::string, std::string> owners;  // "root:/x" -> fs_ids when created, if not 0:0
     std::string run_as_owner;                   // "uid:gid" of the last run_as
     struct Attr {
-        Owner owner;
+        os::Owner owner;
         unsigned mode = 0644;
     };
     std::map<std::string, Attr> attrs;  // "root:/etc/ld.so.cache" -> owner, mode (regular files)
@@ -84,8 +84,8 @@ class RecordingSystem : public System {
     std::string devices_list = "c 1:3 rwm\n";
     // cgroup v2: the device programs attached to the container's cgroup (one
     // cgroup in the model) and every program known, by id.
-    DevicePrograms device_programs{kBpfAllowMulti, {}};
-    std::map<std::uint32_t, std::vector<bpf::Insn>> programs;
+    os::DevicePrograms device_programs{os::kBpfAllowMulti, {}};
+    std::map<std::uint32_t, std::vector<os::bpf::Insn>> programs;
     std::map<std::uint32_t, std::string> program_names;
     std::uint32_t next_program_id = 1000;
     // Kept device programs (bpffs): path -> program id; what open_program_dir
@@ -115,11 +115,11 @@ class RecordingSystem : public System {
 
     // --- System ---
 
-    Fd open_process(pid_t pid) override {
+    util::Fd open_process(pid_t pid) override {
         call("open_process " + std::to_string(pid), false);
         return make("pidfd");
     }
-    Fd open_mount_ns(int, pid_t pid) override {
+    util::Fd open_mount_ns(int, pid_t pid) override {
         call("open_mount_ns " + std::to_string(pid), false);
         return make(pid == 1 ? "ns:init" : "ns:container");
     }
@@ -129,7 +129,7 @@ class RecordingSystem : public System {
         if (name == "gid_map") return gid_map;
         return name == "cgroup" ? proc_cgroup : std::string();
     }
-    Fd open_user_ns(int, pid_t pid) override {
+    util::Fd open_user_ns(int, pid_t pid) override {
         call("open_user_ns " + std::to_string(pid), false);
         return make("ns:user");
     }
@@ -137,11 +137,11 @@ class RecordingSystem : public System {
         call("enter_user_ns " + label(fd), false);
         in_user_ns = true;
     }
-    Fd open_own_mount_ns() override {
+    util::Fd open_own_mount_ns() override {
         call("open_own_mount_ns", false);
         return make("ns:own");
     }
-    Fd open_cwd() override {
+    util::Fd open_cwd() override {
         call("open_cwd", in_user_ns ? std::optional<bool>() : false);
         return make("cwd");
     }
@@ -156,19 +156,19 @@ class RecordingSystem : public System {
         call("read_host_file " + p.string(), false);
         if (p == "/proc/self/mountinfo") return mountinfo;
         if (p.filename() == "devices.list") return devices_list;
-        throw Error(ENOENT, "read", p.string());
+        throw util::Error(ENOENT, "read", p.string());
     }
-    Fd open_tree(const std::filesystem::path& p) override {
+    util::Fd open_tree(const std::filesystem::path& p) override {
         // Rootless, the host's files are opened in the container's namespace.
         call("open_tree " + p.string(), in_user_ns ? std::optional<bool>() : false);
-        if (!host.count(p.string())) throw Error(ENOENT, "open mount source", p.string());
+        if (!host.count(p.string())) throw util::Error(ENOENT, "open mount source", p.string());
         return make("tree:" + p.string());
     }
-    Fd open_executable(const std::filesystem::path& p) override {
+    util::Fd open_executable(const std::filesystem::path& p) override {
         call("open_executable " + p.string(), in_user_ns ? std::optional<bool>() : false);
         return make("exe:" + p.string());
     }
-    Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) override {
+    util::Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) override {
         call("open_cgroup_file " + (dir / name).string(), false);
         return make("cgroup:" + (dir / name).string());
     }
@@ -180,26 +180,28 @@ class RecordingSystem : public System {
         else if (l.ends_with("devices.deny"))
             allowed.erase(rule);
     }
-    Fd open_cgroup_dir(const std::filesystem::path& dir) override {
+    util::Fd open_cgroup_dir(const std::filesystem::path& dir) override {
         call("open_cgroup_dir " + dir.string(), false);
         return make("cgroupdir:" + dir.string());
     }
-    DevicePrograms query_device_programs(int fd) override {
+    os::DevicePrograms query_device_programs(int fd) override {
         // By descriptor: any mount namespace (prepare_v2 on the host side,
         // the re-check before a single program's swap inside).
         call("query_device_programs " + label(fd), std::nullopt);
         return device_programs;
     }
-    Fd open_program(std::uint32_t id) override {
+    util::Fd open_program(std::uint32_t id) override {
         call("open_program " + std::to_string(id), std::nullopt);
-        if (!programs.count(id)) throw Error(ENOENT, "open device program", std::to_string(id));
+        if (!programs.count(id))
+            throw util::Error(ENOENT, "open device program", std::to_string(id));
         return make("prog:" + std::to_string(id));
     }
-    std::vector<bpf::Insn> program_instructions(int fd) override {
+    std::vector<os::bpf::Insn> program_instructions(int fd) override {
         call("program_instructions " + label(fd), std::nullopt);
         return programs.at(id_of(fd));
     }
-    Fd load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) override {
+    util::Fd load_device_program(const std::vector<os::bpf::Insn>& insns,
+                                 const std::string& name) override {
         call("load_device_program " + name, std::nullopt);
         std::uint32_t id = next_program_id++;
         programs[id] = insns;
@@ -212,38 +214,39 @@ class RecordingSystem : public System {
                  label(old_prog),
              std::nullopt);
         if (flags != device_programs.attach_flags)
-            throw Error(EINVAL, "attach device program", label(cgroup_fd), "other flags");
+            throw util::Error(EINVAL, "attach device program", label(cgroup_fd), "other flags");
         for (auto& id : device_programs.ids)
             if (id == id_of(old_prog)) {
                 id = id_of(new_prog);
                 return;
             }
-        throw Error(ENOENT, "attach device program", label(old_prog), "not attached");
+        throw util::Error(ENOENT, "attach device program", label(old_prog), "not attached");
     }
-    Fd open_program_dir(const std::filesystem::path& dir, std::string& why, bool& taken) override {
+    util::Fd open_program_dir(const std::filesystem::path& dir, std::string& why,
+                              bool& taken) override {
         call("open_program_dir " + dir.string(), false);
         taken = program_dir_taken;
         if (taken) {
             why = dir.string() + ": owned by uid 1000, mode 700: must be root's";
-            return Fd();
+            return util::Fd();
         }
         if (program_dir_errno) {
             why = dir.string() + ": " + std::strerror(program_dir_errno);
-            return Fd();
+            return util::Fd();
         }
         return make("progdir:" + dir.string());
     }
-    Fd open_kept_program(const std::string& path) override {
+    util::Fd open_kept_program(const std::string& path) override {
         call("open_kept_program " + path, false);
         auto it = kept_programs.find(path);
-        return it == kept_programs.end() ? Fd() : make("prog:" + std::to_string(it->second));
+        return it == kept_programs.end() ? util::Fd() : make("prog:" + std::to_string(it->second));
     }
     void keep_program(int prog_fd, const std::string& path) override {
         call("keep_program " + label(prog_fd) + " " + path, false);
         if (!kept_programs.emplace(path, id_of(prog_fd)).second)
-            throw Error(EEXIST, "keep device program", path);
+            throw util::Error(EEXIST, "keep device program", path);
     }
-    FileInfo stat_fd(int fd) override {
+    os::FileInfo stat_fd(int fd) override {
         std::string l = label(fd);
         call("stat_fd " + l, std::nullopt);
         if (l.starts_with("tree:")) return host.at(l.substr(5));
@@ -257,31 +260,31 @@ class RecordingSystem : public System {
     }
     void change_dir(int fd) override { call("change_dir " + label(fd), std::nullopt); }
 
-    Fd open_root(const std::filesystem::path& rootfs) override {
+    util::Fd open_root(const std::filesystem::path& rootfs) override {
         call("open_root " + rootfs.string(), true);
         return make("root:/");
     }
-    Fd open_dir_in_root(int, const std::filesystem::path& p) override {
+    util::Fd open_dir_in_root(int, const std::filesystem::path& p) override {
         call("open_dir_in_root " + p.string(), true);
         std::string cur;
         for (const auto& c : p.relative_path()) {
             cur += "/" + c.string();
             auto it = root.find(cur);
             // Symlinks in the model lead nowhere (dangling), as open_in_root would find.
-            if (it == root.end() || it->second.type == Type::Symlink) return Fd();
-            if (it->second.type != Type::Directory) throw Error(ENOTDIR, "open", cur);
+            if (it == root.end() || it->second.type == Type::Symlink) return util::Fd();
+            if (it->second.type != Type::Directory) throw util::Error(ENOTDIR, "open", cur);
         }
         return make("root:" + (cur.empty() ? "/" : cur));
     }
-    FileInfo stat_at(int dir, const std::string& name) override {
+    os::FileInfo stat_at(int dir, const std::string& name) override {
         std::string p = child(dir, name);
         call("stat_at " + p, true);
         return lookup(p);
     }
-    FileInfo stat_in_root(int, const std::filesystem::path& p) override {
+    os::FileInfo stat_in_root(int, const std::filesystem::path& p) override {
         call("stat_in_root " + p.string(), true);
         std::string cur;
-        FileInfo info{Type::Directory, 0, 0};
+        os::FileInfo info{Type::Directory, 0, 0};
         for (const auto& c : p.relative_path()) {
             if (info.type != Type::Directory) return {};
             cur += "/" + c.string();
@@ -297,7 +300,7 @@ class RecordingSystem : public System {
         call("read_link_at " + p, true);
         return links.at(strip(p));
     }
-    DirNames list_dir(int dir, std::size_t max_entries, const NameFilter& keep) override {
+    os::DirNames list_dir(int dir, std::size_t max_entries, const os::NameFilter& keep) override {
         std::string l = label(dir);
         if (l.starts_with("progdir:")) {  // the kept programs, host side
             call("list_dir " + l, false);
@@ -306,13 +309,13 @@ class RecordingSystem : public System {
         call("list_dir " + l, true);
         return children(model(l), strip(l) == "/" ? "/" : strip(l) + "/", max_entries, keep);
     }
-    Fd make_dir(int dir, const std::string& name, unsigned) override {
+    util::Fd make_dir(int dir, const std::string& name, unsigned) override {
         std::string p = child(dir, name);
         call("make_dir " + p, true);
         create(p, {Type::Directory, 0, 0});
         return make(p);
     }
-    Fd make_file(int dir, const std::string& name, unsigned) override {
+    util::Fd make_file(int dir, const std::string& name, unsigned) override {
         std::string p = child(dir, name);
         call("make_file " + p, true);
         create(p, {Type::Regular, 0, 0});
@@ -320,15 +323,15 @@ class RecordingSystem : public System {
     }
     // Created first, as LinuxSystem does: a free name is a make_* call, one
     // already taken answers EEXIST without an error (recorded "exists: make_*").
-    Fd try_make_dir(int dir, const std::string& name, unsigned mode) override {
+    util::Fd try_make_dir(int dir, const std::string& name, unsigned mode) override {
         if (lookup(child(dir, name)).type == Type::Missing) return make_dir(dir, name, mode);
         call("exists: make_dir " + child(dir, name), true);
-        return Fd();
+        return util::Fd();
     }
-    Fd try_make_file(int dir, const std::string& name, unsigned mode) override {
+    util::Fd try_make_file(int dir, const std::string& name, unsigned mode) override {
         if (lookup(child(dir, name)).type == Type::Missing) return make_file(dir, name, mode);
         call("exists: make_file " + child(dir, name), true);
-        return Fd();
+        return util::Fd();
     }
     bool try_make_symlink(const std::string& target, int dir, const std::string& name) override {
         if (lookup(child(dir, name)).type == Type::Missing) {
@@ -345,16 +348,17 @@ class RecordingSystem : public System {
         create(p, {Type::Regular, 0, 0, data.size()});
         contents[p] = data;
     }
-    RegularFile read_regular_at(int dir, const std::string& name, std::size_t max_size) override {
+    os::RegularFile read_regular_at(int dir, const std::string& name,
+                                    std::size_t max_size) override {
         std::string p = child(dir, name);
         call("read_regular_at " + p, true);
-        const FileInfo info = lookup(p);
-        if (info.type == Type::Missing) throw Error(ENOENT, "open", p);
-        if (info.type == Type::Symlink) throw Error(ELOOP, "read", p);
-        if (info.type != Type::Regular) throw_invalid("read", p, "not a regular file");
-        RegularFile f;
+        const os::FileInfo info = lookup(p);
+        if (info.type == Type::Missing) throw util::Error(ENOENT, "open", p);
+        if (info.type == Type::Symlink) throw util::Error(ELOOP, "read", p);
+        if (info.type != Type::Regular) util::throw_invalid("read", p, "not a regular file");
+        os::RegularFile f;
         f.data = contents[p];
-        if (f.data.size() > max_size) throw Error(ErrorKind::Invalid, EFBIG, "read", p);
+        if (f.data.size() > max_size) throw util::Error(util::ErrorKind::Invalid, EFBIG, "read", p);
         auto attr = attrs.find(p);
         if (attr != attrs.end()) {
             f.uid = attr->second.owner.uid;
@@ -365,7 +369,7 @@ class RecordingSystem : public System {
     }
     void replace_file_at(int dir, const std::string& temp, const std::string& name,
                          const std::string& data, unsigned mode,
-                         const std::optional<Owner>& chown_to) override {
+                         const std::optional<os::Owner>& chown_to) override {
         std::string t = child(dir, temp), p = child(dir, name);
         std::string line =
             "replace_file_at " + p + " via " + temp + " mode " + std::to_string(mode);
@@ -377,7 +381,7 @@ class RecordingSystem : public System {
         auto it = m.find(strip(p));
         if (it != m.end() && it->second.type == Type::Directory) {
             root.erase(strip(t));
-            throw Error(EISDIR, "rename", p);
+            throw util::Error(EISDIR, "rename", p);
         }
         root.erase(strip(t));
         root[strip(p)] = {Type::Regular, 0, 0};
@@ -399,17 +403,17 @@ class RecordingSystem : public System {
         create(p, {Type::Symlink, 0, 0});
         links[strip(p)] = target;
     }
-    Fd open_at(int dir, const std::string& name) override {
+    util::Fd open_at(int dir, const std::string& name) override {
         std::string p = child(dir, name);
         call("open_at " + p, true);
-        if (lookup(p).type == Type::Missing) throw Error(ENOENT, "open", p);
+        if (lookup(p).type == Type::Missing) throw util::Error(ENOENT, "open", p);
         return make(p);
     }
     void remove(int dir, const std::string& name, bool directory) override {
         if (label(dir).starts_with("progdir:")) {
             const std::string p = label(dir).substr(8) + "/" + name;
             call("remove " + p, false);
-            if (!kept_programs.erase(p)) throw Error(ENOENT, "remove", p);
+            if (!kept_programs.erase(p)) throw util::Error(ENOENT, "remove", p);
             return;
         }
         std::string p = child(dir, name);
@@ -417,11 +421,12 @@ class RecordingSystem : public System {
         auto& m = model(p);
         std::string key = strip(p);
         auto it = m.find(key);
-        if (it == m.end()) throw Error(ENOENT, "remove", p);
-        if (directory != (it->second.type == Type::Directory)) throw Error(EISDIR, "remove", p);
+        if (it == m.end()) throw util::Error(ENOENT, "remove", p);
+        if (directory != (it->second.type == Type::Directory))
+            throw util::Error(EISDIR, "remove", p);
         for (const auto& [k, v] : m)
-            if (k.starts_with(key + "/")) throw Error(ENOTEMPTY, "remove", p);
-        if (mounted.count(p)) throw Error(EBUSY, "remove", p);
+            if (k.starts_with(key + "/")) throw util::Error(ENOTEMPTY, "remove", p);
+        if (mounted.count(p)) throw util::Error(EBUSY, "remove", p);
         m.erase(it);
         links.erase(key);
         contents.erase(p);
@@ -439,25 +444,25 @@ class RecordingSystem : public System {
     void attach(int mount_fd, int target_fd) override {
         std::string from = label(mount_fd), to = label(target_fd);
         call("attach " + from + " -> " + to, true);
-        if (lookup(to).type == Type::Missing) throw Error(ENOENT, "attach", to);
+        if (lookup(to).type == Type::Missing) throw util::Error(ENOENT, "attach", to);
         mounted[to] = {from, flags_[from]};
     }
     void detach(int dir, const std::string& name) override {
         std::string p = child(dir, name);
         call("detach " + p, true);
-        if (!mounted.erase(p)) throw Error(EINVAL, "unmount", p);
+        if (!mounted.erase(p)) throw util::Error(EINVAL, "unmount", p);
     }
-    Fd clone_tree(int fd) override {
+    util::Fd clone_tree(int fd) override {
         std::string l = label(fd);
         call("clone_tree " + l, std::nullopt);
-        if (!l.starts_with("tree:")) throw Error(EINVAL, "clone mount", l);
+        if (!l.starts_with("tree:")) throw util::Error(EINVAL, "clone mount", l);
         return make(l);
     }
-    Fd make_tmpfs() override {
+    util::Fd make_tmpfs() override {
         call("make_tmpfs", true);
         tmpfs.clear();
         tmpfs["/"] = {Type::Directory, 0, 0};
-        flags_["tmpfs:/"] = kMountNoSuid | kMountNoDev | kMountNoExec;
+        flags_["tmpfs:/"] = util::kMountNoSuid | util::kMountNoDev | util::kMountNoExec;
         return make("tmpfs:/");
     }
     std::string run(int exe, const std::string& what, const std::vector<std::string>& args,
@@ -469,7 +474,7 @@ class RecordingSystem : public System {
         ldconfig_args = args;
         return ldconfig_output;
     }
-    std::string run_as(const Owner& owner, int exe, const std::string& what,
+    std::string run_as(const os::Owner& owner, int exe, const std::string& what,
                        const std::vector<std::string>& args, std::chrono::milliseconds) override {
         std::string ids = std::to_string(owner.uid) + ":" + std::to_string(owner.gid);
         std::string line = "run_as " + ids + " " + label(exe);
@@ -485,8 +490,8 @@ class RecordingSystem : public System {
         call("rename_at " + a + " -> " + b, true);
         auto& m = model(a);
         auto it = m.find(strip(a));
-        if (it == m.end()) throw Error(ENOENT, "rename", a);
-        const FileInfo info = it->second;
+        if (it == m.end()) throw util::Error(ENOENT, "rename", a);
+        const os::FileInfo info = it->second;
         m.erase(it);
         model(b)[strip(b)] = info;
         if (auto c = contents.find(a); c != contents.end()) {
@@ -503,7 +508,7 @@ class RecordingSystem : public System {
         call("exchange_at " + pa + " <-> " + pb, true);
         auto& m = model(pa);
         auto ia = m.find(strip(pa)), ib = m.find(strip(pb));
-        if (ia == m.end() || ib == m.end()) throw Error(ENOENT, "exchange", pb);
+        if (ia == m.end() || ib == m.end()) throw util::Error(ENOENT, "exchange", pb);
         std::swap(ia->second, ib->second);
         std::swap(contents[pa], contents[pb]);
     }
@@ -534,7 +539,7 @@ class RecordingSystem : public System {
 
     // Recorded ("open_mountinfo", "mountinfo_shows 0:7 ..."): host_mounts
     // are what the runtime's namespace shows.
-    Fd open_mountinfo() override {
+    util::Fd open_mountinfo() override {
         call("open_mountinfo", false);
         return make("mountinfo");
     }
@@ -581,10 +586,10 @@ class RecordingSystem : public System {
         auto add = [&](unsigned bit, const char* name) {
             if (flags & bit) s += (s.empty() ? "" : ",") + std::string(name);
         };
-        add(kMountReadOnly, "ro");
-        add(kMountNoSuid, "nosuid");
-        add(kMountNoDev, "nodev");
-        add(kMountNoExec, "noexec");
+        add(util::kMountReadOnly, "ro");
+        add(util::kMountNoSuid, "nosuid");
+        add(util::kMountNoDev, "nodev");
+        add(util::kMountNoExec, "noexec");
         return s.empty() ? "none" : s;
     }
 
@@ -602,17 +607,17 @@ class RecordingSystem : public System {
         if (image_from_host && !entered && container && *container) container.reset();
         // Sharing the container's namespace, every call is in both.
         if (container && !shares_namespace && *container != in_container)
-            throw Error(EPERM, "wrong mount namespace", line,
-                        *container ? "must run inside the container's mount namespace"
-                                   : "must run in the host's mount namespace");
-        if (fail_if && fail_if(index, line)) throw Error(fail_errno, "injected", line);
+            throw util::Error(EPERM, "wrong mount namespace", line,
+                              *container ? "must run inside the container's mount namespace"
+                                         : "must run in the host's mount namespace");
+        if (fail_if && fail_if(index, line)) throw util::Error(fail_errno, "injected", line);
     }
 
     // list_dir of a model keyed by path: the entries right below `key` ("/dir/").
     template <class Model>
-    static DirNames children(const Model& m, const std::string& key, std::size_t max_entries,
-                             const NameFilter& keep) {
-        DirNames out;
+    static os::DirNames children(const Model& m, const std::string& key, std::size_t max_entries,
+                                 const os::NameFilter& keep) {
+        os::DirNames out;
         std::size_t read = 0;
         for (const auto& entry : m) {
             const std::string& k = entry.first;
@@ -629,11 +634,11 @@ class RecordingSystem : public System {
         return out;
     }
 
-    Fd make(const std::string& what) {
+    util::Fd make(const std::string& what) {
         int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (fd < 0) throw Error(errno, "open", "/dev/null");
+        if (fd < 0) throw util::Error(errno, "open", "/dev/null");
         labels_[fd] = what;
-        return Fd(fd);
+        return util::Fd(fd);
     }
 
     // "root:/usr" + "lib" -> "root:/usr/lib"
@@ -641,21 +646,21 @@ class RecordingSystem : public System {
         std::string l = label(dir);
         if (l.starts_with("root:") || l.starts_with("tmpfs:"))
             return l + (l.ends_with("/") ? "" : "/") + name;
-        throw Error(EBADF, "not a directory descriptor", l);
+        throw util::Error(EBADF, "not a directory descriptor", l);
     }
     static std::string strip(const std::string& l) { return l.substr(l.find(':') + 1); }
-    std::map<std::string, FileInfo>& model(const std::string& l) {
+    std::map<std::string, os::FileInfo>& model(const std::string& l) {
         return l.starts_with("tmpfs:") ? tmpfs : root;
     }
-    FileInfo lookup(const std::string& l) {
+    os::FileInfo lookup(const std::string& l) {
         auto& m = model(l);
         auto it = m.find(strip(l));
-        return it == m.end() ? FileInfo{} : it->second;
+        return it == m.end() ? os::FileInfo{} : it->second;
     }
-    void create(const std::string& l, FileInfo info) {
+    void create(const std::string& l, os::FileInfo info) {
         auto& m = model(l);
         std::string key = strip(l);
-        if (m.count(key)) throw Error(EEXIST, "create", l);
+        if (m.count(key)) throw util::Error(EEXIST, "create", l);
         m[key] = info;
         if (fs_ids != "0:0") owners[l] = fs_ids;
     }

@@ -82,7 +82,7 @@ template <class Base>
 class BasicSimNodeTest : public Base {
   protected:
     explicit BasicSimNodeTest(const std::string& prefix = "gpubind-sim-node")
-        : dir_(prefix), config_(default_config()) {
+        : dir_(prefix), config_(config::default_config()) {
         config_.roots = {root(), root(), root() / "proc", root() / "sys"};
     }
 
@@ -104,18 +104,18 @@ class BasicSimNodeTest : public Base {
     // The simulated node: its driver and dev root ("/" of the node).
     std::filesystem::path root() const { return dir_.path() / "node"; }
     // default_config() with the roots at the node; the test may change it.
-    Config& config() { return config_; }
-    const Config& config() const { return config_; }
+    config::Config& config() { return config_; }
+    const config::Config& config() const { return config_; }
     // What simulate() made, as the simulator reports it.
     const sim::Manifest& manifest() const { return manifest_; }
     // The node as gpubind knows it through config(): load_node's answer.
-    NodeKnowledge knowledge(const LoadOptions& options = {}) const {
-        return load_node(config_, options);
+    node::NodeKnowledge knowledge(const node::LoadOptions& options = {}) const {
+        return node::load_node(config_, options);
     }
 
   private:
     TempDir dir_;
-    Config config_;
+    config::Config config_;
     NodeOptions options_;
     sim::Manifest manifest_;
 };

@@ -13,8 +13,8 @@
 
 namespace gpubind::test {
 
-inline oci::Spec make_spec(const std::vector<std::string>& env, bool privileged = false,
-                           const std::vector<std::string>& device_mounts = {}) {
+inline decide::oci::Spec make_spec(const std::vector<std::string>& env, bool privileged = false,
+                                   const std::vector<std::string>& device_mounts = {}) {
     using nlohmann::json;
     json doc = {{"ociVersion", "1.0.2"},
                 {"root", {{"path", "rootfs"}}},
@@ -28,7 +28,7 @@ inline oci::Spec make_spec(const std::vector<std::string>& env, bool privileged 
                                  {"type", "bind"},
                                  {"source", "/dev/null"},
                                  {"options", {"bind", "ro"}}});
-    return oci::parse_spec(doc.dump(), "/bundles/c1");
+    return decide::oci::parse_spec(doc.dump(), "/bundles/c1");
 }
 
 }  // namespace gpubind::test

@@ -16,8 +16,8 @@ for binary in "$@"; do
     fi
     start=$((0x${range% *}))
     end=$((start + 0x${range#* }))
-    for function in 'main' 'gpubind::load_node(' 'gpubind::oci::load_spec(' \
-        'gpubind::node_fingerprint[abi:cxx11](' 'gpubind::load_trusted_config()'; do
+    for function in 'main' 'gpubind::node::load_node(' 'gpubind::decide::oci::load_spec(' \
+        'gpubind::node::node_fingerprint[abi:cxx11](' 'gpubind::config::load_trusted_config()'; do
         address=$(nm -C "$binary" | awk -v f="$function" '
             { name = $0; sub(/^[0-9a-f]+ [A-Za-z] /, "", name) }
             ($2 == "T" || $2 == "t") && index(name, f) == 1 { print $1; exit }')

@@ -9,7 +9,7 @@
 namespace gpubind::test::target {
 
 #if defined(__aarch64__)
-inline constexpr elf::Machine kMachine = elf::Machine::Aarch64;
+inline constexpr sim::elf::Machine kMachine = sim::elf::Machine::Aarch64;
 inline constexpr ldcache::Arch kArch = ldcache::Arch::Aarch64;  // its cache entries' architecture
 inline constexpr const char* kFlags = "libc6,AArch64";          // `ldconfig -p` of a native library
 inline constexpr const char* kLibDir = "/usr/lib/aarch64-linux-gnu";
@@ -17,7 +17,7 @@ inline constexpr const char* kLoader = "/lib/ld-linux-aarch64.so.1";  // its PT_
 inline constexpr const char* kLoaderDir = "/lib/aarch64-linux-gnu";   // where libc.so.6 is
 inline constexpr bool kHas32 = false;  // no 32-bit loader or driver libraries
 #else
-inline constexpr elf::Machine kMachine = elf::Machine::X86_64;
+inline constexpr sim::elf::Machine kMachine = sim::elf::Machine::X86_64;
 inline constexpr ldcache::Arch kArch = ldcache::Arch::X86_64;
 inline constexpr const char* kFlags = "libc6,x86-64";
 inline constexpr const char* kLibDir = "/usr/lib/x86_64-linux-gnu";

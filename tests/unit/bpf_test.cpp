@@ -18,7 +18,7 @@
 namespace gpubind {
 namespace {
 
-using bpf::Insn;
+using os::bpf::Insn;
 using test::DeviceRequest;
 using test::run_device_program;
 using test::runtime_like_program;
@@ -28,22 +28,22 @@ using ::testing::HasSubstr;
 // pts, any mknod; 195:254 explicitly denied.
 std::vector<test::RuntimeRule> runtime_rules() {
     return {
-        {bpf::kDevChar, 195, 254, 7, false},
-        {bpf::kDevChar, 1, 3, 7, true},
-        {bpf::kDevChar, 1, 5, 7, true},
-        {bpf::kDevChar, 1, 7, 7, true},
-        {bpf::kDevChar, 1, 8, 7, true},
-        {bpf::kDevChar, 1, 9, 7, true},
-        {bpf::kDevChar, 5, 0, 7, true},
-        {bpf::kDevChar, 5, 2, 7, true},
-        {bpf::kDevChar, 136, std::nullopt, 7, true},
-        {0, std::nullopt, std::nullopt, bpf::kAccMknod, true},
+        {os::bpf::kDevChar, 195, 254, 7, false},
+        {os::bpf::kDevChar, 1, 3, 7, true},
+        {os::bpf::kDevChar, 1, 5, 7, true},
+        {os::bpf::kDevChar, 1, 7, 7, true},
+        {os::bpf::kDevChar, 1, 8, 7, true},
+        {os::bpf::kDevChar, 1, 9, 7, true},
+        {os::bpf::kDevChar, 5, 0, 7, true},
+        {os::bpf::kDevChar, 5, 2, 7, true},
+        {os::bpf::kDevChar, 136, std::nullopt, 7, true},
+        {0, std::nullopt, std::nullopt, os::bpf::kAccMknod, true},
     };
 }
 
-std::vector<DeviceRequest> every_request() {
-    std::vector<DeviceRequest> out;
-    for (unsigned type : {bpf::kDevBlock, bpf::kDevChar})
+std::vector<os::bpf::DeviceRequest> every_request() {
+    std::vector<os::bpf::DeviceRequest> out;
+    for (unsigned type : {os::bpf::kDevBlock, os::bpf::kDevChar})
         for (unsigned access = 1; access <= 7; ++access)
             for (unsigned major : {1u, 5u, 136u, 195u, 234u, 511u})
                 for (unsigned minor : {0u, 1u, 2u, 3u, 7u, 254u, 255u, 4095u})
@@ -54,27 +54,34 @@ std::vector<DeviceRequest> every_request() {
 TEST(DeviceProgram, TheRuntimeLikeProgramDecidesAsItsRulesSay) {
     // The interpreter and the sample agree with the rules (a check of the test's tools).
     auto prog = runtime_like_program(runtime_rules());
-    EXPECT_EQ(run_device_program(prog, {bpf::kDevChar, bpf::kAccRead | bpf::kAccWrite, 1, 3}), 1u);
-    EXPECT_EQ(run_device_program(prog, {bpf::kDevChar, bpf::kAccRead, 136, 42}), 1u);
-    EXPECT_EQ(run_device_program(prog, {bpf::kDevBlock, bpf::kAccMknod, 8, 0}), 1u);
-    EXPECT_EQ(run_device_program(prog, {bpf::kDevChar, bpf::kAccRead, 195, 0}), 0u);
-    EXPECT_EQ(run_device_program(prog, {bpf::kDevChar, bpf::kAccRead, 195, 254}), 0u);
-    EXPECT_EQ(run_device_program(prog, {bpf::kDevBlock, bpf::kAccRead, 1, 3}), 0u);
+    EXPECT_EQ(os::bpf::run_device_program(
+                  prog, {os::bpf::kDevChar, os::bpf::kAccRead | os::bpf::kAccWrite, 1, 3}),
+              1u);
+    EXPECT_EQ(os::bpf::run_device_program(prog, {os::bpf::kDevChar, os::bpf::kAccRead, 136, 42}),
+              1u);
+    EXPECT_EQ(os::bpf::run_device_program(prog, {os::bpf::kDevBlock, os::bpf::kAccMknod, 8, 0}),
+              1u);
+    EXPECT_EQ(os::bpf::run_device_program(prog, {os::bpf::kDevChar, os::bpf::kAccRead, 195, 0}),
+              0u);
+    EXPECT_EQ(os::bpf::run_device_program(prog, {os::bpf::kDevChar, os::bpf::kAccRead, 195, 254}),
+              0u);
+    EXPECT_EQ(os::bpf::run_device_program(prog, {os::bpf::kDevBlock, os::bpf::kAccRead, 1, 3}), 0u);
 }
 
 TEST(DeviceProgram, ExtendedAllowsExactlyOurRulesAndOtherwiseDecidesAsTheOriginal) {
     const auto original = runtime_like_program(runtime_rules());
-    const std::vector<bpf::DeviceRule> ours = {
-        {bpf::kDevChar, 195, 255, bpf::kAccRead | bpf::kAccWrite},
-        {bpf::kDevChar, 195, 0, bpf::kAccRead | bpf::kAccWrite},
-        {bpf::kDevChar, 511, 1, bpf::kAccRead | bpf::kAccWrite},
-        {bpf::kDevChar, 195, 254, bpf::kAccRead | bpf::kAccWrite},  // the runtime denies it
+    const std::vector<os::bpf::DeviceRule> ours = {
+        {os::bpf::kDevChar, 195, 255, os::bpf::kAccRead | os::bpf::kAccWrite},
+        {os::bpf::kDevChar, 195, 0, os::bpf::kAccRead | os::bpf::kAccWrite},
+        {os::bpf::kDevChar, 511, 1, os::bpf::kAccRead | os::bpf::kAccWrite},
+        {os::bpf::kDevChar, 195, 254,
+         os::bpf::kAccRead | os::bpf::kAccWrite},  // the runtime denies it
     };
-    const auto extended = bpf::extend_device_program(ours, original);
+    const auto extended = os::bpf::extend_device_program(ours, original);
     // The original follows unchanged.
     ASSERT_GT(extended.size(), original.size());
-    EXPECT_EQ(std::vector<Insn>(extended.end() - static_cast<std::ptrdiff_t>(original.size()),
-                                extended.end()),
+    EXPECT_EQ(std::vector<os::bpf::Insn>(
+                  extended.end() - static_cast<std::ptrdiff_t>(original.size()), extended.end()),
               original);
     int granted = 0;
     for (const auto& req : every_request()) {
@@ -84,7 +91,7 @@ TEST(DeviceProgram, ExtendedAllowsExactlyOurRulesAndOtherwiseDecidesAsTheOrigina
         for (const auto& r : ours)
             ours_match |= req.type == r.type && req.major == r.major && req.minor == r.minor &&
                           (req.access & ~r.access) == 0;
-        const std::uint64_t want = ours_match ? 1 : run_device_program(original, req);
+        const std::uint64_t want = ours_match ? 1 : os::bpf::run_device_program(original, req);
         EXPECT_EQ(run_device_program(extended, req), want);
         granted += ours_match;
     }
@@ -93,8 +100,8 @@ TEST(DeviceProgram, ExtendedAllowsExactlyOurRulesAndOtherwiseDecidesAsTheOrigina
 
 TEST(DeviceProgram, PrologueKeepsTheContextRegisterAndNoRulesMeansTheOriginal) {
     const auto original = runtime_like_program(runtime_rules());
-    const auto extended = bpf::extend_device_program(
-        {{bpf::kDevChar, 195, 0, bpf::kAccRead | bpf::kAccWrite}}, original);
+    const auto extended = os::bpf::extend_device_program(
+        {{os::bpf::kDevChar, 195, 0, os::bpf::kAccRead | os::bpf::kAccWrite}}, original);
     const std::size_t prologue = extended.size() - original.size();
     for (std::size_t i = 0; i < prologue; ++i) {
         const unsigned cls = BPF_CLASS(extended[i].code);
@@ -108,24 +115,24 @@ TEST(DeviceProgram, PrologueKeepsTheContextRegisterAndNoRulesMeansTheOriginal) {
         }
     }
     for (const auto& req : every_request())
-        EXPECT_EQ(run_device_program(bpf::extend_device_program({}, original), req),
+        EXPECT_EQ(os::bpf::run_device_program(os::bpf::extend_device_program({}, original), req),
                   run_device_program(original, req));
 }
 
 TEST(DeviceProgram, OnlySelfContainedProgramsAreReloadable) {
     const auto original = runtime_like_program(runtime_rules());
-    EXPECT_NO_THROW(bpf::check_reloadable(original, "program 7"));
-    auto refused = [](std::vector<Insn> prog, const std::string& needle) {
+    EXPECT_NO_THROW(os::bpf::check_reloadable(original, "program 7"));
+    auto refused = [](std::vector<os::bpf::Insn> prog, const std::string& needle) {
         try {
-            bpf::check_reloadable(prog, "program 7 on /sys/fs/cgroup/x");
+            os::bpf::check_reloadable(prog, "program 7 on /sys/fs/cgroup/x");
             ADD_FAILURE() << "accepted; wanted " << needle;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), ENOTSUP);
             EXPECT_THAT(e.what(), HasSubstr("program 7 on /sys/fs/cgroup/x"));
             EXPECT_THAT(e.what(), HasSubstr(needle));
         }
     };
-    auto with = [&](std::vector<Insn> extra) {
+    auto with = [&](std::vector<os::bpf::Insn> extra) {
         auto p = extra;
         p.insert(p.end(), original.begin(), original.end());
         return p;
@@ -142,13 +149,13 @@ TEST(DeviceProgram, OnlySelfContainedProgramsAreReloadable) {
              Insn::make(BPF_LD | BPF_IMM | BPF_DW, 0, 0, 0, 1)},
             "truncated");
     // A plain 64-bit constant is fine.
-    EXPECT_NO_THROW(bpf::check_reloadable(
+    EXPECT_NO_THROW(os::bpf::check_reloadable(
         with({Insn::make(BPF_LD | BPF_IMM | BPF_DW, 0, 0, 0, 1), Insn::make(0, 0, 0, 0, 0)}),
         "program 7"));
 }
 
 TEST(DeviceProgram, InstructionLayoutIsTheKernels) {
-    Insn i = Insn::make(BPF_LDX | BPF_MEM | BPF_W, 2, 1, 4, -1);
+    os::bpf::Insn i = Insn::make(BPF_LDX | BPF_MEM | BPF_W, 2, 1, 4, -1);
     struct bpf_insn k {};
     static_assert(sizeof k == sizeof i);
     std::memcpy(&k, &i, sizeof k);

@@ -58,7 +58,7 @@ class CdiNodeTest : public test::SimNodeTest {
 };
 
 TEST_F(CdiNodeTest, EveryDeviceNameHasExactlyItsNodes) {
-    const Node node = discover(config());
+    const node::Node node = node::discover(config());
     const json spec = cdi::gpu_spec(node, config());
     EXPECT_EQ(spec["kind"], "nvidia.com/gpu");
     std::map<std::string, std::set<std::string>> devices;
@@ -87,7 +87,7 @@ TEST_F(CdiNodeTest, EveryDeviceNameHasExactlyItsNodes) {
 }
 
 TEST_F(CdiNodeTest, CommonEditsHoldTheControlNodesDriverFilesAndTheHook) {
-    const Node node = discover(config());
+    const node::Node node = node::discover(config());
     const json spec = cdi::gpu_spec(node, config());
     const json& edits = spec["containerEdits"];
     EXPECT_EQ(edits["env"], json({"NVIDIA_VISIBLE_DEVICES=void"}));
@@ -122,11 +122,11 @@ TEST_F(CdiNodeTest, CommonEditsHoldTheControlNodesDriverFilesAndTheHook) {
     EXPECT_EQ(spec["cdiVersion"], "0.5.0");
     EXPECT_NO_THROW(cdi::validate(spec, "generated"));
     EXPECT_NO_THROW(
-        cdi::validate(yaml::parse(yaml::dump(spec), "generated.yaml"), "generated.yaml"));
+        cdi::validate(cdi::yaml::parse(cdi::yaml::dump(spec), "generated.yaml"), "generated.yaml"));
 }
 
 TEST_F(CdiNodeTest, ImexChannelsAreAKindOfTheirOwn) {
-    const Node node = discover(config());
+    const node::Node node = node::discover(config());
     const auto spec = cdi::imex_spec(node, config());
     ASSERT_TRUE(spec);
     EXPECT_EQ((*spec)["kind"], "nvidia.com/imex-channel");
@@ -143,7 +143,7 @@ TEST_F(CdiNodeTest, ImexChannelsAreAKindOfTheirOwn) {
 // Applying a name gives the container exactly that device's nodes and the
 // common ones, and the hook finds exactly that device in the result.
 TEST_F(CdiNodeTest, EachNameAppliedSelectsExactlyItsDevice) {
-    const Node node = discover(config());
+    const node::Node node = node::discover(config());
     cdi::Registry reg;
     reg.specs.push_back({"/var/run/cdi/nvidia.com-gpu.json", 1, cdi::gpu_spec(node, config())});
     for (const auto& g : manifest().gpus)
@@ -171,41 +171,41 @@ TEST_F(CdiNodeTest, StartsRefreshOnlyThisNodesExistingSpecs) {
     spec.gpus = 1;
     sim::simulate(other.path() / "b", spec);
     auto config_for = [&](const std::string& name) {
-        Config c = config();
+        config::Config c = config();
         c.roots = {other.path() / name, other.path() / name, other.path() / name / "proc"};
         c.cdi.dir = other.path() / "cdi";
         return c;
     };
-    const Config a = config_for("a"), b = config_for("b");
+    const config::Config a = config_for("a"), b = config_for("b");
     const fs::path file = a.cdi.dir / "nvidia.com-gpu.json";
     // Nothing there: nothing created.
-    cdi::refresh_quietly(discover(a), a);
+    cdi::refresh_quietly(node::discover(a), a);
     EXPECT_FALSE(fs::exists(file));
     // Node a's spec (an explicit refresh wrote it): node b's start leaves it as it is.
-    ASSERT_EQ(cdi::refresh(discover(a), a), std::vector<fs::path>{file});
+    ASSERT_EQ(cdi::refresh(node::discover(a), a), std::vector<fs::path>{file});
     const std::string written_by_a = test::slurp(file);
     EXPECT_TRUE(cdi::written_for(written_by_a, a));
     EXPECT_FALSE(cdi::written_for(written_by_a, b));
-    cdi::refresh_quietly(discover(b), b);
+    cdi::refresh_quietly(node::discover(b), b);
     EXPECT_EQ(test::slurp(file), written_by_a);
     // Node a after an upgrade: its start brings its own spec up to date.
     spec.gpus = 2;
     spec.driver_version = "555.42.06";
     sim::simulate(other.path() / "a", spec);
-    cdi::refresh_quietly(discover(a), a);
+    cdi::refresh_quietly(node::discover(a), a);
     EXPECT_NE(test::slurp(file), written_by_a);
     EXPECT_NE(test::slurp(file).find("555.42.06"), std::string::npos);
     // Not a spec at all: left alone.
     fs::remove(file);
     { std::ofstream(file) << "not json"; }
-    cdi::refresh_quietly(discover(a), a);
+    cdi::refresh_quietly(node::discover(a), a);
     EXPECT_EQ(test::slurp(file), "not json");
 }
 
 // On a host whose dev root is "/" the spec's device nodes have no hostPath
 // (it would equal their path): they are this node's all the same.
 TEST_F(CdiNodeTest, ASpecForTheHostsOwnDevIsThisNodes) {
-    Config host = config();
+    config::Config host = config();
     host.roots = {"/", "/", "/proc"};
     const std::string spec = R"({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
         "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl", "type": "c"}]},
@@ -219,14 +219,14 @@ TEST_F(CdiNodeTest, RefreshWritesOnlyOnChangeAndFollowsAnUpgrade) {
     sim::Spec spec;
     spec.gpus = 2;
     sim::simulate(other.path(), spec);
-    Config c = config();
+    config::Config c = config();
     c.roots = {other.path(), other.path(), other.path() / "proc"};
     c.cdi.dir = other.path() / "run-cdi";
     const fs::path file = c.cdi.dir / "nvidia.com-gpu.json";
-    EXPECT_EQ(cdi::refresh(discover(c), c), std::vector<fs::path>{file});
+    EXPECT_EQ(cdi::refresh(node::discover(c), c), std::vector<fs::path>{file});
     struct stat before {};
     ASSERT_EQ(::stat(file.c_str(), &before), 0);
-    EXPECT_TRUE(cdi::refresh(discover(c), c).empty());
+    EXPECT_TRUE(cdi::refresh(node::discover(c), c).empty());
     struct stat after {};
     ASSERT_EQ(::stat(file.c_str(), &after), 0);
     EXPECT_EQ(before.st_ino, after.st_ino);
@@ -234,7 +234,7 @@ TEST_F(CdiNodeTest, RefreshWritesOnlyOnChangeAndFollowsAnUpgrade) {
 
     spec.driver_version = "555.42.06";
     const sim::Manifest upgraded = sim::simulate(other.path(), spec);
-    EXPECT_EQ(cdi::refresh(discover(c), c), std::vector<fs::path>{file});
+    EXPECT_EQ(cdi::refresh(node::discover(c), c), std::vector<fs::path>{file});
     std::ifstream in(file);
     const json written = json::parse(in);
     std::set<std::string> sources;

@@ -79,23 +79,23 @@ TEST(CdiVersion, ValidateRefusesAVersionTooLowForTheSpec) {
     try {
         cdi::validate(s, "/etc/cdi/x.json");
         FAIL() << "accepted";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("/etc/cdi/x.json"));
         EXPECT_THAT(e.what(), HasSubstr("0.5.0"));
     }
     s["cdiVersion"] = "0.5.0";
     EXPECT_NO_THROW(cdi::validate(s, "x"));
     s["cdiVersion"] = "0.9.0";
-    EXPECT_THROW(cdi::validate(s, "x"), Error);
+    EXPECT_THROW(cdi::validate(s, "x"), util::Error);
     // A "v" prefix is accepted, and the version compared with it ignored.
     s["cdiVersion"] = "v0.6.0";
     EXPECT_NO_THROW(cdi::validate(s, "x"));
     s["cdiVersion"] = "v0.4.0";
-    EXPECT_THROW(cdi::validate(s, "x"), Error);
+    EXPECT_THROW(cdi::validate(s, "x"), util::Error);
     // Only the versions as the list writes them are known.
     for (const char* unknown : {"0.5", "0.5.0.0", "0.5.0-rc1", "00.5.0"}) {
         s["cdiVersion"] = unknown;
-        EXPECT_THROW(cdi::validate(s, "x"), Error) << unknown;
+        EXPECT_THROW(cdi::validate(s, "x"), util::Error) << unknown;
     }
 }
 
@@ -107,22 +107,22 @@ TEST(CdiVersion, KnownVersionsAreOrderedByTheOneComparison) {
         EXPECT_EQ(cdi::version_index("v" + list[i]), static_cast<int>(i));
     }
     for (std::size_t i = 1; i < list.size(); ++i)
-        EXPECT_LT(compare_versions(list[i - 1], list[i]), 0) << list[i];
+        EXPECT_LT(util::compare_versions(list[i - 1], list[i]), 0) << list[i];
 }
 
 // --- names ---
 
 TEST(CdiNames, QualifiedNamesFollowTheSpecification) {
-    EXPECT_TRUE(cdi::parse_qualified("nvidia.com/gpu=0"));
-    EXPECT_TRUE(cdi::parse_qualified("nvidia.com/gpu=1:0"));
-    EXPECT_TRUE(cdi::parse_qualified("nvidia.com/gpu=GPU-4def712e-18c0-b76d-3738-20ccf88437b2"));
-    EXPECT_TRUE(cdi::parse_qualified("nvidia.com/gpu=all"));
+    EXPECT_TRUE(util::parse_qualified("nvidia.com/gpu=0"));
+    EXPECT_TRUE(util::parse_qualified("nvidia.com/gpu=1:0"));
+    EXPECT_TRUE(util::parse_qualified("nvidia.com/gpu=GPU-4def712e-18c0-b76d-3738-20ccf88437b2"));
+    EXPECT_TRUE(util::parse_qualified("nvidia.com/gpu=all"));
     for (const char* bad : {"nvidia.com/gpu", "nvidia.com/gpu=", "=0", "/gpu=0", "nvidia.com/=0",
                             "1vendor/gpu=0", "vendor/gpu-=0", "vendor/gpu=-0", "vendor/gpu=a/b",
                             "vendor/gpu=a b", "/dev/nvidia0", "0", "GPU-1"})
-        EXPECT_FALSE(cdi::parse_qualified(bad)) << bad;
-    EXPECT_FALSE(cdi::looks_qualified("0,1"));
-    EXPECT_TRUE(cdi::looks_qualified("nvidia.com/gpu=0"));
+        EXPECT_FALSE(util::parse_qualified(bad)) << bad;
+    EXPECT_FALSE(util::looks_qualified("0,1"));
+    EXPECT_TRUE(util::looks_qualified("nvidia.com/gpu=0"));
 }
 
 // --- YAML ---
@@ -140,8 +140,8 @@ TEST(CdiYaml, DumpReadsBackAsTheSameDocument) {
     s["devices"][0]["containerEdits"]["deviceNodes"][0]["fileMode"] = 438;
     s["devices"].push_back({{"name", "true"}, {"containerEdits", json::object()}});
     s["devices"].push_back({{"name", "0"}, {"containerEdits", {{"env", {"null=~"}}}}});
-    const std::string text = yaml::dump(s);
-    EXPECT_EQ(yaml::parse(text, "t.yaml"), s) << text;
+    const std::string text = cdi::yaml::dump(s);
+    EXPECT_EQ(cdi::yaml::parse(text, "t.yaml"), s) << text;
 }
 
 // Characters YAML does not let stand raw (DEL, C0 and C1 controls, the BOM,
@@ -154,10 +154,10 @@ TEST(CdiYaml, UnprintableCharactersAreEscapedAndReadBack) {
                             "\xc2\x85\xe2\x80\xa8\xf0\x9f\x98\x80\\\"";
     s["containerEdits"] = {{"env", {"V=" + odd}}};
     s["annotations"] = {{odd, odd}};
-    const std::string text = yaml::dump(s);
+    const std::string text = cdi::yaml::dump(s);
     EXPECT_EQ(text.find('\x7f'), std::string::npos) << text;
     EXPECT_EQ(text.find("\xc2\x80"), std::string::npos) << text;
-    EXPECT_EQ(yaml::parse(text, "t.yaml"), s) << text;
+    EXPECT_EQ(cdi::yaml::parse(text, "t.yaml"), s) << text;
 }
 
 TEST(CdiYaml, ReadsTheUsualShapesOfAHandWrittenSpec) {
@@ -172,7 +172,7 @@ TEST(CdiYaml, ReadsTheUsualShapesOfAHandWrittenSpec) {
         "    - {path: /dev/a, type: c, major: 10, minor: 0x1, fileMode: 0666}\n"
         "containerEdits:\n"
         "  env: [A=1, 'B=two words']\n";
-    const json doc = yaml::parse(text, "t.yaml");
+    const json doc = cdi::yaml::parse(text, "t.yaml");
     EXPECT_EQ(doc["cdiVersion"], "0.5.0");
     EXPECT_EQ(doc["devices"][0]["name"], "0");
     EXPECT_EQ(doc["devices"][0]["containerEdits"]["deviceNodes"][0]["minor"], 1);
@@ -185,21 +185,21 @@ TEST(CdiYaml, RefusesWhatASpecNeverNeeds) {
     for (const char* text : {"a: &x 1\nb: *x\n", "a: !!str 1\n", "a: 1\na: 2\n", "<<: {a: 1}\n",
                              "a: 1\n---\nb: 2\n", "[a, [b, {c: d}]]: 1\n", "a: [\n", "a: 'x\n"}) {
         try {
-            yaml::parse(text, "/etc/cdi/t.yaml");
+            cdi::yaml::parse(text, "/etc/cdi/t.yaml");
             ADD_FAILURE() << "accepted: " << text;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_THAT(e.what(), HasSubstr("/etc/cdi/t.yaml")) << text;
             EXPECT_THAT(e.what(), Not(HasSubstr("\n")));
         }
     }
     std::string deep;
     for (int i = 0; i < 40; ++i) deep += "[";
-    EXPECT_THROW(yaml::parse(deep, "t"), Error);
+    EXPECT_THROW(cdi::yaml::parse(deep, "t"), util::Error);
 }
 
 // Issue 49: a spec nested past the limit is refused when parsed, in one line
 // naming the file and the limit: JSON at the OCI config's limit
-// (oci::kMaxJsonDepth), YAML at its reader's (yaml::kMaxDepth). One just
+// (decide::oci::kMaxJsonDepth), YAML at its reader's (cdi::yaml::kMaxDepth). One just
 // within it is read, and refused only for what it holds (an unknown field).
 // Fails with either limit's check taken out: the spec is then refused for its
 // unknown field, or the deepest one overflows the stack.
@@ -212,8 +212,8 @@ TEST(CdiSpecFile, NestingPastTheLimitIsRefusedInOneLine) {
         return text + ",\"x\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
     };
     auto yaml_text = [](std::size_t depth) {
-        return yaml::dump(base_spec()) + "x: " + std::string(depth, '[') + std::string(depth, ']') +
-               "\n";
+        return cdi::yaml::dump(base_spec()) + "x: " + std::string(depth, '[') +
+               std::string(depth, ']') + "\n";
     };
     struct Case {
         std::string text;
@@ -221,23 +221,24 @@ TEST(CdiSpecFile, NestingPastTheLimitIsRefusedInOneLine) {
         std::size_t limit;
     };
     const std::vector<Case> deep = {
-        {json_text(oci::kMaxJsonDepth), false, oci::kMaxJsonDepth},  // 1,001 levels
-        {json_text(200'000), false, oci::kMaxJsonDepth},
-        {yaml_text(yaml::kMaxDepth + 1), true, yaml::kMaxDepth},
-        {yaml_text(200'000), true, yaml::kMaxDepth}};
+        {json_text(decide::oci::kMaxJsonDepth), false, decide::oci::kMaxJsonDepth},  // 1,001 levels
+        {json_text(200'000), false, decide::oci::kMaxJsonDepth},
+        {yaml_text(cdi::yaml::kMaxDepth + 1), true, cdi::yaml::kMaxDepth},
+        {yaml_text(200'000), true, cdi::yaml::kMaxDepth}};
     for (const Case& c : deep) {
         SCOPED_TRACE(c.text.substr(c.text.size() - 40));
         const std::string file = c.yaml ? "/etc/cdi/deep.yaml" : "/etc/cdi/deep.json";
-        const Error e = test::error_of([&] { cdi::parse_spec(c.text, c.yaml, file); });
+        const util::Error e = test::error_of([&] { cdi::parse_spec(c.text, c.yaml, file); });
         EXPECT_EQ(e.code().value(), EINVAL);
         EXPECT_THAT(e.what(), HasSubstr(file));
         EXPECT_THAT(e.what(),
                     HasSubstr("nested deeper than " + std::to_string(c.limit) + " levels"));
         EXPECT_THAT(e.what(), Not(HasSubstr("\n")));
     }
-    for (const Case& c : {Case{json_text(oci::kMaxJsonDepth - 1), false, 0},
-                          Case{yaml_text(yaml::kMaxDepth), true, 0}}) {
-        const Error e = test::error_of([&] { cdi::parse_spec(c.text, c.yaml, "/etc/cdi/s"); });
+    for (const Case& c : {Case{json_text(decide::oci::kMaxJsonDepth - 1), false, 0},
+                          Case{yaml_text(cdi::yaml::kMaxDepth), true, 0}}) {
+        const util::Error e =
+            test::error_of([&] { cdi::parse_spec(c.text, c.yaml, "/etc/cdi/s"); });
         EXPECT_THAT(e.what(), HasSubstr("unknown field \"x\"")) << c.yaml;
         EXPECT_THAT(e.what(), Not(HasSubstr("nested"))) << c.yaml;
     }
@@ -245,10 +246,10 @@ TEST(CdiSpecFile, NestingPastTheLimitIsRefusedInOneLine) {
 
 // --- requests ---
 
-oci::Spec spec_of(json doc) {
+decide::oci::Spec spec_of(json doc) {
     if (!doc.contains("ociVersion")) doc["ociVersion"] = "1.0.2";
     if (!doc.contains("root")) doc["root"] = {{"path", "rootfs"}};
-    return oci::parse_spec(doc.dump(), "/bundle");
+    return decide::oci::parse_spec(doc.dump(), "/bundle");
 }
 
 // A spec whose process has CAP_SYS_ADMIN (what Spec::privileged() reads).
@@ -257,8 +258,8 @@ json privileged(json doc) {
     return doc;
 }
 
-Config policy_config(const Policy& policy) {
-    Config c;
+config::Config policy_config(const config::Policy& policy) {
+    config::Config c;
     c.policy = policy;
     return c;
 }
@@ -269,32 +270,32 @@ TEST(CdiRequests, AnnotationsEveryKeyUnderTheirPrefix) {
                              {{"cdi.k8s.io/devplugin_0", "nvidia.com/gpu=0, nvidia.com/gpu=1:0"},
                               {"cdi.k8s.io/other", "nvidia.com/gpu=0,example.com/x=y"},
                               {"io.kubernetes.cri.container-type", "container"}}}}));
-    const auto r = cdi::read_requests(s, Config{});
+    const auto r = cdi::read_requests(s, config::Config{});
     EXPECT_EQ(r.devices, (std::vector<std::string>{"nvidia.com/gpu=0", "nvidia.com/gpu=1:0",
                                                    "example.com/x=y"}));
     EXPECT_THAT(r.source, HasSubstr("cdi.k8s.io/devplugin_0"));
 }
 
 TEST(CdiRequests, VisibleDevicesHoldingCdiNames) {
-    Policy policy;
+    config::Policy policy;
     auto s = spec_of(
         {{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,nvidia.com/gpu=all"}}}}});
     EXPECT_EQ(cdi::read_requests(s, policy_config(policy)).devices,
               (std::vector<std::string>{"nvidia.com/gpu=1", "nvidia.com/gpu=all"}));
     // The legacy reading leaves them alone: not a request of its own.
-    EXPECT_FALSE(read_request(s, policy).gpu_container());
+    EXPECT_FALSE(decide::read_request(s, policy).gpu_container());
     // Plain ids are not CDI requests; mixing both is refused.
     s = spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=0,1"}}}}});
     EXPECT_TRUE(cdi::read_requests(s, policy_config(policy)).devices.empty());
     s = spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=0,nvidia.com/gpu=1"}}}}});
-    EXPECT_THROW(cdi::read_requests(s, policy_config(policy)), Error);
+    EXPECT_THROW(cdi::read_requests(s, policy_config(policy)), util::Error);
     // Unprivileged under a policy refusing variables.
     policy.accept_envvar_unprivileged = false;
     s = spec_of({{"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}}}}});
     try {
         cdi::read_requests(s, policy_config(policy));
         FAIL() << "accepted";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ECANCELED);
     }
 }
@@ -307,12 +308,12 @@ TEST(CdiRequests, VolumeMountsUnderTheirPolicy) {
          {"source", "/dev/null"}}};
     auto s = spec_of(
         {{"mounts", mounts}, {"process", {{"env", {"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=3"}}}}});
-    Policy policy;
+    config::Policy policy;
     policy.accept_volume_mounts = true;
     EXPECT_EQ(cdi::read_requests(s, policy_config(policy)).devices,
               (std::vector<std::string>{"nvidia.com/gpu=0", "nvidia.com/gpu=all"}));
     // The legacy reading does not take cdi/... for device ids.
-    EXPECT_FALSE(read_request(s, policy).gpu_container());
+    EXPECT_FALSE(decide::read_request(s, policy).gpu_container());
     policy.accept_volume_mounts = false;
     EXPECT_EQ(cdi::read_requests(s, policy_config(policy)).devices,
               (std::vector<std::string>{"nvidia.com/gpu=3"}));
@@ -321,7 +322,7 @@ TEST(CdiRequests, VolumeMountsUnderTheirPolicy) {
     s = spec_of({{"mounts",
                   {{{"destination", "/var/run/nvidia-container-devices/cdi/nvidia.com/0"},
                     {"source", "/dev/null"}}}}});
-    EXPECT_THROW(cdi::read_requests(s, policy_config(policy)), Error);
+    EXPECT_THROW(cdi::read_requests(s, policy_config(policy)), util::Error);
 }
 
 TEST(CdiRequests, MalformedNamesAreOneLineErrors) {
@@ -329,9 +330,9 @@ TEST(CdiRequests, MalformedNamesAreOneLineErrors) {
          {"nvidia.com/gpu=", "nvidia.com/gpu=a/b", "nvidia.com/=1", "x/y=a\nb"}) {
         const auto s = spec_of({{"annotations", {{"cdi.k8s.io/x", value}}}});
         try {
-            cdi::read_requests(s, Config{});
+            cdi::read_requests(s, config::Config{});
             ADD_FAILURE() << "accepted " << value;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EINVAL);
             EXPECT_THAT(e.what(), HasSubstr("cdi.k8s.io/x"));
         }
@@ -343,10 +344,10 @@ TEST(CdiRequests, MalformedNamesAreOneLineErrors) {
 // without CAP_SYS_ADMIN names only those by any way, and by annotations only
 // under their own key. Each refusal is one line naming the way and the name.
 TEST(CdiRequests, WhoMayNameWhichVendorsDevices) {
-    auto refusal = [](const oci::Spec& s, const Config& c) -> std::string {
+    auto refusal = [](const decide::oci::Spec& s, const config::Config& c) -> std::string {
         try {
             cdi::read_requests(s, c);
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), ECANCELED) << e.what();
             EXPECT_THAT(e.what(), Not(HasSubstr("\n")));
             return e.what();
@@ -357,7 +358,7 @@ TEST(CdiRequests, WhoMayNameWhichVendorsDevices) {
     const json annotation = {{"cdi.k8s.io/x", "evil.com/dev=x"}};
     const json volume = {{{"destination", "/var/run/nvidia-container-devices/cdi/evil.com/dev/x"},
                           {"source", "/dev/null"}}};
-    Config c;
+    config::Config c;
     c.policy.accept_volume_mounts = true;
 
     // The variable: another vendor's device refused, privileged or not.
@@ -418,12 +419,13 @@ TEST(CdiRequests, WhoMayNameWhichVendorsDevices) {
 // environment's size (runc starts it); one naming devices is refused past
 // the environment's caps, naming the cap.
 TEST(CdiRequests, TheEnvironmentsCapsRefuseOnlyARequest) {
-    const Config c = policy_config(Policy{});
+    const config::Config c = policy_config(config::Policy{});
     json doc = {
-        {"process", {{"env", {"PATH=/bin", "HUGE=" + std::string(oci::kMaxEnvEntrySize, 'x')}}}}};
+        {"process",
+         {{"env", {"PATH=/bin", "HUGE=" + std::string(decide::oci::kMaxEnvEntrySize, 'x')}}}}};
     EXPECT_TRUE(cdi::read_requests(spec_of(doc), c).devices.empty());
     doc["annotations"] = {{"cdi.k8s.io/p", "nvidia.com/gpu=1"}};
-    const Error e = test::error_of([&] { cdi::read_requests(spec_of(doc), c); });
+    const util::Error e = test::error_of([&] { cdi::read_requests(spec_of(doc), c); });
     EXPECT_EQ(e.code().value(), EINVAL);
     EXPECT_THAT(e.what(), HasSubstr("process.env[1] (HUGE): "));
 }
@@ -435,9 +437,9 @@ TEST(CdiRequests, ManyNamesAreCappedAndDeduplicated) {
     std::string many;
     for (std::size_t i = 0; i <= cdi::kMaxRequestNames; ++i) many += "nvidia.com/gpu=0,";
     try {
-        cdi::read_requests(spec_of({{"annotations", {{"cdi.k8s.io/x", many}}}}), Config{});
+        cdi::read_requests(spec_of({{"annotations", {{"cdi.k8s.io/x", many}}}}), config::Config{});
         ADD_FAILURE() << "accepted";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), E2BIG);
         EXPECT_THAT(e.what(), HasSubstr(std::to_string(cdi::kMaxRequestNames)));
     }
@@ -445,7 +447,7 @@ TEST(CdiRequests, ManyNamesAreCappedAndDeduplicated) {
     for (std::size_t i = 0; i < cdi::kMaxRequestNames / 2; ++i)
         some += "nvidia.com/gpu=" + std::to_string(i % 7) + ",";
     const auto r =
-        cdi::read_requests(spec_of({{"annotations", {{"cdi.k8s.io/x", some}}}}), Config{});
+        cdi::read_requests(spec_of({{"annotations", {{"cdi.k8s.io/x", some}}}}), config::Config{});
     ASSERT_EQ(r.devices.size(), 7u);
     for (std::size_t i = 0; i < 7; ++i)
         EXPECT_EQ(r.devices[i], "nvidia.com/gpu=" + std::to_string(i));
@@ -514,7 +516,7 @@ TEST_F(CdiSpecDir, HostileFilesAreRefusedEachWithOneLineNamingIt) {
     try {
         cdi::apply(json{{"ociVersion", "1.0.2"}}, {"example.com/rel=dev-a"}, reg);
         FAIL() << "applied";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("relative.json"));
         EXPECT_THAT(e.what(), HasSubstr("usr/lib"));
     }
@@ -606,7 +608,7 @@ TEST(CdiApply, PriorityAndConflicts) {
         try {
             cdi::apply(base, names, reg);
             ADD_FAILURE() << "applied: " << says;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EEXIST) << e.what();
             EXPECT_THAT(e.what(), HasSubstr(says));
             EXPECT_THAT(e.what(), Not(HasSubstr("\n")));
@@ -635,7 +637,7 @@ TEST(CdiApply, PriorityAndConflicts) {
     try {
         cdi::apply(oci, {"vendor.example/gpu=9"}, registry({{gpu_like_spec(), 0}}));
         FAIL();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("vendor.example/gpu=9"));
     }
 }

@@ -213,9 +213,9 @@ class Cgroup2Test : public ::testing::Test {
     // Attaches the runtime-like program (BPF_F_ALLOW_MULTI, as runc does) and
     // returns its id.
     std::uint32_t attach_runtime_program() {
-        LinuxSystem sys;
+        os::LinuxSystem sys;
         runtime_prog_ = sys.load_device_program(
-            test::runtime_like_program({{bpf::kDevChar, 1, 3, 7, true}}), "runtime_like");
+            test::runtime_like_program({{os::bpf::kDevChar, 1, 3, 7, true}}), "runtime_like");
         cgroup_fd_ = sys.open_cgroup_dir(dir_);
         union bpf_attr attr;
         std::memset(&attr, 0, sizeof attr);
@@ -230,7 +230,7 @@ class Cgroup2Test : public ::testing::Test {
         return attached.ids.empty() ? 0 : attached.ids[0];
     }
     std::vector<std::uint32_t> attached() {
-        LinuxSystem sys;
+        os::LinuxSystem sys;
         return sys.query_device_programs(cgroup_fd_.get()).ids;
     }
     void start_child() {
@@ -240,15 +240,15 @@ class Cgroup2Test : public ::testing::Test {
         ASSERT_THAT(read_text("/proc/" + std::to_string(child_->pid()) + "/cgroup"),
                     HasSubstr("0::/" + name_ + "\n"));
     }
-    Plan grant_plan() const {
-        Plan plan;
+    decide::Plan grant_plan() const {
+        decide::Plan plan;
         plan.devices.push_back({{"/dev/nvidia0", nodes_ / "granted", 195, kGranted, 0666},
                                 "GPU 0",
                                 /*bind=*/false});
         return plan;
     }
-    Target target() const {
-        Target t;
+    exec::Target target() const {
+        exec::Target t;
         t.pid = child_->pid();
         t.rootfs = nodes_ / "rootfs";
         return t;
@@ -259,7 +259,7 @@ class Cgroup2Test : public ::testing::Test {
     fs::path nodes_ = tmp_.path();
     fs::path mount_, dir_;
     std::string name_;
-    Fd runtime_prog_, cgroup_fd_;
+    util::Fd runtime_prog_, cgroup_fd_;
     std::unique_ptr<Child> child_;
 };
 
@@ -287,8 +287,8 @@ TEST_F(Cgroup2Test, GrantReplacesTheRuntimesProgramWithOneThatKeepsItsRules) {
     auto ids = attached();
     ASSERT_EQ(ids.size(), 1u);
     EXPECT_NE(ids[0], runtime_id);
-    LinuxSystem sys;
-    Fd ours = sys.open_program(ids[0]);
+    os::LinuxSystem sys;
+    util::Fd ours = sys.open_program(ids[0]);
     struct bpf_prog_info info;
     std::memset(&info, 0, sizeof info);
     union bpf_attr attr;
@@ -297,17 +297,17 @@ TEST_F(Cgroup2Test, GrantReplacesTheRuntimesProgramWithOneThatKeepsItsRules) {
     attr.info.info_len = sizeof info;
     attr.info.info = reinterpret_cast<std::uintptr_t>(&info);
     ASSERT_EQ(::syscall(SYS_bpf, BPF_OBJ_GET_INFO_BY_FD, &attr, sizeof attr), 0);
-    EXPECT_STREQ(info.name, bpf::kProgramName);
+    EXPECT_STREQ(info.name, os::bpf::kProgramName);
     EXPECT_EQ(info.type, BPF_PROG_TYPE_CGROUP_DEVICE);
 }
 
 TEST_F(Cgroup2Test, AFailureAfterTheSwapPutsTheRuntimesProgramBack) {
     const std::uint32_t runtime_id = attach_runtime_program();
     start_child();
-    Plan plan = grant_plan();
+    decide::Plan plan = grant_plan();
     plan.refresh_ldcache = true;  // ldconfig fails in an empty root: after the swap
-    Target t = target();
-    t.ldcache = LdcacheMethod::Ldconfig;
+    exec::Target t = target();
+    t.ldcache = config::LdcacheMethod::Ldconfig;
     t.ldconfig = "/bin/false";
     {
         PrivateCgroup2View v2;
@@ -315,7 +315,7 @@ TEST_F(Cgroup2Test, AFailureAfterTheSwapPutsTheRuntimesProgramBack) {
         try {
             execute(plan, t);
             ADD_FAILURE() << "ldconfig in an empty root succeeded";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_THAT(e.what(), HasSubstr("ldconfig"));  // the step after the swap
         }
     }
@@ -325,7 +325,7 @@ TEST_F(Cgroup2Test, AFailureAfterTheSwapPutsTheRuntimesProgramBack) {
 }
 
 TEST_F(Cgroup2Test, NoProgramAttachedLeavesTheCgroupAlone) {
-    LinuxSystem sys;
+    os::LinuxSystem sys;
     cgroup_fd_ = sys.open_cgroup_dir(dir_);
     start_child();
     {
@@ -340,15 +340,15 @@ TEST_F(Cgroup2Test, NoProgramAttachedLeavesTheCgroupAlone) {
 TEST_F(Cgroup2Test, BpfRefusedFailsNamingTheCgroupOrIsSkippedWhenTheConfigSaysSo) {
     const std::uint32_t runtime_id = attach_runtime_program();
     start_child();
-    const Plan plan = grant_plan();
-    Target t = target();
+    const decide::Plan plan = grant_plan();
+    exec::Target t = target();
     const std::string failed = without_bpf([&] {
         PrivateCgroup2View v2;
         if (!v2.error().empty()) return v2.error();
         try {
             execute(plan, t);
             return std::string("no error");
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             return std::string(e.what()) + " [errno " + std::to_string(e.code().value()) + "]";
         }
     });
@@ -358,7 +358,7 @@ TEST_F(Cgroup2Test, BpfRefusedFailsNamingTheCgroupOrIsSkippedWhenTheConfigSaysSo
     EXPECT_EQ(failed.find('\n'), std::string::npos) << failed;
     EXPECT_EQ(attached(), std::vector<std::uint32_t>{runtime_id});
 
-    t.on_refused = OnRefused::Warn;
+    t.on_refused = config::OnRefused::Warn;
     const std::string warned = without_bpf([&] {
         PrivateCgroup2View v2;
         if (!v2.error().empty()) return v2.error();
@@ -380,11 +380,11 @@ TEST(ProgramDir, OnlyRootsOwnDirectoryOnBpffsIsUsed) {
     const fs::path bpffs = tmp / "bpffs";
     fs::create_directories(bpffs);
     ASSERT_EQ(::mount("bpf", bpffs.c_str(), "bpf", 0, "mode=0700"), 0) << std::strerror(errno);
-    LinuxSystem sys;
+    os::LinuxSystem sys;
     std::string why;
     bool taken = true;
 
-    Fd made = sys.open_program_dir(bpffs / "gpubind", why, taken);
+    util::Fd made = sys.open_program_dir(bpffs / "gpubind", why, taken);
     EXPECT_TRUE(made) << why;
     EXPECT_FALSE(taken);
     struct stat st {};
@@ -408,7 +408,7 @@ TEST(ProgramDir, OnlyRootsOwnDirectoryOnBpffsIsUsed) {
     EXPECT_EQ(why, tmp.path().string() + ": not a bpffs");
     EXPECT_FALSE(fs::exists(tmp / "elsewhere"));
 
-    made = Fd();
+    made = util::Fd();
     EXPECT_EQ(::umount2(bpffs.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
 

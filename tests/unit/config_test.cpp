@@ -21,7 +21,8 @@ std::string shipped_config() {
     return std::string(GPUBIND_SOURCE_DIR) + "/config/config.toml";
 }
 
-const CatalogEntry* find(const std::vector<CatalogEntry>& list, const std::string& name) {
+const config::CatalogEntry* find(const std::vector<config::CatalogEntry>& list,
+                                 const std::string& name) {
     for (const auto& e : list)
         if (e.name == name) return &e;
     return nullptr;
@@ -29,8 +30,8 @@ const CatalogEntry* find(const std::vector<CatalogEntry>& list, const std::strin
 
 std::string error_of(std::string_view toml) {
     try {
-        parse_config(toml, "test.toml");
-    } catch (const Error& e) {
+        config::parse_config(toml, "test.toml");
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EINVAL);
         return e.what();
     }
@@ -39,14 +40,14 @@ std::string error_of(std::string_view toml) {
 
 TEST(Config, DefaultsAreTheShippedFile) {
     // The shipped config/config.toml parses to exactly the built-in defaults.
-    Config shipped = load_config(shipped_config());
-    Config builtin = default_config();
+    config::Config shipped = config::load_config(shipped_config());
+    config::Config builtin = config::default_config();
     EXPECT_EQ(shipped.roots.driver, builtin.roots.driver);
     EXPECT_EQ(shipped.catalog.libraries.size(), builtin.catalog.libraries.size());
     EXPECT_EQ(builtin.roots.proc, "/proc");
     EXPECT_TRUE(builtin.policy.accept_envvar_unprivileged);
     EXPECT_FALSE(builtin.policy.accept_volume_mounts);
-    EXPECT_EQ(builtin.policy.supported, kCapAll);
+    EXPECT_EQ(builtin.policy.supported, config::kCapAll);
     EXPECT_EQ(builtin.ldcache_path(), "/etc/ld.so.cache");
 }
 
@@ -54,17 +55,17 @@ TEST(Config, GeneratedDefaultsAreWhatTheShippedFileSays) {
     // The built-in config is generated at build time from config/config.toml;
     // reading that file now, the way the generator does (over Config{}), gives
     // the same config, every field: the two cannot drift apart.
-    const std::string text = read_file(shipped_config(), 1u << 20);
-    const Config parsed = detail::parse_builtin_config(text, "config.toml");
-    const Config builtin = default_config();
+    const std::string text = util::read_file(shipped_config(), 1u << 20);
+    const config::Config parsed = config::detail::parse_builtin_config(text, "config.toml");
+    const config::Config builtin = config::default_config();
     // Written out as the generator writes them, a difference reads as a diff.
-    EXPECT_EQ(detail::builtin_config_source(builtin, text),
-              detail::builtin_config_source(parsed, text));
+    EXPECT_EQ(config::detail::builtin_config_source(builtin, text),
+              config::detail::builtin_config_source(parsed, text));
     // Config's defaulted operator== compares every member, present and future.
     EXPECT_TRUE(builtin == parsed);
     EXPECT_TRUE(builtin.source.empty());
     // Not vacuous: the file does set what the C++ members alone do not.
-    EXPECT_FALSE(parsed == Config{});
+    EXPECT_FALSE(parsed == config::Config{});
     EXPECT_FALSE(builtin.catalog.libraries.empty());
 }
 
@@ -72,10 +73,11 @@ TEST(Config, ThePackagedFileIsTakenAsTheDefaultsWithoutAParse) {
     // The packages install config/config.toml as is; parse_config() knows its
     // bytes (built in) and takes the defaults. That shortcut must give what a
     // parse of the file over the defaults gives, and nothing else may take it.
-    const std::string text = read_file(shipped_config(), 1u << 20);
-    EXPECT_EQ(detail::builtin_config_text(), text);
-    const Config quick = parse_config(text, "/etc/gpubind/config.toml");
-    Config parsed = detail::parse_config_over(default_config(), text, "config.toml");
+    const std::string text = util::read_file(shipped_config(), 1u << 20);
+    EXPECT_EQ(config::detail::builtin_config_text(), text);
+    const config::Config quick = config::parse_config(text, "/etc/gpubind/config.toml");
+    config::Config parsed =
+        config::detail::parse_config_over(config::default_config(), text, "config.toml");
     parsed.source = "/etc/gpubind/config.toml";
     EXPECT_TRUE(quick == parsed);
     EXPECT_EQ(quick.source, "/etc/gpubind/config.toml");
@@ -84,26 +86,28 @@ TEST(Config, ThePackagedFileIsTakenAsTheDefaultsWithoutAParse) {
     const std::size_t at = edited.find("level = \"info\"");
     ASSERT_NE(at, std::string::npos);
     edited.replace(at, 14, "level = \"debug\"");
-    const Config changed = parse_config(edited, "x");
+    const config::Config changed = config::parse_config(edited, "x");
     EXPECT_EQ(changed.log.level, "debug");
-    EXPECT_EQ(default_config().log.level, "info");
+    EXPECT_EQ(config::default_config().log.level, "info");
 }
 
 TEST(Config, CudaCompatIsOnByDefaultAndCanBeTurnedOff) {
-    EXPECT_TRUE(default_config().policy.cuda_compat);
-    EXPECT_TRUE(load_config(shipped_config()).policy.cuda_compat);
-    EXPECT_FALSE(parse_config("[policy]\ncuda-compat = false\n", "t.toml").policy.cuda_compat);
-    EXPECT_TRUE(parse_config("[policy]\ncuda-compat = true\n", "t.toml").policy.cuda_compat);
-    EXPECT_THROW(parse_config("[policy]\ncuda-compat = \"no\"\n", "t.toml"), Error);
+    EXPECT_TRUE(config::default_config().policy.cuda_compat);
+    EXPECT_TRUE(config::load_config(shipped_config()).policy.cuda_compat);
+    EXPECT_FALSE(
+        config::parse_config("[policy]\ncuda-compat = false\n", "t.toml").policy.cuda_compat);
+    EXPECT_TRUE(
+        config::parse_config("[policy]\ncuda-compat = true\n", "t.toml").policy.cuda_compat);
+    EXPECT_THROW(config::parse_config("[policy]\ncuda-compat = \"no\"\n", "t.toml"), util::Error);
 }
 
 TEST(Config, OnRefusedFailsByDefaultAndTakesFailOrWarn) {
-    EXPECT_EQ(default_config().policy.on_refused, OnRefused::Fail);
-    EXPECT_EQ(load_config(shipped_config()).policy.on_refused, OnRefused::Fail);
-    EXPECT_EQ(parse_config("[policy]\non-refused = \"warn\"\n", "t.toml").policy.on_refused,
-              OnRefused::Warn);
-    EXPECT_EQ(parse_config("[policy]\non-refused = \"fail\"\n", "t.toml").policy.on_refused,
-              OnRefused::Fail);
+    EXPECT_EQ(config::default_config().policy.on_refused, config::OnRefused::Fail);
+    EXPECT_EQ(config::load_config(shipped_config()).policy.on_refused, config::OnRefused::Fail);
+    EXPECT_EQ(config::parse_config("[policy]\non-refused = \"warn\"\n", "t.toml").policy.on_refused,
+              config::OnRefused::Warn);
+    EXPECT_EQ(config::parse_config("[policy]\non-refused = \"fail\"\n", "t.toml").policy.on_refused,
+              config::OnRefused::Fail);
     EXPECT_EQ(error_of("[policy]\non-refused = \"ignore\"\n"),
               "load config test.toml: policy.on-refused: expected \"fail\" or \"warn\", not "
               "\"ignore\"");
@@ -112,60 +116,63 @@ TEST(Config, OnRefusedFailsByDefaultAndTakesFailOrWarn) {
 }
 
 TEST(Config, SharesAreStrictByDefaultOrSoft) {
-    EXPECT_EQ(default_config().policy.shares, SharesPolicy::Strict);
-    EXPECT_EQ(load_config(shipped_config()).policy.shares, SharesPolicy::Strict);
-    EXPECT_EQ(parse_config("[policy]\nshares = \"soft\"\n", "t.toml").policy.shares,
-              SharesPolicy::Soft);
-    EXPECT_EQ(parse_config("[policy]\nshares = \"strict\"\n", "t.toml").policy.shares,
-              SharesPolicy::Strict);
+    EXPECT_EQ(config::default_config().policy.shares, config::SharesPolicy::Strict);
+    EXPECT_EQ(config::load_config(shipped_config()).policy.shares, config::SharesPolicy::Strict);
+    EXPECT_EQ(config::parse_config("[policy]\nshares = \"soft\"\n", "t.toml").policy.shares,
+              config::SharesPolicy::Soft);
+    EXPECT_EQ(config::parse_config("[policy]\nshares = \"strict\"\n", "t.toml").policy.shares,
+              config::SharesPolicy::Strict);
     EXPECT_EQ(error_of("[policy]\nshares = \"warn\"\n"),
               "load config test.toml: policy.shares: expected \"strict\" or \"soft\", not "
               "\"warn\"");
 }
 
 TEST(Config, LdcacheIsGpubindsWriterByDefaultOrLdconfig) {
-    EXPECT_EQ(default_config().policy.ldcache, LdcacheMethod::Gpubind);
-    EXPECT_EQ(load_config(shipped_config()).policy.ldcache, LdcacheMethod::Gpubind);
-    EXPECT_EQ(parse_config("[policy]\nldcache = \"ldconfig\"\n", "t.toml").policy.ldcache,
-              LdcacheMethod::Ldconfig);
-    EXPECT_EQ(parse_config("[policy]\nldcache = \"gpubind\"\n", "t.toml").policy.ldcache,
-              LdcacheMethod::Gpubind);
+    EXPECT_EQ(config::default_config().policy.ldcache, config::LdcacheMethod::Gpubind);
+    EXPECT_EQ(config::load_config(shipped_config()).policy.ldcache, config::LdcacheMethod::Gpubind);
+    EXPECT_EQ(config::parse_config("[policy]\nldcache = \"ldconfig\"\n", "t.toml").policy.ldcache,
+              config::LdcacheMethod::Ldconfig);
+    EXPECT_EQ(config::parse_config("[policy]\nldcache = \"gpubind\"\n", "t.toml").policy.ldcache,
+              config::LdcacheMethod::Gpubind);
     EXPECT_EQ(error_of("[policy]\nldcache = \"none\"\n"),
               "load config test.toml: policy.ldcache: expected \"gpubind\" or \"ldconfig\", not "
               "\"none\"");
     // [node] ldcache stays the host's cache path.
-    EXPECT_EQ(parse_config("[node]\nldcache = \"/x/ld.so.cache\"\n", "t.toml").ldcache,
+    EXPECT_EQ(config::parse_config("[node]\nldcache = \"/x/ld.so.cache\"\n", "t.toml").ldcache,
               "/x/ld.so.cache");
 }
 
 TEST(Config, DeviceProgramsAreKeptOnTheSystemsBpffsByDefaultOrNowhere) {
-    EXPECT_EQ(default_config().bpf_dir, "/sys/fs/bpf/gpubind");
-    EXPECT_EQ(load_config(shipped_config()).bpf_dir, "/sys/fs/bpf/gpubind");
-    EXPECT_EQ(parse_config("[node]\nbpf-dir = \"/run/bpf/x\"\n", "t.toml").bpf_dir, "/run/bpf/x");
-    EXPECT_EQ(parse_config("[node]\nbpf-dir = \"\"\n", "t.toml").bpf_dir, "");
+    EXPECT_EQ(config::default_config().bpf_dir, "/sys/fs/bpf/gpubind");
+    EXPECT_EQ(config::load_config(shipped_config()).bpf_dir, "/sys/fs/bpf/gpubind");
+    EXPECT_EQ(config::parse_config("[node]\nbpf-dir = \"/run/bpf/x\"\n", "t.toml").bpf_dir,
+              "/run/bpf/x");
+    EXPECT_EQ(config::parse_config("[node]\nbpf-dir = \"\"\n", "t.toml").bpf_dir, "");
     EXPECT_EQ(error_of("[node]\nbpf-dir = \"bpf\"\n"),
               "load config test.toml: node.bpf-dir: expected an absolute path");
     // The hook's target takes it as it is.
-    EXPECT_EQ(make_target(parse_config("[node]\nbpf-dir = \"\"\n", "t.toml"), 7, "/r").bpf_dir, "");
-    EXPECT_EQ(make_target(default_config(), 7, "/r").bpf_dir, "/sys/fs/bpf/gpubind");
+    EXPECT_EQ(exec::make_target(config::parse_config("[node]\nbpf-dir = \"\"\n", "t.toml"), 7, "/r")
+                  .bpf_dir,
+              "");
+    EXPECT_EQ(exec::make_target(config::default_config(), 7, "/r").bpf_dir, "/sys/fs/bpf/gpubind");
 }
 
 TEST(Config, CatalogMapsFilesToCapabilities) {
-    Config c = default_config();
+    config::Config c = config::default_config();
     const auto* cuda = find(c.catalog.libraries, "libcuda.so");
     ASSERT_NE(cuda, nullptr);
-    EXPECT_EQ(cuda->caps, kCapCompute);
+    EXPECT_EQ(cuda->caps, config::kCapCompute);
     const auto* smi = find(c.catalog.binaries, "nvidia-smi");
     ASSERT_NE(smi, nullptr);
-    EXPECT_EQ(smi->caps, kCapUtility);
+    EXPECT_EQ(smi->caps, config::kCapUtility);
     // Listed under utility and compute: one entry bringing both.
     const auto* socket = find(c.catalog.ipcs, "/run/nvidia-persistenced/socket");
     ASSERT_NE(socket, nullptr);
-    EXPECT_EQ(socket->caps, kCapUtility | kCapCompute);
+    EXPECT_EQ(socket->caps, config::kCapUtility | config::kCapCompute);
 }
 
 TEST(Config, FileOverridesDefaults) {
-    Config c = parse_config(R"(
+    config::Config c = config::parse_config(R"(
 [node]
 driver-root = "/run/nvidia/driver"
 ldcache = "/run/nvidia/driver/etc/ld.so.cache"
@@ -178,12 +185,12 @@ level = "debug"
 [catalog.compute]
 libraries = ["libcuda.so"]
 )",
-                            "test.toml");
+                                            "test.toml");
     EXPECT_EQ(c.roots.driver, "/run/nvidia/driver");
     EXPECT_EQ(c.roots.dev, "/");
     EXPECT_EQ(c.ldcache_path(), "/run/nvidia/driver/etc/ld.so.cache");
     EXPECT_TRUE(c.policy.accept_volume_mounts);
-    EXPECT_EQ(c.policy.supported, kCapUtility | kCapCompute);
+    EXPECT_EQ(c.policy.supported, config::kCapUtility | config::kCapCompute);
     EXPECT_EQ(c.log.level, "debug");
     EXPECT_EQ(find(c.catalog.libraries, "libnvidia-opencl.so"), nullptr);
     ASSERT_NE(find(c.catalog.libraries, "libcuda.so"), nullptr);
@@ -192,7 +199,7 @@ libraries = ["libcuda.so"]
 }
 
 TEST(Config, AcceptsNvidiaContainerRuntimeKeys) {
-    Config c = parse_config(R"(
+    config::Config c = config::parse_config(R"(
 disable-require = true
 supported-driver-capabilities = "compute,utility,video"
 accept-nvidia-visible-devices-envvar-when-unprivileged = false
@@ -209,9 +216,9 @@ mode = "auto"
 [nvidia-container-runtime-hook]
 path = "nvidia-container-runtime-hook"
 )",
-                            "nvidia.toml");
+                                            "nvidia.toml");
     EXPECT_TRUE(c.policy.disable_require);
-    EXPECT_EQ(c.policy.supported, kCapCompute | kCapUtility | kCapVideo);
+    EXPECT_EQ(c.policy.supported, config::kCapCompute | config::kCapUtility | config::kCapVideo);
     EXPECT_FALSE(c.policy.accept_envvar_unprivileged);
     EXPECT_TRUE(c.policy.accept_volume_mounts);
     EXPECT_EQ(c.roots.driver, "/run/nvidia/driver");
@@ -252,27 +259,27 @@ TEST(Config, CharactersTomlPlusPlusCannotParseSafelyAreAnErrorNotUndefinedBehavi
               "load config test.toml: line 3: character U+00E9 is not supported here; inside a "
               "string write it as \\u00E9");
     // Written as an escape it is fine, and so are the characters toml++ handles.
-    Config c =
-        parse_config("# \xe4\xb8\xad\n[log]\nfile = \"/var/log/caf\\u00e9.log\"\n", "ok.toml");
+    config::Config c = config::parse_config(
+        "# \xe4\xb8\xad\n[log]\nfile = \"/var/log/caf\\u00e9.log\"\n", "ok.toml");
     EXPECT_EQ(c.log.file, "/var/log/caf\xc3\xa9.log");
 }
 
 TEST(Config, LoadsFromFileAndEnvironment) {
     test::TempDir dir;
     std::ofstream(dir / "c.toml") << "[policy]\ndisable-require = true\n";
-    EXPECT_TRUE(load_effective_config(dir / "c.toml").policy.disable_require);
+    EXPECT_TRUE(config::load_effective_config(dir / "c.toml").policy.disable_require);
     ::setenv("GPUBIND_CONFIG", (dir / "c.toml").c_str(), 1);
-    EXPECT_TRUE(load_effective_config({}).policy.disable_require);
+    EXPECT_TRUE(config::load_effective_config({}).policy.disable_require);
     ::unsetenv("GPUBIND_CONFIG");
-    EXPECT_THROW(load_config(dir / "missing.toml"), Error);
+    EXPECT_THROW(config::load_config(dir / "missing.toml"), util::Error);
 }
 
 // What load_trusted_config refused, or "" when it loaded.
 std::string trusted_error(const std::filesystem::path& path) {
     try {
-        load_trusted_config(path);
+        config::load_trusted_config(path);
         return "";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         return e.what();
     }
 }
@@ -286,7 +293,7 @@ TEST(Config, TheHooksConfigMustBeRootsRegularFileNoOneElseMayWrite) {
     std::ofstream(file) << "[policy]\ndisable-require = true\n";
     ::chmod(file.c_str(), 0644);
     EXPECT_EQ(trusted_error(file), "");
-    EXPECT_TRUE(load_trusted_config(file).policy.disable_require);
+    EXPECT_TRUE(config::load_trusted_config(file).policy.disable_require);
 
     ::chmod(file.c_str(), 0666);
     EXPECT_EQ(trusted_error(file),
@@ -310,9 +317,9 @@ TEST(Config, TheHooksConfigMustBeRootsRegularFileNoOneElseMayWrite) {
     ASSERT_EQ(trusted_error(file), "");
     ::setenv("GPUBIND_CONFIG",
              std::filesystem::relative(file, std::filesystem::current_path()).c_str(), 1);
-    EXPECT_THROW(load_trusted_config(), Error);
+    EXPECT_THROW(config::load_trusted_config(), util::Error);
     ::setenv("GPUBIND_CONFIG", (dir / "missing.toml").c_str(), 1);
-    EXPECT_THROW(load_trusted_config(), Error);
+    EXPECT_THROW(config::load_trusted_config(), util::Error);
     ::unsetenv("GPUBIND_CONFIG");
 }
 

@@ -34,7 +34,7 @@ class Description : public test::SimNodeTest {
         config().state_dir = dir() / "state";
     }
 
-    fs::path file() const { return description_path(config()); }
+    fs::path file() const { return node::description_path(config()); }
 
     using test::SimNodeTest::simulate;
     // The node again, with this driver version and these MIG devices.
@@ -43,8 +43,8 @@ class Description : public test::SimNodeTest {
         simulate();
     }
 
-    NodeKnowledge load(bool need_nvml = false) {
-        LoadOptions options;
+    node::NodeKnowledge load(bool need_nvml = false) {
+        node::LoadOptions options;
         options.need_nvml = need_nvml;
         options.nvml_timeout = std::chrono::milliseconds(1500);
         return knowledge(options);
@@ -79,7 +79,7 @@ class Description : public test::SimNodeTest {
         for (const auto& g : manifest().gpus) out.push_back(g.uuid);
         return out;
     }
-    static std::vector<std::string> uuids(const NodeKnowledge& k) {
+    static std::vector<std::string> uuids(const node::NodeKnowledge& k) {
         std::vector<std::string> out;
         for (const auto& g : k.node.gpus) out.push_back(g.uuid);
         return out;
@@ -131,7 +131,7 @@ TEST_F(Description, DriverUpgradeIsSeen) {
     EXPECT_EQ(k.node.driver_version, "560.35.03");
     EXPECT_EQ(uuids(k), manifest_uuids());
     for (const auto& f : k.node.files) {
-        if (f.kind == FileKind::Library) {
+        if (f.kind == node::FileKind::Library) {
             EXPECT_THAT(f.real_path, HasSubstr("560.35.03")) << f.name;
         }
     }
@@ -176,7 +176,7 @@ TEST_F(Description, ConfigChangeIsSeen) {
     auto k = load();
     EXPECT_TRUE(k.recomputed);
     EXPECT_THAT(k.why, HasSubstr("config changed"));
-    for (const auto& f : k.node.files) EXPECT_NE(f.kind, FileKind::Library) << f.name;
+    for (const auto& f : k.node.files) EXPECT_NE(f.kind, node::FileKind::Library) << f.name;
 }
 
 // What the node's CDI specs are made of is the config's too: a change of
@@ -184,7 +184,7 @@ TEST_F(Description, ConfigChangeIsSeen) {
 // the specs' readers' directories do not.
 TEST_F(Description, ACdiConfigChangeIsSeen) {
     load();
-    config().cdi.caps = kCapCompute;
+    config().cdi.caps = config::kCapCompute;
     EXPECT_TRUE(load().recomputed);
     config().cdi.hook = "/opt/gpubind/bin/gpubind-hook";
     EXPECT_TRUE(load().recomputed);
@@ -197,7 +197,7 @@ TEST_F(Description, WhatOnlyAnEarlierStateWatchedIsNotKept) {
     // the description recomputed for it watches that node's paths only; the
     // first node's do not pile up in it (each start stats every part).
     const auto first = load();
-    auto watches = [](const NodeKnowledge& k, const std::string& root) {
+    auto watches = [](const node::NodeKnowledge& k, const std::string& root) {
         std::size_t n = 0;
         for (const auto& [key, value] : k.fingerprint)
             if (key.find(root) != std::string::npos) ++n;
@@ -221,16 +221,17 @@ TEST_F(Description, WhatOnlyAnEarlierStateWatchedIsNotKept) {
 TEST_F(Description, ACatalogCapabilityChangeIsSeen) {
     auto before = load();
     ASSERT_FALSE(config().catalog.libraries.empty());
-    const CatalogEntry& entry = config().catalog.libraries.front();
+    const config::CatalogEntry& entry = config().catalog.libraries.front();
     const std::string name = entry.name;
-    const Capabilities caps = entry.caps == kCapDisplay ? kCapVideo : kCapDisplay;
+    const config::Capabilities caps =
+        entry.caps == config::kCapDisplay ? config::kCapVideo : config::kCapDisplay;
     config().catalog.libraries.front().caps = caps;
     auto k = load();
     EXPECT_TRUE(k.recomputed);
     EXPECT_THAT(k.why, HasSubstr("config changed"));
     bool found = false;
     for (const auto& f : k.node.files)
-        if (f.kind == FileKind::Library && f.name.rfind(name + ".", 0) == 0) {
+        if (f.kind == node::FileKind::Library && f.name.rfind(name + ".", 0) == 0) {
             EXPECT_EQ(f.caps, caps) << f.name;
             found = true;
         }
@@ -338,7 +339,7 @@ TEST_F(Description, TruncatedIsNotTrusted) {
 // checks refuse it (what a bug in a writer, or a crafted file, would be).
 TEST_F(Description, CorruptBodyWithAMatchingDigestIsNotTrusted) {
     load();
-    const std::size_t head = seal_description("").size();
+    const std::size_t head = node::seal_description("").size();
     const std::string body = read().substr(head);
     ASSERT_GT(body.size(), 16u);
     const std::vector<std::pair<std::string, std::string>> cases = {
@@ -349,7 +350,7 @@ TEST_F(Description, CorruptBodyWithAMatchingDigestIsNotTrusted) {
         {"empty", ""},
     };
     for (const auto& [what, changed] : cases) {
-        write(file(), seal_description(changed));
+        write(file(), node::seal_description(changed));
         auto k = load();
         EXPECT_TRUE(k.recomputed) << what;
         EXPECT_THAT(k.why, HasSubstr("corrupt")) << what;
@@ -411,7 +412,7 @@ TEST_F(Description, NotRegularOrOversizedIsNotTrusted) {
     EXPECT_FALSE(load().recomputed);  // replaced by a file
 
     std::string text = read();
-    text.insert(text.size() - 2, std::string(kMaxDescriptionSize, ' '));
+    text.insert(text.size() - 2, std::string(node::kMaxDescriptionSize, ' '));
     write(file(), text);
     k = load();
     EXPECT_TRUE(k.recomputed);
@@ -456,11 +457,11 @@ TEST_F(Description, ADirectoryAnotherUserOwnsIsNeitherReadNorWritten) {
 TEST_F(Description, NvmlIsAskedOncePerDriverState) {
     count_nvml();
     auto plain = load(false);
-    EXPECT_EQ(plain.nvml.status, NvmlStatus::NotAsked);
+    EXPECT_EQ(plain.nvml.status, node::NvmlStatus::NotAsked);
     EXPECT_EQ(nvml_inits(), 0u);
     auto asked = load(true);
     EXPECT_TRUE(asked.nvml_asked);
-    EXPECT_EQ(asked.nvml.status, NvmlStatus::Answered);
+    EXPECT_EQ(asked.nvml.status, node::NvmlStatus::Answered);
     EXPECT_EQ(asked.node.cuda_version, manifest().cuda_version);
     EXPECT_EQ(asked.node.gpus[0].brand, manifest().gpus[0].brand);
     EXPECT_EQ(asked.node.gpus[0].compute_capability, manifest().gpus[0].compute_capability);
@@ -482,7 +483,7 @@ TEST_F(Description, AHungNvmlCostsOneWaitPerDriverState) {
     count_nvml(60000);
     const auto start = std::chrono::steady_clock::now();
     auto k = load(true);
-    EXPECT_EQ(k.nvml.status, NvmlStatus::Failed);
+    EXPECT_EQ(k.nvml.status, node::NvmlStatus::Failed);
     EXPECT_THAT(k.nvml.error, HasSubstr("no answer within 1500 ms"));
     EXPECT_EQ(k.node.cuda_version, "");
     const auto first = std::chrono::steady_clock::now() - start;
@@ -490,24 +491,24 @@ TEST_F(Description, AHungNvmlCostsOneWaitPerDriverState) {
     for (int i = 0; i < 3; ++i) {
         auto again = load(true);
         EXPECT_FALSE(again.nvml_asked);
-        EXPECT_EQ(again.nvml.status, NvmlStatus::Failed);
+        EXPECT_EQ(again.nvml.status, node::NvmlStatus::Failed);
     }
     EXPECT_EQ(nvml_inits(), 1u);
     // Asked on purpose (gpubind info --refresh): once more.
-    LoadOptions refresh;
+    node::LoadOptions refresh;
     refresh.refresh = true;
     refresh.need_nvml = true;
     refresh.nvml_timeout = std::chrono::milliseconds(300);
-    auto r = load_node(config(), refresh);
+    auto r = node::load_node(config(), refresh);
     EXPECT_TRUE(r.recomputed);
     EXPECT_TRUE(r.nvml_asked);
     EXPECT_EQ(nvml_inits(), 2u);
 }
 
 TEST_F(Description, AReaderThatCannotWriteComputesInMemory) {
-    LoadOptions options;
+    node::LoadOptions options;
     options.write = false;
-    auto k = load_node(config(), options);
+    auto k = node::load_node(config(), options);
     EXPECT_TRUE(k.recomputed);
     EXPECT_FALSE(k.stored);
     EXPECT_FALSE(fs::exists(file()));

@@ -158,7 +158,7 @@ TEST_F(DeviceNodes, AskedImexChannelsAreMadeOnTheirMajor) {
     EXPECT_EQ(is_drivers(*channels[0]), "") << cli.text;
     // Beyond the driver's channels, refused with nothing made.
     o.imex_channels = {kMaxImexChannel};
-    EXPECT_THROW(make_device_nodes(root(), proc(), o), Error);
+    EXPECT_THROW(make_device_nodes(root(), proc(), o), util::Error);
     // A driver without IMEX: none, and a note says why.
     sim::Spec plain;
     plain.gpus = 1;
@@ -191,7 +191,7 @@ TEST_F(DeviceNodes, TheModeAskedIsTheModeMadeWhateverTheUmask) {
     make(NodeSet::Gpus, false, false, 0660);
     EXPECT_EQ(::umask(old_umask), mode_t{077}) << "the caller's umask is given back";
     EXPECT_EQ(is_drivers(node("/dev/nvidia0"), 0660), "");
-    EXPECT_THROW(make(NodeSet::Gpus, false, false, 04666), Error);
+    EXPECT_THROW(make(NodeSet::Gpus, false, false, 04666), util::Error);
 }
 
 TEST_F(DeviceNodes, ANodeWithOtherNumbersIsLeftUnlessForced) {
@@ -248,7 +248,7 @@ TEST_F(DeviceNodes, ADryRunWritesNothing) {
 TEST_F(DeviceNodes, AWritableOrLinkedDirectoryIsRefusedWithNothingMade) {
     remove_all_nodes();
     fs::permissions(host("/dev"), fs::perms(0777));
-    const Error e = test::error_of([&] { make(NodeSet::Gpus); });
+    const util::Error e = test::error_of([&] { make(NodeSet::Gpus); });
     EXPECT_EQ(e.code().value(), EPERM);
     EXPECT_THAT(e.what(), HasSubstr(host("/dev").string()));
     EXPECT_THAT(e.what(), HasSubstr("writable by nobody else"));
@@ -259,7 +259,7 @@ TEST_F(DeviceNodes, AWritableOrLinkedDirectoryIsRefusedWithNothingMade) {
     TempDir elsewhere{"gpubind-device-nodes-elsewhere"};
     fs::remove_all(host("/dev/nvidia-caps"));
     fs::create_directory_symlink(elsewhere.path(), host("/dev/nvidia-caps"));
-    EXPECT_THROW(make(NodeSet::All), Error);
+    EXPECT_THROW(make(NodeSet::All), util::Error);
     EXPECT_TRUE(fs::is_empty(elsewhere.path()));
 }
 
@@ -282,7 +282,7 @@ TEST_F(DeviceNodes, WithoutUvmLoadedItsNodesAreLeftOutWithANote) {
 TEST_F(DeviceNodes, WithoutTheDriverNothingIsMade) {
     remove_all_nodes();
     fs::remove(proc() / "driver/nvidia/version");
-    EXPECT_THROW(make(NodeSet::Gpus), Error);
+    EXPECT_THROW(make(NodeSet::Gpus), util::Error);
     EXPECT_FALSE(fs::exists(fs::symlink_status(host("/dev/nvidiactl"))));
 }
 
@@ -324,7 +324,7 @@ TEST_F(DeviceNodes, AProcThatIsNotProcfsIsReadOnlyWhenSaidToBeSimulated) {
     // This machine's /proc is procfs: it gets as far as the driver's files.
     DeviceNodeOptions o;
     o.dry_run = true;
-    const Error e = test::error_of([&] { make_device_nodes(root(), "/proc", o); });
+    const util::Error e = test::error_of([&] { make_device_nodes(root(), "/proc", o); });
     EXPECT_THAT(e.what(), HasSubstr("/proc/driver/nvidia/version"));
 }
 
@@ -350,8 +350,8 @@ TEST_F(DeviceNodes, AMajorThatIsNotTheDriversIsRefusedWithNothingMade) {
         ASSERT_NE(text.find(c.from), std::string::npos) << text;
         text.replace(text.find(c.from), c.from.size(), c.to);
         std::ofstream(devices, std::ios::trunc) << text;
-        const Error e = test::error_of([&] { make(NodeSet::Control); });
-        EXPECT_EQ(e.kind(), ErrorKind::Refused);
+        const util::Error e = test::error_of([&] { make(NodeSet::Control); });
+        EXPECT_EQ(e.kind(), util::ErrorKind::Refused);
         EXPECT_THAT(e.what(), HasSubstr(host("/dev/nvidia-uvm").string() + ": " + c.why));
         EXPECT_FALSE(fs::exists(fs::symlink_status(host("/dev/nvidia-uvm-tools"))));
         EXPECT_FALSE(fs::exists(fs::symlink_status(host("/dev/nvidiactl"))));

@@ -108,7 +108,7 @@ class DevicePlugin : public ::testing::Test {
         if (gpus != 0) spec.gpus = gpus;
         spec.mig = std::move(mig);
         manifest_ = sim::simulate(node_dir_.path(), spec);
-        config_ = default_config();
+        config_ = config::default_config();
         const auto d = node_dir_.path();
         config_.roots = {d, d, d / "proc", d / "sys"};
         config_.state_dir = d / "run-gpubind";
@@ -117,7 +117,8 @@ class DevicePlugin : public ::testing::Test {
     }
     void start(bool with_kubelet = true) {
         if (with_kubelet) kubelet_ = std::make_unique<Kubelet>(plugin_dir_.path());
-        server_ = std::make_unique<plugin::Server>(config_, settings_, discover(config_), refresh_);
+        server_ =
+            std::make_unique<plugin::Server>(config_, settings_, node::discover(config_), refresh_);
         thread_ = std::thread([this] {
             try {
                 server_->run();
@@ -174,17 +175,17 @@ class DevicePlugin : public ::testing::Test {
     }
 
     std::string id_of(unsigned index) const {
-        return settings_.id_strategy == IdStrategy::Uuid ? manifest_.gpus[index].uuid
-                                                         : std::to_string(index);
+        return settings_.id_strategy == config::IdStrategy::Uuid ? manifest_.gpus[index].uuid
+                                                                 : std::to_string(index);
     }
 
     // How the server reads the node again at each health check (none: never).
-    std::function<std::optional<Node>()> refresh_;
+    std::function<std::optional<node::Node>()> refresh_;
     test::TempDir node_dir_{"gpubind-dp-node"};
     test::TempDir plugin_dir_{"gpubind-dp"};
     sim::Manifest manifest_;
-    Config config_;
-    DevicePluginConfig settings_;
+    config::Config config_;
+    config::DevicePluginConfig settings_;
     std::unique_ptr<Kubelet> kubelet_;
     std::unique_ptr<plugin::Server> server_;
     std::thread thread_;
@@ -213,7 +214,8 @@ TEST_F(DevicePlugin, RegistersWithTheKubeletsFields) {
     EXPECT_TRUE(o.get_preferred_allocation_available());
 }
 
-class DevicePluginIds : public DevicePlugin, public ::testing::WithParamInterface<IdStrategy> {};
+class DevicePluginIds : public DevicePlugin,
+                        public ::testing::WithParamInterface<config::IdStrategy> {};
 
 TEST_P(DevicePluginIds, ListsEveryGpuWithItsNumaNode) {
     simulate();
@@ -226,7 +228,8 @@ TEST_P(DevicePluginIds, ListsEveryGpuWithItsNumaNode) {
     for (int i = 0; i < list->devices_size(); ++i) {
         const auto& d = list->devices(i);
         const auto& g = manifest_.gpus[i];
-        EXPECT_EQ(d.id(), GetParam() == IdStrategy::Uuid ? g.uuid : std::to_string(g.index));
+        EXPECT_EQ(d.id(),
+                  GetParam() == config::IdStrategy::Uuid ? g.uuid : std::to_string(g.index));
         EXPECT_EQ(d.health(), "Healthy");
         ASSERT_EQ(d.topology().nodes_size(), 1) << d.id();
         EXPECT_EQ(d.topology().nodes(0).id(), g.numa_node) << d.id();
@@ -234,8 +237,8 @@ TEST_P(DevicePluginIds, ListsEveryGpuWithItsNumaNode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, DevicePluginIds,
-                         ::testing::Values(IdStrategy::Uuid, IdStrategy::Index),
-                         [](const auto& p) { return std::string(strategy_name(p.param)); });
+                         ::testing::Values(config::IdStrategy::Uuid, config::IdStrategy::Index),
+                         [](const auto& p) { return std::string(config::strategy_name(p.param)); });
 
 TEST_F(DevicePlugin, ADeviceNodeRemovedMakesItsGpuUnhealthyUntilItIsBack) {
     simulate();
@@ -280,8 +283,9 @@ TEST_F(DevicePlugin, TheDriverGoneMakesEveryGpuUnhealthy) {
 // CDI names are those the node's CDI spec offers.
 TEST_F(DevicePlugin, AllocateAnswersPerStrategy) {
     simulate();
-    settings_.device_list = {DeviceListStrategy::CdiCri, DeviceListStrategy::CdiAnnotations,
-                             DeviceListStrategy::Envvar, DeviceListStrategy::VolumeMounts};
+    settings_.device_list = {
+        config::DeviceListStrategy::CdiCri, config::DeviceListStrategy::CdiAnnotations,
+        config::DeviceListStrategy::Envvar, config::DeviceListStrategy::VolumeMounts};
     start();
     const std::string a = manifest_.gpus[1].uuid, b = manifest_.gpus[6].uuid;
     api::AllocateResponse out;
@@ -291,7 +295,7 @@ TEST_F(DevicePlugin, AllocateAnswersPerStrategy) {
     std::vector<std::string> cdi;
     for (const auto& d : r.cdi_devices()) cdi.push_back(d.name());
     EXPECT_THAT(cdi, ElementsAre("nvidia.com/gpu=" + a, "nvidia.com/gpu=" + b));
-    const auto offered = cdi::device_names(cdi::gpu_spec(discover(config_), config_));
+    const auto offered = cdi::device_names(cdi::gpu_spec(node::discover(config_), config_));
     for (const auto& name : cdi)
         EXPECT_NE(std::find(offered.begin(), offered.end(), name), offered.end()) << name;
     ASSERT_EQ(r.annotations().count("cdi.k8s.io/gpubind-device-plugin"), 1u);
@@ -310,7 +314,7 @@ TEST_F(DevicePlugin, AllocateAnswersPerStrategy) {
 
 TEST_F(DevicePlugin, AllocateByDefaultGivesCdiNamesOnlyAndIndexIdsWork) {
     simulate();
-    settings_.id_strategy = IdStrategy::Index;
+    settings_.id_strategy = config::IdStrategy::Index;
     start();
     api::AllocateResponse out;
     ASSERT_TRUE(allocate({{"2", "5"}}, out).ok());
@@ -374,7 +378,7 @@ TEST_P(Preferred, IsTheOptimumOfABruteForceSearch) {
     const unsigned n_gpus = static_cast<unsigned>(m.gpus.size());
     const auto facts = test::manifest_facts(m);
     auto brute = [&](const std::vector<unsigned>& free, unsigned must, unsigned n) {
-        return test::brute_place(facts, free, n, NvlinkNeed::Preferred,
+        return test::brute_place(facts, free, n, node::NvlinkNeed::Preferred,
                                  must == ~0u ? std::nullopt : std::optional<unsigned>(must))
             .gpus;
     };
@@ -548,7 +552,7 @@ TEST_F(DevicePlugin, ProgramRefusesABadKeyWithOneLine) {
 // parent's NUMA node; Allocate names it as the node's CDI spec does.
 TEST_F(DevicePlugin, MigSingleOffersEveryMigDeviceUnderThePlainName) {
     simulate("", 2, {{0, 1, 0}, {0, 2, 0}, {1, 1, 0}});
-    settings_.mig_strategy = MigStrategy::Single;
+    settings_.mig_strategy = config::MigStrategy::Single;
     start();
     EXPECT_EQ(kubelet_->wait(1)->resource_name(), "nvidia.com/gpu");
     Watch w(*stub_);
@@ -566,7 +570,7 @@ TEST_F(DevicePlugin, MigSingleOffersEveryMigDeviceUnderThePlainName) {
     ASSERT_EQ(out.container_responses(0).cdi_devices_size(), 1);
     const std::string name = out.container_responses(0).cdi_devices(0).name();
     EXPECT_EQ(name, "nvidia.com/gpu=" + manifest_.migs[2].uuid);
-    const auto offered = cdi::device_names(cdi::gpu_spec(discover(config_), config_));
+    const auto offered = cdi::device_names(cdi::gpu_spec(node::discover(config_), config_));
     EXPECT_NE(std::find(offered.begin(), offered.end(), name), offered.end()) << name;
     // A whole GPU is no device of this resource.
     EXPECT_EQ(allocate({{manifest_.gpus[0].uuid}}, out).error_code(),
@@ -577,11 +581,11 @@ TEST_F(DevicePlugin, MigSingleOffersEveryMigDeviceUnderThePlainName) {
 // at start, naming the GPU.
 TEST_F(DevicePlugin, MigSingleRefusesANodeThatIsNotUniform) {
     simulate("", 2, {{0, 1, 0}});
-    settings_.mig_strategy = MigStrategy::Single;
+    settings_.mig_strategy = config::MigStrategy::Single;
     try {
-        plugin::Server server(config_, settings_, discover(config_));
+        plugin::Server server(config_, settings_, node::discover(config_));
         ADD_FAILURE() << "a node with MIG on one GPU of two was served";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("GPU 1 (" + manifest_.gpus[1].uuid + ") has no MIG"));
         EXPECT_THAT(e.what(), HasSubstr("\"single\""));
     }
@@ -599,7 +603,7 @@ TEST_F(DevicePlugin, MigSingleRefusesANodeThatIsNotUniform) {
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
     EXPECT_THAT(err, HasSubstr("GPU 1 (" + manifest_.gpus[1].uuid + ") has no MIG"));
     // "none" serves the same node: two whole GPUs.
-    settings_.mig_strategy = MigStrategy::None;
+    settings_.mig_strategy = config::MigStrategy::None;
     start();
     Watch w(*stub_);
     const auto list = w.next();
@@ -611,8 +615,8 @@ TEST_F(DevicePlugin, MigSingleRefusesANodeThatIsNotUniform) {
 // resource of its own, registered on its own socket.
 TEST_F(DevicePlugin, MigMixedRegistersAResourcePerProfile) {
     simulate("", 3, {{0, 1, 0}, {0, 2, 0}, {2, 3, 0}});
-    settings_.mig_strategy = MigStrategy::Mixed;
-    settings_.id_strategy = IdStrategy::Index;
+    settings_.mig_strategy = config::MigStrategy::Mixed;
+    settings_.id_strategy = config::IdStrategy::Index;
     start();
     ASSERT_TRUE(kubelet_->wait(2));
     std::map<std::string, std::string> registered;  // resource -> endpoint
@@ -644,7 +648,7 @@ TEST_F(DevicePlugin, MigMixedRegistersAResourcePerProfile) {
     ASSERT_TRUE(allocate({{"2:0"}}, out).ok());
     ASSERT_EQ(out.container_responses(0).cdi_devices_size(), 1);
     EXPECT_EQ(out.container_responses(0).cdi_devices(0).name(), "nvidia.com/gpu=2:0");
-    const auto offered = cdi::device_names(cdi::gpu_spec(discover(config_), config_));
+    const auto offered = cdi::device_names(cdi::gpu_spec(node::discover(config_), config_));
     EXPECT_NE(std::find(offered.begin(), offered.end(), "nvidia.com/gpu=2:0"), offered.end());
     const auto st = allocate({{"1"}}, out);
     EXPECT_THAT(st.error_message(), HasSubstr("unknown device 1"));
@@ -699,7 +703,7 @@ TEST_F(DevicePlugin, ACriticalXidMakesExactlyItsGpuUnhealthyUntilItsNodeIsBack) 
 TEST_F(DevicePlugin, ANewDriverStateSendsTheNewList) {
     simulate("", 2);
     // As gpubind-device-plugin does: the node as its description has it now.
-    refresh_ = [this]() -> std::optional<Node> { return load_node(config_).node; };
+    refresh_ = [this]() -> std::optional<node::Node> { return node::load_node(config_).node; };
     start();
     Watch w(*stub_);
     auto list = w.next();
@@ -733,7 +737,7 @@ TEST_F(DevicePlugin, ANewDriverStateSendsTheNewList) {
 // device of its GPU Unhealthy.
 TEST_F(DevicePlugin, AnXidOfOneMigInstanceMakesOnlyItsMigDeviceUnhealthy) {
     simulate("", 2, {{0, 1, 0}, {0, 2, 0}, {1, 1, 0}});
-    settings_.mig_strategy = MigStrategy::Single;
+    settings_.mig_strategy = config::MigStrategy::Single;
     start();
     Watch w(*stub_);
     auto list = w.next();
@@ -775,9 +779,9 @@ TEST(XidMarks, AMarkCoversItsInstanceOrTheWholeGpu) {
     spec.gpus = 2;
     spec.mig = {{0, 1, 0}, {0, 2, 0}};
     sim::simulate(dir.path(), spec);
-    Config config = default_config();
+    config::Config config = config::default_config();
     config.roots = {dir.path(), dir.path(), dir.path() / "proc", dir.path() / "sys"};
-    const Node node = discover(config);
+    const node::Node node = node::discover(config);
     ASSERT_EQ(node.gpus[0].mig.size(), 2u);
     std::vector<plugin::Device> devices(4);
     devices[0].position = 0;  // GPU 0 whole
@@ -786,7 +790,7 @@ TEST(XidMarks, AMarkCoversItsInstanceOrTheWholeGpu) {
     devices[2].position = 0;
     devices[2].mig = 1;
     devices[3].position = 1;  // GPU 1 whole
-    DevicePluginConfig settings;
+    config::DevicePluginConfig settings;
     plugin::XidMarks marks;
     const auto healthy = [&] {
         plugin::update_health(devices, node, marks);
@@ -878,35 +882,35 @@ TEST_F(DevicePlugin, SimulatedNvmlAnswersMemoryInfoAndEvents) {
 
 // The config reader: the table's values, and config/config.toml's table is the defaults.
 TEST(DevicePluginConfig, ReadsTheTableAndTheDefaultsAreConfigToml) {
-    const auto c = parse_config_with_plugin(
+    const auto c = config::parse_config_with_plugin(
         "[device-plugin]\nresource-name = \"example.com/gpu\"\n"
         "device-list-strategy = [\"envvar\", \"volume-mounts\"]\nid-strategy = \"index\"\n"
         "plugin-dir = \"/x\"\nsocket = \"a.sock\"\nhealth-interval-ms = 250\n"
         "mig-strategy = \"mixed\"\nignored-xids = [79, 48]\n",
         "t.toml");
     EXPECT_EQ(c.plugin.resource_name, "example.com/gpu");
-    EXPECT_EQ(c.plugin.device_list,
-              (std::vector{DeviceListStrategy::Envvar, DeviceListStrategy::VolumeMounts}));
-    EXPECT_EQ(c.plugin.id_strategy, IdStrategy::Index);
+    EXPECT_EQ(c.plugin.device_list, (std::vector{config::DeviceListStrategy::Envvar,
+                                                 config::DeviceListStrategy::VolumeMounts}));
+    EXPECT_EQ(c.plugin.id_strategy, config::IdStrategy::Index);
     EXPECT_EQ(c.plugin.plugin_dir, "/x");
     EXPECT_EQ(c.plugin.socket_name, "a.sock");
     EXPECT_EQ(c.plugin.health_interval_ms, 250u);
-    EXPECT_EQ(c.plugin.mig_strategy, MigStrategy::Mixed);
+    EXPECT_EQ(c.plugin.mig_strategy, config::MigStrategy::Mixed);
     EXPECT_EQ(c.plugin.ignored_xids, (std::vector<unsigned>{79, 48}));
     std::ifstream in(std::string(GPUBIND_SOURCE_DIR) + "/config/config.toml");
     std::string text((std::istreambuf_iterator<char>(in)), {});
     ASSERT_FALSE(text.empty());
     // Parsed for real (a changed byte skips the built-in fast path).
-    const auto d = parse_config_with_plugin(text + "\n", "config.toml");
-    EXPECT_EQ(d.plugin, DevicePluginConfig{});
+    const auto d = config::parse_config_with_plugin(text + "\n", "config.toml");
+    EXPECT_EQ(d.plugin, config::DevicePluginConfig{});
     for (const char* bad :
          {"id-strategy = \"serial\"", "device-list-strategy = []", "socket = \"a/b\"",
           "health-interval-ms = 5", "mig-strategy = \"split\"", "ignored-xids = [0]",
           "ignored-xids = \"13\""}) {
         try {
-            parse_config(std::string("[device-plugin]\n") + bad + "\n", "t.toml");
+            config::parse_config(std::string("[device-plugin]\n") + bad + "\n", "t.toml");
             ADD_FAILURE() << bad << " was accepted";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_THAT(e.what(), HasSubstr("device-plugin.")) << bad;
         }
     }

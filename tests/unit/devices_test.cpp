@@ -8,11 +8,11 @@
 namespace gpubind {
 namespace {
 
-Node make_node() {
-    Node node;
+node::Node make_node() {
+    node::Node node;
     const char* buses[] = {"0000:1b:00.0", "0000:3b:00.0", "0000:5e:00.0"};
     for (unsigned i = 0; i < 3; ++i) {
-        Gpu g;
+        node::Gpu g;
         g.index = i;
         g.minor = i + 4;
         g.uuid = "GPU-0000000" + std::to_string(i) + "-aaaa-bbbb-cccc-dddddddddddd";
@@ -20,7 +20,7 @@ Node make_node() {
         node.gpus.push_back(g);
     }
     for (unsigned m = 0; m < 2; ++m) {
-        MigDevice mig;
+        node::MigDevice mig;
         mig.gpu_index = 2;
         mig.index = m;
         mig.gi = m + 1;
@@ -30,50 +30,51 @@ Node make_node() {
     return node;
 }
 
-std::vector<unsigned> indices(const Selection& s) {
+std::vector<unsigned> indices(const node::Selection& s) {
     std::vector<unsigned> out;
     for (const auto* g : s.gpus) out.push_back(g->index);
     return out;
 }
 
 TEST(DeviceIds, SpecialValues) {
-    EXPECT_EQ(parse_device_ids("").kind, DeviceIdsKind::Void);
-    EXPECT_EQ(parse_device_ids("  void ").kind, DeviceIdsKind::Void);
-    EXPECT_EQ(parse_device_ids(",,").kind, DeviceIdsKind::Void);
-    EXPECT_EQ(parse_device_ids("none").kind, DeviceIdsKind::None);
-    EXPECT_EQ(parse_device_ids("all").kind, DeviceIdsKind::All);
-    EXPECT_EQ(parse_device_ids("0,all").kind, DeviceIdsKind::All);
+    EXPECT_EQ(node::parse_device_ids("").kind, node::DeviceIdsKind::Void);
+    EXPECT_EQ(node::parse_device_ids("  void ").kind, node::DeviceIdsKind::Void);
+    EXPECT_EQ(node::parse_device_ids(",,").kind, node::DeviceIdsKind::Void);
+    EXPECT_EQ(node::parse_device_ids("none").kind, node::DeviceIdsKind::None);
+    EXPECT_EQ(node::parse_device_ids("all").kind, node::DeviceIdsKind::All);
+    EXPECT_EQ(node::parse_device_ids("0,all").kind, node::DeviceIdsKind::All);
 }
 
 TEST(DeviceIds, ListsAreTrimmedAndDeduplicatedInOrder) {
-    auto ids = parse_device_ids(" 2, 0 ,2,,GPU-x ");
-    EXPECT_EQ(ids.kind, DeviceIdsKind::List);
+    auto ids = node::parse_device_ids(" 2, 0 ,2,,GPU-x ");
+    EXPECT_EQ(ids.kind, node::DeviceIdsKind::List);
     EXPECT_EQ(ids.ids, (std::vector<std::string>{"2", "0", "GPU-x"}));
 }
 
 TEST(SelectDevices, EverySyntaxNamesTheSameGpu) {
-    Node node = make_node();
+    node::Node node = make_node();
     for (const char* id : {"1", "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd",
                            "gpu-00000001-AAAA-bbbb-cccc-dddddddddddd", "0000:3b:00.0",
                            "00000000:3B:00.0", "3b:00.0"}) {
         SCOPED_TRACE(id);
-        EXPECT_EQ(indices(select_devices(node, parse_device_ids(id))), std::vector<unsigned>{1});
+        EXPECT_EQ(indices(node::select_devices(node, node::parse_device_ids(id))),
+                  std::vector<unsigned>{1});
     }
 }
 
 TEST(SelectDevices, ListIsInNodeOrderWithoutDuplicates) {
-    Node node = make_node();
-    auto sel = select_devices(node, parse_device_ids("2,0,0000:1b:00.0"));
+    node::Node node = make_node();
+    auto sel = node::select_devices(node, node::parse_device_ids("2,0,0000:1b:00.0"));
     EXPECT_EQ(indices(sel), (std::vector<unsigned>{0, 2}));
-    EXPECT_EQ(indices(select_devices(node, parse_device_ids("all"))),
+    EXPECT_EQ(indices(node::select_devices(node, node::parse_device_ids("all"))),
               (std::vector<unsigned>{0, 1, 2}));
-    EXPECT_TRUE(select_devices(node, parse_device_ids("none")).empty());
+    EXPECT_TRUE(node::select_devices(node, node::parse_device_ids("none")).empty());
 }
 
 TEST(SelectDevices, MigByIndexPairAndUuid) {
-    Node node = make_node();
-    auto sel =
-        select_devices(node, parse_device_ids("2:1,MIG-11111110-aaaa-bbbb-cccc-dddddddddddd"));
+    node::Node node = make_node();
+    auto sel = node::select_devices(
+        node, node::parse_device_ids("2:1,MIG-11111110-aaaa-bbbb-cccc-dddddddddddd"));
     ASSERT_EQ(sel.migs.size(), 2u);
     EXPECT_EQ(sel.migs[0]->index, 0u);
     EXPECT_EQ(sel.migs[1]->index, 1u);
@@ -81,11 +82,11 @@ TEST(SelectDevices, MigByIndexPairAndUuid) {
 }
 
 TEST(SelectDevices, UnknownIdsAreErrorsNamingThem) {
-    Node node = make_node();
+    node::Node node = make_node();
     auto message = [&](const char* ids) -> std::string {
         try {
-            select_devices(node, parse_device_ids(ids));
-        } catch (const Error& e) {
+            node::select_devices(node, node::parse_device_ids(ids));
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EINVAL);
             return e.what();
         }
@@ -100,9 +101,9 @@ TEST(SelectDevices, UnknownIdsAreErrorsNamingThem) {
 }
 
 TEST(SelectImexChannels, AllNumbersAndMissingOnes) {
-    Node node = make_node();
+    node::Node node = make_node();
     for (unsigned n : {0u, 2u, 5u}) {
-        DeviceNode c;
+        node::DeviceNode c;
         c.path = "/dev/nvidia-caps-imex-channels/channel" + std::to_string(n);
         c.major = 508;
         c.minor = n;
@@ -110,24 +111,24 @@ TEST(SelectImexChannels, AllNumbersAndMissingOnes) {
     }
     auto minors = [&](const std::vector<std::string>& asked) {
         std::vector<unsigned> out;
-        for (const auto* c : select_imex_channels(node, asked)) out.push_back(c->minor);
+        for (const auto* c : node::select_imex_channels(node, asked)) out.push_back(c->minor);
         return out;
     };
     EXPECT_EQ(minors({}), std::vector<unsigned>{});
     EXPECT_EQ(minors({"all"}), (std::vector<unsigned>{0, 2, 5}));
     EXPECT_EQ(minors({"5", "0", "5"}), (std::vector<unsigned>{5, 0}));
     try {
-        select_imex_channels(node, {"0", "3"});
+        node::select_imex_channels(node, {"0", "3"});
         ADD_FAILURE() << "channel 3 selected";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EINVAL);
         EXPECT_EQ(std::string(e.what()),
                   "select IMEX channel 3: no /dev/nvidia-caps-imex-channels/channel3 on this node "
                   "(it has channel 0, 2, 5)");
     }
     node.imex_channels.clear();
-    EXPECT_TRUE(select_imex_channels(node, {"all"}).empty());
-    EXPECT_THROW(select_imex_channels(node, {"0"}), Error);
+    EXPECT_TRUE(node::select_imex_channels(node, {"all"}).empty());
+    EXPECT_THROW(node::select_imex_channels(node, {"0"}), util::Error);
 }
 
 }  // namespace

@@ -147,7 +147,7 @@ TEST_P(Shape, ListsExactlyWhatTheNodeHolds) {
     // The node's IPCs the default catalog lists (the MPS directory only when
     // a config lists it: it is mounted read-write).
     std::set<std::string> configured;
-    for (const auto& e : default_config().catalog.ipcs) configured.insert(e.name);
+    for (const auto& e : config::default_config().catalog.ipcs) configured.insert(e.name);
     EXPECT_FALSE(configured.count("/tmp/nvidia-mps"));
     for (const auto& f : manifest().files)
         if (f.kind == "ipc" && configured.count(f.path)) want_ipcs.insert(host(f.path));

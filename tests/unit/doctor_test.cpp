@@ -234,7 +234,7 @@ TEST_F(Doctor, GpuSharesAreRefusedOrUnenforcedAsThePolicySays) {
     EXPECT_EQ(strict.verdict, Verdict::Ok);
     EXPECT_THAT(strict.summary, HasSubstr("is refused"));
     EXPECT_THAT(joined(strict), HasSubstr("[policy] shares = \"strict\""));
-    config().policy.shares = SharesPolicy::Soft;
+    config().policy.shares = config::SharesPolicy::Soft;
     const auto checks = node_checks();
     const Check soft = named(checks, "gpu-shares");
     EXPECT_EQ(soft.verdict, Verdict::Warning);
@@ -274,7 +274,8 @@ TEST_F(Doctor, MigCapabilityNodeMissing) {
 }
 
 TEST_F(Doctor, LdconfigWithTheHostPathMarker) {
-    config() = parse_config("[node]\nldconfig = \"@/nonexistent/sbin/ldconfig.real\"\n", "test");
+    config() =
+        config::parse_config("[node]\nldconfig = \"@/nonexistent/sbin/ldconfig.real\"\n", "test");
     config().roots = {root(), root(), root() / "proc"};
     const Check c = named(node_checks(), "ldconfig");
     EXPECT_EQ(c.verdict, Verdict::Warning);
@@ -402,7 +403,7 @@ TEST_F(Doctor, DescriptionAndCdiSpecFollowTheDriverState) {
     EXPECT_EQ(named(checks, "cdi-spec").verdict, Verdict::Ok);
     EXPECT_THAT(named(checks, "cdi-spec").summary, HasSubstr("not in use"));
 
-    const NodeKnowledge known = start::know_node(config(), {});  // what a start does
+    const node::NodeKnowledge known = start::know_node(config(), {});  // what a start does
     ASSERT_TRUE(known.stored);
     const fs::path spec = config().cdi.dir / "nvidia.com-gpu.json";
     EXPECT_FALSE(fs::exists(spec));      // a start creates no CDI spec

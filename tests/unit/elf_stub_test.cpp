@@ -24,7 +24,7 @@
 namespace gpubind {
 namespace {
 
-using elf::Machine;
+using sim::elf::Machine;
 
 using test::Output;
 using test::run;
@@ -37,7 +37,7 @@ void write_file(const std::filesystem::path& path, const std::string& bytes) {
 }
 
 TEST(ElfStub, HeadersDescribeAnElfSharedObjectForTheMachine) {
-    const std::string so64 = elf::make_shared_object(Machine::X86_64, "libstub.so.1");
+    const std::string so64 = sim::elf::make_shared_object(Machine::X86_64, "libstub.so.1");
     ASSERT_GE(so64.size(), sizeof(Elf64_Ehdr));
     Elf64_Ehdr eh64;
     std::memcpy(&eh64, so64.data(), sizeof eh64);
@@ -47,7 +47,7 @@ TEST(ElfStub, HeadersDescribeAnElfSharedObjectForTheMachine) {
     EXPECT_EQ(eh64.e_type, ET_DYN);
     EXPECT_EQ(eh64.e_machine, EM_X86_64);
 
-    const std::string so32 = elf::make_shared_object(Machine::I386, "libstub.so.1");
+    const std::string so32 = sim::elf::make_shared_object(Machine::I386, "libstub.so.1");
     ASSERT_GE(so32.size(), sizeof(Elf32_Ehdr));
     Elf32_Ehdr eh32;
     std::memcpy(&eh32, so32.data(), sizeof eh32);
@@ -55,7 +55,7 @@ TEST(ElfStub, HeadersDescribeAnElfSharedObjectForTheMachine) {
     EXPECT_EQ(eh32.e_type, ET_DYN);
     EXPECT_EQ(eh32.e_machine, EM_386);
 
-    const std::string arm = elf::make_shared_object(Machine::Aarch64, "libstub.so.1");
+    const std::string arm = sim::elf::make_shared_object(Machine::Aarch64, "libstub.so.1");
     ASSERT_GE(arm.size(), sizeof(Elf64_Ehdr));
     Elf64_Ehdr eh;
     std::memcpy(&eh, arm.data(), sizeof eh);
@@ -72,11 +72,11 @@ TEST(ElfStub, HeadersDescribeAnElfSharedObjectForTheMachine) {
 
 TEST(ElfStub, ReadelfSeesTheSoname) {
     test::TempDir dir;
-    for (auto [machine, name] :
-         {std::pair{Machine::X86_64, "libsixty.so.4"}, std::pair{Machine::I386, "libthirty.so.2"},
-          std::pair{Machine::Aarch64, "libarm.so.8"}}) {
+    for (auto [machine, name] : {std::pair{sim::elf::Machine::X86_64, "libsixty.so.4"},
+                                 std::pair{sim::elf::Machine::I386, "libthirty.so.2"},
+                                 std::pair{Machine::Aarch64, "libarm.so.8"}}) {
         const auto path = dir / name;
-        write_file(path, elf::make_shared_object(machine, name));
+        write_file(path, sim::elf::make_shared_object(machine, name));
         const Output out = run("readelf -d '" + path.string() + "' 2>&1");
         ASSERT_EQ(out.status, 0) << out.text;
         EXPECT_NE(out.text.find(std::string("Library soname: [") + name + "]"), std::string::npos)
@@ -89,11 +89,11 @@ TEST(ElfStub, ReadelfSeesTheSoname) {
 TEST(ElfStub, TargetLdconfigFilesThemWithTheirFlags) {
     test::TempDir root;
     write_file(root / "opt/stub64/libsixty.so.4",
-               elf::make_shared_object(test::target::kMachine, "libsixty.so.4"));
+               sim::elf::make_shared_object(test::target::kMachine, "libsixty.so.4"));
     std::string conf = "/opt/stub64\n";
     if (test::target::kHas32) {
         write_file(root / "opt/stub32/libthirty.so.2",
-                   elf::make_shared_object(Machine::I386, "libthirty.so.2"));
+                   sim::elf::make_shared_object(Machine::I386, "libthirty.so.2"));
         conf += "/opt/stub32\n";
     }
     write_file(root / "etc/ld.so.conf", conf);
@@ -122,8 +122,8 @@ TEST(ElfStub, DynamicLoaderOpensTheNativeOne) {
     test::TempDir dir;
     const auto a = dir / "libstub-a.so.1";
     const auto b = dir / "libstub-b.so.7";
-    write_file(a, elf::make_shared_object(test::target::kMachine, "libstub-a.so.1"));
-    write_file(b, elf::make_shared_object(test::target::kMachine, "libstub-b.so.7"));
+    write_file(a, sim::elf::make_shared_object(test::target::kMachine, "libstub-a.so.1"));
+    write_file(b, sim::elf::make_shared_object(test::target::kMachine, "libstub-b.so.7"));
 
     void* ha = ::dlopen(a.c_str(), RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(ha, nullptr) << ::dlerror();
@@ -145,9 +145,9 @@ TEST(ElfStub, RejectsNamesThatAreNotFileNames) {
     for (std::string_view bad :
          {std::string_view(""), std::string_view("lib/x.so"), std::string_view("libx\0.so", 8)}) {
         try {
-            elf::make_shared_object(Machine::X86_64, bad);
+            sim::elf::make_shared_object(Machine::X86_64, bad);
             ADD_FAILURE() << "accepted " << bad;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EINVAL);
         }
     }

@@ -22,41 +22,44 @@ TEST(Cgroup, DevicesDirFromProcCgroupAndMountinfo) {
         "37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer\n"
         "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
     const std::string proc = "9:name=systemd:/\n5:devices:/docker/abc\n0::/\n";
-    EXPECT_EQ(cgroup::devices_dir(proc, mountinfo, "pid 7"), "/sys/fs/cgroup/devices/docker/abc");
+    EXPECT_EQ(os::cgroup::devices_dir(proc, mountinfo, "pid 7"),
+              "/sys/fs/cgroup/devices/docker/abc");
 
     // A combined hierarchy, a mount point with an escaped space, a non-root mount root.
     const std::string odd =
         "40 31 0:40 /kubepods /my\\040cgroups/dev rw - cgroup cgroup rw,cpu,devices\n";
-    EXPECT_EQ(cgroup::devices_dir("3:cpu,devices:/kubepods/pod1/c2\n", odd, "pid 7"),
+    EXPECT_EQ(os::cgroup::devices_dir("3:cpu,devices:/kubepods/pod1/c2\n", odd, "pid 7"),
               "/my cgroups/dev/pod1/c2");
     // The mount root does not hold the cgroup.
-    EXPECT_THROW(cgroup::devices_dir("3:cpu,devices:/system/c2\n", odd, "pid 7"), Error);
+    EXPECT_THROW(os::cgroup::devices_dir("3:cpu,devices:/system/c2\n", odd, "pid 7"), util::Error);
     // Root cgroup.
-    EXPECT_EQ(cgroup::devices_dir("5:devices:/\n", mountinfo, "pid 7"), "/sys/fs/cgroup/devices");
+    EXPECT_EQ(os::cgroup::devices_dir("5:devices:/\n", mountinfo, "pid 7"),
+              "/sys/fs/cgroup/devices");
 
     try {
-        cgroup::devices_dir("0::/system.slice/docker-abc.scope\n", mountinfo, "pid 7");
+        os::cgroup::devices_dir("0::/system.slice/docker-abc.scope\n", mountinfo, "pid 7");
         FAIL();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_STREQ(e.what(),
                      "set device cgroup pid 7: the process has no cgroup v1 devices controller");
     }
-    EXPECT_THROW(cgroup::devices_dir("5:devices:/a/../../etc\n", mountinfo, "pid 7"), Error);
-    EXPECT_THROW(cgroup::devices_dir("garbage\n", mountinfo, "pid 7"), Error);
-    EXPECT_THROW(cgroup::devices_dir("5:devices:/x\n", "", "pid 7"), Error);
+    EXPECT_THROW(os::cgroup::devices_dir("5:devices:/a/../../etc\n", mountinfo, "pid 7"),
+                 util::Error);
+    EXPECT_THROW(os::cgroup::devices_dir("garbage\n", mountinfo, "pid 7"), util::Error);
+    EXPECT_THROW(os::cgroup::devices_dir("5:devices:/x\n", "", "pid 7"), util::Error);
 }
 
 TEST(Cgroup, AllowsReadsTheKernelsList) {
-    EXPECT_TRUE(cgroup::allows("a *:* rwm\n", 195, 0));
-    EXPECT_TRUE(cgroup::allows("c 1:3 rwm\nc 195:* rwm\n", 195, 7));
-    EXPECT_TRUE(cgroup::allows("c 195:0 rw\n", 195, 0));
-    EXPECT_FALSE(cgroup::allows("c 195:0 r\n", 195, 0));
-    EXPECT_FALSE(cgroup::allows("b 195:0 rwm\n", 195, 0));
-    EXPECT_FALSE(cgroup::allows("c 195:1 rwm\n", 195, 0));
-    EXPECT_FALSE(cgroup::allows("c *:0 m\n", 195, 0));
-    EXPECT_TRUE(cgroup::allows("c *:0 rw\n", 195, 0));
-    EXPECT_FALSE(cgroup::allows("", 195, 0));
-    EXPECT_FALSE(cgroup::allows("c 195:x rw\nc 195 rw\n", 195, 0));
+    EXPECT_TRUE(os::cgroup::allows("a *:* rwm\n", 195, 0));
+    EXPECT_TRUE(os::cgroup::allows("c 1:3 rwm\nc 195:* rwm\n", 195, 7));
+    EXPECT_TRUE(os::cgroup::allows("c 195:0 rw\n", 195, 0));
+    EXPECT_FALSE(os::cgroup::allows("c 195:0 r\n", 195, 0));
+    EXPECT_FALSE(os::cgroup::allows("b 195:0 rwm\n", 195, 0));
+    EXPECT_FALSE(os::cgroup::allows("c 195:1 rwm\n", 195, 0));
+    EXPECT_FALSE(os::cgroup::allows("c *:0 m\n", 195, 0));
+    EXPECT_TRUE(os::cgroup::allows("c *:0 rw\n", 195, 0));
+    EXPECT_FALSE(os::cgroup::allows("", 195, 0));
+    EXPECT_FALSE(os::cgroup::allows("c 195:x rw\nc 195 rw\n", 195, 0));
 }
 
 // --- cgroup v2 ---
@@ -80,20 +83,20 @@ const std::string kV2Dir = "/sys/fs/cgroup/ctr";
 const std::string kV2Label = "cgroupdir:" + kV2Dir;
 
 std::vector<test::RuntimeRule> runtime_rules() {
-    return {{bpf::kDevChar, 1, 3, 7, true},
-            {bpf::kDevChar, 195, 254, 7, false},
-            {bpf::kDevChar, 136, std::nullopt, 7, true}};
+    return {{os::bpf::kDevChar, 1, 3, 7, true},
+            {os::bpf::kDevChar, 195, 254, 7, false},
+            {os::bpf::kDevChar, 136, std::nullopt, 7, true}};
 }
 
 void setup_v2(RecordingSystem& sys, std::vector<std::uint32_t> ids = {7}) {
     sys.proc_cgroup = "5:devices:/\n0::/ctr\n";
     sys.mountinfo = kPrivateV2Mountinfo;
     for (auto id : ids) sys.programs[id] = test::runtime_like_program(runtime_rules());
-    sys.device_programs = {kBpfAllowMulti, ids};
+    sys.device_programs = {os::kBpfAllowMulti, ids};
 }
 
 // The sample world, the container's cgroup v2 with the runtime's program 7.
-RecordingSystem v2_world(const Plan& plan) {
+RecordingSystem v2_world(const decide::Plan& plan) {
     RecordingSystem sys;
     setup_world(sys, plan);
     setup_v2(sys);
@@ -101,23 +104,23 @@ RecordingSystem v2_world(const Plan& plan) {
 }
 
 // Our rules (the sample plan's two nodes) in front of the runtime's, nothing else.
-void expect_extended(const std::vector<bpf::Insn>& prog) {
+void expect_extended(const std::vector<os::bpf::Insn>& prog) {
     const auto original = test::runtime_like_program(runtime_rules());
     for (unsigned minor : {0u, 1u, 3u, 254u, 255u})
         for (unsigned access = 1; access <= 7; ++access)
             for (unsigned major : {1u, 136u, 195u}) {
                 SCOPED_TRACE(std::to_string(major) + ":" + std::to_string(minor) + " access " +
                              std::to_string(access));
-                test::DeviceRequest req{bpf::kDevChar, access, major, minor};
-                const bool ours =
-                    major == 195 && (minor == 0 || minor == 255) && (access & bpf::kAccMknod) == 0;
+                test::DeviceRequest req{os::bpf::kDevChar, access, major, minor};
+                const bool ours = major == 195 && (minor == 0 || minor == 255) &&
+                                  (access & os::bpf::kAccMknod) == 0;
                 EXPECT_EQ(test::run_device_program(prog, req),
                           ours ? 1u : test::run_device_program(original, req));
             }
 }
 
 TEST(ExecuteV2, RuntimesProgramIsExtendedOnTheHostSideAndSwappedInTheCgroupStep) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     RecordingSystem sys = v2_world(plan);
     execute(plan, target(), sys);
     const auto& c = sys.calls;
@@ -151,7 +154,7 @@ TEST(ExecuteV2, RuntimesProgramIsExtendedOnTheHostSideAndSwappedInTheCgroupStep)
 }
 
 TEST(ExecuteV2, EveryProgramAttachedHereIsExtendedOnceEvenWithoutMulti) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     setup_v2(sys, {7, 9});
@@ -178,7 +181,7 @@ TEST(ExecuteV2, EveryProgramAttachedHereIsExtendedOnceEvenWithoutMulti) {
     try {
         execute(plan, target(), raced);
         ADD_FAILURE() << "not refused";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EAGAIN);
         EXPECT_THAT(e.what(), HasSubstr("changed while gpubind extended it"));
     }
@@ -188,7 +191,7 @@ TEST(ExecuteV2, EveryProgramAttachedHereIsExtendedOnceEvenWithoutMulti) {
 }
 
 TEST(ExecuteV2, NoProgramAttachedMeansNothingToDo) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     setup_v2(sys, {});
@@ -203,7 +206,7 @@ TEST(ExecuteV2, NoProgramAttachedMeansNothingToDo) {
 }
 
 TEST(ExecuteV2, FailureAtAnyStepPutsTheRuntimesProgramBack) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem ok = v2_world(plan);
     execute(plan, target(), ok);
     const std::size_t n = ok.calls.size();
@@ -214,7 +217,7 @@ TEST(ExecuteV2, FailureAtAnyStepPutsTheRuntimesProgramBack) {
         RecordingSystem sys = v2_world(plan);
         const auto root_before = sys.root;
         sys.fail_at(k);
-        EXPECT_THROW(execute(plan, target(), sys), Error);
+        EXPECT_THROW(execute(plan, target(), sys), util::Error);
         EXPECT_EQ(sys.device_programs.ids, std::vector<std::uint32_t>{7});
         const bool restored = std::find(sys.calls.begin(), sys.calls.end(),
                                         "replace_device_program " + kV2Label +
@@ -230,8 +233,8 @@ TEST(ExecuteV2, FailureAtAnyStepPutsTheRuntimesProgramBack) {
 
 const std::string kBpfDir = "/sys/fs/bpf/gpubind";
 
-Target keeping_target() {
-    Target t = target();
+exec::Target keeping_target() {
+    exec::Target t = target();
     t.bpf_dir = kBpfDir;
     return t;
 }
@@ -245,12 +248,12 @@ std::size_t count_starting(const std::vector<std::string>& calls, const std::str
 // (the same instructions, another id) to a cgroup of the container's own.
 void next_container(RecordingSystem& sys, std::uint32_t runtime_id) {
     sys.programs[runtime_id] = test::runtime_like_program(runtime_rules());
-    sys.device_programs = {kBpfAllowMulti, {runtime_id}};
+    sys.device_programs = {os::kBpfAllowMulti, {runtime_id}};
     sys.calls.clear();
 }
 
 TEST(ExecuteV2, AProgramKeptByAnEarlierStartIsAttachedInsteadOfLoadingItAgain) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys = v2_world(plan);
     execute(plan, keeping_target(), sys);
     // The first start loads it and keeps it, under a name of its instructions.
@@ -285,7 +288,7 @@ TEST(ExecuteV2, AProgramKeptByAnEarlierStartIsAttachedInsteadOfLoadingItAgain) {
     // Another runtime program (other rules): another program, kept beside.
     RecordingSystem other = sys;
     next_container(other, 8);
-    other.programs[8] = test::runtime_like_program({{bpf::kDevChar, 1, 3, 7, true}});
+    other.programs[8] = test::runtime_like_program({{os::bpf::kDevChar, 1, 3, 7, true}});
     execute(plan, keeping_target(), other);
     EXPECT_EQ(count_starting(other.calls, "load_device_program"), 1u);
     EXPECT_EQ(other.kept_programs.size(), 2u);
@@ -293,7 +296,7 @@ TEST(ExecuteV2, AProgramKeptByAnEarlierStartIsAttachedInsteadOfLoadingItAgain) {
 }
 
 TEST(ExecuteV2, AKeptProgramIsUsedOnlyWhenItRunsExactlyWhatWouldBeLoaded) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys = v2_world(plan);
     execute(plan, keeping_target(), sys);
     ASSERT_EQ(sys.kept_programs.size(), 1u);
@@ -301,7 +304,7 @@ TEST(ExecuteV2, AKeptProgramIsUsedOnlyWhenItRunsExactlyWhatWouldBeLoaded) {
     // What is kept under that name runs something else (one instruction
     // changed, say a digest collision): loaded anew, and kept in its place.
     next_container(sys, 8);
-    sys.programs[1000].back() = bpf::Insn::make(0xb7, 0, 0, 0, 1);  // r0 = 1 at the end
+    sys.programs[1000].back() = os::bpf::Insn::make(0xb7, 0, 0, 0, 1);  // r0 = 1 at the end
     execute(plan, keeping_target(), sys);
     EXPECT_EQ(count_starting(sys.calls, "load_device_program"), 1u);
     EXPECT_NE(std::find(sys.calls.begin(), sys.calls.end(), "remove " + path), sys.calls.end());
@@ -311,7 +314,7 @@ TEST(ExecuteV2, AKeptProgramIsUsedOnlyWhenItRunsExactlyWhatWouldBeLoaded) {
 }
 
 TEST(ExecuteV2, WithoutAUsableProgramDirectoryEachStartLoadsItsOwn) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     for (int err : {ENOTSUP, EACCES, ENOENT}) {  // not bpffs, not root's alone, no parent
         SCOPED_TRACE(std::strerror(err));
         RecordingSystem sys = v2_world(plan);
@@ -335,14 +338,14 @@ TEST(ExecuteV2, WithoutAUsableProgramDirectoryEachStartLoadsItsOwn) {
 // programs' directory first; it is refused (the reuse lost) and that is a
 // warning in the log, where the usual reasons (no bpffs) are debug lines.
 TEST(ExecuteV2, AProgramDirectoryAnotherUserMadeIsAWarning) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_st>(128);
     ring->set_pattern("%l %v");
     auto log = std::make_shared<spdlog::logger>("test", ring);
     log->set_level(spdlog::level::trace);
-    set_logger(log);
+    util::set_logger(log);
     struct Quiet {  // the tests after this one log nowhere, as before
-        ~Quiet() { set_logger(std::make_shared<spdlog::logger>("test")); }
+        ~Quiet() { util::set_logger(std::make_shared<spdlog::logger>("test")); }
     } quiet;
     auto warnings = [&] {
         std::vector<std::string> out;
@@ -371,7 +374,7 @@ TEST(ExecuteV2, AProgramDirectoryAnotherUserMadeIsAWarning) {
 // Keeping is an optimisation: whichever of its steps fails, the container
 // gets its devices, and a program is kept only when all of them worked.
 TEST(ExecuteV2, AFailingKeepStepCostsOnlyTheReuse) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     for (const char* step :
          {"open_program_dir", "open_kept_program", "program_instructions prog:1000",
           "list_dir progdir:", "keep_program"}) {
@@ -396,12 +399,12 @@ TEST(ExecuteV2, AFailingKeepStepCostsOnlyTheReuse) {
 }
 
 TEST(ExecuteV2, AProgramTheKernelRewroteIsNotKept) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys = v2_world(plan);
     // The kernel shows other instructions than it was given (it rewrote some).
     sys.fail_if = [&sys](std::size_t, const std::string& l) {
         if (l == "program_instructions prog:1000")
-            sys.programs[1000].push_back(bpf::Insn::make(0x95, 0, 0, 0, 0));
+            sys.programs[1000].push_back(os::bpf::Insn::make(0x95, 0, 0, 0, 0));
         return false;
     };
     execute(plan, keeping_target(), sys);
@@ -411,7 +414,7 @@ TEST(ExecuteV2, AProgramTheKernelRewroteIsNotKept) {
 }
 
 TEST(ExecuteV2, KeptProgramsAreBounded) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys = v2_world(plan);
     sys.programs[1] = test::runtime_like_program(runtime_rules());
     for (int i = 0; i < 256; ++i)  // as many as are kept: every one goes for the new
@@ -424,7 +427,7 @@ TEST(ExecuteV2, KeptProgramsAreBounded) {
     // Under the bound, nothing goes.
     sys.kept_programs.erase(kBpfDir + "/not-ours");
     next_container(sys, 8);
-    sys.programs[8] = test::runtime_like_program({{bpf::kDevChar, 1, 3, 7, true}});
+    sys.programs[8] = test::runtime_like_program({{os::bpf::kDevChar, 1, 3, 7, true}});
     execute(plan, keeping_target(), sys);
     EXPECT_EQ(sys.kept_programs.size(), 2u);
     EXPECT_EQ(count_starting(sys.calls, "remove " + kBpfDir), 0u);
@@ -433,15 +436,15 @@ TEST(ExecuteV2, KeptProgramsAreBounded) {
 // DeviceAccess alone: each step it takes is reported with what undoes it;
 // running those undos in reverse leaves the cgroup as it was.
 TEST(DeviceAccess, ReportsEachStepWithItsUndo) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     for (const bool v2 : {false, true}) {
         SCOPED_TRACE(v2 ? "v2" : "v1");
         RecordingSystem sys;
         setup_world(sys, plan);
         if (v2) setup_v2(sys);
         const std::vector<std::uint32_t> programs = sys.device_programs.ids;
-        DeviceAccess access(sys, plan.devices, OnRefused::Fail);
-        const Fd pidfd = sys.open_process(fake_pid());
+        exec::DeviceAccess access(sys, plan.devices, config::OnRefused::Fail);
+        const util::Fd pidfd = sys.open_process(fake_pid());
         access.prepare(pidfd.get(), fake_pid(), "pid");
         std::vector<std::pair<std::string, std::function<void()>>> steps;
         access.allow([&](const std::string& what, std::function<void()> undo) {
@@ -463,7 +466,7 @@ TEST(DeviceAccess, ReportsEachStepWithItsUndo) {
 }
 
 TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     for (const char* step :
          {"open_cgroup_dir", "query_device_programs", "open_program", "program_instructions",
           "load_device_program", "replace_device_program"}) {
@@ -475,7 +478,7 @@ TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
             try {
                 execute(plan, target(), sys);
                 ADD_FAILURE() << "refusal ignored";
-            } catch (const Error& e) {
+            } catch (const util::Error& e) {
                 EXPECT_EQ(e.code().value(), err);
                 EXPECT_THAT(e.what(), HasSubstr(kV2Dir));
                 EXPECT_THAT(e.what(), HasSubstr(std::strerror(err)));
@@ -487,8 +490,8 @@ TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
             RecordingSystem warned = v2_world(plan);
             warned.fail_errno = err;
             warned.fail_if = sys.fail_if;
-            Target t = target();
-            t.on_refused = OnRefused::Warn;
+            exec::Target t = target();
+            t.on_refused = config::OnRefused::Warn;
             execute(plan, t, warned);
             EXPECT_EQ(warned.device_programs.ids, std::vector<std::uint32_t>{7});
             EXPECT_TRUE(warned.mounted.count("root:/dev/nvidia0"));
@@ -500,19 +503,20 @@ TEST(ExecuteV2, KernelRefusalFailsWithOneLineOrIsSkippedWithAWarning) {
     sys.fail_if = [](std::size_t, const std::string& l) {
         return starts(l, "load_device_program");
     };
-    Target t = target();
-    t.on_refused = OnRefused::Warn;
-    EXPECT_THROW(execute(plan, t, sys), Error);
+    exec::Target t = target();
+    t.on_refused = config::OnRefused::Warn;
+    EXPECT_THROW(execute(plan, t, sys), util::Error);
 }
 
 TEST(ExecuteV2, ProgramsThatCannotBeReloadedAreAClearError) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     RecordingSystem sys = v2_world(plan);
-    sys.programs[7].insert(sys.programs[7].begin(), bpf::Insn::make(0x85, 0, 0, 0, 14));  // call
+    sys.programs[7].insert(sys.programs[7].begin(),
+                           os::bpf::Insn::make(0x85, 0, 0, 0, 14));  // call
     try {
         execute(plan, target(), sys);
         FAIL() << "accepted";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ENOTSUP);
         EXPECT_THAT(e.what(), HasSubstr("program 7 on " + kV2Dir));
     }
@@ -526,7 +530,7 @@ TEST(ExecuteV2, ProgramsThatCannotBeReloadedAreAClearError) {
 // cgroup: the host's mountinfo is not read. Where the container's v1 devices
 // hierarchy is not among them, or the kernel cannot say, mountinfo decides.
 TEST(Execute, UsualCgroupMountsSpareTheMountinfo) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     auto mountinfo_reads = [](const RecordingSystem& sys) {
         return std::count(sys.calls.begin(), sys.calls.end(),
                           "read_host_file /proc/self/mountinfo");
@@ -562,7 +566,7 @@ TEST(Execute, UsualCgroupMountsSpareTheMountinfo) {
 }
 
 TEST(Execute, CgroupV1RefusalWarnsWhenAskedTo) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     for (const std::string& step : {std::string("open_cgroup_file"), "write_rule " + kAllow}) {
         SCOPED_TRACE(step);
         RecordingSystem sys;
@@ -572,7 +576,7 @@ TEST(Execute, CgroupV1RefusalWarnsWhenAskedTo) {
         try {
             execute(plan, target(), sys);
             ADD_FAILURE() << "refusal ignored";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EROFS);
             EXPECT_THAT(e.what(), HasSubstr("/sys/fs/cgroup/devices/ctr"));
         }
@@ -580,8 +584,8 @@ TEST(Execute, CgroupV1RefusalWarnsWhenAskedTo) {
         setup_world(warned, plan);
         warned.fail_errno = EROFS;
         warned.fail_if = sys.fail_if;
-        Target t = target();
-        t.on_refused = OnRefused::Warn;
+        exec::Target t = target();
+        t.on_refused = config::OnRefused::Warn;
         execute(plan, t, warned);
         EXPECT_TRUE(warned.allowed.empty());
         EXPECT_TRUE(warned.mounted.count("root:/dev/nvidia0"));
@@ -590,37 +594,40 @@ TEST(Execute, CgroupV1RefusalWarnsWhenAskedTo) {
 
 TEST(Cgroup, LocateV1HybridPrivateV2AndPureV2) {
     // This host (hybrid): the v1 devices controller decides.
-    EXPECT_EQ(cgroup::locate("5:devices:/docker/abc\n0::/docker/abc\n", kHybridMountinfo, "pid 7"),
-              (cgroup::DeviceCgroup{cgroup::DeviceCgroup::Kind::V1,
-                                    "/sys/fs/cgroup/devices/docker/abc"}));
+    EXPECT_EQ(
+        os::cgroup::locate("5:devices:/docker/abc\n0::/docker/abc\n", kHybridMountinfo, "pid 7"),
+        (os::cgroup::DeviceCgroup{os::cgroup::DeviceCgroup::Kind::V1,
+                                  "/sys/fs/cgroup/devices/docker/abc"}));
     // cgroup2 mounted over /sys/fs/cgroup: the v1 mount is still listed but hidden.
-    EXPECT_EQ(cgroup::locate("5:devices:/\n0::/ctr\n", kPrivateV2Mountinfo, "pid 7"),
-              (cgroup::DeviceCgroup{cgroup::DeviceCgroup::Kind::V2, "/sys/fs/cgroup/ctr"}));
-    EXPECT_THROW(cgroup::devices_dir("5:devices:/\n", kPrivateV2Mountinfo, "pid 7"), Error);
+    EXPECT_EQ(os::cgroup::locate("5:devices:/\n0::/ctr\n", kPrivateV2Mountinfo, "pid 7"),
+              (os::cgroup::DeviceCgroup{os::cgroup::DeviceCgroup::Kind::V2, "/sys/fs/cgroup/ctr"}));
+    EXPECT_THROW(os::cgroup::devices_dir("5:devices:/\n", kPrivateV2Mountinfo, "pid 7"),
+                 util::Error);
     // A pure v2 host.
     const std::string pure =
         "22 1 8:1 / / rw - ext4 /dev/root rw\n"
         "23 22 0:21 / /sys rw - sysfs sysfs rw\n"
         "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec - cgroup2 cgroup2 "
         "rw,nsdelegate,memory_recursiveprot\n";
-    EXPECT_EQ(cgroup::locate("0::/system.slice/docker-abc.scope\n", pure, "pid 7"),
-              (cgroup::DeviceCgroup{cgroup::DeviceCgroup::Kind::V2,
-                                    "/sys/fs/cgroup/system.slice/docker-abc.scope"}));
-    EXPECT_EQ(cgroup::locate("0::/\n", pure, "pid 7").dir, "/sys/fs/cgroup");
+    EXPECT_EQ(os::cgroup::locate("0::/system.slice/docker-abc.scope\n", pure, "pid 7"),
+              (os::cgroup::DeviceCgroup{os::cgroup::DeviceCgroup::Kind::V2,
+                                        "/sys/fs/cgroup/system.slice/docker-abc.scope"}));
+    EXPECT_EQ(os::cgroup::locate("0::/\n", pure, "pid 7").dir, "/sys/fs/cgroup");
     // cgroup2 somewhere odd, its root a sub-cgroup, an escaped space.
     const std::string odd = pure + "50 22 0:26 /kubepods /run/my\\040cg rw - cgroup2 none rw\n";
     // Both hold it: the deepest root wins.
-    EXPECT_EQ(cgroup::unified_dir("0::/kubepods/pod1/c2\n", odd, "pid 7"), "/run/my cg/pod1/c2");
-    EXPECT_EQ(cgroup::unified_dir("0::/system/c2\n", odd, "pid 7"), "/sys/fs/cgroup/system/c2");
+    EXPECT_EQ(os::cgroup::unified_dir("0::/kubepods/pod1/c2\n", odd, "pid 7"),
+              "/run/my cg/pod1/c2");
+    EXPECT_EQ(os::cgroup::unified_dir("0::/system/c2\n", odd, "pid 7"), "/sys/fs/cgroup/system/c2");
     const std::string only_odd =
         "22 1 8:1 / / rw - ext4 /dev/root rw\n"
         "50 22 0:26 /kubepods /run/my\\040cg rw - cgroup2 none rw\n";
-    EXPECT_EQ(cgroup::unified_dir("0::/kubepods/pod1/c2\n", only_odd, "pid 7"),
+    EXPECT_EQ(os::cgroup::unified_dir("0::/kubepods/pod1/c2\n", only_odd, "pid 7"),
               "/run/my cg/pod1/c2");
     try {
-        cgroup::unified_dir("0::/system/c2\n", only_odd, "pid 7");
+        os::cgroup::unified_dir("0::/system/c2\n", only_odd, "pid 7");
         FAIL();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_STREQ(e.what(),
                      "set device cgroup pid 7: no cgroup2 hierarchy holding /system/c2 is mounted");
     }
@@ -629,9 +636,9 @@ TEST(Cgroup, LocateV1HybridPrivateV2AndPureV2) {
 TEST(Cgroup, LocateRefusesMissingAndOddEntriesClearly) {
     auto error_of = [](const std::string& proc, const std::string& mountinfo) {
         try {
-            cgroup::locate(proc, mountinfo, "pid 7");
+            os::cgroup::locate(proc, mountinfo, "pid 7");
             return std::string("no error");
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             return std::string(e.what());
         }
     };

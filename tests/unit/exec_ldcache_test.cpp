@@ -8,14 +8,14 @@ using namespace exec_test;
 
 // --- the loader cache written by gpubind ---
 
-Target writer_target() {
-    Target t = target();
-    t.ldcache = LdcacheMethod::Gpubind;
+exec::Target writer_target() {
+    exec::Target t = target();
+    t.ldcache = config::LdcacheMethod::Gpubind;
     return t;
 }
 
-Plan writer_plan() {
-    Plan plan = sample_plan();
+decide::Plan writer_plan() {
+    decide::Plan plan = sample_plan();
     plan.ldcache_libraries = {
         {"libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", ldcache::Arch::X86_64},
         {"libcuda.so", "/usr/lib/x86_64-linux-gnu/libcuda.so", ldcache::Arch::X86_64}};
@@ -35,7 +35,7 @@ std::string image_cache() {
 }
 
 // The image has /etc and the cache `bytes` there, of `owner` and `mode`.
-void give_cache(RecordingSystem& sys, const std::string& bytes, Owner owner = {},
+void give_cache(RecordingSystem& sys, const std::string& bytes, os::Owner owner = {},
                 unsigned mode = 0644) {
     sys.root["/etc"] = {Type::Directory, 0, 0};
     sys.root["/etc/ld.so.cache"] = {Type::Regular, 0, 0};
@@ -53,17 +53,18 @@ std::vector<std::string> listed(const std::string& bytes) {
 // /etc and its cache files are looked at once per start, whichever method
 // refreshes the cache: /etc's type once, /etc opened once, each name once.
 TEST(LoaderCache, EtcAndItsFilesAreCheckedOncePerStart) {
-    for (const LdcacheMethod method : {LdcacheMethod::Gpubind, LdcacheMethod::Ldconfig}) {
-        SCOPED_TRACE(method == LdcacheMethod::Gpubind ? "gpubind" : "ldconfig");
-        Plan plan = writer_plan();
+    for (const config::LdcacheMethod method :
+         {config::LdcacheMethod::Gpubind, config::LdcacheMethod::Ldconfig}) {
+        SCOPED_TRACE(method == config::LdcacheMethod::Gpubind ? "gpubind" : "ldconfig");
+        decide::Plan plan = writer_plan();
         // A directory mount makes the executor open what it resolved anew
         // (the mount may hide it): none here, so /etc is opened once.
-        std::erase_if(plan.mounts, [](const PlannedMount& m) { return m.directory; });
+        std::erase_if(plan.mounts, [](const decide::PlannedMount& m) { return m.directory; });
         RecordingSystem sys;
         setup_world(sys, plan);
         give_cache(sys, image_cache());
         sys.root["/etc/ld.so.conf"] = {Type::Regular, 0, 0};
-        Target t = target();
+        exec::Target t = target();
         t.ldcache = method;
         execute(plan, t, sys);
         auto count = [&](const std::string& line) {
@@ -82,7 +83,7 @@ TEST(LoaderCache, EtcAndItsFilesAreCheckedOncePerStart) {
 // No process: the image's cache is read by descriptor, merged, written to
 // ld.so.cache~ and renamed over it, keeping the original's owner and mode.
 TEST(LoaderCache, WrittenInsteadOfRunningLdconfig) {
-    const Plan plan = writer_plan();
+    const decide::Plan plan = writer_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     give_cache(sys, image_cache(), {0, 0}, 0640);
@@ -113,7 +114,7 @@ TEST(LoaderCache, WrittenInsteadOfRunningLdconfig) {
 // entries of other directories are kept as they are, present or not, and so
 // is an entry whose file name is also another directory's.
 TEST(LoaderCache, EntriesOfFilesGoneFromTheRefreshedDirectoriesAreDropped) {
-    const Plan plan = writer_plan();
+    const decide::Plan plan = writer_plan();
     ldcache::Cache image;
     for (const char* path :
          {"/usr/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libgone.so.2",
@@ -148,7 +149,7 @@ TEST(LoaderCache, EntriesOfFilesGoneFromTheRefreshedDirectoriesAreDropped) {
 // with it, as ldconfig's rescan would drop it.
 TEST(LoaderCache, ALibraryDirectoryIsListedOncePerStart) {
     const std::string dir = "/usr/lib/x86_64-linux-gnu";
-    Plan plan = writer_plan();
+    decide::Plan plan = writer_plan();
     plan.owned = {{dir, {"libcuda.so."}, {"libcuda.so.1", "libcuda.so"}, {}}};
     ldcache::Cache image;
     for (const char* name : {"libz.so.1", "libcuda.so.535.104.05"}) {
@@ -178,7 +179,7 @@ TEST(LoaderCache, ALibraryDirectoryIsListedOncePerStart) {
 // (the ids switched around that call alone); an original of other ids keeps
 // them, set by the host's root.
 TEST(LoaderCache, OwnerUnderAUserNamespace) {
-    const Plan plan = writer_plan();
+    const decide::Plan plan = writer_plan();
     for (const bool original : {false, true}) {
         SCOPED_TRACE(original);
         RecordingSystem sys;
@@ -192,12 +193,12 @@ TEST(LoaderCache, OwnerUnderAUserNamespace) {
         const auto& c = sys.calls;
         const auto& attr = sys.attrs["root:/etc/ld.so.cache"];
         if (original) {
-            EXPECT_EQ(attr.owner, (Owner{5, 6}));
+            EXPECT_EQ(attr.owner, (os::Owner{5, 6}));
             EXPECT_EQ(c[c.size() - 3],
                       "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420 owner 5:6");
             EXPECT_LT(index_of(c, "read_regular_at root:/etc/ld.so.cache"), c.size() - 3);
         } else {
-            EXPECT_EQ(attr.owner, (Owner{100000, 200000}));
+            EXPECT_EQ(attr.owner, (os::Owner{100000, 200000}));
             EXPECT_EQ(c[c.size() - 5], "set_fs_ids 100000:200000");
             EXPECT_EQ(c[c.size() - 4],
                       "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420");
@@ -211,7 +212,7 @@ TEST(LoaderCache, OwnerUnderAUserNamespace) {
 // A failure at any later call puts the image's cache back as it was, or
 // removes the one gpubind created.
 TEST(LoaderCache, RollbackRestoresOrRemovesTheCache) {
-    const Plan plan = writer_plan();
+    const decide::Plan plan = writer_plan();
     for (const bool original : {false, true}) {
         SCOPED_TRACE(original);
         auto world = [&](RecordingSystem& sys) {
@@ -235,7 +236,7 @@ TEST(LoaderCache, RollbackRestoresOrRemovesTheCache) {
                            line,
                            "replace_file_at root:/etc/ld.so.cache via ld.so.cache~ mode 420 owner");
             };
-            EXPECT_THROW(execute(plan, writer_target(), sys), Error);
+            EXPECT_THROW(execute(plan, writer_target(), sys), util::Error);
             EXPECT_EQ(sys.root, before);
             if (original) {
                 EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], image_cache());
@@ -250,7 +251,7 @@ TEST(LoaderCache, RollbackRestoresOrRemovesTheCache) {
 TEST(LoaderCache, NonRegularFilesAreRefusedBeforeAnyOpen) {
     struct Case {
         const char* path;
-        FileInfo info;
+        os::FileInfo info;
         const char* says;
     };
     for (const Case& k :
@@ -265,16 +266,17 @@ TEST(LoaderCache, NonRegularFilesAreRefusedBeforeAnyOpen) {
           Case{"/etc/ld.so.cache", {Type::Socket, 0, 0}, "/etc/ld.so.cache: is a socket"},
           Case{"/etc", {Type::Symlink, 0, 0}, "/etc: is a symbolic link"},
           Case{"/etc", {Type::Fifo, 0, 0}, "/etc: is a FIFO"}}) {
-        for (const LdcacheMethod method : {LdcacheMethod::Gpubind, LdcacheMethod::Ldconfig}) {
+        for (const config::LdcacheMethod method :
+             {config::LdcacheMethod::Gpubind, config::LdcacheMethod::Ldconfig}) {
             SCOPED_TRACE(std::string(k.path) +
-                         (method == LdcacheMethod::Gpubind ? " gpubind" : " ldconfig"));
-            const Plan plan = writer_plan();
+                         (method == config::LdcacheMethod::Gpubind ? " gpubind" : " ldconfig"));
+            const decide::Plan plan = writer_plan();
             RecordingSystem sys;
             setup_world(sys, plan);
             if (std::string(k.path) != "/etc") sys.root["/etc"] = {Type::Directory, 0, 0};
             sys.root[k.path] = k.info;
             const auto before = sys.root;
-            Target t = writer_target();
+            exec::Target t = writer_target();
             t.ldcache = method;
             const std::string what = test::error_of([&] { execute(plan, t, sys); }).what();
             EXPECT_THAT(what, HasSubstr(k.says));
@@ -292,7 +294,7 @@ TEST(LoaderCache, NonRegularFilesAreRefusedBeforeAnyOpen) {
 // What the writer cannot serve goes to ldconfig: an image without a cache
 // whose ld.so.conf names directories (plan.ldcache_scan).
 TEST(LoaderCache, ScanOfTheImagesDirectoriesFallsBackToLdconfig) {
-    Plan plan = writer_plan();
+    decide::Plan plan = writer_plan();
     plan.ldcache_scan = true;
     RecordingSystem sys;
     setup_world(sys, plan);
@@ -306,7 +308,7 @@ TEST(LoaderCache, ScanOfTheImagesDirectoriesFallsBackToLdconfig) {
 // A corrupt image cache is not kept (the loader ignores it too); an oversized
 // one is refused.
 TEST(LoaderCache, CorruptCacheReplacedOversizedRefused) {
-    const Plan plan = writer_plan();
+    const decide::Plan plan = writer_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     give_cache(sys, "glibc-ld.so.cache1.1 truncated");

@@ -55,9 +55,9 @@ class FakeContainer {
     FakeContainer() {
         int ready[2], hold[2];
         if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0)
-            throw Error(errno, "pipe");
+            throw util::Error(errno, "pipe");
         pid_ = ::fork();
-        if (pid_ < 0) throw Error(errno, "fork");
+        if (pid_ < 0) throw util::Error(errno, "fork");
         if (pid_ == 0) {
             ::close(ready[0]);
             ::close(hold[1]);
@@ -80,7 +80,7 @@ class FakeContainer {
         char ok = 0;
         ssize_t r = ::read(ready[0], &ok, 1);
         ::close(ready[0]);
-        if (r != 1 || ok != 'y') throw Error(EPERM, "unshare", "fake container");
+        if (r != 1 || ok != 'y') throw util::Error(EPERM, "unshare", "fake container");
     }
     ~FakeContainer() {
         ::close(hold_);
@@ -96,7 +96,7 @@ class FakeContainer {
         return fs::path("/proc/" + std::to_string(pid_) + "/root") / p.relative_path();
     }
     std::string mountinfo() const {
-        return read_file("/proc/" + std::to_string(pid_) + "/mountinfo", 16u << 20);
+        return util::read_file("/proc/" + std::to_string(pid_) + "/mountinfo", 16u << 20);
     }
 
   private:
@@ -136,7 +136,7 @@ std::vector<MountEntry> parse_mountinfo(const std::string& text) {
         if (f.size() < 7) continue;
         MountEntry e;
         e.point = unescape(f[4]);
-        for (auto o : split(f[5], ',')) e.options.insert(std::string(o));
+        for (auto o : util::split(f[5], ',')) e.options.insert(std::string(o));
         for (std::size_t i = 6; i + 1 < f.size(); ++i)
             if (f[i] == "-") e.fstype = f[i + 1];
         out.push_back(e);
@@ -179,7 +179,7 @@ std::map<std::string, std::string> snapshot(const fs::path& dir) {
 
 std::set<std::string> lines_of(const std::string& text) {
     std::set<std::string> out;
-    for (auto l : split(text, '\n'))
+    for (auto l : util::split(text, '\n'))
         if (!l.empty()) out.insert(std::string(l));
     return out;
 }
@@ -188,7 +188,7 @@ std::string run_command(const std::string& cmd) {
     return test::run(cmd).text;
 }
 
-constexpr unsigned kLibFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
+constexpr unsigned kLibFlags = util::kMountReadOnly | util::kMountNoSuid | util::kMountNoDev;
 constexpr const char* kLib = "libgpubind-exec-test.so.1";
 constexpr const char* kLibDir = "/usr/lib/x86_64-linux-gnu";
 constexpr const char* kLibDirRel = "usr/lib/x86_64-linux-gnu";
@@ -215,7 +215,7 @@ class ExecLinux : public ::testing::Test {
         fs::create_directories(tripwire_);
         write(tripwire_ / "file", "TRIPWIRE");
 
-        host_mountinfo_ = read_file("/proc/self/mountinfo", 16u << 20);
+        host_mountinfo_ = util::read_file("/proc/self/mountinfo", 16u << 20);
         host_root_ = list_dir("/");
         host_ns_ = fs::read_symlink("/proc/self/ns/mnt");
         cwd_ = fs::current_path();
@@ -228,17 +228,17 @@ class ExecLinux : public ::testing::Test {
         return out;
     }
 
-    Plan make_plan() const {
-        Plan plan;
+    decide::Plan make_plan() const {
+        decide::Plan plan;
         plan.devices.push_back({{"/dev/nvidia0", host_ / "dev/nvidia-test0", 1, 3, 0666}, "GPU 0"});
         plan.mounts.push_back(
             {host_ / "lib" / kLib, fs::path(kLibDir) / kLib, false, kLibFlags, "compute library"});
         plan.mounts.push_back(
             {host_ / "bin/fake-smi", "/usr/bin/fake-smi", false, kLibFlags, "utility"});
         plan.mounts.push_back({host_ / "firmware/1.0", "/lib/firmware/nvidia/1.0", true,
-                               kLibFlags | kMountNoExec, "firmware"});
+                               kLibFlags | util::kMountNoExec, "firmware"});
         plan.symlinks.push_back({fs::path(kLibDir) / "libgpubind-exec-test.so", kLib});
-        ProcView view;
+        decide::ProcView view;
         view.version = "NVRM version: test 1.0\n";
         view.params = "ModifyDeviceFiles: 0\n";
         view.gpus.push_back({"0000:01:00.0", "Model: \t\t Test GPU\n"});
@@ -250,12 +250,12 @@ class ExecLinux : public ::testing::Test {
 
     // The ldconfig method: some tests fail late through it (an empty root,
     // /bin/false); the writer has its own test (LoaderCacheWrittenByGpubind).
-    Target target_for(const FakeContainer& c, bool cgroups = false) const {
-        Target t;
+    exec::Target target_for(const FakeContainer& c, bool cgroups = false) const {
+        exec::Target t;
         t.pid = c.pid();
         t.rootfs = rootfs_;
         t.cgroups = cgroups;
-        t.ldcache = LdcacheMethod::Ldconfig;
+        t.ldcache = config::LdcacheMethod::Ldconfig;
         return t;
     }
 
@@ -263,7 +263,7 @@ class ExecLinux : public ::testing::Test {
     // tripwire, the sources, the host's ld.so.cache; the new mounts in the
     // container are all under the rootfs; we are back in our namespace.
     void expect_contained(const FakeContainer& c, const std::string& container_before) {
-        EXPECT_EQ(read_file("/proc/self/mountinfo", 16u << 20), host_mountinfo_);
+        EXPECT_EQ(util::read_file("/proc/self/mountinfo", 16u << 20), host_mountinfo_);
         EXPECT_EQ(list_dir("/"), host_root_);
         EXPECT_EQ(list_dir(tripwire_), std::set<std::string>{"file"});
         EXPECT_EQ(slurp(tripwire_ / "file"), "TRIPWIRE");
@@ -291,17 +291,17 @@ class ExecLinux : public ::testing::Test {
     }
 
     // Runs the plan expecting an Error mentioning `needle` and a full rollback.
-    void expect_refused(const Plan& plan, const std::string& needle,
+    void expect_refused(const decide::Plan& plan, const std::string& needle,
                         std::chrono::milliseconds ldconfig_timeout = std::chrono::seconds(30)) {
         FakeContainer c;
         const std::string before = c.mountinfo();
         const auto rootfs_before = snapshot(rootfs_);
         try {
-            Target t = target_for(c);
+            exec::Target t = target_for(c);
             t.ldconfig_timeout = ldconfig_timeout;
             execute(plan, t);
             ADD_FAILURE() << "accepted; wanted an error with '" << needle << "'";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_THAT(e.what(), HasSubstr(needle));
         }
         expect_rolled_back(c, before, rootfs_before);
@@ -317,7 +317,7 @@ class ExecLinux : public ::testing::Test {
 TEST_F(ExecLinux, CarriesOutThePlanInsideTheContainerOnly) {
     FakeContainer c;
     const std::string before = c.mountinfo();
-    const Plan plan = make_plan();
+    const decide::Plan plan = make_plan();
     execute(plan, target_for(c));
     const auto mounts = parse_mountinfo(c.mountinfo());
 
@@ -328,7 +328,7 @@ TEST_F(ExecLinux, CarriesOutThePlanInsideTheContainerOnly) {
     EXPECT_EQ(major(st.st_rdev), 1u);
     EXPECT_EQ(minor(st.st_rdev), 3u);
     {
-        Fd dev(::open(c.view(rootfs_ / "dev/nvidia0").c_str(), O_WRONLY | O_CLOEXEC));
+        util::Fd dev(::open(c.view(rootfs_ / "dev/nvidia0").c_str(), O_WRONLY | O_CLOEXEC));
         ASSERT_TRUE(dev) << std::strerror(errno);
         EXPECT_EQ(::write(dev.get(), "x", 1), 1);
     }
@@ -380,14 +380,14 @@ TEST_F(ExecLinux, CarriesOutThePlanInsideTheContainerOnly) {
 TEST_F(ExecLinux, AFailingStepLeavesTheContainerAsItWas) {
     // A source that does not exist: found on the host side, nothing is touched.
     {
-        Plan plan = make_plan();
+        decide::Plan plan = make_plan();
         plan.mounts.push_back(
             {host_ / "lib/missing.so", "/usr/lib/missing.so", false, kLibFlags, "missing"});
         expect_refused(plan, "missing.so: No such file or directory");
     }
     // A conflict after devices, mounts and directories were made.
     {
-        Plan plan = make_plan();
+        decide::Plan plan = make_plan();
         write(rootfs_ / "etc/taken", "image file");
         plan.symlinks.push_back({"/etc/taken", "elsewhere"});
         expect_refused(plan, "/etc/taken: exists and is a regular file");
@@ -399,7 +399,7 @@ TEST_F(ExecLinux, AFailingStepLeavesTheContainerAsItWas) {
         fs::create_directories(rootfs_ / "etc/ld.so.conf.d");
         write(rootfs_ / "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n");
         ASSERT_EQ(::mkfifo((rootfs_ / "etc/ld.so.conf.d/stuck.conf").c_str(), 0644), 0);
-        Plan plan = make_plan();
+        decide::Plan plan = make_plan();
         plan.library_dirs = {kLibDir};
         plan.refresh_ldcache = true;
         expect_refused(plan, "killed after 500 ms", std::chrono::milliseconds(500));
@@ -468,7 +468,7 @@ class DevicesCgroup {
     DevicesCgroup() {
         path_ = fs::path("/sys/fs/cgroup/devices") / ("gpubind-test-" + std::to_string(::getpid()));
         ::rmdir(path_.c_str());
-        if (::mkdir(path_.c_str(), 0755) != 0) throw Error(errno, "mkdir", path_.string());
+        if (::mkdir(path_.c_str(), 0755) != 0) throw util::Error(errno, "mkdir", path_.string());
     }
     ~DevicesCgroup() {
         // The container has gone by now; retry briefly while the kernel lets go.
@@ -476,9 +476,9 @@ class DevicesCgroup {
             ::usleep(10000);
     }
     void put(const std::string& file, const std::string& value) const {
-        Fd fd(::open((path_ / file).c_str(), O_WRONLY | O_CLOEXEC));
+        util::Fd fd(::open((path_ / file).c_str(), O_WRONLY | O_CLOEXEC));
         if (!fd || ::write(fd.get(), value.data(), value.size()) < 0)
-            throw Error(errno, "write", (path_ / file).string());
+            throw util::Error(errno, "write", (path_ / file).string());
     }
     std::set<std::string> list() const { return lines_of(slurp(path_ / "devices.list")); }
 
@@ -497,26 +497,26 @@ TEST_F(ExecLinux, CgroupV1RulesAreAddedAndRolledBack) {
     cg.put("cgroup.procs", std::to_string(c.pid()));
     ASSERT_TRUE(cg.list().empty());
 
-    Plan plan = make_plan();
+    decide::Plan plan = make_plan();
     plan.devices.push_back({{"/dev/nvidia1", host_ / "dev/nvidia-test1", 1, 5, 0666}, "GPU 1"});
     execute(plan, target_for(c, true));
     EXPECT_EQ(cg.list(), (std::set<std::string>{"c 1:3 rw", "c 1:5 rw"}));
 
     // A later execute that fails (ldconfig, at the very end) takes its rule back.
-    Plan more;
+    decide::Plan more;
     more.devices.push_back({{"/dev/nvidia7", host_ / "dev/nvidia-test7", 1, 7, 0666}, "GPU 7"});
     more.refresh_ldcache = true;
-    Target t = target_for(c, true);
+    exec::Target t = target_for(c, true);
     t.ldconfig = "/bin/false";
-    EXPECT_THROW(execute(more, t), Error);
+    EXPECT_THROW(execute(more, t), util::Error);
     EXPECT_EQ(cg.list(), (std::set<std::string>{"c 1:3 rw", "c 1:5 rw"}));
     EXPECT_FALSE(fs::exists(rootfs_ / "dev/nvidia7"));
 }
 
 // A plan mounting one library (a stub with `soname`, written on the host) in kLibDir.
-Plan one_library(const fs::path& host, const std::string& soname) {
-    write(host / "lib" / soname, elf::make_shared_object(elf::Machine::X86_64, soname));
-    Plan plan;
+decide::Plan one_library(const fs::path& host, const std::string& soname) {
+    write(host / "lib" / soname, sim::elf::make_shared_object(sim::elf::Machine::X86_64, soname));
+    decide::Plan plan;
     plan.mounts.push_back(
         {host / "lib" / soname, fs::path(kLibDir) / soname, false, kLibFlags, "library"});
     plan.library_dirs = {kLibDir};
@@ -527,7 +527,7 @@ Plan one_library(const fs::path& host, const std::string& soname) {
 
 TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
     const std::string soname = "libgpubindexec.so.1";
-    const Plan plan = one_library(host_, soname);
+    const decide::Plan plan = one_library(host_, soname);
     FakeContainer c;
     const std::string before = c.mountinfo();
     execute(plan, target_for(c));
@@ -545,11 +545,11 @@ TEST_F(ExecLinux, LdconfigRunsForTheContainerAndCoversTheInjectedDirectory) {
 // original's owner and mode kept; a FIFO at ld.so.cache~ refused at once.
 TEST_F(ExecLinux, LoaderCacheWrittenByGpubind) {
     const std::string soname = "libgpubindexec.so.1";
-    const Plan plan = one_library(host_, soname);
+    const decide::Plan plan = one_library(host_, soname);
     // The image's own cache, made by the system's ldconfig, owned by 12:34, mode 0640.
     const std::string own = "libimageown.so.3";
     fs::create_directories(rootfs_ / "opt/own");
-    write(rootfs_ / "opt/own" / own, elf::make_shared_object(elf::Machine::X86_64, own));
+    write(rootfs_ / "opt/own" / own, sim::elf::make_shared_object(sim::elf::Machine::X86_64, own));
     write(rootfs_ / "etc/ld.so.conf", "/opt/own\n");
     run_command("/sbin/ldconfig -X -r " + rootfs_.string());
     const fs::path cache = rootfs_ / "etc/ld.so.cache";
@@ -558,8 +558,8 @@ TEST_F(ExecLinux, LoaderCacheWrittenByGpubind) {
     ASSERT_EQ(::chmod(cache.c_str(), 0640), 0);
     FakeContainer c;
     const std::string before = c.mountinfo();
-    Target t = target_for(c);
-    t.ldcache = LdcacheMethod::Gpubind;
+    exec::Target t = target_for(c);
+    t.ldcache = config::LdcacheMethod::Gpubind;
     t.ldconfig = "/nonexistent/ldconfig";  // never opened
     execute(plan, t);
     const std::string listing = run_command("/sbin/ldconfig -p -C " + cache.string());
@@ -579,12 +579,12 @@ TEST_F(ExecLinux, LoaderCacheWrittenByGpubind) {
     ASSERT_EQ(::mkfifo((rootfs_ / "etc/ld.so.cache~").c_str(), 0644), 0);
     FakeContainer again;
     const auto t0 = std::chrono::steady_clock::now();
-    Target t2 = target_for(again);
-    t2.ldcache = LdcacheMethod::Gpubind;
+    exec::Target t2 = target_for(again);
+    t2.ldcache = config::LdcacheMethod::Gpubind;
     try {
         execute(plan, t2);
         ADD_FAILURE() << "a FIFO at ld.so.cache~ was accepted";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("/etc/ld.so.cache~: is a FIFO"));
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
@@ -596,20 +596,20 @@ TEST_F(ExecLinux, LoaderCacheWrittenByGpubind) {
 // ldconfig runs confined to "-r ROOT" (sandbox.cpp; more in harden_test.cpp).
 TEST(LinuxSystemRun, ConfinedToTheRootExitStatusAndTimeout) {
     ASSERT_EQ(::geteuid(), 0u) << "this test needs root (label root)";
-    LinuxSystem sys;
+    os::LinuxSystem sys;
     test::TempDir dir("gpubind-exec");
     const fs::path root = dir / "root";
     fs::create_directories(root);
-    Fd ldconfig = sys.open_executable("/sbin/ldconfig");
+    util::Fd ldconfig = sys.open_executable("/sbin/ldconfig");
     // Without a root to confine it to, nothing runs.
     EXPECT_THROW(sys.run(ldconfig.get(), "/sbin/ldconfig", {"-p"}, std::chrono::seconds(10)),
-                 Error);
+                 util::Error);
     // A root without /dev (where its scratch goes): the sandbox says so.
     const std::vector<std::string> args = {"-r", root.string(), "-X", "-C", "/dev/ld.so.cache"};
     try {
         sys.run(ldconfig.get(), "/sbin/ldconfig", args, std::chrono::seconds(10));
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("scratch"));
     }
     // With /dev it returns the cache it wrote there, and writes nothing in the root.
@@ -628,7 +628,7 @@ TEST(LinuxSystemRun, ConfinedToTheRootExitStatusAndTimeout) {
         sys.run(ldconfig.get(), "/sbin/ldconfig", {"-r", root.string(), "-C", "/etc/ld.so.cache"},
                 std::chrono::seconds(10));
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("exited with status 1"));  // the root is read-only
         EXPECT_THAT(e.what(), HasSubstr("/etc/ld.so.cache~"));
     }
@@ -638,13 +638,13 @@ TEST(LinuxSystemRun, ConfinedToTheRootExitStatusAndTimeout) {
     try {
         sys.run(ldconfig.get(), "/sbin/ldconfig", args, std::chrono::milliseconds(300));
         FAIL() << "no timeout";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ETIMEDOUT) << e.what();
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
     write(dir / "data", "not a program");
-    EXPECT_THROW(sys.open_executable(dir / "data"), Error);
-    EXPECT_THROW(sys.open_executable("/etc"), Error);
+    EXPECT_THROW(sys.open_executable(dir / "data"), util::Error);
+    EXPECT_THROW(sys.open_executable("/etc"), util::Error);
 }
 
 // Runs `body` in a forked child (no exception crosses the fork: one is exit
@@ -672,26 +672,26 @@ int status_of_child(const std::function<int()>& body) {
 // empty Fd or false and is left exactly as it was.
 TEST(LinuxSystemCreate, TryMakeCreatesOnlyAFreeNameAndNeverFollows) {
     test::TempDir dir("gpubind-trymake");
-    const Fd at(::open(dir.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    const util::Fd at(::open(dir.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     ASSERT_TRUE(at);
     fs::create_directories(dir / "taken-dir");
     write(dir / "taken-file", "x");
     fs::create_symlink(dir / "elsewhere", dir / "dangling");  // would create elsewhere if followed
     fs::create_symlink(dir / "taken-dir", dir / "to-dir");
-    LinuxSystem sys;
+    os::LinuxSystem sys;
 
-    Fd file = sys.try_make_file(at.get(), "file", 0644);
+    util::Fd file = sys.try_make_file(at.get(), "file", 0644);
     ASSERT_TRUE(file);
-    EXPECT_EQ(sys.stat_fd(file.get()).type, FileInfo::Type::Regular);
-    Fd made_dir = sys.try_make_dir(at.get(), "dir", 0755);
+    EXPECT_EQ(sys.stat_fd(file.get()).type, os::FileInfo::Type::Regular);
+    util::Fd made_dir = sys.try_make_dir(at.get(), "dir", 0755);
     ASSERT_TRUE(made_dir);
-    EXPECT_EQ(sys.stat_fd(made_dir.get()).type, FileInfo::Type::Directory);
+    EXPECT_EQ(sys.stat_fd(made_dir.get()).type, os::FileInfo::Type::Directory);
     EXPECT_TRUE(sys.try_make_symlink("target", at.get(), "link"));
     EXPECT_EQ(fs::read_symlink(dir / "link"), "target");
 
     for (const char* name : {"taken-dir", "taken-file", "dangling", "to-dir", "file", "link"}) {
         SCOPED_TRACE(name);
-        const FileInfo before = sys.stat_at(at.get(), name);
+        const os::FileInfo before = sys.stat_at(at.get(), name);
         EXPECT_FALSE(sys.try_make_file(at.get(), name, 0644));
         EXPECT_FALSE(sys.try_make_dir(at.get(), name, 0755));
         EXPECT_FALSE(sys.try_make_symlink("other", at.get(), name));
@@ -701,9 +701,9 @@ TEST(LinuxSystemCreate, TryMakeCreatesOnlyAFreeNameAndNeverFollows) {
     EXPECT_EQ(slurp(dir / "taken-file"), "x");
     EXPECT_EQ(fs::read_symlink(dir / "link"), "target");
     // Any other failure is still an Error.
-    EXPECT_THROW(sys.try_make_file(at.get(), "missing/file", 0644), Error);
-    EXPECT_THROW(sys.try_make_dir(at.get(), "missing/dir", 0755), Error);
-    EXPECT_THROW(sys.try_make_symlink("t", at.get(), "missing/link"), Error);
+    EXPECT_THROW(sys.try_make_file(at.get(), "missing/file", 0644), util::Error);
+    EXPECT_THROW(sys.try_make_dir(at.get(), "missing/dir", 0755), util::Error);
+    EXPECT_THROW(sys.try_make_symlink("t", at.get(), "missing/link"), util::Error);
 }
 
 TEST(LinuxSystemMounts, StatmountAgreesWithMountinfo) {
@@ -724,12 +724,13 @@ TEST(LinuxSystemMounts, StatmountAgreesWithMountinfo) {
             ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
             ::mount("tmpfs", point.c_str(), "tmpfs", 0, nullptr) != 0)
             return 64;
-        LinuxSystem sys;
+        os::LinuxSystem sys;
         for (int round = 0; round < 2; ++round) {
             if (round == 1 && ::mount(nullptr, point.c_str(), nullptr, MS_SHARED, nullptr) != 0)
                 return 65;
-            Fd fd(::open(point.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-            const bool by_mountinfo = mount_is_shared(sys.read_mountinfo(), sys.mount_id(fd.get()));
+            util::Fd fd(::open(point.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+            const bool by_mountinfo =
+                os::mount_is_shared(sys.read_mountinfo(), sys.mount_id(fd.get()));
             const auto fast = sys.mount_shared(fd.get());
             if (fast) bits |= 1;
             if (by_mountinfo == (round == 1) && (!fast || *fast == by_mountinfo))
@@ -765,14 +766,14 @@ TEST(LinuxSystemMounts, MountinfoOpenedBeforeASetnsShowsTheOpenersMounts) {
             ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
             ::mount("tmpfs", own.c_str(), "tmpfs", 0, nullptr) != 0)
             return 64;
-        LinuxSystem sys;
-        Fd opened = sys.open_mountinfo();
+        os::LinuxSystem sys;
+        util::Fd opened = sys.open_mountinfo();
         if (::unshare(CLONE_NEWNS) != 0 ||
             ::mount("tmpfs", other.c_str(), "tmpfs", 0, nullptr) != 0)
             return 65;
         std::vector<std::pair<unsigned, unsigned>> devices;
         for (const fs::path& p : {own, other}) {
-            Fd fd(::open(p.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+            util::Fd fd(::open(p.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
             struct stat st {};
             if (::fstat(fd.get(), &st) != 0) return 66;
             const auto device = sys.tmpfs_device(fd.get());
@@ -799,19 +800,19 @@ TEST(LinuxSystemMounts, MountinfoOpenedBeforeASetnsShowsTheOpenersMounts) {
         out << "9 1 0:4242 / /" << std::string(100000, 'x') << " rw - tmpfs tmpfs rw\n";
         out << "10 1 0:4343 / /last rw - tmpfs tmpfs rw";  // no newline at the end
     }
-    LinuxSystem sys;
-    Fd fd(::open(text.c_str(), O_RDONLY | O_CLOEXEC));
+    os::LinuxSystem sys;
+    util::Fd fd(::open(text.c_str(), O_RDONLY | O_CLOEXEC));
     ASSERT_TRUE(fd);
     EXPECT_EQ(sys.mountinfo_shows(fd.get(), {{0, 4242}, {0, 7}, {0, 77}, {0, 4343}, {0, 424}}),
               (std::vector<bool>{true, true, false, true, false}));
-    EXPECT_EQ(mountinfo_device("36 35 98:0 /mnt1 /mnt2 rw - ext3 /dev/root rw"), "98:0");
-    EXPECT_EQ(mountinfo_device("36 35"), "");
+    EXPECT_EQ(os::mountinfo_device("36 35 98:0 /mnt1 /mnt2 rw - ext3 /dev/root rw"), "98:0");
+    EXPECT_EQ(os::mountinfo_device("36 35"), "");
 }
 
 // The usual cgroup mounts as statmount describes them locate this process's
 // device cgroup exactly where the host's whole mountinfo does.
 TEST(LinuxSystemMounts, UsualCgroupMountsLocateLikeMountinfo) {
-    LinuxSystem sys;
+    os::LinuxSystem sys;
     const std::string proc = slurp("/proc/self/cgroup");
     const auto usual = sys.cgroup_mounts(proc.find("devices") != std::string::npos);
     utsname u{};
@@ -822,8 +823,8 @@ TEST(LinuxSystemMounts, UsualCgroupMountsLocateLikeMountinfo) {
         ASSERT_TRUE(usual.has_value()) << u.release;
     }
     if (!usual) return;
-    const auto by_mountinfo = cgroup::locate(proc, slurp("/proc/self/mountinfo"), "self");
-    EXPECT_EQ(cgroup::locate(proc, *usual, "self"), by_mountinfo) << *usual;
+    const auto by_mountinfo = os::cgroup::locate(proc, slurp("/proc/self/mountinfo"), "self");
+    EXPECT_EQ(os::cgroup::locate(proc, *usual, "self"), by_mountinfo) << *usual;
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ namespace {
 using namespace exec_test;
 
 TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     execute(plan, target(), sys);
@@ -69,21 +69,24 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
     for (const auto& d : plan.devices) {
         const auto& mnt = sys.mounted["root:" + d.node.path];
         EXPECT_EQ(mnt.source, "tree:" + d.node.host_path);
-        EXPECT_EQ(mnt.flags, kMountNoSuid | kMountNoExec) << "devices must not be nodev";
-        EXPECT_EQ(sys.root["/dev/" + std::string(base_name(d.node.path))].type, Type::Regular);
+        EXPECT_EQ(mnt.flags, util::kMountNoSuid | util::kMountNoExec)
+            << "devices must not be nodev";
+        EXPECT_EQ(sys.root["/dev/" + std::string(util::base_name(d.node.path))].type,
+                  Type::Regular);
     }
     EXPECT_EQ(sys.root["/usr/lib/x86_64-linux-gnu/libcuda.so"].type, Type::Symlink);
     EXPECT_EQ(sys.links["/usr/lib/x86_64-linux-gnu/libcuda.so"], "libcuda.so.1");
     EXPECT_EQ(sys.allowed, (std::set<std::string>{"c 195:255 rw", "c 195:0 rw"}));
 
     // The proc view: written through the tmpfs descriptor, made read-only, then attached.
-    const ProcView& view = *plan.proc;
+    const decide::ProcView& view = *plan.proc;
     EXPECT_EQ(sys.contents["tmpfs:/version"], view.version);
     EXPECT_EQ(sys.contents["tmpfs:/params"], view.params);
     EXPECT_EQ(sys.contents["tmpfs:/gpus/0000:3b:00.0/information"], view.gpus[0].information);
     const auto& proc = sys.mounted["root:/proc/driver/nvidia"];
     EXPECT_EQ(proc.source, "tmpfs:/");
-    EXPECT_EQ(proc.flags, kMountReadOnly | kMountNoSuid | kMountNoDev | kMountNoExec);
+    EXPECT_EQ(proc.flags,
+              util::kMountReadOnly | util::kMountNoSuid | util::kMountNoDev | util::kMountNoExec);
     std::size_t proc_attach = index_of(c, "attach tmpfs:/ -> root:/proc/driver/nvidia");
     EXPECT_LT(index_of(c, "write_file_at tmpfs:/params"), proc_attach);
     EXPECT_LT(index_of(c, "set_mount_flags tmpfs:/ ro,nosuid,nodev,noexec"), proc_attach);
@@ -113,7 +116,7 @@ TEST(Execute, HostSideFirstThenEachMountResolvedCreatedFlaggedAttached) {
 // that root; what the image had keeps its owner; ldconfig runs as those ids.
 // Without a user namespace everything is created as root.
 TEST(Execute, UserNamespaceRootOwnsWhatIsCreated) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     sys.uid_map = "         0     100000      65536\n";
@@ -175,7 +178,7 @@ TEST(Execute, UserNamespaceRootOwnsWhatIsCreated) {
         failing.uid_map = sys.uid_map;
         failing.gid_map = sys.gid_map;
         failing.fail_at(k);
-        EXPECT_THROW(execute(plan, target(), failing), Error);
+        EXPECT_THROW(execute(plan, target(), failing), util::Error);
         EXPECT_EQ(failing.root, before);
         EXPECT_TRUE(failing.mounted.empty());
         EXPECT_EQ(failing.fs_ids, "0:0");
@@ -188,11 +191,11 @@ TEST(Execute, UserNamespaceRootOwnsWhatIsCreated) {
 // it creates is the container root's already), runs ldconfig as that root and
 // stays in the container's namespaces: there is no way back out.
 TEST(Execute, RootlessJoinsTheUserNamespaceFirstAndStays) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     sys.uid_map = sys.gid_map = "         0       4343          1\n";
-    Target t = target();
+    exec::Target t = target();
     t.join_user_ns = true;
     execute(plan, t, sys);
     const auto& c = sys.calls;
@@ -223,7 +226,7 @@ TEST(Execute, RootlessJoinsTheUserNamespaceFirstAndStays) {
         setup_world(failing, plan);
         const auto before = failing.root;
         failing.fail_at(k);
-        EXPECT_THROW(execute(plan, t, failing), Error);
+        EXPECT_THROW(execute(plan, t, failing), util::Error);
         EXPECT_EQ(failing.root, before);
         EXPECT_TRUE(failing.mounted.empty());
         EXPECT_TRUE(failing.links.empty());
@@ -232,8 +235,8 @@ TEST(Execute, RootlessJoinsTheUserNamespaceFirstAndStays) {
 
 // The hook and `gpubind configure` build their target from the config alike.
 TEST(MakeTarget, TakesThePolicyAndLdconfigFromTheConfig) {
-    Config config = default_config();
-    const Target defaults = make_target(config, 42, "/run/ctr/rootfs");
+    config::Config config = config::default_config();
+    const exec::Target defaults = exec::make_target(config, 42, "/run/ctr/rootfs");
     EXPECT_EQ(defaults.pid, 42);
     EXPECT_EQ(defaults.rootfs, "/run/ctr/rootfs");
     EXPECT_EQ(defaults.cgroups, config.policy.cgroups);
@@ -243,13 +246,14 @@ TEST(MakeTarget, TakesThePolicyAndLdconfigFromTheConfig) {
     EXPECT_FALSE(defaults.join_user_ns);
 
     config.policy.cgroups = !config.policy.cgroups;
-    config.policy.on_refused =
-        config.policy.on_refused == OnRefused::Fail ? OnRefused::Warn : OnRefused::Fail;
-    config.policy.ldcache = config.policy.ldcache == LdcacheMethod::Gpubind
-                                ? LdcacheMethod::Ldconfig
-                                : LdcacheMethod::Gpubind;
+    config.policy.on_refused = config.policy.on_refused == config::OnRefused::Fail
+                                   ? config::OnRefused::Warn
+                                   : config::OnRefused::Fail;
+    config.policy.ldcache = config.policy.ldcache == config::LdcacheMethod::Gpubind
+                                ? config::LdcacheMethod::Ldconfig
+                                : config::LdcacheMethod::Gpubind;
     config.ldconfig = "/opt/glibc/sbin/ldconfig";
-    const Target t = make_target(config, 7, "/r");
+    const exec::Target t = exec::make_target(config, 7, "/r");
     EXPECT_EQ(t.cgroups, config.policy.cgroups);
     EXPECT_EQ(t.on_refused, config.policy.on_refused);
     EXPECT_EQ(t.ldcache, config.policy.ldcache);
@@ -258,21 +262,22 @@ TEST(MakeTarget, TakesThePolicyAndLdconfigFromTheConfig) {
 
 TEST(MapId, ReadsTheKernelsIdMaps) {
     // The formats the kernel prints: columns padded to 10.
-    EXPECT_EQ(map_id("         0          0 4294967295\n", 0, "m"), 0u);
-    EXPECT_EQ(map_id("         0     100000      65536\n", 0, "m"), 100000u);
-    EXPECT_EQ(map_id("         0     100000      65536\n", 65535, "m"), 165535u);
-    EXPECT_EQ(map_id("         0     100000      65536\n", 65536, "m"), std::nullopt);
+    EXPECT_EQ(os::map_id("         0          0 4294967295\n", 0, "m"), 0u);
+    EXPECT_EQ(os::map_id("         0     100000      65536\n", 0, "m"), 100000u);
+    EXPECT_EQ(os::map_id("         0     100000      65536\n", 65535, "m"), 165535u);
+    EXPECT_EQ(os::map_id("         0     100000      65536\n", 65536, "m"), std::nullopt);
     // Rootless runc: the user as root, subordinate ids above.
     const std::string rootless =
         "         0       1000          1\n         1     100000      65536\n";
-    EXPECT_EQ(map_id(rootless, 0, "m"), 1000u);
-    EXPECT_EQ(map_id(rootless, 1, "m"), 100000u);
-    EXPECT_EQ(map_id("1 100000 10", 0, "m"), std::nullopt);
-    EXPECT_EQ(map_id("", 0, "m"), std::nullopt);  // not written yet: nothing is mapped
+    EXPECT_EQ(os::map_id(rootless, 0, "m"), 1000u);
+    EXPECT_EQ(os::map_id(rootless, 1, "m"), 100000u);
+    EXPECT_EQ(os::map_id("1 100000 10", 0, "m"), std::nullopt);
+    EXPECT_EQ(os::map_id("", 0, "m"), std::nullopt);  // not written yet: nothing is mapped
     for (const char* bad :
          {"0 100000\n", "0 100000 10 4\n", "0 x 10\n", "-1 0 10\n", "0 4294967296 1\n"}) {
         SCOPED_TRACE(bad);
-        auto e = test::error_of([&] { map_id(std::string("0 5 0\n") + bad, 0, "pid 9 uid_map"); });
+        auto e =
+            test::error_of([&] { os::map_id(std::string("0 5 0\n") + bad, 0, "pid 9 uid_map"); });
         EXPECT_EQ(e.code().value(), EINVAL);
         EXPECT_THAT(e.what(), HasSubstr("pid 9 uid_map"));
         EXPECT_THAT(e.what(), HasSubstr("line 2"));
@@ -280,7 +285,7 @@ TEST(MapId, ReadsTheKernelsIdMaps) {
 }
 
 TEST(Execute, FailureAtAnyStepUndoesEverythingInReverseAndRethrowsIt) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem ok;
     setup_world(ok, plan);
     execute(plan, target(), ok);
@@ -302,11 +307,11 @@ TEST(Execute, FailureAtAnyStepUndoesEverythingInReverseAndRethrowsIt) {
             try {
                 execute(plan, target(), sys);
                 ADD_FAILURE() << "no error";
-            } catch (const Error& e) {
+            } catch (const util::Error& e) {
                 EXPECT_EQ(e.code().value(), err);
                 EXPECT_THAT(e.what(), HasSubstr("injected " + ok.calls[k]));
-                EXPECT_EQ(e.kind(), ErrorKind::System);
-                EXPECT_EQ(exit_code_for(e), kExitFailure) << e.what();
+                EXPECT_EQ(e.kind(), util::ErrorKind::System);
+                EXPECT_EQ(util::exit_code_for(e), util::kExitFailure) << e.what();
             }
             ASSERT_GT(sys.calls.size(), k);
             for (std::size_t i = 0; i <= k; ++i) ASSERT_EQ(sys.calls[i], ok.calls[i]);
@@ -329,7 +334,7 @@ TEST(Execute, FailureAtAnyStepUndoesEverythingInReverseAndRethrowsIt) {
 }
 
 TEST(Execute, RollbackGoesOnPastAFailedUndoAndTheFirstErrorWins) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     const auto root_before = sys.root;
@@ -340,7 +345,7 @@ TEST(Execute, RollbackGoesOnPastAFailedUndoAndTheFirstErrorWins) {
     try {
         execute(plan, target(), sys);
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("injected attach tree:/host/usr/bin/nvidia-smi"));
         EXPECT_THAT(e.what(), HasSubstr("/usr/bin/nvidia-smi (utility binary)"));
     }
@@ -360,16 +365,16 @@ TEST(Execute, RollbackGoesOnPastAFailedUndoAndTheFirstErrorWins) {
 }
 
 TEST(Execute, RefusesInitOurselvesAndASharedNamespaceBeforeTouchingAnything) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     for (pid_t pid : {pid_t{0}, pid_t{1}, pid_t{-5}, ::getpid()}) {
         RecordingSystem sys;
         setup_world(sys, plan);
-        Target t = target();
+        exec::Target t = target();
         t.pid = pid;
         try {
             execute(plan, t, sys);
             ADD_FAILURE() << "pid " << pid << " accepted";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EINVAL) << e.what();
             EXPECT_THAT(e.what(), HasSubstr("pid " + std::to_string(pid)));
         }
@@ -381,7 +386,7 @@ TEST(Execute, RefusesInitOurselvesAndASharedNamespaceBeforeTouchingAnything) {
     try {
         execute(plan, target(), sys);
         FAIL() << "shared namespace accepted";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EPERM);
         EXPECT_THAT(e.what(), HasSubstr("shares this process's mount namespace"));
     }
@@ -389,39 +394,39 @@ TEST(Execute, RefusesInitOurselvesAndASharedNamespaceBeforeTouchingAnything) {
 
     for (const char* bad : {"rootfs", "/", ""}) {
         RecordingSystem s2;
-        Target t = target();
+        exec::Target t = target();
         t.rootfs = bad;
-        EXPECT_THROW(execute(plan, t, s2), Error) << bad;
+        EXPECT_THROW(execute(plan, t, s2), util::Error) << bad;
         EXPECT_TRUE(s2.calls.empty());
     }
 }
 
 TEST(Execute, RefusesPlanPathsThatAreNotCleanAbsolutePaths) {
     for (const char* bad : {"usr/lib/libx.so", "/usr/../etc/passwd", "/usr/./lib/x", "/"}) {
-        Plan plan = sample_plan();
+        decide::Plan plan = sample_plan();
         plan.mounts[0].target = bad;
         RecordingSystem sys;
         setup_world(sys, plan);
         try {
             execute(plan, target(), sys);
             ADD_FAILURE() << bad << " accepted";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EINVAL);
         }
         EXPECT_TRUE(sys.calls.empty()) << bad;
     }
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     plan.proc->gpus[0].bus_id = "../../etc";
     RecordingSystem sys;
-    EXPECT_THROW(execute(plan, target(), sys), Error);
+    EXPECT_THROW(execute(plan, target(), sys), util::Error);
     EXPECT_TRUE(sys.calls.empty());
 }
 
 // Runs the sample plan against a world the test changed, expecting an error
 // that mentions `needle`, and the container exactly as it was.
-void expect_refused(const std::function<void(RecordingSystem&, Plan&)>& change,
+void expect_refused(const std::function<void(RecordingSystem&, decide::Plan&)>& change,
                     const std::string& needle) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     change(sys, plan);
@@ -430,7 +435,7 @@ void expect_refused(const std::function<void(RecordingSystem&, Plan&)>& change,
     try {
         execute(plan, target(), sys);
         ADD_FAILURE() << "accepted; wanted an error with '" << needle << "'";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr(needle));
     }
     EXPECT_EQ(sys.root, root_before);
@@ -442,36 +447,38 @@ void expect_refused(const std::function<void(RecordingSystem&, Plan&)>& change,
 
 TEST(Execute, MountTargetsOfTheWrongTypeAreErrorsNamingThemNeverFollowed) {
     expect_refused(
-        [](RecordingSystem& s, Plan&) {
+        [](RecordingSystem& s, decide::Plan&) {
             s.root["/usr/lib/x86_64-linux-gnu"] = {Type::Directory};
             s.root["/usr/lib/x86_64-linux-gnu/libcuda.so.1"] = {Type::Directory};
         },
         "/usr/lib/x86_64-linux-gnu/libcuda.so.1: exists and is a directory");
-    expect_refused([](RecordingSystem& s, Plan&) { s.root["/usr/bin/nvidia-smi"] = {Type::Fifo}; },
-                   "/usr/bin/nvidia-smi: exists and is a FIFO");
     expect_refused(
-        [](RecordingSystem& s, Plan&) {
+        [](RecordingSystem& s, decide::Plan&) { s.root["/usr/bin/nvidia-smi"] = {Type::Fifo}; },
+        "/usr/bin/nvidia-smi: exists and is a FIFO");
+    expect_refused(
+        [](RecordingSystem& s, decide::Plan&) {
             s.root["/dev/nvidia0"] = {Type::CharDevice, 1, 3};
         },
         "/dev/nvidia0: exists and is a character device 1:3");
-    expect_refused([](RecordingSystem& s, Plan&) { s.root["/lib/firmware"] = {Type::Regular}; },
-                   "/lib/firmware: Not a directory");
     expect_refused(
-        [](RecordingSystem& s, Plan&) {
+        [](RecordingSystem& s, decide::Plan&) { s.root["/lib/firmware"] = {Type::Regular}; },
+        "/lib/firmware: Not a directory");
+    expect_refused(
+        [](RecordingSystem& s, decide::Plan&) {
             s.root["/proc/driver/nvidia"] = {Type::Symlink};
             s.links["/proc/driver/nvidia"] = "/";
         },
         "/proc/driver/nvidia: exists and is a symbolic link");
     // /dev itself a symlink that leads nowhere inside the root (a host path).
     expect_refused(
-        [](RecordingSystem& s, Plan&) {
+        [](RecordingSystem& s, decide::Plan&) {
             s.root["/dev"] = {Type::Symlink};
             s.links["/dev"] = "/host-dev";
         },
         "/dev: is a symbolic link that leads nowhere inside the container");
     // A directory where the driver's link goes.
     expect_refused(
-        [](RecordingSystem& s, Plan&) {
+        [](RecordingSystem& s, decide::Plan&) {
             s.root["/usr/lib/x86_64-linux-gnu"] = {Type::Directory};
             s.root["/usr/lib/x86_64-linux-gnu/libcuda.so"] = {Type::Directory};
         },
@@ -481,7 +488,7 @@ TEST(Execute, MountTargetsOfTheWrongTypeAreErrorsNamingThemNeverFollowed) {
 }
 
 TEST(Execute, ExistingMountPointsOfTheRightTypeAreUsedAndKept) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     sys.root["/dev/nvidia0"] = {Type::CharDevice, 195, 0};
@@ -505,7 +512,7 @@ TEST(Execute, ExistingMountPointsOfTheRightTypeAreUsedAndKept) {
     again.root = root_before;
     again.links = {{"/usr/lib/x86_64-linux-gnu/libcuda.so", "libcuda.so.1"}};
     again.fail_if = [](std::size_t, const std::string& line) { return starts(line, "run "); };
-    EXPECT_THROW(execute(plan, target(), again), Error);
+    EXPECT_THROW(execute(plan, target(), again), util::Error);
     EXPECT_EQ(again.root, root_before);
     EXPECT_EQ(again.links.size(), 1u);
 }
@@ -513,14 +520,14 @@ TEST(Execute, ExistingMountPointsOfTheRightTypeAreUsedAndKept) {
 TEST(Execute, SourcesAreCheckedOnTheHostBeforeEnteringTheContainer) {
     auto expect_source_error = [](const std::function<void(RecordingSystem&)>& change,
                                   const std::string& needle) {
-        Plan plan = sample_plan();
+        decide::Plan plan = sample_plan();
         RecordingSystem sys;
         setup_world(sys, plan);
         change(sys);
         try {
             execute(plan, target(), sys);
             ADD_FAILURE() << "accepted";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_THAT(e.what(), HasSubstr(needle));
         }
         for (const auto& line : sys.calls) {
@@ -542,11 +549,11 @@ TEST(Execute, SourcesAreCheckedOnTheHostBeforeEnteringTheContainer) {
 }
 
 TEST(Execute, CgroupRulesOnlyWhereNeededAndAMissingHierarchyIsAClearError) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     {
         RecordingSystem sys;
         setup_world(sys, plan);
-        Target t = target();
+        exec::Target t = target();
         t.cgroups = false;
         execute(plan, t, sys);
         for (const auto& line : sys.calls) {
@@ -576,7 +583,7 @@ TEST(Execute, CgroupRulesOnlyWhereNeededAndAMissingHierarchyIsAClearError) {
         try {
             execute(plan, target(), sys);
             FAIL() << "no hierarchy accepted";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), ENOENT);
             EXPECT_THAT(e.what(), HasSubstr("no cgroup2 hierarchy holding "
                                             "/system.slice/ctr.scope is mounted"));
@@ -586,7 +593,7 @@ TEST(Execute, CgroupRulesOnlyWhereNeededAndAMissingHierarchyIsAClearError) {
 }
 
 TEST(Execute, DevicesWithoutBindGetCgroupAccessOnly) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     for (auto& d : plan.devices) d.bind = false;
     RecordingSystem sys;
     setup_world(sys, plan);
@@ -602,7 +609,7 @@ TEST(Execute, DevicesWithoutBindGetCgroupAccessOnly) {
 }
 
 TEST(Execute, NoLdconfigUnlessAskedAndEmptyPlanTouchesNothingInside) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     plan.refresh_ldcache = false;
     RecordingSystem sys;
     setup_world(sys, plan);
@@ -613,7 +620,7 @@ TEST(Execute, NoLdconfigUnlessAskedAndEmptyPlanTouchesNothingInside) {
     }
 
     RecordingSystem empty;
-    execute(Plan{}, target(), empty);
+    execute(decide::Plan{}, target(), empty);
     for (const auto& line : empty.calls) {
         EXPECT_FALSE(starts(line, "make_")) << line;
         EXPECT_FALSE(starts(line, "attach")) << line;
@@ -628,9 +635,9 @@ TEST(Execute, NoLdconfigUnlessAskedAndEmptyPlanTouchesNothingInside) {
 // named ld.so.cache~, a FIFO for ld.so.conf) refuses the container at once,
 // naming it, before anything is created or mounted.
 TEST(Execute, NonRegularLoaderCacheFilesRefuseBeforeAnythingIsDone) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     for (const auto& [dir, name, info] :
-         {std::tuple<std::string, std::string, FileInfo>{
+         {std::tuple<std::string, std::string, os::FileInfo>{
               "/etc", "ld.so.cache~", {Type::BlockDevice, 7, 0}},
           {"/etc", "ld.so.conf", {Type::Fifo, 0, 0}},
           {"/etc", "ld.so.cache", {Type::Symlink, 0, 0}},
@@ -645,11 +652,11 @@ TEST(Execute, NonRegularLoaderCacheFilesRefuseBeforeAnythingIsDone) {
         try {
             execute(plan, target(), sys);
             ADD_FAILURE() << "not refused";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_THAT(e.what(), HasSubstr(dir + "/" + name));
             EXPECT_THAT(e.what(), HasSubstr("not a regular file"));
             // The image's bad file is bad input, through the step's context too.
-            EXPECT_EQ(exit_code_for(e), kExitInvalid);
+            EXPECT_EQ(util::exit_code_for(e), util::kExitInvalid);
         }
         EXPECT_EQ(sys.root, before);
         for (const auto& line : sys.calls) {
@@ -663,7 +670,7 @@ TEST(Execute, NonRegularLoaderCacheFilesRefuseBeforeAnythingIsDone) {
 // The image's own cache is swapped for the new one (never written in place),
 // and its old contents go; nothing temporary is left.
 TEST(Execute, TheImagesCacheIsExchangedForTheNewOne) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     sys.root["/etc"] = {Type::Directory, 0, 0};
@@ -684,7 +691,7 @@ TEST(Execute, TheImagesCacheIsExchangedForTheNewOne) {
 // behind /usr/bin) is refused naming it; nothing is left there. The
 // runtime's /dev mount takes the device nodes.
 TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     sys.mount_ids["root:/dev"] = 5;  // the runtime's tmpfs: device nodes go there
@@ -693,7 +700,7 @@ TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
     try {
         execute(plan, target(), sys);
         ADD_FAILURE() << "not refused";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("/usr/bin/nvidia-smi"));
         EXPECT_THAT(e.what(), HasSubstr("another mount"));
     }
@@ -715,7 +722,7 @@ TEST(Execute, TargetsOffTheRootsOwnMountAreRefused) {
 // host tmpfs (its mount seen in the runtime's mountinfo), something else
 // mounted under /run.
 TEST(Execute, TargetsOnATmpfsTheRuntimeMountedAreTheContainersOwn) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     plan.mounts.push_back({"/host/run/nvidia-persistenced/socket",
                            "/run/nvidia-persistenced/socket", false, kLibFlags, "IPC"});
     struct Case {
@@ -726,21 +733,21 @@ TEST(Execute, TargetsOnATmpfsTheRuntimeMountedAreTheContainersOwn) {
         auto sys = std::make_unique<RecordingSystem>();
         sys->statmount = true;  // shared mounts asked of statmount: mountinfo is the host's
         setup_world(*sys, plan);
-        sys->host["/host/run/nvidia-persistenced/socket"] = {FileInfo::Type::Socket, 0, 0};
-        sys->root["/run"] = {FileInfo::Type::Directory, 0, 0};
+        sys->host["/host/run/nvidia-persistenced/socket"] = {os::FileInfo::Type::Socket, 0, 0};
+        sys->root["/run"] = {os::FileInfo::Type::Directory, 0, 0};
         sys->mount_ids["root:/dev"] = 5;
         sys->mount_ids["root:/run"] = 7;
         if (c.tmpfs) sys->tmpfs_mounts.insert(7);
         if (c.on_host) sys->host_mounts.insert(7);
         if (c.nested) {  // a host tmpfs volume at /run/nvidia-persistenced
-            sys->root["/run/nvidia-persistenced"] = {FileInfo::Type::Directory, 0, 0};
+            sys->root["/run/nvidia-persistenced"] = {os::FileInfo::Type::Directory, 0, 0};
             sys->mount_ids["root:/run/nvidia-persistenced"] = 8;
             sys->tmpfs_mounts.insert(8);
             sys->host_mounts.insert(8);
         }
         return sys;
     };
-    Target fresh = target();
+    exec::Target fresh = target();
     fresh.fresh_tmpfs = {"/run"};
 
     auto ok = world({"the runtime's tmpfs", true, true, false, false});
@@ -757,7 +764,7 @@ TEST(Execute, TargetsOnATmpfsTheRuntimeMountedAreTheContainersOwn) {
     EXPECT_EQ(ok->mountinfo_reads, 0u);
     // Fresh tmpfs the plan puts nothing in (the /dev every spec has is the
     // runtime's anyway): the host's mounts are not read at all.
-    Target elsewhere = target();
+    exec::Target elsewhere = target();
     elsewhere.fresh_tmpfs = {"/dev", "/dev/shm", "/tmp"};
     auto quiet = world({"no fresh tmpfs taken", true, true, false, false});
     quiet->mount_ids.erase("root:/run");
@@ -774,7 +781,7 @@ TEST(Execute, TargetsOnATmpfsTheRuntimeMountedAreTheContainersOwn) {
         try {
             execute(plan, c.given ? fresh : target(), *sys);
             ADD_FAILURE() << "not refused";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_THAT(e.what(), HasSubstr("/run/nvidia-persistenced"));
             EXPECT_THAT(e.what(), HasSubstr("another mount"));
         }
@@ -788,7 +795,7 @@ TEST(Execute, TargetsOnATmpfsTheRuntimeMountedAreTheContainersOwn) {
 // refused before anything is made there, whichever mount it is.
 // Asked of statmount where the kernel has it, of mountinfo where not.
 TEST(Execute, TargetsOnASharedMountAreRefused) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     for (bool statmount : {false, true})
         for (std::uint64_t shared : {std::uint64_t{1}, std::uint64_t{5}}) {  // the root's, /dev's
             SCOPED_TRACE(std::to_string(shared) + (statmount ? " statmount" : " mountinfo"));
@@ -801,7 +808,7 @@ TEST(Execute, TargetsOnASharedMountAreRefused) {
             try {
                 execute(plan, target(), sys);
                 ADD_FAILURE() << "not refused";
-            } catch (const Error& e) {
+            } catch (const util::Error& e) {
                 EXPECT_THAT(e.what(), HasSubstr("shared mount"));
                 EXPECT_THAT(e.what(), HasSubstr(shared == 5 ? "/dev/nvidia" : "/usr/"));
             }
@@ -813,7 +820,7 @@ TEST(Execute, TargetsOnASharedMountAreRefused) {
 // The container's mountinfo is read once per start, however many mounts
 // (the root's, the runtime's /dev and /proc) are asked about.
 TEST(Execute, MountinfoIsReadOncePerStart) {
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     sys.mount_ids["root:/dev"] = 5;
@@ -837,18 +844,18 @@ TEST(MountIsShared, ReadsTheOptionalFieldsOfItsOwnLine) {
         "23 22 0:22 / /dev rw,nosuid master:2 - tmpfs tmpfs rw\n"
         "24 22 0:23 / /data rw shared:7 master:3 - ext4 /dev/vdb rw\n"
         "25 22 0:24 /x /shared:9 rw - tmpfs shared:9 rw\n";
-    EXPECT_TRUE(mount_is_shared(mountinfo, 22));
-    EXPECT_FALSE(mount_is_shared(mountinfo, 23));  // a slave only
-    EXPECT_TRUE(mount_is_shared(mountinfo, 24));   // shared and a slave
-    EXPECT_FALSE(mount_is_shared(mountinfo, 25));  // "shared:" only in the path and source
-    EXPECT_FALSE(mount_is_shared(mountinfo, 2));   // not listed ("22" does not match)
-    EXPECT_FALSE(mount_is_shared("", 22));
+    EXPECT_TRUE(os::mount_is_shared(mountinfo, 22));
+    EXPECT_FALSE(os::mount_is_shared(mountinfo, 23));  // a slave only
+    EXPECT_TRUE(os::mount_is_shared(mountinfo, 24));   // shared and a slave
+    EXPECT_FALSE(os::mount_is_shared(mountinfo, 25));  // "shared:" only in the path and source
+    EXPECT_FALSE(os::mount_is_shared(mountinfo, 2));   // not listed ("22" does not match)
+    EXPECT_FALSE(os::mount_is_shared("", 22));
 }
 
 // --- plan.files (CUDA compat's loader entry) ---
 
-Plan compat_plan() {
-    Plan plan = sample_plan();
+decide::Plan compat_plan() {
+    decide::Plan plan = sample_plan();
     plan.files.push_back({"/etc/ld.so.conf.d/000-cuda-compat.conf", "/usr/local/cuda/compat\n",
                           "CUDA forward compatibility"});
     plan.library_dirs.insert(plan.library_dirs.begin(), "/usr/local/cuda/compat");
@@ -856,7 +863,7 @@ Plan compat_plan() {
 }
 
 TEST(Execute, PlannedFileIsWrittenInsideTheRootBeforeTheCacheRefresh) {
-    const Plan plan = compat_plan();
+    const decide::Plan plan = compat_plan();
     RecordingSystem sys;
     setup_world(sys, plan);  // no /etc in the image
     execute(plan, target(), sys);
@@ -876,7 +883,7 @@ TEST(Execute, PlannedFileIsWrittenInsideTheRootBeforeTheCacheRefresh) {
 }
 
 TEST(Execute, FailureAfterThePlannedFileRemovesItAndItsNewDirectories) {
-    const Plan plan = compat_plan();
+    const decide::Plan plan = compat_plan();
     RecordingSystem ok;
     setup_world(ok, plan);
     execute(plan, target(), ok);
@@ -889,7 +896,7 @@ TEST(Execute, FailureAfterThePlannedFileRemovesItAndItsNewDirectories) {
         setup_world(sys, plan);
         const auto root_before = sys.root;
         sys.fail_at(k);
-        EXPECT_THROW(execute(plan, target(), sys), Error);
+        EXPECT_THROW(execute(plan, target(), sys), util::Error);
         EXPECT_EQ(sys.root, root_before);
         if (k > write) {
             EXPECT_NE(std::find(sys.calls.begin(), sys.calls.end(),
@@ -901,7 +908,7 @@ TEST(Execute, FailureAfterThePlannedFileRemovesItAndItsNewDirectories) {
 }
 
 TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
-    const Plan plan = compat_plan();
+    const decide::Plan plan = compat_plan();
     RecordingSystem kept;
     setup_world(kept, plan);
     kept.root["/etc"] = {Type::Directory, 0, 0};
@@ -940,7 +947,7 @@ TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
         try {
             execute(plan, target(), sys);
             ADD_FAILURE() << "accepted " << to_string(odd);
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EEXIST);
             EXPECT_THAT(e.what(), HasSubstr("/etc/ld.so.conf.d/000-cuda-compat.conf"));
             EXPECT_THAT(e.what(), HasSubstr(std::string(to_string(odd))));
@@ -950,11 +957,11 @@ TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
         EXPECT_EQ(sys.root, root_before);
     }
 
-    Plan relative = compat_plan();
+    decide::Plan relative = compat_plan();
     relative.files[0].path = "etc/x.conf";
     RecordingSystem sys;
     setup_world(sys, relative);
-    EXPECT_THROW(execute(relative, target(), sys), Error);
+    EXPECT_THROW(execute(relative, target(), sys), util::Error);
     for (const auto& line : sys.calls) EXPECT_FALSE(starts(line, "write_file_at root:")) << line;
 }
 
@@ -962,11 +969,11 @@ TEST(Execute, PlannedFileAlreadyThereIsKeptAnythingElseIsRefused) {
 // it): the pid shares this process's mount namespace, which is not pid 1's.
 // Everything is done here; no namespace is entered or left.
 TEST(Execute, InPlaceActsInThisNamespaceWithoutEnteringOne) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     RecordingSystem sys;
     setup_world(sys, plan);
     sys.shares_namespace = true;
-    Target t = target();
+    exec::Target t = target();
     t.in_place = true;
     execute(plan, t, sys);
     for (const auto& line : sys.calls) {
@@ -982,15 +989,15 @@ TEST(Execute, InPlaceActsInThisNamespaceWithoutEnteringOne) {
 }
 
 TEST(Execute, InPlaceIsRefusedInTheHostsNamespaceOrAnothers) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     auto refused = [&](RecordingSystem& sys, const std::string& why) {
         setup_world(sys, plan);
-        Target t = target();
+        exec::Target t = target();
         t.in_place = true;
         try {
             execute(plan, t, sys);
             ADD_FAILURE() << "accepted; wanted: " << why;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EPERM) << e.what();
             EXPECT_THAT(e.what(), HasSubstr(why));
         }
@@ -1014,7 +1021,7 @@ TEST(Execute, InPlaceIsRefusedInTheHostsNamespaceOrAnothers) {
     userns.shares_namespace = true;
     userns.host_namespace = true;  // would refuse, were pid 1 compared
     userns.uid_map = "         0       4343          1\n";
-    Target t = target();
+    exec::Target t = target();
     t.in_place = true;
     execute(plan, t, userns);
     EXPECT_EQ(std::count(userns.calls.begin(), userns.calls.end(), "open_process 1"), 0);
@@ -1026,7 +1033,7 @@ TEST(Execute, InPlaceIsRefusedInTheHostsNamespaceOrAnothers) {
 // host's namespace is taken for it. The host's namespace itself is not
 // modelled here (host_namespace stays false): only the failed look refuses.
 TEST(Execute, InPlaceIsRefusedWhenPidOnesNamespaceCannotBeCompared) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     for (const char* failing : {"open_process 1", "open_mount_ns 1"})
         for (const int err : {EACCES, EPERM, ENOENT, ESRCH}) {
             SCOPED_TRACE(std::string(failing) + ": " + std::strerror(err));
@@ -1037,12 +1044,12 @@ TEST(Execute, InPlaceIsRefusedWhenPidOnesNamespaceCannotBeCompared) {
                 return line == failing;
             };
             sys.fail_errno = err;
-            Target t = target();
+            exec::Target t = target();
             t.in_place = true;
             try {
                 execute(plan, t, sys);
                 ADD_FAILURE() << "acted in place without comparing with pid 1's namespace";
-            } catch (const Error& e) {
+            } catch (const util::Error& e) {
                 EXPECT_EQ(e.code().value(), EPERM) << e.what();
                 EXPECT_THAT(e.what(), HasSubstr("pid 1's mount namespace cannot be compared"));
                 EXPECT_THAT(e.what(), HasSubstr("refusing to act in place"));

@@ -35,24 +35,24 @@ using ::testing::IsEmpty;
 // ---- the config ----------------------------------------------------------------------------
 
 TEST(FamilyConfig, TheBuiltInFamiliesAreTheShippedFilesTables) {
-    const Config c = default_config();
+    const config::Config c = config::default_config();
     std::vector<std::string> names;
     for (const auto& f : c.families) names.push_back(f.name);
     EXPECT_THAT(names, ElementsAre("drm", "gdrcopy", "gds", "nvswitch", "rdma"));
-    const Family* rdma = c.family("rdma");
+    const config::Family* rdma = c.family("rdma");
     ASSERT_NE(rdma, nullptr);
-    EXPECT_EQ(rdma->source, FamilySource::Infiniband);
+    EXPECT_EQ(rdma->source, config::FamilySource::Infiniband);
     EXPECT_THAT(rdma->variables, ElementsAre("NVIDIA_MOFED"));
     EXPECT_EQ(rdma->select, "GPUBIND_RDMA");
     EXPECT_THAT(rdma->nodes, ElementsAre("/dev/infiniband/rdma_cm"));
     EXPECT_EQ(rdma->major, "misc");
     EXPECT_EQ(c.family("gds")->cdi_kind, "nvidia.com/gds");
     EXPECT_THAT(c.family("gds")->files, ElementsAre("/etc/cufile.json"));
-    EXPECT_EQ(c.family("drm")->caps, kCapGraphics | kCapDisplay);
+    EXPECT_EQ(c.family("drm")->caps, config::kCapGraphics | config::kCapDisplay);
 }
 
 TEST(FamilyConfig, AConfigAddsAFamilyAndChangesABuiltInOne) {
-    const Config c = parse_config(R"(
+    const config::Config c = config::parse_config(R"(
 [family.fpga]
 nodes = ["/dev/fpga*"]
 major = "fpga"
@@ -62,10 +62,10 @@ cdi-kind = "example.com/fpga"
 [family.gds]
 variables = ["NVIDIA_GDS", "MY_GDS"]
 )",
-                                  "test.toml");
-    const Family* fpga = c.family("fpga");
+                                                  "test.toml");
+    const config::Family* fpga = c.family("fpga");
     ASSERT_NE(fpga, nullptr);
-    EXPECT_EQ(fpga->source, FamilySource::Glob);
+    EXPECT_EQ(fpga->source, config::FamilySource::Glob);
     EXPECT_THAT(fpga->nodes, ElementsAre("/dev/fpga*"));
     EXPECT_EQ(fpga->major, "fpga");
     EXPECT_EQ(fpga->cdi_kind, "example.com/fpga");
@@ -105,7 +105,7 @@ TEST(FamilyConfig, AMalformedTableIsOneLineNamingTheKey) {
         {"family = 3", "family", "expected a table"},
     };
     for (const auto& c : cases) {
-        const Error e = error_of([&] { parse_config(c.toml, "cfg.toml"); });
+        const util::Error e = error_of([&] { config::parse_config(c.toml, "cfg.toml"); });
         EXPECT_EQ(e.code().value(), EINVAL) << c.toml;
         const std::string what = e.what();
         EXPECT_THAT(what, HasSubstr("cfg.toml")) << c.toml;
@@ -133,8 +133,8 @@ TEST(FamilyDiscovery, NodesAreKeptOnlyWithTheirDriversMajor) {
         mem = ::major(st.st_rdev);
     }
     test::TempDir empty("gpubind-families");  // no /proc/misc, no sysfs
-    Config config;
-    Family memdev;
+    config::Config config;
+    config::Family memdev;
     memdev.name = "memdev";
     memdev.nodes = paths;
     memdev.major = "mem";
@@ -142,15 +142,15 @@ TEST(FamilyDiscovery, NodesAreKeptOnlyWithTheirDriversMajor) {
     config.families = {memdev};
     using Majors = std::map<std::string, unsigned, std::less<>>;
     auto discover = [&](const Majors& majors) {
-        Node node;
+        node::Node node;
         node.roots = {
             .driver = empty.path(), .dev = "/", .proc = empty.path(), .sys = empty.path()};
-        discover_families(node, config, majors);
+        node::discover_families(node, config, majors);
         return node;
     };
 
-    const Node right = discover({{"mem", mem}, {"other", mem + 1}});
-    const FamilyNodes* f = find_family(right, "memdev");
+    const node::Node right = discover({{"mem", mem}, {"other", mem + 1}});
+    const node::FamilyNodes* f = node::find_family(right, "memdev");
     ASSERT_NE(f, nullptr) << ::testing::PrintToString(right.warnings);
     std::vector<std::string> kept;
     for (const auto& d : f->devices)
@@ -161,8 +161,8 @@ TEST(FamilyDiscovery, NodesAreKeptOnlyWithTheirDriversMajor) {
     EXPECT_EQ(kept, paths);
     EXPECT_THAT(right.warnings, IsEmpty());
 
-    const Node wrong = discover({{"mem", mem + 1}});
-    EXPECT_EQ(find_family(wrong, "memdev"), nullptr);
+    const node::Node wrong = discover({{"mem", mem + 1}});
+    EXPECT_EQ(node::find_family(wrong, "memdev"), nullptr);
     ASSERT_EQ(wrong.warnings.size(), paths.size()) << ::testing::PrintToString(wrong.warnings);
     for (std::size_t i = 0; i < paths.size(); ++i) {
         EXPECT_THAT(wrong.warnings[i], HasSubstr("family memdev: " + paths[i] + " left out"));
@@ -171,8 +171,8 @@ TEST(FamilyDiscovery, NodesAreKeptOnlyWithTheirDriversMajor) {
             HasSubstr(fmt::format("has major {}, /proc/devices gives mem major {}", mem, mem + 1)));
     }
 
-    const Node none = discover({{"other", mem}});
-    EXPECT_EQ(find_family(none, "memdev"), nullptr);
+    const node::Node none = discover({{"other", mem}});
+    EXPECT_EQ(node::find_family(none, "memdev"), nullptr);
     ASSERT_EQ(none.warnings.size(), paths.size()) << ::testing::PrintToString(none.warnings);
     for (const auto& w : none.warnings) EXPECT_THAT(w, HasSubstr("/proc/devices lists no mem"));
 }
@@ -181,22 +181,22 @@ TEST(FamilyDiscovery, NodesAreKeptOnlyWithTheirDriversMajor) {
 
 using test::make_spec;
 
-Request read(const std::vector<std::string>& env, const std::vector<std::string>& mounts = {},
-             bool accept_mounts = false) {
-    Config c = default_config();
+decide::Request read(const std::vector<std::string>& env,
+                     const std::vector<std::string>& mounts = {}, bool accept_mounts = false) {
+    config::Config c = config::default_config();
     c.policy.accept_volume_mounts = accept_mounts;
-    return read_request(make_spec(env, true, mounts), c.policy, c.families);
+    return decide::read_request(make_spec(env, true, mounts), c.policy, c.families);
 }
 
-const FamilyRequest* asked(const Request& r, const std::string& family) {
+const decide::FamilyRequest* asked(const decide::Request& r, const std::string& family) {
     for (const auto& f : r.families)
         if (f.family == family) return &f;
     return nullptr;
 }
 
 TEST(FamilyRequest, NvidiasVariablesAskForEveryDevice) {
-    const Request r = read({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MOFED=enabled",
-                            "NVIDIA_GDS=enabled", "NVIDIA_GDRCOPY=disabled"});
+    const decide::Request r = read({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MOFED=enabled",
+                                    "NVIDIA_GDS=enabled", "NVIDIA_GDRCOPY=disabled"});
     ASSERT_NE(asked(r, "rdma"), nullptr);
     EXPECT_TRUE(asked(r, "rdma")->all);
     EXPECT_EQ(asked(r, "rdma")->asked_by, "NVIDIA_MOFED=enabled");
@@ -207,12 +207,12 @@ TEST(FamilyRequest, NvidiasVariablesAskForEveryDevice) {
 }
 
 TEST(FamilyRequest, GpubindRdmaSelectsAffineAllOrNames) {
-    const Request affine = read({"NVIDIA_VISIBLE_DEVICES=0", "GPUBIND_RDMA=affine"});
+    const decide::Request affine = read({"NVIDIA_VISIBLE_DEVICES=0", "GPUBIND_RDMA=affine"});
     ASSERT_NE(asked(affine, "rdma"), nullptr);
     EXPECT_TRUE(asked(affine, "rdma")->affine);
     EXPECT_FALSE(asked(affine, "rdma")->all);
     EXPECT_FALSE(asked(affine, "rdma")->extras);
-    const Request names = read(
+    const decide::Request names = read(
         {"NVIDIA_VISIBLE_DEVICES=0", "GPUBIND_RDMA=mlx5_1, mlx5_0,mlx5_1", "GPUBIND_RDMA_UMAD=1"});
     EXPECT_THAT(asked(names, "rdma")->names, ElementsAre("mlx5_1", "mlx5_0"));
     EXPECT_TRUE(asked(names, "rdma")->extras);
@@ -225,7 +225,8 @@ TEST(FamilyRequest, NotAGpuContainerAsksForNoFamily) {
 }
 
 TEST(FamilyRequest, GraphicsBringsDrmByCapability) {
-    const Request r = read({"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics"});
+    const decide::Request r =
+        read({"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics"});
     ASSERT_NE(asked(r, "drm"), nullptr);
     EXPECT_TRUE(asked(r, "drm")->by_capability);
     EXPECT_TRUE(asked(r, "drm")->all);
@@ -233,13 +234,13 @@ TEST(FamilyRequest, GraphicsBringsDrmByCapability) {
 
 TEST(FamilyRequest, DeviceMountsNameFamilies) {
     const std::string dir = "/var/run/nvidia-container-devices/";
-    const Request r = read({}, {dir + "0", dir + "rdma/mlx5_1", dir + "gds/all"}, true);
-    EXPECT_EQ(r.source, RequestSource::VolumeMounts);
+    const decide::Request r = read({}, {dir + "0", dir + "rdma/mlx5_1", dir + "gds/all"}, true);
+    EXPECT_EQ(r.source, decide::RequestSource::VolumeMounts);
     EXPECT_THAT(asked(r, "rdma")->names, ElementsAre("mlx5_1"));
     EXPECT_TRUE(asked(r, "gds")->all);
     EXPECT_EQ(asked(r, "gdrcopy"), nullptr);
     // Mounts not honoured: the variables count, the family mounts are ignored.
-    const Request vars = read({"NVIDIA_VISIBLE_DEVICES=0"}, {dir + "rdma/mlx5_1"}, false);
+    const decide::Request vars = read({"NVIDIA_VISIBLE_DEVICES=0"}, {dir + "rdma/mlx5_1"}, false);
     EXPECT_EQ(asked(vars, "rdma"), nullptr);
 }
 
@@ -256,37 +257,38 @@ TEST(FamilyRequest, FamiliesByVariableFollowTheVariablesGate) {
         env.push_back(more);
         return env;
     };
-    Config c = default_config();
+    config::Config c = config::default_config();
     c.policy.accept_envvar_unprivileged = false;
     c.policy.accept_volume_mounts = true;
     // One GPU and GDS by mount: GDS alone, never what the variables ask.
     for (const auto& env : {every, with(every, "NVIDIA_VISIBLE_DEVICES=all")}) {
-        const Request r =
-            read_request(make_spec(env, false, {dir + "0", dir + "gds/all"}), c.policy, c.families);
-        EXPECT_EQ(r.source, RequestSource::VolumeMounts);
+        const decide::Request r = decide::read_request(
+            make_spec(env, false, {dir + "0", dir + "gds/all"}), c.policy, c.families);
+        EXPECT_EQ(r.source, decide::RequestSource::VolumeMounts);
         ASSERT_NE(asked(r, "gds"), nullptr);
         EXPECT_EQ(asked(r, "gds")->asked_by, "device mounts under " + dir + "gds");
         for (const char* family : {"rdma", "gdrcopy", "nvswitch"})
             EXPECT_EQ(asked(r, family), nullptr) << family;
     }
     // By variable, one GPU and every family: refused, the families with it.
-    const Error e = error_of([&] {
-        read_request(make_spec(with(every, "NVIDIA_VISIBLE_DEVICES=0")), c.policy, c.families);
+    const util::Error e = error_of([&] {
+        decide::read_request(make_spec(with(every, "NVIDIA_VISIBLE_DEVICES=0")), c.policy,
+                             c.families);
     });
     EXPECT_EQ(e.code().value(), ECANCELED);
     EXPECT_THAT(std::string(e.what()), HasSubstr("accept_envvar_unprivileged is off"));
     // No GPU asked: no family either.
-    EXPECT_THAT(read_request(make_spec(every), c.policy, c.families).families, IsEmpty());
+    EXPECT_THAT(decide::read_request(make_spec(every), c.policy, c.families).families, IsEmpty());
     // A privileged container passes the gate, families and all.
-    const Request privileged = read_request(
+    const decide::Request privileged = decide::read_request(
         make_spec(with(every, "NVIDIA_VISIBLE_DEVICES=0"), true), c.policy, c.families);
     for (const char* family : {"rdma", "gds", "gdrcopy", "nvswitch"})
         EXPECT_NE(asked(privileged, family), nullptr) << family;
     // Where the node accepts the variable, so does it the families' variables.
     c.policy.accept_envvar_unprivileged = true;
     c.policy.accept_volume_mounts = false;
-    const Request accepted =
-        read_request(make_spec(with(every, "NVIDIA_VISIBLE_DEVICES=0")), c.policy, c.families);
+    const decide::Request accepted = decide::read_request(
+        make_spec(with(every, "NVIDIA_VISIBLE_DEVICES=0")), c.policy, c.families);
     EXPECT_TRUE(asked(accepted, "rdma")->all);
 }
 
@@ -295,24 +297,24 @@ TEST(FamilyRequest, MalformedValuesAreOneLineNamingTheVariable) {
              {"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_GDS=maybe"},
              {"NVIDIA_VISIBLE_DEVICES=0", "GPUBIND_RDMA=mlx5_0/../x"},
              {"NVIDIA_VISIBLE_DEVICES=0", "GPUBIND_RDMA=all", "GPUBIND_RDMA_UMAD=sometimes"}}) {
-        const Error e = error_of([&] { read(env); });
+        const util::Error e = error_of([&] { read(env); });
         EXPECT_EQ(e.code().value(), EINVAL);
         const std::string variable = env.back().substr(0, env.back().find('='));
         EXPECT_THAT(std::string(e.what()), HasSubstr(variable + ": '"));
         EXPECT_THAT(std::string(e.what()), HasSubstr("/bundles/c1/config.json"));
     }
     const std::string dir = "/var/run/nvidia-container-devices/";
-    const Error e = error_of([&] { read({}, {dir + "rdma/..x/y"}, true); });
+    const util::Error e = error_of([&] { read({}, {dir + "rdma/..x/y"}, true); });
     EXPECT_EQ(e.code().value(), EINVAL);
 }
 
 // ---- the plan ------------------------------------------------------------------------------
 
-DeviceNode dev(const std::string& path, unsigned major, unsigned minor) {
+node::DeviceNode dev(const std::string& path, unsigned major, unsigned minor) {
     return {path, "/host" + path, major, minor, 0666};
 }
 
-PciPlace place(std::vector<std::string> bridges, int numa) {
+node::PciPlace place(std::vector<std::string> bridges, int numa) {
     return {std::move(bridges), numa, numa == 0 ? "0-15" : "16-31"};
 }
 
@@ -323,21 +325,21 @@ class FamilyPlan : public ::testing::Test {
   protected:
     FamilyPlan() {
         node.roots = {"/host", "/host", "/host/proc", "/host/sys"};
-        const std::vector<PciPlace> gpu_places = {
+        const std::vector<node::PciPlace> gpu_places = {
             place({"0000:00:01.0", "0000:01:00.0", "0000:02:00.0"}, 0),
             place({"0000:00:01.0", "0000:01:00.0", "0000:02:01.0"}, 0),
             place({"0000:80:01.0", "0000:81:00.0", "0000:82:00.0"}, 1),
             place({"0000:90:01.0", "0000:91:00.0", "0000:92:00.0"}, 1)};
         for (unsigned i = 0; i < 4; ++i) {
-            Gpu g;
+            node::Gpu g;
             g.index = g.minor = i;
             g.pci_bus_id = "0000:1" + std::to_string(i) + ":00.0";
-            g.node = dev("/dev/nvidia" + std::to_string(i), kNvidiaMajor, i);
+            g.node = dev("/dev/nvidia" + std::to_string(i), node::kNvidiaMajor, i);
             g.place = gpu_places[i];
             node.gpus.push_back(g);
         }
-        FamilyNodes rdma{"rdma", {}, {dev("/dev/infiniband/rdma_cm", 10, 58)}, {}};
-        const std::vector<std::optional<PciPlace>> hca_places = {
+        node::FamilyNodes rdma{"rdma", {}, {dev("/dev/infiniband/rdma_cm", 10, 58)}, {}};
+        const std::vector<std::optional<node::PciPlace>> hca_places = {
             place({"0000:00:01.0", "0000:01:00.0", "0000:02:02.0"}, 0),
             place({"0000:80:01.0", "0000:81:00.0", "0000:82:01.0"}, 1),
             place({"0000:a0:01.0", "0000:a1:00.0", "0000:a2:00.0"}, 0), std::nullopt};
@@ -351,7 +353,7 @@ class FamilyPlan : public ::testing::Test {
                                     {}});
         }
         node.families.push_back(rdma);
-        FamilyNodes drm{"drm", {}, {}, {}};
+        node::FamilyNodes drm{"drm", {}, {}, {}};
         for (unsigned i = 0; i < 4; ++i) {
             const std::string n = std::to_string(i), bus = node.gpus[i].pci_bus_id;
             drm.devices.push_back(
@@ -372,18 +374,19 @@ class FamilyPlan : public ::testing::Test {
 
     std::vector<std::string> paths(const std::vector<std::string>& env,
                                    const std::vector<unsigned>& gpus) {
-        const Request r = read_request(make_spec(env, true), config.policy, config.families);
-        std::vector<const Gpu*> given;
+        const decide::Request r =
+            decide::read_request(make_spec(env, true), config.policy, config.families);
+        std::vector<const node::Gpu*> given;
         for (unsigned i : gpus) given.push_back(&node.gpus[i]);
-        items = plan_families(r, node, given, config);
+        items = decide::plan_families(r, node, given, config);
         std::vector<std::string> out;
         for (const auto& d : items.devices) out.push_back(d.node.path);
         return out;
     }
 
-    Node node;
-    Config config = default_config();
-    FamilyItems items;
+    node::Node node;
+    config::Config config = config::default_config();
+    decide::FamilyItems items;
 };
 
 TEST_F(FamilyPlan, AffineGivesTheHcaUnderTheGpusSwitch) {
@@ -419,7 +422,7 @@ TEST_F(FamilyPlan, MofedGivesEveryHcaAndUmadOnlyWhenAsked) {
 }
 
 TEST_F(FamilyPlan, AnUnknownHcaIsAnErrorNamingItAndWhatThereIs) {
-    const Error e = error_of([&] {
+    const util::Error e = error_of([&] {
         paths({"NVIDIA_VISIBLE_DEVICES=0", "GPUBIND_RDMA=mlx5_0,mlx5_9"}, {0});
     });
     EXPECT_EQ(e.code().value(), EINVAL);
@@ -429,14 +432,14 @@ TEST_F(FamilyPlan, AnUnknownHcaIsAnErrorNamingItAndWhatThereIs) {
 }
 
 TEST_F(FamilyPlan, AFamilyTheNodeLacksRefusesUnlessPolicyWarns) {
-    const Error e = error_of([&] {
+    const util::Error e = error_of([&] {
         paths({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_GDRCOPY=enabled"}, {0});
     });
     EXPECT_EQ(e.code().value(), ECANCELED);
-    EXPECT_EQ(e.kind(), ErrorKind::Refused);
+    EXPECT_EQ(e.kind(), util::ErrorKind::Refused);
     EXPECT_THAT(std::string(e.what()), HasSubstr("NVIDIA_GDRCOPY=enabled"));
     EXPECT_THAT(std::string(e.what()), HasSubstr("/dev/gdrdrv"));
-    config.policy.on_refused = OnRefused::Warn;
+    config.policy.on_refused = config::OnRefused::Warn;
     EXPECT_THAT(paths({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_GDRCOPY=enabled"}, {0}), IsEmpty());
 }
 
@@ -460,7 +463,7 @@ TEST_F(FamilyPlan, GdsBringsItsConfigFileReadOnly) {
     ASSERT_EQ(items.files.size(), 1u);
     EXPECT_EQ(items.files[0].source, "/host/etc/cufile.json");
     EXPECT_EQ(items.files[0].target, "/etc/cufile.json");
-    EXPECT_TRUE(items.files[0].flags & kMountReadOnly);
+    EXPECT_TRUE(items.files[0].flags & util::kMountReadOnly);
     EXPECT_FALSE(items.files[0].directory);
 }
 

@@ -57,7 +57,7 @@ std::string run_command(const std::string& cmd) {
 
 std::set<std::string> lines_of(const std::string& text) {
     std::set<std::string> out;
-    for (auto l : split(text, '\n'))
+    for (auto l : util::split(text, '\n'))
         if (!l.empty()) out.insert(std::string(l));
     return out;
 }
@@ -85,9 +85,9 @@ struct Result {
 Result run_program(const std::vector<std::string>& args, const std::vector<std::string>& env,
                    const std::string& input = {}) {
     int in[2], err[2];
-    if (::pipe(in) != 0 || ::pipe(err) != 0) throw Error(errno, "pipe");
+    if (::pipe(in) != 0 || ::pipe(err) != 0) throw util::Error(errno, "pipe");
     pid_t pid = ::fork();
-    if (pid < 0) throw Error(errno, "fork");
+    if (pid < 0) throw util::Error(errno, "fork");
     if (pid == 0) {
         ::dup2(in[0], STDIN_FILENO);
         ::dup2(err[1], STDERR_FILENO);
@@ -158,7 +158,7 @@ TEST(HardenedHook, LdPreloadHasNoEffect) {
     Result poststop = run_program({GPUBIND_HOOK_PATH, "poststop"}, env);
     EXPECT_EQ(poststop.status, 0) << poststop.err;
     Result bad = run_program({GPUBIND_HOOK_PATH, "prestart"}, env, "not json");
-    EXPECT_EQ(bad.status, kExitInvalid) << bad.err;
+    EXPECT_EQ(bad.status, util::kExitInvalid) << bad.err;
     EXPECT_FALSE(fs::exists(marker));
 }
 
@@ -187,7 +187,7 @@ TEST(HardenedHook, ImageEnvironmentFullOfJunkIsFine) {
     env.push_back("=");
     env.push_back("==");
     env.push_back("NVIDIA_VISIBLE_DEVICES_X=all");  // not the variable
-    env.push_back("LONG=" + std::string(oci::kMaxEnvEntrySize - 5, 'x'));
+    env.push_back("LONG=" + std::string(decide::oci::kMaxEnvEntrySize - 5, 'x'));
     env.push_back(std::string("BIN=\xc3\xa9\t\n\r"));
     const std::string state = make_bundle(dir / "bundle", env);
     Result r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, state);
@@ -196,22 +196,22 @@ TEST(HardenedHook, ImageEnvironmentFullOfJunkIsFine) {
 
     // Past the caps (issue 44, F7): a container that asks for no GPU is left
     // alone, as runc starts it; one that asks is refused, naming the entry.
-    env.push_back("HUGE=" + std::string(oci::kMaxEnvEntrySize, 'x'));
+    env.push_back("HUGE=" + std::string(decide::oci::kMaxEnvEntrySize, 'x'));
     const std::size_t huge_at = env.size() - 1;
     r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, make_bundle(dir / "huge", env));
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.err, "");
     env.push_back("NVIDIA_VISIBLE_DEVICES=all");
     r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, make_bundle(dir / "huge-gpu", env));
-    EXPECT_EQ(r.status, kExitInvalid) << r.err;
+    EXPECT_EQ(r.status, util::kExitInvalid) << r.err;
     EXPECT_THAT(r.err, HasSubstr("process.env[" + std::to_string(huge_at) + "] (HUGE)"));
-    std::vector<std::string> many(oci::kMaxEnvEntries + 1, "A=1");
+    std::vector<std::string> many(decide::oci::kMaxEnvEntries + 1, "A=1");
     r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, make_bundle(dir / "crowded", many));
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.err, "");
     many.push_back("NVIDIA_VISIBLE_DEVICES=0");
     r = run_program({GPUBIND_HOOK_PATH, "prestart"}, {}, make_bundle(dir / "crowded-gpu", many));
-    EXPECT_EQ(r.status, kExitInvalid) << r.err;
+    EXPECT_EQ(r.status, util::kExitInvalid) << r.err;
     EXPECT_THAT(r.err, HasSubstr("process.env: " + std::to_string(many.size()) + " entries"));
 }
 
@@ -228,8 +228,8 @@ TEST(Harden, ClearEnvironmentKeepsOnlyTheNamedVariables) {
         ::setenv("LD_LIBRARY_PATH", "/tmp", 1);
         ::setenv("GPUBIND_CONFIG", "/etc/gpubind/test.toml", 1);
         ::setenv("GPUBIND_OTHER", std::string(10, 'y').c_str(), 1);
-        ::setenv("GPUBIND_HUGE", std::string(harden::kMaxKeptValue + 1, 'z').c_str(), 1);
-        harden::clear_environment({"GPUBIND_CONFIG", "GPUBIND_HUGE", "NOT_SET"});
+        ::setenv("GPUBIND_HUGE", std::string(os::harden::kMaxKeptValue + 1, 'z').c_str(), 1);
+        os::harden::clear_environment({"GPUBIND_CONFIG", "GPUBIND_HUGE", "NOT_SET"});
         int n = 0;
         for (char** e = environ; e && *e; ++e) ++n;
         const char* config = ::getenv("GPUBIND_CONFIG");
@@ -244,15 +244,15 @@ TEST(Harden, ClearEnvironmentKeepsOnlyTheNamedVariables) {
 TEST(Harden, ReadStreamHasADeadlineAndACap) {
     int p[2];
     ASSERT_EQ(::pipe(p), 0);
-    Fd r(p[0]), w(p[1]);
+    util::Fd r(p[0]), w(p[1]);
     // A writer that never finishes.
     ASSERT_EQ(::write(w.get(), "{", 1), 1);
     auto start = std::chrono::steady_clock::now();
     try {
-        harden::read_stream(r.get(), 1024, "stdin",
-                            harden::Deadline(std::chrono::milliseconds(200)));
+        os::harden::read_stream(r.get(), 1024, "stdin",
+                                os::harden::Deadline(std::chrono::milliseconds(200)));
         FAIL() << "no timeout";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ETIMEDOUT) << e.what();
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
@@ -260,25 +260,25 @@ TEST(Harden, ReadStreamHasADeadlineAndACap) {
     ASSERT_EQ(::write(w.get(), "0123456789", 10), 10);
     w.reset();
     try {
-        harden::read_stream(r.get(), 4, "stdin", harden::Deadline(std::chrono::seconds(5)));
+        os::harden::read_stream(r.get(), 4, "stdin", os::harden::Deadline(std::chrono::seconds(5)));
         FAIL() << "no cap";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EFBIG) << e.what();
     }
     // A spent deadline stops the next step.
-    harden::Deadline spent(std::chrono::milliseconds(0));
-    EXPECT_THROW(spent.check("configure the container"), Error);
-    EXPECT_NO_THROW(harden::Deadline(std::chrono::seconds(5)).check("x"));
+    os::harden::Deadline spent(std::chrono::milliseconds(0));
+    EXPECT_THROW(spent.check("configure the container"), util::Error);
+    EXPECT_NO_THROW(os::harden::Deadline(std::chrono::seconds(5)).check("x"));
 }
 
 TEST(Harden, ThePidMustBeAContainersOtherThanOneOrOurs) {
-    Plan plan;
-    Target t;
+    decide::Plan plan;
+    exec::Target t;
     t.rootfs = "/tmp/gpubind-no-such-rootfs";
     t.cgroups = false;
     for (pid_t pid : {1, ::getpid()}) {
         t.pid = pid;
-        EXPECT_THROW(execute(plan, t), Error) << pid;
+        EXPECT_THROW(execute(plan, t), util::Error) << pid;
     }
     // A process that shares our mount namespace is no container.
     pid_t child = ::fork();
@@ -291,7 +291,7 @@ TEST(Harden, ThePidMustBeAContainersOtherThanOneOrOurs) {
     try {
         execute(plan, t);
         ADD_FAILURE() << "not refused";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("mount namespace"));
     }
     ::kill(child, SIGKILL);
@@ -308,7 +308,7 @@ class Sandbox : public ::testing::Test {
         for (const char* d : {"bin", "out", "proc", "hostproc", "dev", "sys"})
             fs::create_directories(root_ / d);
         fs::copy_file("/bin/busybox", root_ / "bin/busybox");
-        busybox_ = sandbox::seal_executable(root_ / "bin/busybox");
+        busybox_ = os::sandbox::seal_executable(root_ / "bin/busybox");
     }
     void TearDown() override {
         for (const auto& m : mounted_) ::umount2(m.c_str(), MNT_DETACH);
@@ -320,8 +320,9 @@ class Sandbox : public ::testing::Test {
         ASSERT_EQ(::mount("proc", at.c_str(), "proc", 0, nullptr), 0) << std::strerror(errno);
         mounted_.push_back(at);
     }
-    sandbox::Options options(sandbox::Filter filter, sandbox::Limits limits = {}) const {
-        sandbox::Options o;
+    os::sandbox::Options options(os::sandbox::Filter filter,
+                                 os::sandbox::Limits limits = {}) const {
+        os::sandbox::Options o;
         o.root = root_;
         o.timeout = std::chrono::seconds(20);
         o.filter = filter;
@@ -331,22 +332,23 @@ class Sandbox : public ::testing::Test {
         return o;
     }
     // What a shell script wrote to /out/result (the scratch).
-    std::string capture(const std::string& script, sandbox::Filter filter = sandbox::Filter::None) {
-        sandbox::Limits limits;
+    std::string capture(const std::string& script,
+                        os::sandbox::Filter filter = os::sandbox::Filter::None) {
+        os::sandbox::Limits limits;
         limits.processes = 1u << 20;  // the shell forks
-        return sandbox::run(busybox_.get(), "busybox", {"sh", "-c", script + " > /out/result"},
-                            options(filter, limits));
+        return os::sandbox::run(busybox_.get(), "busybox", {"sh", "-c", script + " > /out/result"},
+                                options(filter, limits));
     }
-    void run(const std::vector<std::string>& args, sandbox::Filter filter,
-             sandbox::Limits limits = {}) {
-        sandbox::Options o = options(filter, limits);
+    void run(const std::vector<std::string>& args, os::sandbox::Filter filter,
+             os::sandbox::Limits limits = {}) {
+        os::sandbox::Options o = options(filter, limits);
         o.output.clear();
-        sandbox::run(busybox_.get(), "busybox", args, o);
+        os::sandbox::run(busybox_.get(), "busybox", args, o);
     }
 
     test::TempDir dir_{"gpubind-sandbox"};
     fs::path root_ = dir_ / "root";
-    Fd busybox_;
+    util::Fd busybox_;
     std::vector<fs::path> mounted_;
 };
 
@@ -374,7 +376,7 @@ TEST_F(Sandbox, NoEnvironmentCapabilitiesHostOrNetwork) {
     std::set<std::string> ifaces;
     for (const auto& l : lines_of(capture("busybox cat /hostproc/net/dev")))
         if (auto colon = l.find(':'); colon != std::string::npos)
-            ifaces.insert(std::string(trim(std::string_view(l).substr(0, colon))));
+            ifaces.insert(std::string(util::trim(std::string_view(l).substr(0, colon))));
     EXPECT_EQ(ifaces, std::set<std::string>{"lo"});
     // "/" is the root.
     EXPECT_EQ(lines_of(capture("busybox ls /")),
@@ -402,18 +404,19 @@ TEST_F(Sandbox, TheRootIsReadOnlyWithoutDevicesProcOrSys) {
 
 TEST_F(Sandbox, SeccompAllowListRefusesWhatLdconfigDoesNotDo) {
     // Files and directories: allowed.
-    ASSERT_NO_THROW(run({"mkdir", "/out/made"}, sandbox::Filter::Ldconfig));
+    ASSERT_NO_THROW(run({"mkdir", "/out/made"}, os::sandbox::Filter::Ldconfig));
     // mknod (of a FIFO: no capability needed) is not on the list ...
     try {
-        run({"mkfifo", "/out/fifo"}, sandbox::Filter::Ldconfig);
+        run({"mkfifo", "/out/fifo"}, os::sandbox::Filter::Ldconfig);
         ADD_FAILURE() << "mkfifo ran";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("Operation not permitted"));
     }
     // ... and works without the filter.
-    ASSERT_NO_THROW(run({"mkfifo", "/out/fifo"}, sandbox::Filter::None));
+    ASSERT_NO_THROW(run({"mkfifo", "/out/fifo"}, os::sandbox::Filter::None));
     // Nor can it fork (the shell runs two commands).
-    EXPECT_THROW(run({"sh", "-c", "busybox true; busybox true"}, sandbox::Filter::Ldconfig), Error);
+    EXPECT_THROW(run({"sh", "-c", "busybox true; busybox true"}, os::sandbox::Filter::Ldconfig),
+                 util::Error);
 }
 
 // As a user namespace's root mapped to host 100000:100001 (Options::uid, gid):
@@ -423,26 +426,27 @@ TEST_F(Sandbox, RunsAsTheIdsItIsGiven) {
     mount_proc();
     fs::create_directories(root_ / "mine");
     ASSERT_EQ(::chown((root_ / "mine").c_str(), 100000, 100001), 0) << std::strerror(errno);
-    sandbox::Options o = options(sandbox::Filter::None);
+    os::sandbox::Options o = options(os::sandbox::Filter::None);
     o.limits.processes = 1u << 20;  // the shell forks
     o.uid = 100000;
     o.gid = 100001;
     std::string out;
-    ASSERT_NO_THROW(out =
-                        sandbox::run(busybox_.get(), "busybox",
-                                     {"sh", "-c",
-                                      "{ busybox cat /hostproc/self/uid_map /hostproc/self/gid_map;"
-                                      "busybox id -G; busybox stat -c %u:%g /out;"
-                                      "busybox cat /hostproc/self/status; } > /out/result"},
-                                     o));
+    ASSERT_NO_THROW(
+        out = os::sandbox::run(busybox_.get(), "busybox",
+                               {"sh", "-c",
+                                "{ busybox cat /hostproc/self/uid_map /hostproc/self/gid_map;"
+                                "busybox id -G; busybox stat -c %u:%g /out;"
+                                "busybox cat /hostproc/self/status; } > /out/result"},
+                               o));
     EXPECT_THAT(out, HasSubstr("         0     100000          1\n"
                                "         0     100001          1\n0\n0:0\n"));
     for (const char* line : {"CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
                              "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"})
         EXPECT_THAT(out, HasSubstr(line));
-    o.filter = sandbox::Filter::Ldconfig;
+    o.filter = os::sandbox::Filter::Ldconfig;
     o.output.clear();
-    EXPECT_THROW(sandbox::run(busybox_.get(), "busybox", {"mkdir", "/mine/made"}, o), Error);
+    EXPECT_THROW(os::sandbox::run(busybox_.get(), "busybox", {"mkdir", "/mine/made"}, o),
+                 util::Error);
     EXPECT_FALSE(fs::exists(root_ / "mine/made"));
 }
 
@@ -452,22 +456,22 @@ TEST_F(Sandbox, TheProgramIsASealedCopy) {
               F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
     // Replacing the file after it was opened changes nothing that runs.
     write(root_ / "bin/busybox", "#!/bin/false\n", fs::perms(0755));
-    EXPECT_NO_THROW(run({"true"}, sandbox::Filter::Ldconfig));
-    EXPECT_THROW(run({"false"}, sandbox::Filter::Ldconfig), Error);
+    EXPECT_NO_THROW(run({"true"}, os::sandbox::Filter::Ldconfig));
+    EXPECT_THROW(run({"false"}, os::sandbox::Filter::Ldconfig), util::Error);
 }
 
 // A program stuck opening a FIFO (an image's ld.so.conf, say) is killed at
 // its deadline, and the error says which file held it.
 TEST_F(Sandbox, TimeoutSaysWhichFileTheProgramWasBlockedOpening) {
     ASSERT_EQ(::mkfifo((root_ / "bin/fifo\nname").c_str(), 0644), 0) << std::strerror(errno);
-    sandbox::Options o;
+    os::sandbox::Options o;
     o.root = root_;
     o.timeout = std::chrono::milliseconds(500);
     const auto t0 = std::chrono::steady_clock::now();
     try {
-        sandbox::run(busybox_.get(), "busybox", {"cat", "/bin/fifo\nname"}, o);
+        os::sandbox::run(busybox_.get(), "busybox", {"cat", "/bin/fifo\nname"}, o);
         ADD_FAILURE() << "returned";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ETIMEDOUT);
         EXPECT_THAT(e.what(), HasSubstr("killed after 500 ms; it was blocked opening "
                                         "/bin/fifo\\nname"));
@@ -484,13 +488,13 @@ TEST(HostileLdconfig, ConfigurationCannotLeadOutsideTheRoot) {
     const fs::path root = dir / "root";
     fs::create_directories(host);
     write(host / "libgpubindhost.so.1.0",
-          elf::make_shared_object(elf::Machine::X86_64, "libgpubindhost.so.1"));
+          sim::elf::make_shared_object(sim::elf::Machine::X86_64, "libgpubindhost.so.1"));
     write(host / "evil.conf", host.string() + "\n");
     const auto host_before = snapshot(host);
 
     for (const char* d : {"etc", "usr/lib/x86_64-linux-gnu"}) fs::create_directories(root / d);
     write(root / "usr/lib/x86_64-linux-gnu/libgpubindinside.so.1.0",
-          elf::make_shared_object(elf::Machine::X86_64, "libgpubindinside.so.1"));
+          sim::elf::make_shared_object(sim::elf::Machine::X86_64, "libgpubindinside.so.1"));
     fs::create_symlink("/", root / "usr/lib/slash");
     fs::create_symlink("../../../../../../../..", root / "usr/lib/up");
     fs::create_symlink(host, root / "usr/lib/hostlink");
@@ -507,8 +511,8 @@ TEST(HostileLdconfig, ConfigurationCannotLeadOutsideTheRoot) {
 
     const std::string host_cache = slurp("/etc/ld.so.cache");
     fs::create_directories(root / "dev");  // the sandbox's scratch goes there
-    LinuxSystem sys;
-    Fd ldconfig = sys.open_executable("/sbin/ldconfig");
+    os::LinuxSystem sys;
+    util::Fd ldconfig = sys.open_executable("/sbin/ldconfig");
     std::string cache;
     ASSERT_NO_THROW(cache = sys.run(ldconfig.get(), "/sbin/ldconfig",
                                     {"-r", root.string(), "-X", "-C", "/dev/ld.so.cache",

@@ -26,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// In a child given exactly `env`: what clear_environment_but(kConfigEnv)
+// In a child given exactly `env`: what clear_environment_but(config::kConfigEnv)
 // returns, then the environment it leaves ("1:" or "0:" and its entries,
 // one a line).
 std::string cleared_in_child(const std::vector<std::string>& env) {
@@ -38,7 +38,7 @@ std::string cleared_in_child(const std::vector<std::string>& env) {
         ::close(out[0]);
         ::clearenv();
         for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-        std::string text = harden::clear_environment_but(kConfigEnv) ? "1:" : "0:";
+        std::string text = os::harden::clear_environment_but(config::kConfigEnv) ? "1:" : "0:";
         for (char** e = environ; e && *e; ++e) text += std::string(*e) + "\n";
         const bool ok =
             ::write(out[1], text.data(), text.size()) == static_cast<ssize_t>(text.size());
@@ -56,10 +56,11 @@ std::string cleared_in_child(const std::vector<std::string>& env) {
 // Only GPUBIND_CONFIG stays; anything else there (the container's
 // environment, which runc gives a hook registered without "env") is told.
 TEST(HookEnvironment, OnlyTheConfigsNameStaysAndMoreIsTold) {
-    const std::string config = std::string(kConfigEnv) + "=/etc/gpubind/test.toml";
+    const std::string config = std::string(config::kConfigEnv) + "=/etc/gpubind/test.toml";
     EXPECT_EQ(cleared_in_child({"LD_PRELOAD=/tmp/evil.so", config, "TZ=GPB+13:37", "PATH=/tmp"}),
               "1:" + config + "\n");
-    EXPECT_EQ(cleared_in_child({config, std::string(kConfigEnv) + "X=1"}), "1:" + config + "\n");
+    EXPECT_EQ(cleared_in_child({config, std::string(config::kConfigEnv) + "X=1"}),
+              "1:" + config + "\n");
     EXPECT_EQ(cleared_in_child({"A=1"}), "1:");
     EXPECT_EQ(cleared_in_child({config}), "0:" + config + "\n");
     EXPECT_EQ(cleared_in_child({}), "0:");

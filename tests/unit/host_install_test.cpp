@@ -105,7 +105,7 @@ TEST_F(HostInstall, InstallsOnceRegistersAndRemoveLeavesTheHostAsItWas) {
     std::string want = kInstallConfig;
     want.insert(want.find("[cdi]\n") + 6, "hook = \"/usr/local/gpubind/gpubind-hook\"\n");
     EXPECT_EQ(config, want);
-    const Config parsed = parse_config(config, "installed");
+    const config::Config parsed = config::parse_config(config, "installed");
     EXPECT_EQ(parsed.cdi.hook, "/usr/local/gpubind/gpubind-hook");
     EXPECT_EQ(parsed.log.level, "debug");
     // containerd: the drop-in names the installed runtime; config.toml imports it.
@@ -345,7 +345,7 @@ TEST_F(HostInstall, ALinkThatDanglesInTheHostIsRefusedNotFollowedHere) {
     EXPECT_EQ(std::count(r.text.begin(), r.text.end(), '\n'), 1) << r.text;
     EXPECT_TRUE(fs::is_empty(outside)) << r.text;
     EXPECT_TRUE(tree(host()) == before) << "the host changed";
-    EXPECT_THROW(setup::host_path(host(), "/usr/local/gpubind/installed"), Error);
+    EXPECT_THROW(setup::host_path(host(), "/usr/local/gpubind/installed"), util::Error);
 }
 
 // Issue 44, F5: --remove takes out only files it can show it wrote: in the
@@ -463,7 +463,7 @@ TEST(HostConfig, TheHookIsSetAndEveryOtherByteKept) {
     for (const char* bad : {"cdi = { kind = \"a/b\" }\n", "cdi.kind = \"a/b\"\n",
                             "[cdi]\nhook = 3\n", "[cdi.x]\ny = 1\n", "[cdi\n"}) {
         SCOPED_TRACE(bad);
-        EXPECT_THROW(setup::config_with_hook(bad, hook, "c"), Error);
+        EXPECT_THROW(setup::config_with_hook(bad, hook, "c"), util::Error);
     }
 }
 

@@ -22,7 +22,7 @@ namespace gpubind {
 namespace {
 
 using test::RecordingSystem;
-using Type = FileInfo::Type;
+using Type = os::FileInfo::Type;
 
 struct World {
     RecordingSystem sys;
@@ -33,15 +33,15 @@ struct World {
         sys.contents["root:" + p] = data;
     }
     void node(const std::string& p, Type type) { sys.root[p] = {type, 0, 0}; }
-    Image inspect() {
-        const Fd root = sys.open_root("/rootfs");
-        return inspect_image(sys, root.get());
+    decide::Image inspect() {
+        const util::Fd root = sys.open_root("/rootfs");
+        return decide::inspect_image(sys, root.get());
     }
 };
 
 TEST(InspectImage, AnEmptyImageIsLib64WithNothingElse) {
     World w;
-    const Image image = w.inspect();
+    const decide::Image image = w.inspect();
     EXPECT_EQ(image.lib_dir, "/usr/lib64");
     EXPECT_EQ(image.lib32_dir, test::target::kHas32 ? "/usr/lib" : "");
     EXPECT_TRUE(image.cuda_compat_version.empty());
@@ -86,7 +86,7 @@ TEST(InspectImage, CudaCompatTakesTheHighestVersionAndSonameLikeEntries) {
     w.node("/usr/local/cuda/compat/libnvidia-ptxjitcompiler.so.1", Type::Symlink);
     w.file("/usr/local/cuda/compat/README");
     w.file("/usr/local/cuda/compat/libcuda.so.not.a.version");
-    const Image image = w.inspect();
+    const decide::Image image = w.inspect();
     EXPECT_EQ(image.cuda_compat_version, "560.28.3");
     EXPECT_EQ(image.cuda_compat_sonames,
               (std::vector<std::string>{"libcuda.so.1", "libnvidia-ptxjitcompiler.so.1"}));
@@ -104,7 +104,7 @@ TEST(InspectImage, ACompatThatIsNotADirectoryOrACudaLinkLeadingNowhereIsNone) {
         World w;
         for (const char* d : {"/usr", "/usr/local", "/usr/local/cuda"}) w.dir(d);
         w.node("/usr/local/cuda/compat", type);
-        const Image image = w.inspect();
+        const decide::Image image = w.inspect();
         EXPECT_TRUE(image.cuda_compat_version.empty()) << to_string(type);
         for (const auto& line : w.sys.calls) EXPECT_FALSE(line.starts_with("list_dir")) << line;
     }
@@ -179,9 +179,9 @@ TEST(InspectImage, ASystemFailureIsAnError) {
     try {
         w.inspect();
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EINVAL);
-        EXPECT_EQ(e.kind(), ErrorKind::System);
+        EXPECT_EQ(e.kind(), util::ErrorKind::System);
     }
 }
 
@@ -202,8 +202,8 @@ TEST(InspectImage, AHugeCompatDirectoryIsRefusedAfterReadingNoFurtherThanTheCap)
     try {
         w.inspect();
         FAIL() << "no error";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), ErrorKind::Invalid);
+    } catch (const util::Error& e) {
+        EXPECT_EQ(e.kind(), util::ErrorKind::Invalid);
         EXPECT_STREQ(e.what(),
                      "list directory /usr/local/cuda/compat: has more than 4096 entries; refusing");
     }
@@ -217,19 +217,19 @@ TEST(InspectImage, AHugeCompatDirectoryIsRefusedAfterReadingNoFurtherThanTheCap)
 TEST(LinuxSystemListDir, KeepsWhatTheFilterAcceptsAndStopsReadingAtTheCap) {
     test::TempDir dir;
     for (int i = 0; i < 10; ++i) std::ofstream(dir / ("f" + std::to_string(i)));
-    const Fd fd(::open(dir.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    const util::Fd fd(::open(dir.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     ASSERT_TRUE(fd);
-    LinuxSystem sys;
-    const DirNames all = sys.list_dir(fd.get(), 100, {});
+    os::LinuxSystem sys;
+    const os::DirNames all = sys.list_dir(fd.get(), 100, {});
     EXPECT_EQ(all.names.size(), 10u);
     EXPECT_FALSE(all.more);
-    const DirNames capped = sys.list_dir(fd.get(), 3, {});
+    const os::DirNames capped = sys.list_dir(fd.get(), 3, {});
     EXPECT_EQ(capped.names.size(), 3u);
     EXPECT_TRUE(capped.more);
     EXPECT_TRUE(sys.list_dir(fd.get(), 10, {}).names.size() == 10u);
     EXPECT_FALSE(sys.list_dir(fd.get(), 10, {}).more);
     // The filter keeps what it accepts; the cap counts every entry read.
-    const DirNames kept =
+    const os::DirNames kept =
         sys.list_dir(fd.get(), 100, [](std::string_view n) { return n == "f3" || n == "f7"; });
     EXPECT_EQ(std::set<std::string>(kept.names.begin(), kept.names.end()),
               (std::set<std::string>{"f3", "f7"}));

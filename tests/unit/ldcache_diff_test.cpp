@@ -95,7 +95,7 @@ const std::set<std::string>& searched_hwcaps() {
         const Output out = run(std::string(target::kLoader) + " --help");
         const std::string levels_part = out.text.substr(0, out.text.find("Legacy HWCAP"));
         static const std::regex level(R"(^\s+(\S+) \(supported, searched\))");
-        for (auto line : split(levels_part, '\n')) {
+        for (auto line : util::split(levels_part, '\n')) {
             std::smatch m;
             const std::string text(line);
             if (std::regex_search(text, m, level)) found.insert(m[1]);
@@ -125,11 +125,12 @@ class Image {
         const std::string libc_dir = s.multiarch || !has_cache ? target::kLoaderDir : s.lib_dir;
         copy_in(std::string(target::kLoaderDir) + "/libc.so.6",
                 root / libc_dir.substr(1) / "libc.so.6");
-        put(root / "probe64.so", elf::make_shared_object(target::kMachine, "probe64.so"));
+        put(root / "probe64.so", sim::elf::make_shared_object(target::kMachine, "probe64.so"));
         if (target::kHas32) {
             copy_in("/usr/lib32/ld-linux.so.2", root / "lib/ld-linux.so.2");
             copy_in("/usr/lib32/libc.so.6", root / "usr/lib32/libc.so.6");
-            put(root / "probe32.so", elf::make_shared_object(elf::Machine::I386, "probe32.so"));
+            put(root / "probe32.so",
+                sim::elf::make_shared_object(sim::elf::Machine::I386, "probe32.so"));
         }
         if (s.multiarch) put(root / "etc/debian_version", "12.0\n");
         fs::create_directories(root / s.lib_dir.substr(1));
@@ -197,12 +198,12 @@ class Image {
                 plant(root, s.lib32_dir + "/" + so, true, so, s);
             }
         if (s.compat) {
-            const std::string c = kCudaCompatDir;
+            const std::string c = decide::kCudaCompatDir;
             put(root / c.substr(1) / "libcuda.so.999.1",
-                elf::make_shared_object(target::kMachine, "libcuda.so.1"));
+                sim::elf::make_shared_object(target::kMachine, "libcuda.so.1"));
             fs::create_symlink("libcuda.so.999.1", root / c.substr(1) / "libcuda.so.1");
             put(root / c.substr(1) / "libnvidia-ptxjitcompiler.so.1",
-                elf::make_shared_object(target::kMachine, "libnvidia-ptxjitcompiler.so.1"));
+                sim::elf::make_shared_object(target::kMachine, "libnvidia-ptxjitcompiler.so.1"));
             s.sonames64.insert("libnvidia-ptxjitcompiler.so.1");
         }
 
@@ -222,7 +223,7 @@ class Image {
                Scenario& s) {
         if (fs::exists(root / path.substr(1))) return;
         put(root / path.substr(1),
-            elf::make_shared_object(is32 ? elf::Machine::I386 : target::kMachine, so));
+            sim::elf::make_shared_object(is32 ? sim::elf::Machine::I386 : target::kMachine, so));
         (is32 ? s.sonames32 : s.sonames64).insert(so);
         if (is32) return;
         const auto at = path.find("/glibc-hwcaps/");
@@ -248,7 +249,8 @@ std::vector<Library> inject(const fs::path& root, const Scenario& s) {
                        const char* dev_link) {
         const std::string file = soname.substr(0, soname.rfind(".so.") + 3) + ".550.54.15";
         put(root / dir.substr(1) / file,
-            elf::make_shared_object(is32 ? elf::Machine::I386 : target::kMachine, soname));
+            sim::elf::make_shared_object(is32 ? sim::elf::Machine::I386 : target::kMachine,
+                                         soname));
         fs::create_symlink(file, root / dir.substr(1) / soname);
         const Arch arch = is32 ? Arch::I386 : kArch;
         added.push_back({soname, dir + "/" + soname, arch});
@@ -336,19 +338,20 @@ TEST_P(Differential, LoaderResolvesEverySonameAsAfterLdconfig) {
 
     // The plan's directory order and libraries: CUDA compat first when there.
     std::vector<std::string> dirs;
-    if (s.compat) dirs.push_back(kCudaCompatDir);
+    if (s.compat) dirs.push_back(decide::kCudaCompatDir);
     dirs.push_back(s.lib_dir);
     if (s.lib32) dirs.push_back(s.lib32_dir);
     std::vector<Library> added;
     if (s.compat) {
-        for (const std::string& name : inspect_image(by_gpubind).cuda_compat_sonames)
-            added.push_back({name, std::string(kCudaCompatDir) + "/" + name, kArch});
+        for (const std::string& name : decide::inspect_image(by_gpubind).cuda_compat_sonames)
+            added.push_back({name, std::string(decide::kCudaCompatDir) + "/" + name, kArch});
     }
     for (const fs::path& copy : {by_ldconfig, by_gpubind}) {
         std::vector<Library> injected = inject(copy, s);
         if (copy == by_gpubind) added.insert(added.end(), injected.begin(), injected.end());
         if (s.compat)
-            put(copy / "etc/ld.so.conf.d/000-cuda-compat.conf", std::string(kCudaCompatDir) + "\n");
+            put(copy / "etc/ld.so.conf.d/000-cuda-compat.conf",
+                std::string(decide::kCudaCompatDir) + "\n");
     }
 
     // (a) the target's ldconfig, as the fallback runs it.
@@ -380,10 +383,11 @@ TEST_P(Differential, LoaderResolvesEverySonameAsAfterLdconfig) {
     EXPECT_NE(resolve(by_gpubind, "libnvidia-ml.so.1", false)
                   .find("libnvidia-ml.so.1 => " + s.lib_dir + "/libnvidia-ml.so.1"),
               std::string::npos);
-    EXPECT_NE(resolve(by_gpubind, "libcuda.so.1", false)
-                  .find("libcuda.so.1 => " + (s.compat ? std::string(kCudaCompatDir) : s.lib_dir) +
-                        "/libcuda.so.1"),
-              std::string::npos);
+    EXPECT_NE(
+        resolve(by_gpubind, "libcuda.so.1", false)
+            .find("libcuda.so.1 => " +
+                  (s.compat ? std::string(decide::kCudaCompatDir) : s.lib_dir) + "/libcuda.so.1"),
+        std::string::npos);
 
     // ldconfig -p reading the written cache lists every injected library.
     const Output listing = run(kLdconfig + " -p -C " + quote(cache.string()));

@@ -108,7 +108,7 @@ void expect_invalid(F&& f, const std::string& context) {
     try {
         f();
         ADD_FAILURE() << context << ": accepted";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EINVAL) << context << ": " << e.what();
         EXPECT_EQ(e.op(), "parse ld.so.cache") << context;
     }
@@ -120,7 +120,7 @@ void expect_invalid(F&& f, const std::string& context) {
 struct Planted {
     std::string dir;     // as listed in ld.so.conf, e.g. "/opt/d1"
     std::string soname;  // also its file name
-    elf::Machine machine;
+    sim::elf::Machine machine;
     std::string hwcaps;   // glibc-hwcaps subdirectory, or empty
     bool legacy = false;  // in a legacy hwcap subdirectory (tls, haswell)
     std::string path() const {
@@ -137,7 +137,8 @@ class Root {
     const std::vector<Planted>& planted() const { return planted_; }
 
     void plant(const Planted& p) {
-        write_file(dir_.path() / p.path().substr(1), elf::make_shared_object(p.machine, p.soname));
+        write_file(dir_.path() / p.path().substr(1),
+                   sim::elf::make_shared_object(p.machine, p.soname));
         planted_.push_back(p);
     }
     void list(const std::string& dir) { conf_ += dir + "\n"; }
@@ -191,7 +192,8 @@ void populate_randomly(Root& root, unsigned seed) {
         for (std::size_t i = 0, n = pick(1, 8); i < n; ++i) {
             const std::string& so = pool[pick(0, pool.size() - 1)];
             if (!used.insert(so).second) continue;
-            root.plant({dir, so, pick(0, 3) ? elf::Machine::X86_64 : elf::Machine::I386, {}});
+            root.plant(
+                {dir, so, pick(0, 3) ? sim::elf::Machine::X86_64 : sim::elf::Machine::I386, {}});
         }
         if (pick(0, 2) == 0) {  // glibc-hwcaps subdirectories
             static const char* const kHwcaps[] = {"x86-64-v2", "x86-64-v3", "x86-64-v4"};
@@ -201,21 +203,21 @@ void populate_randomly(Root& root, unsigned seed) {
                 for (std::size_t i = 0, n = pick(1, 3); i < n; ++i) {
                     const std::string& so = pool[pick(0, 5)];
                     if (!used.insert(sub + "/" + so).second) continue;
-                    root.plant({dir, so, elf::Machine::X86_64, sub});
+                    root.plant({dir, so, sim::elf::Machine::X86_64, sub});
                 }
             }
         }
         if (pick(0, 4) == 0)  // a legacy hwcap subdirectory: new layout only
             root.plant({dir + (pick(0, 1) ? "/tls" : "/haswell"),
                         pool[0],
-                        elf::Machine::X86_64,
+                        sim::elf::Machine::X86_64,
                         {},
                         true});
     }
 }
 
-Arch arch_for(elf::Machine m) {
-    return m == elf::Machine::X86_64 ? Arch::X86_64 : Arch::I386;
+Arch arch_for(sim::elf::Machine m) {
+    return m == sim::elf::Machine::X86_64 ? Arch::X86_64 : Arch::I386;
 }
 
 // Each planted library is in the cache once, with its architecture and (where
@@ -618,13 +620,13 @@ class SmallCaches : public ::testing::Test {
         Root root;
         root.list("/opt/a/lib");
         root.list("/usr/lib/b");
-        root.plant({"/opt/a/lib", "libcuda.so.1", elf::Machine::X86_64, {}});
-        root.plant({"/opt/a/lib", "libnvidia-ml.so.1", elf::Machine::X86_64, {}});
-        root.plant({"/opt/a/lib", "libGL.so.1", elf::Machine::I386, {}});
-        root.plant({"/opt/a/lib", "libcuda.so.1", elf::Machine::X86_64, "x86-64-v3"});
-        root.plant({"/opt/a/lib", "libnvidia-ml.so.1", elf::Machine::X86_64, "x86-64-v2"});
-        root.plant({"/usr/lib/b", "libcuda.so.1", elf::Machine::X86_64, {}});
-        root.plant({"/usr/lib/b", "libnvidia-ml.so.1", elf::Machine::I386, {}});
+        root.plant({"/opt/a/lib", "libcuda.so.1", sim::elf::Machine::X86_64, {}});
+        root.plant({"/opt/a/lib", "libnvidia-ml.so.1", sim::elf::Machine::X86_64, {}});
+        root.plant({"/opt/a/lib", "libGL.so.1", sim::elf::Machine::I386, {}});
+        root.plant({"/opt/a/lib", "libcuda.so.1", sim::elf::Machine::X86_64, "x86-64-v3"});
+        root.plant({"/opt/a/lib", "libnvidia-ml.so.1", sim::elf::Machine::X86_64, "x86-64-v2"});
+        root.plant({"/usr/lib/b", "libcuda.so.1", sim::elf::Machine::X86_64, {}});
+        root.plant({"/usr/lib/b", "libnvidia-ml.so.1", sim::elf::Machine::I386, {}});
         for (Layout layout : {Layout::New, Layout::Compat, Layout::Old})
             bytes_[layout] = read_bytes(root.build(layout));
     }
@@ -651,7 +653,7 @@ TEST_F(SmallCaches, ACutHeaderIsRefusedSayingSoExactly) {
     auto reason = [](std::string_view bytes) -> std::string {
         try {
             ldcache::parse(bytes, "t");
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             const std::string what = e.what();
             return what.substr(what.find("t: ") + 3);
         }
@@ -711,7 +713,7 @@ TEST_F(SmallCaches, SeededByteFlipsAreRejectedOrParsedLikeLdconfig) {
             std::optional<Cache> cache;
             try {
                 cache = ldcache::parse(b, what);
-            } catch (const Error& e) {
+            } catch (const util::Error& e) {
                 EXPECT_EQ(e.code().value(), EINVAL) << what << ": " << e.what();
                 ++rejected;
                 continue;
@@ -830,13 +832,13 @@ TEST(Load, ReportsMissingOversizedAndNonRegularFiles) {
     try {
         ldcache::load(dir / "missing");
         ADD_FAILURE();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ENOENT);
     }
     try {
         ldcache::load(dir.path());
         ADD_FAILURE();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EINVAL);
     }
     const fs::path big = dir / "big.cache";
@@ -845,7 +847,7 @@ TEST(Load, ReportsMissingOversizedAndNonRegularFiles) {
     try {
         ldcache::load(big);
         ADD_FAILURE();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EFBIG);
     }
     write_file(big, "");

@@ -38,9 +38,9 @@ struct LdconfigRoot {
     test::TempDir dir{"gpubind-ldwrite"};
     std::string conf;
 
-    void plant(const std::string& path, elf::Machine m, const std::string& soname) {
+    void plant(const std::string& path, sim::elf::Machine m, const std::string& soname) {
         fs::create_directories((dir.path() / path.substr(1)).parent_path());
-        test::write(dir.path() / path.substr(1), elf::make_shared_object(m, soname));
+        test::write(dir.path() / path.substr(1), sim::elf::make_shared_object(m, soname));
     }
     Cache build(const char* layout = "new") {
         fs::create_directories(dir.path() / "etc");
@@ -83,14 +83,15 @@ void populate(LdconfigRoot& root, unsigned seed) {
         root.conf += dir + "\n";
         for (std::size_t i = 0, n = pick(1, 10); i < n; ++i) {
             const std::string& so = pool[pick(0, pool.size() - 1)];
-            root.plant(dir + "/" + so, pick(0, 3) ? elf::Machine::X86_64 : elf::Machine::I386, so);
+            root.plant(dir + "/" + so,
+                       pick(0, 3) ? sim::elf::Machine::X86_64 : sim::elf::Machine::I386, so);
         }
         if (pick(0, 1)) {
             static const char* const kSub[] = {"x86-64-v2", "x86-64-v3", "x86-64-v4"};
             for (std::size_t i = 0, n = pick(1, 4); i < n; ++i) {
                 const std::string& so = pool[pick(0, 5)];
                 root.plant(dir + "/glibc-hwcaps/" + kSub[pick(0, 2)] + "/" + so,
-                           elf::Machine::X86_64, so);
+                           sim::elf::Machine::X86_64, so);
             }
         }
     }
@@ -171,10 +172,11 @@ TEST(Write, RoundTripsAndLdconfigReadsIt) {
 TEST(Write, ReplacesTheImagesEntriesOfAnInjectedSoname) {
     LdconfigRoot root;
     root.conf = "/opt/a\n/opt/b\n";
-    root.plant("/opt/a/libcuda.so.1", elf::Machine::X86_64, "libcuda.so.1");
-    root.plant("/opt/b/libcuda.so.1", elf::Machine::I386, "libcuda.so.1");
-    root.plant("/opt/b/glibc-hwcaps/x86-64-v3/libcuda.so.1", elf::Machine::X86_64, "libcuda.so.1");
-    root.plant("/opt/b/libkeep.so.2", elf::Machine::X86_64, "libkeep.so.2");
+    root.plant("/opt/a/libcuda.so.1", sim::elf::Machine::X86_64, "libcuda.so.1");
+    root.plant("/opt/b/libcuda.so.1", sim::elf::Machine::I386, "libcuda.so.1");
+    root.plant("/opt/b/glibc-hwcaps/x86-64-v3/libcuda.so.1", sim::elf::Machine::X86_64,
+               "libcuda.so.1");
+    root.plant("/opt/b/libkeep.so.2", sim::elf::Machine::X86_64, "libkeep.so.2");
     const Cache image = root.build();
     const Cache merged = ldcache::merge(
         image, {{"libcuda.so.1", "/usr/lib64/libcuda.so.1", Arch::X86_64}}, {"/usr/lib64"});
@@ -194,9 +196,9 @@ TEST(Write, ReplacesTheImagesEntriesOfAnInjectedSoname) {
 TEST(Write, KeepsGlibcHwcapsEntriesOfEveryLayout) {
     LdconfigRoot root;
     root.conf = "/opt/a\n";
-    root.plant("/opt/a/libv.so.1", elf::Machine::X86_64, "libv.so.1");
-    root.plant("/opt/a/glibc-hwcaps/x86-64-v3/libv.so.1", elf::Machine::X86_64, "libv.so.1");
-    root.plant("/opt/a/glibc-hwcaps/x86-64-v2/libv.so.1", elf::Machine::X86_64, "libv.so.1");
+    root.plant("/opt/a/libv.so.1", sim::elf::Machine::X86_64, "libv.so.1");
+    root.plant("/opt/a/glibc-hwcaps/x86-64-v3/libv.so.1", sim::elf::Machine::X86_64, "libv.so.1");
+    root.plant("/opt/a/glibc-hwcaps/x86-64-v2/libv.so.1", sim::elf::Machine::X86_64, "libv.so.1");
     const Cache truth = root.build("new");
     for (const char* layout : {"new", "compat", "old"}) {
         SCOPED_TRACE(layout);
@@ -217,7 +219,7 @@ TEST(Write, AddedLibrariesKeepTheirOrderAmongEqualKeys) {
     ASSERT_EQ(merged.entries.size(), 2u);
     EXPECT_EQ(merged.entries[0].path, "/usr/local/cuda/compat/libcuda.so.1");
     EXPECT_EQ(merged.entries[1].path, "/usr/lib64/libcuda.so.1");
-    EXPECT_THROW(ldcache::merge(std::nullopt, {{"x.so", "/x.so", Arch::Ppc64le}}, {}), Error);
+    EXPECT_THROW(ldcache::merge(std::nullopt, {{"x.so", "/x.so", Arch::Ppc64le}}, {}), util::Error);
 }
 
 // An arm64 image's libraries are filed as arm64's ldconfig files them:

@@ -55,13 +55,13 @@ std::vector<json> documents(const fs::path& file) {
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);) {
         if (line == "---") {
-            out.push_back(gpubind::yaml::parse(doc, file.string()));
+            out.push_back(gpubind::cdi::yaml::parse(doc, file.string()));
             doc.clear();
         } else {
             doc += line + "\n";
         }
     }
-    out.push_back(gpubind::yaml::parse(doc, file.string()));
+    out.push_back(gpubind::cdi::yaml::parse(doc, file.string()));
     return out;
 }
 
@@ -398,7 +398,7 @@ TEST(Manifests, TheReleasesManifestsNameTheImageByDigest) {
 // The config the image installs on the host (Containerfile: its
 // /etc/gpubind/config.toml, the package's own unless the image puts another
 // there), as `gpubind setup --host-root` writes it beside gpubind-runtime.
-gpubind::Config installed_config() {
+gpubind::config::Config installed_config() {
     const std::string containerfile = slurp(source("deploy/kubernetes/Containerfile"));
     std::smatch m;
     fs::path file = source("config/config.toml");  // what the .deb installs there
@@ -407,7 +407,7 @@ gpubind::Config installed_config() {
         file = source("deploy/kubernetes/" + m[1].str());
     const std::string text = gpubind::setup::config_with_hook(
         slurp(file), "/usr/local/gpubind/gpubind-hook", file.string());
-    return gpubind::parse_config(text, file.string());
+    return gpubind::config::parse_config(text, file.string());
 }
 
 // Most CUDA images set NVIDIA_VISIBLE_DEVICES=all in their own environment: a
@@ -417,7 +417,7 @@ gpubind::Config installed_config() {
 // the variable from a container without CAP_SYS_ADMIN is refused.
 TEST(Manifests, TheInstallersConfigTakesGpusOnlyFromTheDevicePlugin) {
     using gpubind::test::make_spec;
-    const gpubind::Config config = installed_config();
+    const gpubind::config::Config config = installed_config();
     EXPECT_FALSE(config.policy.accept_envvar_unprivileged);
     EXPECT_TRUE(config.policy.accept_volume_mounts);
     // An image's variable, or a legacy CUDA image, in a pod without GPUs: no GPU.
@@ -425,28 +425,29 @@ TEST(Manifests, TheInstallersConfigTakesGpusOnlyFromTheDevicePlugin) {
          {"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=0", "CUDA_VERSION=12.2.0"}) {
         SCOPED_TRACE(env);
         const auto e = gpubind::test::error_of(
-            [&] { gpubind::read_request(make_spec({env}, false), config.policy); });
+            [&] { gpubind::decide::read_request(make_spec({env}, false), config.policy); });
         EXPECT_EQ(e.code().value(), ECANCELED);
         EXPECT_THAT(e.what(), HasSubstr("not privileged"));
     }
     // The plugin's volume-mounts strategy: the mounts it made, whatever the image says.
     const std::string dir = "/var/run/nvidia-container-devices";
-    const auto by_mounts = gpubind::read_request(
+    const auto by_mounts = gpubind::decide::read_request(
         make_spec({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=" + dir}, false,
                   {dir + "/GPU-6e3a5d1c"}),
         config.policy);
-    EXPECT_EQ(by_mounts.source, gpubind::RequestSource::VolumeMounts);
+    EXPECT_EQ(by_mounts.source, gpubind::decide::RequestSource::VolumeMounts);
     EXPECT_THAT(by_mounts.devices.ids, ElementsAre("GPU-6e3a5d1c"));
     // A CDI device's edits set the variable to void over the image's: no refusal.
     EXPECT_FALSE(
-        gpubind::read_request(
+        gpubind::decide::read_request(
             make_spec({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"}, false),
             config.policy)
             .gpu_container());
     // A privileged pod may still ask by variable.
-    EXPECT_EQ(gpubind::read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=all"}, true), config.policy)
+    EXPECT_EQ(gpubind::decide::read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=all"}, true),
+                                            config.policy)
                   .devices.kind,
-              gpubind::DeviceIdsKind::All);
+              gpubind::node::DeviceIdsKind::All);
 }
 
 // gpubind-device-plugin's DaemonSet (issue 47) holds the least that works:
@@ -486,7 +487,7 @@ TEST(Manifests, TheDevicePluginRunsThroughGpubindWithoutPrivilege) {
             host[m["mountPath"]] = v["hostPath"]["path"].get<std::string>() +
                                    (m.value("readOnly", false) ? ":ro" : "");
     }
-    const auto plugin = gpubind::parse_config_with_plugin(
+    const auto plugin = gpubind::config::parse_config_with_plugin(
         slurp(source("deploy/kubernetes/config.toml")), "config.toml");
     const std::string dir = "/var/run/nvidia-container-devices";
     EXPECT_EQ(host, (std::map<std::string, std::string>{
@@ -497,10 +498,10 @@ TEST(Manifests, TheDevicePluginRunsThroughGpubindWithoutPrivilege) {
     for (const auto& e : c["env"])
         env.push_back(e["name"].get<std::string>() + "=" + e["value"].get<std::string>());
     EXPECT_THAT(env, ElementsAre("NVIDIA_VISIBLE_DEVICES=" + dir));
-    const auto request =
-        gpubind::read_request(make_spec(env, false, {dir + "/all"}), installed_config().policy);
-    EXPECT_EQ(request.source, gpubind::RequestSource::VolumeMounts);
-    EXPECT_EQ(request.devices.kind, gpubind::DeviceIdsKind::All);
+    const auto request = gpubind::decide::read_request(make_spec(env, false, {dir + "/all"}),
+                                                       installed_config().policy);
+    EXPECT_EQ(request.source, gpubind::decide::RequestSource::VolumeMounts);
+    EXPECT_EQ(request.devices.kind, gpubind::node::DeviceIdsKind::All);
     // The guide's pod (two-gpus.yaml) asks for 2 of the plugin's resource; its
     // spec is a valid pod spec (checked in this DaemonSet's template).
     const json pod_doc = documents(source("deploy/kubernetes/two-gpus.yaml")).at(0);

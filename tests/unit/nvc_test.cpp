@@ -165,12 +165,12 @@ TEST(NvcArgs, MistakesAreOneLineNamingTheWord) {
 }
 
 TEST(NvcArgs, GlobalRootAndLdcacheOverTheConfig) {
-    Config config;
+    config::Config config;
     config.roots.dev = "/devroot";
     Global g;
     g.root = "/run/nvidia/driver";
     g.ldcache = "/etc/ld.so.cache.d/driver";
-    const Config out = with_global(config, g);
+    const config::Config out = with_global(config, g);
     EXPECT_EQ(out.roots.driver, "/run/nvidia/driver");
     EXPECT_EQ(out.roots.dev, "/devroot");
     EXPECT_EQ(out.ldcache, "/run/nvidia/driver/etc/ld.so.cache.d/driver");
@@ -206,7 +206,7 @@ struct Outcome {
     std::string error;  // the one line
 };
 std::optional<Outcome> configure_unprivileged(const std::vector<std::string>& words,
-                                              const Config& config) {
+                                              const config::Config& config) {
     int out[2];
     if (::pipe(out) != 0) return std::nullopt;
     const pid_t child = ::fork();
@@ -220,7 +220,7 @@ std::optional<Outcome> configure_unprivileged(const std::vector<std::string>& wo
         try {
             o.code = run(parse_words(words), config);
         } catch (const std::exception& e) {
-            o.code = exit_code_for(e);
+            o.code = util::exit_code_for(e);
             o.error = e.what();
         }
         const std::string text = std::to_string(o.code) + " " + o.error;
@@ -246,23 +246,23 @@ std::optional<Outcome> configure_unprivileged(const std::vector<std::string>& wo
 TEST(NvcConfigure, WithoutPrivilegesDeviceCgroupsAreRefusedUnlessNoCgroups) {
     const std::string rootfs = "/nonexistent-gpubind-rootfs";
     const std::string pid = "--pid=4194304";  // PID_MAX_LIMIT: no process has it
-    const auto refused = configure_unprivileged({"x", "configure", pid, rootfs}, Config{});
+    const auto refused = configure_unprivileged({"x", "configure", pid, rootfs}, config::Config{});
     if (!refused) GTEST_SKIP() << "neither a user namespace nor another user to run as";
-    EXPECT_EQ(refused->code, kExitRefused) << refused->error;
+    EXPECT_EQ(refused->code, util::kExitRefused) << refused->error;
     EXPECT_THAT(refused->error, HasSubstr(rootfs));
     EXPECT_THAT(refused->error, HasSubstr("device cgroups cannot be changed without privileges"));
     EXPECT_THAT(refused->error, HasSubstr("give --no-cgroups"));
     EXPECT_THAT(refused->error, Not(HasSubstr("\n")));
 
-    Config without;
+    config::Config without;
     without.policy.cgroups = false;
     for (const auto& [words, config] :
          {std::pair{std::vector<std::string>{"x", "configure", "--no-cgroups", pid, rootfs},
-                    Config{}},
+                    config::Config{}},
           std::pair{std::vector<std::string>{"x", "configure", pid, rootfs}, without}}) {
         const auto passed = configure_unprivileged(words, config);
         ASSERT_TRUE(passed);
-        EXPECT_NE(passed->code, kExitOk);
+        EXPECT_NE(passed->code, util::kExitOk);
         EXPECT_THAT(passed->error, Not(HasSubstr("cgroups"))) << passed->error;
         EXPECT_THAT(passed->error, HasSubstr("4194304")) << passed->error;
     }

@@ -23,8 +23,8 @@ class NvmlOnASimulatedNode : public test::SimNodeTest {
 
 TEST_F(NvmlOnASimulatedNode, ReadsTheSimulatedNodesFacts) {
     const sim::Manifest& manifest = this->manifest();
-    auto facts =
-        query_nvml(root() / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", std::chrono::seconds(10));
+    auto facts = node::query_nvml(root() / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+                                  std::chrono::seconds(10));
     EXPECT_EQ(facts.cuda_version, manifest.cuda_version);
     ASSERT_EQ(facts.gpus.size(), manifest.gpus.size());
     for (const auto& g : manifest.gpus) {
@@ -40,9 +40,9 @@ TEST_F(NvmlOnASimulatedNode, ReadsTheSimulatedNodesFacts) {
 TEST(Nvml, AHungDriverHitsTheDeadline) {
     const auto start = std::chrono::steady_clock::now();
     try {
-        query_nvml(GPUBIND_HUNG_NVML, std::chrono::milliseconds(300));
+        node::query_nvml(GPUBIND_HUNG_NVML, std::chrono::milliseconds(300));
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ETIMEDOUT);
         EXPECT_THAT(e.what(), ::testing::HasSubstr("no answer within 300 ms"));
     }
@@ -52,21 +52,22 @@ TEST(Nvml, AHungDriverHitsTheDeadline) {
 
 TEST(Nvml, MissingOrBrokenLibraryIsAnError) {
     try {
-        query_nvml("/nonexistent/libnvidia-ml.so.1", std::chrono::seconds(5));
+        node::query_nvml("/nonexistent/libnvidia-ml.so.1", std::chrono::seconds(5));
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(),
                     ::testing::StartsWith("query NVML /nonexistent/libnvidia-ml.so.1: dlopen"));
     }
 }
 
 TEST(Nvml, ReportParsing) {
-    auto facts = parse_nvml_report("cuda 12.4\ngpu 3 tesla 7.5\nmig 3 1 0 MIG-abc\nnoise\n", "t");
+    auto facts =
+        node::parse_nvml_report("cuda 12.4\ngpu 3 tesla 7.5\nmig 3 1 0 MIG-abc\nnoise\n", "t");
     EXPECT_EQ(facts.cuda_version, "12.4");
     EXPECT_EQ(facts.gpus[3].brand, "tesla");
     EXPECT_EQ(facts.gpus[3].compute_capability, "7.5");
     EXPECT_EQ((facts.gpus[3].mig_uuids[{1, 0}]), "MIG-abc");
-    EXPECT_THROW(parse_nvml_report("error nvmlInit_v2 returned 9\n", "t"), Error);
+    EXPECT_THROW(node::parse_nvml_report("error nvmlInit_v2 returned 9\n", "t"), util::Error);
 }
 
 }  // namespace

@@ -30,12 +30,12 @@ json minimal_spec() {
 
 using test::error_of;
 
-oci::Spec spec_of(const json& doc) {
-    return oci::parse_spec(doc.dump(), "/bundles/c1");
+decide::oci::Spec spec_of(const json& doc) {
+    return decide::oci::parse_spec(doc.dump(), "/bundles/c1");
 }
 
 TEST(OciState, ParsesTheHookInput) {
-    auto st = oci::parse_state(
+    auto st = decide::oci::parse_state(
         R"({"ociVersion":"1.0.2","id":"c1","status":"created","pid":4242,"bundle":"/b/c1",
             "annotations":{"x":"y"}})",
         "stdin");
@@ -49,7 +49,7 @@ TEST(OciState, ParsesTheHookInput) {
 // What crun 1.8.1 writes on a prestart hook's stdin (captured from a run):
 // "1.0" as its version, status "created", and "root", which runc leaves out.
 TEST(OciState, ParsesCrunsState) {
-    auto st = oci::parse_state(
+    auto st = decide::oci::parse_state(
         R"({"ociVersion":"1.0","id":"t3","pid":27610,"root":"rootfs","bundle":"/tmp/crun-try",)"
         R"("status":"created","annotations":{"foo":"bar"}})",
         "stdin");
@@ -60,10 +60,10 @@ TEST(OciState, ParsesCrunsState) {
     EXPECT_EQ(st.root, "rootfs");
     EXPECT_EQ(st.annotations, (std::map<std::string, std::string>{{"foo", "bar"}}));
     // runc 1.1.5's, for comparison: "creating" in prestart, no root.
-    auto runc =
-        oci::parse_state(R"({"ociVersion":"1.0.2-dev","id":"t4","status":"creating","pid":27448,)"
-                         R"("bundle":"/tmp/crun-try","annotations":{"foo":"bar"}})",
-                         "stdin");
+    auto runc = decide::oci::parse_state(
+        R"({"ociVersion":"1.0.2-dev","id":"t4","status":"creating","pid":27448,)"
+        R"("bundle":"/tmp/crun-try","annotations":{"foo":"bar"}})",
+        "stdin");
     EXPECT_EQ(runc.status, "creating");
     EXPECT_EQ(runc.root, "");
     EXPECT_EQ(runc.annotations.at("foo"), "bar");
@@ -91,37 +91,37 @@ TEST(OciState, RejectsBadFieldsNamingThem) {
                                            {"annotations", {{"a", 1}}}}) {
         json doc = good;
         doc[c.field] = c.value;
-        auto e = error_of([&] { oci::parse_state(doc.dump(), "stdin"); });
+        auto e = error_of([&] { decide::oci::parse_state(doc.dump(), "stdin"); });
         EXPECT_EQ(e.code().value(), EINVAL) << doc.dump();
         EXPECT_THAT(e.what(), HasSubstr(std::string("parse state stdin: ") + c.field))
             << doc.dump();
     }
     json missing = good;
     missing.erase("pid");
-    EXPECT_THAT(error_of([&] { oci::parse_state(missing.dump(), "stdin"); }).what(),
+    EXPECT_THAT(error_of([&] { decide::oci::parse_state(missing.dump(), "stdin"); }).what(),
                 HasSubstr("pid: missing"));
 }
 
 TEST(OciState, RejectsGarbageAndOversizedInput) {
     for (const char* text : {"", "garbage", "{", "[1,2]", "\"str\"", "{\"id\": }"}) {
-        auto e = error_of([&] { oci::parse_state(text, "stdin"); });
+        auto e = error_of([&] { decide::oci::parse_state(text, "stdin"); });
         EXPECT_EQ(e.code().value(), EINVAL) << text;
         EXPECT_THAT(e.what(), HasSubstr("parse state stdin")) << text;
     }
-    std::string big(oci::kMaxStateSize + 1, ' ');
-    auto e = error_of([&] { oci::parse_state(big, "stdin"); });
+    std::string big(decide::oci::kMaxStateSize + 1, ' ');
+    auto e = error_of([&] { decide::oci::parse_state(big, "stdin"); });
     EXPECT_EQ(e.code().value(), EFBIG);
     EXPECT_THAT(e.what(), HasSubstr("limit"));
 }
 
 TEST(OciSpec, FreshTmpfsIsATmpfsMountNoLaterMountCovers) {
-    auto spec = [](std::vector<oci::Mount> mounts) {
-        oci::Spec s;
+    auto spec = [](std::vector<decide::oci::Mount> mounts) {
+        decide::oci::Spec s;
         s.mounts = std::move(mounts);
         return s.fresh_tmpfs();
     };
     using V = std::vector<std::string>;
-    const oci::Mount run{"/run", "tmpfs", "tmpfs", {"nosuid", "mode=755"}};
+    const decide::oci::Mount run{"/run", "tmpfs", "tmpfs", {"nosuid", "mode=755"}};
     EXPECT_EQ(spec({run}), V{"/run"});
     EXPECT_EQ(spec({{"/run//x/", "tmpfs", "tmpfs", {}}, {"run2", "tmpfs", "tmpfs", {}}}),
               (V{"/run2", "/run/x"}));
@@ -271,11 +271,12 @@ TEST(OciSpec, RejectsNulBytesNamingTheVariableAndReadsOversizedEntries) {
     EXPECT_THAT(e.what(),
                 HasSubstr("process.env[1] (NVIDIA_VISIBLE_DEVICES): contains a NUL byte"));
 
-    const std::string big = "NVIDIA_VISIBLE_DEVICES=" + std::string(oci::kMaxEnvEntrySize, '0');
+    const std::string big =
+        "NVIDIA_VISIBLE_DEVICES=" + std::string(decide::oci::kMaxEnvEntrySize, '0');
     doc["process"]["env"][1] = big;
     EXPECT_EQ(spec_of(doc).env.at(1), big);
-    doc["process"]["env"] = std::vector<std::string>(oci::kMaxEnvEntries + 1, "A=1");
-    EXPECT_EQ(spec_of(doc).env.size(), oci::kMaxEnvEntries + 1);
+    doc["process"]["env"] = std::vector<std::string>(decide::oci::kMaxEnvEntries + 1, "A=1");
+    EXPECT_EQ(spec_of(doc).env.size(), decide::oci::kMaxEnvEntries + 1);
     doc["process"]["env"] = {"PATH=/bin", ""};
     // A name that is itself odd is not repeated.
     doc["process"]["env"][1] = std::string("BAD\nNAME=1\0", 11);
@@ -289,7 +290,7 @@ TEST(OciSpec, RejectsNulBytesNamingTheVariableAndReadsOversizedEntries) {
 // one. The bound only catches the quadratic scan coming back.
 TEST(OciSpec, FreshTmpfsOfManyMountsIsLinear) {
     constexpr std::size_t kMounts = 40'000;
-    oci::Spec s;
+    decide::oci::Spec s;
     for (std::size_t i = 0; i < kMounts; ++i)
         s.mounts.push_back({"/t/" + std::to_string(i), "tmpfs", "tmpfs", {"nosuid"}});
     s.mounts.push_back({"/t/7/", "/host", "bind", {"rbind"}});  // covers /t/7
@@ -306,21 +307,21 @@ TEST(OciSpec, FreshTmpfsOfManyMountsIsLinear) {
 
 TEST(OciSpec, RejectsGarbageAndOversizedInput) {
     for (const char* text : {"", "garbage", "[]", "{\"root\":{\"path\":\"r\"}", "null"}) {
-        auto e = error_of([&] { oci::parse_spec(text, "/b"); });
+        auto e = error_of([&] { decide::oci::parse_spec(text, "/b"); });
         EXPECT_EQ(e.code().value(), EINVAL) << text;
         EXPECT_THAT(e.what(), HasSubstr("parse spec /b/config.json")) << text;
     }
     std::string big = minimal_spec().dump();
-    big.append(oci::kMaxSpecSize + 1 - big.size(), ' ');  // valid JSON, one byte too large
-    auto e = error_of([&] { oci::parse_spec(big, "/b"); });
+    big.append(decide::oci::kMaxSpecSize + 1 - big.size(), ' ');  // valid JSON, one byte too large
+    auto e = error_of([&] { decide::oci::parse_spec(big, "/b"); });
     EXPECT_EQ(e.code().value(), EFBIG);
 }
 
 TEST(OciSpec, DeepNestingIsAnErrorNotACrash) {
     std::string deep(1'000'000, '[');
-    EXPECT_THROW(oci::parse_spec(deep, "/b"), Error);
+    EXPECT_THROW(decide::oci::parse_spec(deep, "/b"), util::Error);
     std::string nested = std::string(100'000, '[') + std::string(100'000, ']');
-    EXPECT_THROW(oci::parse_spec(nested, "/b"), Error);  // valid JSON, not an object
+    EXPECT_THROW(decide::oci::parse_spec(nested, "/b"), util::Error);  // valid JSON, not an object
 }
 
 // Issue 21 (5): a valid spec with a member nested 200,000 deep parsed, and
@@ -333,20 +334,22 @@ TEST(OciSpec, NestingPastTheLimitIsRefusedWhenParsed) {
         text.pop_back();  // the closing brace
         return text + ",\"x-deep\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
     };
-    for (const std::size_t depth : {std::size_t{200'000}, oci::kMaxJsonDepth}) {
-        auto e = error_of([&] { oci::parse_spec(with_member(depth), "/b"); });
+    for (const std::size_t depth : {std::size_t{200'000}, decide::oci::kMaxJsonDepth}) {
+        auto e = error_of([&] { decide::oci::parse_spec(with_member(depth), "/b"); });
         EXPECT_EQ(e.code().value(), EINVAL);
         EXPECT_THAT(e.what(),
-                    HasSubstr("nested deeper than " + std::to_string(oci::kMaxJsonDepth)));
+                    HasSubstr("nested deeper than " + std::to_string(decide::oci::kMaxJsonDepth)));
     }
-    const oci::Spec ok = oci::parse_spec(with_member(oci::kMaxJsonDepth - 1), "/b");
+    const decide::oci::Spec ok =
+        decide::oci::parse_spec(with_member(decide::oci::kMaxJsonDepth - 1), "/b");
     const json copy = *ok.doc;
     EXPECT_EQ(copy, *ok.doc);
     const std::string brackets = "\"" + std::string(5000, '[') + "\\\"{\"";
-    EXPECT_NO_THROW(oci::parse_spec(
+    EXPECT_NO_THROW(decide::oci::parse_spec(
         R"({"root": {"path": "r"}, "annotations": {"a": )" + brackets + "}}", "/b"));
-    auto e = error_of(
-        [&] { oci::parse_state(std::string(2000, '[') + std::string(2000, ']'), "stdin"); });
+    auto e = error_of([&] {
+        decide::oci::parse_state(std::string(2000, '[') + std::string(2000, ']'), "stdin");
+    });
     EXPECT_THAT(e.what(), HasSubstr("nested deeper"));
 }
 
@@ -356,12 +359,12 @@ TEST(OciSpec, LoadSpecReadsConfigJsonInTheBundle) {
         std::ofstream out(dir / "config.json");
         out << minimal_spec().dump();
     }
-    auto spec = oci::load_spec(dir.path());
+    auto spec = decide::oci::load_spec(dir.path());
     EXPECT_EQ(spec.rootfs, dir / "rootfs");
     EXPECT_EQ(spec.getenv("A"), "1");
 
     test::TempDir empty;
-    auto e = error_of([&] { oci::load_spec(empty.path()); });
+    auto e = error_of([&] { decide::oci::load_spec(empty.path()); });
     EXPECT_EQ(e.code().value(), ENOENT);
     EXPECT_THAT(e.what(), HasSubstr((empty / "config.json").string()));
 }

@@ -22,13 +22,13 @@ using test::RecordingSystem;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
-using Type = FileInfo::Type;
-using Action = StaleEntry::Action;
+using Type = os::FileInfo::Type;
+using Action = exec::StaleEntry::Action;
 
 constexpr const char* kLib = "/usr/lib/x86_64-linux-gnu";
-constexpr unsigned kLibFlags = kMountReadOnly | kMountNoSuid | kMountNoDev;
+constexpr unsigned kLibFlags = util::kMountReadOnly | util::kMountNoSuid | util::kMountNoDev;
 
-OwnedDir owned_lib() {
+decide::OwnedDir owned_lib() {
     return {kLib,
             {"libcuda.so.", "libnvidia-ml.so.", "libnvidia-encode.so."},
             {"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so",
@@ -36,14 +36,14 @@ OwnedDir owned_lib() {
             {}};
 }
 
-DirEntry file(const std::string& name, std::uint64_t size) {
+exec::DirEntry file(const std::string& name, std::uint64_t size) {
     return {name, {Type::Regular, 0, 0, size}, {}};
 }
-DirEntry link(const std::string& name, const std::string& target) {
+exec::DirEntry link(const std::string& name, const std::string& target) {
     return {name, {Type::Symlink, 0, 0, target.size()}, target};
 }
 
-std::vector<std::string> names(const std::vector<StaleEntry>& v, Action a) {
+std::vector<std::string> names(const std::vector<exec::StaleEntry>& v, Action a) {
     std::vector<std::string> out;
     for (const auto& e : v)
         if (e.action == a) out.push_back(e.name);
@@ -52,16 +52,16 @@ std::vector<std::string> names(const std::vector<StaleEntry>& v, Action a) {
 
 TEST(DriverVersion, DigitsAndSingleDots) {
     for (const char* ok : {"550.54.15", "560.35", "1.2.3.4"})
-        EXPECT_TRUE(is_driver_version(ok)) << ok;
+        EXPECT_TRUE(exec::is_driver_version(ok)) << ok;
     for (const char* bad : {"", "1", "560", "1.", ".1", "1..2", "1a", "stub", "1.2/3"})
-        EXPECT_FALSE(is_driver_version(bad)) << bad;
+        EXPECT_FALSE(exec::is_driver_version(bad)) << bad;
 }
 
 TEST(StaleEntries, EarlierStartsLeftoversGoImageFilesAreCoveredTheRestStays) {
     const std::set<std::string> planned = {"libcuda.so.560.35.03", "libcuda.so.1",
                                            "libcuda.so",           "libnvidia-ml.so.560.35.03",
                                            "libnvidia-ml.so.1",    "libnvidia-ml.so"};
-    const std::vector<DirEntry> entries = {
+    const std::vector<exec::DirEntry> entries = {
         file("libcuda.so.550.54.15", 0),           // an earlier start's mount point
         file("libnvidia-ml.so.550.54.15", 0),      // likewise
         file("libnvidia-encode.so.550.54.15", 0),  // of a capability no longer asked for
@@ -74,7 +74,7 @@ TEST(StaleEntries, EarlierStartsLeftoversGoImageFilesAreCoveredTheRestStays) {
         {"libcuda.so.999", {Type::Directory, 0, 0, 0}, {}},  // a directory: never touched
         file("libcuda.so.560.35.03", 0),                     // planned: the executor's
     };
-    auto out = stale_entries(owned_lib(), entries, planned);
+    auto out = exec::stale_entries(owned_lib(), entries, planned);
     EXPECT_THAT(names(out, Action::Remove),
                 UnorderedElementsAre("libcuda.so.550.54.15", "libnvidia-ml.so.550.54.15",
                                      "libnvidia-encode.so.550.54.15", "libnvidia-encode.so.1",
@@ -89,39 +89,40 @@ TEST(StaleEntries, EarlierStartsLeftoversGoImageFilesAreCoveredTheRestStays) {
 }
 
 TEST(StaleEntries, LinksGoOnlyWhenWhatTheyLeadToIsGone) {
-    OwnedDir owned = owned_lib();
+    decide::OwnedDir owned = owned_lib();
     // Not planned now (compute no longer asked): the soname link and the
     // development link of an earlier start, dangling once the file goes.
-    const std::vector<DirEntry> entries = {file("libcuda.so.550.54.15", 0),
-                                           link("libcuda.so.1", "libcuda.so.550.54.15"),
-                                           link("libcuda.so", "libcuda.so.1")};
-    EXPECT_THAT(names(stale_entries(owned, entries, {}), Action::Remove),
+    const std::vector<exec::DirEntry> entries = {file("libcuda.so.550.54.15", 0),
+                                                 link("libcuda.so.1", "libcuda.so.550.54.15"),
+                                                 link("libcuda.so", "libcuda.so.1")};
+    EXPECT_THAT(names(exec::stale_entries(owned, entries, {}), Action::Remove),
                 UnorderedElementsAre("libcuda.so.550.54.15", "libcuda.so.1", "libcuda.so"));
     // The image's own libcuda (not empty) keeps its link and development link.
-    const std::vector<DirEntry> image = {file("libcuda.so.470.82.01", 4096),
-                                         link("libcuda.so.1", "libcuda.so.470.82.01"),
-                                         link("libcuda.so", "libcuda.so.1")};
-    EXPECT_THAT(stale_entries(owned, image, {}), IsEmpty());
+    const std::vector<exec::DirEntry> image = {file("libcuda.so.470.82.01", 4096),
+                                               link("libcuda.so.1", "libcuda.so.470.82.01"),
+                                               link("libcuda.so", "libcuda.so.1")};
+    EXPECT_THAT(exec::stale_entries(owned, image, {}), IsEmpty());
     // A link to somewhere else (a path, another name) is not the shape gpubind makes.
-    const std::vector<DirEntry> other = {link("libcuda.so.1", "/opt/cuda/libcuda.so.1"),
-                                         link("libnvidia-ml.so.1", "../libnvidia-ml.so.9")};
-    EXPECT_THAT(stale_entries(owned, other, {}), IsEmpty());
+    const std::vector<exec::DirEntry> other = {link("libcuda.so.1", "/opt/cuda/libcuda.so.1"),
+                                               link("libnvidia-ml.so.1", "../libnvidia-ml.so.9")};
+    EXPECT_THAT(exec::stale_entries(owned, other, {}), IsEmpty());
 }
 
 TEST(StaleEntries, EmptyBinaryMountPointsGoOtherBinariesStay) {
-    OwnedDir bin{"/usr/bin", {}, {}, {"nvidia-smi", "nvidia-debugdump"}};
-    const std::vector<DirEntry> entries = {file("nvidia-smi", 0), file("nvidia-debugdump", 9),
-                                           file("sh", 0), link("nvidia-cuda-mps-control", "x")};
-    EXPECT_THAT(names(stale_entries(bin, entries, {}), Action::Remove),
+    decide::OwnedDir bin{"/usr/bin", {}, {}, {"nvidia-smi", "nvidia-debugdump"}};
+    const std::vector<exec::DirEntry> entries = {file("nvidia-smi", 0), file("nvidia-debugdump", 9),
+                                                 file("sh", 0),
+                                                 link("nvidia-cuda-mps-control", "x")};
+    EXPECT_THAT(names(exec::stale_entries(bin, entries, {}), Action::Remove),
                 UnorderedElementsAre("nvidia-smi"));
-    EXPECT_THAT(stale_entries(bin, entries, {"nvidia-smi"}), IsEmpty());
+    EXPECT_THAT(exec::stale_entries(bin, entries, {"nvidia-smi"}), IsEmpty());
 }
 
 // --- the executor ---
 
 // The node's driver 560.35.03: libcuda mounted with its links, nvidia-smi.
-Plan restart_plan() {
-    Plan plan;
+decide::Plan restart_plan() {
+    decide::Plan plan;
     const std::string lib = kLib;
     plan.mounts.push_back({"/host/libcuda.so.560.35.03", lib + "/libcuda.so.560.35.03", false,
                            kLibFlags, "compute library"});
@@ -142,7 +143,7 @@ Plan restart_plan() {
 
 // A rootfs an earlier start for 550.54.15 (with video) left, and the
 // compat entry it wrote.
-void earlier_start(RecordingSystem& sys, const Plan& plan) {
+void earlier_start(RecordingSystem& sys, const decide::Plan& plan) {
     for (const auto& m : plan.mounts) sys.host[m.source] = {Type::Regular};
     for (const char* d : {"/usr", "/usr/lib", kLib, "/usr/bin", "/etc", "/etc/ld.so.conf.d"})
         sys.root[d] = {Type::Directory};
@@ -170,15 +171,16 @@ void earlier_start(RecordingSystem& sys, const Plan& plan) {
 class ExecuteRestart : public ::testing::Test {
   protected:
     ExecuteRestart() { earlier_start(sys, plan); }
-    const Plan plan = restart_plan();
+    const decide::Plan plan = restart_plan();
     RecordingSystem sys;
     const std::string lib = kLib;
 
     // The start refused: its error, one line, with the rootfs as it was.
-    Error refused() {
+    util::Error refused() {
         const auto root_before = sys.root;
         const auto links_before = sys.links;
-        const Error error = test::error_of([&] { execute(plan, test::recording_target(), sys); });
+        const util::Error error =
+            test::error_of([&] { execute(plan, test::recording_target(), sys); });
         EXPECT_EQ(sys.links, links_before);
         EXPECT_EQ(sys.root, root_before);
         EXPECT_TRUE(sys.mounted.empty());
@@ -225,7 +227,7 @@ TEST_F(ExecuteRestart, FailureRestoresWhatWasReplacedAndRemoved) {
     const auto root_before = sys.root;
     const auto links_before = sys.links;
     sys.fail_if = [](std::size_t, const std::string& line) { return line.starts_with("run "); };
-    EXPECT_THROW(execute(plan, test::recording_target(), sys), Error);
+    EXPECT_THROW(execute(plan, test::recording_target(), sys), util::Error);
     EXPECT_EQ(sys.links, links_before);
     for (const auto& [p, info] : root_before) {
         ASSERT_EQ(sys.root.count(p), 1u) << p;
@@ -276,15 +278,15 @@ TEST_F(ExecuteRestart, TheImagesOwnLinkAtADriverNameIsReplaced) {
 TEST_F(ExecuteRestart, ADirectoryWhereALinkGoesIsRefusedWithOneLineNothingChanged) {
     sys.links.erase(lib + "/libcuda.so.1");
     sys.root[lib + "/libcuda.so.1"] = {Type::Directory};
-    const Error e = refused();
+    const util::Error e = refused();
     EXPECT_THAT(e.what(), HasSubstr(lib + "/libcuda.so.1: is a directory"));
 }
 
 TEST_F(ExecuteRestart, ALibraryDirectoryOfMoreThan65536EntriesIsRefusedNothingChanged) {
     for (int i = 0; i < 65537; ++i) sys.root[lib + "/f" + std::to_string(i)] = {Type::Regular};
-    const Error e = refused();
+    const util::Error e = refused();
     EXPECT_THAT(e.what(), HasSubstr(lib + ": has more than 65536 entries; refusing"));
-    EXPECT_EQ(e.kind(), ErrorKind::Invalid);
+    EXPECT_EQ(e.kind(), util::ErrorKind::Invalid);
 }
 
 TEST_F(ExecuteRestart, ACompatEntryNotWrittenByGpubindStays) {
@@ -302,8 +304,8 @@ TEST_F(ExecuteRestart, ACompatEntryNotWrittenByGpubindStays) {
 // file's directory. The rootfs's own directories are brought up to date.
 TEST_F(ExecuteRestart, DirectoriesOnAnotherMountAreLeftAsTheyAre) {
     const std::string i386 = "/usr/lib/i386-linux-gnu";
-    Plan with_i386 = plan;
-    OwnedDir owned = owned_lib();
+    decide::Plan with_i386 = plan;
+    decide::OwnedDir owned = owned_lib();
     owned.dir = i386;
     with_i386.owned.push_back(owned);
     sys.root[i386] = {Type::Directory};

@@ -37,7 +37,7 @@ std::pair<std::size_t, std::size_t> resident(void* p, std::size_t size) {
 int allocation_resident_in_child(bool prefaulted) {
     const pid_t pid = ::fork();
     if (pid == 0) {
-        if (prefaulted) prefault({.heap = 1024 * 1024, .stack = 0});
+        if (prefaulted) os::prefault({.heap = 1024 * 1024, .stack = 0});
         const std::size_t size = 256 * 1024;
         void* p = std::malloc(size);
         const auto [in, of] = resident(p, size);
@@ -69,7 +69,7 @@ bool huge_pages_offered() {
 int allocation_in_huge_page_region_in_child(bool huge) {
     const pid_t pid = ::fork();
     if (pid == 0) {
-        prefault({.heap = 512 * 1024, .stack = 0, .huge_page = huge});
+        os::prefault({.heap = 512 * 1024, .stack = 0, .huge_page = huge});
         void* p = std::malloc(256 * 1024);
         std::memset(p, 1, 256 * 1024);
         const auto at = reinterpret_cast<std::uintptr_t>(p);

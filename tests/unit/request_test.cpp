@@ -32,8 +32,8 @@ using test::make_spec;
 
 using test::error_of;
 
-Request read(const std::vector<std::string>& env, const Policy& policy = {}) {
-    return read_request(make_spec(env), policy);
+decide::Request read(const std::vector<std::string>& env, const config::Policy& policy = {}) {
+    return decide::read_request(make_spec(env), policy);
 }
 
 // ---- NVIDIA_VISIBLE_DEVICES --------------------------------------------------------------
@@ -48,7 +48,7 @@ TEST(ReadRequest, UnsetVoidOrEmptyIsNotAGpuContainer) {
              {"NVIDIA_DRIVER_CAPABILITIES=all", "NVIDIA_REQUIRE_CUDA=cuda>=99"}}) {
         auto req = read(env);
         EXPECT_FALSE(req.gpu_container()) << env.back();
-        EXPECT_EQ(req.source, RequestSource::None);
+        EXPECT_EQ(req.source, decide::RequestSource::None);
         EXPECT_THAT(req.requirements, IsEmpty());
     }
 }
@@ -56,13 +56,13 @@ TEST(ReadRequest, UnsetVoidOrEmptyIsNotAGpuContainer) {
 TEST(ReadRequest, NoneAllAndLists) {
     auto none = read({"NVIDIA_VISIBLE_DEVICES=none"});
     EXPECT_TRUE(none.gpu_container());
-    EXPECT_EQ(none.source, RequestSource::Env);
-    EXPECT_EQ(none.devices.kind, DeviceIdsKind::None);
+    EXPECT_EQ(none.source, decide::RequestSource::Env);
+    EXPECT_EQ(none.devices.kind, node::DeviceIdsKind::None);
 
-    EXPECT_EQ(read({"NVIDIA_VISIBLE_DEVICES=all"}).devices.kind, DeviceIdsKind::All);
+    EXPECT_EQ(read({"NVIDIA_VISIBLE_DEVICES=all"}).devices.kind, node::DeviceIdsKind::All);
 
     auto list = read({"NVIDIA_VISIBLE_DEVICES=0, GPU-abc,1,0,GPU-abc"});
-    EXPECT_EQ(list.devices.kind, DeviceIdsKind::List);
+    EXPECT_EQ(list.devices.kind, node::DeviceIdsKind::List);
     EXPECT_THAT(list.devices.ids, ElementsAre("0", "GPU-abc", "1"));  // duplicates dropped
 }
 
@@ -70,7 +70,7 @@ TEST(ReadRequest, TheLastValueOfAVariableWins) {
     auto req = read({"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=video",
                      "NVIDIA_VISIBLE_DEVICES=2", "NVIDIA_DRIVER_CAPABILITIES=graphics"});
     EXPECT_THAT(req.devices.ids, ElementsAre("2"));
-    EXPECT_EQ(req.caps, Capabilities{kCapGraphics});
+    EXPECT_EQ(req.caps, config::Capabilities{config::kCapGraphics});
     EXPECT_FALSE(
         read({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"}).gpu_container());
     EXPECT_TRUE(read({"NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=1"}).gpu_container());
@@ -80,19 +80,19 @@ TEST(ReadRequest, TheLastValueOfAVariableWins) {
 
 TEST(ReadRequest, LegacyCudaImageGetsAllGpusAllCapabilitiesAndACudaRequirement) {
     auto req = read({"CUDA_VERSION=10.2.89"});
-    EXPECT_EQ(req.source, RequestSource::LegacyCuda);
-    EXPECT_EQ(req.devices.kind, DeviceIdsKind::All);
-    EXPECT_EQ(req.caps, kCapAll);
+    EXPECT_EQ(req.source, decide::RequestSource::LegacyCuda);
+    EXPECT_EQ(req.devices.kind, node::DeviceIdsKind::All);
+    EXPECT_EQ(req.caps, config::kCapAll);
     ASSERT_EQ(req.requirements.size(), 1u);
     EXPECT_EQ(req.requirements[0].variable, "CUDA_VERSION");
     EXPECT_EQ(req.requirements[0].expression, "cuda>=10.2");
 
-    Policy limited;
-    limited.supported = kCapUtility | kCapCompute | kCapVideo;
+    config::Policy limited;
+    limited.supported = config::kCapUtility | config::kCapCompute | config::kCapVideo;
     EXPECT_EQ(read({"CUDA_VERSION=10.2.89"}, limited).caps, limited.supported);
     // Capabilities asked for explicitly are what it gets.
     EXPECT_EQ(read({"CUDA_VERSION=9.0", "NVIDIA_DRIVER_CAPABILITIES=compute"}).caps,
-              Capabilities{kCapCompute});
+              config::Capabilities{config::kCapCompute});
 }
 
 TEST(ReadRequest, NotLegacyWithRequireCudaOrExplicitDevices) {
@@ -103,7 +103,7 @@ TEST(ReadRequest, NotLegacyWithRequireCudaOrExplicitDevices) {
     EXPECT_FALSE(read({"CUDA_VERSION="}).gpu_container());
     // With explicit devices the legacy image still implies its CUDA requirement.
     auto req = read({"CUDA_VERSION=11.8.0", "NVIDIA_VISIBLE_DEVICES=1"});
-    EXPECT_EQ(req.source, RequestSource::Env);
+    EXPECT_EQ(req.source, decide::RequestSource::Env);
     EXPECT_THAT(req.devices.ids, ElementsAre("1"));
     ASSERT_EQ(req.requirements.size(), 1u);
     EXPECT_EQ(req.requirements[0].expression, "cuda>=11.8");
@@ -118,27 +118,27 @@ TEST(ReadRequest, MalformedLegacyCudaVersionIsNamed) {
 // ---- device mounts --------------------------------------------------------------------------
 
 TEST(ReadRequest, DeviceMountsTakePrecedenceWhenPolicyAcceptsThem) {
-    Policy policy;
+    config::Policy policy;
     policy.accept_volume_mounts = true;
     auto spec =
         make_spec({"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=7"}, false,
                   {std::string(kDeviceDir) + "GPU-abc", std::string(kDeviceDir) + "1",
                    std::string(kDeviceDir) + "GPU-abc", std::string(kDeviceDir) + "imex/3"});
-    auto req = read_request(spec, policy);
-    EXPECT_EQ(req.source, RequestSource::VolumeMounts);
-    EXPECT_EQ(req.devices.kind, DeviceIdsKind::List);
+    auto req = decide::read_request(spec, policy);
+    EXPECT_EQ(req.source, decide::RequestSource::VolumeMounts);
+    EXPECT_EQ(req.devices.kind, node::DeviceIdsKind::List);
     EXPECT_THAT(req.devices.ids, ElementsAre("GPU-abc", "1"));
     EXPECT_THAT(req.imex_channels, ElementsAre("3"));
 
-    auto all = read_request(
+    auto all = decide::read_request(
         make_spec({}, false,
                   {std::string(kDeviceDir) + "0", "/var/run/nvidia-container-devices/all"}),
         policy);
-    EXPECT_EQ(all.devices.kind, DeviceIdsKind::All);
+    EXPECT_EQ(all.devices.kind, node::DeviceIdsKind::All);
 }
 
 TEST(ReadRequest, OnlyDevNullMountsUnderTheDirectoryCount) {
-    Policy policy;
+    config::Policy policy;
     policy.accept_volume_mounts = true;
     json doc = {
         {"root", {{"path", "rootfs"}}},
@@ -146,19 +146,22 @@ TEST(ReadRequest, OnlyDevNullMountsUnderTheDirectoryCount) {
          {{{"destination", std::string(kDeviceDir) + "0"}, {"source", "/tmp/x"}},
           {{"destination", "/var/run/nvidia-container-devices-x/1"}, {"source", "/dev/null"}},
           {{"destination", "/var/run/nvidia-container-devices"}, {"source", "/dev/null"}}}}};
-    EXPECT_FALSE(read_request(oci::parse_spec(doc.dump(), "/b"), policy).gpu_container());
+    EXPECT_FALSE(
+        decide::read_request(decide::oci::parse_spec(doc.dump(), "/b"), policy).gpu_container());
 }
 
 TEST(ReadRequest, DeviceMountsRefusedByPolicyFallBackToTheVariable) {
     const std::vector<std::string> mounts = {std::string(kDeviceDir) + "3"};
-    auto req = read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=0"}, false, mounts), Policy{});
-    EXPECT_EQ(req.source, RequestSource::Env);
+    auto req = decide::read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=0"}, false, mounts),
+                                    config::Policy{});
+    EXPECT_EQ(req.source, decide::RequestSource::Env);
     EXPECT_THAT(req.devices.ids, ElementsAre("0"));
-    EXPECT_FALSE(read_request(make_spec({}, false, mounts), Policy{}).gpu_container());
+    EXPECT_FALSE(
+        decide::read_request(make_spec({}, false, mounts), config::Policy{}).gpu_container());
 }
 
 TEST(ReadRequest, BadDeviceMountIsNamed) {
-    Policy policy;
+    config::Policy policy;
     policy.accept_volume_mounts = true;
     for (const char* dest :
          {"/var/run/nvidia-container-devices/a/b", "/var/run/nvidia-container-devices/imex/x",
@@ -166,7 +169,7 @@ TEST(ReadRequest, BadDeviceMountIsNamed) {
           "/var/run/nvidia-container-devices/imex/none",
           "/var/run/nvidia-container-devices/imex/-1",
           "/var/run/nvidia-container-devices/imex/1048576"}) {
-        auto e = error_of([&] { read_request(make_spec({}, false, {dest}), policy); });
+        auto e = error_of([&] { decide::read_request(make_spec({}, false, {dest}), policy); });
         EXPECT_EQ(e.code().value(), EINVAL);
         EXPECT_THAT(e.what(), HasSubstr(std::string("mounts[1].destination ") + dest));
     }
@@ -175,11 +178,11 @@ TEST(ReadRequest, BadDeviceMountIsNamed) {
 // ---- unprivileged containers --------------------------------------------------------------
 
 TEST(ReadRequest, UnprivilegedRequestByVariableIsRefusedWhenPolicySaysSo) {
-    Policy policy;
+    config::Policy policy;
     policy.accept_envvar_unprivileged = false;
     for (const char* value :
          {"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=none", "CUDA_VERSION=10.2"}) {
-        auto e = error_of([&] { read_request(make_spec({value}, false), policy); });
+        auto e = error_of([&] { decide::read_request(make_spec({value}, false), policy); });
         EXPECT_EQ(e.code().value(), ECANCELED) << value;
         EXPECT_EQ(e.op(), "refuse request");
         EXPECT_EQ(e.path(), "/bundles/c1");
@@ -187,18 +190,20 @@ TEST(ReadRequest, UnprivilegedRequestByVariableIsRefusedWhenPolicySaysSo) {
         EXPECT_THAT(e.what(), HasSubstr("accept_envvar_unprivileged")) << value;
     }
     // Privileged containers, device mounts and non-GPU containers are fine.
-    EXPECT_TRUE(
-        read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=all"}, true), policy).gpu_container());
-    policy.accept_volume_mounts = true;
-    EXPECT_TRUE(read_request(make_spec({}, false, {std::string(kDeviceDir) + "0"}), policy)
+    EXPECT_TRUE(decide::read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=all"}, true), policy)
                     .gpu_container());
-    EXPECT_FALSE(
-        read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=void"}, false), policy).gpu_container());
+    policy.accept_volume_mounts = true;
+    EXPECT_TRUE(decide::read_request(make_spec({}, false, {std::string(kDeviceDir) + "0"}), policy)
+                    .gpu_container());
+    EXPECT_FALSE(decide::read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=void"}, false), policy)
+                     .gpu_container());
 }
 
 TEST(ReadRequest, UnprivilegedRequestByVariableIsAcceptedByDefault) {
-    EXPECT_EQ(read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=all"}, false), Policy{}).devices.kind,
-              DeviceIdsKind::All);
+    EXPECT_EQ(
+        decide::read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=all"}, false), config::Policy{})
+            .devices.kind,
+        node::DeviceIdsKind::All);
 }
 
 // ---- the environment's caps (issue 44, F7) ------------------------------------------------
@@ -208,8 +213,8 @@ TEST(ReadRequest, UnprivilegedRequestByVariableIsAcceptedByDefault) {
 // asks for something (by variable, a legacy CUDA image, a device mount) is
 // refused, naming the cap.
 TEST(ReadRequest, TheEnvironmentsCapsRefuseOnlyARequest) {
-    std::vector<std::string> crowded(oci::kMaxEnvEntries + 1, "A=1");
-    const std::string huge = "HUGE=" + std::string(oci::kMaxEnvEntrySize, 'x');
+    std::vector<std::string> crowded(decide::oci::kMaxEnvEntries + 1, "A=1");
+    const std::string huge = "HUGE=" + std::string(decide::oci::kMaxEnvEntrySize, 'x');
     EXPECT_FALSE(read(crowded).gpu_container());
     EXPECT_FALSE(read({"PATH=/bin", huge}).gpu_container());
     EXPECT_FALSE(read({huge, "NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_GDS=enabled"}).gpu_container());
@@ -219,19 +224,19 @@ TEST(ReadRequest, TheEnvironmentsCapsRefuseOnlyARequest) {
     EXPECT_EQ(e.code().value(), EINVAL);
     EXPECT_THAT(e.what(), HasSubstr("/bundles/c1/config.json"));
     EXPECT_THAT(e.what(), HasSubstr(fmt::format("process.env: {} entries, more than {}",
-                                                crowded.size(), oci::kMaxEnvEntries)));
+                                                crowded.size(), decide::oci::kMaxEnvEntries)));
     const std::string too_big = fmt::format("process.env[1] (HUGE): {} bytes, more than {}",
-                                            huge.size(), oci::kMaxEnvEntrySize);
+                                            huge.size(), decide::oci::kMaxEnvEntrySize);
     for (const char* asks : {"NVIDIA_VISIBLE_DEVICES=all", "CUDA_VERSION=12.4.1"}) {
         e = error_of([&] { read({"PATH=/bin", huge, asks}); });
         EXPECT_EQ(e.code().value(), EINVAL) << asks;
         EXPECT_THAT(e.what(), HasSubstr(too_big)) << asks;
     }
-    Policy mounts;
+    config::Policy mounts;
     mounts.accept_volume_mounts = true;
     e = error_of([&] {
-        read_request(make_spec({"PATH=/bin", huge}, false, {std::string(kDeviceDir) + "0"}),
-                     mounts);
+        decide::read_request(make_spec({"PATH=/bin", huge}, false, {std::string(kDeviceDir) + "0"}),
+                             mounts);
     });
     EXPECT_THAT(e.what(), HasSubstr(too_big));
 }
@@ -247,16 +252,16 @@ TEST(ReadRequest, TheEnvironmentsCapsRefuseOnlyARequest) {
 // measures the time itself).
 double cpu_seconds_reading(std::size_t names, std::size_t* read = nullptr) {
     auto hca = [](std::size_t i) { return fmt::format("mlx5_{:0>59}", i); };
-    oci::Spec spec = make_spec({}, false, {std::string(kDeviceDir) + "0"});
+    decide::oci::Spec spec = make_spec({}, false, {std::string(kDeviceDir) + "0"});
     for (std::size_t i = 0; i < names + 1000; ++i)
         spec.mounts.push_back({fmt::format("{}rdma/{}", kDeviceDir, hca(i % names)),
                                "/dev/null",
                                "bind",
                                {"bind", "ro"}});
-    Config config = default_config();
+    config::Config config = config::default_config();
     config.policy.accept_volume_mounts = true;
     const std::clock_t start = std::clock();
-    const Request r = read_request(spec, config.policy, config.families);
+    const decide::Request r = decide::read_request(spec, config.policy, config.families);
     const double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
     EXPECT_THAT(r.devices.ids, ElementsAre("0"));
     EXPECT_EQ(r.families.size(), 1u);
@@ -285,18 +290,20 @@ TEST(ReadRequest, ManyDeviceMountsAreReadInLinearTime) {
 
 TEST(ReadRequest, Capabilities) {
     const std::string devices = "NVIDIA_VISIBLE_DEVICES=all";
-    EXPECT_EQ(read({devices}).caps, Capabilities{kCapUtility | kCapCompute});
+    EXPECT_EQ(read({devices}).caps,
+              config::Capabilities{config::kCapUtility | config::kCapCompute});
     EXPECT_EQ(read({devices, "NVIDIA_DRIVER_CAPABILITIES="}).caps,
-              Capabilities{kCapUtility | kCapCompute});
-    EXPECT_EQ(read({devices, "NVIDIA_DRIVER_CAPABILITIES=all"}).caps, kCapAll);
+              config::Capabilities{config::kCapUtility | config::kCapCompute});
+    EXPECT_EQ(read({devices, "NVIDIA_DRIVER_CAPABILITIES=all"}).caps, config::kCapAll);
     EXPECT_EQ(read({devices, "NVIDIA_DRIVER_CAPABILITIES=video,compat32,display,ngx"}).caps,
-              Capabilities{kCapVideo | kCapCompat32 | kCapDisplay | kCapNgx});
+              config::Capabilities{config::kCapVideo | config::kCapCompat32 | config::kCapDisplay |
+                                   config::kCapNgx});
 
-    Policy policy;
-    policy.supported = kCapUtility | kCapCompute;
+    config::Policy policy;
+    policy.supported = config::kCapUtility | config::kCapCompute;
     EXPECT_EQ(read({devices, "NVIDIA_DRIVER_CAPABILITIES=all"}, policy).caps, policy.supported);
     EXPECT_EQ(read({devices, "NVIDIA_DRIVER_CAPABILITIES=graphics,compute"}, policy).caps,
-              Capabilities{kCapCompute});
+              config::Capabilities{config::kCapCompute});
 }
 
 TEST(ReadRequest, UnknownCapabilityIsNamed) {
@@ -334,7 +341,7 @@ TEST(ReadRequest, RequirementsCanBeDisabled) {
         with.push_back(std::string("NVIDIA_DISABLE_REQUIRE=") + on);
         EXPECT_EQ(read(with).requirements.size(), 1u) << on;
     }
-    Policy policy;
+    config::Policy policy;
     policy.disable_require = true;
     EXPECT_THAT(read(env, policy).requirements, IsEmpty());
     EXPECT_THAT(read({"CUDA_VERSION=10.0"}, policy).requirements, IsEmpty());
@@ -345,21 +352,22 @@ TEST(ReadRequest, RequirementsCanBeDisabled) {
 TEST(ReadRequest, MigConfigAndMonitorOnlyForPrivilegedContainers) {
     for (const char* var : {"NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"}) {
         std::vector<std::string> env = {"NVIDIA_VISIBLE_DEVICES=0", std::string(var) + "=all"};
-        auto e = error_of([&] { read_request(make_spec(env, false), Policy{}); });
+        auto e = error_of([&] { decide::read_request(make_spec(env, false), config::Policy{}); });
         EXPECT_EQ(e.code().value(), ECANCELED) << var;
         EXPECT_THAT(e.what(), HasSubstr(std::string(var) + " is only for privileged containers"));
 
-        auto req = read_request(make_spec(env, true), Policy{});
-        const DeviceIds& ids =
+        auto req = decide::read_request(make_spec(env, true), config::Policy{});
+        const node::DeviceIds& ids =
             std::string(var) == "NVIDIA_MIG_CONFIG_DEVICES" ? req.mig_config : req.mig_monitor;
-        EXPECT_EQ(ids.kind, DeviceIdsKind::All) << var;
+        EXPECT_EQ(ids.kind, node::DeviceIdsKind::All) << var;
         // Unset, void or none asks for nothing: no refusal.
         env.back() = std::string(var) + "=void";
-        EXPECT_NO_THROW(read_request(make_spec(env, false), Policy{}));
+        EXPECT_NO_THROW(decide::read_request(make_spec(env, false), config::Policy{}));
     }
-    auto plain = read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=0"}, false), Policy{});
-    EXPECT_EQ(plain.mig_config.kind, DeviceIdsKind::Void);
-    EXPECT_EQ(plain.mig_monitor.kind, DeviceIdsKind::Void);
+    auto plain =
+        decide::read_request(make_spec({"NVIDIA_VISIBLE_DEVICES=0"}, false), config::Policy{});
+    EXPECT_EQ(plain.mig_config.kind, node::DeviceIdsKind::Void);
+    EXPECT_EQ(plain.mig_monitor.kind, node::DeviceIdsKind::Void);
 }
 
 TEST(ReadRequest, ImexChannelsAsUsersWriteThem) {
@@ -382,20 +390,20 @@ TEST(ReadRequest, ImexChannelsAsUsersWriteThem) {
                                         "' is not an IMEX channel number (0 to 1048575)"));
     }
     // By volume mount: one channel a mount, normalised like the variable.
-    Policy policy;
+    config::Policy policy;
     policy.accept_volume_mounts = true;
-    auto req = read_request(
+    auto req = decide::read_request(
         make_spec({}, false,
                   {std::string(kDeviceDir) + "imex/01", std::string(kDeviceDir) + "imex/1",
                    std::string(kDeviceDir) + "imex/4"}),
         policy);
     EXPECT_TRUE(req.gpu_container());
-    EXPECT_EQ(req.devices.kind, DeviceIdsKind::None);
+    EXPECT_EQ(req.devices.kind, node::DeviceIdsKind::None);
     EXPECT_THAT(req.imex_channels, ElementsAre("1", "4"));
-    EXPECT_THAT(read_request(make_spec({}, false,
-                                       {std::string(kDeviceDir) + "imex/4",
-                                        std::string(kDeviceDir) + "imex/all"}),
-                             policy)
+    EXPECT_THAT(decide::read_request(make_spec({}, false,
+                                               {std::string(kDeviceDir) + "imex/4",
+                                                std::string(kDeviceDir) + "imex/all"}),
+                                     policy)
                     .imex_channels,
                 ElementsAre("all"));
 }
@@ -424,7 +432,7 @@ class Requirements : public ::testing::Test {
         const char* brands[] = {"Tesla", "Tesla", "GeForce", "Tesla"};
         const char* archs[] = {"9.0", "9.0", "8.6", "8.0"};
         for (unsigned i = 0; i < 4; ++i) {
-            Gpu gpu;
+            node::Gpu gpu;
             gpu.index = i;
             gpu.minor = i;
             gpu.uuid = "GPU-" + std::to_string(i) + "aaa";
@@ -432,37 +440,37 @@ class Requirements : public ::testing::Test {
             gpu.compute_capability = archs[i];
             node.gpus.push_back(gpu);
         }
-        MigDevice mig;
+        node::MigDevice mig;
         mig.gpu_index = 3;
         mig.uuid = "MIG-3aaa";
         node.gpus[3].mig.push_back(mig);
     }
 
-    Selection gpus(std::initializer_list<unsigned> indices) const {
-        Selection s;
+    node::Selection gpus(std::initializer_list<unsigned> indices) const {
+        node::Selection s;
         for (unsigned i : indices) s.gpus.push_back(&node.gpus[i]);
         return s;
     }
 
-    void check(const std::string& expression, const Selection& selection,
+    void check(const std::string& expression, const node::Selection& selection,
                const char* variable = "NVIDIA_REQUIRE_CUDA") const {
-        Request req;
-        req.source = RequestSource::Env;
+        decide::Request req;
+        req.source = decide::RequestSource::Env;
         req.requirements.push_back({variable, expression});
-        check_requirements(req, node, selection);
+        decide::check_requirements(req, node, selection);
     }
 
-    bool holds(const std::string& expression, const Selection& selection) const {
+    bool holds(const std::string& expression, const node::Selection& selection) const {
         try {
             check(expression, selection);
             return true;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), ECANCELED) << expression << ": " << e.what();
             return false;
         }
     }
 
-    Node node;
+    node::Node node;
 };
 
 TEST_F(Requirements, VersionOperatorsCompareNumerically) {
@@ -515,14 +523,14 @@ TEST_F(Requirements, SpacesSeparateAlternativesCommasJoinConditions) {
 }
 
 TEST_F(Requirements, EveryVariableMustHold) {
-    Request req;
-    req.source = RequestSource::Env;
+    decide::Request req;
+    req.source = decide::RequestSource::Env;
     req.requirements = {{"NVIDIA_REQUIRE_CUDA", "cuda>=12"},
                         {"NVIDIA_REQUIRE_DRIVER", "driver>=999"}};
-    auto e = error_of([&] { check_requirements(req, node, gpus({0})); });
+    auto e = error_of([&] { decide::check_requirements(req, node, gpus({0})); });
     EXPECT_EQ(e.path(), "NVIDIA_REQUIRE_DRIVER");
     req.requirements.pop_back();
-    EXPECT_NO_THROW(check_requirements(req, node, gpus({0})));
+    EXPECT_NO_THROW(decide::check_requirements(req, node, gpus({0})));
 }
 
 TEST_F(Requirements, ArchAndBrandAreCheckedForEachSelectedGpu) {
@@ -540,7 +548,7 @@ TEST_F(Requirements, ArchAndBrandAreCheckedForEachSelectedGpu) {
 }
 
 TEST_F(Requirements, MigDevicesAreCheckedAsTheirParent) {
-    Selection sel;
+    node::Selection sel;
     sel.migs.push_back(&node.gpus[3].mig[0]);
     EXPECT_TRUE(holds("arch=8.0,brand=tesla", sel));
     auto e = error_of([&] { check("arch>=9.0", sel); });
@@ -548,8 +556,8 @@ TEST_F(Requirements, MigDevicesAreCheckedAsTheirParent) {
 }
 
 TEST_F(Requirements, WithoutGpusOnlyCudaAndDriverCount) {
-    EXPECT_TRUE(holds("arch>=100,brand=quadro,driver>=550", Selection{}));
-    EXPECT_FALSE(holds("cuda>=13", Selection{}));
+    EXPECT_TRUE(holds("arch>=100,brand=quadro,driver>=550", node::Selection{}));
+    EXPECT_FALSE(holds("cuda>=13", node::Selection{}));
 }
 
 TEST_F(Requirements, UnknownFactsCannotSatisfy) {
@@ -577,21 +585,22 @@ TEST_F(Requirements, MalformedExpressionIsInvalidAndNamesTheVariable) {
         EXPECT_THAT(e.what(), HasSubstr(expr)) << expr;
     }
     // Malformed is reported even when an earlier variable fails.
-    Request req;
-    req.source = RequestSource::Env;
+    decide::Request req;
+    req.source = decide::RequestSource::Env;
     req.requirements = {{"NVIDIA_REQUIRE_CUDA", "cuda>=99"}, {"NVIDIA_REQUIRE_B", "bogus"}};
-    EXPECT_EQ(error_of([&] { check_requirements(req, node, gpus({0})); }).code().value(), EINVAL);
+    EXPECT_EQ(error_of([&] { decide::check_requirements(req, node, gpus({0})); }).code().value(),
+              EINVAL);
 }
 
 TEST_F(Requirements, FromTheSpecToTheVerdict) {
     // A legacy CUDA 12.5 image on a node whose driver supports 12.4.
     auto req = read({"CUDA_VERSION=12.5.0"});
-    auto e = error_of([&] { check_requirements(req, node, gpus({0, 1, 2, 3})); });
+    auto e = error_of([&] { decide::check_requirements(req, node, gpus({0, 1, 2, 3})); });
     EXPECT_EQ(e.path(), "CUDA_VERSION");
     EXPECT_THAT(e.what(), HasSubstr("cuda>=12.5 not satisfied"));
     // Disabled requirements let it through.
-    EXPECT_NO_THROW(check_requirements(read({"CUDA_VERSION=12.5.0", "NVIDIA_DISABLE_REQUIRE=1"}),
-                                       node, gpus({0})));
+    EXPECT_NO_THROW(decide::check_requirements(
+        read({"CUDA_VERSION=12.5.0", "NVIDIA_DISABLE_REQUIRE=1"}), node, gpus({0})));
 }
 
 }  // namespace

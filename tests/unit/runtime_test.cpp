@@ -19,9 +19,9 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-PlannedDevice device(const std::string& path, unsigned major, unsigned minor, mode_t mode,
-                     bool bind = true) {
-    PlannedDevice d;
+decide::PlannedDevice device(const std::string& path, unsigned major, unsigned minor, mode_t mode,
+                             bool bind = true) {
+    decide::PlannedDevice d;
     d.node.path = path;
     d.node.host_path = "/host" + path;
     d.node.major = major;
@@ -32,8 +32,8 @@ PlannedDevice device(const std::string& path, unsigned major, unsigned minor, mo
     return d;
 }
 
-PlannedMount mount(const std::string& source, const std::string& target, unsigned flags) {
-    PlannedMount m;
+decide::PlannedMount mount(const std::string& source, const std::string& target, unsigned flags) {
+    decide::PlannedMount m;
     m.source = source;
     m.target = target;
     m.flags = flags;
@@ -41,18 +41,18 @@ PlannedMount mount(const std::string& source, const std::string& target, unsigne
     return m;
 }
 
-Plan sample_plan() {
-    Plan p;
+decide::Plan sample_plan() {
+    decide::Plan p;
     p.devices = {device("/dev/nvidiactl", 195, 255, 0666), device("/dev/nvidia1", 195, 1, 0660),
                  // Cgroup access only (no node), and a second node with the same numbers.
                  device("/dev/nvidia-uvm", 510, 0, 0666, false),
                  device("/dev/nvidia-alias", 195, 1, 0660)};
     p.mounts = {mount("/drv/usr/lib/libcuda.so.535.1", "/usr/lib64/libcuda.so.535.1",
-                      kMountReadOnly | kMountNoSuid | kMountNoDev),
+                      util::kMountReadOnly | util::kMountNoSuid | util::kMountNoDev),
                 mount("/drv/run/nvidia-persistenced/socket", "/run/nvidia-persistenced/socket",
-                      kMountNoSuid | kMountNoDev | kMountNoExec)};
+                      util::kMountNoSuid | util::kMountNoDev | util::kMountNoExec)};
     p.symlinks = {{"/usr/lib64/libcuda.so.1", "libcuda.so.535.1"}};
-    p.proc = ProcView{};
+    p.proc = decide::ProcView{};
     p.library_dirs = {"/usr/lib64"};
     p.refresh_ldcache = true;
     return p;
@@ -63,19 +63,19 @@ cdi::FinishHook sample_hook() {
 }
 
 // edit_spec with the spec's facts parsed as gpubind-runtime parses them.
-json edit(const json& in, const Plan& plan = sample_plan()) {
-    return cdi::edit_spec(in, oci::parse_spec_document(in, "/bundle"), plan, sample_hook());
+json edit(const json& in, const decide::Plan& plan = sample_plan()) {
+    return cdi::edit_spec(in, decide::oci::parse_spec_document(in, "/bundle"), plan, sample_hook());
 }
 
 // The error edit() throws, or a failure naming the spec.
-Error edit_error(const json& in, const Plan& plan = sample_plan()) {
+util::Error edit_error(const json& in, const decide::Plan& plan = sample_plan()) {
     try {
         edit(in, plan);
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         return e;
     }
     ADD_FAILURE() << "accepted: " << in.dump();
-    return Error(0, "", "");
+    return util::Error(0, "", "");
 }
 
 // A spec with every container gpubind appends to already present, and fields
@@ -104,7 +104,7 @@ json full_spec() {
 
 TEST(RuntimeEditSpec, AppendsExactlyThePlanAndKeepsEverythingElse) {
     const json in = full_spec();
-    const Plan plan = sample_plan();
+    const decide::Plan plan = sample_plan();
     const json out = edit(in, plan);
 
     // Removing what gpubind appended gives back the input exactly: no
@@ -183,7 +183,7 @@ TEST(RuntimeEditSpec, KeepsAnIdenticalDeviceOnceAndRefusesAnotherAtThePath) {
     EXPECT_EQ(count, 1);
 
     in["linux"]["devices"].back()["minor"] = 254;
-    const Error e = edit_error(in);
+    const util::Error e = edit_error(in);
     EXPECT_EQ(e.code().value(), EEXIST);
     EXPECT_THAT(e.what(), HasSubstr("/dev/nvidiactl"));
     EXPECT_THAT(e.what(), HasSubstr("195:255"));
@@ -194,7 +194,7 @@ TEST(RuntimeEditSpec, RefusesAMountAtAPlannedDestination) {
     in["mounts"].push_back({{"destination", "/run/nvidia-persistenced//socket"},
                             {"type", "tmpfs"},
                             {"source", "tmpfs"}});
-    const Error e = edit_error(in);
+    const util::Error e = edit_error(in);
     EXPECT_EQ(e.code().value(), EEXIST);
     EXPECT_THAT(e.what(), HasSubstr("/run/nvidia-persistenced/socket"));
 }
@@ -243,7 +243,7 @@ TEST(RuntimeEditSpec, RefusesTargetsInAVolumeOfTheSpec) {
             EXPECT_EQ(out["mounts"], in["mounts"]);
             continue;
         }
-        const Error e = edit_error(in);
+        const util::Error e = edit_error(in);
         EXPECT_EQ(e.code().value(), EXDEV);
         EXPECT_THAT(e.what(), HasSubstr(c.target));
         EXPECT_THAT(e.what(), HasSubstr("volume"));
@@ -256,7 +256,7 @@ TEST(RuntimeEditSpec, RefusesASharedRootfsPropagation) {
     for (const char* p : {"shared", "rshared"}) {
         json in = full_spec();
         in["linux"]["rootfsPropagation"] = p;
-        const Error e = edit_error(in);
+        const util::Error e = edit_error(in);
         EXPECT_EQ(e.code().value(), EXDEV) << p;
         EXPECT_THAT(e.what(), HasSubstr("rootfsPropagation"));
         EXPECT_THAT(e.what(), HasSubstr("shared mount"));
@@ -273,7 +273,7 @@ TEST(RuntimeEditSpec, RefusesASharedRootfsPropagation) {
 TEST(RuntimeEditSpec, RefusesASpecWithoutAMountNamespace) {
     json in = full_spec();
     in["linux"]["namespaces"] = {{{"type", "pid"}}, {{"type", "network"}}};
-    const Error e = edit_error(in);
+    const util::Error e = edit_error(in);
     EXPECT_EQ(e.code().value(), EPERM);
     EXPECT_THAT(e.what(), HasSubstr("shares this process's mount namespace"));
     in["linux"].erase("namespaces");
@@ -302,7 +302,7 @@ TEST(RuntimeEditSpec, UserNamespaceBindsDevicesFromTheDevRoot) {
               (std::set<std::string>{"/dev/nvidiactl", "/dev/nvidia1", "/dev/nvidia-alias"}));
     EXPECT_EQ(out["linux"]["resources"]["devices"].size(), 4u);  // the rules as without
 
-    Plan host_dev = sample_plan();
+    decide::Plan host_dev = sample_plan();
     for (auto& d : host_dev.devices) d.node.host_path = d.node.path;
     const json same = edit(in, host_dev);
     EXPECT_EQ(same["linux"]["devices"].size(), 4u);
@@ -315,27 +315,27 @@ TEST(RuntimeEditSpec, UserNamespaceBindsDevicesFromTheDevRoot) {
 
 TEST(RuntimeEditSpec, RefusesBadShapesAndASpecEditedBefore) {
     const json edited = edit(full_spec());
-    const Error again = edit_error(edited);
+    const util::Error again = edit_error(edited);
     EXPECT_EQ(again.code().value(), EINVAL);
     EXPECT_THAT(again.what(), HasSubstr("already edited"));
-    EXPECT_THROW(cdi::edit_spec(json::array(), oci::parse_spec_document(full_spec(), "/b"),
+    EXPECT_THROW(cdi::edit_spec(json::array(), decide::oci::parse_spec_document(full_spec(), "/b"),
                                 sample_plan(), sample_hook()),
-                 Error);
+                 util::Error);
     json bad = full_spec();
     bad["linux"]["devices"] = "nope";
-    const Error e = edit_error(bad);
+    const util::Error e = edit_error(bad);
     EXPECT_EQ(e.code().value(), EINVAL);
     EXPECT_THAT(e.what(), HasSubstr("linux.devices"));
     // An entry of the spec's whose path is no string: refused, not skipped.
     bad = full_spec();
     bad["linux"]["devices"] = json::array({{{"path", 5}, {"type", "c"}}});
-    const Error path = edit_error(bad);
+    const util::Error path = edit_error(bad);
     EXPECT_EQ(path.code().value(), EINVAL);
     EXPECT_THAT(path.what(), HasSubstr("linux.devices"));
     EXPECT_THAT(path.what(), HasSubstr("not string"));
     bad = full_spec();
     bad["hooks"] = json::array();
-    EXPECT_THROW(edit(bad), Error);
+    EXPECT_THROW(edit(bad), util::Error);
 }
 
 // The mark is the finish hook the edit registers, nothing a container's
@@ -355,12 +355,12 @@ TEST(RuntimeEditSpec, MarkIsTheFinishHookEntry) {
 }
 
 TEST(RuntimeFinishPlan, KeepsOnlyWhatTheRuntimeCannotDo) {
-    const Plan plan = sample_plan();
-    const Plan finish = cdi::finish_plan(plan);
+    const decide::Plan plan = sample_plan();
+    const decide::Plan finish = cdi::finish_plan(plan);
     EXPECT_TRUE(finish.devices.empty());
     EXPECT_TRUE(finish.mounts.empty());
     // In a spec gpubind-runtime edited: every mount, no device.
-    const Plan after_edit = cdi::edited_finish_plan(plan);
+    const decide::Plan after_edit = cdi::edited_finish_plan(plan);
     EXPECT_TRUE(after_edit.devices.empty());
     ASSERT_EQ(after_edit.mounts.size(), plan.mounts.size());
     for (std::size_t i = 0; i < plan.mounts.size(); ++i)
@@ -375,7 +375,7 @@ TEST(RuntimeFinishPlan, KeepsOnlyWhatTheRuntimeCannotDo) {
 // IMEX channel nodes go into the spec like any device; the CUDA compat file is
 // not in the spec but in the finishing hook's plan, before its cache refresh.
 TEST(RuntimeEditSpec, ImexChannelsAndTheCudaCompatFile) {
-    Plan plan = sample_plan();
+    decide::Plan plan = sample_plan();
     plan.devices.push_back(device("/dev/nvidia-caps-imex-channels/channel1", 508, 1, 0666));
     plan.files.push_back({"/etc/ld.so.conf.d/000-cuda-compat.conf", "/usr/local/cuda/compat\n",
                           "CUDA forward compatibility"});
@@ -397,7 +397,7 @@ TEST(RuntimeEditSpec, ImexChannelsAndTheCudaCompatFile) {
             json{{"allow", true}, {"type", "c"}, {"major", 508}, {"minor", 1}, {"access", "rw"}}),
         out["linux"]["resources"]["devices"].end());
     EXPECT_EQ(out.dump().find("000-cuda-compat"), std::string::npos);
-    const Plan finish = cdi::finish_plan(plan);
+    const decide::Plan finish = cdi::finish_plan(plan);
     ASSERT_EQ(finish.files.size(), 1u);
     EXPECT_EQ(finish.files[0].path, plan.files[0].path);
     EXPECT_EQ(finish.files[0].content, plan.files[0].content);
@@ -449,7 +449,7 @@ TEST(RuntimeInvocation, AnUnknownFlagOfCreateOrRunIsRefusedNamingIt) {
         try {
             invoked(args);
             ADD_FAILURE() << "accepted " << ::testing::PrintToString(args);
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EINVAL);
             EXPECT_THAT(e.what(), HasSubstr("arguments"));
             EXPECT_THAT(e.what(), HasSubstr("which config.json"));

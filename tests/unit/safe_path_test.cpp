@@ -52,15 +52,15 @@ using OpenFn = int (*)(int, const fs::path&, int, unsigned);
 
 int via_open_in_root(int root, const fs::path& p, int flags, unsigned mode) {
     try {
-        return open_in_root(root, p, flags, mode).release();
-    } catch (const Error& e) {
+        return os::open_in_root(root, p, flags, mode).release();
+    } catch (const util::Error& e) {
         errno = e.code().value();
         return -1;
     }
 }
 
 int via_walk(int root, const fs::path& p, int flags, unsigned mode) {
-    return detail::open_in_root_walk(root, p, flags, mode);
+    return os::detail::open_in_root_walk(root, p, flags, mode);
 }
 
 // A root full of traps, and a host directory beside it with a secret.
@@ -98,20 +98,20 @@ class SafePath : public ::testing::TestWithParam<const char*> {
         fs::create_symlink("etc/real", root_ / "link_to_real");
         fs::create_symlink("/etc", root_ / "dir/sub/abs_etc");
         ASSERT_EQ(::mkfifo((root_ / "fifo").c_str(), 0600), 0);
-        root_fd_ = open_or_throw(root_, O_PATH | O_DIRECTORY);
+        root_fd_ = util::open_or_throw(root_, O_PATH | O_DIRECTORY);
     }
 
     // Opens and returns the content, or "errno:<name>".
     std::string open_read(const fs::path& p, int flags = O_RDONLY) {
         int fd = open_(root_fd_.get(), p, flags, 0);
         if (fd < 0) return std::string("errno:") + strerrorname_np(errno);
-        Fd owner(fd);
+        util::Fd owner(fd);
         return content_of(fd);
     }
 
     test::TempDir dir_{"gpubind-safe-path"};
     fs::path root_, host_;
-    Fd root_fd_;
+    util::Fd root_fd_;
     OpenFn open_ = nullptr;
 };
 
@@ -130,7 +130,7 @@ TEST_P(SafePath, AbsoluteSymlinkToSlashIsTheRoot) {
     EXPECT_EQ(open_read("dir/sub/abs_etc/real"), "inside");
     int fd = open_(root_fd_.get(), "abs_root", O_PATH | O_DIRECTORY, 0);
     ASSERT_GE(fd, 0) << std::strerror(errno);
-    Fd owner(fd);
+    util::Fd owner(fd);
     EXPECT_TRUE(same_inode(fd, root_));
     EXPECT_FALSE(same_inode(fd, "/"));
 }
@@ -144,7 +144,7 @@ TEST_P(SafePath, DotDotStopsAtTheRoot) {
     EXPECT_EQ(open_read("../host/secret"), "errno:ENOENT");
     int fd = open_(root_fd_.get(), "up", O_PATH | O_DIRECTORY, 0);
     ASSERT_GE(fd, 0);
-    Fd owner(fd);
+    util::Fd owner(fd);
     EXPECT_TRUE(same_inode(fd, root_));
 }
 
@@ -153,7 +153,7 @@ TEST_P(SafePath, LinksToHostPathsResolveInsideTheRootOnly) {
     EXPECT_EQ(open_read("dangling"), "errno:ENOENT");
     EXPECT_EQ(open_read("hostdir/secret"), "errno:ENOENT");
     EXPECT_EQ(open_read(host_ / "secret"), "errno:ENOENT");
-    EXPECT_FALSE(try_open_in_root(root_fd_.get(), "dangling", O_RDONLY));
+    EXPECT_FALSE(os::try_open_in_root(root_fd_.get(), "dangling", O_RDONLY));
     // /dev/zero of the root, not the host's.
     EXPECT_EQ(open_read("zero"), "errno:ENOENT");
 }
@@ -183,7 +183,7 @@ TEST_P(SafePath, CreatingThroughHostileLinksStaysInside) {
     EXPECT_EQ(errno, ELOOP);
     fd = open_(root_fd_.get(), "abs_root", O_PATH | O_NOFOLLOW, 0);
     ASSERT_GE(fd, 0);
-    Fd owner(fd);
+    util::Fd owner(fd);
     struct stat st {};
     ASSERT_EQ(::fstat(fd, &st), 0);
     EXPECT_TRUE(S_ISLNK(st.st_mode));
@@ -207,7 +207,7 @@ TEST_P(SafePath, TheRootItself) {
     for (const char* p : {"", "/", ".", "..", "/.."}) {
         int fd = open_(root_fd_.get(), p, O_PATH | O_DIRECTORY, 0);
         ASSERT_GE(fd, 0) << p << ": " << std::strerror(errno);
-        Fd owner(fd);
+        util::Fd owner(fd);
         EXPECT_TRUE(same_inode(fd, root_)) << p;
     }
 }
@@ -227,21 +227,22 @@ class SafePathApi : public ::testing::Test {
         fs::create_symlink("/etc/os-release", root_ / "link");
         fs::create_symlink("/dev/zero", root_ / "zero");
         ASSERT_EQ(::mkfifo((root_ / "fifo").c_str(), 0600), 0);
-        root_fd_ = open_or_throw(root_, O_PATH | O_DIRECTORY);
+        root_fd_ = util::open_or_throw(root_, O_PATH | O_DIRECTORY);
     }
     test::TempDir dir_{"gpubind-safe-path"};
     fs::path root_;
-    Fd root_fd_;
+    util::Fd root_fd_;
 };
 
 TEST_F(SafePathApi, TryOpenReturnsEmptyOnlyForMissing) {
-    EXPECT_FALSE(try_open_in_root(root_fd_.get(), "etc/nothing", O_RDONLY));
-    EXPECT_FALSE(try_open_in_root(root_fd_.get(), "zero", O_RDONLY));  // no dev/zero in the root
-    EXPECT_TRUE(try_open_in_root(root_fd_.get(), "etc/os-release", O_RDONLY));
+    EXPECT_FALSE(os::try_open_in_root(root_fd_.get(), "etc/nothing", O_RDONLY));
+    EXPECT_FALSE(
+        os::try_open_in_root(root_fd_.get(), "zero", O_RDONLY));  // no dev/zero in the root
+    EXPECT_TRUE(os::try_open_in_root(root_fd_.get(), "etc/os-release", O_RDONLY));
     try {
-        try_open_in_root(root_fd_.get(), "etc/os-release/x", O_RDONLY);
+        os::try_open_in_root(root_fd_.get(), "etc/os-release/x", O_RDONLY);
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ENOTDIR);
         EXPECT_THAT(e.what(), HasSubstr("etc/os-release/x"));
     }
@@ -249,46 +250,46 @@ TEST_F(SafePathApi, TryOpenReturnsEmptyOnlyForMissing) {
 
 TEST_F(SafePathApi, OpenInRootNamesThePath) {
     try {
-        open_in_root(root_fd_.get(), "/etc/missing", O_RDONLY);
+        os::open_in_root(root_fd_.get(), "/etc/missing", O_RDONLY);
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ENOENT);
         EXPECT_THAT(e.what(), HasSubstr("/etc/missing"));
     }
 }
 
 TEST_F(SafePathApi, ReadFileInRootReadsRegularFilesOnly) {
-    EXPECT_EQ(read_file_in_root(root_fd_.get(), "/etc/os-release", 1024), "ID=test\n");
+    EXPECT_EQ(os::read_file_in_root(root_fd_.get(), "/etc/os-release", 1024), "ID=test\n");
     // The FIFO is refused without blocking; a directory is refused.
-    EXPECT_THROW(read_file_in_root(root_fd_.get(), "fifo", 1024), Error);
-    EXPECT_THROW(read_file_in_root(root_fd_.get(), "etc", 1024), Error);
+    EXPECT_THROW(os::read_file_in_root(root_fd_.get(), "fifo", 1024), util::Error);
+    EXPECT_THROW(os::read_file_in_root(root_fd_.get(), "etc", 1024), util::Error);
     // A size cap.
     try {
-        read_file_in_root(root_fd_.get(), "big", 99);
+        os::read_file_in_root(root_fd_.get(), "big", 99);
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EFBIG);
     }
-    EXPECT_EQ(read_file_in_root(root_fd_.get(), "big", 100).size(), 100u);
+    EXPECT_EQ(os::read_file_in_root(root_fd_.get(), "big", 100).size(), 100u);
     // The last component is never followed.
     try {
-        read_file_in_root(root_fd_.get(), "link", 1024);
+        os::read_file_in_root(root_fd_.get(), "link", 1024);
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ELOOP);
         EXPECT_THAT(e.what(), HasSubstr("is a symbolic link (not followed)"));
     }
-    EXPECT_THROW(read_file_in_root(root_fd_.get(), "zero", 1024), Error);
+    EXPECT_THROW(os::read_file_in_root(root_fd_.get(), "zero", 1024), util::Error);
 }
 
 TEST_F(SafePathApi, ReadFileInRootRefusesADeviceNode) {
     // With "/" as the root, /dev/zero is a real character device: refused, not
     // read forever.
-    Fd slash = open_or_throw("/", O_PATH | O_DIRECTORY);
+    util::Fd slash = util::open_or_throw("/", O_PATH | O_DIRECTORY);
     try {
-        read_file_in_root(slash.get(), "/dev/zero", 1 << 20);
+        os::read_file_in_root(slash.get(), "/dev/zero", 1 << 20);
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr("not a regular file"));
     }
 }
@@ -298,13 +299,13 @@ TEST(SafePathMagic, Openat2RefusesMagicLinks) {
     // when it names something inside the root.
     test::TempDir dir("gpubind-safe-path");
     write(dir / "file", "x");
-    Fd file = open_or_throw(dir / "file", O_RDONLY);
-    Fd slash = open_or_throw("/", O_PATH | O_DIRECTORY);
+    util::Fd file = util::open_or_throw(dir / "file", O_RDONLY);
+    util::Fd slash = util::open_or_throw("/", O_PATH | O_DIRECTORY);
     std::string magic = "/proc/self/fd/" + std::to_string(file.get());
     try {
-        open_in_root(slash.get(), magic, O_RDONLY);
+        os::open_in_root(slash.get(), magic, O_RDONLY);
         FAIL() << "magic link followed";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), ELOOP);
     }
 }

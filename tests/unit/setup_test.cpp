@@ -308,7 +308,7 @@ TEST(SetupContainerd, OtherConfigVersionsAreRefusedNamingTheFile) {
         try {
             run(dir.path(), Engine::Containerd);
             ADD_FAILURE() << "accepted " << text;
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EINVAL);
             EXPECT_THAT(e.what(), HasSubstr((dir / kContainerdConfig).string()));
             EXPECT_THAT(e.what(), HasSubstr("version"));
@@ -524,7 +524,7 @@ TEST(Setup, BadFilesAreRefusedNamingThemAndNothingChanges) {
             try {
                 run(dir.path(), bad.engine, remove);
                 if (!remove || bad.remove_refuses) ADD_FAILURE() << "accepted " << bad.text;
-            } catch (const Error& e) {
+            } catch (const util::Error& e) {
                 EXPECT_EQ(e.code().value(), EINVAL);
                 EXPECT_THAT(e.what(), HasSubstr((dir / main_file(bad.engine)).string()));
             }
@@ -585,7 +585,7 @@ TEST(Setup, ABackupOrConfigThatIsALinkOrAnothersIsRefusedNamingIt) {
             try {
                 run(dir.path(), Engine::Docker, remove);
                 ADD_FAILURE() << "accepted";
-            } catch (const Error& e) {
+            } catch (const util::Error& e) {
                 EXPECT_THAT(e.what(), HasSubstr((dir / bad.at).string()));
                 EXPECT_THAT(e.what(), HasSubstr(bad.why));
                 EXPECT_THAT(e.what(), testing::Not(HasSubstr("root's only")));
@@ -767,7 +767,7 @@ TEST(DocsKubernetes, EveryConfigurationIsWhatSetupWritesOrParses) {
             }
         } else if (lang == "yaml") {
             ++yaml_blocks;
-            const nlohmann::json y = gpubind::yaml::parse(text, "docs/kubernetes.md");
+            const nlohmann::json y = gpubind::cdi::yaml::parse(text, "docs/kubernetes.md");
             if (y.is_object() && y.value("kind", "") == "RuntimeClass") {
                 EXPECT_EQ(y["handler"], std::string(kRuntimeName));
             }
@@ -944,8 +944,8 @@ TEST(SetupNvc, RemoveLeavesWhatIsNotGpubindsLink) {
     try {
         h.run(true);
         ADD_FAILURE() << "put the backup back over another file";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), ErrorKind::Refused);
+    } catch (const util::Error& e) {
+        EXPECT_EQ(e.kind(), util::ErrorKind::Refused);
         EXPECT_THAT(e.what(), HasSubstr(h.link.string()));
     }
     EXPECT_EQ(test::tree(h.dir.path()), before);
@@ -962,8 +962,8 @@ TEST(SetupNvc, ADirectoryAtThePathIsRefusedAndNothingChanges) {
         try {
             h.run(false, dry_run);
             ADD_FAILURE() << "replaced a directory";
-        } catch (const Error& e) {
-            EXPECT_EQ(e.kind(), ErrorKind::Refused);
+        } catch (const util::Error& e) {
+            EXPECT_EQ(e.kind(), util::ErrorKind::Refused);
             EXPECT_THAT(e.what(), HasSubstr(h.link.string()));
             EXPECT_THAT(e.what(), HasSubstr("directory"));
         }
@@ -974,7 +974,7 @@ TEST(SetupNvc, ADirectoryAtThePathIsRefusedAndNothingChanges) {
     put(h.link, kRealCli);
     put(h.backup, "an older backup");
     before = test::tree(h.dir.path());
-    EXPECT_THROW(h.run(), Error);
+    EXPECT_THROW(h.run(), util::Error);
     EXPECT_EQ(test::tree(h.dir.path()), before);
 
     fs::remove(h.backup);
@@ -982,7 +982,7 @@ TEST(SetupNvc, ADirectoryAtThePathIsRefusedAndNothingChanges) {
     try {
         nvc_link({.prefix = h.dir.path(), .nvc = "/usr/bin/not-there"}, false);
         ADD_FAILURE() << "linked to a missing program";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_THAT(e.what(), HasSubstr((h.bin / "not-there").string()));
     }
     EXPECT_EQ(test::tree(h.dir.path()), before);

@@ -18,9 +18,25 @@
 namespace gpubind {
 namespace {
 
+using config::Config;
+using config::Policy;
+using config::SharesPolicy;
+using decide::check_share;
+using decide::read_request;
+using decide::Request;
+using decide::share_enforcement;
+using decide::ShareRequest;
+using decide::size_text;
 using nlohmann::json;
+using node::Gpu;
+using node::MigDevice;
+using node::Node;
+using node::Selection;
 using test::error_of;
 using ::testing::HasSubstr;
+using util::Error;
+using util::ErrorKind;
+namespace oci = decide::oci;
 
 constexpr std::uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
 
@@ -49,7 +65,7 @@ TEST(ReadShare, NoVariableAsksNothingAndNeedsNoNvml) {
     const Request r = read_request(spec_with({"PATH=/bin", "CUDA_VISIBLE_DEVICES=0"}), Policy{});
     EXPECT_FALSE(r.share.asked());
     EXPECT_EQ(r.share, ShareRequest{});
-    EXPECT_FALSE(node_needs(r, true).need_nvml);
+    EXPECT_FALSE(decide::node_needs(r, true).need_nvml);
     // Empty values ask nothing either.
     EXPECT_FALSE(share_of({"GPUBIND_GPU_MEMORY=", "NVIDIA_GPU_MEMORY_LIMIT= "}).asked());
 }

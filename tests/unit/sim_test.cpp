@@ -31,11 +31,11 @@
 #include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
-using gpubind::Error;
 using gpubind::sim::Manifest;
 using gpubind::sim::Spec;
 using gpubind::test::lines_of;
 using gpubind::test::TempDir;
+using gpubind::util::Error;
 
 namespace {
 

@@ -130,7 +130,7 @@ void two_switches(SysTree& t) {
         .nvme("nvme0", "0000:05:00.0");
 }
 
-std::vector<std::string> names(const std::vector<sysfs::ClassDevice>& v) {
+std::vector<std::string> names(const std::vector<node::sysfs::ClassDevice>& v) {
     std::vector<std::string> out;
     for (const auto& d : v)
         out.push_back(d.name + "=" + std::to_string(d.major) + ":" + std::to_string(d.minor));
@@ -144,9 +144,9 @@ class LogCapture {
         ring_->set_pattern("%l %v");
         auto log = std::make_shared<spdlog::logger>("test", ring_);
         log->set_level(spdlog::level::trace);
-        set_logger(log);
+        util::set_logger(log);
     }
-    ~LogCapture() { set_logger(std::make_shared<spdlog::logger>("test")); }
+    ~LogCapture() { util::set_logger(std::make_shared<spdlog::logger>("test")); }
     std::string text() const {
         std::string out;
         for (const auto& line : ring_->last_formatted()) out += line + "\n";
@@ -167,13 +167,13 @@ class Sysfs : public ::testing::Test {
 };
 
 TEST_F(Sysfs, PlaceHasBridgesNumaAndCpus) {
-    const auto place = sysfs::pci_place(sys(), "0000:03:00.0");
+    const auto place = node::sysfs::pci_place(sys(), "0000:03:00.0");
     ASSERT_TRUE(place);
     EXPECT_EQ(place->bridges, kSwitchA);
     EXPECT_EQ(place->numa_node, 0);
     EXPECT_EQ(place->cpulist, "0-15,32-47");
 
-    const auto alone = sysfs::pci_place(sys(), "0000:c1:00.0");
+    const auto alone = node::sysfs::pci_place(sys(), "0000:c1:00.0");
     ASSERT_TRUE(alone);
     EXPECT_THAT(alone->bridges, ElementsAre("0000:c0:01.0"));
     EXPECT_EQ(alone->numa_node, -1);
@@ -181,29 +181,29 @@ TEST_F(Sysfs, PlaceHasBridgesNumaAndCpus) {
 }
 
 TEST_F(Sysfs, PlaceOfNvmlsBusIdIsSysfss) {
-    const auto place = sysfs::pci_place(sys(), "00000000:83:00.0");
+    const auto place = node::sysfs::pci_place(sys(), "00000000:83:00.0");
     ASSERT_TRUE(place);
     EXPECT_EQ(place->bridges, kSwitchB);
-    EXPECT_EQ(sysfs::pci_place(sys(), "0000:83:00.0"), place);
+    EXPECT_EQ(node::sysfs::pci_place(sys(), "0000:83:00.0"), place);
 }
 
 TEST_F(Sysfs, AbsentDeviceHasNoPlace) {
-    EXPECT_FALSE(sysfs::pci_place(sys(), "0000:99:00.0"));
-    EXPECT_FALSE(sysfs::pci_place(dir_ / "nothing", "0000:03:00.0"));
-    EXPECT_FALSE(sysfs::pci_place(sys(), "../../etc"));
-    EXPECT_FALSE(sysfs::pci_place(sys(), ""));
+    EXPECT_FALSE(node::sysfs::pci_place(sys(), "0000:99:00.0"));
+    EXPECT_FALSE(node::sysfs::pci_place(dir_ / "nothing", "0000:03:00.0"));
+    EXPECT_FALSE(node::sysfs::pci_place(sys(), "../../etc"));
+    EXPECT_FALSE(node::sysfs::pci_place(sys(), ""));
 }
 
 TEST_F(Sysfs, RootComplexDeviceHasNoBridges) {
     tree_.pci("0000:00:05.0", {}, "0\n");
-    const auto place = sysfs::pci_place(sys(), "0000:00:05.0");
+    const auto place = node::sysfs::pci_place(sys(), "0000:00:05.0");
     ASSERT_TRUE(place);
     EXPECT_THAT(place->bridges, IsEmpty());
     EXPECT_EQ(place->numa_node, 0);
 }
 
 TEST_F(Sysfs, HcasPairedWithTheirNodesByIbdev) {
-    const auto hcas = sysfs::hcas(sys());
+    const auto hcas = node::sysfs::hcas(sys());
     ASSERT_EQ(hcas.size(), 2u);
     EXPECT_EQ(hcas[0].name, "mlx5_0");
     EXPECT_EQ(hcas[0].pci_bus_id, "0000:04:00.0");
@@ -229,14 +229,14 @@ TEST_F(Sysfs, HcasInNaturalOrder) {
         .pci("0000:86:00.0", kSwitchB2, "1\n")
         .hca("mlx5_2", "0000:86:00.0");
     std::vector<std::string> got;
-    for (const auto& h : sysfs::hcas(sys())) got.push_back(h.name);
+    for (const auto& h : node::sysfs::hcas(sys())) got.push_back(h.name);
     EXPECT_THAT(got, ElementsAre("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_10"));
 }
 
 TEST_F(Sysfs, SoftwareHcaHasNoPciDevice) {
     tree_.file("devices/virtual/infiniband/rxe0/.keep", "");
     tree_.link("class/infiniband/rxe0", "../../devices/virtual/infiniband/rxe0");
-    const auto hcas = sysfs::hcas(sys());
+    const auto hcas = node::sysfs::hcas(sys());
     ASSERT_EQ(hcas.size(), 3u);
     EXPECT_EQ(hcas[2].name, "rxe0");
     EXPECT_EQ(hcas[2].pci_bus_id, "");
@@ -245,14 +245,14 @@ TEST_F(Sysfs, SoftwareHcaHasNoPciDevice) {
 
 TEST_F(Sysfs, DrmNodesCardFirst) {
     tree_.drm("0000:03:00.0", "controlD64", "226:64");  // not a node gpubind gives
-    EXPECT_THAT(names(sysfs::drm_nodes(sys(), "0000:03:00.0")),
+    EXPECT_THAT(names(node::sysfs::drm_nodes(sys(), "0000:03:00.0")),
                 ElementsAre("card1=226:1", "renderD128=226:128"));
-    EXPECT_THAT(sysfs::drm_nodes(sys(), "0000:83:00.0"), IsEmpty());
-    EXPECT_THAT(sysfs::drm_nodes(sys(), "0000:99:00.0"), IsEmpty());
+    EXPECT_THAT(node::sysfs::drm_nodes(sys(), "0000:83:00.0"), IsEmpty());
+    EXPECT_THAT(node::sysfs::drm_nodes(sys(), "0000:99:00.0"), IsEmpty());
 }
 
 TEST_F(Sysfs, Nvmes) {
-    const auto nvmes = sysfs::nvmes(sys());
+    const auto nvmes = node::sysfs::nvmes(sys());
     ASSERT_EQ(nvmes.size(), 1u);
     EXPECT_EQ(nvmes[0].name, "nvme0");
     EXPECT_EQ(nvmes[0].pci_bus_id, "0000:05:00.0");
@@ -261,77 +261,77 @@ TEST_F(Sysfs, Nvmes) {
 }
 
 TEST_F(Sysfs, NearestBySwitchThenNumaThenNone) {
-    const auto hcas = sysfs::hcas(sys());
-    std::vector<const PciPlace*> places;
+    const auto hcas = node::sysfs::hcas(sys());
+    std::vector<const node::PciPlace*> places;
     for (const auto& h : hcas) places.push_back(h.place ? &*h.place : nullptr);
 
-    const auto gpu0 = sysfs::nearest(*sysfs::pci_place(sys(), "0000:03:00.0"), places);
-    EXPECT_EQ(gpu0.how, sysfs::Nearness::Switch);
+    const auto gpu0 = node::sysfs::nearest(*node::sysfs::pci_place(sys(), "0000:03:00.0"), places);
+    EXPECT_EQ(gpu0.how, node::sysfs::Nearness::Switch);
     EXPECT_THAT(gpu0.which, ElementsAre(0u));
 
-    const auto gpu1 = sysfs::nearest(*sysfs::pci_place(sys(), "0000:83:00.0"), places);
-    EXPECT_EQ(gpu1.how, sysfs::Nearness::Switch);
+    const auto gpu1 = node::sysfs::nearest(*node::sysfs::pci_place(sys(), "0000:83:00.0"), places);
+    EXPECT_EQ(gpu1.how, node::sysfs::Nearness::Switch);
     EXPECT_THAT(gpu1.which, ElementsAre(1u));
 
     // Under another root port, on mlx5_1's NUMA node.
-    const auto gpu2 = sysfs::nearest(*sysfs::pci_place(sys(), "0000:41:00.0"), places);
-    EXPECT_EQ(gpu2.how, sysfs::Nearness::Numa);
+    const auto gpu2 = node::sysfs::nearest(*node::sysfs::pci_place(sys(), "0000:41:00.0"), places);
+    EXPECT_EQ(gpu2.how, node::sysfs::Nearness::Numa);
     EXPECT_THAT(gpu2.which, ElementsAre(1u));
 
     // No shared bridge, NUMA node unknown: -1 matches nothing, not even -1.
-    PciPlace other_unknown{{"0000:e0:01.0"}, -1, ""};
+    node::PciPlace other_unknown{{"0000:e0:01.0"}, -1, ""};
     places.push_back(&other_unknown);
-    const auto gpu3 = sysfs::nearest(*sysfs::pci_place(sys(), "0000:c1:00.0"), places);
-    EXPECT_EQ(gpu3.how, sysfs::Nearness::None);
+    const auto gpu3 = node::sysfs::nearest(*node::sysfs::pci_place(sys(), "0000:c1:00.0"), places);
+    EXPECT_EQ(gpu3.how, node::sysfs::Nearness::None);
     EXPECT_THAT(gpu3.which, IsEmpty());
 }
 
 TEST(SysfsNearest, IsPure) {
-    const PciPlace gpu{{"0000:00:01.0", "0000:01:00.0", "0000:02:00.0"}, 0, "0-7"};
-    const PciPlace same_root_port{{"0000:00:01.0", "0000:05:00.0"}, 1, ""};
-    const PciPlace numa{{"0000:40:01.0"}, 0, ""};
-    const PciPlace far{{"0000:80:01.0"}, 1, ""};
+    const node::PciPlace gpu{{"0000:00:01.0", "0000:01:00.0", "0000:02:00.0"}, 0, "0-7"};
+    const node::PciPlace same_root_port{{"0000:00:01.0", "0000:05:00.0"}, 1, ""};
+    const node::PciPlace numa{{"0000:40:01.0"}, 0, ""};
+    const node::PciPlace far{{"0000:80:01.0"}, 1, ""};
     // A shared root port counts as a shared bridge; nulls are never near.
-    auto n = sysfs::nearest(gpu, {nullptr, &far, &same_root_port, &numa});
-    EXPECT_EQ(n.how, sysfs::Nearness::Switch);
+    auto n = node::sysfs::nearest(gpu, {nullptr, &far, &same_root_port, &numa});
+    EXPECT_EQ(n.how, node::sysfs::Nearness::Switch);
     EXPECT_THAT(n.which, ElementsAre(2u));
-    n = sysfs::nearest(gpu, {&far, nullptr, &numa, &numa});
-    EXPECT_EQ(n.how, sysfs::Nearness::Numa);
+    n = node::sysfs::nearest(gpu, {&far, nullptr, &numa, &numa});
+    EXPECT_EQ(n.how, node::sysfs::Nearness::Numa);
     EXPECT_THAT(n.which, ElementsAre(2u, 3u));
-    n = sysfs::nearest(gpu, {&far, nullptr});
-    EXPECT_EQ(n.how, sysfs::Nearness::None);
+    n = node::sysfs::nearest(gpu, {&far, nullptr});
+    EXPECT_EQ(n.how, node::sysfs::Nearness::None);
     EXPECT_THAT(n.which, IsEmpty());
-    EXPECT_EQ(sysfs::nearest(gpu, {}).how, sysfs::Nearness::None);
-    EXPECT_EQ(sysfs::to_string(sysfs::Nearness::Switch), "switch");
-    EXPECT_EQ(sysfs::to_string(sysfs::Nearness::Numa), "numa");
-    EXPECT_EQ(sysfs::to_string(sysfs::Nearness::None), "none");
+    EXPECT_EQ(node::sysfs::nearest(gpu, {}).how, node::sysfs::Nearness::None);
+    EXPECT_EQ(node::sysfs::to_string(node::sysfs::Nearness::Switch), "switch");
+    EXPECT_EQ(node::sysfs::to_string(node::sysfs::Nearness::Numa), "numa");
+    EXPECT_EQ(node::sysfs::to_string(node::sysfs::Nearness::None), "none");
 }
 
 TEST(SysfsChecks, Values) {
-    EXPECT_TRUE(sysfs::is_pci_address("0000:3b:00.0"));
-    EXPECT_TRUE(sysfs::is_pci_address("10000:e1:1f.7"));  // a VMD domain
-    EXPECT_FALSE(sysfs::is_pci_address("0000:3B:00.0"));
-    EXPECT_FALSE(sysfs::is_pci_address("0000:3b:20.0"));
-    EXPECT_FALSE(sysfs::is_pci_address("0000:3b:00.8"));
-    EXPECT_FALSE(sysfs::is_pci_address("pci0000:00"));
-    EXPECT_FALSE(sysfs::is_pci_address("000:3b:00.0"));
-    EXPECT_FALSE(sysfs::is_pci_address("0000:3b:00.0\n"));
-    EXPECT_FALSE(sysfs::is_pci_address(""));
-    EXPECT_TRUE(sysfs::is_name("mlx5_0"));
-    EXPECT_TRUE(sysfs::is_name("nvme-fabrics.1"));
-    EXPECT_FALSE(sysfs::is_name(".."));
-    EXPECT_FALSE(sysfs::is_name("a/b"));
-    EXPECT_FALSE(sysfs::is_name("a b"));
-    EXPECT_FALSE(sysfs::is_name(""));
-    EXPECT_EQ(sysfs::parse_dev("231:192\n"), std::pair(231u, 192u));
-    EXPECT_EQ(sysfs::parse_dev("4095:1048575"), std::pair(4095u, 1048575u));
+    EXPECT_TRUE(node::sysfs::is_pci_address("0000:3b:00.0"));
+    EXPECT_TRUE(node::sysfs::is_pci_address("10000:e1:1f.7"));  // a VMD domain
+    EXPECT_FALSE(node::sysfs::is_pci_address("0000:3B:00.0"));
+    EXPECT_FALSE(node::sysfs::is_pci_address("0000:3b:20.0"));
+    EXPECT_FALSE(node::sysfs::is_pci_address("0000:3b:00.8"));
+    EXPECT_FALSE(node::sysfs::is_pci_address("pci0000:00"));
+    EXPECT_FALSE(node::sysfs::is_pci_address("000:3b:00.0"));
+    EXPECT_FALSE(node::sysfs::is_pci_address("0000:3b:00.0\n"));
+    EXPECT_FALSE(node::sysfs::is_pci_address(""));
+    EXPECT_TRUE(node::sysfs::is_name("mlx5_0"));
+    EXPECT_TRUE(node::sysfs::is_name("nvme-fabrics.1"));
+    EXPECT_FALSE(node::sysfs::is_name(".."));
+    EXPECT_FALSE(node::sysfs::is_name("a/b"));
+    EXPECT_FALSE(node::sysfs::is_name("a b"));
+    EXPECT_FALSE(node::sysfs::is_name(""));
+    EXPECT_EQ(node::sysfs::parse_dev("231:192\n"), std::pair(231u, 192u));
+    EXPECT_EQ(node::sysfs::parse_dev("4095:1048575"), std::pair(4095u, 1048575u));
     for (const char* bad : {"231", "x:y", "99999:0", "4096:0", "0:1048576", "-1:0", ":", "1:2:3"})
-        EXPECT_FALSE(sysfs::parse_dev(bad)) << bad;
-    EXPECT_TRUE(sysfs::name_less("mlx5_2", "mlx5_10"));
-    EXPECT_FALSE(sysfs::name_less("mlx5_10", "mlx5_2"));
-    EXPECT_TRUE(sysfs::name_less("card9", "renderD128"));
-    EXPECT_TRUE(sysfs::name_less("a", "a0"));
-    EXPECT_FALSE(sysfs::name_less("a1", "a1"));
+        EXPECT_FALSE(node::sysfs::parse_dev(bad)) << bad;
+    EXPECT_TRUE(node::sysfs::name_less("mlx5_2", "mlx5_10"));
+    EXPECT_FALSE(node::sysfs::name_less("mlx5_10", "mlx5_2"));
+    EXPECT_TRUE(node::sysfs::name_less("card9", "renderD128"));
+    EXPECT_TRUE(node::sysfs::name_less("a", "a0"));
+    EXPECT_FALSE(node::sysfs::name_less("a1", "a1"));
 }
 
 // Hostile or malformed trees: nothing is followed out of the root, nothing
@@ -343,18 +343,18 @@ TEST_F(Sysfs, LinkOutOfTheRootIsNotFollowed) {
     outside.file("devices/pci0000:00/0000:00:01.0/0000:99:00.0/numa_node", "0\n");
     tree_.link("bus/pci/devices/0000:99:00.0",
                "../../../../devices/pci0000:00/0000:00:01.0/0000:99:00.0");
-    EXPECT_FALSE(sysfs::pci_place(sys(), "0000:99:00.0"));
+    EXPECT_FALSE(node::sysfs::pci_place(sys(), "0000:99:00.0"));
     tree_.link("bus/pci/devices/0000:99:00.0",
                (dir_.path() / "devices/pci0000:00/0000:00:01.0/0000:99:00.0").string());
-    EXPECT_FALSE(sysfs::pci_place(sys(), "0000:99:00.0"));
+    EXPECT_FALSE(node::sysfs::pci_place(sys(), "0000:99:00.0"));
     // Out to /etc, which the root has too: not a PCI device under devices/.
     tree_.link("bus/pci/devices/0000:99:00.0", "../../../../etc");
-    EXPECT_FALSE(sysfs::pci_place(sys(), "0000:99:00.0"));
+    EXPECT_FALSE(node::sysfs::pci_place(sys(), "0000:99:00.0"));
     tree_.file("etc/numa_node", "0\n");
-    EXPECT_FALSE(sysfs::pci_place(sys(), "0000:99:00.0"));
+    EXPECT_FALSE(node::sysfs::pci_place(sys(), "0000:99:00.0"));
     // A device link named like another device.
     tree_.link("bus/pci/devices/0000:99:00.0", "../../../" + tree_.device("0000:03:00.0").string());
-    EXPECT_FALSE(sysfs::pci_place(sys(), "0000:99:00.0"));
+    EXPECT_FALSE(node::sysfs::pci_place(sys(), "0000:99:00.0"));
 }
 
 TEST_F(Sysfs, ClassLinkOutOfTheRootIsNotFollowed) {
@@ -363,13 +363,13 @@ TEST_F(Sysfs, ClassLinkOutOfTheRootIsNotFollowed) {
     tree_.link("class/infiniband/mlx5_9",
                "../../../devices/pci0000:97/0000:97:01.0/"
                "0000:98:00.0/infiniband/mlx5_9");
-    for (const auto& h : sysfs::hcas(sys())) EXPECT_NE(h.name, "mlx5_9");
+    for (const auto& h : node::sysfs::hcas(sys())) EXPECT_NE(h.name, "mlx5_9");
     // The same HCA whose device link alone leads out: no PCI device.
     tree_.file("devices/virtual/infiniband/mlx5_9/.keep", "")
         .link("class/infiniband/mlx5_9", "../../devices/virtual/infiniband/mlx5_9")
         .link("devices/virtual/infiniband/mlx5_9/device",
               (dir_.path() / "devices/pci0000:97/0000:97:01.0/0000:98:00.0").string());
-    const auto hcas = sysfs::hcas(sys());
+    const auto hcas = node::sysfs::hcas(sys());
     ASSERT_EQ(hcas.size(), 3u);
     EXPECT_EQ(hcas[2].name, "mlx5_9");
     EXPECT_EQ(hcas[2].pci_bus_id, "");
@@ -383,13 +383,13 @@ TEST_F(Sysfs, MalformedDevFileSkipsThatNode) {
         .file(tree_.device("0000:03:00.0") / "drm/card1/dev", "")
         .link(tree_.device("0000:03:00.0") / "drm/renderD128/dev", "/etc/hostname");
     LogCapture log;
-    const auto hcas = sysfs::hcas(sys());
+    const auto hcas = node::sysfs::hcas(sys());
     ASSERT_EQ(hcas.size(), 2u);
     EXPECT_THAT(hcas[0].verbs, IsEmpty());
     EXPECT_THAT(names(hcas[0].umad), ElementsAre("umad0=231:0"));
     EXPECT_THAT(names(hcas[0].issm), ElementsAre("issm1=231:65"));
     EXPECT_THAT(names(hcas[1].verbs), ElementsAre("uverbs0=231:192"));
-    EXPECT_THAT(sysfs::drm_nodes(sys(), "0000:03:00.0"), IsEmpty());
+    EXPECT_THAT(node::sysfs::drm_nodes(sys(), "0000:03:00.0"), IsEmpty());
     const std::string lines = log.text();
     EXPECT_THAT(lines, ::testing::HasSubstr("uverbs1/dev: \"231\" is not MAJOR:MINOR"));
     EXPECT_THAT(lines, ::testing::HasSubstr("umad1/dev: \"x:y\" is not MAJOR:MINOR"));
@@ -401,7 +401,7 @@ TEST_F(Sysfs, OddIbdevAndNamesAreLeftOut) {
         .file(tree_.device("0000:04:00.0") / "infiniband_mad/umad0/ibdev", "mlx5_7\n")
         .file("devices/virtual/infiniband/bad name/.keep", "")
         .link("class/infiniband/bad name", "../../devices/virtual/infiniband/bad name");
-    const auto hcas = sysfs::hcas(sys());
+    const auto hcas = node::sysfs::hcas(sys());
     ASSERT_EQ(hcas.size(), 2u);
     EXPECT_THAT(hcas[0].verbs, IsEmpty());
     EXPECT_THAT(names(hcas[0].umad), ElementsAre("umad1=231:1"));
@@ -409,15 +409,15 @@ TEST_F(Sysfs, OddIbdevAndNamesAreLeftOut) {
 
 TEST_F(Sysfs, MissingClassDirectoryIsNoDevices) {
     fs::remove_all(sys() / "class/infiniband");
-    EXPECT_THAT(sysfs::hcas(sys()), IsEmpty());
+    EXPECT_THAT(node::sysfs::hcas(sys()), IsEmpty());
     fs::remove_all(sys() / "class");
-    EXPECT_THAT(sysfs::hcas(sys()), IsEmpty());
-    EXPECT_THAT(sysfs::nvmes(sys()), IsEmpty());
-    EXPECT_THAT(sysfs::hcas(dir_ / "nothing"), IsEmpty());
+    EXPECT_THAT(node::sysfs::hcas(sys()), IsEmpty());
+    EXPECT_THAT(node::sysfs::nvmes(sys()), IsEmpty());
+    EXPECT_THAT(node::sysfs::hcas(dir_ / "nothing"), IsEmpty());
     // The class without its verbs class: HCAs without nodes.
     SysTree bare(dir_.path() / "bare");
     bare.pci("0000:04:00.0", kSwitchA2, "0\n").hca("mlx5_0", "0000:04:00.0");
-    const auto hcas = sysfs::hcas(bare.root());
+    const auto hcas = node::sysfs::hcas(bare.root());
     ASSERT_EQ(hcas.size(), 1u);
     EXPECT_THAT(hcas[0].verbs, IsEmpty());
     EXPECT_THAT(hcas[0].umad, IsEmpty());
@@ -426,14 +426,14 @@ TEST_F(Sysfs, MissingClassDirectoryIsNoDevices) {
 TEST_F(Sysfs, ClassIsAFile) {
     fs::remove_all(sys() / "class/infiniband");
     tree_.file("class/infiniband", "not a directory\n");
-    EXPECT_THAT(sysfs::hcas(sys()), IsEmpty());
+    EXPECT_THAT(node::sysfs::hcas(sys()), IsEmpty());
 }
 
 TEST_F(Sysfs, MalformedNumaAndCpulist) {
     tree_.file(tree_.device("0000:03:00.0") / "numa_node", "abc\n")
         .file(tree_.device("0000:03:00.0") / "local_cpulist", "0-15;rm -rf /\n");
     LogCapture log;
-    const auto place = sysfs::pci_place(sys(), "0000:03:00.0");
+    const auto place = node::sysfs::pci_place(sys(), "0000:03:00.0");
     ASSERT_TRUE(place);
     EXPECT_EQ(place->numa_node, -1);
     EXPECT_EQ(place->cpulist, "");
@@ -441,23 +441,23 @@ TEST_F(Sysfs, MalformedNumaAndCpulist) {
     EXPECT_THAT(log.text(), ::testing::HasSubstr("numa_node \"abc\" is not a NUMA node"));
     for (const char* bad : {"-2\n", "99999999999999999999\n", "1 2\n", ""}) {
         tree_.file(tree_.device("0000:03:00.0") / "numa_node", bad);
-        EXPECT_EQ(sysfs::pci_place(sys(), "0000:03:00.0")->numa_node, -1) << bad;
+        EXPECT_EQ(node::sysfs::pci_place(sys(), "0000:03:00.0")->numa_node, -1) << bad;
     }
     // A numa_node that is a link, or a FIFO, is not read.
     tree_.link(tree_.device("0000:03:00.0") / "numa_node",
                "../../../../../../" + tree_.device("0000:83:00.0").string() + "/numa_node");
-    EXPECT_EQ(sysfs::pci_place(sys(), "0000:03:00.0")->numa_node, -1);
+    EXPECT_EQ(node::sysfs::pci_place(sys(), "0000:03:00.0")->numa_node, -1);
     fs::remove(sys() / tree_.device("0000:03:00.0") / "numa_node");
     ASSERT_EQ(::mkfifo((sys() / tree_.device("0000:03:00.0") / "numa_node").c_str(), 0644), 0);
-    EXPECT_EQ(sysfs::pci_place(sys(), "0000:03:00.0")->numa_node, -1);
+    EXPECT_EQ(node::sysfs::pci_place(sys(), "0000:03:00.0")->numa_node, -1);
 }
 
 // The topology of a node's GPUs.
 
-Node node_of(const std::vector<std::string>& bus_ids) {
-    Node node;
+node::Node node_of(const std::vector<std::string>& bus_ids) {
+    node::Node node;
     for (unsigned i = 0; i < bus_ids.size(); ++i) {
-        Gpu gpu;
+        node::Gpu gpu;
         gpu.index = i;
         gpu.uuid = "GPU-" + std::to_string(i);
         gpu.pci_bus_id = bus_ids[i];
@@ -467,33 +467,34 @@ Node node_of(const std::vector<std::string>& bus_ids) {
 }
 
 TEST_F(Sysfs, TopologyOfEachGpu) {
-    Node node =
+    node::Node node =
         node_of({"0000:03:00.0", "0000:83:00.0", "0000:41:00.0", "0000:c1:00.0", "0000:99:00.0"});
     // A place discovery filled is used as it is.
-    node.gpus[1].place = PciPlace{{"0000:00:01.0"}, 0, "0-3"};
-    const auto topo = read_topology(node, sys());
+    node.gpus[1].place = node::PciPlace{{"0000:00:01.0"}, 0, "0-3"};
+    const auto topo = node::read_topology(node, sys());
     ASSERT_EQ(topo.size(), 5u);
-    EXPECT_EQ(topo[0].hca_nearness, sysfs::Nearness::Switch);
+    EXPECT_EQ(topo[0].hca_nearness, node::sysfs::Nearness::Switch);
     EXPECT_THAT(topo[0].hcas, ElementsAre("mlx5_0"));
-    EXPECT_EQ(topo[0].nvme_nearness, sysfs::Nearness::Switch);
+    EXPECT_EQ(topo[0].nvme_nearness, node::sysfs::Nearness::Switch);
     EXPECT_THAT(topo[0].nvmes, ElementsAre("nvme0"));
     EXPECT_EQ(topo[1].place->cpulist, "0-3");
-    EXPECT_EQ(topo[1].hca_nearness, sysfs::Nearness::Switch);
+    EXPECT_EQ(topo[1].hca_nearness, node::sysfs::Nearness::Switch);
     EXPECT_THAT(topo[1].hcas, ElementsAre("mlx5_0"));
-    EXPECT_EQ(topo[2].hca_nearness, sysfs::Nearness::Numa);
+    EXPECT_EQ(topo[2].hca_nearness, node::sysfs::Nearness::Numa);
     EXPECT_THAT(topo[2].hcas, ElementsAre("mlx5_1"));
-    EXPECT_EQ(topo[2].nvme_nearness, sysfs::Nearness::None);
-    EXPECT_EQ(topo[3].hca_nearness, sysfs::Nearness::None);
+    EXPECT_EQ(topo[2].nvme_nearness, node::sysfs::Nearness::None);
+    EXPECT_EQ(topo[3].hca_nearness, node::sysfs::Nearness::None);
     EXPECT_FALSE(topo[4].place);
-    EXPECT_EQ(topo[4].hca_nearness, sysfs::Nearness::None);
+    EXPECT_EQ(topo[4].hca_nearness, node::sysfs::Nearness::None);
     EXPECT_THAT(topo[4].hcas, IsEmpty());
 }
 
 TEST_F(Sysfs, TopologyJson) {
-    const Node node = node_of({"0000:03:00.0", "0000:41:00.0", "0000:c1:00.0", "0000:99:00.0"});
-    const auto hcas = sysfs::hcas(sys());
-    const auto nvmes = sysfs::nvmes(sys());
-    const nlohmann::json j = to_json(read_topology(node, sys(), hcas, nvmes), hcas, nvmes);
+    const node::Node node =
+        node_of({"0000:03:00.0", "0000:41:00.0", "0000:c1:00.0", "0000:99:00.0"});
+    const auto hcas = node::sysfs::hcas(sys());
+    const auto nvmes = node::sysfs::nvmes(sys());
+    const nlohmann::json j = to_json(node::read_topology(node, sys(), hcas, nvmes), hcas, nvmes);
     EXPECT_EQ(j["schema"], "gpubind.topology/v1");
     ASSERT_EQ(j["gpus"].size(), 4u);
     const auto& g0 = j["gpus"][0];
@@ -528,10 +529,11 @@ TEST_F(Sysfs, TopologyJson) {
 }
 
 TEST_F(Sysfs, TopologyText) {
-    const Node node = node_of({"0000:03:00.0", "0000:41:00.0", "0000:99:00.0"});
-    const auto hcas = sysfs::hcas(sys());
-    const auto nvmes = sysfs::nvmes(sys());
-    const std::string text = to_text(read_topology(node, sys(), hcas, nvmes), hcas, nvmes, sys());
+    const node::Node node = node_of({"0000:03:00.0", "0000:41:00.0", "0000:99:00.0"});
+    const auto hcas = node::sysfs::hcas(sys());
+    const auto nvmes = node::sysfs::nvmes(sys());
+    const std::string text =
+        to_text(node::read_topology(node, sys(), hcas, nvmes), hcas, nvmes, sys());
     EXPECT_THAT(text, ::testing::HasSubstr("GPU 0 (GPU-0)\n"
                                            "  Bus location:   0000:03:00.0\n"
                                            "  NUMA node:      0\n"

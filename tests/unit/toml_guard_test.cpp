@@ -65,8 +65,8 @@ TEST(TomlGuard, RefusesEveryCodePointThatReachesAnUnreachableBranch) {
     for (char32_t c = 0; c < 0x110000; ++c) {
         if (!reaches_unreachable(c)) continue;
         ++reached;
-        ASSERT_TRUE(gpubind::detail::toml_unsafe_code_point(c)) << std::hex << "U+" << +c;
-        ASSERT_TRUE(gpubind::detail::toml_unsafe_text("a = 1" + utf8(c)).has_value())
+        ASSERT_TRUE(gpubind::util::detail::toml_unsafe_code_point(c)) << std::hex << "U+" << +c;
+        ASSERT_TRUE(gpubind::util::detail::toml_unsafe_text("a = 1" + utf8(c)).has_value())
             << std::hex << "U+" << +c;
     }
     // Debian 12's toml++ 3.3 has the bug (a fixed toml++ would reach none).
@@ -74,23 +74,26 @@ TEST(TomlGuard, RefusesEveryCodePointThatReachesAnUnreachableBranch) {
 }
 
 TEST(TomlGuard, AcceptsAsciiAndTheCharactersTomlPlusPlusHandles) {
-    using gpubind::detail::toml_unsafe_text;
-    for (char32_t c = 0; c < 0x80; ++c) EXPECT_FALSE(toml_unsafe_text(utf8(c))) << +c;
-    EXPECT_FALSE(toml_unsafe_text("path = \"/srv/\u00A0\u3000\u4E2D\U0001F600\"\n"));
-    EXPECT_FALSE(toml_unsafe_text("path = \"/srv/caf\\u00E9\"\n"));
+    using gpubind::util::detail::toml_unsafe_text;
+    for (char32_t c = 0; c < 0x80; ++c)
+        EXPECT_FALSE(gpubind::util::detail::toml_unsafe_text(utf8(c))) << +c;
+    EXPECT_FALSE(
+        gpubind::util::detail::toml_unsafe_text("path = \"/srv/\u00A0\u3000\u4E2D\U0001F600\"\n"));
+    EXPECT_FALSE(gpubind::util::detail::toml_unsafe_text("path = \"/srv/caf\\u00E9\"\n"));
 }
 
 TEST(TomlGuard, NamesTheLineAndTheCharacter) {
-    using gpubind::detail::toml_unsafe_text;
-    EXPECT_EQ(toml_unsafe_text("# ok\n[log]\nfile = \"/var/log/caf\u00E9\"\n"),
-              "line 3: character U+00E9 is not supported here; inside a string write it as "
-              "\\u00E9");
+    using gpubind::util::detail::toml_unsafe_text;
+    EXPECT_EQ(
+        gpubind::util::detail::toml_unsafe_text("# ok\n[log]\nfile = \"/var/log/caf\u00E9\"\n"),
+        "line 3: character U+00E9 is not supported here; inside a string write it as "
+        "\\u00E9");
     // An overlong spelling of U+00A1 is caught too.
-    EXPECT_EQ(toml_unsafe_text("a = 1\xE0\x82\xA1"),
+    EXPECT_EQ(gpubind::util::detail::toml_unsafe_text("a = 1\xE0\x82\xA1"),
               "line 1: character U+00A1 is not supported here; inside a string write it as "
               "\\u00A1");
     // A truncated sequence at the end is left for toml++ to report.
-    EXPECT_FALSE(toml_unsafe_text("a = 1\xE0\x82"));
+    EXPECT_FALSE(gpubind::util::detail::toml_unsafe_text("a = 1\xE0\x82"));
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ class Topology : public test::SimNodeTestWithParam<std::string> {
         node_options().topology(GetParam()).hcas(2);
     }
     std::string root_arg() const { return "--root " + root().string(); }
-    Node discover_node() const { return discover(config()); }
+    node::Node discover_node() const { return node::discover(config()); }
 };
 
 TEST_P(Topology, InfoJsonMatchesTheKnownMatrixAndCliques) {
@@ -82,14 +82,14 @@ TEST_P(Topology, InfoJsonMatchesTheKnownMatrixAndCliques) {
 TEST_P(Topology, InfoTextShowsTheMatrixCellByCell) {
     const auto o = cli("info --topology " + root_arg());
     ASSERT_EQ(o.code, 0) << o.out;
-    const auto lines = split(o.out, '\n');
+    const auto lines = util::split(o.out, '\n');
     for (std::size_t i = 0; i < manifest().gpus.size(); ++i) {
         const std::string label = fmt::format("GPU{}", i);
         auto row = std::find_if(lines.begin(), lines.end(),
                                 [&](std::string_view l) { return l.starts_with(label + " "); });
         ASSERT_NE(row, lines.end()) << o.out;
         std::vector<std::string> cells;
-        for (auto w : split(*row, ' '))
+        for (auto w : util::split(*row, ' '))
             if (!w.empty()) cells.emplace_back(w);
         const auto& want = manifest().topology.matrix[i];
         ASSERT_GE(cells.size(), want.size() + 3) << *row;
@@ -112,9 +112,9 @@ TEST_P(Topology, InfoTextShowsTheMatrixCellByCell) {
 
 // Against the documented order over the manifest's facts (brute_place.hpp).
 TEST_P(Topology, PlaceIsNeverWorseThanBruteForce) {
-    const Node node = discover_node();
-    const auto graph = nvlink_graph(node.gpus);
-    const auto t = place_topology(node.gpus, graph);
+    const node::Node node = discover_node();
+    const auto graph = node::nvlink_graph(node.gpus);
+    const auto t = node::place_topology(node.gpus, graph);
     const auto& m = manifest();
     const unsigned n_gpus = static_cast<unsigned>(m.gpus.size());
     const auto facts = test::manifest_facts(m);
@@ -124,14 +124,14 @@ TEST_P(Topology, PlaceIsNeverWorseThanBruteForce) {
         for (unsigned i = 0; i < n_gpus; ++i)
             if (mask >> i & 1) free.push_back(i);
         for (unsigned n = 2; n <= 4 && n <= free.size(); ++n)
-            for (NvlinkNeed need :
-                 {NvlinkNeed::Required, NvlinkNeed::Preferred, NvlinkNeed::Ignore}) {
+            for (node::NvlinkNeed need : {node::NvlinkNeed::Required, node::NvlinkNeed::Preferred,
+                                          node::NvlinkNeed::Ignore}) {
                 const test::BestPlace want = test::brute_place(facts, free, n, need);
-                const Placement got = place_gpus(t, {n, free, {}, need});
+                const node::Placement got = node::place_gpus(t, {n, free, {}, need});
                 const std::string ctx = fmt::format("free {} n {} need {}", fmt::join(free, ","), n,
                                                     static_cast<int>(need));
                 ++compared;
-                if (need == NvlinkNeed::Required) {
+                if (need == node::NvlinkNeed::Required) {
                     ASSERT_EQ(got.satisfied, want.found) << ctx;
                     if (!want.found) continue;
                 }

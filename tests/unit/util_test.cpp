@@ -32,21 +32,21 @@ namespace gpubind {
 namespace {
 
 TEST(Error, MessageNamesOperationPathAndErrno) {
-    Error e(ENOENT, "open", "/etc/nothing");
+    util::Error e(ENOENT, "open", "/etc/nothing");
     EXPECT_STREQ(e.what(), "open /etc/nothing: No such file or directory");
     EXPECT_EQ(e.code().value(), ENOENT);
     EXPECT_EQ(e.op(), "open");
     EXPECT_EQ(e.path(), "/etc/nothing");
-    EXPECT_EQ(exit_code_for(e), kExitFailure);
+    EXPECT_EQ(util::exit_code_for(e), util::kExitFailure);
 }
 
 TEST(Error, InvalidInputCarriesDetailAndMapsToInvalidExit) {
     try {
-        throw_invalid("parse ld.so.cache", "/x", "truncated header");
+        util::throw_invalid("parse ld.so.cache", "/x", "truncated header");
         FAIL();
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_STREQ(e.what(), "parse ld.so.cache /x: truncated header");
-        EXPECT_EQ(exit_code_for(e), kExitInvalid);
+        EXPECT_EQ(util::exit_code_for(e), util::kExitInvalid);
     }
 }
 
@@ -56,12 +56,12 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 struct Pipe {
-    Fd read, write;
+    util::Fd read, write;
     Pipe() {
         int fds[2];
         EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-        read = Fd(fds[0]);
-        write = Fd(fds[1]);
+        read = util::Fd(fds[0]);
+        write = util::Fd(fds[1]);
     }
 };
 
@@ -70,7 +70,7 @@ TEST(PollUntil, ReadyDescriptorReturnsAtOnceWithItsEvents) {
     ASSERT_EQ(::write(p.write.get(), "x", 1), 1);
     pollfd fds[2] = {{p.write.get(), 0, 0}, {p.read.get(), POLLIN, 0}};
     const auto start = Clock::now();
-    EXPECT_TRUE(poll_until(fds, Clock::now() + milliseconds(5000), "pipe"));
+    EXPECT_TRUE(util::poll_until(fds, Clock::now() + milliseconds(5000), "pipe"));
     EXPECT_LT(Clock::now() - start, milliseconds(1000));
     EXPECT_EQ(fds[0].revents, 0);
     EXPECT_NE(fds[1].revents & POLLIN, 0);
@@ -80,7 +80,7 @@ TEST(PollUntil, NothingReadyWaitsForTheDeadlineThenSaysSo) {
     Pipe p;
     pollfd fd{p.read.get(), POLLIN, 0};
     const auto start = Clock::now();
-    EXPECT_FALSE(poll_until({&fd, 1}, start + milliseconds(60), "pipe"));
+    EXPECT_FALSE(util::poll_until({&fd, 1}, start + milliseconds(60), "pipe"));
     const auto waited = Clock::now() - start;
     EXPECT_GE(waited, milliseconds(59));
     EXPECT_LT(waited, milliseconds(2000));
@@ -90,14 +90,14 @@ TEST(PollUntil, APassedDeadlineIsNotReadyEvenWhenDataIsThere) {
     Pipe p;
     ASSERT_EQ(::write(p.write.get(), "x", 1), 1);
     pollfd fd{p.read.get(), POLLIN, 0};
-    EXPECT_FALSE(poll_until({&fd, 1}, Clock::now() - milliseconds(1), "pipe"));
+    EXPECT_FALSE(util::poll_until({&fd, 1}, Clock::now() - milliseconds(1), "pipe"));
 }
 
 TEST(PollUntil, ClosedWriterIsReady) {
     Pipe p;
     p.write.reset();
     pollfd fd{p.read.get(), POLLIN, 0};
-    EXPECT_TRUE(poll_until({&fd, 1}, Clock::now() + milliseconds(5000), "pipe"));
+    EXPECT_TRUE(util::poll_until({&fd, 1}, Clock::now() + milliseconds(5000), "pipe"));
     EXPECT_NE(fd.revents & POLLHUP, 0);
 }
 
@@ -116,7 +116,7 @@ TEST(PollUntil, InterruptedBySignalsKeepsWaitingUntilTheDeadline) {
     pollfd fd{p.read.get(), POLLIN, 0};
     const auto start = Clock::now();
     bool ready = true;
-    EXPECT_NO_THROW(ready = poll_until({&fd, 1}, start + milliseconds(100), "pipe"));
+    EXPECT_NO_THROW(ready = util::poll_until({&fd, 1}, start + milliseconds(100), "pipe"));
     const auto waited = Clock::now() - start;
     itimerval off{};
     ::setitimer(ITIMER_REAL, &off, nullptr);
@@ -129,43 +129,44 @@ TEST(PollUntil, APollFailureIsAnErrorNamingWhat) {
     // More descriptors than RLIMIT_NOFILE allows: poll fails with EINVAL.
     std::vector<pollfd> many(1u << 21, pollfd{-1, POLLIN, 0});
     try {
-        poll_until(many, Clock::now() + milliseconds(1000), "the child");
+        util::poll_until(many, Clock::now() + milliseconds(1000), "the child");
         FAIL() << "no error";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EINVAL);
         EXPECT_EQ(e.op(), "poll");
         EXPECT_EQ(e.path(), "the child");
-        EXPECT_EQ(e.kind(), ErrorKind::System);
+        EXPECT_EQ(e.kind(), util::ErrorKind::System);
     }
 }
 
 // The exit code follows the kind the thrower gave, never errno.
 TEST(Error, KindNotErrnoDecidesTheExitCode) {
-    const Error kernel_einval(EINVAL, "mount", "/x");
-    EXPECT_EQ(kernel_einval.kind(), ErrorKind::System);
-    EXPECT_EQ(exit_code_for(kernel_einval), kExitFailure);
-    EXPECT_EQ(exit_code_for(Error(EFBIG, "write", "/x")), kExitFailure);
-    EXPECT_EQ(exit_code_for(Error(ECANCELED, "wait", "/x")), kExitFailure);
-    EXPECT_EQ(exit_code_for(Error(ErrorKind::Invalid, EFBIG, "read", "/x", "too large")),
-              kExitInvalid);
+    const util::Error kernel_einval(EINVAL, "mount", "/x");
+    EXPECT_EQ(kernel_einval.kind(), util::ErrorKind::System);
+    EXPECT_EQ(util::exit_code_for(kernel_einval), util::kExitFailure);
+    EXPECT_EQ(util::exit_code_for(util::Error(EFBIG, "write", "/x")), util::kExitFailure);
+    EXPECT_EQ(util::exit_code_for(util::Error(ECANCELED, "wait", "/x")), util::kExitFailure);
+    EXPECT_EQ(util::exit_code_for(
+                  util::Error(util::ErrorKind::Invalid, EFBIG, "read", "/x", "too large")),
+              util::kExitInvalid);
     try {
-        throw_refused("check requirement", "NVIDIA_REQUIRE_CUDA", "cuda>=99 is not met");
+        util::throw_refused("check requirement", "NVIDIA_REQUIRE_CUDA", "cuda>=99 is not met");
         FAIL();
-    } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), ErrorKind::Refused);
+    } catch (const util::Error& e) {
+        EXPECT_EQ(e.kind(), util::ErrorKind::Refused);
         EXPECT_EQ(e.code().value(), ECANCELED);
         EXPECT_STREQ(e.what(), "check requirement NVIDIA_REQUIRE_CUDA: cuda>=99 is not met");
-        EXPECT_EQ(exit_code_for(e), kExitRefused);
+        EXPECT_EQ(util::exit_code_for(e), util::kExitRefused);
     }
-    EXPECT_EQ(exit_code_for(std::runtime_error("other")), kExitFailure);
+    EXPECT_EQ(util::exit_code_for(std::runtime_error("other")), util::kExitFailure);
 }
 
 TEST(Fd, ClosesOnDestructionAndMoves) {
     int raw = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     ASSERT_GE(raw, 0);
     {
-        Fd a(raw);
-        Fd b(std::move(a));
+        util::Fd a(raw);
+        util::Fd b(std::move(a));
         EXPECT_FALSE(a);
         EXPECT_EQ(b.get(), raw);
     }
@@ -176,11 +177,11 @@ TEST(Fd, ClosesOnDestructionAndMoves) {
 TEST(File, ReadFileRespectsSizeCapAndRefusesNonRegular) {
     test::TempDir dir;
     std::ofstream(dir / "f") << "hello";
-    EXPECT_EQ(read_file(dir / "f", 5), "hello");
-    EXPECT_THROW(read_file(dir / "f", 4), Error);
-    EXPECT_THROW(read_file(dir.path(), 100), Error);
+    EXPECT_EQ(util::read_file(dir / "f", 5), "hello");
+    EXPECT_THROW(util::read_file(dir / "f", 4), util::Error);
+    EXPECT_THROW(util::read_file(dir.path(), 100), util::Error);
     ::mkfifo((dir / "fifo").c_str(), 0600);
-    EXPECT_THROW(read_file(dir / "fifo", 100), Error);  // O_NONBLOCK: never hangs
+    EXPECT_THROW(util::read_file(dir / "fifo", 100), util::Error);  // O_NONBLOCK: never hangs
 }
 
 // A file of many reads' worth, whole; at exactly the cap, whole; one byte
@@ -190,16 +191,16 @@ TEST(File, ReadFileReadsLargeFilesWholeUpToTheCap) {
     std::string big;
     for (int i = 0; big.size() < 100000; ++i) big += std::to_string(i) + ",";
     std::ofstream(dir / "big") << big;
-    EXPECT_EQ(read_file(dir / "big", big.size()), big);
-    EXPECT_EQ(read_file(dir / "big", 1u << 20), big);
+    EXPECT_EQ(util::read_file(dir / "big", big.size()), big);
+    EXPECT_EQ(util::read_file(dir / "big", 1u << 20), big);
     try {
-        read_file(dir / "big", big.size() - 1);
+        util::read_file(dir / "big", big.size() - 1);
         ADD_FAILURE() << "read past the cap";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EFBIG);
     }
     std::ofstream(dir / "empty").flush();
-    EXPECT_EQ(read_file(dir / "empty", 10), "");
+    EXPECT_EQ(util::read_file(dir / "empty", 10), "");
 }
 
 // A stream (a pipe: no size to go by) read whole through the buffer's
@@ -209,29 +210,29 @@ TEST(File, ReadStreamGrowsToTheWholeAndKeepsAShortAnswerSmall) {
     auto through_pipe = [](const std::string& text, std::size_t cap) {
         int fds[2];
         EXPECT_EQ(::pipe(fds), 0);
-        Fd r(fds[0]), w(fds[1]);
+        util::Fd r(fds[0]), w(fds[1]);
         // A pipe holds 64 KiB: all of it written, then read to its end.
         EXPECT_EQ(::write(w.get(), text.data(), text.size()), static_cast<ssize_t>(text.size()));
         w.reset();
-        return read_bounded(r.get(), cap, "pipe");
+        return util::read_bounded(r.get(), cap, "pipe");
     };
     std::string big;
     for (int i = 0; big.size() < 50000; ++i) big += std::to_string(i) + ",";
-    const BoundedRead whole = through_pipe(big, big.size());
-    EXPECT_EQ(whole.end, ReadEnd::Eof);
+    const util::BoundedRead whole = through_pipe(big, big.size());
+    EXPECT_EQ(whole.end, util::ReadEnd::Eof);
     EXPECT_EQ(whole.data, big);
-    EXPECT_EQ(through_pipe(big, big.size() - 1).end, ReadEnd::TooLarge);
+    EXPECT_EQ(through_pipe(big, big.size() - 1).end, util::ReadEnd::TooLarge);
 
-    const BoundedRead small = through_pipe("NVRM version: 550.54.15\n", 1u << 16);
+    const util::BoundedRead small = through_pipe("NVRM version: 550.54.15\n", 1u << 16);
     EXPECT_EQ(small.data, "NVRM version: 550.54.15\n");
     EXPECT_LT(small.data.capacity(), 1024u);
 }
 
 TEST(File, WriteFileAtomicReplacesContent) {
     test::TempDir dir;
-    write_file_atomic(dir / "a", "one");
-    write_file_atomic(dir / "a", "two");
-    EXPECT_EQ(read_file(dir / "a", 10), "two");
+    util::write_file_atomic(dir / "a", "one");
+    util::write_file_atomic(dir / "a", "two");
+    EXPECT_EQ(util::read_file(dir / "a", 10), "two");
 }
 
 // The names in a directory, sorted.
@@ -276,7 +277,7 @@ TEST(File, WriteFileAtomicNeverWritesThroughAPlantedName) {
     if (child == 0) {
         int rc = 0;
         try {
-            write_file_atomic(target, "the spec", {}, in_turn);
+            util::write_file_atomic(target, "the spec", {}, in_turn);
             if (tries != 5) rc = 4;  // four names taken, the fifth free
         } catch (...) {
             rc = 3;
@@ -292,9 +293,9 @@ TEST(File, WriteFileAtomicNeverWritesThroughAPlantedName) {
     } else {
         EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
     }
-    EXPECT_EQ(read_file(victim, 100), "the victim's");
+    EXPECT_EQ(util::read_file(victim, 100), "the victim's");
     EXPECT_FALSE(fs::exists(fs::symlink_status(dir / "made-through")));
-    EXPECT_EQ(read_file(target, 100), "the spec");
+    EXPECT_EQ(util::read_file(target, 100), "the spec");
     auto after = test::tree(dir.path());
     after.erase("spec.json");
     EXPECT_EQ(after, before);  // every planted name as it was, no temporary file left
@@ -302,8 +303,8 @@ TEST(File, WriteFileAtomicNeverWritesThroughAPlantedName) {
     // Every name it tries taken (the hard link's): nine tries, then an error
     // naming the last; the path as it was.
     tries = 0;
-    const Error e = test::error_of([&] {
-        write_file_atomic(target, "the spec again", {}, [&](const std::string&) {
+    const util::Error e = test::error_of([&] {
+        util::write_file_atomic(target, "the spec again", {}, [&](const std::string&) {
             ++tries;
             return planted(0);
         });
@@ -311,12 +312,12 @@ TEST(File, WriteFileAtomicNeverWritesThroughAPlantedName) {
     EXPECT_EQ(e.code().value(), EEXIST);
     EXPECT_THAT(e.what(), ::testing::HasSubstr((dir / planted(0)).string()));
     EXPECT_EQ(tries, 9);
-    EXPECT_EQ(read_file(victim, 100), "the victim's");
-    EXPECT_EQ(read_file(target, 100), "the spec");
+    EXPECT_EQ(util::read_file(victim, 100), "the victim's");
+    EXPECT_EQ(util::read_file(target, 100), "the spec");
 
     // The mode asked for, whatever the umask.
     const mode_t old = ::umask(077);
-    write_file_atomic(dir / "moded", "x", {.mode = 0644});
+    util::write_file_atomic(dir / "moded", "x", {.mode = 0644});
     ::umask(old);
     struct stat st {};
     ASSERT_EQ(::lstat((dir / "moded").c_str(), &st), 0);
@@ -324,10 +325,10 @@ TEST(File, WriteFileAtomicNeverWritesThroughAPlantedName) {
 
     // A link at the path is replaced by the file; what it named is untouched.
     fs::create_symlink(victim, dir / "linked");
-    write_file_atomic(dir / "linked", "new");
+    util::write_file_atomic(dir / "linked", "new");
     ASSERT_EQ(::lstat((dir / "linked").c_str(), &st), 0);
     EXPECT_TRUE(S_ISREG(st.st_mode));
-    EXPECT_EQ(read_file(victim, 100), "the victim's");
+    EXPECT_EQ(util::read_file(victim, 100), "the victim's");
 }
 
 // The directory written into must be root's (or this user's) and writable by
@@ -356,28 +357,28 @@ TEST(File, WriteFileAtomicChecksTheDirectoryAndCanRefuseToReplace) {
             ASSERT_EQ(::chown(sub.c_str(), c.owner, c.owner), 0);
         }
         try {
-            write_file_atomic(sub / "f", "x");
+            util::write_file_atomic(sub / "f", "x");
             ADD_FAILURE() << "written";
-        } catch (const Error& e) {
+        } catch (const util::Error& e) {
             EXPECT_EQ(e.code().value(), EACCES);
             EXPECT_THAT(e.what(), ::testing::HasSubstr((sub / "f").string()));
             EXPECT_THAT(e.what(), ::testing::HasSubstr(c.why));
         }
         EXPECT_TRUE(names_in(sub).empty());
         // A file a user names (gpubind cdi generate -o) may go there.
-        write_file_atomic(sub / "f", "x", {.check_dir = false});
-        EXPECT_EQ(read_file(sub / "f", 10), "x");
+        util::write_file_atomic(sub / "f", "x", {.check_dir = false});
+        EXPECT_EQ(util::read_file(sub / "f", 10), "x");
     }
     std::ofstream(dir / "kept") << "first";
     try {
-        write_file_atomic(dir / "kept", "second", {.replace = false});
+        util::write_file_atomic(dir / "kept", "second", {.replace = false});
         ADD_FAILURE() << "replaced";
-    } catch (const Error& e) {
+    } catch (const util::Error& e) {
         EXPECT_EQ(e.code().value(), EEXIST);
     }
-    EXPECT_EQ(read_file(dir / "kept", 10), "first");
-    write_file_atomic(dir / "fresh", "made", {.replace = false});
-    EXPECT_EQ(read_file(dir / "fresh", 10), "made");
+    EXPECT_EQ(util::read_file(dir / "kept", 10), "first");
+    util::write_file_atomic(dir / "fresh", "made", {.replace = false});
+    EXPECT_EQ(util::read_file(dir / "fresh", 10), "made");
     std::vector<std::string> want = {"another user's",   "fresh",
                                      "group may write",  "kept",
                                      "others may write", "sticky, as tmp is"};
@@ -385,14 +386,14 @@ TEST(File, WriteFileAtomicChecksTheDirectoryAndCanRefuseToReplace) {
 }
 
 TEST(Strings, SplitTrimParse) {
-    auto parts = split("a,,b", ',');
+    auto parts = util::split("a,,b", ',');
     ASSERT_EQ(parts.size(), 3u);
     EXPECT_EQ(parts[1], "");
-    EXPECT_EQ(trim("  x \n"), "x");
-    EXPECT_EQ(parse_unsigned("42"), 42u);
-    EXPECT_FALSE(parse_unsigned("4x"));
-    EXPECT_FALSE(parse_unsigned("-1"));
-    EXPECT_FALSE(parse_unsigned("99999999999999999999999"));
+    EXPECT_EQ(util::trim("  x \n"), "x");
+    EXPECT_EQ(util::parse_unsigned("42"), 42u);
+    EXPECT_FALSE(util::parse_unsigned("4x"));
+    EXPECT_FALSE(util::parse_unsigned("-1"));
+    EXPECT_FALSE(util::parse_unsigned("99999999999999999999999"));
 }
 
 TEST(Strings, PathHelpersAgreeWithStdFilesystemOnThePlansPaths) {
@@ -401,13 +402,14 @@ TEST(Strings, PathHelpersAgreeWithStdFilesystemOnThePlansPaths) {
     for (const char* p : {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/dev/nvidia0", "/etc",
                           "/proc/driver/nvidia", "libcuda.so.1", "/", "/a/b/"}) {
         const std::filesystem::path fp(p);
-        EXPECT_EQ(base_name(p), fp.filename().string()) << p;
-        EXPECT_EQ(dir_name(p), fp.parent_path().string()) << p;
+        EXPECT_EQ(util::base_name(p), fp.filename().string()) << p;
+        EXPECT_EQ(util::dir_name(p), fp.parent_path().string()) << p;
     }
-    EXPECT_EQ(join_path("/usr/lib", "libcuda.so"), "/usr/lib/libcuda.so");
-    EXPECT_EQ(join_path("/", "etc"), "/etc");
-    EXPECT_EQ(join_path("/usr/lib/", "/x"), "/usr/lib/x");
-    EXPECT_EQ(join_path("/usr/lib", "a/b"), (std::filesystem::path("/usr/lib") / "a/b").string());
+    EXPECT_EQ(util::join_path("/usr/lib", "libcuda.so"), "/usr/lib/libcuda.so");
+    EXPECT_EQ(util::join_path("/", "etc"), "/etc");
+    EXPECT_EQ(util::join_path("/usr/lib/", "/x"), "/usr/lib/x");
+    EXPECT_EQ(util::join_path("/usr/lib", "a/b"),
+              (std::filesystem::path("/usr/lib") / "a/b").string());
 }
 
 TEST(Strings, NormalPathIsLexicallyNormalWithoutATrailingSlash) {
@@ -430,10 +432,10 @@ TEST(Strings, NormalPathIsLexicallyNormalWithoutATrailingSlash) {
     for (const auto& p : paths) {
         std::string expected = std::filesystem::path(p).lexically_normal().string();
         while (expected.size() > 1 && expected.back() == '/') expected.pop_back();
-        ASSERT_EQ(normal_path(p), expected) << "'" << p << "'";
+        ASSERT_EQ(util::normal_path(p), expected) << "'" << p << "'";
     }
-    EXPECT_EQ(normal_path("/usr//lib/./x86_64-linux-gnu/../lib64/"), "/usr/lib/lib64");
-    EXPECT_EQ(normal_path("/../dev"), "/dev");
+    EXPECT_EQ(util::normal_path("/usr//lib/./x86_64-linux-gnu/../lib64/"), "/usr/lib/lib64");
+    EXPECT_EQ(util::normal_path("/../dev"), "/dev");
 }
 
 // A lazy logger is made by the first message at its level, once; what
@@ -442,24 +444,24 @@ TEST(Log, LazyLoggerMadeByTheFirstMessageAtItsLevel) {
     auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_st>(16);
     ring->set_pattern("%l %v");
     int made = 0;
-    set_lazy_logger(spdlog::level::warn, [&] {
+    util::set_lazy_logger(spdlog::level::warn, [&] {
         ++made;
         auto log = std::make_shared<spdlog::logger>("lazy", ring);
         log->set_level(spdlog::level::warn);
         return log;
     });
-    logger().debug("not {}", "made");
-    logger().info("not made");
-    EXPECT_FALSE(logger().should_log(LogLevel::Info));
-    EXPECT_TRUE(logger().should_log(LogLevel::Warn));
+    util::logger().debug("not {}", "made");
+    util::logger().info("not made");
+    EXPECT_FALSE(util::logger().should_log(util::LogLevel::Info));
+    EXPECT_TRUE(util::logger().should_log(util::LogLevel::Warn));
     EXPECT_EQ(made, 0);
-    logger().warn("made by {}", "this");
-    logger().error("then written");
-    logger().info("still not");
+    util::logger().warn("made by {}", "this");
+    util::logger().error("then written");
+    util::logger().info("still not");
     EXPECT_EQ(made, 1);
     EXPECT_EQ(ring->last_formatted(),
               (std::vector<std::string>{"warning made by this\n", "error then written\n"}));
-    set_logger(std::make_shared<spdlog::logger>("test"));
+    util::set_logger(std::make_shared<spdlog::logger>("test"));
 }
 
 // How many of this process's descriptors are open on `path`.
@@ -478,24 +480,25 @@ int descriptors_on(const std::filesystem::path& path) {
 TEST(Log, SettingALazyLoggerClosesTheLoggerMadeBefore) {
     test::TempDir dir;
     const auto file = dir.path() / "made.log";
-    set_lazy_logger(spdlog::level::info, [&] {
+    util::set_lazy_logger(spdlog::level::info, [&] {
         return std::make_shared<spdlog::logger>(
             "made", std::make_shared<spdlog::sinks::basic_file_sink_st>(file.string()));
     });
     EXPECT_EQ(descriptors_on(file), 0);  // nothing written yet: no file opened
-    logger().info("opens the file");
+    util::logger().info("opens the file");
     EXPECT_EQ(descriptors_on(file), 1);
-    set_lazy_logger(spdlog::level::err, [] { return std::make_shared<spdlog::logger>("next"); });
+    util::set_lazy_logger(spdlog::level::err,
+                          [] { return std::make_shared<spdlog::logger>("next"); });
     EXPECT_EQ(descriptors_on(file), 0);
-    EXPECT_FALSE(logger().should_log(LogLevel::Warn));
-    set_logger(std::make_shared<spdlog::logger>("test"));
+    EXPECT_FALSE(util::logger().should_log(util::LogLevel::Warn));
+    util::set_logger(std::make_shared<spdlog::logger>("test"));
 }
 
 // ---- compare_versions: the one rule --------------------------------------------------------
 
 // The sign of compare_versions, both ways round: the rule is antisymmetric.
 int order(std::string_view a, std::string_view b) {
-    const int ab = compare_versions(a, b), ba = compare_versions(b, a);
+    const int ab = util::compare_versions(a, b), ba = util::compare_versions(b, a);
     EXPECT_EQ((ab > 0) - (ab < 0), -((ba > 0) - (ba < 0))) << a << " vs " << b;
     return (ab > 0) - (ab < 0);
 }

@@ -57,18 +57,18 @@ int version_index(std::string_view version);
 // The image layout CDI containers get: the node's own library directories
 // (as seen from the driver root) and /usr/bin, whatever the image's. The
 // spec's mounts and the hook's plan are both made with it.
-Image image_for(const Node& node, Image image = {});
+decide::Image image_for(const node::Node& node, decide::Image image = {});
 
 // The GPU spec of the node, and the IMEX spec (nullopt when the node has no
 // channel). The hook entry runs config.cdi.hook with
 // env GPUBIND_CONFIG=<config.source> (empty: the default path).
-nlohmann::json gpu_spec(const Node& node, const Config& config);
-std::optional<nlohmann::json> imex_spec(const Node& node, const Config& config);
+nlohmann::json gpu_spec(const node::Node& node, const config::Config& config);
+std::optional<nlohmann::json> imex_spec(const node::Node& node, const config::Config& config);
 // The spec of device family `name` (kind: its cdi-kind): a device per device
 // of the family (its nodes, by its name: "mlx5_0", "nvidia-fs3") and "all";
 // the family's shared nodes and files (read-only mounts) at the top level.
 // nullopt when the family has no CDI kind or the node has none of it.
-std::optional<nlohmann::json> family_spec(const Node& node, const Config& config,
+std::optional<nlohmann::json> family_spec(const node::Node& node, const config::Config& config,
                                           std::string_view name);
 
 // The qualified names a spec offers ("nvidia.com/gpu=0"), in its order.
@@ -91,23 +91,23 @@ bool write_if_changed(const std::filesystem::path& path, std::string_view conten
 // the GPU spec, and the IMEX spec and each family's, or their removal when
 // the node has none.
 // Returns the files it changed; idempotent.
-std::vector<std::filesystem::path> refresh(const Node& node, const Config& config);
+std::vector<std::filesystem::path> refresh(const node::Node& node, const config::Config& config);
 // The files refresh() keeps and what each holds for `node` (nullopt: absent).
 struct SpecFile {
     std::filesystem::path path;
     std::optional<std::string> content;
 };
-std::vector<SpecFile> wanted_specs(const Node& node, const Config& config);
+std::vector<SpecFile> wanted_specs(const node::Node& node, const config::Config& config);
 // Removes the node's specs refresh() writes (package removal); returns those
 // it removed.
-std::vector<std::filesystem::path> remove(const Config& config);
+std::vector<std::filesystem::path> remove(const config::Config& config);
 // On a container start: the node's specs that are already there, written
 // for this node (their device nodes under its dev root), brought up to date;
 // none is created (`gpubind cdi generate|refresh` and the boot unit do that)
 // and another node's spec is left alone (a config for a simulated node
 // sharing the host's CDI directory). A failure is a warning in the log, never
 // the container's failure.
-void refresh_quietly(const Node& node, const Config& config);
+void refresh_quietly(const node::Node& node, const config::Config& config);
 // Every containerEdits of a spec: the top level's, then each device's.
 std::vector<const nlohmann::json*> all_edits(const nlohmann::json& spec);
 // The same, to change them.
@@ -115,7 +115,7 @@ std::vector<nlohmann::json*> all_edits(nlohmann::json& spec);
 // Whether the spec text is one refresh() wrote for the node of `config`:
 // JSON whose every device node's hostPath (its path where it has none, as
 // refresh() writes them for a dev root of "/") lies under its dev root's /dev.
-bool written_for(std::string_view spec_text, const Config& config);
+bool written_for(std::string_view spec_text, const config::Config& config);
 
 // The GPUs and MIG devices whose nodes a container's spec holds in
 // linux.devices (path, type "c" and numbers as the node's): what the CDI
@@ -123,11 +123,11 @@ bool written_for(std::string_view spec_text, const Config& config);
 // capability nodes are there; its parent GPU then counts as a whole GPU only
 // when none of its MIG devices does. IMEX channels likewise (channel numbers).
 struct SpecSelection {
-    Selection selection;
+    node::Selection selection;
     std::vector<std::string> imex_channels;
     std::vector<std::string> names;  // "GPU 0", "MIG 1:0", for the log
 };
-SpecSelection selection_in_spec(const Node& node, const nlohmann::json& spec);
+SpecSelection selection_in_spec(const node::Node& node, const nlohmann::json& spec);
 
 // --- CDI requests (cdi_apply.cpp) ---
 
@@ -153,7 +153,7 @@ struct Requests {
 // The most CDI device names one container may give, all ways together
 // (a node's GPUs, MIG devices and IMEX channels are far fewer).
 inline constexpr std::size_t kMaxRequestNames = 1024;
-Requests read_requests(const oci::Spec& spec, const Config& config);
+Requests read_requests(const decide::oci::Spec& spec, const config::Config& config);
 
 // The limits on a spec file gpubind-runtime reads.
 inline constexpr std::size_t kMaxSpecFileSize = 1u << 20;

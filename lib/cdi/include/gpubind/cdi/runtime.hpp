@@ -57,15 +57,15 @@ bool marked(const nlohmann::json& spec);
 // than a fresh tmpfs (oci::Spec::fresh_tmpfs: a volume, EXDEV); a shared
 // rootfs propagation (EXDEV). A spec that already carries the mark, or a
 // non-object, is an Error (EINVAL).
-nlohmann::json edit_spec(nlohmann::json spec, const oci::Spec& facts, const Plan& plan,
-                         const FinishHook& hook);
+nlohmann::json edit_spec(nlohmann::json spec, const decide::oci::Spec& facts,
+                         const decide::Plan& plan, const FinishHook& hook);
 
 // What the hook of a CDI spec still does once the engine made the spec's
 // devices and mounts: the plan without them (links, the proc view, the
 // loader cache).
-Plan finish_plan(Plan plan);
+decide::Plan finish_plan(decide::Plan plan);
 // What the finish hook of an edited spec does: the plan without its devices,
 // which the runtime created.
-Plan edited_finish_plan(Plan plan);
+decide::Plan edited_finish_plan(decide::Plan plan);
 
 }  // namespace gpubind::cdi

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace gpubind::yaml {
+namespace gpubind::cdi::yaml {
 
 // Block-style YAML of `doc`: mapping keys plain when they are identifiers,
 // strings always double-quoted (JSON's escapes, which YAML shares), numbers,
@@ -27,4 +27,4 @@ inline constexpr std::size_t kMaxNodes = 100000;
 // Error(EINVAL, "parse YAML", what, "line N: why").
 nlohmann::json parse(std::string_view text, const std::string& what);
 
-}  // namespace gpubind::yaml
+}  // namespace gpubind::cdi::yaml

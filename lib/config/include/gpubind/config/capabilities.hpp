@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace gpubind {
+namespace gpubind::config {
 
 enum Capability : unsigned {
     kCapUtility = 1u << 0,
@@ -29,4 +29,4 @@ std::optional<Capabilities> parse_capabilities(std::string_view csv,
 // Canonical comma list in a fixed order: "utility,compute,video,...".
 std::string capability_names(Capabilities caps);
 
-}  // namespace gpubind
+}  // namespace gpubind::config

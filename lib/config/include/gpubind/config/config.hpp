@@ -9,7 +9,7 @@
 
 #include "gpubind/config/capabilities.hpp"
 
-namespace gpubind {
+namespace gpubind::config {
 
 // Every host path gpubind reads goes through one of these roots.
 struct Roots {
@@ -189,4 +189,4 @@ Config load_trusted_config_beside(const std::filesystem::path& own_dir);
 // (gpubind doctor judges a config as the hook would).
 Config load_trusted_config(const std::filesystem::path& path);
 
-}  // namespace gpubind
+}  // namespace gpubind::config

@@ -9,7 +9,7 @@
 
 #include "gpubind/config/config.hpp"
 
-namespace gpubind {
+namespace gpubind::config {
 
 // How Allocate tells the runtime which devices a container gets (NVIDIA's
 // plugin's names): CDI names in the response's CDI field, CDI names in
@@ -56,4 +56,4 @@ ConfigWithPlugin parse_config_with_plugin(std::string_view toml, const std::stri
 // The config the plugin uses: as load_effective_config picks the file, read once.
 ConfigWithPlugin load_effective_config_with_plugin(const std::filesystem::path& explicit_path);
 
-}  // namespace gpubind
+}  // namespace gpubind::config

@@ -10,14 +10,14 @@
 #include "gpubind/os/system.hpp"
 #include "gpubind/util/platform.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 // How the image lays out its libraries, read from the rootfs by descriptor.
 // The defaults are the lib64 layout.
 struct Image {
     std::string lib_dir = "/usr/lib64";  // or "/usr/lib/<multiarch>" (x86_64- or aarch64-linux-gnu)
     // Or "/usr/lib/i386-linux-gnu"; empty: none (always on arm64).
-    std::string lib32_dir = platform::kHasCompat32 ? "/usr/lib" : "";
+    std::string lib32_dir = util::platform::kHasCompat32 ? "/usr/lib" : "";
     std::string bin_dir = "/usr/bin";
     // CUDA forward compatibility: the highest version among the image's
     // /usr/local/cuda/compat/libcuda.so.<version> entries (regular files or
@@ -48,10 +48,10 @@ bool is_version(std::string_view s);
 // from `root_fd` (open_root's): the lookups stay inside the rootfs
 // (open_dir_in_root, stat_in_root). Throws Error when a lookup fails
 // otherwise than by a missing file.
-Image inspect_image(SystemFiles& sys, int root_fd);
+Image inspect_image(os::SystemFiles& sys, int root_fd);
 // The same with the rootfs at `rootfs` opened through `sys` (open_root).
-Image inspect_image(SystemFiles& sys, const std::filesystem::path& rootfs);
+Image inspect_image(os::SystemFiles& sys, const std::filesystem::path& rootfs);
 // The same through LinuxSystem.
 Image inspect_image(const std::filesystem::path& rootfs);
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

@@ -15,13 +15,13 @@
 #include "gpubind/node/node.hpp"
 #include "gpubind/os/system.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 struct Decision {
     Request request;
-    std::unique_ptr<Node> node;  // null when this is not a GPU container
-    Plan plan;                   // empty when this is not a GPU container
-    std::string reason;          // why gpubind does what it does, for logs and `gpubind plan`
+    std::unique_ptr<node::Node> node;  // null when this is not a GPU container
+    Plan plan;                         // empty when this is not a GPU container
+    std::string reason;                // why gpubind does what it does, for logs and `gpubind plan`
 
     bool gpu_container() const { return request.gpu_container(); }
 };
@@ -30,7 +30,7 @@ struct Decision {
 Decision leave_alone(Request request);
 // What `request` needs of the node (load_node's options): NVML asked only when
 // it needs one of NVML's facts; `store` false writes nothing (gpubind doctor).
-LoadOptions node_needs(const Request& request, bool store);
+node::LoadOptions node_needs(const Request& request, bool store);
 // The decision for `request` on the node given: selects the devices, checks
 // the requirements, inspects the image at `rootfs` (opened through `sys`,
 // only for a GPU container: the files part of the System the caller goes on
@@ -38,10 +38,10 @@ LoadOptions node_needs(const Request& request, bool store);
 // container's is left alone (leave_alone). Throws Error on a bad or refused
 // request. Loading the node (and keeping its CDI specs current) is the
 // caller's: start.hpp's decide() does both.
-Decision decide_on(Request request, SystemFiles& sys, const std::filesystem::path& rootfs,
-                   const Config& config, NodeKnowledge known);
+Decision decide_on(Request request, os::SystemFiles& sys, const std::filesystem::path& rootfs,
+                   const config::Config& config, node::NodeKnowledge known);
 
 // What a request source means, in words ("NVIDIA_VISIBLE_DEVICES=0,2").
 std::string describe_request(const Request& request);
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace gpubind::oci {
+namespace gpubind::decide::oci {
 
 inline constexpr std::size_t kMaxStateSize = 1u << 20;  // 1 MiB
 inline constexpr std::size_t kMaxSpecSize = 16u << 20;  // 16 MiB
@@ -93,4 +93,4 @@ Spec parse_spec_document(nlohmann::json doc, const std::filesystem::path& bundle
 // Reads <bundle>/config.json with kMaxSpecSize.
 Spec load_spec(const std::filesystem::path& bundle);
 
-}  // namespace gpubind::oci
+}  // namespace gpubind::decide::oci

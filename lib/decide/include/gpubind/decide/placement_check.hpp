@@ -15,7 +15,7 @@
 #include "gpubind/node/devices.hpp"
 #include "gpubind/node/node.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 inline constexpr std::string_view kPlacementAnnotation = "gpubind.io/placement";
 inline constexpr std::string_view kPlacementVariable = "GPUBIND_PLACEMENT";
@@ -31,13 +31,13 @@ void read_placement(Request& request, const oci::Spec& spec, const std::string& 
 // are not one NVLink clique of `node`, in one line naming the GPUs and each
 // pair's path ("GPU 1 - GPU 2: PHB"), or "" when they are: one GPU or none
 // always is; a GPU whose NVLink NVML could not say is not.
-std::string nvlink_placement_failure(const Node& node, const Selection& selection);
+std::string nvlink_placement_failure(const node::Node& node, const node::Selection& selection);
 
 // Checks request.placement against the GPUs handed: nothing for a request
 // that declares none. Unmet, it throws Error(ECANCELED, "check placement",
 // <asked by>, <nvlink_placement_failure>), or with [policy] on-refused =
 // "warn" logs that line as a warning and returns.
-void check_placement(const Request& request, const Node& node, const Selection& selection,
-                     const Config& config);
+void check_placement(const Request& request, const node::Node& node,
+                     const node::Selection& selection, const config::Config& config);
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

@@ -19,7 +19,7 @@
 #include "gpubind/node/node.hpp"
 #include "gpubind/util/mount_flags.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 struct PlannedMount {
     std::string source;      // host path, absolute
@@ -30,9 +30,9 @@ struct PlannedMount {
 };
 
 struct PlannedDevice {
-    DeviceNode node;   // node.host_path is bound onto node.path in the container
-    std::string why;   // "GPU 0", "nvidiactl", ...
-    bool bind = true;  // false: cgroup access only (gpubind configure --no-devbind)
+    node::DeviceNode node;  // node.host_path is bound onto node.path in the container
+    std::string why;        // "GPU 0", "nvidiactl", ...
+    bool bind = true;       // false: cgroup access only (gpubind configure --no-devbind)
 };
 
 struct PlannedSymlink {
@@ -136,8 +136,8 @@ struct Plan {
 // Throws Error(ECANCELED, "plan", ...) when the request asks for MIG
 // config/monitor and the node has no such capability device; Error(EINVAL,
 // "select IMEX channel", ...) for an IMEX channel the node lacks.
-Plan make_plan(const Request& request, const Node& node, const Selection& selection,
-               const Image& image, const Config& config, const ProcFiles& proc_files);
+Plan make_plan(const Request& request, const node::Node& node, const node::Selection& selection,
+               const Image& image, const config::Config& config, const node::ProcFiles& proc_files);
 
 struct FamilyItems {
     std::vector<PlannedDevice> devices;
@@ -154,8 +154,8 @@ struct FamilyItems {
 //   <name>, "no <family> device <name> on this node (it has ...)");
 // - affine: for each GPU the devices nearest it (sysfs::nearest), logged when
 //   none is.
-FamilyItems plan_families(const Request& request, const Node& node,
-                          const std::vector<const Gpu*>& gpus, const Config& config);
+FamilyItems plan_families(const Request& request, const node::Node& node,
+                          const std::vector<const node::Gpu*>& gpus, const config::Config& config);
 
 // JSON with stable field names:
 //   {"devices": [{"path", "host_path", "major", "minor", "why"}],
@@ -167,4 +167,4 @@ void to_json(nlohmann::json& j, const Plan& plan);
 // Human-readable, one line per item, with the reason.
 std::string describe(const Plan& plan);
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

@@ -13,7 +13,7 @@
 #include "gpubind/node/devices.hpp"
 #include "gpubind/node/node.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 enum class RequestSource {
     None,          // not a GPU container: leave it alone
@@ -46,11 +46,11 @@ enum class PlacementNeed : unsigned char { None, Nvlink };
 
 struct Request {
     RequestSource source = RequestSource::None;
-    DeviceIds devices;
-    Capabilities caps = kCapDefault;
+    node::DeviceIds devices;
+    config::Capabilities caps = config::kCapDefault;
     std::vector<Requirement> requirements;   // empty when disabled
-    DeviceIds mig_config;                    // NVIDIA_MIG_CONFIG_DEVICES (privileged only)
-    DeviceIds mig_monitor;                   // NVIDIA_MIG_MONITOR_DEVICES (privileged only)
+    node::DeviceIds mig_config;              // NVIDIA_MIG_CONFIG_DEVICES (privileged only)
+    node::DeviceIds mig_monitor;             // NVIDIA_MIG_MONITOR_DEVICES (privileged only)
     std::vector<std::string> imex_channels;  // NVIDIA_IMEX_CHANNELS / imex/<n> mounts:
                                              // {"all"} or channel numbers ("7"), no duplicates
     std::vector<FamilyRequest> families;     // in the config's order
@@ -67,10 +67,10 @@ struct Request {
 // declares (read_placement, placement_check.hpp). A request that policy refuses throws
 // Error(ECANCELED, "refuse request", <container>, <why>); a malformed one
 // Error(EINVAL, ...).
-Request read_request(const oci::Spec& spec, const Policy& policy,
-                     const std::vector<Family>& families);
+Request read_request(const oci::Spec& spec, const config::Policy& policy,
+                     const std::vector<config::Family>& families);
 // The same without device families.
-inline Request read_request(const oci::Spec& spec, const Policy& policy) {
+inline Request read_request(const oci::Spec& spec, const config::Policy& policy) {
     return read_request(spec, policy, {});
 }
 
@@ -89,11 +89,12 @@ std::vector<std::string> parse_imex_channels(std::string_view value, std::string
 // Checks every requirement against the node for each selected GPU (space
 // separates alternatives, comma joins conditions, separate variables must all
 // hold). Throws Error(ECANCELED, "check requirement", <variable>, <why>).
-void check_requirements(const Request& request, const Node& node, const Selection& selection);
+void check_requirements(const Request& request, const node::Node& node,
+                        const node::Selection& selection);
 
 // Whether deciding for `request` needs a fact only NVML has: a requirement on
 // cuda, arch or brand, or a device named by MIG UUID. A malformed requirement
 // throws as check_requirements does.
 bool needs_nvml_facts(const Request& request);
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

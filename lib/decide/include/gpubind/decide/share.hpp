@@ -27,7 +27,7 @@
 #include "gpubind/node/devices.hpp"
 #include "gpubind/node/node.hpp"
 
-namespace gpubind {
+namespace gpubind::decide {
 
 struct ShareRequest {
     std::uint64_t memory = 0;  // bytes: each GPU's limit; 0: none asked
@@ -59,11 +59,12 @@ std::string size_text(std::uint64_t bytes);
 // share mechanism yet: a share is refused with one line naming what the node
 // lacks, unless [policy] shares = "soft" starts the container unenforced with
 // that line logged as a warning.
-void check_share(const ShareRequest& share, const Selection& selection, const Config& config);
+void check_share(const ShareRequest& share, const node::Selection& selection,
+                 const config::Config& config);
 
 // Why no GPU share is enforced on this node, for messages, `gpubind info` and
 // doctor: one line. (What a node offers, the driver's per-cgroup memory
 // limit or MPS, is not discovered yet: this gpubind applies neither.)
 std::string share_enforcement();
 
-}  // namespace gpubind
+}  // namespace gpubind::decide

@@ -75,13 +75,13 @@ std::string describe(const FileFact& f);  // "character device 195:0", "missing"
 // --- node ---
 struct LibraryFact {
     std::string soname;  // "libcuda.so.1"
-    Capabilities caps = 0;
+    config::Capabilities caps = 0;
     bool compat32 = false;
     std::string path;                 // the cache's path (node-relative)
     std::optional<std::string> real;  // resolved inside the driver root; nullopt: dangling
 };
 struct NodeFacts {
-    Roots roots;
+    config::Roots roots;
     std::string version_error;   // why the module's version could not be read ("" when read)
     std::string module_version;  // "550.54.15"
     std::map<std::string, unsigned, std::less<>> majors;     // proc/devices
@@ -105,8 +105,8 @@ struct NodeFacts {
     FileFact persistenced;
     std::string ldconfig;    // the configured one ([node] ldconfig, '@' taken off)
     FileFact ldconfig_fact;  // stat through links
-    LdcacheMethod ldcache_method = LdcacheMethod::Gpubind;
-    SharesPolicy shares = SharesPolicy::Strict;  // [policy] shares
+    config::LdcacheMethod ldcache_method = config::LdcacheMethod::Gpubind;
+    config::SharesPolicy shares = config::SharesPolicy::Strict;  // [policy] shares
     // dev/char/<major>:<minor> of each device in `dev`: lstat, and where it leads.
     std::map<std::string, FileFact> dev_char;
     std::map<std::string, std::optional<std::string>> dev_char_target;  // resolved in the dev root
@@ -121,14 +121,14 @@ struct NodeFacts {
     };
     std::vector<Family> families;
 };
-NodeFacts gather_node(const Config& config);
+NodeFacts gather_node(const config::Config& config);
 std::vector<Check> check_node(const NodeFacts& facts);
 // The device families (doctor_families.cpp): gather_node fills
 // NodeFacts::families with it, check_node adds one check a family
 // ("family-<name>"): a problem when nodes are left out for their numbers, a
 // warning when a glob family's driver is loaded but no node is there, or an
 // HCA has no GPU near it.
-void gather_families(NodeFacts& facts, const Config& config);
+void gather_families(NodeFacts& facts, const config::Config& config);
 std::vector<Check> check_families(const NodeFacts& facts);
 
 // --- engines ---
@@ -181,12 +181,12 @@ struct StateFacts {
     };
     std::vector<Spec> cdi;
 };
-StateFacts gather_state(const Config& config);
+StateFacts gather_state(const config::Config& config);
 std::vector<Check> check_state(const StateFacts& facts);
 
 // --- CDI specs on the node, whoever wrote them (`gpubind cdi check`) ---
 struct CdiSpecFacts {
-    Roots roots;
+    config::Roots roots;
     std::string module_version;                           // the running driver's ("" when unknown)
     std::map<std::string, unsigned, std::less<>> majors;  // proc/devices
     // The device nodes the driver's procfs says the node has (path -> why):
@@ -211,7 +211,7 @@ struct CdiSpecFacts {
     std::vector<File> files;
 };
 // The files named, or every spec in config.cdi.spec_dirs when none is.
-CdiSpecFacts gather_cdi_specs(const Config& config,
+CdiSpecFacts gather_cdi_specs(const config::Config& config,
                               const std::vector<std::filesystem::path>& files);
 // One check per file (group "cdi-specs", named by its path): a problem when
 // it cannot be loaded, a device node is missing, of another type or numbers
@@ -252,7 +252,7 @@ struct ContainerFacts {
     std::string cgroup_error;
     std::vector<std::string> cgroup_evidence;  // programs looked at, devices.list lines
 };
-ContainerFacts gather_container(const ContainerOptions& options, const Config& config);
+ContainerFacts gather_container(const ContainerOptions& options, const config::Config& config);
 std::vector<Check> check_container(const ContainerFacts& facts);
 
 // ---------------------------------------------------------------------------
@@ -273,6 +273,6 @@ struct Options {
         container;  // --pid / --bundle: the container instead of the node
     std::chrono::milliseconds deadline{10000};  // per group
 };
-Report run(const Config& config, const Options& options);
+Report run(const config::Config& config, const Options& options);
 
 }  // namespace gpubind::doctor

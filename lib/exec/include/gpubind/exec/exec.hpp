@@ -12,7 +12,7 @@
 #include "gpubind/decide/plan.hpp"
 #include "gpubind/os/system.hpp"
 
-namespace gpubind {
+namespace gpubind::exec {
 
 // The container to act on.
 struct Target {
@@ -21,7 +21,7 @@ struct Target {
     bool cgroups = true;           // grant the devices in the container's device cgroup
     // When the kernel refuses a device cgroup step (EPERM, EACCES, EROFS, ENOSYS):
     // fail, or go on without the rule and log a warning.
-    OnRefused on_refused = OnRefused::Fail;
+    config::OnRefused on_refused = config::OnRefused::Fail;
     // cgroup v2: where the device programs made are kept for reuse (a
     // directory on bpffs, root's: [node] bpf-dir); empty: each start loads its own.
     std::string bpf_dir;
@@ -48,7 +48,7 @@ struct Target {
     // How plan.refresh_ldcache is done: gpubind writes /etc/ld.so.cache itself,
     // or runs the host's ldconfig (sandboxed). The plan's ldcache_scan (an image
     // without a cache whose ld.so.conf names directories) always takes ldconfig.
-    LdcacheMethod ldcache = LdcacheMethod::Gpubind;
+    config::LdcacheMethod ldcache = config::LdcacheMethod::Gpubind;
     std::filesystem::path ldconfig = "/sbin/ldconfig";  // the host's, for the ldconfig method
     std::chrono::milliseconds ldconfig_timeout{30000};
 };
@@ -57,7 +57,7 @@ struct Target {
 // root `rootfs`: its policy's cgroups, on-refused and ldcache method, and the
 // host's ldconfig. (What only the caller knows, rootless or a shorter
 // deadline, it sets itself.)
-Target make_target(const Config& config, pid_t pid, std::filesystem::path rootfs);
+Target make_target(const config::Config& config, pid_t pid, std::filesystem::path rootfs);
 
 // Carries out `plan` in the container `target`:
 //  1. host side: pins the pid (a pidfd; pid <= 1 and our own pid are refused),
@@ -99,8 +99,8 @@ Target make_target(const Config& config, pid_t pid, std::filesystem::path rootfs
 // runtime's device programs swapped back) and the
 // first error is rethrown. Nothing is created or mounted outside the rootfs.
 // Single-threaded callers only (setns(CLONE_NEWNS) refuses threaded processes).
-void execute(const Plan& plan, const Target& target, System& sys);
+void execute(const decide::Plan& plan, const Target& target, os::System& sys);
 // With LinuxSystem.
-void execute(const Plan& plan, const Target& target);
+void execute(const decide::Plan& plan, const Target& target);
 
-}  // namespace gpubind
+}  // namespace gpubind::exec

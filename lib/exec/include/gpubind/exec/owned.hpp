@@ -11,12 +11,12 @@
 #include "gpubind/decide/plan.hpp"
 #include "gpubind/os/system.hpp"
 
-namespace gpubind {
+namespace gpubind::exec {
 
 // One entry of a directory, as lstat and readlink (never following) see it.
 struct DirEntry {
     std::string name;
-    FileInfo info;
+    os::FileInfo info;
     std::string link;  // a symlink's target
 };
 
@@ -37,7 +37,7 @@ bool is_driver_version(std::string_view s);
 
 // Whether an entry named `name` of owned.dir can concern stale_entries() (so
 // that the executor stats only those).
-bool may_be_owned(const OwnedDir& owned, std::string_view name);
+bool may_be_owned(const decide::OwnedDir& owned, std::string_view name);
 
 // What to do with the entries of `owned.dir`, given the names the plan puts
 // there now (`planned`: mount targets and link names, which the executor
@@ -52,7 +52,8 @@ bool may_be_owned(const OwnedDir& owned, std::string_view name);
 //    (a dangling link an earlier start made): removed;
 //  - a name of owned.files that is an empty regular file: removed.
 // Anything else, and every directory, is left alone. Nothing is followed.
-std::vector<StaleEntry> stale_entries(const OwnedDir& owned, const std::vector<DirEntry>& entries,
+std::vector<StaleEntry> stale_entries(const decide::OwnedDir& owned,
+                                      const std::vector<DirEntry>& entries,
                                       const std::set<std::string>& planned);
 
-}  // namespace gpubind
+}  // namespace gpubind::exec

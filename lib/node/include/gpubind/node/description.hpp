@@ -24,7 +24,7 @@
 #include "gpubind/config/config.hpp"
 #include "gpubind/node/node.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 inline constexpr const char* kNodeDescriptionName = "node.desc";
 inline constexpr std::size_t kMaxDescriptionSize = 4u << 20;
@@ -67,17 +67,17 @@ struct LoadOptions {
 // The node as the description has it, or as discover() finds it now (see
 // above). Throws what discover() throws; failures to read or write the file
 // are logged (debug) and cost a recomputation, never an error.
-NodeKnowledge load_node(const Config& config, const LoadOptions& options = {});
+NodeKnowledge load_node(const config::Config& config, const LoadOptions& options = {});
 
 // The fixed parts of the node's fingerprint now (exposed for tests and
 // `gpubind doctor`). A description adds "watch:<path>" parts: the identity of
 // the directories its driver files were found in and those an IPC's safety
 // depends on.
-Fingerprint node_fingerprint(const Config& config);
+Fingerprint node_fingerprint(const config::Config& config);
 
 // The digest of the effective config, as the fingerprint holds it: every
 // field but [log] (the log's level and file change no fact of the node).
-std::string config_digest(const Config& config);
+std::string config_digest(const config::Config& config);
 
 // The description file's framing around an encoded body: "<schema>\n", the
 // body's 64-bit digest, the body. Exposed for tests, which reseal a body they
@@ -85,6 +85,6 @@ std::string config_digest(const Config& config);
 std::string seal_description(std::string_view body);
 
 // The description file of `config`: <state-dir>/node.desc.
-std::filesystem::path description_path(const Config& config);
+std::filesystem::path description_path(const config::Config& config);
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -8,7 +8,7 @@
 
 #include "gpubind/node/node.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 enum class DeviceIdsKind { Void, None, All, List };
 
@@ -38,4 +38,4 @@ Selection select_devices(const Node& node, const DeviceIds& ids);
 std::vector<const DeviceNode*> select_imex_channels(const Node& node,
                                                     const std::vector<std::string>& channels);
 
-}  // namespace gpubind
+}  // namespace gpubind::node

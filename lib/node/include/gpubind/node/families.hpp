@@ -11,7 +11,7 @@
 #include "gpubind/config/config.hpp"
 #include "gpubind/node/node.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 // Fills node.families (a family the node has no device of is left out) and
 // each GPU's place, from the dev root, proc/devices, proc/misc and the sys
@@ -19,7 +19,7 @@ namespace gpubind {
 // /proc/devices, /proc/misc or sysfs say is left out with a warning
 // (node.warnings), as is a file that is not a regular file of root's that
 // only root may write (one whose owner shows Unknown: only where `vouched`).
-void discover_families(Node& node, const Config& config,
+void discover_families(Node& node, const config::Config& config,
                        const std::map<std::string, unsigned, std::less<>>& majors,
                        const Vouch& vouched = {});
 
@@ -29,6 +29,6 @@ const FamilyNodes* find_family(const Node& node, std::string_view name);
 // The device directories ("/dev", "/dev/infiniband") whose entries decide
 // what discover_families finds, each with the prefixes of the names that
 // count ("": every name): the fingerprint lists them.
-std::map<std::string, std::vector<std::string>> family_dev_entries(const Config& config);
+std::map<std::string, std::vector<std::string>> family_dev_entries(const config::Config& config);
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -17,7 +17,7 @@
 #include "gpubind/config/config.hpp"
 #include "gpubind/node/nvlink_facts.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 // NVIDIA's fixed major and minors; the others are dynamic (proc/devices).
 inline constexpr unsigned kNvidiaMajor = 195;
@@ -107,12 +107,12 @@ struct DriverFile {
     std::string name;       // soname (libraries) or file name
     std::string host_path;  // as found: the cache's path, the binary, the socket
     std::string real_path;  // host_path with every symlink resolved (within the driver root)
-    Capabilities caps = 0;  // what brings it
-    bool compat32 = false;  // a 32-bit library
+    config::Capabilities caps = 0;  // what brings it
+    bool compat32 = false;          // a 32-bit library
 };
 
 struct Node {
-    Roots roots;
+    config::Roots roots;
     std::string driver_version;  // "550.54.15"
     std::string cuda_version;    // "12.4" from NVML, empty without it
     std::vector<Gpu> gpus;
@@ -149,7 +149,7 @@ struct DiscoverOptions {
 // recorded in warnings. IMEX channels are the channel<n> entries of
 // dev/nvidia-caps-imex-channels that are character devices with the driver's
 // major and minor n; any other entry there is a warning and left out.
-Node discover(const Config& config, const DiscoverOptions& options = {});
+Node discover(const config::Config& config, const DiscoverOptions& options = {});
 
 // Asks NVML (the node's libnvidia-ml.so.1, in a child with `timeout`) for the
 // CUDA version, each GPU's brand and compute capability and the MIG devices'
@@ -170,4 +170,4 @@ ProcFiles read_proc_files(const Node& node);
 // A GPU's directory name under proc/driver/nvidia/gpus.
 std::string proc_dir_name(const Gpu& gpu);
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -10,11 +10,11 @@
 #include <string_view>
 #include <vector>
 
-namespace gpubind {
+namespace gpubind::node {
 struct Node;
 }
 
-namespace gpubind::detail {
+namespace gpubind::node::detail {
 
 inline constexpr std::size_t kMaxProcFile = 64u << 10;
 
@@ -54,4 +54,4 @@ std::optional<std::filesystem::path> resolve_in(const std::filesystem::path& roo
 // the libraries; the description's fingerprint watches them.
 std::vector<std::filesystem::path> program_dirs(const Node& node);
 
-}  // namespace gpubind::detail
+}  // namespace gpubind::node::detail

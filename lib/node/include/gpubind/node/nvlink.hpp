@@ -18,7 +18,7 @@
 
 #include "gpubind/node/node.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 // The strongest path between two devices, best first.
 enum class PathKind : std::uint8_t {
@@ -73,4 +73,4 @@ Path gpu_path(const NvlinkGraph& graph, const std::vector<Gpu>& gpus, std::size_
 // linked; the diagonal ignored), two members or more, sorted as above.
 std::vector<std::vector<unsigned>> maximal_cliques(const std::vector<std::vector<bool>>& adjacent);
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace gpubind {
+namespace gpubind::node {
 
 // NVML's remote device types (nvmlIntNvLinkDeviceType_t).
 inline constexpr std::uint8_t kNvlinkRemoteGpu = 0;
@@ -39,4 +39,4 @@ struct GpuNvlink {
     bool operator==(const GpuNvlink&) const = default;
 };
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -24,7 +24,7 @@
 #include "gpubind/node/node.hpp"
 #include "gpubind/node/nvlink.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 enum class NvlinkNeed { Required, Preferred, Ignore };
 
@@ -71,4 +71,4 @@ PlaceScore score_of(const PlaceTopology& topology, const std::vector<unsigned>& 
 bool better(const PlaceScore& a, const std::vector<unsigned>& a_gpus, const PlaceScore& b,
             const std::vector<unsigned>& b_gpus);
 
-}  // namespace gpubind
+}  // namespace gpubind::node

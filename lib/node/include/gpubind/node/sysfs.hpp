@@ -16,7 +16,7 @@
 
 #include "gpubind/node/node.hpp"
 
-namespace gpubind::sysfs {
+namespace gpubind::node::sysfs {
 
 // Where the PCI device `bus_id` ("0000:18:00.0") sits: <sys>/bus/pci/devices/<id>
 // is a link into <sys>/devices/pci<domain>:<bus>/<bridge>/.../<id>; the
@@ -87,4 +87,4 @@ std::optional<std::pair<unsigned, unsigned>> parse_dev(std::string_view text) no
 // "mlx5_10", "uverbs9" before "uverbs10").
 bool name_less(std::string_view a, std::string_view b) noexcept;
 
-}  // namespace gpubind::sysfs
+}  // namespace gpubind::node::sysfs

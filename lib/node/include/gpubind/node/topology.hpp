@@ -14,7 +14,7 @@
 #include "gpubind/node/nvlink.hpp"
 #include "gpubind/node/sysfs.hpp"
 
-namespace gpubind {
+namespace gpubind::node {
 
 struct GpuTopology {
     unsigned index = 0;
@@ -90,4 +90,4 @@ nlohmann::json to_json(const std::vector<GpuTopology>& gpus, const std::vector<s
 std::string matrix_text(const std::vector<GpuTopology>& gpus, const std::vector<sysfs::Hca>& hcas,
                         const Node& node, const NvlinkGraph& graph);
 
-}  // namespace gpubind
+}  // namespace gpubind::node

@@ -79,18 +79,18 @@ std::string help_text(const std::string& program, Command command);
 std::string version_text(const std::string& version);
 
 // `info`: the driver and each GPU in nvidia-container-cli's layout, text or CSV.
-std::string info_text(const Node& node, bool csv);
+std::string info_text(const node::Node& node, bool csv);
 // `list`: one path a line, in nvidia-container-cli's order; driver files as
 // found under the driver root and printed relative to it, device nodes and
 // /proc files by their usual names. Device ids the node lacks throw Error.
-std::string list_text(const Node& node, const ListArgs& args);
+std::string list_text(const node::Node& node, const ListArgs& args);
 
 // The config gpubind-nvc runs with: the trusted config file (beside the
 // program, else /etc/gpubind/config.toml) with --root and --ldcache over it.
-Config with_global(Config config, const Global& global);
+config::Config with_global(config::Config config, const Global& global);
 
 // Runs the parsed command (not Help or Version): knows the node, prints, or
 // configures the container. Returns the exit code; throws Error.
-int run(const Args& args, const Config& config);
+int run(const Args& args, const config::Config& config);
 
 }  // namespace gpubind::nvc

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace gpubind::bpf {
+namespace gpubind::os::bpf {
 
 // One instruction, laid out as the kernel's struct bpf_insn (8 bytes; the
 // registers are the low (dst) and high (src) nibble of the second byte on a
@@ -76,4 +76,4 @@ struct DeviceRequest {
 // program) throws Error(ENOTSUP, "run device program", ...).
 std::uint64_t run_device_program(const std::vector<Insn>& prog, DeviceRequest req);
 
-}  // namespace gpubind::bpf
+}  // namespace gpubind::os::bpf

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace gpubind::cgroup {
+namespace gpubind::os::cgroup {
 
 // The host directory of a process's cgroup v1 `devices` controller, from its
 // /proc/<pid>/cgroup and the host's /proc/self/mountinfo (only mounts that are
@@ -32,4 +32,4 @@ DeviceCgroup locate(std::string_view proc_cgroup, std::string_view mountinfo,
 // Whether a devices.list grants read and write on the char device major:minor.
 bool allows(std::string_view devices_list, unsigned major, unsigned minor);
 
-}  // namespace gpubind::cgroup
+}  // namespace gpubind::os::cgroup

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace gpubind::harden {
+namespace gpubind::os::harden {
 
 // Values kept by clear_environment longer than this are dropped too.
 inline constexpr std::size_t kMaxKeptValue = 4096;
@@ -49,4 +49,4 @@ class Deadline {
 std::string read_stream(int fd, std::size_t max_size, const std::string& what,
                         const Deadline& deadline);
 
-}  // namespace gpubind::harden
+}  // namespace gpubind::os::harden

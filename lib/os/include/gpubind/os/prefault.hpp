@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-namespace gpubind {
+namespace gpubind::os {
 
 struct Prefault {
     std::size_t heap = 512 * 1024;  // bytes of heap mapped writable, zeroed
@@ -33,4 +33,4 @@ struct Prefault {
 // only (mallopt).
 void prefault(const Prefault& sizes = {}) noexcept;
 
-}  // namespace gpubind
+}  // namespace gpubind::os

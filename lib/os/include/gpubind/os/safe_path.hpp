@@ -9,16 +9,16 @@
 
 #include "gpubind/util/fd.hpp"
 
-namespace gpubind {
+namespace gpubind::os {
 
 // Opens `path` (absolute paths are taken relative to the root) inside the
 // root. `flags` are open(2) flags; O_CLOEXEC is added. Symlinks, including
 // absolute ones, resolve as if the root were "/", ".." stops at the root and
 // magic links (/proc/<pid>/fd/...) are refused. O_NOFOLLOW applies to the
 // last component as with open(2). Throws Error naming the path on failure.
-Fd open_in_root(int root_fd, const std::filesystem::path& path, int flags, unsigned mode = 0);
+util::Fd open_in_root(int root_fd, const std::filesystem::path& path, int flags, unsigned mode = 0);
 // Like open_in_root but returns an empty Fd when the path does not exist.
-Fd try_open_in_root(int root_fd, const std::filesystem::path& path, int flags);
+util::Fd try_open_in_root(int root_fd, const std::filesystem::path& path, int flags);
 // Reads a regular file of the image: O_NONBLOCK|O_NOFOLLOW (a symlink as the
 // last component is refused, not followed), type checked with fstat (a FIFO
 // or device is an Error, never read), size capped.
@@ -35,4 +35,4 @@ int open_in_root_walk(int root_fd, const std::filesystem::path& path, int flags,
 
 }  // namespace detail
 
-}  // namespace gpubind
+}  // namespace gpubind::os

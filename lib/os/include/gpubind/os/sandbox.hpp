@@ -24,11 +24,11 @@
 
 #include "gpubind/util/fd.hpp"
 
-namespace gpubind::sandbox {
+namespace gpubind::os::sandbox {
 
 // The program at `path` (a regular, executable file) copied into a memfd
 // sealed against writing, shrinking and growing. Throws Error.
-Fd seal_executable(const std::filesystem::path& path);
+util::Fd seal_executable(const std::filesystem::path& path);
 
 enum class Filter {
     Ldconfig,  // the system calls ldconfig makes on files and memory; nothing else
@@ -76,4 +76,4 @@ struct Options {
 std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
                 const Options& options);
 
-}  // namespace gpubind::sandbox
+}  // namespace gpubind::os::sandbox

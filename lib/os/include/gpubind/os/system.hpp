@@ -25,7 +25,7 @@
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/mount_flags.hpp"
 
-namespace gpubind {
+namespace gpubind::os {
 
 // What BPF_PROG_QUERY says about a cgroup's device programs.
 struct DevicePrograms {
@@ -93,14 +93,14 @@ class SystemFiles {
 
     // --- Host files ---
     // open_tree(OPEN_TREE_CLONE): a detached bind mount of a host path.
-    virtual Fd open_tree(const std::filesystem::path& host_path) = 0;
+    virtual util::Fd open_tree(const std::filesystem::path& host_path) = 0;
     virtual FileInfo stat_fd(int fd) = 0;
 
     // --- Inside the container's root ---
     // O_PATH|O_DIRECTORY of the rootfs, by its path in the current namespace.
-    virtual Fd open_root(const std::filesystem::path& rootfs) = 0;
+    virtual util::Fd open_root(const std::filesystem::path& rootfs) = 0;
     // A directory inside the root, resolved with open_in_root; empty when missing.
-    virtual Fd open_dir_in_root(int root_fd, const std::filesystem::path& path) = 0;
+    virtual util::Fd open_dir_in_root(int root_fd, const std::filesystem::path& path) = 0;
     // fstatat(AT_SYMLINK_NOFOLLOW); Type::Missing when there is nothing.
     virtual FileInfo stat_at(int dir_fd, const std::string& name) = 0;
     // What `path` is inside the root, links followed there (resolved like
@@ -114,10 +114,10 @@ class SystemFiles {
     // hold millions); DirNames::more says there were others.
     virtual DirNames list_dir(int dir_fd, std::size_t max_entries, const NameFilter& keep) = 0;
     // mkdirat, then the new directory opened O_PATH|O_NOFOLLOW.
-    virtual Fd make_dir(int dir_fd, const std::string& name, unsigned mode) = 0;
+    virtual util::Fd make_dir(int dir_fd, const std::string& name, unsigned mode) = 0;
     // An empty file: openat(O_CREAT|O_EXCL|O_NOFOLLOW), kept open: the new
     // inode itself (a mount point needs no second lookup).
-    virtual Fd make_file(int dir_fd, const std::string& name, unsigned mode) = 0;
+    virtual util::Fd make_file(int dir_fd, const std::string& name, unsigned mode) = 0;
     // A file with contents, O_CREAT|O_EXCL|O_NOFOLLOW (files of the proc view).
     virtual void write_file_at(int dir_fd, const std::string& name, const std::string& data,
                                unsigned mode) = 0;
@@ -128,11 +128,11 @@ class SystemFiles {
     // caller then looks at with stat_at. LinuxSystem creates first: no
     // lookup that finds nothing before each creation. The defaults look
     // first (stat_at), as a caller did before.
-    virtual Fd try_make_file(int dir_fd, const std::string& name, unsigned mode) {
+    virtual util::Fd try_make_file(int dir_fd, const std::string& name, unsigned mode) {
         if (stat_at(dir_fd, name).type != FileInfo::Type::Missing) return {};
         return make_file(dir_fd, name, mode);
     }
-    virtual Fd try_make_dir(int dir_fd, const std::string& name, unsigned mode) {
+    virtual util::Fd try_make_dir(int dir_fd, const std::string& name, unsigned mode) {
         if (stat_at(dir_fd, name).type != FileInfo::Type::Missing) return {};
         return make_dir(dir_fd, name, mode);
     }
@@ -154,7 +154,7 @@ class SystemFiles {
                                  const std::string& data, unsigned mode,
                                  const std::optional<Owner>& chown_to) = 0;
     // O_PATH|O_NOFOLLOW of an existing entry: the exact inode to mount onto.
-    virtual Fd open_at(int dir_fd, const std::string& name) = 0;
+    virtual util::Fd open_at(int dir_fd, const std::string& name) = 0;
     // unlinkat (AT_REMOVEDIR for directories).
     virtual void remove(int dir_fd, const std::string& name, bool directory) = 0;
     // rename(2) within a directory (replacing the entry `to`, never following it).
@@ -172,9 +172,9 @@ class SystemFiles {
     virtual void detach(int dir_fd, const std::string& name) = 0;
     // open_tree(OPEN_TREE_CLONE | AT_EMPTY_PATH): another detached copy of a
     // mount (one open_tree gave), to bind the same host file at a second place.
-    virtual Fd clone_tree(int tree_fd) = 0;
+    virtual util::Fd clone_tree(int tree_fd) = 0;
     // fsopen("tmpfs") / fsconfig / fsmount: a detached, empty tmpfs (nosuid, nodev, noexec).
-    virtual Fd make_tmpfs() = 0;
+    virtual util::Fd make_tmpfs() = 0;
     // The id of the mount the descriptor's file is on (statx STATX_MNT_ID).
     virtual std::uint64_t mount_id(int fd) = 0;
     // The device (st_dev) of the tmpfs the descriptor's file is on; nullopt
@@ -191,7 +191,7 @@ class SystemFiles {
     // This thread's mount namespace's mountinfo opened now, to be read later
     // (a setns meanwhile changes nothing of what it shows): which of
     // `devices` (major:minor) a mount there is of. Read as a stream, any size.
-    virtual Fd open_mountinfo() = 0;
+    virtual util::Fd open_mountinfo() = 0;
     virtual std::vector<bool> mountinfo_shows(
         int mountinfo_fd, const std::vector<std::pair<unsigned, unsigned>>& devices) = 0;
 };
@@ -213,24 +213,25 @@ class SystemDevices {
     virtual std::optional<std::string> cgroup_mounts(bool v1_devices) = 0;
     // O_WRONLY descriptor of a cgroup control file (`dir` a host path, `name` e.g.
     // "devices.allow").
-    virtual Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) = 0;
+    virtual util::Fd open_cgroup_file(const std::filesystem::path& dir,
+                                      const std::string& name) = 0;
     // One write(2) of a rule to a cgroup control file; `what` names the file.
     virtual void write_rule(int fd, const std::string& rule, const std::string& what) = 0;
 
     // --- cgroup v2 device programs (bpf(2)) ---
     // O_RDONLY|O_DIRECTORY of a cgroup v2 directory (a host path).
-    virtual Fd open_cgroup_dir(const std::filesystem::path& dir) = 0;
+    virtual util::Fd open_cgroup_dir(const std::filesystem::path& dir) = 0;
     // BPF_PROG_QUERY(BPF_CGROUP_DEVICE) on the cgroup: the ids of the programs
     // attached to it (not its ancestors) and the flags they were attached with.
     virtual DevicePrograms query_device_programs(int cgroup_fd) = 0;
     // BPF_PROG_GET_FD_BY_ID.
-    virtual Fd open_program(std::uint32_t id) = 0;
+    virtual util::Fd open_program(std::uint32_t id) = 0;
     // BPF_OBJ_GET_INFO_BY_FD: the program's instructions as the kernel dumps them.
     virtual std::vector<bpf::Insn> program_instructions(int prog_fd) = 0;
     // BPF_PROG_LOAD of a BPF_PROG_TYPE_CGROUP_DEVICE program named `name`;
     // the verifier's complaint is in the Error.
-    virtual Fd load_device_program(const std::vector<bpf::Insn>& insns,
-                                   const std::string& name) = 0;
+    virtual util::Fd load_device_program(const std::vector<bpf::Insn>& insns,
+                                         const std::string& name) = 0;
     // BPF_PROG_ATTACH(BPF_CGROUP_DEVICE) of `new_prog` in place of `old_prog`,
     // atomically: with BPF_F_ALLOW_MULTI in `flags`, BPF_F_REPLACE naming the
     // old program; otherwise (a single program per cgroup) the attach itself
@@ -245,11 +246,11 @@ class SystemDevices {
     // `taken` is then whether the name is held by someone else: a directory
     // another user's or writable by others, or something not a directory (a
     // symbolic link, a pinned object) at the name.
-    virtual Fd open_program_dir(const std::filesystem::path& dir, std::string& why,
-                                bool& taken) = 0;
+    virtual util::Fd open_program_dir(const std::filesystem::path& dir, std::string& why,
+                                      bool& taken) = 0;
     // BPF_OBJ_GET of the program kept at `path` (in that directory); an
     // empty Fd when nothing is there.
-    virtual Fd open_kept_program(const std::string& path) = 0;
+    virtual util::Fd open_kept_program(const std::string& path) = 0;
     // BPF_OBJ_PIN: keeps the program at `path` (EEXIST when something is there).
     virtual void keep_program(int prog_fd, const std::string& path) = 0;
 };
@@ -262,19 +263,19 @@ class SystemProcesses {
 
     // --- The container process (host side) ---
     // pidfd_open(2): pins the process so its pid cannot be reused under us.
-    virtual Fd open_process(pid_t pid) = 0;
+    virtual util::Fd open_process(pid_t pid) = 0;
     // /proc/<pid>/ns/mnt, then a check through the pidfd that <pid> is still
     // the pinned process (so the namespace is its).
-    virtual Fd open_mount_ns(int pidfd, pid_t pid) = 0;
+    virtual util::Fd open_mount_ns(int pidfd, pid_t pid) = 0;
     // /proc/<pid>/<name> (e.g. "cgroup"), verified through the pidfd likewise.
     virtual std::string read_proc(int pidfd, pid_t pid, const std::string& name) = 0;
     // /proc/<pid>/ns/user, verified likewise.
-    virtual Fd open_user_ns(int pidfd, pid_t pid) = 0;
+    virtual util::Fd open_user_ns(int pidfd, pid_t pid) = 0;
     // setns(CLONE_NEWUSER): every capability there, none left over the host.
     virtual void enter_user_ns(int ns_fd) = 0;
     // This process's own mount namespace and working directory, to return to.
-    virtual Fd open_own_mount_ns() = 0;
-    virtual Fd open_cwd() = 0;
+    virtual util::Fd open_own_mount_ns() = 0;
+    virtual util::Fd open_cwd() = 0;
     // Whether two descriptors are the same file (namespaces compare this way).
     virtual bool same_file(int fd_a, int fd_b) = 0;
 
@@ -289,7 +290,7 @@ class SystemProcesses {
     // --- ldconfig ---
     // The host binary to execute later (ldconfig), opened on the host side: a
     // sealed memfd copy of it (sandbox::seal_executable).
-    virtual Fd open_executable(const std::filesystem::path& path) = 0;
+    virtual util::Fd open_executable(const std::filesystem::path& path) = 0;
     // Runs the executable with `args` (argv[1..]), which start with "-r ROOT"
     // (ROOT a path in the current mount namespace): the program runs confined
     // to ROOT, pivoted into it, with ROOT's "-r" not passed on (sandbox::run:
@@ -330,58 +331,60 @@ class LinuxSystem final : public System {
     // Opens this process's /proc (the sandbox's id maps are written there,
     // whatever mount namespace the executor is in by then).
     LinuxSystem();
-    Fd open_process(pid_t pid) override;
-    Fd open_mount_ns(int pidfd, pid_t pid) override;
+    util::Fd open_process(pid_t pid) override;
+    util::Fd open_mount_ns(int pidfd, pid_t pid) override;
     std::string read_proc(int pidfd, pid_t pid, const std::string& name) override;
-    Fd open_user_ns(int pidfd, pid_t pid) override;
+    util::Fd open_user_ns(int pidfd, pid_t pid) override;
     void enter_user_ns(int ns_fd) override;
-    Fd open_own_mount_ns() override;
-    Fd open_cwd() override;
+    util::Fd open_own_mount_ns() override;
+    util::Fd open_cwd() override;
     bool same_file(int fd_a, int fd_b) override;
     std::string read_host_file(const std::filesystem::path& path) override;
-    Fd open_tree(const std::filesystem::path& host_path) override;
-    Fd open_executable(const std::filesystem::path& path) override;
-    Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) override;
+    util::Fd open_tree(const std::filesystem::path& host_path) override;
+    util::Fd open_executable(const std::filesystem::path& path) override;
+    util::Fd open_cgroup_file(const std::filesystem::path& dir, const std::string& name) override;
     void write_rule(int fd, const std::string& rule, const std::string& what) override;
     FileInfo stat_fd(int fd) override;
-    Fd open_cgroup_dir(const std::filesystem::path& dir) override;
+    util::Fd open_cgroup_dir(const std::filesystem::path& dir) override;
     DevicePrograms query_device_programs(int cgroup_fd) override;
-    Fd open_program(std::uint32_t id) override;
+    util::Fd open_program(std::uint32_t id) override;
     std::vector<bpf::Insn> program_instructions(int prog_fd) override;
-    Fd load_device_program(const std::vector<bpf::Insn>& insns, const std::string& name) override;
+    util::Fd load_device_program(const std::vector<bpf::Insn>& insns,
+                                 const std::string& name) override;
     void replace_device_program(int cgroup_fd, int new_prog, int old_prog, unsigned flags,
                                 const std::string& what) override;
-    Fd open_program_dir(const std::filesystem::path& dir, std::string& why, bool& taken) override;
-    Fd open_kept_program(const std::string& path) override;
+    util::Fd open_program_dir(const std::filesystem::path& dir, std::string& why,
+                              bool& taken) override;
+    util::Fd open_kept_program(const std::string& path) override;
     void keep_program(int prog_fd, const std::string& path) override;
     void enter_mount_ns(int ns_fd) override;
     void change_dir(int dir_fd) override;
-    Fd open_root(const std::filesystem::path& rootfs) override;
-    Fd open_dir_in_root(int root_fd, const std::filesystem::path& path) override;
+    util::Fd open_root(const std::filesystem::path& rootfs) override;
+    util::Fd open_dir_in_root(int root_fd, const std::filesystem::path& path) override;
     FileInfo stat_at(int dir_fd, const std::string& name) override;
     FileInfo stat_in_root(int root_fd, const std::filesystem::path& path) override;
     std::string read_link_at(int dir_fd, const std::string& name) override;
     DirNames list_dir(int dir_fd, std::size_t max_entries, const NameFilter& keep) override;
-    Fd make_dir(int dir_fd, const std::string& name, unsigned mode) override;
-    Fd make_file(int dir_fd, const std::string& name, unsigned mode) override;
+    util::Fd make_dir(int dir_fd, const std::string& name, unsigned mode) override;
+    util::Fd make_file(int dir_fd, const std::string& name, unsigned mode) override;
     void write_file_at(int dir_fd, const std::string& name, const std::string& data,
                        unsigned mode) override;
     void make_symlink(const std::string& target, int dir_fd, const std::string& name) override;
-    Fd try_make_file(int dir_fd, const std::string& name, unsigned mode) override;
-    Fd try_make_dir(int dir_fd, const std::string& name, unsigned mode) override;
+    util::Fd try_make_file(int dir_fd, const std::string& name, unsigned mode) override;
+    util::Fd try_make_dir(int dir_fd, const std::string& name, unsigned mode) override;
     bool try_make_symlink(const std::string& target, int dir_fd, const std::string& name) override;
     RegularFile read_regular_at(int dir_fd, const std::string& name, std::size_t max_size) override;
     void replace_file_at(int dir_fd, const std::string& temp, const std::string& name,
                          const std::string& data, unsigned mode,
                          const std::optional<Owner>& chown_to) override;
-    Fd open_at(int dir_fd, const std::string& name) override;
+    util::Fd open_at(int dir_fd, const std::string& name) override;
     void remove(int dir_fd, const std::string& name, bool directory) override;
     void set_fs_ids(unsigned uid, unsigned gid) override;
     void set_mount_flags(int mount_fd, unsigned flags) override;
     void attach(int mount_fd, int target_fd) override;
     void detach(int dir_fd, const std::string& name) override;
-    Fd clone_tree(int tree_fd) override;
-    Fd make_tmpfs() override;
+    util::Fd clone_tree(int tree_fd) override;
+    util::Fd make_tmpfs() override;
     void rename_at(int dir_fd, const std::string& from, const std::string& to) override;
     void exchange_at(int dir_fd, const std::string& a, const std::string& b) override;
     std::uint64_t mount_id(int fd) override;
@@ -389,7 +392,7 @@ class LinuxSystem final : public System {
     std::optional<bool> mount_shared(int fd) override;
     std::optional<std::string> cgroup_mounts(bool v1_devices) override;
     std::string read_mountinfo() override;
-    Fd open_mountinfo() override;
+    util::Fd open_mountinfo() override;
     std::vector<bool> mountinfo_shows(
         int mountinfo_fd, const std::vector<std::pair<unsigned, unsigned>>& devices) override;
     std::string run(int exe_fd, const std::string& what, const std::vector<std::string>& args,
@@ -400,9 +403,9 @@ class LinuxSystem final : public System {
 
   private:
     // The directory just made at dir_fd/name, O_PATH|O_NOFOLLOW (removed again if it cannot be).
-    static Fd open_made_dir(int dir_fd, const std::string& name);
+    static util::Fd open_made_dir(int dir_fd, const std::string& name);
 
-    Fd proc_;
+    util::Fd proc_;
 };
 
-}  // namespace gpubind
+}  // namespace gpubind::os

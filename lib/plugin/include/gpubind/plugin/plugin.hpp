@@ -65,7 +65,7 @@ struct Resource {
 // A MIG device's profile comes from `profiles` (by its UUID); one without a
 // profile, or with a profile that is not [a-z0-9.+-] (1 to 32), is an Error.
 // Throws Error (bad input) for the id strategy "uuid" on a device without a UUID.
-std::vector<Resource> resources(const Node& node, const DevicePluginConfig& settings,
+std::vector<Resource> resources(const node::Node& node, const config::DevicePluginConfig& settings,
                                 const MigProfiles& profiles = {});
 
 // A critical Xid on a GPU (by its device minor): the Xid and its device
@@ -89,12 +89,12 @@ using XidMarks = std::map<unsigned, XidMark>;  // by GPU minor
 // to one instance, or on a GPU without MIG). Returns false (nothing
 // recorded) for an Xid in settings.ignored_xids or a minor that is no GPU of
 // the node.
-bool record_xid(XidMarks& marks, const Node& node, unsigned minor, unsigned xid,
-                const DevicePluginConfig& settings,
+bool record_xid(XidMarks& marks, const node::Node& node, unsigned minor, unsigned xid,
+                const config::DevicePluginConfig& settings,
                 std::optional<std::pair<unsigned, unsigned>> instance = std::nullopt);
 // Drops the marks of GPUs whose device node is a new one now. Returns whether
 // any was dropped.
-bool clear_recovered_xids(XidMarks& marks, const Node& node);
+bool clear_recovered_xids(XidMarks& marks, const node::Node& node);
 
 // Marks each device healthy or not as the node is now: Unhealthy when the
 // driver is gone (no driver/nvidia/version under the proc root), its GPU's
@@ -102,14 +102,16 @@ bool clear_recovered_xids(XidMarks& marks, const Node& node);
 // without following links), or an Xid mark covers it: a whole GPU any mark
 // of its GPU, a MIG device a mark of its GPU as a whole or of its own
 // instance. Returns whether any device's health changed.
-bool update_health(std::vector<Device>& devices, const Node& node, const XidMarks& marks = {});
+bool update_health(std::vector<Device>& devices, const node::Node& node,
+                   const XidMarks& marks = {});
 
 // The preferred `size` devices of `available`, holding `must_include`, as
 // place_gpus chooses them (MIG devices: must_include, then the others in the
 // order given). Throws Error (bad input) naming an id that is not
 // a device, a size that is not 1..available, must_include not in available or
 // more than size.
-std::vector<std::string> preferred_allocation(const Node& node, const std::vector<Device>& devices,
+std::vector<std::string> preferred_allocation(const node::Node& node,
+                                              const std::vector<Device>& devices,
                                               const std::vector<std::string>& available,
                                               const std::vector<std::string>& must_include,
                                               int size);
@@ -136,7 +138,7 @@ struct Allocation {
 // of config.cdi.kind: "<kind>=<id>", the names `gpubind cdi generate` writes
 // for a GPU's index and UUID). Throws Error (refused) naming every id that is
 // unknown or unhealthy, and (bad input) for an empty or repeated list.
-Allocation allocate(const Config& config, const DevicePluginConfig& settings,
+Allocation allocate(const config::Config& config, const config::DevicePluginConfig& settings,
                     const std::vector<Device>& devices, const std::vector<std::string>& ids);
 
 }  // namespace gpubind::plugin

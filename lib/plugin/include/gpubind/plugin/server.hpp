@@ -23,8 +23,8 @@ class Server {
     // `refresh`, when given, is asked at each health check for the node as
     // its description has it now (nullopt: unchanged or unknown); a node
     // whose devices differ replaces the list.
-    Server(Config config, DevicePluginConfig settings, Node node,
-           std::function<std::optional<Node>()> refresh = {});
+    Server(config::Config config, config::DevicePluginConfig settings, node::Node node,
+           std::function<std::optional<node::Node>()> refresh = {});
     ~Server();
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;

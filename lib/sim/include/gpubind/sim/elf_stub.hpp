@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace gpubind::elf {
+namespace gpubind::sim::elf {
 
 enum class Machine { X86_64, I386, Aarch64 };
 
@@ -26,4 +26,4 @@ inline constexpr Machine kCompat32Machine = Machine::I386;
 // soname, or one with '/' or NUL, is Error(EINVAL).
 std::string make_shared_object(Machine machine, std::string_view soname);
 
-}  // namespace gpubind::elf
+}  // namespace gpubind::sim::elf

@@ -114,7 +114,7 @@ struct Spec {
     std::string driver_version = "550.54.15";
     std::string model = "NVIDIA H100 80GB HBM3";
     std::vector<MigSpec> mig;  // empty: MIG off everywhere; a GPU with MIG devices has MIG on
-    bool compat32 = platform::kHasCompat32;  // write the 32-bit (i386) libraries
+    bool compat32 = util::platform::kHasCompat32;  // write the 32-bit (i386) libraries
     bool ipcs = true;            // persistenced and fabricmanager sockets, MPS pipe directory
     bool firmware = true;        // lib/firmware/nvidia/<ver>/gsp*.bin
     bool graphics = true;        // graphics, display, video and ngx libraries

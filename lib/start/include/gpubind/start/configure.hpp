@@ -19,7 +19,7 @@
 namespace gpubind::start {
 
 struct ConfigureCall {
-    Request request{};
+    decide::Request request{};
     std::string rootfs{};  // as given: absolute, and not "/"
     // The container's process; none: the caller's parent, as
     // nvidia-container-cli takes it (enroot's and Apptainer's hooks), in
@@ -29,14 +29,14 @@ struct ConfigureCall {
     bool no_devbind = false;           // device cgroup access only, no device nodes
     std::filesystem::path ldconfig{};  // the host's ldconfig, if not the config's
     bool store = true;                 // store what is learned of the node
-    std::function<void(Plan&, const Node&)> leave_out{};  // Start::leave_out
-    System* sys = nullptr;  // none: this host's (LinuxSystem); the tests' recording one
+    std::function<void(decide::Plan&, const node::Node&)> leave_out{};  // Start::leave_out
+    os::System* sys = nullptr;  // none: this host's (LinuxSystem); the tests' recording one
 };
 
 // Checks the call, then start::run(Act::Execute). A caller without
 // privileges over the host (not root, or root of a user namespace other than
 // the initial one) is refused device cgroup changes (Error, Refused: give
 // --no-cgroups) and joins the container's user namespace unless in place.
-void configure(const Config& config, const ConfigureCall& call);
+void configure(const config::Config& config, const ConfigureCall& call);
 
 }  // namespace gpubind::start

@@ -27,12 +27,12 @@ struct HookCall {
     int state_fd = STDIN_FILENO;  // the container's state (the runtime's stdin)
     // What the image is read and the container changed through: none, this
     // host's (LinuxSystem); the tests' recording one.
-    System* sys = nullptr;
+    os::System* sys = nullptr;
 };
 
 // Called once the config and the state are read, before anything else is
 // logged: the executable sets up its logging for `container` there.
-using OnContainer = std::function<void(const Config& config, const std::string& container)>;
+using OnContainer = std::function<void(const config::Config& config, const std::string& container)>;
 
 // Carries out one hook invocation (kExitOk when done or when there is
 // nothing to do). Throws Error: an unknown stage, a stage that needs "env"

@@ -40,19 +40,20 @@ Invocation parse_invocation(int argc, const char* const* argv);
 // edited, or one asking for nothing, is left as it is, byte for byte.
 // `id` names the container in the log.
 // The image is read through `sys` (none: this host's; the tests' recording one).
-void edit_bundle(const std::filesystem::path& bundle, const std::string& id, const Config& config,
-                 const std::filesystem::path& hook, System* sys = nullptr);
+void edit_bundle(const std::filesystem::path& bundle, const std::string& id,
+                 const config::Config& config, const std::filesystem::path& hook,
+                 os::System* sys = nullptr);
 
 // The real runtime: the first of config.runtimes that is an executable file
 // and not gpubind-runtime itself (/proc/self/exe); a name without '/' is
 // searched in PATH (a default PATH when it is unset). Error (ENOENT) naming
 // them all when none is.
-std::filesystem::path find_runtime(const Config& config);
+std::filesystem::path find_runtime(const config::Config& config);
 
 // gpubind-runtime's work before it executes the real runtime: for create and
 // run, edit_bundle (args.bundle, args.id, `hook` registered); then
 // find_runtime. Returns the real runtime's path.
-std::filesystem::path prepare(const Invocation& args, const Config& config,
+std::filesystem::path prepare(const Invocation& args, const config::Config& config,
                               const std::filesystem::path& hook);
 
 }  // namespace gpubind::start

@@ -58,24 +58,24 @@ enum class Act {
 
 // One container start, made once per process by its way in.
 struct Start {
-    const Config& config;
+    const config::Config& config;
     // What the image is read and every change made through: the tests'
     // recording System; none, this host's (LinuxSystem, one per run, made
     // only for a GPU container: it opens /proc).
-    System* sys = nullptr;
+    os::System* sys = nullptr;
     std::filesystem::path rootfs{};  // absolute, as the container's mount namespace sees it
     pid_t pid = 0;                   // its init process (none for Act::Decide)
-    harden::Deadline deadline{kBudget};
+    os::harden::Deadline deadline{kBudget};
     TargetOptions target{};
     // What is learned of the node is stored (false: gpubind doctor, which
     // only reads, or a driver root other than the node's).
     bool store = true;
     // The node, where this process knew it already (know_node); asked again
     // when the request needs NVML's facts and NVML was not asked.
-    std::optional<NodeKnowledge> known{};
+    std::optional<node::NodeKnowledge> known{};
     // What the way in leaves out of the plan once the node is known
     // (gpubind-nvc's --no-persistenced and the like); may be empty.
-    std::function<void(Plan&, const Node&)> leave_out{};
+    std::function<void(decide::Plan&, const node::Node&)> leave_out{};
     // Why, in the log, where the way in says it better than the request
     // (the CDI stage: the devices found in the spec); empty: the decision's.
     std::string reason{};
@@ -90,7 +90,7 @@ struct Start {
 // `act` is Decide; the decision is logged (info) before. Returns the decision, its plan as carried
 // out. A request that is no GPU container's is left alone (nothing known, nothing done). Throws
 // Error on a bad or refused request, or a failed step.
-Decision run(Start& start, Request request, Act act);
+decide::Decision run(Start& start, decide::Request request, Act act);
 
 // The node as load_node() knows it. When what is stored changed (the driver
 // state changed, or NVML was asked for the first time in this state), the
@@ -99,19 +99,20 @@ Decision run(Start& start, Request request, Act act);
 // the node goes through here. On a MIG node a spec written without NVML's
 // answer has no MIG UUID names until NVML is asked (gpubind cdi refresh, a
 // request that needs NVML's facts): a start never waits for NVML for the spec.
-NodeKnowledge know_node(const Config& config, const LoadOptions& options);
+node::NodeKnowledge know_node(const config::Config& config, const node::LoadOptions& options);
 
 // The decision for the container `spec` describes, nothing carried out
 // (gpubind plan, gpubind doctor): run() with Act::Decide on this host's
 // System. `store` false: nothing is written (no node description, no CDI spec).
-Decision decide(const oci::Spec& spec, const Config& config, bool store = true);
+decide::Decision decide(const decide::oci::Spec& spec, const config::Config& config,
+                        bool store = true);
 
 // The request of the CDI stage (gpubind-hook's createRuntime hook in the
 // node's CDI spec): the GPUs, MIG devices and IMEX channels of the node whose
 // nodes the engine put in the spec's linux.devices (cdi::selection_in_spec),
 // with config.cdi.caps. Not a GPU container's when the spec holds none.
 // `reason` gets what was found, for the log.
-Request cdi_stage_request(const Node& node, const oci::Spec& spec, const Config& config,
-                          std::string& reason);
+decide::Request cdi_stage_request(const node::Node& node, const decide::oci::Spec& spec,
+                                  const config::Config& config, std::string& reason);
 
 }  // namespace gpubind::start

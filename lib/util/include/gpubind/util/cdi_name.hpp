@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace gpubind::cdi {
+namespace gpubind::util {
 
 // Why `kind` is not "vendor/class" (each starts with a letter, ends with a
 // letter or digit, and holds letters, digits, '_', '-' and '.'), or nullopt.
@@ -31,4 +31,4 @@ std::optional<QualifiedName> parse_qualified(std::string_view device);
 // parsers use to tell CDI names from gpubind's device ids.
 bool looks_qualified(std::string_view device);
 
-}  // namespace gpubind::cdi
+}  // namespace gpubind::util

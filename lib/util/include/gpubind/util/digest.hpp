@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string_view>
 
-namespace gpubind {
+namespace gpubind::util {
 
 class Digest {
   public:
@@ -58,4 +58,4 @@ inline std::uint64_t digest(std::string_view data) {
     return Digest().add(data).value();
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <string_view>
 
-namespace gpubind::detail {
+namespace gpubind::util::detail {
 
 // Calls f(name, const dirent64&) for each entry of the open directory `fd`
 // (not "." and ".."), in the kernel's order, until f returns false. False
@@ -33,4 +33,4 @@ bool for_each_entry(int fd, F&& f) {
     }
 }
 
-}  // namespace gpubind::detail
+}  // namespace gpubind::util::detail

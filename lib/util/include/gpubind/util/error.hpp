@@ -6,7 +6,7 @@
 #include <string>
 #include <system_error>
 
-namespace gpubind {
+namespace gpubind::util {
 
 // What went wrong, as the exit codes below mean it. The kind is set where the
 // failure is found, never derived from errno: a system call that fails is a
@@ -60,4 +60,4 @@ int exit_code_for(ErrorKind kind) noexcept;
 // An Error's kind's code; any other exception is a failure (kExitFailure).
 int exit_code_for(const std::exception& e) noexcept;
 
-}  // namespace gpubind
+}  // namespace gpubind::util

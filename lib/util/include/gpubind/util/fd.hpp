@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-namespace gpubind {
+namespace gpubind::util {
 
 class Fd {
   public:
@@ -39,4 +39,4 @@ class Fd {
 bool poll_until(std::span<pollfd> fds, std::chrono::steady_clock::time_point deadline,
                 const std::string& what);
 
-}  // namespace gpubind
+}  // namespace gpubind::util

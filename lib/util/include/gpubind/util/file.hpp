@@ -11,7 +11,7 @@
 
 #include "gpubind/util/fd.hpp"
 
-namespace gpubind {
+namespace gpubind::util {
 
 // open(2) that throws Error("open", path) on failure. O_CLOEXEC is always added.
 Fd open_or_throw(const std::filesystem::path& path, int flags, unsigned mode = 0);
@@ -98,4 +98,4 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view data,
                        const WriteOptions& options,
                        const std::function<std::string(const std::string&)>& temporary);
 
-}  // namespace gpubind
+}  // namespace gpubind::util

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gpubind {
+namespace gpubind::util {
 
 struct IdRange {
     std::uint64_t inside = 0;
@@ -23,4 +23,4 @@ std::vector<IdRange> id_ranges(std::string_view id_map, const std::string& what)
 // range "0 0 4294967295".
 bool is_initial_id_map(std::string_view id_map, const std::string& what);
 
-}  // namespace gpubind
+}  // namespace gpubind::util

@@ -11,7 +11,7 @@
 
 #include <fmt/core.h>
 
-namespace gpubind {
+namespace gpubind::util {
 
 enum class LogLevel { Trace, Debug, Info, Warn, Error, Off };
 
@@ -58,4 +58,4 @@ inline Logger logger() noexcept {
     return {};
 }
 
-}  // namespace gpubind
+}  // namespace gpubind::util

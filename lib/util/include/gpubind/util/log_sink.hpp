@@ -7,7 +7,7 @@
 
 #include <spdlog/logger.h>
 
-namespace gpubind {
+namespace gpubind::util {
 
 // The spdlog logger behind gpubind::logger(): a logger with no sinks until
 // set_logger() installs one. Executables add sinks and set levels on it.
@@ -20,4 +20,4 @@ void set_logger(std::shared_ptr<spdlog::logger> logger);
 void set_lazy_logger(spdlog::level::level_enum level,
                      std::function<std::shared_ptr<spdlog::logger>()> make);
 
-}  // namespace gpubind
+}  // namespace gpubind::util

@@ -2,7 +2,7 @@
 // MOUNT_ATTR_*, named here so the plan stays independent of kernel headers).
 #pragma once
 
-namespace gpubind {
+namespace gpubind::util {
 
 enum MountFlag : unsigned {
     kMountReadOnly = 1u << 0,
@@ -11,4 +11,4 @@ enum MountFlag : unsigned {
     kMountNoExec = 1u << 3,
 };
 
-}  // namespace gpubind
+}  // namespace gpubind::util

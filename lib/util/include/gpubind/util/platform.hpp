@@ -5,7 +5,7 @@
 
 #include <string_view>
 
-namespace gpubind::platform {
+namespace gpubind::util::platform {
 
 #if defined(__x86_64__)
 inline constexpr std::string_view kMachine = "x86_64";  // `uname -m`, and NVRM's version line
@@ -24,4 +24,4 @@ inline constexpr const char* kMultiarchLib32Dir = "";
 
 inline constexpr bool kHasCompat32 = kMultiarchLib32Dir[0] != '\0';
 
-}  // namespace gpubind::platform
+}  // namespace gpubind::util::platform

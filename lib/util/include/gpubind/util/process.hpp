@@ -11,7 +11,7 @@
 
 #include "gpubind/util/fd.hpp"
 
-namespace gpubind {
+namespace gpubind::util {
 
 struct ReportingChild {
     pid_t pid = -1;
@@ -30,4 +30,4 @@ int reap(pid_t pid);
 // SIGKILL, then reap: a child that outlived its use.
 void kill_and_reap(pid_t pid);
 
-}  // namespace gpubind
+}  // namespace gpubind::util

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gpubind {
+namespace gpubind::util {
 
 std::string_view trim(std::string_view s) noexcept;
 // Splits on `sep`, keeping empty fields.
@@ -36,4 +36,4 @@ std::string_view dir_name(std::string_view path) noexcept;
 // "." of "a/.."): for comparing paths an image or a spec names.
 std::string normal_path(std::string_view path);
 
-}  // namespace gpubind
+}  // namespace gpubind::util

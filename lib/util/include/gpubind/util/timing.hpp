@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-namespace gpubind {
+namespace gpubind::util {
 
 // Microseconds from `from` to `to`.
 long long micros(std::chrono::steady_clock::time_point from,
@@ -30,4 +30,4 @@ class Timing {
     std::vector<std::pair<const char*, Clock::time_point>> marks_;
 };
 
-}  // namespace gpubind
+}  // namespace gpubind::util

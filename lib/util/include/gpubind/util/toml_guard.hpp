@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-namespace gpubind::detail {
+namespace gpubind::util::detail {
 
 constexpr bool toml_unsafe_code_point(char32_t c) noexcept {
     return (c >= 0xA1 && c <= 0x499) || (c >= 0x2C5E && c <= 0x3057 && c != 0x3000) ||
@@ -48,4 +48,4 @@ inline std::optional<std::string> toml_unsafe_text(std::string_view text) {
     return std::nullopt;
 }
 
-}  // namespace gpubind::detail
+}  // namespace gpubind::util::detail

@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-namespace gpubind {
+namespace gpubind::util {
 
 // Compares two versions: <0 when `a` is older, 0 when equal, >0 when newer.
 // One rule, whatever the caller:
@@ -21,4 +21,4 @@ namespace gpubind {
 // A caller that accepts only some versions checks them itself first.
 int compare_versions(std::string_view a, std::string_view b) noexcept;
 
-}  // namespace gpubind
+}  // namespace gpubind::util
