@@ -69,8 +69,9 @@ struct Policy {
     Capabilities supported = kCapAll;        // what containers may ask for
     bool cgroups = true;                     // write device cgroup rules for injected nodes
     OnRefused on_refused = OnRefused::Fail;  // [policy] on-refused
-    SharesPolicy shares = SharesPolicy::Strict;  // [policy] shares
-    bool cuda_compat = true;                 // prefer the image's newer CUDA compat libcuda
+    // [policy] shares
+    SharesPolicy shares = SharesPolicy::Strict;
+    bool cuda_compat = true;                         // prefer the image's newer CUDA compat libcuda
     LdcacheMethod ldcache = LdcacheMethod::Gpubind;  // [policy] ldcache
     // Users besides root who may own the node's IPCs and their directories
     // (a persistenced run with --user): [policy] ipc-owners, numeric uids.
