@@ -44,6 +44,31 @@ stage_summary() {
     printf '   %-44s %s\n' total "$(fmt_seconds "$SECONDS")"
 }
 
+# disk_free_gb DIR: the GB free on DIR's filesystem. warn_low_disk DIR GB:
+# one line when less is free (a full run of scripts/test writes about 15 GB of
+# build trees: a compiler out of space reads like a broken build).
+disk_free_gb() { df -P -BG "$1" | awk 'NR == 2 { sub("G", "", $4); print $4 }'; }
+warn_low_disk() {
+    local free
+    free=$(disk_free_gb "$1")
+    if [ "$free" -lt "$2" ]; then
+        echo "warning: $free GB free on $1's filesystem; a full run needs about $2 GB" >&2
+    fi
+    return 0
+}
+
+# show_build_failure LOG: what a failed build's log says went wrong (the
+# compiler's error lines, not the last screens of command lines) and the
+# space left where it wrote.
+show_build_failure() {
+    local log=$1
+    echo "--- the errors in $log:"
+    grep -E -m 30 'error:|FAILED:|No space left|Killed signal|fatal|Error [0-9]' "$log" | cut -c 1-400 || true
+    echo "--- its last lines:"
+    tail -n 15 "$log" | cut -c 1-400
+    echo "--- disk: $(disk_free_gb "$(dirname "$log")") GB free on $(dirname "$log")'s filesystem"
+}
+
 # run_ctest DIR ARGS...: ctest with every test required to run (a skipped or
 # not-run test fails).
 run_ctest() {
