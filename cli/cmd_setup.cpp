@@ -85,8 +85,9 @@ int run_setup(const SetupOptions& o) {
         if (std::fflush(stdout) != 0) util::throw_errno("write", "standard output");
         return util::kExitOk;
     }
-    // Every engine's files are read and checked before any is written.
-    std::vector<std::vector<setup::Change>> plans;
+    // Every engine's files are read and checked before any is written, and
+    // written as one: a step that fails undoes the others (apply_setup).
+    std::vector<setup::Change> plan;
     for (const auto& name : o.engines) {
         setup::Request r = o.request;
         r.engine = *setup::parse_engine(name);
@@ -97,7 +98,7 @@ int run_setup(const SetupOptions& o) {
                 setup::runc_hooks_snippet(r.options).c_str());
             continue;
         }
-        plans.push_back(setup::plan_setup(r));
+        for (auto& c : setup::plan_setup(r)) plan.push_back(std::move(c));
     }
     // After every engine file was read and checked, before any is written: a
     // refused link changes nothing.
@@ -105,9 +106,7 @@ int run_setup(const SetupOptions& o) {
         for (const auto& line : setup::nvc_link(
                  {.prefix = o.request.prefix, .nvc = o.nvc, .remove = o.request.remove}, o.dry_run))
             std::printf("%s\n", line.c_str());
-    for (const auto& plan : plans)
-        for (const auto& line : setup::apply_setup(plan, o.dry_run))
-            std::printf("%s\n", line.c_str());
+    for (const auto& line : setup::apply_setup(plan, o.dry_run)) std::printf("%s\n", line.c_str());
     const std::filesystem::path proc_root =
         o.dev_root == "/" ? std::filesystem::path("/proc") : o.dev_root / "proc";
     unsigned left = 0;

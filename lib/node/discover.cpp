@@ -276,20 +276,29 @@ std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners,
         return std::find(owners.begin(), owners.end(), uid) != owners.end();
     };
     if (!p.is_absolute()) return "is not an absolute path";
+    // A call that fails for another reason than the IPC's absence or this
+    // caller's permissions (EIO) is an Error naming the path: a node that
+    // cannot be read is not one without the IPC.
+    const auto failed = [&](const char* op, const fs::path& at) -> std::string {
+        if (errno == EACCES) return "cannot be checked (" + at.string() + ")";
+        util::throw_errno(op, at.string());
+    };
     util::Fd dir(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!dir) return "cannot be checked (open /)";
+    if (!dir) return failed("open", "/");
+    fs::path at = "/";
     std::vector<std::string> parts;
     for (const auto& c : p.relative_path()) parts.push_back(c.string());
     for (std::size_t i = 0; i < parts.size(); ++i) {
         struct stat st {};
-        if (::fstat(dir.get(), &st) != 0) return "cannot be checked (stat)";
+        if (::fstat(dir.get(), &st) != 0) return failed("stat", at);
         if (!trusted(st.st_uid))
             return "is in a directory not owned by root (or [policy] ipc-owners)";
         if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
             return "is in a directory other users may write";
+        at /= parts[i];
         util::Fd next(::openat(dir.get(), parts[i].c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-        if (!next) return errno == ENOENT ? "missing" : "cannot be opened";
-        if (::fstat(next.get(), &st) != 0) return "cannot be checked (stat)";
+        if (!next) return errno == ENOENT || errno == ENOTDIR ? "missing" : failed("open", at);
+        if (::fstat(next.get(), &st) != 0) return failed("stat", at);
         const bool last = i + 1 == parts.size();
         if (S_ISLNK(st.st_mode)) return "is reached through a symbolic link";
         if (!last && !S_ISDIR(st.st_mode)) return "is under something not a directory";
@@ -309,17 +318,26 @@ std::string unsafe_ipc(const fs::path& p, const std::vector<unsigned>& owners,
 // A driver program is an executable ELF file. A script is not: GPU sandboxes
 // put shell wrappers in /usr/bin that run the real program from the driver's
 // own prefix, a path a container does not have.
+// Missing is what is not there for this caller (no such file, a path
+// through a non-directory, a loop, no permission); a read that fails
+// otherwise (EIO) is an Error naming it, not a program the node lacks.
 enum class Program { Missing, Elf, Other };
 Program program_at(const fs::path& p) {
     util::Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+    if (!fd) {
+        if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == EACCES ||
+            errno == ENAMETOOLONG)
+            return Program::Missing;
+        util::throw_errno("open", p.string());
+    }
     struct stat st {};
-    if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0)
-        return Program::Missing;
+    if (::fstat(fd.get(), &st) != 0) util::throw_errno("stat", p.string());
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0) return Program::Missing;
     char magic[4] = {};
-    return ::pread(fd.get(), magic, sizeof magic, 0) == sizeof magic &&
-                   std::memcmp(magic, "\177ELF", sizeof magic) == 0
-               ? Program::Elf
-               : Program::Other;
+    const ssize_t n = ::pread(fd.get(), magic, sizeof magic, 0);
+    if (n < 0) util::throw_errno("read", p.string());
+    return n == sizeof magic && std::memcmp(magic, "\177ELF", sizeof magic) == 0 ? Program::Elf
+                                                                                 : Program::Other;
 }
 
 void discover_other_files(Node& node, const config::Config& config, const Vouch& vouched) {

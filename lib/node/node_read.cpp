@@ -70,11 +70,18 @@ std::vector<std::string> list_dir(const fs::path& dir) {
         if (errno == ENOENT) return names;
         util::throw_errno("open directory", dir.string());
     }
-    while (const dirent* e = ::readdir(d)) {
+    // readdir's end and its failure both return null: errno tells them apart
+    // (a listing cut short would read as a node with fewer GPUs).
+    for (;;) {
+        errno = 0;
+        const dirent* e = ::readdir(d);
+        if (!e) break;
         std::string_view name = e->d_name;
         if (name != "." && name != "..") names.emplace_back(name);
     }
+    const int error = errno;
     ::closedir(d);
+    if (error != 0) throw util::Error(error, "read directory", dir.string());
     std::sort(names.begin(), names.end());
     return names;
 }

@@ -220,12 +220,20 @@ std::string not_ours(const struct stat& st) {
     return {};
 }
 
+// The bytes of the regular file `name` in `dir` (a journal's copy, taken
+// before it is replaced or removed), read without following a link.
+std::string content_at(int dir, const std::string& name, const fs::path& what) {
+    const util::Fd fd =
+        util::openat_or_throw(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK, what.string());
+    return util::read_fd(fd.get(), kMaxProgramSize, what.string());
+}
+
 // Takes `name` out of the directory open at `dir` (one an install writes,
 // proven by device and inode), relative to that descriptor: its backup, when
 // there is one, renamed over it, else the file unlinked. A link, or a file
 // that is not root's, is left and named. Returns the report line ("" when
 // nothing is there).
-std::string remove_written(int dir, const std::string& name, bool dry_run) {
+std::string remove_written(int dir, const std::string& name, bool dry_run, Journal& journal) {
     const fs::path here = path_of(dir) / name;
     const std::string backup = name + std::string(kBackupSuffix);
     struct stat st {
@@ -239,11 +247,19 @@ std::string remove_written(int dir, const std::string& name, bool dry_run) {
     if (const std::string why = kept ? not_ours(saved) : ""; !why.empty())
         return "left " + here.string() + ": its backup " + backup + " is " + why;
     if (kept) {
+        if (!dry_run) {
+            journal.file(here, there ? std::optional(content_at(dir, name, here)) : std::nullopt,
+                         st.st_mode & 07777);
+            journal.file(here.parent_path() / backup,
+                         content_at(dir, backup, here.parent_path() / backup),
+                         saved.st_mode & 07777);
+        }
         if (!dry_run && ::renameat(dir, backup.c_str(), dir, name.c_str()) != 0)
             util::throw_errno("rename", (here.parent_path() / backup).string());
         return (dry_run ? "would restore " : "restored ") + here.string() + " from " + backup;
     }
     if (!there) return {};
+    if (!dry_run) journal.file(here, content_at(dir, name, here), st.st_mode & 07777);
     if (!dry_run && ::unlinkat(dir, name.c_str(), 0) != 0 && errno != ENOENT)
         util::throw_errno("unlink", here.string());
     return (dry_run ? "would remove " : "removed ") + here.string();
@@ -251,14 +267,21 @@ std::string remove_written(int dir, const std::string& name, bool dry_run) {
 
 // The directory `dir` (the host's path) taken out when empty, relative to its
 // parent's descriptor: a link or a file there is left.
-std::string remove_made_dir(int root_fd, const fs::path& dir, bool dry_run) {
+std::string remove_made_dir(int root_fd, const fs::path& dir, bool dry_run, Journal& journal) {
     const util::Fd parent =
         os::try_open_in_root(root_fd, dir.parent_path().relative_path(), O_PATH | O_DIRECTORY);
     if (!parent) return {};
     const fs::path here = path_of(parent.get()) / dir.filename();
     if (dry_run) return "would remove directory " + here.string();
-    if (::unlinkat(parent.get(), dir.filename().c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT)
+    struct stat st {};
+    if (::fstatat(parent.get(), dir.filename().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+        errno == ENOENT)
         return "removed directory " + here.string();
+    if (::unlinkat(parent.get(), dir.filename().c_str(), AT_REMOVEDIR) == 0) {
+        journal.dir_removed(here, st.st_mode & 07777);
+        return "removed directory " + here.string();
+    }
+    if (errno == ENOENT) return "removed directory " + here.string();
     if (errno == ENOTEMPTY || errno == EEXIST)
         return "left directory " + here.string() + " (not empty)";
     if (errno == ENOTDIR) return "left " + here.string() + " (not a directory)";
@@ -288,7 +311,8 @@ std::vector<fs::path> spec_dirs_of(const HostInstall& in, const fs::path& instal
 // directory by device and inode) and taken out by remove_written(); then the
 // list; then the directories it made, when empty.
 void remove_installed(const HostInstall& in, const Installed& was, const Written& written,
-                      bool has_list, bool dry_run, std::vector<std::string>& report) {
+                      bool has_list, bool dry_run, std::vector<std::string>& report,
+                      Journal& journal) {
     const util::Fd root = util::open_or_throw(in.host_root, O_PATH | O_DIRECTORY);
     std::vector<std::pair<dev_t, ino_t>> ids;
     util::Fd install_dir;
@@ -310,12 +334,18 @@ void remove_installed(const HostInstall& in, const Installed& was, const Written
                              ": its directory is not one an install writes");
             continue;
         }
-        if (std::string line = remove_written(dir.get(), f.filename().string(), dry_run);
+        if (std::string line = remove_written(dir.get(), f.filename().string(), dry_run, journal);
             !line.empty())
             report.push_back(std::move(line));
     }
     if (has_list && install_dir) {
         const fs::path list = path_of(install_dir.get()) / kInstalledList;
+        const std::string name(kInstalledList);
+        if (!dry_run)
+            if (util::Fd fd(::openat(install_dir.get(), name.c_str(),
+                                     O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+                fd)
+                journal.file(list, util::read_fd(fd.get(), kMaxFileSize, list.string()), 0644);
         if (!dry_run &&
             ::unlinkat(install_dir.get(), std::string(kInstalledList).c_str(), 0) != 0 &&
             errno != ENOENT)
@@ -323,7 +353,7 @@ void remove_installed(const HostInstall& in, const Installed& was, const Written
         report.push_back((dry_run ? "would remove " : "removed ") + list.string());
     }
     for (auto d = was.dirs.rbegin(); d != was.dirs.rend(); ++d)
-        if (std::string line = remove_made_dir(root.get(), *d, dry_run); !line.empty())
+        if (std::string line = remove_made_dir(root.get(), *d, dry_run, journal); !line.empty())
             report.push_back(std::move(line));
 }
 
@@ -542,23 +572,31 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
             if (c.before != c.after) check_before_writing(real_root, c.path.parent_path());
     if (new_list) check_before_writing(real_root, list_path.parent_path());
 
+    // A step that fails undoes the run's earlier ones (the journal's
+    // destructor): the host is left as it was found.
+    Journal journal;
     if (in.remove) {
         // The engines' registrations first: none is left naming what goes.
-        std::vector<std::string> report = apply_setup(engines, dry_run);
-        remove_installed(in, was, written, list_text.has_value(), dry_run, report);
+        std::vector<std::string> report = apply_changes(engines, dry_run, journal);
+        remove_installed(in, was, written, list_text.has_value(), dry_run, report, journal);
+        journal.commit();
         return report;
     }
     // gpubind's own files and their list first: no engine is told to run a
     // program that is not there yet.
-    std::vector<std::string> report = apply_setup(files, dry_run);
+    std::vector<std::string> report = apply_changes(files, dry_run, journal);
     for (const auto& d : now.dirs)
         if (!listed(was.dirs, d)) report.push_back("made directory " + local(d).string());
     if (new_list) {
-        if (!dry_run) util::write_file_atomic(list_path, format_installed(now), {.mode = 0644});
+        if (!dry_run) {
+            journal.file(list_path, list_text, 0644);
+            util::write_file_atomic(list_path, format_installed(now), {.mode = 0644});
+        }
         report.push_back((dry_run ? "would write " : "wrote ") + list_path.string() +
                          " (what --remove takes out)");
     }
-    for (auto& line : apply_setup(engines, dry_run)) report.push_back(std::move(line));
+    for (auto& line : apply_changes(engines, dry_run, journal)) report.push_back(std::move(line));
+    journal.commit();
     for (const Engine e : in.engines) report.push_back("note: " + engine_note(e));
     return report;
 }

@@ -527,7 +527,10 @@ std::vector<Change> plan_setup(const Request& r) {
     return changes;
 }
 
-std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dry_run) {
+namespace detail {
+
+std::vector<std::string> apply_changes(const std::vector<Change>& changes, bool dry_run,
+                                       Journal& journal) {
     std::vector<std::string> report;
     for (const auto& c : changes) {
         const std::string p = c.path.string();
@@ -540,22 +543,39 @@ std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dr
                              : c.binary ? "would write " + p + what
                                         : "would write " + p + what + ":\n" + *c.after);
         } else if (!c.after) {
+            journal.file(c.path, c.before, mode_of(c.path));
             unlink_if_there(c.path);
             report.push_back("removed " + p + what);
         } else {
+            journal.dirs_for(c.path);
             util::make_directories(c.path.parent_path());
             const unsigned mode = c.before ? mode_of(c.path) : c.mode;
             std::string saved;
             if (c.keep_backup && c.before && !read_text(backup)) {
                 // Made only where nothing is: never over another's file.
+                journal.file(backup, std::nullopt, mode);
                 util::write_file_atomic(backup, *c.before, {.mode = mode, .replace = false});
                 saved = "; the original is in " + backup.string();
             }
+            journal.file(c.path, c.before, mode);
             util::write_file_atomic(c.path, *c.after, {.mode = mode});
             report.push_back("wrote " + p + what + saved);
         }
-        if (c.drop_backup && !dry_run) unlink_if_there(backup);
+        if (c.drop_backup && !dry_run) {
+            // The backup's bytes are `after`'s (edit() read them).
+            journal.file(backup, c.after, mode_of(backup));
+            unlink_if_there(backup);
+        }
     }
+    return report;
+}
+
+}  // namespace detail
+
+std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dry_run) {
+    Journal journal;
+    std::vector<std::string> report = apply_changes(changes, dry_run, journal);
+    journal.commit();
     return report;
 }
 

@@ -235,7 +235,12 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view data,
             fail("rename", path.string());
         return;
     }
-    // A link fails where the name is taken, whatever is there.
+    // Fails where the name is taken, whatever is there. One call, so that
+    // nothing is left of the temporary once the file is in place; a link and
+    // an unlink where the file system has no RENAME_NOREPLACE.
+    if (::renameat2(dirfd.get(), tmp.c_str(), dirfd.get(), name.c_str(), RENAME_NOREPLACE) == 0)
+        return;
+    if (errno != EINVAL) fail("create", path.string());
     if (::linkat(dirfd.get(), tmp.c_str(), dirfd.get(), name.c_str(), 0) != 0)
         fail("create", path.string());
     ::unlinkat(dirfd.get(), tmp.c_str(), 0);

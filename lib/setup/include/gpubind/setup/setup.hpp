@@ -112,7 +112,8 @@ struct Change {
 std::vector<Change> plan_setup(const Request& r);
 // Makes the changes (or, with dry_run, only says what they would be). Returns the report:
 // one line per file ("wrote PATH (...)", "removed PATH", "unchanged PATH"); with dry_run a
-// file's new content follows its line.
+// file's new content follows its line. All or nothing: when a change fails, the ones
+// made before it are undone (each file's bytes and mode, the directories made).
 std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dry_run);
 
 // The runc hooks fragment for config.json, for `--engine runc` without a bundle.
