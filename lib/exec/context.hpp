@@ -65,12 +65,12 @@ struct Undo {
         RestoreCache,  // the loader cache gpubind replaced comes back as it was
     };
     Kind kind;
-    SharedFd fd;        // the parent directory
-    std::string name;   // the entry in the directory
-    std::string what;   // for the log: the container path or the cgroup file
-    std::string old{};  // RestoreLink: the link's target; RestoreFile: the contents
-    std::string
-        other{};  // RenameBack, ExchangeBack: the entry `name` was renamed to / swapped with
+    SharedFd fd;          // the parent directory
+    std::string name;     // the entry in the directory
+    std::string what;     // for the log: the container path or the cgroup file
+    std::string old{};    // RestoreLink: the link's target; RestoreFile: the contents
+    std::string other{};  // RenameBack, ExchangeBack: the entry `name` was renamed to / swapped
+                          // with; RestoreCache: the temporary name it is written through
     std::function<void()> call{};  // Call
     // RestoreCache: the loader cache we replaced goes back as it was.
     std::shared_ptr<const os::RegularFile> original{};
@@ -298,6 +298,7 @@ class LoaderCache {
     void run_ldconfig();
     void install_cache(const std::string& cache);
     void drop_gone_entries(ldcache::Cache& image);
+    static std::string own_temp_name();
 
     Context& c_;
     // What check_files() found: /etc, /etc/ld.so.cache, /etc/ld.so.cache~.

@@ -169,7 +169,7 @@ class Executor {
                 break;
             case Undo::Kind::RestoreCache: {
                 const os::RegularFile& f = *u.original;
-                files.replace_file_at(u.fd->get(), kCacheTemp, u.name, f.data, f.mode,
+                files.replace_file_at(u.fd->get(), u.other, u.name, f.data, f.mode,
                                       os::Owner{f.uid, f.gid});
                 break;
             }

@@ -245,6 +245,78 @@ TEST(LoaderCache, RollbackRestoresOrRemovesTheCache) {
     }
 }
 
+// ldconfig's cache put in place over the image's: a failure at any later
+// call (the way back to the host's namespace) puts the image's cache back as
+// it was, its bytes, owner and mode (issue 49: the walk with the real System
+// found it replaced, 0:0 0644, after the image's was removed).
+TEST(LoaderCache, LdconfigsCacheRolledBackToTheImagesAfterItIsInPlace) {
+    const decide::Plan plan = writer_plan();
+    auto world = [&](RecordingSystem& sys) {
+        setup_world(sys, plan);
+        give_cache(sys, image_cache(), {12, 34}, 0640);
+    };
+    RecordingSystem ok;
+    world(ok);
+    execute(plan, target(), ok);
+    ASSERT_EQ(ok.contents["root:/etc/ld.so.cache"], ok.ldconfig_output);
+    const std::size_t exchange =
+        std::find_if(
+            ok.calls.begin(), ok.calls.end(),
+            [](const auto& l) { return starts(l, "exchange_at root:/etc/ld.so.cache.gpubind-"); }) -
+        ok.calls.begin();
+    ASSERT_LT(exchange, ok.calls.size());
+    for (std::size_t k = exchange; k < ok.calls.size(); ++k) {
+        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+        RecordingSystem sys;
+        world(sys);
+        const auto before = sys.root;
+        sys.fail_at(k);
+        EXPECT_THROW(execute(plan, target(), sys), util::Error);
+        EXPECT_EQ(sys.root, before);
+        EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], image_cache());
+        EXPECT_EQ(sys.attrs["root:/etc/ld.so.cache"].owner, (os::Owner{12, 34}));
+        EXPECT_EQ(sys.attrs["root:/etc/ld.so.cache"].mode, 0640u);
+    }
+}
+
+// An ld.so.cache~ the image left (an ldconfig that died) is the image's:
+// the writer goes through a name of its own and leaves it as it is, whether
+// the start succeeds or fails at any call from the write on (issue 49: it
+// was removed first, and a failed start did not put it back).
+TEST(LoaderCache, ALeftoverTemporaryOfTheImageIsLeftAsItIs) {
+    const decide::Plan plan = writer_plan();
+    auto world = [&](RecordingSystem& sys) {
+        setup_world(sys, plan);
+        give_cache(sys, image_cache());
+        sys.root["/etc/ld.so.cache~"] = {Type::Regular, 0, 0};
+        sys.contents["root:/etc/ld.so.cache~"] = "half a cache";
+    };
+    RecordingSystem ok;
+    world(ok);
+    execute(plan, writer_target(), ok);
+    EXPECT_NE(ok.contents["root:/etc/ld.so.cache"], image_cache());
+    EXPECT_EQ(ok.root.count("/etc/ld.so.cache~"), 1u);
+    EXPECT_EQ(ok.contents["root:/etc/ld.so.cache~"], "half a cache");
+    const std::size_t write =
+        std::find_if(
+            ok.calls.begin(), ok.calls.end(),
+            [](const auto& l) { return starts(l, "replace_file_at root:/etc/ld.so.cache via"); }) -
+        ok.calls.begin();
+    ASSERT_LT(write, ok.calls.size());
+    EXPECT_THAT(ok.calls[write], HasSubstr("via ld.so.cache.gpubind-"));
+    for (std::size_t k = write; k < ok.calls.size(); ++k) {
+        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+        RecordingSystem sys;
+        world(sys);
+        const auto before = sys.root;
+        sys.fail_at(k);
+        EXPECT_THROW(execute(plan, writer_target(), sys), util::Error);
+        EXPECT_EQ(sys.root, before);
+        EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], image_cache());
+        EXPECT_EQ(sys.contents["root:/etc/ld.so.cache~"], "half a cache");
+    }
+}
+
 // A FIFO, device, socket or symlink where the cache, ld.so.cache~ or /etc
 // belongs is refused at once with one line, never opened or read; ldconfig
 // is not run over it either.
