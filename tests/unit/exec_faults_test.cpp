@@ -5,10 +5,9 @@
 // For k = 1, 2, ... until a run completes without the fault: after each
 // fault either the result is whole (as a run without it) or the rootfs is as
 // it was (names, types, modes, owners, link targets, bytes), the container's
-// mounts and the host's too, and the error is one line naming the call that
-// failed (after the item or step it was for, where execute() names one: the
-// mount, "loader cache", "ldconfig"; the host side and the ways into and out
-// of the container's namespace name none yet).
+// mounts and the host's too, and the error is one line naming the step
+// (the mount, "loader cache", "enter the container's mount namespace", ...)
+// and the call that failed.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -158,7 +157,9 @@ class ExecFaults : public ::testing::TestWithParam<config::LdcacheMethod> {
                 continue;
             }
             EXPECT_THAT(error, Not(HasSubstr("\n")));
-            EXPECT_THAT(error, HasSubstr(sys.failed_call() + " (fault injected"));
+            // The step first ("mount ...: ", "loader cache: ", "enter the
+            // container's mount namespace: "), then the call.
+            EXPECT_THAT(error, HasSubstr(": " + sys.failed_call() + " (fault injected"));
             EXPECT_THAT(error, HasSubstr(std::strerror(err)));
             const auto now = state(rootfs_);
             EXPECT_TRUE(now == before) << error << "\nleft behind:\n" << diff(before, now);

@@ -317,6 +317,35 @@ TEST(LoaderCache, ALeftoverTemporaryOfTheImageIsLeftAsItIs) {
     }
 }
 
+// Every call of a start refreshing the cache, failed once (both methods):
+// the error is one line naming the step before the call (issue 49: the walk
+// with the real System found the host side, entering and leaving the
+// container's namespace and opening its root naming none: "enter_mount_ns
+// ...: Input/output error" for the way back out).
+TEST(LoaderCache, EveryFailedCallOfAStartNamesItsStep) {
+    for (const config::LdcacheMethod method :
+         {config::LdcacheMethod::Gpubind, config::LdcacheMethod::Ldconfig}) {
+        exec::Target t = target();
+        t.ldcache = method;
+        const decide::Plan plan = writer_plan();
+        RecordingSystem ok;
+        setup_world(ok, plan);
+        give_cache(ok, image_cache());
+        execute(plan, t, ok);
+        for (std::size_t k = 0; k < ok.calls.size(); ++k) {
+            SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+            RecordingSystem sys;
+            setup_world(sys, plan);
+            give_cache(sys, image_cache());
+            sys.fail_at(k);
+            const std::string what = test::error_of([&] { execute(plan, t, sys); }).what();
+            EXPECT_THAT(what, HasSubstr(": injected " + ok.calls[k]));
+            EXPECT_FALSE(starts(what, "injected")) << what;
+            EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+        }
+    }
+}
+
 // A FIFO, device, socket or symlink where the cache, ld.so.cache~ or /etc
 // belongs is refused at once with one line, never opened or read; ldconfig
 // is not run over it either.
