@@ -1,5 +1,6 @@
 // The loader cache written by gpubind in execute(), against RecordingSystem.
 #include "exec_world.hpp"
+#include "failing_system.hpp"
 
 namespace gpubind {
 namespace {
@@ -343,6 +344,41 @@ TEST(LoaderCache, EveryFailedCallOfAStartNamesItsStep) {
             EXPECT_FALSE(starts(what, "injected")) << what;
             EXPECT_EQ(what.find('\n'), std::string::npos) << what;
         }
+    }
+}
+
+// FailingSystem over the recording one: its k-th call fails with the errno
+// chosen, never reaching the System below; the calls before it are the
+// calls of a run without the fault; past the last call the run completes.
+TEST(LoaderCache, AFailingSystemOverTheRecordingOneFailsItsKthCall) {
+    const decide::Plan plan = writer_plan();
+    RecordingSystem ok;
+    setup_world(ok, plan);
+    test::FailingSystem through(ok);  // no fault: the calls it passes on, by name
+    execute(plan, writer_target(), through);
+    const std::vector<std::string> names = through.calls();
+    ASSERT_GT(names.size(), 20u);
+    for (std::size_t k = 1; k <= names.size() + 1; ++k) {
+        SCOPED_TRACE("call " + std::to_string(k));
+        RecordingSystem below;
+        setup_world(below, plan);
+        test::FailingSystem sys(below);
+        sys.fail_at(k, ENOSPC);
+        if (k > names.size()) {
+            execute(plan, writer_target(), sys);
+            EXPECT_FALSE(sys.fired());
+            EXPECT_EQ(below.calls, ok.calls);
+            break;
+        }
+        const util::Error e = test::error_of([&] { execute(plan, writer_target(), sys); });
+        EXPECT_EQ(e.code().value(), ENOSPC);
+        ASSERT_TRUE(sys.fired());
+        EXPECT_EQ(sys.failed_call(), names[k - 1]);
+        EXPECT_THAT(e.what(), HasSubstr(names[k - 1] + " (fault injected into call " +
+                                        std::to_string(k) + ")"));
+        ASSERT_GE(sys.calls().size(), k);
+        EXPECT_EQ(std::vector<std::string>(sys.calls().begin(), sys.calls().begin() + k),
+                  std::vector<std::string>(names.begin(), names.begin() + k));
     }
 }
 
