@@ -14,12 +14,14 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "gpubind/decide/plan.hpp"
 #include "gpubind/exec/exec.hpp"
 #include "gpubind/os/system.hpp"
+#include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/timing.hpp"
 
@@ -65,16 +67,31 @@ struct Undo {
         RestoreCache,  // the loader cache gpubind replaced comes back as it was
     };
     Kind kind;
-    SharedFd fd;        // the parent directory
-    std::string name;   // the entry in the directory
-    std::string what;   // for the log: the container path or the cgroup file
-    std::string old{};  // RestoreLink: the link's target; RestoreFile: the contents
-    std::string
-        other{};  // RenameBack, ExchangeBack: the entry `name` was renamed to / swapped with
+    SharedFd fd;          // the parent directory
+    std::string name;     // the entry in the directory
+    std::string what;     // for the log: the container path or the cgroup file
+    std::string old{};    // RestoreLink: the link's target; RestoreFile: the contents
+    std::string other{};  // RenameBack, ExchangeBack: the entry `name` was renamed to / swapped
+                          // with; RestoreCache: the temporary name it is written through
     std::function<void()> call{};  // Call
     // RestoreCache: the loader cache we replaced goes back as it was.
     std::shared_ptr<const os::RegularFile> original{};
 };
+
+// Runs one item's steps; an Error says which item it was about. `what`
+// (text, or a callable making it) is made only then: a start names no item
+// it does not fail on.
+template <class What, class F>
+void in_context(What&& what, F&& step) {
+    try {
+        step();
+    } catch (const util::Error& e) {
+        if constexpr (std::is_invocable_v<What>)
+            throw util::Error(e.kind(), e.code().value(), std::string(what()), {}, e.what());
+        else
+            throw util::Error(e.kind(), e.code().value(), std::string(what), {}, e.what());
+    }
+}
 
 inline constexpr const char* kCache = "ld.so.cache";
 inline constexpr const char* kCacheTemp = "ld.so.cache~";
@@ -298,6 +315,7 @@ class LoaderCache {
     void run_ldconfig();
     void install_cache(const std::string& cache);
     void drop_gone_entries(ldcache::Cache& image);
+    static std::string own_temp_name();
 
     Context& c_;
     // What check_files() found: /etc, /etc/ld.so.cache, /etc/ld.so.cache~.

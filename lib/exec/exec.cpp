@@ -9,7 +9,6 @@
 #include <exception>
 #include <functional>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "gpubind/util/error.hpp"
@@ -22,21 +21,6 @@ namespace gpubind::exec {
 
 namespace {
 
-// Runs one item's steps; an Error says which item it was about. `what`
-// (text, or a callable making it) is made only then: a start names no item
-// it does not fail on.
-template <class What, class F>
-void in_context(What&& what, F&& step) {
-    try {
-        step();
-    } catch (const util::Error& e) {
-        if constexpr (std::is_invocable_v<What>)
-            throw util::Error(e.kind(), e.code().value(), std::string(what()), {}, e.what());
-        else
-            throw util::Error(e.kind(), e.code().value(), std::string(what), {}, e.what());
-    }
-}
-
 class Executor {
   public:
     Executor(const decide::Plan& plan, const Target& target, os::System& sys)
@@ -46,8 +30,10 @@ class Executor {
         c_.timing.mark("");
         try {
             prepare_host(c_, devices_);
-            if (!c_.host.in_container) c_.enter();
-            c_.open_root();
+            if (!c_.host.in_container)
+                in_context("enter the container's mount namespace", [&] { c_.enter(); });
+            in_context([&] { return "open the container's root " + c_.target.rootfs.string(); },
+                       [&] { c_.open_root(); });
             if (c_.plan.refresh_ldcache) in_context("loader cache", [&] { cache_.check_files(); });
             c_.timing.mark("root");
             place();
@@ -60,7 +46,7 @@ class Executor {
             });
             c_.timing.mark("device cgroup");
             finish();
-            c_.leave();
+            in_context("return to this process's mount namespace", [&] { c_.leave(); });
             c_.timing.mark("loader cache");
             c_.timing.log("", "execution: ");
         } catch (...) {
@@ -169,7 +155,7 @@ class Executor {
                 break;
             case Undo::Kind::RestoreCache: {
                 const os::RegularFile& f = *u.original;
-                files.replace_file_at(u.fd->get(), kCacheTemp, u.name, f.data, f.mode,
+                files.replace_file_at(u.fd->get(), u.other, u.name, f.data, f.mode,
                                       os::Owner{f.uid, f.gid});
                 break;
             }

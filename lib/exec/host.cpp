@@ -130,32 +130,42 @@ void open_sources(Context& c) {
             host.device_trees.emplace_back();
             continue;
         }
-        util::Fd tree = c.files.open_tree(dev.node.host_path);
-        os::FileInfo info = c.files.stat_fd(tree.get());
-        if (info.type != Type::CharDevice || info.major != dev.node.major ||
-            info.minor != dev.node.minor)
-            throw util::Error(util::ErrorKind::Invalid, EINVAL, "bind device", dev.node.host_path,
-                              "is " + describe(info) + ", not the character device " +
-                                  std::to_string(dev.node.major) + ":" +
-                                  std::to_string(dev.node.minor));
-        host.device_trees.push_back(std::move(tree));
+        in_context([&] { return "device " + dev.node.path + " (" + dev.why + ")"; },
+                   [&] {
+                       util::Fd tree = c.files.open_tree(dev.node.host_path);
+                       os::FileInfo info = c.files.stat_fd(tree.get());
+                       if (info.type != Type::CharDevice || info.major != dev.node.major ||
+                           info.minor != dev.node.minor)
+                           throw util::Error(
+                               util::ErrorKind::Invalid, EINVAL, "bind device", dev.node.host_path,
+                               "is " + describe(info) + ", not the character device " +
+                                   std::to_string(dev.node.major) + ":" +
+                                   std::to_string(dev.node.minor));
+                       host.device_trees.push_back(std::move(tree));
+                   });
     }
     for (const auto& m : plan.mounts) {
-        util::Fd tree = c.files.open_tree(m.source);
-        os::FileInfo info = c.files.stat_fd(tree.get());
-        if (m.directory != (info.type == Type::Directory))
-            throw util::Error(m.directory ? ENOTDIR : EISDIR, "bind", m.source,
-                              "is " + describe(info) + ", the plan wants " +
-                                  (m.directory ? "a directory" : "a file"));
-        host.mount_trees.push_back(std::move(tree));
+        in_context([&] { return "mount " + m.target + " (" + m.why + ")"; },
+                   [&] {
+                       util::Fd tree = c.files.open_tree(m.source);
+                       os::FileInfo info = c.files.stat_fd(tree.get());
+                       if (m.directory != (info.type == Type::Directory))
+                           throw util::Error(m.directory ? ENOTDIR : EISDIR, "bind", m.source,
+                                             "is " + describe(info) + ", the plan wants " +
+                                                 (m.directory ? "a directory" : "a file"));
+                       host.mount_trees.push_back(std::move(tree));
+                   });
     }
     if (plan.proc) {
         for (const auto& cap : plan.proc->capability_files) {
-            util::Fd tree = c.files.open_tree(cap);
-            os::FileInfo info = c.files.stat_fd(tree.get());
-            if (info.type == Type::Directory)
-                throw util::Error(EISDIR, "bind", cap, "is a directory, not a file");
-            host.cap_trees.push_back(std::move(tree));
+            in_context([&] { return "proc view " + plan.proc->target; },
+                       [&] {
+                           util::Fd tree = c.files.open_tree(cap);
+                           os::FileInfo info = c.files.stat_fd(tree.get());
+                           if (info.type == Type::Directory)
+                               throw util::Error(EISDIR, "bind", cap, "is a directory, not a file");
+                           host.cap_trees.push_back(std::move(tree));
+                       });
         }
     }
 }
@@ -181,18 +191,24 @@ void prepare_host(Context& c, DeviceAccess& devices) {
             c.host.fresh_candidates.push_back(at);
     if (!c.host.fresh_candidates.empty()) c.host.host_mountinfo = c.files.open_mountinfo();
 
-    c.host.pidfd = c.processes.open_process(pid);
-    c.host.container_ns = c.processes.open_mount_ns(c.host.pidfd.get(), pid);
-    c.host.own_ns = c.processes.open_own_mount_ns();
-    prepare_owner(c, who);
-    const bool shared = c.processes.same_file(c.host.container_ns.get(), c.host.own_ns.get());
+    bool shared = false;
+    in_context("open the container's mount namespace (" + who + ")", [&] {
+        c.host.pidfd = c.processes.open_process(pid);
+        c.host.container_ns = c.processes.open_mount_ns(c.host.pidfd.get(), pid);
+        c.host.own_ns = c.processes.open_own_mount_ns();
+    });
+    in_context("read the container's user namespace (" + who + ")", [&] { prepare_owner(c, who); });
+    in_context("compare mount namespaces", [&] {
+        shared = c.processes.same_file(c.host.container_ns.get(), c.host.own_ns.get());
+    });
     if (c.target.in_place)
         check_in_place(c, shared, who);
     else if (shared)
         throw util::Error(EPERM, "execute", who,
                           "the container shares this process's mount namespace; refusing");
     c.timing.mark("process and namespaces");
-    if (c.target.cgroups && !c.plan.devices.empty()) devices.prepare(c.host.pidfd.get(), pid, who);
+    if (c.target.cgroups && !c.plan.devices.empty())
+        in_context("device cgroup", [&] { devices.prepare(c.host.pidfd.get(), pid, who); });
     c.timing.mark("device cgroup prepared");
     // Rootless: the host's files are opened where this process may clone
     // mounts, the container's namespace before its pivot_root.
@@ -200,8 +216,10 @@ void prepare_host(Context& c, DeviceAccess& devices) {
 
     open_sources(c);
     if (c.plan.refresh_ldcache && use_ldconfig(c.plan, c.target))
-        c.host.ldconfig = c.processes.open_executable(c.target.ldconfig);
-    c.host.cwd = c.processes.open_cwd();
+        in_context("ldconfig",
+                   [&] { c.host.ldconfig = c.processes.open_executable(c.target.ldconfig); });
+    in_context("open this process's working directory",
+               [&] { c.host.cwd = c.processes.open_cwd(); });
     c.timing.mark("driver files opened");
 }
 

@@ -90,9 +90,11 @@ void LoaderCache::refresh() {
     const std::size_t image_entries = image ? image->entries.size() : 0;
     const std::string bytes = ldcache::serialize(
         ldcache::merge(std::move(image), c_.plan.ldcache_libraries, c_.plan.library_dirs));
-    // A leftover ld.so.cache~ (regular, checked above) gives way to ours.
-    if (cache_temp_type_ == Type::Regular)
-        c_.as_owner([&] { c_.files.remove(etc->get(), kCacheTemp, false); });
+    // The new cache is written as ld.so.cache~, as ldconfig does; a leftover
+    // there (regular, checked above) is the image's and stays as it is: ours
+    // then goes through a name of gpubind's (a failed start leaves both).
+    const std::string temp =
+        cache_temp_type_ == Type::Missing ? std::string(kCacheTemp) : own_temp_name();
     // The new file is created as the container's root; it keeps the
     // original's owner (set by the host's root where that is someone else)
     // and permissions, or gets 0644 as ldconfig gives it.
@@ -105,13 +107,13 @@ void LoaderCache::refresh() {
     util::logger().debug("loader cache: {} entries, {} bytes ({} injected)", image_entries,
                          bytes.size(), c_.plan.ldcache_libraries.size());
     if (chown_to)
-        c_.files.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, chown_to);
+        c_.files.replace_file_at(etc->get(), temp, kCache, bytes, mode, chown_to);
     else
-        c_.as_owner([&] {
-            c_.files.replace_file_at(etc->get(), kCacheTemp, kCache, bytes, mode, std::nullopt);
-        });
+        c_.as_owner(
+            [&] { c_.files.replace_file_at(etc->get(), temp, kCache, bytes, mode, std::nullopt); });
     Undo undo{original ? Undo::Kind::RestoreCache : Undo::Kind::RemoveFile, etc, kCache,
               "/etc/ld.so.cache"};
+    undo.other = temp;
     if (original) undo.original = std::make_shared<const os::RegularFile>(std::move(*original));
     c_.undo.push_back(std::move(undo));
 }
@@ -148,7 +150,13 @@ void LoaderCache::install_cache(const std::string& cache) {
     SharedFd etc = c_.resolve_dir("/etc");
     c_.mounts.check(etc, "/etc/ld.so.cache");
     const std::string name = kCache;  // missing or regular (check_files)
-    const std::string temp = "ld.so.cache.gpubind-" + std::to_string(::getpid());
+    const std::string temp = own_temp_name();
+    // The image's cache, read before it is replaced: a failure after its
+    // removal below (the way back to the host's namespace) puts it back as
+    // it was (its bytes, owner and mode), as the writer's rollback does.
+    std::optional<os::RegularFile> original;
+    if (cache_type_ == Type::Regular)
+        original = c_.files.read_regular_at(etc->get(), name, ldcache::kMaxCacheSize);
     c_.as_owner([&] {
         c_.files.write_file_at(etc->get(), temp, cache, 0644);
         c_.undo.push_back({Undo::Kind::RemoveFile, etc, temp, "/etc/" + temp});
@@ -168,6 +176,15 @@ void LoaderCache::install_cache(const std::string& cache) {
     c_.files.remove(etc->get(), temp, false);
     c_.undo.pop_back();
     c_.undo.pop_back();
+    Undo restore{Undo::Kind::RestoreCache, etc, name, "/etc/ld.so.cache"};
+    restore.other = temp;
+    restore.original = std::make_shared<const os::RegularFile>(std::move(*original));
+    c_.undo.push_back(std::move(restore));
+}
+
+// A name in /etc for a file of gpubind's on its way to ld.so.cache.
+std::string LoaderCache::own_temp_name() {
+    return "ld.so.cache.gpubind-" + std::to_string(::getpid());
 }
 
 // The image's cache entries for files of the refreshed library

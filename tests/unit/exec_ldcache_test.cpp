@@ -1,5 +1,6 @@
 // The loader cache written by gpubind in execute(), against RecordingSystem.
 #include "exec_world.hpp"
+#include "failing_system.hpp"
 
 namespace gpubind {
 namespace {
@@ -242,6 +243,142 @@ TEST(LoaderCache, RollbackRestoresOrRemovesTheCache) {
                 EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], image_cache());
             }
         }
+    }
+}
+
+// ldconfig's cache put in place over the image's: a failure at any later
+// call (the way back to the host's namespace) puts the image's cache back as
+// it was, its bytes, owner and mode (issue 49: the walk with the real System
+// found it replaced, 0:0 0644, after the image's was removed).
+TEST(LoaderCache, LdconfigsCacheRolledBackToTheImagesAfterItIsInPlace) {
+    const decide::Plan plan = writer_plan();
+    auto world = [&](RecordingSystem& sys) {
+        setup_world(sys, plan);
+        give_cache(sys, image_cache(), {12, 34}, 0640);
+    };
+    RecordingSystem ok;
+    world(ok);
+    execute(plan, target(), ok);
+    ASSERT_EQ(ok.contents["root:/etc/ld.so.cache"], ok.ldconfig_output);
+    const std::size_t exchange =
+        std::find_if(
+            ok.calls.begin(), ok.calls.end(),
+            [](const auto& l) { return starts(l, "exchange_at root:/etc/ld.so.cache.gpubind-"); }) -
+        ok.calls.begin();
+    ASSERT_LT(exchange, ok.calls.size());
+    for (std::size_t k = exchange; k < ok.calls.size(); ++k) {
+        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+        RecordingSystem sys;
+        world(sys);
+        const auto before = sys.root;
+        sys.fail_at(k);
+        EXPECT_THROW(execute(plan, target(), sys), util::Error);
+        EXPECT_EQ(sys.root, before);
+        EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], image_cache());
+        EXPECT_EQ(sys.attrs["root:/etc/ld.so.cache"].owner, (os::Owner{12, 34}));
+        EXPECT_EQ(sys.attrs["root:/etc/ld.so.cache"].mode, 0640u);
+    }
+}
+
+// An ld.so.cache~ the image left (an ldconfig that died) is the image's:
+// the writer goes through a name of its own and leaves it as it is, whether
+// the start succeeds or fails at any call from the write on (issue 49: it
+// was removed first, and a failed start did not put it back).
+TEST(LoaderCache, ALeftoverTemporaryOfTheImageIsLeftAsItIs) {
+    const decide::Plan plan = writer_plan();
+    auto world = [&](RecordingSystem& sys) {
+        setup_world(sys, plan);
+        give_cache(sys, image_cache());
+        sys.root["/etc/ld.so.cache~"] = {Type::Regular, 0, 0};
+        sys.contents["root:/etc/ld.so.cache~"] = "half a cache";
+    };
+    RecordingSystem ok;
+    world(ok);
+    execute(plan, writer_target(), ok);
+    EXPECT_NE(ok.contents["root:/etc/ld.so.cache"], image_cache());
+    EXPECT_EQ(ok.root.count("/etc/ld.so.cache~"), 1u);
+    EXPECT_EQ(ok.contents["root:/etc/ld.so.cache~"], "half a cache");
+    const std::size_t write =
+        std::find_if(
+            ok.calls.begin(), ok.calls.end(),
+            [](const auto& l) { return starts(l, "replace_file_at root:/etc/ld.so.cache via"); }) -
+        ok.calls.begin();
+    ASSERT_LT(write, ok.calls.size());
+    EXPECT_THAT(ok.calls[write], HasSubstr("via ld.so.cache.gpubind-"));
+    for (std::size_t k = write; k < ok.calls.size(); ++k) {
+        SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+        RecordingSystem sys;
+        world(sys);
+        const auto before = sys.root;
+        sys.fail_at(k);
+        EXPECT_THROW(execute(plan, writer_target(), sys), util::Error);
+        EXPECT_EQ(sys.root, before);
+        EXPECT_EQ(sys.contents["root:/etc/ld.so.cache"], image_cache());
+        EXPECT_EQ(sys.contents["root:/etc/ld.so.cache~"], "half a cache");
+    }
+}
+
+// Every call of a start refreshing the cache, failed once (both methods):
+// the error is one line naming the step before the call (issue 49: the walk
+// with the real System found the host side, entering and leaving the
+// container's namespace and opening its root naming none: "enter_mount_ns
+// ...: Input/output error" for the way back out).
+TEST(LoaderCache, EveryFailedCallOfAStartNamesItsStep) {
+    for (const config::LdcacheMethod method :
+         {config::LdcacheMethod::Gpubind, config::LdcacheMethod::Ldconfig}) {
+        exec::Target t = target();
+        t.ldcache = method;
+        const decide::Plan plan = writer_plan();
+        RecordingSystem ok;
+        setup_world(ok, plan);
+        give_cache(ok, image_cache());
+        execute(plan, t, ok);
+        for (std::size_t k = 0; k < ok.calls.size(); ++k) {
+            SCOPED_TRACE("failing call " + std::to_string(k) + ": " + ok.calls[k]);
+            RecordingSystem sys;
+            setup_world(sys, plan);
+            give_cache(sys, image_cache());
+            sys.fail_at(k);
+            const std::string what = test::error_of([&] { execute(plan, t, sys); }).what();
+            EXPECT_THAT(what, HasSubstr(": injected " + ok.calls[k]));
+            EXPECT_FALSE(starts(what, "injected")) << what;
+            EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+        }
+    }
+}
+
+// FailingSystem over the recording one: its k-th call fails with the errno
+// chosen, never reaching the System below; the calls before it are the
+// calls of a run without the fault; past the last call the run completes.
+TEST(LoaderCache, AFailingSystemOverTheRecordingOneFailsItsKthCall) {
+    const decide::Plan plan = writer_plan();
+    RecordingSystem ok;
+    setup_world(ok, plan);
+    test::FailingSystem through(ok);  // no fault: the calls it passes on, by name
+    execute(plan, writer_target(), through);
+    const std::vector<std::string> names = through.calls();
+    ASSERT_GT(names.size(), 20u);
+    for (std::size_t k = 1; k <= names.size() + 1; ++k) {
+        SCOPED_TRACE("call " + std::to_string(k));
+        RecordingSystem below;
+        setup_world(below, plan);
+        test::FailingSystem sys(below);
+        sys.fail_at(k, ENOSPC);
+        if (k > names.size()) {
+            execute(plan, writer_target(), sys);
+            EXPECT_FALSE(sys.fired());
+            EXPECT_EQ(below.calls, ok.calls);
+            break;
+        }
+        const util::Error e = test::error_of([&] { execute(plan, writer_target(), sys); });
+        EXPECT_EQ(e.code().value(), ENOSPC);
+        ASSERT_TRUE(sys.fired());
+        EXPECT_EQ(sys.failed_call(), names[k - 1]);
+        EXPECT_THAT(e.what(), HasSubstr(names[k - 1] + " (fault injected into call " +
+                                        std::to_string(k) + ")"));
+        ASSERT_GE(sys.calls().size(), k);
+        EXPECT_EQ(std::vector<std::string>(sys.calls().begin(), sys.calls().begin() + k),
+                  std::vector<std::string>(names.begin(), names.begin() + k));
     }
 }
 
