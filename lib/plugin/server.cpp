@@ -87,6 +87,7 @@ struct Shared {
     MigProfiles profiles;
     std::vector<Resource> resources;  // the names fixed at start
     XidMarks xids;
+    std::set<std::string> noted;   // Allocate's notes logged (each once)
     std::uint64_t generation = 0;  // bumped when a list changes
     bool stopping = false;
 
@@ -321,7 +322,9 @@ struct Endpoint final : api::DevicePlugin::Service {
             settings.resource_name = res().name;
             for (const auto& c : request->container_requests()) {
                 const Allocation a =
-                    allocate(s.config, settings, res().devices, strings(c.devices_ids()));
+                    allocate(s.config, settings, s.node, res().devices, strings(c.devices_ids()));
+                for (const auto& note : a.notes)
+                    if (s.noted.insert(note).second) util::logger().info("device plugin: {}", note);
                 auto* r = out->add_container_responses();
                 for (const auto& [k, v] : a.envs) (*r->mutable_envs())[k] = v;
                 for (const auto& [k, v] : a.annotations) (*r->mutable_annotations())[k] = v;

@@ -398,14 +398,18 @@ TEST_F(DevicePlugin, ProgramStopsOnSigtermWithItsSocketRemoved) {
 TEST_F(DevicePlugin, ProgramRefusesABadKeyWithOneLine) {
     simulate();
     const auto conf = node_dir_.path() / "bad.toml";
-    std::ofstream(conf) << "[device-plugin]\nid-stratgy = \"uuid\"\n";
-    Child c = spawn({GPUBIND_DEVICE_PLUGIN_PATH, "--config", conf.string(), "--plugin-dir",
-                     plugin_dir_.path().string()});
-    ASSERT_GT(c.pid, 0);
-    const std::string err = drain(c.err);
-    EXPECT_EQ(wait_exit(c.pid), 2);
-    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-    EXPECT_THAT(err, HasSubstr("device-plugin.id-stratgy: unknown key"));
+    for (const auto& [bad, why] :
+         {std::pair{"id-stratgy = \"uuid\"", "device-plugin.id-stratgy: unknown key"},
+          std::pair{"rdma = \"near\"", "device-plugin.rdma: unknown value \"near\""}}) {
+        std::ofstream(conf) << "[device-plugin]\n" << bad << "\n";
+        Child c = spawn({GPUBIND_DEVICE_PLUGIN_PATH, "--config", conf.string(), "--plugin-dir",
+                         plugin_dir_.path().string()});
+        ASSERT_GT(c.pid, 0);
+        const std::string err = drain(c.err);
+        EXPECT_EQ(wait_exit(c.pid), 2) << bad;
+        EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+        EXPECT_THAT(err, HasSubstr(why));
+    }
 }
 
 // MIG "single": every MIG device under the plain resource name, with its
