@@ -409,10 +409,14 @@ Allocation allocate(const config::Config& config, const config::DevicePluginConf
                 for (const auto& id : ids)
                     a.mounts.push_back(
                         {std::string(kDeviceMountDir) + "/" + id, "/dev/null", true});
+                // A family's devices by mounts: <dir>/<family>/<device>, as
+                // the hook reads them where it honours the mounts.
+                for (const auto& h : hcas)
+                    a.mounts.push_back({fmt::format("{}/{}/{}", kDeviceMountDir, kRdmaFamily, h),
+                                        "/dev/null", true});
                 break;
         }
-        if (!hcas.empty() && (s == config::DeviceListStrategy::Envvar ||
-                              s == config::DeviceListStrategy::VolumeMounts))
+        if (!hcas.empty() && s == config::DeviceListStrategy::Envvar)
             a.envs[kRdmaVariable] = fmt::format("{}", fmt::join(hcas, ","));
     }
     std::sort(a.notes.begin(), a.notes.end());

@@ -106,7 +106,18 @@ TEST_F(DevicePluginRdma, AllocateNamesExactlyTheNearestHcasPerStrategy) {
         EXPECT_EQ(r.envs().at("GPUBIND_RDMA"), fmt::format("{}", fmt::join(near(asked[k]), ",")));
         EXPECT_EQ(r.envs().at("NVIDIA_VISIBLE_DEVICES"),
                   fmt::format("{}", fmt::join(uuids(asked[k]), ",")));
-        EXPECT_EQ(r.mounts_size(), static_cast<int>(asked[k].size()));
+        // volume-mounts: each GPU's /dev/null mount, then each HCA's under rdma/.
+        std::vector<std::string> mounts, want_mounts;
+        for (const auto& mount : r.mounts()) {
+            EXPECT_EQ(mount.host_path(), "/dev/null");
+            EXPECT_TRUE(mount.read_only());
+            mounts.push_back(mount.container_path());
+        }
+        for (const auto& u : uuids(asked[k]))
+            want_mounts.push_back("/var/run/nvidia-container-devices/" + u);
+        for (const auto& h : near(asked[k]))
+            want_mounts.push_back("/var/run/nvidia-container-devices/rdma/" + h);
+        EXPECT_THAT(mounts, ElementsAreArray(want_mounts)) << k;
     }
 }
 

@@ -142,10 +142,12 @@ struct Allocation {
 // for a GPU's index and UUID). With settings.rdma affine, also the HCAs of
 // the node's rdma family nearest the devices' GPUs (node::affine), after the
 // GPUs: as CDI names of [family.rdma]'s cdi-kind ("<kind>=mlx5_0", the names
-// `gpubind cdi generate` writes) for the CDI strategies, and as
-// GPUBIND_RDMA=<names> for envvar and volume-mounts; none for a GPU no HCA
-// is near (a note). Throws Error (refused) naming every id that is unknown or
-// unhealthy, and (bad input) for an empty or repeated list.
+// `gpubind cdi generate` writes) for the CDI strategies, GPUBIND_RDMA=<names>
+// for envvar, and /dev/null mounted at <kDeviceMountDir>/rdma/<name> for
+// volume-mounts (the family mounts the hook reads when it honours the
+// mounts, and then not the variable); none for a GPU no HCA is near (a note). Throws Error
+// (refused) naming every id that is unknown or unhealthy, and (bad input) for an empty or repeated
+// list.
 Allocation allocate(const config::Config& config, const config::DevicePluginConfig& settings,
                     const node::Node& node, const std::vector<Device>& devices,
                     const std::vector<std::string>& ids);
