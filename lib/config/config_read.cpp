@@ -526,6 +526,9 @@ class Reader {
                 p.mig_strategy =
                     pick<MigStrategy>(string(node, full), full,
                                       {MigStrategy::None, MigStrategy::Single, MigStrategy::Mixed});
+            } else if (k == "rdma") {
+                p.rdma = pick<RdmaStrategy>(string(node, full), full,
+                                            {RdmaStrategy::None, RdmaStrategy::Affine});
             } else if (k == "plugin-dir") {
                 p.plugin_dir = absolute(node, full);
             } else if (k == "socket") {
@@ -623,6 +626,10 @@ std::string_view strategy_name(MigStrategy s) {
             return "mixed";
     }
     return "?";
+}
+
+std::string_view strategy_name(RdmaStrategy s) {
+    return s == RdmaStrategy::Affine ? "affine" : "none";
 }
 
 }  // namespace gpubind::config

@@ -9,7 +9,6 @@
 
 #include "gpubind/node/families.hpp"
 #include "gpubind/node/node_read.hpp"
-#include "gpubind/node/sysfs.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/mount_flags.hpp"
@@ -24,39 +23,6 @@ std::string names_of(const node::FamilyNodes& f) {
     std::string out;
     for (const auto& d : f.devices) out += (out.empty() ? "" : ", ") + d.name;
     return out;
-}
-
-// The devices of `f` nearest to each of `gpus`, in the family's order.
-std::vector<bool> affine(const node::FamilyNodes& f, const std::vector<const node::Gpu*>& gpus) {
-    std::vector<bool> chosen(f.devices.size(), false);
-    std::vector<const node::PciPlace*> places;
-    for (const auto& d : f.devices) places.push_back(d.place ? &*d.place : nullptr);
-    if (gpus.empty())
-        util::logger().info("{}: affine asked without a GPU: no device of the family is near",
-                            f.name);
-    for (const node::Gpu* gpu : gpus) {
-        if (!gpu->place) {
-            util::logger().info("{}: {} has no PCI place in sysfs: no {} device is near it", f.name,
-                                node::gpu_name(*gpu), f.name);
-            continue;
-        }
-        const auto near = node::sysfs::nearest(*gpu->place, places);
-        if (near.which.empty()) {
-            util::logger().info(
-                "{}: no {} device under {}'s PCIe switch or on its NUMA node: none "
-                "given for it",
-                f.name, f.name, node::gpu_name(*gpu));
-            continue;
-        }
-        std::string given;
-        for (auto i : near.which) {
-            chosen[i] = true;
-            given += (given.empty() ? "" : ", ") + f.devices[i].name;
-        }
-        util::logger().debug("{}: {} nearest {} (by {})", f.name, given, node::gpu_name(*gpu),
-                             node::sysfs::to_string(near.how));
-    }
-    return chosen;
 }
 
 }  // namespace
@@ -104,8 +70,12 @@ FamilyItems plan_families(const Request& request, const node::Node& node,
             chosen[static_cast<std::size_t>(it - f->devices.begin())] = true;
         }
         if (fr.affine) {
-            const auto near = affine(*f, gpus);
-            for (std::size_t i = 0; i < chosen.size(); ++i) chosen[i] = chosen[i] || near[i];
+            if (gpus.empty())
+                util::logger().info(
+                    "{}: affine asked without a GPU: no device of the family is near", f->name);
+            const node::AffineChoice near = node::affine(*f, gpus);
+            for (const auto& note : near.notes) util::logger().info("{}", note);
+            for (std::size_t i = 0; i < chosen.size(); ++i) chosen[i] = chosen[i] || near.chosen[i];
         }
         bool any = false;
         for (std::size_t i = 0; i < f->devices.size(); ++i) {

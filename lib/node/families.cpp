@@ -265,6 +265,36 @@ const FamilyNodes* find_family(const Node& node, std::string_view name) {
     return nullptr;
 }
 
+AffineChoice affine(const FamilyNodes& f, const std::vector<const Gpu*>& gpus) {
+    AffineChoice out;
+    out.chosen.assign(f.devices.size(), false);
+    std::vector<const PciPlace*> places;
+    for (const auto& d : f.devices) places.push_back(d.place ? &*d.place : nullptr);
+    for (const Gpu* gpu : gpus) {
+        if (!gpu->place) {
+            out.notes.push_back(
+                fmt::format("{}: {} has no PCI place in sysfs: no {} device is near it", f.name,
+                            gpu_name(*gpu), f.name));
+            continue;
+        }
+        const auto near = sysfs::nearest(*gpu->place, places);
+        if (near.which.empty()) {
+            out.notes.push_back(fmt::format(
+                "{}: no {} device under {}'s PCIe switch or on its NUMA node: none given for it",
+                f.name, f.name, gpu_name(*gpu)));
+            continue;
+        }
+        std::string given;
+        for (auto i : near.which) {
+            out.chosen[i] = true;
+            given += (given.empty() ? "" : ", ") + f.devices[i].name;
+        }
+        util::logger().debug("{}: {} nearest {} (by {})", f.name, given, gpu_name(*gpu),
+                             sysfs::to_string(near.how));
+    }
+    return out;
+}
+
 std::map<std::string, std::vector<std::string>> family_dev_entries(const config::Config& config) {
     std::map<std::string, std::vector<std::string>> out;
     auto add = [&](const std::string& dir, std::string prefix) {

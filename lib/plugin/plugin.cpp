@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "gpubind/node/families.hpp"
 #include "gpubind/node/nvlink.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
@@ -19,6 +20,8 @@ namespace gpubind::plugin {
 namespace {
 
 constexpr const char* kAllocate = "allocate devices";
+constexpr const char* kRdmaFamily = "rdma";
+constexpr const char* kRdmaVariable = "GPUBIND_RDMA";
 constexpr const char* kPrefer = "prefer devices";
 
 // Why the GPU's node is not usable now, or "".
@@ -317,8 +320,40 @@ std::vector<std::string> preferred_allocation(const node::Node& node,
     return out;
 }
 
+namespace {
+
+// The names of the rdma family's HCAs nearest the GPUs of `ids` (a MIG
+// device's: its GPU's), in the family's order; a note for each GPU none is
+// near, or for a node without the family.
+std::vector<std::string> affine_hcas(const node::Node& node, const std::vector<Device>& devices,
+                                     const std::vector<std::string>& ids,
+                                     std::vector<std::string>& notes) {
+    const node::FamilyNodes* f = node::find_family(node, kRdmaFamily);
+    if (!f) {
+        notes.push_back(
+            fmt::format("rdma = \"affine\": the node has no {} devices: none given", kRdmaFamily));
+        return {};
+    }
+    std::vector<const node::Gpu*> gpus;
+    for (const auto& id : ids) {
+        const Device* d = find(devices, id);
+        if (!d || d->position >= node.gpus.size()) continue;
+        const node::Gpu* gpu = &node.gpus[d->position];
+        if (std::find(gpus.begin(), gpus.end(), gpu) == gpus.end()) gpus.push_back(gpu);
+    }
+    const node::AffineChoice near = node::affine(*f, gpus);
+    notes.insert(notes.end(), near.notes.begin(), near.notes.end());
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < f->devices.size(); ++i)
+        if (near.chosen[i]) out.push_back(f->devices[i].name);
+    return out;
+}
+
+}  // namespace
+
 Allocation allocate(const config::Config& config, const config::DevicePluginConfig& settings,
-                    const std::vector<Device>& devices, const std::vector<std::string>& ids) {
+                    const node::Node& node, const std::vector<Device>& devices,
+                    const std::vector<std::string>& ids) {
     if (ids.empty()) util::throw_invalid(kAllocate, "", "no device ids");
     std::vector<std::string> unknown, unhealthy;
     std::set<std::string> seen;
@@ -345,13 +380,27 @@ Allocation allocate(const config::Config& config, const config::DevicePluginConf
     Allocation a;
     std::vector<std::string> names;
     for (const auto& id : ids) names.push_back(config.cdi.kind + "=" + id);
+    std::vector<std::string> hcas;
+    if (settings.rdma == config::RdmaStrategy::Affine)
+        hcas = affine_hcas(node, devices, ids, a.notes);
+    const auto cdi_names = [&] {
+        std::vector<std::string> out = names;
+        const config::Family* rdma = config.family(kRdmaFamily);
+        if (!hcas.empty() && (!rdma || rdma->cdi_kind.empty()))
+            a.notes.push_back(fmt::format(
+                "rdma = \"affine\": [family.{}] has no cdi-kind: its HCAs are not named by CDI",
+                kRdmaFamily));
+        else
+            for (const auto& h : hcas) out.push_back(rdma->cdi_kind + "=" + h);
+        return out;
+    };
     for (config::DeviceListStrategy s : settings.device_list) {
         switch (s) {
             case config::DeviceListStrategy::CdiCri:
-                a.cdi_devices = names;
+                a.cdi_devices = cdi_names();
                 break;
             case config::DeviceListStrategy::CdiAnnotations:
-                a.annotations[kCdiAnnotation] = fmt::format("{}", fmt::join(names, ","));
+                a.annotations[kCdiAnnotation] = fmt::format("{}", fmt::join(cdi_names(), ","));
                 break;
             case config::DeviceListStrategy::Envvar:
                 a.envs["NVIDIA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(ids, ","));
@@ -360,9 +409,18 @@ Allocation allocate(const config::Config& config, const config::DevicePluginConf
                 for (const auto& id : ids)
                     a.mounts.push_back(
                         {std::string(kDeviceMountDir) + "/" + id, "/dev/null", true});
+                // A family's devices by mounts: <dir>/<family>/<device>, as
+                // the hook reads them where it honours the mounts.
+                for (const auto& h : hcas)
+                    a.mounts.push_back({fmt::format("{}/{}/{}", kDeviceMountDir, kRdmaFamily, h),
+                                        "/dev/null", true});
                 break;
         }
+        if (!hcas.empty() && s == config::DeviceListStrategy::Envvar)
+            a.envs[kRdmaVariable] = fmt::format("{}", fmt::join(hcas, ","));
     }
+    std::sort(a.notes.begin(), a.notes.end());
+    a.notes.erase(std::unique(a.notes.begin(), a.notes.end()), a.notes.end());
     return a;
 }
 

@@ -70,6 +70,18 @@ std::vector<std::string> strings(const google::protobuf::RepeatedPtrField<std::s
 
 }  // namespace
 
+namespace {
+
+// Whether `profiles` names every MIG device of `node` that has a UUID.
+bool names_every_mig(const node::Node& node, const MigProfiles& profiles) {
+    for (const node::Gpu& gpu : node.gpus)
+        for (const node::MigDevice& m : gpu.mig)
+            if (!m.uuid.empty() && !profiles.count(m.uuid)) return false;
+    return true;
+}
+
+}  // namespace
+
 // What every resource's service shares: the node, the resources' device
 // lists, the Xid marks.
 struct Shared {
@@ -85,8 +97,12 @@ struct Shared {
     std::condition_variable changed;
     node::Node node;
     MigProfiles profiles;
-    std::vector<Resource> resources;  // the names fixed at start
+    // Every resource served since start, in that order (an Endpoint's index
+    // stays valid); one the node no longer has is in `gone`, with no devices.
+    std::vector<Resource> resources;
+    std::set<std::string> gone;
     XidMarks xids;
+    std::set<std::string> noted;   // Allocate's notes logged (each once)
     std::uint64_t generation = 0;  // bumped when a list changes
     bool stopping = false;
 
@@ -125,9 +141,20 @@ struct Shared {
         bool have_profiles = false;
         if (fresh && settings.mig_strategy != config::MigStrategy::None) {
             std::lock_guard nl(nvml_mu);
-            if (nvml) {
-                fresh_profiles = nvml->mig_profiles();
-                have_profiles = true;
+            try {
+                if (nvml) fresh_profiles = nvml->mig_profiles();
+                // A MIG device NVML did not name (MIG devices made since it was
+                // opened): NVML opened anew, which sees them (and registers
+                // the Xid events of the new devices).
+                if (!nvml_library.empty() && !names_every_mig(*fresh, fresh_profiles)) {
+                    nvml.reset();
+                    nvml = std::make_unique<Nvml>(nvml_library);
+                    fresh_profiles = nvml->mig_profiles();
+                }
+                have_profiles = static_cast<bool>(nvml);
+            } catch (const std::exception& e) {
+                nvml.reset();
+                util::logger().debug("device plugin: the MIG profiles are unknown: {}", e.what());
             }
         }
         std::lock_guard lock(mu);
@@ -163,17 +190,27 @@ struct Shared {
         for (const Resource& r : resources) {
             auto it = std::find_if(list.begin(), list.end(),
                                    [&](const Resource& n) { return n.name == r.name; });
+            if ((it == list.end()) != (gone.count(r.name) != 0)) return false;
             if (key(it == list.end() ? std::vector<Device>{} : it->devices) != key(r.devices))
                 return false;
         }
-        return true;
+        return std::all_of(list.begin(), list.end(), [&](const Resource& n) {
+            return std::any_of(resources.begin(), resources.end(),
+                               [&](const Resource& r) { return r.name == n.name; });
+        });
     }
-    // Takes the new lists of the resources served (one no longer there: no
-    // devices); a new resource is only logged (served after a restart).
+    // Takes the new lists: a resource no longer there is gone (no devices;
+    // run() stops serving it), one there again is served again, and a new
+    // one is added (run() serves and registers it).
     void adopt(std::vector<Resource> list) {
         for (Resource& r : resources) {
             auto it = std::find_if(list.begin(), list.end(),
                                    [&](const Resource& n) { return n.name == r.name; });
+            if (it == list.end() && gone.insert(r.name).second)
+                util::logger().info("device plugin: the node no longer has {}; not serving it",
+                                    r.name);
+            if (it != list.end() && gone.erase(r.name))
+                util::logger().info("device plugin: the node has {} again; serving it", r.name);
             std::vector<Device> now =
                 it == list.end() ? std::vector<Device>{} : std::move(it->devices);
             if (key(now) != key(r.devices))
@@ -181,13 +218,14 @@ struct Shared {
                                     now.size());
             r.devices = std::move(now);
         }
-        for (const Resource& n : list)
-            if (std::none_of(resources.begin(), resources.end(),
-                             [&](const Resource& r) { return r.name == n.name; }))
-                util::logger().warn(
-                    "device plugin: the node has a new resource {}; it is served once "
-                    "the plugin restarts",
-                    n.name);
+        for (Resource& n : list)
+            if (!n.name.empty() &&
+                std::none_of(resources.begin(), resources.end(),
+                             [&](const Resource& r) { return r.name == n.name; })) {
+                util::logger().info("device plugin: the node has a new resource {}; serving it",
+                                    n.name);
+                resources.push_back(std::move(n));
+            }
     }
 
     // The Xid events, in a thread of their own until stopping: each critical
@@ -321,7 +359,9 @@ struct Endpoint final : api::DevicePlugin::Service {
             settings.resource_name = res().name;
             for (const auto& c : request->container_requests()) {
                 const Allocation a =
-                    allocate(s.config, settings, res().devices, strings(c.devices_ids()));
+                    allocate(s.config, settings, s.node, res().devices, strings(c.devices_ids()));
+                for (const auto& note : a.notes)
+                    if (s.noted.insert(note).second) util::logger().info("device plugin: {}", note);
                 auto* r = out->add_container_responses();
                 for (const auto& [k, v] : a.envs) (*r->mutable_envs())[k] = v;
                 for (const auto& [k, v] : a.annotations) (*r->mutable_annotations())[k] = v;
@@ -446,6 +486,34 @@ void try_register(Endpoint& e, const std::string& kubelet) {
     e.backoff = std::min(e.backoff * 2, milliseconds(10000));
 }
 
+// Serves the resources the node has now: an Endpoint for each new one
+// (served, then registered by run()), none for those gone (its socket
+// removed: the kubelet stops offering it), served again when back.
+void follow_resources(Shared& s, std::vector<std::unique_ptr<Endpoint>>& endpoints) {
+    std::vector<std::pair<Endpoint*, bool>> todo;  // endpoint, whether to serve it
+    {
+        std::lock_guard lock(s.mu);
+        while (endpoints.size() < s.resources.size())
+            endpoints.push_back(std::make_unique<Endpoint>(s, endpoints.size()));
+        for (auto& e : endpoints) {
+            const bool serve = s.gone.count(e->res().name) == 0;
+            if (serve != static_cast<bool>(e->server)) todo.emplace_back(e.get(), serve);
+        }
+    }
+    for (auto [e, serve] : todo) {  // without the lock: halt() waits for the streams
+        if (serve) {
+            start(*e);
+            e->registered = false;
+            e->backoff = milliseconds(100);
+            e->next_try = Clock::now();
+        } else {
+            halt(*e);
+            remove_socket(e->socket_path());
+            util::logger().info("device plugin: {} removed", e->socket_path());
+        }
+    }
+}
+
 }  // namespace
 
 void Server::run() {
@@ -471,6 +539,7 @@ void Server::run() {
         auto wake = std::min(next_check, Clock::now() + milliseconds(100));
         for (auto& ep : state_->endpoints) {
             Endpoint& e = *ep;
+            if (!e.server) continue;  // a resource the node no longer has
             const auto now = Clock::now();
             // The kubelet restarted: ours was removed (serve again, even
             // before registering), or its socket is new.
@@ -500,6 +569,7 @@ void Server::run() {
         }
         if (Clock::now() >= next_check) {
             s.check();
+            follow_resources(s, state_->endpoints);
             next_check = Clock::now() + interval;
         }
         lock.lock();
@@ -508,6 +578,7 @@ void Server::run() {
     }
     lock.unlock();
     for (auto& e : state_->endpoints) {
+        if (!e->server) continue;
         halt(*e);
         remove_socket(e->socket_path());
         util::logger().info("device plugin: stopped; {} removed", e->socket_path());

@@ -66,8 +66,9 @@ class DevicePluginE2e : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
         sim::Spec spec;
-        spec.topology = GetParam();
+        spec.topology = topology();
         spec.gpus = sim::topology_gpus(spec.topology) ? sim::topology_gpus(spec.topology) : 8;
+        spec.hcas = hcas_;
         node_ = std::make_unique<SimNode>(spec, "gpubind-e2e-dp-node");
         ASSERT_GE(m().topology.nvlinks.size(), m().gpus.size());
     }
@@ -80,16 +81,18 @@ class DevicePluginE2e : public ::testing::TestWithParam<std::string> {
     }
 
     const sim::Manifest& m() const { return node_->manifest(); }
+    // The simulated node's NVLink topology (the parameter, but in a subclass).
+    virtual std::string topology() const { return GetParam(); }
 
     // The node's config for the runtime, the hook and the plugin alike, the
     // node's CDI spec written, the plugin started with `strategy` and registered.
-    void start_plugin(const std::string& strategy) {
+    void start_plugin(const std::string& strategy, const std::string& more = "") {
         node_->write_config(
             fmt::format("[runtime]\nruntimes = [\"{}\"]\n[cdi]\nhook = \"{}\"\ndir = \"{}\"\n"
                         "spec-dirs = [\"{}\"]\n[device-plugin]\nplugin-dir = \"{}\"\n"
-                        "device-list-strategy = [\"{}\"]\nhealth-interval-ms = 200\n",
+                        "device-list-strategy = [\"{}\"]\nhealth-interval-ms = 200\n{}",
                         env_or("GPUBIND_RUNC", "runc"), hook(), node_->cdi_dir().string(),
-                        node_->cdi_dir().string(), plugin_dir_.path().string(), strategy));
+                        node_->cdi_dir().string(), plugin_dir_.path().string(), strategy, more));
         // gpubind-runtime finds its config as engines let it: in its environment.
         ::setenv("GPUBIND_CONFIG", config().c_str(), 1);
         const auto refresh = run_command({cli(), "cdi", "refresh", "--config", config().string()});
@@ -134,7 +137,7 @@ class DevicePluginE2e : public ::testing::TestWithParam<std::string> {
         for (const auto& id : ids) order.push_back(index_of.at(id));
         EXPECT_EQ(order.size(), m().gpus.size());
         const auto unlinked = first_unlinked_pair(order);
-        EXPECT_TRUE(unlinked || GetParam() == "hgx8") << "every pair is NVLinked on " << GetParam();
+        EXPECT_TRUE(unlinked || topology() == "hgx8") << "every pair is NVLinked on " << topology();
         if (unlinked) {
             std::vector<unsigned> rest;
             for (unsigned i : order)
@@ -216,6 +219,7 @@ class DevicePluginE2e : public ::testing::TestWithParam<std::string> {
     const fs::path& config() const { return node_->config(); }
 
     static inline const GpuChecks kChecks{};
+    unsigned hcas_ = 0;  // the simulated node's HCAs
     std::unique_ptr<SimNode> node_;
     TempDir dir_{"gpubind-e2e-dp"};
     TempDir plugin_dir_{"gpubind-e2e-dp-kubelet"};
@@ -261,6 +265,100 @@ TEST_P(DevicePluginE2e, VisibleDevicesThroughGpubindHookGiveExactlyAnNvlinkedPai
     expect_nvlinked_pair(r, chosen);
     expect_no_gpus_through_plain_runc(b, chosen);
 }
+
+// rdma = "affine" on an hgx8 node with three HCAs, two under the first PCIe
+// switch and one under the second, for each strategy (the parameter): the
+// answer given to the engine path (the CDI names through gpubind-runtime, the
+// variable or the /dev/null mounts through gpubind-hook) gives runc's
+// container exactly the two GPUs and the device nodes of the HCAs nearest
+// them (by the manifest: under a GPU's switch, else on its NUMA node); every
+// rdma node is bound from the host at /hostdev, so that only the device
+// cgroup decides whether it opens.
+class DevicePluginRdmaE2e : public DevicePluginE2e {
+  protected:
+    DevicePluginRdmaE2e() { hcas_ = 3; }
+    std::string topology() const override { return "hgx8"; }
+
+    std::set<std::string> hcas_near(const std::vector<unsigned>& gpus) const {
+        std::set<std::string> out;
+        for (unsigned g : gpus) {
+            std::set<std::string> by_switch, by_numa;
+            for (const auto& h : m().hcas) {
+                if (h.switch_port == m().gpus[g].switch_port) by_switch.insert(h.name);
+                if (h.numa_node == m().gpus[g].numa_node) by_numa.insert(h.name);
+            }
+            for (const auto& n : by_switch.empty() ? by_numa : by_switch) out.insert(n);
+        }
+        return out;
+    }
+};
+
+TEST_P(DevicePluginRdmaE2e, TheAnswerGivesExactlyTheGpusAndTheirNearestHcas) {
+    const std::string strategy = GetParam();
+    ASSERT_EQ(m().hcas.size(), 3u);
+    start_plugin(strategy, "rdma = \"affine\"\n[policy]\naccept-volume-mounts = true\n");
+    api::ContainerAllocateResponse resp;
+    const auto chosen = allocate_two(resp);
+    ASSERT_EQ(chosen.size(), 2u);
+    const auto want = hcas_near(chosen);
+    ASSERT_FALSE(want.empty());
+    ASSERT_LT(want.size(), m().hcas.size()) << "every HCA is near: the test shows nothing";
+    Bundle b = bundle();
+    if (strategy == "cdi-cri") {
+        std::vector<std::string> names;
+        for (const auto& d : resp.cdi_devices()) names.push_back(d.name());
+        EXPECT_EQ(names.size(), 2 + want.size()) << fmt::format("{}", fmt::join(names, ","));
+        b.spec()["annotations"]["cdi.k8s.io/gpubind-device-plugin"] =
+            fmt::format("{}", fmt::join(names, ","));
+    } else {
+        for (const auto& [key, value] : resp.envs()) b.env(key + "=" + value);
+        const std::string prefix = "/var/run/nvidia-container-devices/";
+        for (const auto& mount : resp.mounts()) {
+            ASSERT_EQ(mount.container_path().rfind(prefix, 0), 0u) << mount.container_path();
+            b.volume_device(mount.container_path().substr(prefix.size()));
+        }
+        b.hook(hook(), config());
+    }
+    // Every rdma node of the node: its path in the container, and a copy at /hostdev.
+    std::vector<sim::ManifestFamilyNode> rdma;
+    for (const auto& n : m().family_nodes)
+        if (n.family == "rdma") rdma.push_back(n);
+    ASSERT_FALSE(rdma.empty());
+    std::string stat = "probe stat", open = "probe open";
+    for (std::size_t i = 0; i < rdma.size(); ++i) {
+        b.bind(node_->root() / fs::path(rdma[i].path).relative_path(),
+               "/hostdev/r" + std::to_string(i));
+        stat += " " + rdma[i].path;
+        open += " /hostdev/r" + std::to_string(i);
+    }
+    b.command(gpu_script(m(), kChecks) + "; echo '== rdma-stat'; " + stat +
+              "; echo '== rdma-open'; " + open);
+    const auto r = strategy == "cdi-cri" ? b.run_with(runtime()) : b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    expect_nvlinked_pair(r, chosen);
+    auto s = sections(r.out);
+    for (std::size_t i = 0; i < rdma.size(); ++i) {
+        const auto& n = rdma[i];
+        // An HCA's uverbs node with it, rdma_cm with any; never umad or issm.
+        const bool given = n.path == "/dev/infiniband/rdma_cm" ||
+                           (want.count(n.device) && n.path.find("/uverbs") != std::string::npos);
+        EXPECT_TRUE(
+            contains(s["rdma-stat"], given ? fmt::format("{} c {}:{}", n.path, n.major, n.minor)
+                                           : n.path + " ENOENT"))
+            << n.path << (given ? " missing\n" : " given\n") << r.out;
+        EXPECT_EQ(contains(s["rdma-open"], "/hostdev/r" + std::to_string(i) + " EPERM"), !given)
+            << n.path << (given ? " refused" : " allowed") << " by the device cgroup\n"
+            << r.out;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, DevicePluginRdmaE2e,
+                         ::testing::Values("cdi-cri", "envvar", "volume-mounts"),
+                         [](const auto& p) {
+                             std::string s = p.param;
+                             std::replace(s.begin(), s.end(), '-', '_');
+                             return s;
+                         });
 
 // The plugin's own container as deploy/kubernetes/gpubind.yaml shapes it (its
 // variable and its /dev/null mount, uid 0 with no capability, no new

@@ -23,6 +23,9 @@ enum class IdStrategy { Uuid, Index };
 // "<domain>/mig-<profile>" per MIG profile, whole GPUs without MIG as the
 // resource). plugin.hpp's resources() has the rules.
 enum class MigStrategy { None, Single, Mixed };
+// RDMA with the GPUs: none, or affine (Allocate also names the HCAs of the
+// rdma family nearest the allocated GPUs: their CDI names, or GPUBIND_RDMA).
+enum class RdmaStrategy { None, Affine };
 
 struct DevicePluginConfig {
     std::string resource_name = "nvidia.com/gpu";
@@ -36,15 +39,17 @@ struct DevicePluginConfig {
     // Xids that never make a GPU unhealthy: by default those NVIDIA's plugin
     // ignores, errors of an application rather than of the GPU.
     std::vector<unsigned> ignored_xids = {13, 31, 43, 45, 68, 109};
+    RdmaStrategy rdma = RdmaStrategy::None;
 
     bool operator==(const DevicePluginConfig&) const = default;
 };
 
 // "cdi-cri", "cdi-annotations", "envvar", "volume-mounts"; "uuid", "index";
-// "none", "single", "mixed".
+// "none", "single", "mixed"; "none", "affine".
 std::string_view strategy_name(DeviceListStrategy s);
 std::string_view strategy_name(IdStrategy s);
 std::string_view strategy_name(MigStrategy s);
+std::string_view strategy_name(RdmaStrategy s);
 
 struct ConfigWithPlugin {
     Config config;

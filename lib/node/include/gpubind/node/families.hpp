@@ -26,6 +26,17 @@ void discover_families(Node& node, const config::Config& config,
 // The family of that name the node has, or null.
 const FamilyNodes* find_family(const Node& node, std::string_view name);
 
+// What affine selection chose of one family for some GPUs.
+struct AffineChoice {
+    std::vector<bool> chosen;        // by position in the family's devices
+    std::vector<std::string> notes;  // a line for each GPU none is near, saying why
+};
+// The devices of `f` nearest to each of `gpus` (sysfs::nearest: those sharing
+// a PCI bridge with it, else those on its NUMA node), in the family's order.
+// A GPU without a PCI place, or with none near, adds none and a note (not an
+// error: the caller logs it). Pure but for a debug line per GPU.
+AffineChoice affine(const FamilyNodes& f, const std::vector<const Gpu*>& gpus);
+
 // The device directories ("/dev", "/dev/infiniband") whose entries decide
 // what discover_families finds, each with the prefixes of the names that
 // count ("": every name): the fingerprint lists them.

@@ -130,15 +130,26 @@ struct Allocation {
     std::map<std::string, std::string> annotations;
     std::vector<Mount> mounts;
     std::vector<std::string> cdi_devices;  // qualified CDI names
+    // Not for the kubelet: lines for the log, each worth saying once (a GPU
+    // no HCA is near, with rdma = "affine").
+    std::vector<std::string> notes;
 
     bool operator==(const Allocation&) const = default;
 };
 
 // The answer for `ids` under the settings' device-list strategies (CDI names
 // of config.cdi.kind: "<kind>=<id>", the names `gpubind cdi generate` writes
-// for a GPU's index and UUID). Throws Error (refused) naming every id that is
-// unknown or unhealthy, and (bad input) for an empty or repeated list.
+// for a GPU's index and UUID). With settings.rdma affine, also the HCAs of
+// the node's rdma family nearest the devices' GPUs (node::affine), after the
+// GPUs: as CDI names of [family.rdma]'s cdi-kind ("<kind>=mlx5_0", the names
+// `gpubind cdi generate` writes) for the CDI strategies, GPUBIND_RDMA=<names>
+// for envvar, and /dev/null mounted at <kDeviceMountDir>/rdma/<name> for
+// volume-mounts (the family mounts the hook reads when it honours the
+// mounts, and then not the variable); none for a GPU no HCA is near (a note). Throws Error
+// (refused) naming every id that is unknown or unhealthy, and (bad input) for an empty or repeated
+// list.
 Allocation allocate(const config::Config& config, const config::DevicePluginConfig& settings,
-                    const std::vector<Device>& devices, const std::vector<std::string>& ids);
+                    const node::Node& node, const std::vector<Device>& devices,
+                    const std::vector<std::string>& ids);
 
 }  // namespace gpubind::plugin
