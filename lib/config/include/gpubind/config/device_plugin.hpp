@@ -23,6 +23,11 @@ enum class IdStrategy { Uuid, Index };
 // "<domain>/mig-<profile>" per MIG profile, whole GPUs without MIG as the
 // resource). plugin.hpp's resources() has the rules.
 enum class MigStrategy { None, Single, Mixed };
+// GPU shares (issue 48): none (one device per GPU); replicas (each GPU offered
+// as `replicas` devices, each an equal part of its memory and compute); memory
+// (one device per GiB of each GPU's memory, the resource memory_resource_name).
+// plugin.hpp's resources() and allocate() have the rules.
+enum class SharingMode { None, Replicas, Memory };
 
 struct DevicePluginConfig {
     std::string resource_name = "nvidia.com/gpu";
@@ -36,15 +41,20 @@ struct DevicePluginConfig {
     // Xids that never make a GPU unhealthy: by default those NVIDIA's plugin
     // ignores, errors of an application rather than of the GPU.
     std::vector<unsigned> ignored_xids = {13, 31, 43, 45, 68, 109};
+    SharingMode sharing = SharingMode::None;
+    unsigned replicas = 0;  // sharing replicas: devices per GPU, 2 to 100
+    // sharing memory: the resource, one device per GiB
+    std::string memory_resource_name = "gpubind.io/gpu-memory";
 
     bool operator==(const DevicePluginConfig&) const = default;
 };
 
 // "cdi-cri", "cdi-annotations", "envvar", "volume-mounts"; "uuid", "index";
-// "none", "single", "mixed".
+// "none", "single", "mixed"; "none", "replicas", "memory".
 std::string_view strategy_name(DeviceListStrategy s);
 std::string_view strategy_name(IdStrategy s);
 std::string_view strategy_name(MigStrategy s);
+std::string_view strategy_name(SharingMode s);
 
 struct ConfigWithPlugin {
     Config config;
