@@ -551,10 +551,36 @@ class Reader {
                         fail(full, "expected an array of Xids (integers 1 to 65535)");
                     p.ignored_xids.push_back(static_cast<unsigned>(n->get()));
                 }
+            } else if (k == "sharing") {
+                read_sharing(node, full, p);
+            } else if (k == "memory-resource-name") {
+                p.memory_resource_name = string(node, full);
+                if (auto why = util::kind_error(p.memory_resource_name))
+                    fail(full,
+                         "\"" + p.memory_resource_name + "\" is not a resource name: " + *why);
             } else {
                 fail(full, "unknown key");
             }
         }
+        if (p.sharing != SharingMode::None && p.mig_strategy != MigStrategy::None)
+            fail(prefix + ".sharing",
+                 "GPU shares need mig-strategy \"none\" (a share of a MIG device is not enforced)");
+    }
+
+    // sharing = "none" | "memory" | { replicas = N }.
+    void read_sharing(const toml::node& node, const std::string& full, DevicePluginConfig& p) {
+        const char* expected = "expected \"none\", \"memory\" or { replicas = N } (N 2 to 100)";
+        if (const auto* t = node.as_table()) {
+            const auto* n = (*t)["replicas"].as_integer();
+            if (t->size() != 1 || !n || n->get() < 2 || n->get() > 100) fail(full, expected);
+            p.sharing = SharingMode::Replicas;
+            p.replicas = static_cast<unsigned>(n->get());
+            return;
+        }
+        const auto* v = node.as_string();
+        if (!v || (v->get() != "none" && v->get() != "memory")) fail(full, expected);
+        p.sharing = v->get() == "none" ? SharingMode::None : SharingMode::Memory;
+        p.replicas = 0;
     }
 
     // The value of `choices` whose strategy_name is `value`.
@@ -614,6 +640,18 @@ std::string_view strategy_name(DeviceListStrategy s) {
 
 std::string_view strategy_name(IdStrategy s) {
     return s == IdStrategy::Uuid ? "uuid" : "index";
+}
+
+std::string_view strategy_name(SharingMode s) {
+    switch (s) {
+        case SharingMode::None:
+            return "none";
+        case SharingMode::Replicas:
+            return "replicas";
+        case SharingMode::Memory:
+            return "memory";
+    }
+    return "?";
 }
 
 std::string_view strategy_name(MigStrategy s) {

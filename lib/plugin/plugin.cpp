@@ -14,6 +14,7 @@
 #include "gpubind/node/nvlink.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
+#include "share.hpp"
 
 namespace gpubind::plugin {
 
@@ -119,8 +120,16 @@ std::vector<Resource> resources(const node::Node& node, const config::DevicePlug
     if (settings.mig_strategy == config::MigStrategy::None || !any_mig) {
         for (std::size_t i = 0; i < node.gpus.size(); ++i)
             plain.devices.push_back(whole_gpu(node, i, settings));
+        if (settings.sharing == config::SharingMode::Memory)
+            plain.name = settings.memory_resource_name;
+        if (settings.sharing != config::SharingMode::None)
+            plain.devices = detail::share_devices(node, settings, plain.devices);
         return {plain};
     }
+    if (settings.sharing != config::SharingMode::None)
+        util::throw_invalid(kList, "",
+                            fmt::format("sharing \"{}\" needs mig-strategy \"none\"",
+                                        config::strategy_name(settings.sharing)));
     if (settings.mig_strategy == config::MigStrategy::Single) {
         std::set<std::string> seen;
         for (std::size_t i = 0; i < node.gpus.size(); ++i) {
@@ -298,6 +307,9 @@ std::vector<std::string> preferred_allocation(const node::Node& node,
             request.must_include.end())
             request.must_include.push_back(p);
     }
+    if (find(devices, available.front())->part >= 0)
+        return detail::preferred_shares(node, devices, available, must_include,
+                                        static_cast<unsigned>(size));
     const bool mig = std::any_of(available.begin(), available.end(), [&](const std::string& id) {
         return find(devices, id)->mig >= 0;
     });
@@ -357,6 +369,7 @@ Allocation allocate(const config::Config& config, const config::DevicePluginConf
     if (ids.empty()) util::throw_invalid(kAllocate, "", "no device ids");
     std::vector<std::string> unknown, unhealthy;
     std::set<std::string> seen;
+    std::vector<const Device*> shares;
     for (const auto& id : ids) {
         if (!seen.insert(id).second)
             util::throw_invalid(kAllocate, "", fmt::format("device \"{}\" is asked for twice", id));
@@ -365,6 +378,8 @@ Allocation allocate(const config::Config& config, const config::DevicePluginConf
             unknown.push_back(id);
         else if (!d->healthy)
             unhealthy.push_back(id);
+        else if (d->part >= 0)
+            shares.push_back(d);
     }
     if (!unknown.empty() || !unhealthy.empty()) {
         std::vector<std::string> parts;
@@ -378,8 +393,11 @@ Allocation allocate(const config::Config& config, const config::DevicePluginConf
                             fmt::format("{}", fmt::join(parts, "; ")));
     }
     Allocation a;
+    // The devices named: the GPUs of shares, else those asked for.
+    const std::vector<std::string> named =
+        shares.empty() ? ids : detail::allocate_shares(a, settings.resource_name, shares);
     std::vector<std::string> names;
-    for (const auto& id : ids) names.push_back(config.cdi.kind + "=" + id);
+    for (const auto& id : named) names.push_back(config.cdi.kind + "=" + id);
     std::vector<std::string> hcas;
     if (settings.rdma == config::RdmaStrategy::Affine)
         hcas = affine_hcas(node, devices, ids, a.notes);
@@ -403,10 +421,10 @@ Allocation allocate(const config::Config& config, const config::DevicePluginConf
                 a.annotations[kCdiAnnotation] = fmt::format("{}", fmt::join(cdi_names(), ","));
                 break;
             case config::DeviceListStrategy::Envvar:
-                a.envs["NVIDIA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(ids, ","));
+                a.envs["NVIDIA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(named, ","));
                 break;
             case config::DeviceListStrategy::VolumeMounts:
-                for (const auto& id : ids)
+                for (const auto& id : named)
                     a.mounts.push_back(
                         {std::string(kDeviceMountDir) + "/" + id, "/dev/null", true});
                 // A family's devices by mounts: <dir>/<family>/<device>, as

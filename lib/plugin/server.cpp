@@ -115,12 +115,16 @@ struct Shared {
             const auto& now = resources[k].devices;
             const auto& was = before[k].devices;
             for (std::size_t i = 0; i < now.size(); ++i) {
+                // A GPU's shares are healthy as it is: said once, by its first.
+                if (now[i].part > 0) continue;
+                const std::string name = now[i].part == 0
+                                             ? fmt::format("{} (every share of it)", now[i].gpu_id)
+                                             : now[i].id;
                 const bool had = i < was.size() && was[i].id == now[i].id ? was[i].healthy : true;
                 if (had && !now[i].healthy)
-                    util::logger().warn("device plugin: {} is unhealthy: {}", now[i].id,
-                                        now[i].why);
+                    util::logger().warn("device plugin: {} is unhealthy: {}", name, now[i].why);
                 else if (!had && now[i].healthy)
-                    util::logger().info("device plugin: {} is healthy again", now[i].id);
+                    util::logger().info("device plugin: {} is healthy again", name);
             }
         }
         return any;

@@ -26,6 +26,11 @@ enum class MigStrategy { None, Single, Mixed };
 // RDMA with the GPUs: none, or affine (Allocate also names the HCAs of the
 // rdma family nearest the allocated GPUs: their CDI names, or GPUBIND_RDMA).
 enum class RdmaStrategy { None, Affine };
+// GPU shares (issue 48): none (one device per GPU); replicas (each GPU offered
+// as `replicas` devices, each an equal part of its memory and compute); memory
+// (one device per GiB of each GPU's memory, the resource memory_resource_name).
+// plugin.hpp's resources() and allocate() have the rules.
+enum class SharingMode { None, Replicas, Memory };
 
 struct DevicePluginConfig {
     std::string resource_name = "nvidia.com/gpu";
@@ -40,16 +45,21 @@ struct DevicePluginConfig {
     // ignores, errors of an application rather than of the GPU.
     std::vector<unsigned> ignored_xids = {13, 31, 43, 45, 68, 109};
     RdmaStrategy rdma = RdmaStrategy::None;
+    SharingMode sharing = SharingMode::None;
+    unsigned replicas = 0;  // sharing replicas: devices per GPU, 2 to 100
+    // sharing memory: the resource, one device per GiB
+    std::string memory_resource_name = "gpubind.io/gpu-memory";
 
     bool operator==(const DevicePluginConfig&) const = default;
 };
 
 // "cdi-cri", "cdi-annotations", "envvar", "volume-mounts"; "uuid", "index";
-// "none", "single", "mixed"; "none", "affine".
+// "none", "single", "mixed"; "none", "affine"; "none", "replicas", "memory".
 std::string_view strategy_name(DeviceListStrategy s);
 std::string_view strategy_name(IdStrategy s);
 std::string_view strategy_name(MigStrategy s);
 std::string_view strategy_name(RdmaStrategy s);
+std::string_view strategy_name(SharingMode s);
 
 struct ConfigWithPlugin {
     Config config;

@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +35,14 @@ struct Device {
     unsigned position = 0;  // the GPU's (a MIG device's parent's) position in the node's list
     int mig = -1;           // a MIG device's position among its GPU's; -1: a whole GPU
     int numa_node = -1;     // -1: unknown (no TopologyInfo)
+    // A share of a GPU ([device-plugin] sharing): "<GPU id>::<part>", the
+    // GPU's replica or GiB unit `part`, giving `memory` bytes and `compute`
+    // percent of it (0: not a part of that).
+    config::SharingMode sharing = config::SharingMode::None;
+    std::string gpu_id;  // the GPU's id (by the id strategy)
+    int part = -1;       // -1: not a share
+    std::uint64_t memory = 0;
+    unsigned compute = 0;
     bool healthy = true;
     std::string why;  // why it is unhealthy ("" when healthy)
 
@@ -62,6 +71,14 @@ struct Resource {
 //  - mixed: settings.resource_name with the GPUs that have no MIG devices,
 //    then, by profile name, "<resource's domain>/mig-<profile>" (socket
 //    "<socket's stem>-mig-<profile>.sock") with that profile's MIG devices.
+// With settings.sharing (MIG strategy none, whole GPUs only):
+//  - replicas: settings.resource_name with settings.replicas devices per GPU,
+//    "<GPU id>::<r>" (r from 0), each 1/replicas of the GPU's memory (NVML's,
+//    in whole MiB) and 100/replicas % of its compute;
+//  - memory: settings.memory_resource_name with a device "<GPU id>::<i>" per
+//    GiB of the GPU's memory (i from 0), 1 GiB each.
+// A GPU whose memory NVML did not report, or with MIG devices, is an Error
+// (bad input) naming it.
 // A MIG device's profile comes from `profiles` (by its UUID); one without a
 // profile, or with a profile that is not [a-z0-9.+-] (1 to 32), is an Error.
 // Throws Error (bad input) for the id strategy "uuid" on a device without a UUID.
@@ -107,9 +124,14 @@ bool update_health(std::vector<Device>& devices, const node::Node& node,
 
 // The preferred `size` devices of `available`, holding `must_include`, as
 // place_gpus chooses them (MIG devices: must_include, then the others in the
-// order given). Throws Error (bad input) naming an id that is not
+// order given; shares: see below). Throws Error (bad input) naming an id that is not
 // a device, a size that is not 1..available, must_include not in available or
 // more than size.
+// Shares, each of a GPU of its own for replicas, all of one GPU for memory
+// units (the GPU of must_include, else the one with most free units that has
+// `size`); a share is the lowest free part of its GPU. Replicas of one GPU
+// are chosen for size 1 where most are free, else by place_gpus among the
+// GPUs with a free one. What cannot be so is an Error (bad input).
 std::vector<std::string> preferred_allocation(const node::Node& node,
                                               const std::vector<Device>& devices,
                                               const std::vector<std::string>& available,
@@ -147,7 +169,11 @@ struct Allocation {
 // volume-mounts (the family mounts the hook reads when it honours the
 // mounts, and then not the variable); none for a GPU no HCA is near (a note). Throws Error
 // (refused) naming every id that is unknown or unhealthy, and (bad input) for an empty or repeated
-// list.
+// list. Shares name their GPUs (each once) by the strategies and add the share
+// request decide/share.hpp reads: replicas GPUBIND_GPU_MEMORY=<MiB>MiB and
+// GPUBIND_GPU_COMPUTE=<percent> (the smallest replica's, each GPU's limit),
+// memory units GPUBIND_GPU_MEMORY=<units>GiB. Two replicas of one GPU, or
+// memory units of two GPUs, are refused (Error, refused) naming them.
 Allocation allocate(const config::Config& config, const config::DevicePluginConfig& settings,
                     const node::Node& node, const std::vector<Device>& devices,
                     const std::vector<std::string>& ids);
