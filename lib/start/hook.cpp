@@ -39,24 +39,32 @@ Stage stage_of(const HookCall& call) {
     return finish ? Stage::Finish : cdi_stage ? Stage::Cdi : Stage::Request;
 }
 
-}  // namespace
-
-int run_hook(const HookCall& call, const OnContainer& on_container) {
-    const auto started = Clock::now();
-    if (call.stage == "poststop") {
-        // What a GPU share set on the container's cgroup is cleared (a
-        // record under the state directory says what; none: nothing to do).
+// Clears what a GPU share set on the container's cgroup (a record under the
+// state directory says what; none: nothing to do). A container's teardown
+// never fails for it: a state or config it cannot read leaves nothing to undo.
+void poststop(const HookCall& call, const OnContainer& on_container) noexcept {
+    try {
         const config::Config config = config::load_trusted_config();
         const os::harden::Deadline deadline(kBudget);
         // The state's id only: the process is gone (its pid may be 0).
         const auto doc = nlohmann::json::parse(
             os::harden::read_stream(call.state_fd, decide::oci::kMaxStateSize, "stdin", deadline),
             nullptr, false);
-        if (!doc.is_object() || !doc.contains("id") || !doc["id"].is_string())
-            util::throw_invalid("run hook", "stdin", "the state has no container id");
+        if (!doc.is_object() || !doc.contains("id") || !doc["id"].is_string()) return;
         const std::string id = doc["id"].get<std::string>();
         on_container(config, id);
         undo_memory_limits(config, id);
+    } catch (const std::exception& e) {
+        util::logger().debug("poststop: nothing undone: {}", e.what());
+    }
+}
+
+}  // namespace
+
+int run_hook(const HookCall& call, const OnContainer& on_container) {
+    const auto started = Clock::now();
+    if (call.stage == "poststop") {
+        poststop(call, on_container);
         return util::kExitOk;
     }
     // What every start touches first (the config, the state, the spec): its
