@@ -20,6 +20,12 @@ int fake_limits_offered(const char* root) {
     return limits_path(root, path, sizeof path) == 0 && access(path, F_OK) == 0;
 }
 
+int fake_limits_skewed(const char* root) {
+    char path[4200];
+    return snprintf(path, sizeof path, "%s" LIMITS_FILE "-skewed", root) < (int)sizeof path &&
+           access(path, F_OK) == 0;
+}
+
 /* The whole file (NUL-terminated, malloc'd), NULL if absent or too large. */
 static char* read_all(const char* path) {
     char* text = malloc(MAX_FILE + 1);

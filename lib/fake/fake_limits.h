@@ -23,6 +23,10 @@
 /* Whether the node offers the limit (its memory-limits file is there). */
 int fake_limits_offered(const char* root) __attribute__((visibility("hidden")));
 
+/* Whether the driver reads back half the hard limit it holds (a test of
+ * gpubind's read-back): <root>/gpubind-fake-nvml/memory-limits-skewed exists. */
+int fake_limits_skewed(const char* root) __attribute__((visibility("hidden")));
+
 /* Sets (or, soft 0 and hard FAKE_NO_LIMIT, clears) the limit of GPU `minor`
  * for `cgroup_dir`. 0, or -1 when the file cannot be written. */
 int fake_limits_set(const char* root, unsigned minor, const char* cgroup_dir,

@@ -210,6 +210,20 @@ TEST_F(MemoryLimitE2e, WithoutAShareTheWholeGpuIsAllocatable) {
     EXPECT_EQ(limits(), "");
 }
 
+TEST_F(MemoryLimitE2e, ALimitReadBackOtherwiseIsRefusedAndCleared) {
+    const auto skew = node_->root() / "gpubind-fake-nvml/memory-limits-skewed";
+    std::ofstream(skew).flush();
+    Bundle b = bundle("1", "GPUBIND_GPU_MEMORY=1GiB");
+    auto r = b.run();
+    std::filesystem::remove(skew);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.out, Not(HasSubstr("alloc"))) << "the container ran";
+    EXPECT_THAT(r.err, HasSubstr(fmt::format("GPU minor {} reads back a limit of {} bytes (soft "
+                                             "0), not {} (soft 0)",
+                                             m().gpus[1].minor, kGiB / 2, kGiB)));
+    EXPECT_EQ(limits(), "");
+}
+
 TEST_F(MemoryLimitE2e, AComputeShareIsStillRefused) {
     Bundle b = bundle("0", "GPUBIND_GPU_COMPUTE=50");
     auto r = b.run();
