@@ -73,10 +73,11 @@ std::string share_cgroup_dir(std::string_view proc_cgroup, std::string_view moun
     }
 }
 
-void apply_memory_limits(const node::Node& node, const std::vector<node::MemoryLimit>& limits,
-                         pid_t pid, const std::string& container_id, os::System& sys,
-                         const config::Config& config) {
-    if (limits.empty()) return;
+std::string apply_memory_limits(const node::Node& node,
+                                const std::vector<node::MemoryLimit>& limits, pid_t pid,
+                                const std::string& container_id, os::System& sys,
+                                const config::Config& config) {
+    if (limits.empty()) return {};
     const std::string who = fmt::format(
         "container {}", container_id.empty() ? "pid " + std::to_string(pid) : container_id);
     if (!container_id.empty() && !record_name_ok(container_id))
@@ -132,6 +133,18 @@ void apply_memory_limits(const node::Node& node, const std::vector<node::MemoryL
             "set GPU memory limit {}: no container id to record it under: it is "
             "not cleared when the container goes",
             dir);
+    return dir;
+}
+
+void clear_memory_limits(const node::Node& node, const std::string& cgroup_dir,
+                         const std::vector<node::MemoryLimit>& limits, const config::Config& config,
+                         const std::string& container_id) {
+    try {
+        node::set_memory_limits(node, cgroup_dir, cleared(limits), kNvmlTimeout);
+    } catch (const util::Error& e) {
+        util::logger().warn("set GPU memory limit {}: clearing it: {}", cgroup_dir, e.what());
+    }
+    if (record_name_ok(container_id)) ::unlink(record_path(config, container_id).c_str());
 }
 
 void undo_memory_limits(const config::Config& config, const std::string& container_id) {

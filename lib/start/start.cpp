@@ -78,15 +78,18 @@ decide::Decision run(Start& start, decide::Request request, Act act) {
     // A memory share on a node whose driver limits cgroups: set before the
     // container is changed, cleared if that fails. Nothing for any other start.
     std::vector<node::MemoryLimit> limits;
+    std::string cgroup_dir;
     if (d.request.share.asked() && d.node->memory_limits && start.pid > 0) {
         limits =
             decide::share_limits(d.request.share, node::select_devices(*d.node, d.request.devices));
-        apply_memory_limits(*d.node, limits, start.pid, start.container_id, sys, start.config);
+        cgroup_dir =
+            apply_memory_limits(*d.node, limits, start.pid, start.container_id, sys, start.config);
     }
     try {
         execute(d.plan, make_target(start), sys);
     } catch (...) {
-        if (!limits.empty()) undo_memory_limits(start.config, start.container_id);
+        if (!cgroup_dir.empty())
+            clear_memory_limits(*d.node, cgroup_dir, limits, start.config, start.container_id);
         throw;
     }
     return d;

@@ -167,9 +167,10 @@ class MemoryLimitE2e : public ::testing::Test {
     // poststop, the fake driver's state where its fake CUDA reads it; it
     // prints its cgroup, the limits the driver holds, then allocates 80 % and
     // 120 % of 1 GiB (two processes).
-    Bundle bundle(const std::string& gpu, const std::string& share) {
+    Bundle bundle(const std::string& gpu, const std::string& share, bool poststop = true) {
         Bundle b(work_.path() / ("b" + std::to_string(count_++)));
-        b.hook(hook(), node_->config(), "createRuntime").hook(hook(), node_->config(), "poststop");
+        b.hook(hook(), node_->config(), "createRuntime");
+        if (poststop) b.hook(hook(), node_->config(), "poststop");
         b.bind(node_->root() / "gpubind-fake-nvml", "/gpubind-fake-nvml");
         b.env("NVIDIA_VISIBLE_DEVICES=" + gpu).env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
         if (!share.empty()) b.env(share);
@@ -221,6 +222,20 @@ TEST_F(MemoryLimitE2e, ALimitReadBackOtherwiseIsRefusedAndCleared) {
     EXPECT_THAT(r.err, HasSubstr(fmt::format("GPU minor {} reads back a limit of {} bytes (soft "
                                              "0), not {} (soft 0)",
                                              m().gpus[1].minor, kGiB / 2, kGiB)));
+    EXPECT_EQ(limits(), "");
+}
+
+TEST_F(MemoryLimitE2e, AStartThatFailsAfterSettingTheLimitClearsIt) {
+    // No poststop hook (runc runs it for a container it could not start): the
+    // start's own failure clears what it set.
+    Bundle b = bundle("1", "GPUBIND_GPU_MEMORY=1GiB", /*poststop=*/false);
+    // A directory where the driver's link goes: the start fails after the limit was set.
+    std::filesystem::create_directories(b.rootfs() / "usr/lib/x86_64-linux-gnu/libcuda.so.1/x");
+    auto r = b.run();
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.out, Not(HasSubstr("alloc"))) << "the container ran";
+    EXPECT_THAT(r.err, HasSubstr("libcuda.so.1: is a directory where the driver's link goes"))
+        << "it failed another way";
     EXPECT_EQ(limits(), "");
 }
 

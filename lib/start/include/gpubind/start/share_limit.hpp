@@ -30,10 +30,17 @@ std::string share_cgroup_dir(std::string_view proc_cgroup, std::string_view moun
 // Sets `limits` on the cgroup of the container whose init is `pid` (through
 // `sys`), reads them back (a difference is refused, nothing left set) and
 // records them as `container_id`'s under config.state_dir (empty: not
-// recorded). Throws Error naming the cgroup.
-void apply_memory_limits(const node::Node& node, const std::vector<node::MemoryLimit>& limits,
-                         pid_t pid, const std::string& container_id, os::System& sys,
-                         const config::Config& config);
+// recorded). Returns the cgroup directory. Throws Error naming the cgroup.
+std::string apply_memory_limits(const node::Node& node,
+                                const std::vector<node::MemoryLimit>& limits, pid_t pid,
+                                const std::string& container_id, os::System& sys,
+                                const config::Config& config);
+
+// Clears `limits` on `cgroup_dir` at once (the start failed after setting
+// them) and `container_id`'s record. A failure is logged, never thrown.
+void clear_memory_limits(const node::Node& node, const std::string& cgroup_dir,
+                         const std::vector<node::MemoryLimit>& limits, const config::Config& config,
+                         const std::string& container_id);
 
 // Clears what apply_memory_limits recorded for `container_id` (poststop), and
 // the record; nothing when there is none. A failure is logged, never thrown.
