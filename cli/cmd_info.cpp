@@ -101,8 +101,17 @@ void print_text(const node::Node& node) {
             fmt::print("  MIG {}:{}          GPU instance {}, compute instance {}, {}\n", gpu.index,
                        mig.index, mig.gi, mig.ci, or_unknown(mig.uuid));
     }
-    fmt::print("\nGPU shares:       not enforced: {}\n", decide::share_enforcement());
+    const decide::ShareEnforcement shares = decide::share_enforcement(node);
+    if (shares.by.empty())
+        fmt::print("\nGPU shares:       not enforced: {}\n", shares.lacks);
+    else
+        fmt::print("\nGPU shares:       memory enforced by {}\n", shares.by);
     for (const auto& w : node.warnings) fmt::print(stderr, "gpubind: warning: {}\n", w);
+}
+
+nlohmann::json share_json(const decide::ShareEnforcement& e) {
+    if (e.by.empty()) return {{"enforced_by", nullptr}, {"why", e.lacks}};
+    return {{"enforced_by", e.by}, {"why", ""}};
 }
 
 // CSV: a header row and one row per GPU; fields never contain commas but are
@@ -163,25 +172,24 @@ void print_json(const node::NodeKnowledge& k) {
         j["channel"] = c.minor;
         imex.push_back(std::move(j));
     }
-    nlohmann::json out = {
-        {"schema", "gpubind.info/v1"},
-        {"driver_version", node.driver_version},
-        {"cuda_version", node.cuda_version},
-        {"gpus", gpus},
-        {"imex_channels", imex},
-        {"shares", {{"enforced_by", nullptr}, {"why", decide::share_enforcement()}}},
-        {"warnings", node.warnings},
-        {"description",
-         {{"path", k.path.string()},
-          {"stored", k.stored},
-          {"recomputed", k.recomputed},
-          {"why", k.why},
-          {"computed_at", k.computed_at}}},
-        {"nvml",
-         {{"status", nvml_status(k.nvml.status)},
-          {"asked_at", k.nvml.asked_at},
-          {"took_ms", k.nvml.took_ms},
-          {"error", k.nvml.error}}}};
+    nlohmann::json out = {{"schema", "gpubind.info/v1"},
+                          {"driver_version", node.driver_version},
+                          {"cuda_version", node.cuda_version},
+                          {"gpus", gpus},
+                          {"imex_channels", imex},
+                          {"shares", share_json(decide::share_enforcement(node))},
+                          {"warnings", node.warnings},
+                          {"description",
+                           {{"path", k.path.string()},
+                            {"stored", k.stored},
+                            {"recomputed", k.recomputed},
+                            {"why", k.why},
+                            {"computed_at", k.computed_at}}},
+                          {"nvml",
+                           {{"status", nvml_status(k.nvml.status)},
+                            {"asked_at", k.nvml.asked_at},
+                            {"took_ms", k.nvml.took_ms},
+                            {"error", k.nvml.error}}}};
     fmt::print("{}\n", out.dump(2));
 }
 

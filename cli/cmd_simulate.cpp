@@ -156,6 +156,9 @@ void register_simulate(CLI::App& app, Action& action) {
     cmd->add_flag("--gds", o->spec.gds,
                   "Add GPUDirect Storage: /dev/nvidia-fs<n> (16) and /etc/cufile.json");
     cmd->add_flag("--gdrcopy", o->spec.gdrcopy, "Add gdrcopy's /dev/gdrdrv");
+    cmd->add_flag("--memory-limits", o->spec.memory_limits,
+                  "The driver offers the per-cgroup GPU memory limit (NVML's "
+                  "nvmlDeviceSetMemoryLimits_v1)");
     cmd->add_flag("--drm", o->spec.drm,
                   "Add each GPU's DRM nodes (/dev/dri/card<i>, renderD<128+i>, by-path links)");
     cmd->add_flag("--json", o->json, "Print the manifest as JSON");

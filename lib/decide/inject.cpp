@@ -71,7 +71,7 @@ Decision decide_on(Request request, os::SystemFiles& sys, const std::filesystem:
     const node::Selection selection = node::select_devices(*d.node, d.request.devices);
     check_requirements(d.request, *d.node, selection);
     check_placement(d.request, *d.node, selection, config);
-    check_share(d.request.share, selection, config);
+    check_share(d.request.share, *d.node, selection, config);
     const Image image = inspect_image(sys, rootfs);
     d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
     util::logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),

@@ -201,8 +201,8 @@ ShareRequest read_share(const oci::Spec& spec, const std::string& where) {
     return share;
 }
 
-void check_share(const ShareRequest& share, const node::Selection& selection,
-                 const config::Config& config) {
+void check_share(const ShareRequest& share, const node::Node& node,
+                 const node::Selection& selection, const config::Config& config) {
     if (!share.asked()) return;
     const std::string& by = share.asked_by;
     if (!selection.migs.empty())
@@ -235,7 +235,14 @@ void check_share(const ShareRequest& share, const node::Selection& selection,
                                 fmt::format("a limit of {} on {}, which has {}", size_text(limit),
                                             node::gpu_name(g), size_text(g.memory)));
     }
-    const std::string lacks = share_enforcement();
+    const ShareEnforcement enforcement = share_enforcement(node);
+    std::string lacks = enforcement.lacks;
+    if (lacks.empty() && share.compute)
+        lacks = fmt::format(
+            "{} holds memory only, and a compute share needs MPS, which gpubind "
+            "does not apply yet",
+            enforcement.by);
+    if (lacks.empty()) return;
     if (config.policy.shares == config::SharesPolicy::Soft) {
         util::logger().warn("{}: the share is not enforced: {}; starting it anyway (shares = soft)",
                             by, lacks);
@@ -248,8 +255,25 @@ void check_share(const ShareRequest& share, const node::Selection& selection,
                     lacks));
 }
 
-std::string share_enforcement() {
-    return "gpubind applies neither the driver's per-cgroup memory limit nor MPS yet";
+std::vector<node::MemoryLimit> share_limits(const ShareRequest& share,
+                                            const node::Selection& selection) {
+    std::vector<node::MemoryLimit> limits;
+    for (std::size_t i = 0; i < selection.gpus.size(); ++i) {
+        const auto per = share.device_memory.find(static_cast<unsigned>(i));
+        const std::uint64_t hard = per != share.device_memory.end() ? per->second : share.memory;
+        if (hard == 0) continue;
+        limits.push_back({selection.gpus[i]->minor, std::min(share.memory_request, hard), hard});
+    }
+    return limits;
+}
+
+ShareEnforcement share_enforcement(const node::Node& node) {
+    if (node.memory_limits) return {kDriverMemoryLimit, {}};
+    return {{},
+            fmt::format(
+                "the driver offers no per-cgroup memory limit ({}), and gpubind applies "
+                "no MPS yet",
+                node.memory_limits_why.empty() ? "NVML was not asked" : node.memory_limits_why)};
 }
 
 }  // namespace gpubind::decide

@@ -9,6 +9,7 @@
 #include "gpubind/decide/share.hpp"
 #include "gpubind/doctor/doctor.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
+#include "gpubind/node/description.hpp"
 #include "gpubind/node/node.hpp"
 #include "gpubind/node/node_read.hpp"
 #include "gpubind/util/error.hpp"
@@ -151,6 +152,15 @@ NodeFacts gather_node(const config::Config& config) {
     f.ldconfig = config.ldconfig.string();
     f.ldcache_method = config.policy.ldcache;
     f.shares = config.policy.shares;
+    try {
+        // NVML says whether the driver limits cgroups' GPU memory; nothing is stored.
+        const auto enforcement = decide::share_enforcement(
+            node::load_node(config, {.need_nvml = true, .write = false}).node);
+        f.share_by = enforcement.by;
+        f.share_lacks = enforcement.lacks;
+    } catch (const util::Error& e) {
+        f.share_lacks = std::string("the node could not be read: ") + e.what();
+    }
     std::error_code ec;
     const fs::path real_ldconfig = fs::canonical(config.ldconfig, ec);
     f.ldconfig_fact = ec ? FileFact{} : stat_path(real_ldconfig);
@@ -505,13 +515,19 @@ Check check_persistenced(const NodeFacts& f) {
     return c;
 }
 
-// GPU shares (issue 48): none is enforced yet; what a container asking for
-// one gets follows [policy] shares.
+// GPU shares (issue 48): the driver's per-cgroup memory limit where NVML
+// offers it; else what a container asking for one gets follows [policy] shares.
 Check check_shares(const NodeFacts& f) {
     Check c = node_check("gpu-shares");
-    c.evidence = {"enforced by: nothing (" + decide::share_enforcement() + ")",
+    c.evidence = {"enforced by: " + (f.share_by.empty() ? "nothing (" + f.share_lacks + ")"
+                                                        : f.share_by + " (memory only)"),
                   std::string("[policy] shares = ") +
                       (f.shares == config::SharesPolicy::Soft ? "\"soft\"" : "\"strict\"")};
+    if (!f.share_by.empty()) {
+        c.summary = "a container's GPU memory share is enforced by " + f.share_by +
+                    ", set on its cgroup at its start; a compute share is not enforced";
+        return c;
+    }
     if (f.shares == config::SharesPolicy::Strict) {
         c.summary =
             "no GPU share is enforced here: a container asking for one (GPUBIND_GPU_MEMORY, "

@@ -3,18 +3,23 @@
  * as the fake NVML, fake_scan.h). */
 #include <string.h>
 
+#include "fake_limits.h"
 #include "fake_scan.h"
 
 #define CUDA_API __attribute__((visibility("default")))
 
 /* The CUDA driver API's types and result values. */
 typedef int CUdevice;
+typedef struct CUctx_st* CUcontext;
+typedef unsigned long long CUdeviceptr;
 typedef enum {
     CUDA_SUCCESS = 0,
     CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
     CUDA_ERROR_NOT_INITIALIZED = 3,
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_OPERATING_SYSTEM = 304,
     CUDA_ERROR_NOT_PERMITTED = 800,
 } CUresult;
@@ -82,5 +87,52 @@ CUDA_API CUresult cuDeviceGetName(char* name, int length, CUdevice device) {
     if (n >= (size_t)length) n = (size_t)length - 1;
     memcpy(name, g_node.gpus[device].model, n);
     name[n] = '\0';
+    return CUDA_SUCCESS;
+}
+
+/* Contexts and memory: a context is its device; an allocation succeeds while
+ * this process's allocations on the device stay within the GPU's memory
+ * (fake_node.h) and the hard limit the driver holds for the process's cgroup
+ * (fake_limits.h), and fails with CUDA_ERROR_OUT_OF_MEMORY beyond. Nothing is
+ * allocated: the pointer is a number. */
+struct CUctx_st {
+    int device;
+};
+static struct CUctx_st g_contexts[FAKE_MAX_GPUS];
+static CUcontext g_current;
+static unsigned long long g_allocated[FAKE_MAX_GPUS];
+
+CUDA_API CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device) {
+    (void)flags;
+    if (context == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (device < 0 || (unsigned)device >= g_node.gpu_count) return CUDA_ERROR_INVALID_DEVICE;
+    g_contexts[device].device = device;
+    g_current = *context = &g_contexts[device];
+    return CUDA_SUCCESS;
+}
+
+/* What the process may still allocate on `device`. */
+static unsigned long long headroom(int device) {
+    char cgroup[4200];
+    unsigned long long soft = 0, hard = FAKE_NO_LIMIT;
+    unsigned long long total = (unsigned long long)fake_model_memory_gb(g_node.gpus[device].model)
+                               << 30;
+    if (fake_limits_own_cgroup(cgroup, sizeof cgroup) == 0 &&
+        fake_limits_get_key(g_node.root, g_node.gpus[device].minor, cgroup, &soft, &hard) == 0 &&
+        hard < total)
+        total = hard;
+    return total > g_allocated[device] ? total - g_allocated[device] : 0;
+}
+
+CUDA_API CUresult cuMemAlloc_v2(CUdeviceptr* pointer, size_t bytes) {
+    int device;
+    if (pointer == NULL || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (g_current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+    device = g_current->device;
+    if (bytes > headroom(device)) return CUDA_ERROR_OUT_OF_MEMORY;
+    *pointer = 0x100000000ULL + g_allocated[device];
+    g_allocated[device] += bytes;
     return CUDA_SUCCESS;
 }

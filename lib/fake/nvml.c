@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fake_limits.h"
 #include "fake_scan.h"
 #include "nvml_abi.h"
 
@@ -597,6 +598,44 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t*
     memory->total = (unsigned long long)gb << 30;
     memory->free = memory->total;
     memory->used = 0;
+    return NVML_SUCCESS;
+}
+
+/* The per-cgroup memory limit (fake_limits.h): offered where the node was
+ * made with it, never for a MIG device (as the real one). */
+static nvmlReturn_t limits_target(nvmlDevice_t device, const char* name_space,
+                                  const struct fake_gpu** gpu) {
+    CHECK_INIT();
+    if ((*gpu = gpu_of(device)) == NULL || name_space == NULL || name_space[0] != '/')
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!fake_limits_offered(g_node.root) || device->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device,
+                                                   nvmlSetMemoryLimits_v1_t* limits) {
+    const struct fake_gpu* gpu;
+    nvmlReturn_t r = limits_target(device, limits ? limits->nameSpace : NULL, &gpu);
+    if (r != NVML_SUCCESS) return r;
+    if (limits->softLimit > limits->hardLimit) return NVML_ERROR_INVALID_ARGUMENT;
+    if (fake_limits_set(g_node.root, gpu->minor, limits->nameSpace, limits->softLimit,
+                        limits->hardLimit) != 0)
+        return NVML_ERROR_OPERATING_SYSTEM;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device,
+                                                   nvmlGetMemoryLimits_v1_t* limits) {
+    const struct fake_gpu* gpu;
+    nvmlReturn_t r = limits_target(device, limits ? limits->nameSpace : NULL, &gpu);
+    if (r != NVML_SUCCESS) return r;
+    if (fake_limits_get(g_node.root, gpu->minor, limits->nameSpace, &limits->softLimit,
+                        &limits->hardLimit) != 0)
+        return NVML_ERROR_OPERATING_SYSTEM;
+    /* A driver whose limits differ from what was asked (tests of the read-back). */
+    if (fake_limits_skewed(g_node.root) && limits->hardLimit != FAKE_NO_LIMIT)
+        limits->hardLimit /= 2;
+    limits->currentUsed = 0;
     return NVML_SUCCESS;
 }
 

@@ -95,6 +95,22 @@ typedef struct {
     unsigned long long used;
 } nvmlMemory_t;
 
+/* The per-cgroup memory limit (CUDA 13.4+ drivers), as the NVML API
+ * reference lays out nvmlSetMemoryLimits_v1_t and nvmlGetMemoryLimits_v1_t:
+ * the cgroup directory's full path ("/sys/fs/cgroup/..."), bytes. Clearing
+ * sets soft 0 and hard ~0. */
+typedef struct {
+    const char* nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+} nvmlSetMemoryLimits_v1_t;
+typedef struct {
+    const char* nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+    unsigned long long currentUsed;
+} nvmlGetMemoryLimits_v1_t;
+
 /* Events: an opaque set, the event type bits, and what a wait returns
  * (nvmlEventSetWait_v2's layout; nvmlEventSetWait, whose callers may have
  * the older struct without the instance ids, fills only the first three). */

@@ -45,7 +45,7 @@ using detail::kMaxProcFile;
 using detail::program_dirs;
 using detail::under;
 
-constexpr std::string_view kSchema = "gpubind.node/7";
+constexpr std::string_view kSchema = "gpubind.node/8";
 // A listing deeper than this (capabilities/gpu<N>/mig/gi<G>/ci<C>) is not the driver's.
 constexpr int kMaxDepth = 5;
 
@@ -396,7 +396,7 @@ class Reader {
 
 // "<schema>\n", the body's digest (8 bytes, little-endian), the body: the
 // digest is checked before the body is decoded.
-constexpr std::string_view kMagic = "gpubind.node/7\n";
+constexpr std::string_view kMagic = "gpubind.node/8\n";
 static_assert(kMagic.size() == kSchema.size() + 1 && kMagic.substr(0, kSchema.size()) == kSchema);
 constexpr std::size_t kDigestSize = 8;
 

@@ -71,7 +71,8 @@ template <class Io, class T>
 requires std::same_as<std::remove_const_t<T>, Node>
 void fields(Io& io, T& n) {
     io(n.roots.driver, n.roots.dev, n.roots.proc, n.roots.sys, n.driver_version, n.cuda_version,
-       n.gpus, n.control, n.mig_control, n.imex_channels, n.families, n.files, n.warnings);
+       n.gpus, n.control, n.mig_control, n.imex_channels, n.families, n.files, n.warnings,
+       n.memory_limits, n.memory_limits_why);
 }
 
 template <class Io, class T>

@@ -445,6 +445,7 @@ std::string apply_nvml(Node& node, std::chrono::milliseconds timeout) {
             "no libnvidia-ml.so.1: CUDA version, brand and compute "
             "capability are unknown";
         node.warnings.push_back(why);
+        node.memory_limits_why = "no libnvidia-ml.so.1";
         return why;
     }
     NvmlFacts facts;
@@ -452,9 +453,15 @@ std::string apply_nvml(Node& node, std::chrono::milliseconds timeout) {
         facts = query_nvml(lib->host_path, timeout);
     } catch (const util::Error& e) {
         node.warnings.push_back(std::string("NVML: ") + e.what());
+        node.memory_limits_why = std::string("NVML failed: ") + e.what();
         return e.what();
     }
     node.cuda_version = facts.cuda_version;
+    node.memory_limits = facts.memory_limits;
+    node.memory_limits_why = facts.memory_limits ? std::string()
+                             : facts.memory_limits_why.empty()
+                                 ? std::string("NVML said nothing of it (an older helper)")
+                                 : facts.memory_limits_why;
     for (auto& gpu : node.gpus) {
         auto it = facts.gpus.find(gpu.minor);
         if (it == facts.gpus.end()) continue;

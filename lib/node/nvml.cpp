@@ -10,13 +10,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <vector>
 
+#include "gpubind/node/memory_limits.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
@@ -37,6 +40,7 @@ constexpr unsigned kNvmlMigEnabled = 1;
 constexpr unsigned kNvmlUuidBuffer = 96;
 constexpr NvmlReturn kNvmlInvalidArgument = 2;
 constexpr NvmlReturn kNvmlNotSupported = 3;
+constexpr NvmlReturn kNvmlFunctionNotFound = 13;
 constexpr unsigned kNvlinkMaxLinks = 18;       // NVML_NVLINK_MAX_LINKS
 constexpr int kP2pCapsNvlink = 2;              // NVML_P2P_CAPS_INDEX_NVLINK
 constexpr int kP2pStatusOk = 0;                // NVML_P2P_STATUS_OK
@@ -58,6 +62,21 @@ struct NvmlFabricInfo {
     unsigned clique_id;
     unsigned char state;
 };
+
+// nvmlSetMemoryLimits_v1_t and nvmlGetMemoryLimits_v1_t as the CUDA 13.4 NVML
+// API reference lays them out: the cgroup directory's full path, bytes.
+struct NvmlSetLimits {
+    const char* name_space;
+    unsigned long long soft, hard;
+};
+struct NvmlGetLimits {
+    const char* name_space;
+    unsigned long long soft, hard, used;
+};
+using SetLimitsFn = NvmlReturn (*)(NvmlDevice, NvmlSetLimits*);
+using GetLimitsFn = NvmlReturn (*)(NvmlDevice, NvmlGetLimits*);
+// The cgroup v2 root: where discovery asks whether the driver answers for a cgroup.
+constexpr const char* kCgroupRoot = "/sys/fs/cgroup";
 
 // Brand names by nvmlBrandType_t value, spelled as NVIDIA_REQUIRE_BRAND expects.
 constexpr std::array<const char*, 17> kBrands = {
@@ -117,6 +136,55 @@ class Child {
             report_nvlink(dev, m);
         }
         report_p2p(devs.data(), minors.data(), found);
+        if (found > 0) report_memory_limits(devs[0]);
+        shutdown();
+        return 0;
+    }
+
+    // Sets each "<minor>:<soft>:<hard>" of `limits` on `cgroup_dir`, reads it
+    // back: "limit <minor> <soft> <hard>" lines, or "error" and 1.
+    int set_limits(const char* library, const char* cgroup_dir, char** limits, int count) noexcept {
+        void* lib = ::dlopen(library, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) return fail("dlopen: %s", ::dlerror());
+        lib_ = lib;
+        auto init = sym<NvmlReturn (*)()>("nvmlInit_v2");
+        auto shutdown = sym<NvmlReturn (*)()>("nvmlShutdown");
+        auto n_devices = sym<NvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2");
+        auto by_index = sym<NvmlReturn (*)(unsigned, NvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
+        auto minor_number = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMinorNumber");
+        auto set = sym<SetLimitsFn>("nvmlDeviceSetMemoryLimits_v1");
+        auto get = sym<GetLimitsFn>("nvmlDeviceGetMemoryLimits_v1");
+        if (!init || !shutdown || !n_devices || !by_index || !minor_number)
+            return fail("%s lacks a required NVML function", library);
+        if (!set || !get) return fail("%s has no nvmlDeviceSetMemoryLimits_v1", library);
+        if (NvmlReturn r = init(); r != kNvmlSuccess) return fail("nvmlInit_v2 returned %d", r);
+        unsigned n = 0;
+        if (NvmlReturn r = n_devices(&n); r != kNvmlSuccess)
+            return fail("nvmlDeviceGetCount_v2 returned %d", r);
+        for (int i = 0; i < count; ++i) {
+            unsigned minor = 0;
+            unsigned long long soft = 0, hard = 0;
+            if (std::sscanf(limits[i], "%u:%llu:%llu", &minor, &soft, &hard) != 3)
+                return fail("not a limit: %s", limits[i]);
+            NvmlDevice dev = nullptr;
+            for (unsigned j = 0; j < n && !dev; ++j) {
+                NvmlDevice d = nullptr;
+                unsigned m = 0;
+                if (by_index(j, &d) == kNvmlSuccess && minor_number(d, &m) == kNvmlSuccess &&
+                    m == minor)
+                    dev = d;
+            }
+            if (!dev) return fail("NVML knows no GPU with minor %u", minor);
+            NvmlSetLimits want{cgroup_dir, soft, hard};
+            if (NvmlReturn r = set(dev, &want); r != kNvmlSuccess)
+                return fail("nvmlDeviceSetMemoryLimits_v1(GPU minor %u, %s) returned %d", minor,
+                            cgroup_dir, r);
+            NvmlGetLimits got{cgroup_dir, 0, 0, 0};
+            if (NvmlReturn r = get(dev, &got); r != kNvmlSuccess)
+                return fail("nvmlDeviceGetMemoryLimits_v1(GPU minor %u, %s) returned %d", minor,
+                            cgroup_dir, r);
+            say("limit %u %llu %llu\n", minor, got.soft, got.hard);
+        }
         shutdown();
         return 0;
     }
@@ -222,6 +290,26 @@ class Child {
         if (any) say("fabric %u %s %u\n", minor, uuid, f.clique_id);
     }
 
+    // "memlimit yes" where NVML has the per-cgroup memory limit and the driver
+    // answers for the cgroup root; else "memlimit no <why>".
+    void report_memory_limits(NvmlDevice dev) noexcept {
+        auto set = sym<SetLimitsFn>("nvmlDeviceSetMemoryLimits_v1");
+        auto get = sym<GetLimitsFn>("nvmlDeviceGetMemoryLimits_v1");
+        if (!set || !get) {
+            say("memlimit no this NVML has no %s (drivers with CUDA 13.4 or later)\n",
+                !set ? "nvmlDeviceSetMemoryLimits_v1" : "nvmlDeviceGetMemoryLimits_v1");
+            return;
+        }
+        NvmlGetLimits got{kCgroupRoot, 0, 0, 0};
+        const NvmlReturn r = get(dev, &got);
+        if (r == kNvmlNotSupported || r == kNvmlFunctionNotFound)
+            say("memlimit no nvmlDeviceGetMemoryLimits_v1(%s) returned %d: the driver does not "
+                "offer it\n",
+                kCgroupRoot, r);
+        else
+            say("memlimit yes\n");
+    }
+
     // "p2p <minor> <minors NVML's NVLink P2P status is OK with, or ->" for
     // each GPU NVML answered for every other GPU.
     void report_p2p(const NvmlDevice* devs, const unsigned* minors, unsigned n) noexcept {
@@ -321,6 +409,11 @@ int write_nvml_report(const char* library, int out_fd) noexcept {
     return Child(out_fd).run(library);
 }
 
+int write_memory_limits(const char* library, const char* cgroup_dir, char** limits, int count,
+                        int out_fd) noexcept {
+    return Child(out_fd).set_limits(library, cgroup_dir, limits, count);
+}
+
 NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
     NvmlFacts facts;
     for (auto line : util::split(report, '\n')) {
@@ -372,6 +465,10 @@ NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
             auto& nv = nvlink_of(facts, *minor);
             nv.fabric_cluster = std::string(words[2]);
             nv.fabric_clique = static_cast<unsigned>(*clique);
+        } else if (words[0] == "memlimit" && words.size() >= 2) {
+            facts.memory_limits = words[1] == "yes";
+            if (!facts.memory_limits)
+                facts.memory_limits_why = std::string(util::trim(line.substr(line.find("no") + 2)));
         } else if (words[0] == "mig" && words.size() == 5) {
             auto minor = util::parse_unsigned(words[1]);
             auto gi = util::parse_unsigned(words[2]);
@@ -385,7 +482,13 @@ NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
     return facts;
 }
 
-NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::milliseconds timeout) {
+namespace {
+
+// Runs the child (the helper with `args` after the library, from a static
+// program; `in_process` in a forked child otherwise) and returns its report.
+std::string run_child(const std::filesystem::path& library, const std::vector<std::string>& args,
+                      const std::function<int(Child&)>& in_process,
+                      std::chrono::milliseconds timeout) {
     const std::string what = library.string();
     std::filesystem::path helper;
     if (linked_statically()) {
@@ -396,15 +499,19 @@ NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::millisec
                                   " not found next to this program or in ../libexec/gpubind");
     }
     std::vector<std::string> argv_s = {kNvmlHelperName, what};
-    std::vector<char*> argv = {argv_s[0].data(), argv_s[1].data(), nullptr};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
     char* envp[] = {nullptr};
     const util::ReportingChild child = util::fork_reporting(
         [&](int out) {
-            if (helper.empty()) return Child(out).run(what.c_str());
+            Child c(out);
+            if (helper.empty()) return in_process(c);
             // The helper, with an empty environment, its report on stdout.
             if (::dup2(out, STDOUT_FILENO) < 0) return 127;
             ::execve(helper.c_str(), argv.data(), envp);
-            Child(out).fail("execute %s: %s", helper.c_str(), std::strerror(errno));
+            c.fail("execute %s: %s", helper.c_str(), std::strerror(errno));
             return 127;
         },
         what);
@@ -424,10 +531,60 @@ NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::millisec
                           "no answer within " + std::to_string(timeout.count()) + " ms");
     }
     const int status = util::reap(child.pid);
-    NvmlFacts facts = parse_nvml_report(report.data, what);
+    // An "error" line says why (parse_nvml_report throws it).
+    if (report.data.find("error ") != std::string::npos) parse_nvml_report(report.data, what);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         throw util::Error(EIO, "query NVML", what, "the NVML child failed");
-    return facts;
+    return std::move(report.data);
+}
+
+}  // namespace
+
+NvmlFacts query_nvml(const std::filesystem::path& library, std::chrono::milliseconds timeout) {
+    const std::string what = library.string();
+    return parse_nvml_report(
+        run_child(
+            library, {}, [&](Child& c) { return c.run(what.c_str()); }, timeout),
+        what);
+}
+
+std::vector<MemoryLimit> set_memory_limits(const Node& node, const std::string& cgroup_dir,
+                                           const std::vector<MemoryLimit>& limits,
+                                           std::chrono::milliseconds timeout) {
+    auto lib = std::find_if(node.files.begin(), node.files.end(), [](const DriverFile& f) {
+        return f.kind == FileKind::Library && !f.compat32 && f.name == "libnvidia-ml.so.1";
+    });
+    if (lib == node.files.end())
+        throw util::Error(ENOENT, "set GPU memory limit", cgroup_dir,
+                          "the node has no libnvidia-ml.so.1");
+    std::vector<std::string> args = {kMemoryLimitsOption, cgroup_dir};
+    for (const MemoryLimit& l : limits)
+        args.push_back(std::to_string(l.minor) + ":" + std::to_string(l.soft) + ":" +
+                       std::to_string(l.hard));
+    std::vector<char*> argv;
+    for (std::size_t i = 2; i < args.size(); ++i) argv.push_back(args[i].data());
+    const std::string what = lib->host_path;
+    std::string report;
+    try {
+        report = run_child(
+            what, args,
+            [&](Child& c) {
+                return c.set_limits(what.c_str(), cgroup_dir.c_str(), argv.data(),
+                                    static_cast<int>(argv.size()));
+            },
+            timeout);
+    } catch (const util::Error& e) {
+        throw util::Error(e.kind(), e.code().value(), "set GPU memory limit", cgroup_dir, e.what());
+    }
+    std::vector<MemoryLimit> got;
+    for (auto line : util::split(report, '\n')) {
+        auto words = util::split(line, ' ');
+        if (words.size() != 4 || words[0] != "limit") continue;
+        const auto minor = util::parse_unsigned(words[1]);
+        const auto soft = util::parse_unsigned(words[2]), hard = util::parse_unsigned(words[3]);
+        if (minor && soft && hard) got.push_back({static_cast<unsigned>(*minor), *soft, *hard});
+    }
+    return got;
 }
 
 }  // namespace gpubind::node

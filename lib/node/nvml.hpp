@@ -24,6 +24,8 @@ struct NvmlGpuFacts {
 
 struct NvmlFacts {
     std::string cuda_version;               // "12.4"
+    bool memory_limits = false;             // the driver's per-cgroup memory limit
+    std::string memory_limits_why;          // why not, where NVML said
     std::map<unsigned, NvmlGpuFacts> gpus;  // by device minor
 };
 
@@ -42,6 +44,13 @@ inline constexpr const char* kNvmlHelperName = "gpubind-nvml";
 // "error" lines to `out_fd`. Returns the exit
 // status for the process (0 when NVML answered). Run it in a child only.
 int write_nvml_report(const char* library, int out_fd) noexcept;
+
+// The helper's option for the per-cgroup memory limit:
+// `gpubind-nvml LIBRARY --memory-limits CGROUP_DIR MINOR:SOFT:HARD...` sets
+// each and writes "limit <minor> <soft> <hard>" as NVML reads it back.
+inline constexpr const char* kMemoryLimitsOption = "--memory-limits";
+int write_memory_limits(const char* library, const char* cgroup_dir, char** limits, int count,
+                        int out_fd) noexcept;
 
 // Parses the child's report (exposed for tests).
 NvmlFacts parse_nvml_report(std::string_view report, const std::string& what);

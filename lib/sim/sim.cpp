@@ -454,6 +454,7 @@ Manifest Writer::run() {
     if (spec.firmware) firmware();
     ldconfig();
     topology();
+    if (spec.memory_limits) write(at("gpubind-fake-nvml/memory-limits"), "", 0644);
 
     nlohmann::json j = manifest_;
     write(at(kManifestName), j.dump(2) + "\n", 0644);
@@ -496,6 +497,7 @@ void to_json(nlohmann::json& j, const Manifest& m) {
                  {"gds", m.spec.gds},
                  {"gdrcopy", m.spec.gdrcopy},
                  {"drm", m.spec.drm},
+                 {"memory_limits", m.spec.memory_limits},
                  {"prefix", m.spec.prefix},
                  {"topology", m.spec.topology}};
     j["cuda_version"] = m.cuda_version;

@@ -3,11 +3,14 @@
 #include <chrono>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/cdi/runtime.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/os/harden.hpp"
 #include "gpubind/os/prefault.hpp"
+#include "gpubind/start/share_limit.hpp"
 #include "gpubind/start/start.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
@@ -36,11 +39,34 @@ Stage stage_of(const HookCall& call) {
     return finish ? Stage::Finish : cdi_stage ? Stage::Cdi : Stage::Request;
 }
 
+// Clears what a GPU share set on the container's cgroup (a record under the
+// state directory says what; none: nothing to do). A container's teardown
+// never fails for it: a state or config it cannot read leaves nothing to undo.
+void poststop(const HookCall& call, const OnContainer& on_container) noexcept {
+    try {
+        const config::Config config = config::load_trusted_config();
+        const os::harden::Deadline deadline(kBudget);
+        // The state's id only: the process is gone (its pid may be 0).
+        const auto doc = nlohmann::json::parse(
+            os::harden::read_stream(call.state_fd, decide::oci::kMaxStateSize, "stdin", deadline),
+            nullptr, false);
+        if (!doc.is_object() || !doc.contains("id") || !doc["id"].is_string()) return;
+        const std::string id = doc["id"].get<std::string>();
+        on_container(config, id);
+        undo_memory_limits(config, id);
+    } catch (const std::exception& e) {
+        util::logger().debug("poststop: nothing undone: {}", e.what());
+    }
+}
+
 }  // namespace
 
 int run_hook(const HookCall& call, const OnContainer& on_container) {
-    if (call.stage == "poststop") return util::kExitOk;
     const auto started = Clock::now();
+    if (call.stage == "poststop") {
+        poststop(call, on_container);
+        return util::kExitOk;
+    }
     // What every start touches first (the config, the state, the spec): its
     // heap and stack mapped in one call each, not a page fault per page.
     os::prefault({.heap = 64 * 1024, .stack = 16 * 1024});
@@ -85,6 +111,7 @@ int run_hook(const HookCall& call, const OnContainer& on_container) {
                 .sys = call.sys,
                 .rootfs = spec.rootfs,
                 .pid = state.pid,
+                .container_id = state.id,
                 .deadline = deadline,
                 // A rootless runtime runs its hooks as the user: no privilege
                 // over the host, all of them in the container's own user namespace.

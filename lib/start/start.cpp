@@ -7,7 +7,9 @@
 
 #include "gpubind/cdi/cdi.hpp"
 #include "gpubind/cdi/runtime.hpp"
+#include "gpubind/decide/share.hpp"
 #include "gpubind/exec/exec.hpp"
+#include "gpubind/start/share_limit.hpp"
 #include "gpubind/util/log.hpp"
 
 namespace gpubind::start {
@@ -73,7 +75,23 @@ decide::Decision run(Start& start, decide::Request request, Act act) {
     if (start.target.rootless)
         util::logger().debug("rootless: joining the container's user namespace");
     start.deadline.check("configure the container");
-    execute(d.plan, make_target(start), sys);
+    // A memory share on a node whose driver limits cgroups: set before the
+    // container is changed, cleared if that fails. Nothing for any other start.
+    std::vector<node::MemoryLimit> limits;
+    std::string cgroup_dir;
+    if (d.request.share.asked() && d.node->memory_limits && start.pid > 0) {
+        limits =
+            decide::share_limits(d.request.share, node::select_devices(*d.node, d.request.devices));
+        cgroup_dir =
+            apply_memory_limits(*d.node, limits, start.pid, start.container_id, sys, start.config);
+    }
+    try {
+        execute(d.plan, make_target(start), sys);
+    } catch (...) {
+        if (!cgroup_dir.empty())
+            clear_memory_limits(*d.node, cgroup_dir, limits, start.config, start.container_id);
+        throw;
+    }
     return d;
 }
 

@@ -1,6 +1,7 @@
 /* probe: runs inside a test container and prints what it sees, one fact a line.
  *
  *   probe cuda              dlopen("libcuda.so.1"): cuInit, version, device count
+ *   probe alloc BYTES       cuMemAlloc_v2 of BYTES on device 0: "alloc BYTES result=<CUresult>"
  *   probe nvml              dlopen("libnvidia-ml.so.1"): nvmlInit_v2, device count
  *   probe open PATH...      open(O_RDWR) of each: "PATH ok" or "PATH <ERRNO NAME>"
  *   probe stat PATH...      "PATH c MAJOR:MINOR", "PATH f", "PATH d", "PATH l" or "PATH ENOENT"
@@ -74,6 +75,30 @@ static int probe_cuda(void) {
     return 0;
 }
 
+/* "alloc <bytes> result=<CUresult>": cuMemAlloc_v2 of `bytes` on device 0. */
+static int probe_alloc(const char* bytes_text) {
+    void* lib;
+    if (load("libcuda.so.1", &lib)) return 1;
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(lib, "cuInit");
+    int (*get)(int*, int) = (int (*)(int*, int))dlsym(lib, "cuDeviceGet");
+    int (*ctx)(void**, unsigned, int) =
+        (int (*)(void**, unsigned, int))dlsym(lib, "cuCtxCreate_v2");
+    int (*alloc)(unsigned long long*, size_t) =
+        (int (*)(unsigned long long*, size_t))dlsym(lib, "cuMemAlloc_v2");
+    if (!init || !get || !ctx || !alloc) {
+        printf("libcuda.so.1 missing-symbols\n");
+        return 1;
+    }
+    unsigned long long bytes = strtoull(bytes_text, NULL, 10), ptr = 0;
+    int dev = 0, rc = init(0);
+    void* context = NULL;
+    if (rc == 0) rc = get(&dev, 0);
+    if (rc == 0) rc = ctx(&context, 0, dev);
+    if (rc == 0) rc = alloc(&ptr, (size_t)bytes);
+    printf("alloc %llu result=%d\n", bytes, rc);
+    return 0;
+}
+
 static int probe_nvml(void) {
     void* lib;
     if (load("libnvidia-ml.so.1", &lib)) return 1;
@@ -121,6 +146,7 @@ int main(int argc, char** argv) {
     }
     const char* cmd = argv[1];
     if (!strcmp(cmd, "cuda")) return probe_cuda();
+    if (!strcmp(cmd, "alloc") && argc == 3) return probe_alloc(argv[2]);
     if (!strcmp(cmd, "nvml")) return probe_nvml();
     for (int i = 2; i < argc; ++i) {
         if (!strcmp(cmd, "open"))

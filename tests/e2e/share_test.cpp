@@ -1,10 +1,13 @@
 // End to end (issue 48): a container asking for a share of a GPU
 // (GPUBIND_GPU_MEMORY, or the hint of another scheduler) started through
 // runc, by gpubind-hook and by gpubind-runtime, on a simulated node whose fake
-// NVML reports each GPU's memory. This gpubind enforces no share yet: the
-// start is refused with one line saying so, nothing left in the rootfs, and
-// with [policy] shares = "soft" it starts with the whole GPUs and a warning.
-// A limit above a GPU's memory is refused either way. Expectations come from
+// NVML reports each GPU's memory. Where the driver offers no per-cgroup memory
+// limit the start is refused with one line saying so, nothing left in the
+// rootfs, and with [policy] shares = "soft" it starts with the whole GPUs and
+// a warning. A limit above a GPU's memory is refused either way. Where the
+// driver offers it (gpubind simulate --memory-limits), the hook sets it on the
+// container's cgroup: the fake CUDA's allocations inside stop at it, and it
+// is gone once the container is. Expectations come from
 // the simulated node's manifest and the simulator's documented memory (the
 // model's "<N>GB").
 #include <algorithm>
@@ -81,10 +84,13 @@ class ShareE2e : public ::testing::Test {
         EXPECT_EQ(host_mounts(), mounts);
     }
     static std::string cannot_enforce(const std::string& asked_by) {
+        // The fake NVML's answer where the node was made without the limit.
         return fmt::format(
-            "check share {}: this node cannot enforce a GPU share: {}; [policy] shares = soft "
-            "starts it unenforced",
-            asked_by, decide::share_enforcement());
+            "check share {}: this node cannot enforce a GPU share: the driver offers no "
+            "per-cgroup memory limit (nvmlDeviceGetMemoryLimits_v1(/sys/fs/cgroup) returned 3: "
+            "the driver does not offer it), and gpubind applies no MPS yet; [policy] shares = "
+            "soft starts it unenforced",
+            asked_by);
     }
 
     static inline std::unique_ptr<SimNode> node_;
@@ -108,8 +114,9 @@ TEST_F(ShareE2e, SoftStartsItWithTheWholeGpuAndAWarning) {
     ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node_->log());
     EXPECT_EQ(expect_gpus(m(), r.out, {0, 1}), "") << r.out;
     EXPECT_THAT(slurp(node_->log()),
-                HasSubstr("GPUBIND_GPU_MEMORY=10GiB: the share is not enforced: " +
-                          decide::share_enforcement() + "; starting it anyway (shares = soft)"));
+                HasSubstr("GPUBIND_GPU_MEMORY=10GiB: the share is not enforced: the driver offers "
+                          "no per-cgroup memory limit"));
+    EXPECT_THAT(slurp(node_->log()), HasSubstr("; starting it anyway (shares = soft)"));
 }
 
 TEST_F(ShareE2e, ALimitAboveTheGpusMemoryIsRefusedEvenWhenSoft) {
@@ -140,6 +147,104 @@ TEST_F(ShareE2e, TheShimRefusesBeforeRuncAndStartsWhenSoft) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(expect_gpus(m(), r.out, {1}), "") << r.out;
     EXPECT_THAT(slurp(node_->log()), HasSubstr("starting it anyway (shares = soft)"));
+}
+
+// A node whose driver offers the per-cgroup memory limit.
+class MemoryLimitE2e : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        sim::Spec spec;
+        spec.gpus = 2;
+        spec.model = "NVIDIA A100-SXM4-40GB";
+        spec.memory_limits = true;
+        node_ = std::make_unique<SimNode>(spec, "gpubind-e2e-memlimit");
+    }
+    static void TearDownTestSuite() { node_.reset(); }
+    static const sim::Manifest& m() { return node_->manifest(); }
+    static std::string limits() { return slurp(node_->root() / "gpubind-fake-nvml/memory-limits"); }
+
+    // A container given GPU `gpu` with `share`, the hook at createRuntime and
+    // poststop, the fake driver's state where its fake CUDA reads it; it
+    // prints its cgroup, the limits the driver holds, then allocates 80 % and
+    // 120 % of 1 GiB (two processes).
+    Bundle bundle(const std::string& gpu, const std::string& share, bool poststop = true) {
+        Bundle b(work_.path() / ("b" + std::to_string(count_++)));
+        b.hook(hook(), node_->config(), "createRuntime");
+        if (poststop) b.hook(hook(), node_->config(), "poststop");
+        b.bind(node_->root() / "gpubind-fake-nvml", "/gpubind-fake-nvml");
+        b.env("NVIDIA_VISIBLE_DEVICES=" + gpu).env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
+        if (!share.empty()) b.env(share);
+        b.command(
+            fmt::format("echo \"cgroup $(grep '^0::' /proc/self/cgroup)\"; "
+                        "cat /gpubind-fake-nvml/memory-limits; probe alloc {}; probe alloc {}",
+                        kGiB * 8 / 10, kGiB * 12 / 10));
+        return b;
+    }
+
+    static constexpr std::uint64_t kGiB = 1ull << 30;
+    static inline std::unique_ptr<SimNode> node_;
+    TempDir work_{"gpubind-e2e-memlimit"};
+    int count_ = 0;
+};
+
+TEST_F(MemoryLimitE2e, ALimitOf1GiBStopsAllocationsAboveItAndGoesWithTheContainer) {
+    Bundle b = bundle("1", "GPUBIND_GPU_MEMORY=1GiB");
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node_->log());
+    // Set on the container's own cgroup, for its GPU only, as the kernel names it.
+    const auto at = r.out.find("cgroup 0::/");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string cgroup = r.out.substr(at + 10, r.out.find('\n', at) - at - 10);
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("{} 0 {} {}\n", m().gpus[1].minor, kGiB, cgroup)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=0\n", kGiB * 8 / 10)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=2\n", kGiB * 12 / 10)))
+        << "120 % of the share was allocated";
+    // The container is gone, and its limit with it (poststop).
+    EXPECT_EQ(limits(), "");
+}
+
+TEST_F(MemoryLimitE2e, WithoutAShareTheWholeGpuIsAllocatable) {
+    Bundle b = bundle("0", "");
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=0\n", kGiB * 12 / 10)));
+    EXPECT_EQ(limits(), "");
+}
+
+TEST_F(MemoryLimitE2e, ALimitReadBackOtherwiseIsRefusedAndCleared) {
+    const auto skew = node_->root() / "gpubind-fake-nvml/memory-limits-skewed";
+    std::ofstream(skew).flush();
+    Bundle b = bundle("1", "GPUBIND_GPU_MEMORY=1GiB");
+    auto r = b.run();
+    std::filesystem::remove(skew);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.out, Not(HasSubstr("alloc"))) << "the container ran";
+    EXPECT_THAT(r.err, HasSubstr(fmt::format("GPU minor {} reads back a limit of {} bytes (soft "
+                                             "0), not {} (soft 0)",
+                                             m().gpus[1].minor, kGiB / 2, kGiB)));
+    EXPECT_EQ(limits(), "");
+}
+
+TEST_F(MemoryLimitE2e, AStartThatFailsAfterSettingTheLimitClearsIt) {
+    // No poststop hook (runc runs it for a container it could not start): the
+    // start's own failure clears what it set.
+    Bundle b = bundle("1", "GPUBIND_GPU_MEMORY=1GiB", /*poststop=*/false);
+    // A directory where the driver's link goes: the start fails after the limit was set.
+    std::filesystem::create_directories(b.rootfs() / "usr/lib/x86_64-linux-gnu/libcuda.so.1/x");
+    auto r = b.run();
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.out, Not(HasSubstr("alloc"))) << "the container ran";
+    EXPECT_THAT(r.err, HasSubstr("libcuda.so.1: is a directory where the driver's link goes"))
+        << "it failed another way";
+    EXPECT_EQ(limits(), "");
+}
+
+TEST_F(MemoryLimitE2e, AComputeShareIsStillRefused) {
+    Bundle b = bundle("0", "GPUBIND_GPU_COMPUTE=50");
+    auto r = b.run();
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr("holds memory only, and a compute share needs MPS"));
+    EXPECT_EQ(limits(), "");
 }
 
 }  // namespace

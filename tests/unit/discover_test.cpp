@@ -108,8 +108,15 @@ TEST_P(Shape, InfoShowsTheNodesGpus) {
                                       : 80;
         EXPECT_EQ(j["memory"], gib << 30) << g.model;
     }
-    EXPECT_EQ(info["shares"]["enforced_by"], nullptr);
-    EXPECT_FALSE(info["shares"]["why"].get<std::string>().empty());
+    // The driver's per-cgroup memory limit where the fake NVML offers it.
+    if (manifest().spec.memory_limits) {
+        EXPECT_EQ(info["shares"]["enforced_by"], "the driver's per-cgroup memory limit");
+        EXPECT_EQ(info["shares"]["why"], "");
+    } else {
+        EXPECT_EQ(info["shares"]["enforced_by"], nullptr);
+        EXPECT_THAT(info["shares"]["why"].get<std::string>(),
+                    ::testing::HasSubstr("the driver offers no per-cgroup memory limit"));
+    }
     std::set<std::tuple<unsigned, unsigned, unsigned, std::string>> want, got;
     for (const auto& m : manifest().migs) want.emplace(m.gpu, m.gi, m.ci, m.uuid);
     for (const auto& g : info["gpus"])
@@ -236,7 +243,13 @@ INSTANTIATE_TEST_SUITE_P(
                       spec(2, false, false, true, {{1, 2, 0}}, "570.86.15", 4),
                       // A GPU sandbox's layout: the driver in its own prefix and
                       // shell wrappers in /usr/bin; the programs are the prefix's.
-                      spec(2, true, true, true, {}, "580.159.04", 0, "usr/local/nvidia")));
+                      spec(2, true, true, true, {}, "580.159.04", 0, "usr/local/nvidia"),
+                      // A driver offering the per-cgroup GPU memory limit.
+                      [] {
+                          sim::Spec s = spec(2, true, true, true);
+                          s.memory_limits = true;
+                          return s;
+                      }()));
 
 // A wrapper script with no driver program behind it is not given (a
 // container would get a script naming a path it lacks), and the node says so.

@@ -233,6 +233,8 @@ TEST_F(Doctor, GpuSharesAreRefusedOrUnenforcedAsThePolicySays) {
     const Check strict = named(node_checks(), "gpu-shares");
     EXPECT_EQ(strict.verdict, Verdict::Ok);
     EXPECT_THAT(strict.summary, HasSubstr("is refused"));
+    EXPECT_THAT(joined(strict), HasSubstr("enforced by: nothing (the driver offers no per-cgroup "
+                                          "memory limit"));
     EXPECT_THAT(joined(strict), HasSubstr("[policy] shares = \"strict\""));
     config().policy.shares = config::SharesPolicy::Soft;
     const auto checks = node_checks();
@@ -241,6 +243,21 @@ TEST_F(Doctor, GpuSharesAreRefusedOrUnenforcedAsThePolicySays) {
     EXPECT_THAT(soft.summary, HasSubstr("unenforced"));
     EXPECT_THAT(soft.fix, HasSubstr("shares = \"strict\""));
     only_this(checks, {"gpu-shares"});
+}
+
+// Where the driver offers the per-cgroup memory limit, the check names it
+// whatever the policy: a memory share is enforced, not refused.
+class DoctorMemoryLimits : public Doctor {
+  protected:
+    DoctorMemoryLimits() { node_options().spec().memory_limits = true; }
+};
+
+TEST_F(DoctorMemoryLimits, GpuSharesAreEnforcedByTheDriversLimit) {
+    const auto checks = node_checks();
+    const Check c = named(checks, "gpu-shares");
+    EXPECT_EQ(c.verdict, Verdict::Ok);
+    EXPECT_THAT(c.summary, HasSubstr("enforced by the driver's per-cgroup memory limit"));
+    EXPECT_THAT(joined(c), HasSubstr("enforced by: the driver's per-cgroup memory limit"));
 }
 
 TEST_F(Doctor, ModifyDeviceFilesOffWithoutNodes) {

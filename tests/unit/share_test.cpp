@@ -13,6 +13,7 @@
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/decide/share.hpp"
+#include "gpubind/start/share_limit.hpp"
 #include "gpubind/util/error.hpp"
 
 namespace gpubind {
@@ -189,42 +190,46 @@ Config soft() {
     return c;
 }
 
-std::string refusal(const ShareRequest& share, const Selection& s, const Config& config = {}) {
-    const Error e = error_of([&] { check_share(share, s, config); });
+std::string refusal(const ShareRequest& share, const Node& node, const Selection& s,
+                    const Config& config = {}) {
+    const Error e = error_of([&] { check_share(share, node, s, config); });
     EXPECT_EQ(e.kind(), ErrorKind::Refused) << e.what();
     return e.what();
 }
 
 TEST(CheckShare, NoShareIsNeverChecked) {
     const Node node = node_of_three();
-    EXPECT_NO_THROW(check_share(ShareRequest{}, handed(node, {0, 1, 2}), Config{}));
+    EXPECT_NO_THROW(check_share(ShareRequest{}, node, handed(node, {0, 1, 2}), Config{}));
 }
 
 TEST(CheckShare, ThisNodeEnforcesNoShareSoStrictRefusesAndSoftStarts) {
     const Node node = node_of_three();
     const ShareRequest share = share_of({"GPUBIND_GPU_MEMORY=4GiB"});
-    EXPECT_EQ(refusal(share, handed(node, {0})),
-              "check share GPUBIND_GPU_MEMORY=4GiB: this node cannot enforce a GPU share: " +
-                  share_enforcement() + "; [policy] shares = soft starts it unenforced");
-    EXPECT_NO_THROW(check_share(share, handed(node, {0, 1}), soft()));
+    EXPECT_EQ(refusal(share, node, handed(node, {0})),
+              "check share GPUBIND_GPU_MEMORY=4GiB: this node cannot enforce a GPU share: "
+              "the driver offers no per-cgroup memory limit (NVML was not asked), and "
+              "gpubind applies no MPS yet; [policy] shares = soft starts it unenforced");
+    EXPECT_NO_THROW(check_share(share, node, handed(node, {0, 1}), soft()));
     // A GPU whose memory is unknown is not judged by it.
-    EXPECT_NO_THROW(check_share(share_of({"GPUBIND_GPU_MEMORY=64GiB"}), handed(node, {2}), soft()));
+    EXPECT_NO_THROW(
+        check_share(share_of({"GPUBIND_GPU_MEMORY=64GiB"}), node, handed(node, {2}), soft()));
 }
 
 TEST(CheckShare, WhatNoMechanismCouldGiveIsRefusedEvenWhenSoft) {
     Node node = node_of_three();
-    EXPECT_EQ(refusal(share_of({"GPUBIND_GPU_MEMORY=20GiB"}), handed(node, {0, 1}), soft()),
+    EXPECT_EQ(refusal(share_of({"GPUBIND_GPU_MEMORY=20GiB"}), node, handed(node, {0, 1}), soft()),
               "check share GPUBIND_GPU_MEMORY=20GiB: a limit of 20 GiB on GPU 0 (GPU-0), which "
               "has 16 GiB");
     EXPECT_THAT(
-        refusal(share_of({"CUDA_DEVICE_MEMORY_LIMIT_0=1g", "CUDA_DEVICE_MEMORY_LIMIT_1=17g"}),
+        refusal(share_of({"CUDA_DEVICE_MEMORY_LIMIT_0=1g", "CUDA_DEVICE_MEMORY_LIMIT_1=17g"}), node,
                 handed(node, {0, 1}), soft()),
         HasSubstr("a limit of 17 GiB on GPU 1 (GPU-1), which has 16 GiB"));
-    EXPECT_THAT(refusal(share_of({"CUDA_DEVICE_MEMORY_LIMIT_2=1g"}), handed(node, {0, 1}), soft()),
-                HasSubstr("CUDA_DEVICE_MEMORY_LIMIT_2 names the container's GPU 2, but it is "
-                          "given 2"));
+    EXPECT_THAT(
+        refusal(share_of({"CUDA_DEVICE_MEMORY_LIMIT_2=1g"}), node, handed(node, {0, 1}), soft()),
+        HasSubstr("CUDA_DEVICE_MEMORY_LIMIT_2 names the container's GPU 2, but it is "
+                  "given 2"));
     EXPECT_THAT(refusal(share_of({"ALIYUN_COM_GPU_MEM_CONTAINER=2", "ALIYUN_COM_GPU_MEM_IDX=2"}),
-                        handed(node, {0}), soft()),
+                        node, handed(node, {0}), soft()),
                 HasSubstr("the share is on GPU 2, which the container is not given"));
 
     node.gpus[1].mig.push_back(MigDevice{});
@@ -232,9 +237,116 @@ TEST(CheckShare, WhatNoMechanismCouldGiveIsRefusedEvenWhenSoft) {
     node.gpus[1].mig.back().uuid = "MIG-1";
     Selection mig;
     mig.migs.push_back(&node.gpus[1].mig.back());
-    EXPECT_THAT(refusal(share_of({"GPUBIND_GPU_COMPUTE=50"}), mig, soft()),
+    EXPECT_THAT(refusal(share_of({"GPUBIND_GPU_COMPUTE=50"}), node, mig, soft()),
                 HasSubstr("a share of MIG device MIG-1: a MIG device is already a fixed part of "
                           "its GPU"));
+}
+
+TEST(CheckShare, TheDriversMemoryLimitEnforcesMemoryButNoComputeShare) {
+    Node node = node_of_three();
+    node.memory_limits_why = "this NVML has no nvmlDeviceSetMemoryLimits_v1";
+    EXPECT_EQ(share_enforcement(node).by, "");
+    EXPECT_EQ(share_enforcement(node).lacks,
+              "the driver offers no per-cgroup memory limit (this NVML has no "
+              "nvmlDeviceSetMemoryLimits_v1), and gpubind applies no MPS yet");
+    EXPECT_THAT(refusal(share_of({"GPUBIND_GPU_MEMORY=4GiB"}), node, handed(node, {0})),
+                HasSubstr("this NVML has no nvmlDeviceSetMemoryLimits_v1"));
+
+    node.memory_limits = true;
+    node.memory_limits_why.clear();
+    EXPECT_EQ(share_enforcement(node).by, "the driver's per-cgroup memory limit");
+    EXPECT_EQ(share_enforcement(node).lacks, "");
+    EXPECT_NO_THROW(
+        check_share(share_of({"GPUBIND_GPU_MEMORY=4GiB"}), node, handed(node, {0, 1}), Config{}));
+    EXPECT_EQ(refusal(share_of({"GPUBIND_GPU_COMPUTE=50"}), node, handed(node, {0})),
+              "check share GPUBIND_GPU_COMPUTE=50: this node cannot enforce a GPU share: the "
+              "driver's per-cgroup memory limit holds memory only, and a compute share needs MPS, "
+              "which gpubind does not apply yet; [policy] shares = soft starts it unenforced");
+    // A limit above the GPU's memory stays refused where the driver would take it.
+    EXPECT_THAT(refusal(share_of({"GPUBIND_GPU_MEMORY=20GiB"}), node, handed(node, {0})),
+                HasSubstr("a limit of 20 GiB on GPU 0 (GPU-0), which has 16 GiB"));
+}
+
+TEST(ShareLimits, EachGpusLimitWithTheRequestAsItsSoftLimit) {
+    const Node node = node_of_three();
+    using L = node::MemoryLimit;
+    EXPECT_EQ(
+        decide::share_limits(share_of({"GPUBIND_GPU_MEMORY=4GiB"}), handed(node, {0, 1})),
+        (std::vector<L>{{node.gpus[0].minor, 0, 4 * kGiB}, {node.gpus[1].minor, 0, 4 * kGiB}}));
+    EXPECT_EQ(decide::share_limits(
+                  share_of({"NVIDIA_GPU_MEMORY_LIMIT=8Gi", "NVIDIA_GPU_MEMORY_REQUEST=2Gi"}),
+                  handed(node, {1})),
+              (std::vector<L>{{node.gpus[1].minor, 2 * kGiB, 8 * kGiB}}));
+    EXPECT_EQ(
+        decide::share_limits(
+            share_of({"CUDA_DEVICE_MEMORY_LIMIT=2g", "CUDA_DEVICE_MEMORY_LIMIT_1=3g"}),
+            handed(node, {0, 1})),
+        (std::vector<L>{{node.gpus[0].minor, 0, 2 * kGiB}, {node.gpus[1].minor, 0, 3 * kGiB}}));
+    EXPECT_TRUE(
+        decide::share_limits(share_of({"GPUBIND_GPU_COMPUTE=50"}), handed(node, {0})).empty());
+}
+
+// The container's actual cgroup, where the driver's memory limit is set: its
+// /proc/<pid>/cgroup under the cgroup2 mount that reaches it.
+constexpr const char* kUnified = "90 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n";
+constexpr const char* kHybrid =
+    "30 25 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n"
+    "41 30 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+    "42 30 0:39 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+    "43 30 0:40 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n";
+
+std::string cgroup_dir(const std::string& proc_cgroup, const std::string& mountinfo = kUnified) {
+    return start::share_cgroup_dir(proc_cgroup, mountinfo, "container c1");
+}
+
+TEST(ShareCgroup, SystemdCgroupfsRootlessAndNestedPathsAsTheKernelSaysThem) {
+    // systemd's cgroup driver (docker, containerd, CRI-O with systemd)
+    EXPECT_EQ(cgroup_dir("0::/system.slice/docker-0123abcd.scope\n"),
+              "/sys/fs/cgroup/system.slice/docker-0123abcd.scope");
+    EXPECT_EQ(cgroup_dir("0::/kubepods.slice/kubepods-burstable.slice/"
+                         "kubepods-burstable-pod1.slice/cri-containerd-abc.scope\n"),
+              "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/"
+              "kubepods-burstable-pod1.slice/cri-containerd-abc.scope");
+    // cgroupfs' (runc's default, docker with cgroupfs, Kubernetes' cgroupfs driver)
+    EXPECT_EQ(cgroup_dir("0::/docker/0123abcd\n"), "/sys/fs/cgroup/docker/0123abcd");
+    EXPECT_EQ(cgroup_dir("0::/kubepods/besteffort/pod1/abc\n"),
+              "/sys/fs/cgroup/kubepods/besteffort/pod1/abc");
+    // A rootless engine's, under the user's systemd
+    EXPECT_EQ(cgroup_dir("0::/user.slice/user-1000.slice/user@1000.service/user.slice/"
+                         "libpod-abc.scope/container\n"),
+              "/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/user.slice/"
+              "libpod-abc.scope/container");
+    // Nested: a runtime in a container whose cgroup tree is mounted from its
+    // own cgroup down (the path the kernel shows starts above the mount's root).
+    EXPECT_EQ(cgroup_dir("0::/kubepods/pod1/node/docker/inner\n",
+                         "90 31 0:38 /kubepods/pod1/node /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"),
+              "/sys/fs/cgroup/docker/inner");
+    // ... and in a cgroup namespace of its own (its paths start at its root).
+    EXPECT_EQ(cgroup_dir("0::/docker/inner\n"), "/sys/fs/cgroup/docker/inner");
+}
+
+TEST(ShareCgroup, AHybridHostsUnifiedTreeAndAV1OnlyHostRefused) {
+    // v1 controllers beside the unified tree: the limit is the unified tree's.
+    EXPECT_EQ(cgroup_dir("12:memory:/docker/abc\n4:devices:/docker/abc\n0::/docker/abc\n", kHybrid),
+              "/sys/fs/cgroup/unified/docker/abc");
+    // v1 only: the memory and devices lines are no cgroup the driver limits.
+    const Error v1 = error_of([] {
+        cgroup_dir("12:memory:/docker/abc\n4:devices:/docker/abc\n1:name=systemd:/docker/abc\n");
+    });
+    EXPECT_EQ(v1.kind(), ErrorKind::Refused);
+    EXPECT_STREQ(v1.what(),
+                 "set GPU memory limit container c1: the driver's per-cgroup memory limit needs a "
+                 "cgroup v2 cgroup, and the container is in cgroup v1 hierarchies only");
+    // A cgroup outside every mount this process reaches (another cgroup
+    // namespace's, "/.."), or no cgroup2 mount at all: refused, never guessed.
+    const Error outside = error_of([] { cgroup_dir("0::/../../other/abc\n"); });
+    EXPECT_EQ(outside.kind(), ErrorKind::Refused);
+    EXPECT_THAT(outside.what(), ::testing::StartsWith("set GPU memory limit container c1: "));
+    const Error unmounted = error_of([] {
+        cgroup_dir("0::/docker/abc\n",
+                   "42 30 0:39 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+    });
+    EXPECT_EQ(unmounted.kind(), ErrorKind::Refused);
 }
 
 TEST(ShareSize, AsMessagesSayIt) {

@@ -21,10 +21,12 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gpubind/config/config.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/node/devices.hpp"
+#include "gpubind/node/memory_limits.hpp"
 #include "gpubind/node/node.hpp"
 
 namespace gpubind::decide {
@@ -51,20 +53,36 @@ ShareRequest read_share(const oci::Spec& spec, const std::string& where);
 // "10 GiB", "1536 MiB", "100 B": a size as messages say it.
 std::string size_text(std::uint64_t bytes);
 
+// The share mechanism of a node whose driver offers the per-cgroup memory limit.
+inline constexpr const char* kDriverMemoryLimit = "the driver's per-cgroup memory limit";
+
+// How `node` enforces GPU shares, for messages, `gpubind info` and doctor:
+// `by` names the mechanism (kDriverMemoryLimit, found by NVML at discovery,
+// node::Node::memory_limits), or is empty and `lacks` says in one line why
+// none. The driver's limit holds memory only: a compute share needs MPS,
+// which this gpubind does not apply.
+struct ShareEnforcement {
+    std::string by;
+    std::string lacks;
+};
+ShareEnforcement share_enforcement(const node::Node& node);
+
 // Checks a share request against the GPUs handed and what the node can
 // enforce: nothing for a request that asks none. A share of a MIG device, a
 // limit above a GPU's memory (as NVML reports it), a device position the
 // container does not have or a gpushare GPU index it was not handed throw
-// Error(ECANCELED, "check share", <asked by>, <why>). This gpubind applies no
-// share mechanism yet: a share is refused with one line naming what the node
-// lacks, unless [policy] shares = "soft" starts the container unenforced with
-// that line logged as a warning.
-void check_share(const ShareRequest& share, const node::Selection& selection,
-                 const config::Config& config);
+// Error(ECANCELED, "check share", <asked by>, <why>). A share the node cannot
+// enforce (a compute share; a memory share where the driver offers no
+// per-cgroup limit) is refused with one line naming what the node lacks,
+// unless [policy] shares = "soft" starts the container unenforced with that
+// line logged as a warning.
+void check_share(const ShareRequest& share, const node::Node& node,
+                 const node::Selection& selection, const config::Config& config);
 
-// Why no GPU share is enforced on this node, for messages, `gpubind info` and
-// doctor: one line. (What a node offers, the driver's per-cgroup memory
-// limit or MPS, is not discovered yet: this gpubind applies neither.)
-std::string share_enforcement();
+// The limits to set for `share` on the GPUs handed (the driver's per-cgroup
+// limit): each GPU's limit (its CUDA_DEVICE_MEMORY_LIMIT_<i>, else the
+// share's), the request as the soft limit. Empty when no memory is asked.
+std::vector<node::MemoryLimit> share_limits(const ShareRequest& share,
+                                            const node::Selection& selection);
 
 }  // namespace gpubind::decide

@@ -107,6 +107,9 @@ struct NodeFacts {
     FileFact ldconfig_fact;  // stat through links
     config::LdcacheMethod ldcache_method = config::LdcacheMethod::Gpubind;
     config::SharesPolicy shares = config::SharesPolicy::Strict;  // [policy] shares
+    // How the node enforces GPU shares (decide::share_enforcement): the
+    // mechanism, or empty and why none.
+    std::string share_by, share_lacks;
     // dev/char/<major>:<minor> of each device in `dev`: lstat, and where it leads.
     std::map<std::string, FileFact> dev_char;
     std::map<std::string, std::optional<std::string>> dev_char_target;  // resolved in the dev root

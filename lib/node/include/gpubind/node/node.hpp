@@ -127,6 +127,10 @@ struct Node {
     std::vector<FamilyNodes> families;
     std::vector<DriverFile> files;
     std::vector<std::string> warnings;  // optional things that were missing or odd
+    // The driver's per-cgroup GPU memory limit (NVML's nvmlDeviceSetMemoryLimits_v1, CUDA
+    // 13.4+ drivers): whether NVML offers it, else why not ("" before NVML is asked).
+    bool memory_limits = false;
+    std::string memory_limits_why;
 
     const DeviceNode* control_node(std::string_view name) const;  // "nvidiactl", "nvidia-uvm", ...
 };

@@ -125,6 +125,11 @@ struct Spec {
     bool gds = false;            // GPUDirect Storage: nvidia-fs nodes, etc/cufile.json
     bool gdrcopy = false;        // gdrcopy's gdrdrv node
     bool drm = false;            // each GPU's DRM nodes (card<i>, renderD<128+i>)
+    // The driver offers the per-cgroup GPU memory limit (NVML's
+    // nvmlDeviceSetMemoryLimits_v1): gpubind-fake-nvml/memory-limits, the
+    // limits set (lib/fake/fake_limits.h), which the fake CUDA's cuMemAlloc
+    // keeps to where a container sees it at /gpubind-fake-nvml.
+    bool memory_limits = false;
     // "": a distribution's layout (above). Else the driver in a prefix of its
     // own, as GPU sandboxes ship it ("usr/local/nvidia"): <prefix>/lib64 and
     // <prefix>/lib (32-bit) in etc/ld.so.conf, the programs in <prefix>/bin,

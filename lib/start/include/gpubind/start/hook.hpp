@@ -5,7 +5,8 @@
 // the devices: the rest is done here), any other registration of such a spec
 // does nothing; the "cdi" stage is the createRuntime hook of gpubind's CDI
 // spec (the GPUs are those the engine put in the spec's linux.devices);
-// poststop does nothing. Each makes one Start and calls run() (start.hpp).
+// poststop clears what a GPU share set (share_limit.hpp). Each of the others
+// makes one Start and calls run() (start.hpp).
 #pragma once
 
 #include <unistd.h>

@@ -65,6 +65,9 @@ struct Start {
     os::System* sys = nullptr;
     std::filesystem::path rootfs{};  // absolute, as the container's mount namespace sees it
     pid_t pid = 0;                   // its init process (none for Act::Decide)
+    // The runtime's id of the container (the hook's): what a GPU share's
+    // limits are recorded under for their undoing at poststop; empty: none.
+    std::string container_id{};
     os::harden::Deadline deadline{kBudget};
     TargetOptions target{};
     // What is learned of the node is stored (false: gpubind doctor, which
