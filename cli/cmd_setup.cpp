@@ -13,6 +13,7 @@
 #include "gpubind/setup/setup.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
+#include "gpubind/util/journal.hpp"
 
 namespace gpubind::cli {
 
@@ -100,13 +101,17 @@ int run_setup(const SetupOptions& o) {
         }
         for (auto& c : setup::plan_setup(r)) plan.push_back(std::move(c));
     }
-    // After every engine file was read and checked, before any is written: a
-    // refused link changes nothing.
+    // The engines' files, then nvidia-container-cli's link, as one: a link
+    // refused or failing undoes the engines' changes (the journal), and the
+    // link is its own last step.
+    util::Journal journal;
+    std::vector<std::string> lines = setup::apply_setup(plan, o.dry_run, journal);
     if (o.nvc_link)
-        for (const auto& line : setup::nvc_link(
+        for (auto& line : setup::nvc_link(
                  {.prefix = o.request.prefix, .nvc = o.nvc, .remove = o.request.remove}, o.dry_run))
-            std::printf("%s\n", line.c_str());
-    for (const auto& line : setup::apply_setup(plan, o.dry_run)) std::printf("%s\n", line.c_str());
+            lines.push_back(std::move(line));
+    journal.commit();
+    for (const auto& line : lines) std::printf("%s\n", line.c_str());
     const std::filesystem::path proc_root =
         o.dev_root == "/" ? std::filesystem::path("/proc") : o.dev_root / "proc";
     unsigned left = 0;

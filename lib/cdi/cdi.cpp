@@ -23,6 +23,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
+#include "gpubind/util/journal.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
 
@@ -249,6 +250,17 @@ std::vector<fs::path> spec_files(const config::Config& config) {
     return out;
 }
 
+// A spec file's bytes, or nullopt where none is (read without following a
+// link; what is not a regular file is an Error naming it).
+std::optional<std::string> read_spec_if_there(const fs::path& file) {
+    util::Fd fd(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd) {
+        if (errno == ENOENT) return std::nullopt;
+        util::throw_errno("open", file.string());
+    }
+    return util::read_fd(fd.get(), kMaxSpecFileSize, file.string());
+}
+
 // Removes `file`; whether it was there.
 bool remove_file(const fs::path& file) {
     if (::unlink(file.c_str()) == 0) return true;
@@ -283,10 +295,17 @@ std::vector<SpecFile> wanted_specs(const node::Node& node, const config::Config&
 std::vector<fs::path> refresh(const node::Node& node, const config::Config& config) {
     std::vector<fs::path> changed;
     const fs::path& dir = config.cdi.dir;
+    const std::vector<SpecFile> wanted = wanted_specs(node, config);
+    // All the specs or none: a step that fails puts back the ones before it.
+    util::Journal journal;
+    journal.dirs_for(dir / file_name(config.cdi.kind));
     util::make_directories(dir);
-    for (const SpecFile& f : wanted_specs(node, config))
+    for (const SpecFile& f : wanted) {
+        journal.file(f.path, read_spec_if_there(f.path), 0644);
         if (f.content ? write_if_changed(f.path, *f.content) : remove_file(f.path))
             changed.push_back(f.path);
+    }
+    journal.commit();
     return changed;
 }
 

@@ -577,14 +577,14 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
     Journal journal;
     if (in.remove) {
         // The engines' registrations first: none is left naming what goes.
-        std::vector<std::string> report = apply_changes(engines, dry_run, journal);
+        std::vector<std::string> report = apply_setup(engines, dry_run, journal);
         remove_installed(in, was, written, list_text.has_value(), dry_run, report, journal);
         journal.commit();
         return report;
     }
     // gpubind's own files and their list first: no engine is told to run a
     // program that is not there yet.
-    std::vector<std::string> report = apply_changes(files, dry_run, journal);
+    std::vector<std::string> report = apply_setup(files, dry_run, journal);
     for (const auto& d : now.dirs)
         if (!listed(was.dirs, d)) report.push_back("made directory " + local(d).string());
     if (new_list) {
@@ -595,7 +595,7 @@ std::vector<std::string> install_host(const HostInstall& in, bool dry_run) {
         report.push_back((dry_run ? "would write " : "wrote ") + list_path.string() +
                          " (what --remove takes out)");
     }
-    for (auto& line : apply_changes(engines, dry_run, journal)) report.push_back(std::move(line));
+    for (auto& line : apply_setup(engines, dry_run, journal)) report.push_back(std::move(line));
     journal.commit();
     for (const Engine e : in.engines) report.push_back("note: " + engine_note(e));
     return report;

@@ -527,10 +527,8 @@ std::vector<Change> plan_setup(const Request& r) {
     return changes;
 }
 
-namespace detail {
-
-std::vector<std::string> apply_changes(const std::vector<Change>& changes, bool dry_run,
-                                       Journal& journal) {
+std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dry_run,
+                                     util::Journal& journal) {
     std::vector<std::string> report;
     for (const auto& c : changes) {
         const std::string p = c.path.string();
@@ -570,11 +568,9 @@ std::vector<std::string> apply_changes(const std::vector<Change>& changes, bool 
     return report;
 }
 
-}  // namespace detail
-
 std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dry_run) {
-    Journal journal;
-    std::vector<std::string> report = apply_changes(changes, dry_run, journal);
+    util::Journal journal;
+    std::vector<std::string> report = apply_setup(changes, dry_run, journal);
     journal.commit();
     return report;
 }

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "gpubind/setup/setup.hpp"
+#include "gpubind/util/journal.hpp"
 #include "gpubind/util/toml.hpp"
-#include "journal.hpp"
 
 namespace gpubind::setup::detail {
 
@@ -34,10 +34,7 @@ Change edit(const std::filesystem::path& path, bool remove, const Edit& add, con
 
 void unlink_if_there(const std::filesystem::path& path);
 
-// apply_setup() with each change written into `journal` before it is made:
-// the caller commits it once every step of its run is done.
-std::vector<std::string> apply_changes(const std::vector<Change>& changes, bool dry_run,
-                                       Journal& journal);
+using util::Journal;
 
 // TOML: parsed (an Error naming `what` and the line when it does not parse),
 // a basic string's text, and the byte offset of a toml++ position.

@@ -1,15 +1,14 @@
 // Every step of `gpubind setup` fails once (issue 49, item 2): the engines'
 // registration (--prefix), the node install into a host root and its
-// --remove. A clean run, traced by strace, counts the calls of each system
-// call that opens, reads, writes, makes, renames or removes; then for each
-// such call k, one run with that call failing (strace's fault injection: EIO,
-// ENOSPC, EPERM and EMFILE in turn). After each: either the run succeeded
-// and the tree is what the clean run made (the fault was one it may
-// tolerate), or it failed with exit status non-zero, one line on stderr, and
-// the tree as it was before, byte for byte: names, types, modes, bytes, link
-// targets. Setup undoes what its run did when a later step fails
-// (lib/setup/journal.hpp); before it, a failed rename left the programs, the
-// directories made and half the engine's files behind.
+// --remove; and `gpubind cdi refresh` (the node's description and CDI spec). A clean run, traced by
+// strace, counts the calls of each system call that opens, reads, writes, makes, renames or
+// removes; then for each such call k, one run with that call failing (strace's fault injection:
+// EIO, ENOSPC, EPERM and EMFILE in turn). After each: either the run succeeded and the tree is what
+// the clean run made (the fault was one it may tolerate), or it failed with exit status non-zero,
+// one line on stderr, and the tree as it was before, byte for byte: names, types, modes, bytes,
+// link targets. Setup undoes what its run did when a later step fails (lib/setup/journal.hpp);
+// before it, a failed rename left the programs, the directories made and half the engine's files
+// behind.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -120,12 +119,20 @@ class SetupWalk : public test::SimNodeTest {
     }
 
     // The walk of `command` over `tree_dir`, started each time from what
-    // `saved` holds; `whole` is what a clean run makes of it.
-    void walk(const std::string& command, const fs::path& tree_dir, const fs::path& saved) {
+    // `saved` holds; `whole` is what a clean run makes of it. `cache`: a
+    // file the run may write or not (a cache whose write is best effort),
+    // left out of the comparisons (a temporary beside it is not).
+    void walk(const std::string& command, const fs::path& tree_dir, const fs::path& saved,
+              const std::string& cache = "") {
+        const auto tree = [&] {
+            Tree t = test::tree(tree_dir);
+            t.erase(cache);
+            return t;
+        };
         restore(tree_dir, saved);
-        const Tree before = test::tree(tree_dir);
+        const Tree before = tree();
         const auto calls = count_calls(command, dir() / "trace");
-        const Tree whole = test::tree(tree_dir);
+        const Tree whole = tree();
         ASSERT_NE(whole, before) << "the clean run changed nothing: " << command;
         int runs = 0, failed = 0;
         for (const auto& [name, range] : calls)
@@ -140,15 +147,14 @@ class SetupWalk : public test::SimNodeTest {
                               " 2>" + err.string());
                 const std::string error = slurp_file(err);
                 if (out.status == 0) {
-                    EXPECT_EQ(test::tree(tree_dir), whole) << "it succeeded, but not whole";
+                    EXPECT_EQ(tree(), whole) << "it succeeded, but not whole";
                     continue;
                 }
                 ++failed;
                 // Done, and only the report lost: its printing failed after
                 // the last change (the error names standard output).
-                const Tree after = test::tree(tree_dir);
-                if (after == whole && error.find("standard output") != std::string::npos)
-                    continue;
+                const Tree after = tree();
+                if (after == whole && error.find("standard output") != std::string::npos) continue;
                 EXPECT_EQ(after, before) << "it failed and left this: " << error;
                 // One line, gpubind's, naming the call's error.
                 EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << error;
@@ -156,8 +162,8 @@ class SetupWalk : public test::SimNodeTest {
                 EXPECT_NE(error.find(std::strerror(f.number)), std::string::npos) << error;
             }
         // The walk reached the calls that write: some runs failed.
-        EXPECT_GT(runs, 20);
-        EXPECT_GT(failed, 10) << runs << " runs";
+        EXPECT_GT(runs, 5);
+        EXPECT_GT(failed, 2) << runs << " runs";
     }
 };
 
@@ -179,6 +185,57 @@ TEST_F(SetupWalk, ARemoveCompletesOrLeavesTheInstallAsItWas) {
     ASSERT_EQ(installed.status, 0) << installed.text;
     restore(dir() / "host-saved", host());
     walk(install_command(" --remove"), host(), dir() / "host-saved");
+}
+
+// The driver's device nodes made again where they went (the GPUs' and the
+// control nodes, majors from the node's /proc/devices).
+TEST_F(SetupWalk, MakingTheDeviceNodesCompletesOrChangesNothing) {
+    for (const auto& gpu : manifest().gpus)
+        fs::remove(host() / "dev" / ("nvidia" + std::to_string(gpu.minor)));
+    fs::remove(host() / "dev/nvidiactl");
+    fs::remove(host() / "dev/nvidia-uvm");
+    restore(dir() / "host-saved", host());
+    walk(std::string(GPUBIND_CLI_PATH) + " setup --device-nodes --simulated-proc --root " +
+             host().string(),
+         host(), dir() / "host-saved");
+}
+
+// nvidia-container-cli pointed at gpubind-nvc (the one there kept as a
+// backup) together with docker's registration; and both taken out again.
+TEST_F(SetupWalk, LinkingNvidiaContainerCliCompletesOrChangesNothing) {
+    const fs::path prefix = dir() / "prefix";
+    fs::create_directories(prefix / "usr/bin");
+    test::write(prefix / "usr/bin/nvidia-container-cli", "#!/bin/sh\n# NVIDIA's\n",
+                fs::perms(0755));
+    test::write(prefix / "usr/bin/gpubind-nvc", "#!/bin/sh\n# gpubind's\n", fs::perms(0755));
+    const std::string cmd = std::string(GPUBIND_CLI_PATH) + " setup --prefix " + prefix.string() +
+                            " -e docker --nvidia-container-cli";
+    restore(dir() / "prefix-saved", prefix);
+    walk(cmd, prefix, dir() / "prefix-saved");
+    const auto linked = test::run(cmd + " 2>&1");
+    ASSERT_EQ(linked.status, 0) << linked.text;
+    restore(dir() / "prefix-saved", prefix);
+    walk(cmd + " --remove", prefix, dir() / "prefix-saved");
+}
+
+// The boot unit's refresh: the node's description into the state directory,
+// its CDI spec into the CDI directory.
+TEST_F(SetupWalk, ACdiRefreshCompletesOrChangesNothing) {
+    const fs::path out = dir() / "out";
+    for (const char* d : {"state", "cdi"}) fs::create_directories(out / d);
+    const std::string h = host().string();
+    test::write(dir() / "refresh.toml",
+                "[node]\ndriver-root = \"" + h + "\"\ndev-root = \"" + h + "\"\nproc-root = \"" +
+                    h + "/proc\"\nsys-root = \"" + h + "/sys\"\nstate-dir = \"" +
+                    (out / "state").string() + "\"\n[cdi]\ndir = \"" + (out / "cdi").string() +
+                    "\"\n",
+                fs::perms(0644));
+    restore(dir() / "out-saved", out);
+    // The node's description is a cache: a refresh that cannot store it goes
+    // on without (a warning), and one stored is whole.
+    walk(std::string(GPUBIND_CLI_PATH) + " cdi refresh --config " +
+             (dir() / "refresh.toml").string(),
+         out, dir() / "out-saved", "state/node.desc");
 }
 
 }  // namespace

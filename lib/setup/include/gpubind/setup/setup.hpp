@@ -15,6 +15,10 @@
 #include <string_view>
 #include <vector>
 
+namespace gpubind::util {
+class Journal;
+}
+
 namespace gpubind::setup {
 
 enum class Engine { Docker, Containerd, Crio, Podman, Runc };
@@ -115,6 +119,10 @@ std::vector<Change> plan_setup(const Request& r);
 // file's new content follows its line. All or nothing: when a change fails, the ones
 // made before it are undone (each file's bytes and mode, the directories made).
 std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dry_run);
+// The same, each change written into `journal` before it is made: the caller
+// commits it once every step of its run is done (the destructor undoes).
+std::vector<std::string> apply_setup(const std::vector<Change>& changes, bool dry_run,
+                                     util::Journal& journal);
 
 // The runc hooks fragment for config.json, for `--engine runc` without a bundle.
 std::string runc_hooks_snippet(const Options& o);

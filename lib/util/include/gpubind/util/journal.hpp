@@ -1,8 +1,8 @@
-// What a setup run changed, undone when it fails: each file as it was before
-// its first change (its bytes and mode, or its absence) and each directory
-// made or removed. An install, a registration or a --remove either completes
-// or leaves the host as it found it (issue 49: every step fails once).
-// Private to the setup module.
+// What a run changed, undone when it fails: each file as it was before its
+// first change (its bytes and mode, or its absence) and each directory made
+// or removed, by path. `gpubind setup` (an install, a registration, a
+// --remove) and `gpubind cdi refresh` either complete or leave the files as
+// they found them (issue 49: every step fails once).
 #pragma once
 
 #include <filesystem>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace gpubind::setup::detail {
+namespace gpubind::util {
 
 class Journal {
   public:
@@ -48,4 +48,4 @@ class Journal {
     std::set<std::filesystem::path> files_;
 };
 
-}  // namespace gpubind::setup::detail
+}  // namespace gpubind::util

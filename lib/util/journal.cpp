@@ -1,5 +1,5 @@
-// The undo journal of a setup run: see journal.hpp.
-#include "journal.hpp"
+// The undo journal of a run: see util/journal.hpp.
+#include "gpubind/util/journal.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include "gpubind/util/file.hpp"
 #include "gpubind/util/log.hpp"
 
-namespace gpubind::setup::detail {
+namespace gpubind::util {
 
 namespace fs = std::filesystem;
 
@@ -44,26 +44,26 @@ void Journal::undo() noexcept {
             switch (e->kind) {
                 case Kind::File:
                     if (e->content)
-                        util::write_file_atomic(e->path, *e->content, {.mode = e->mode});
+                        write_file_atomic(e->path, *e->content, {.mode = e->mode});
                     else if (::unlink(e->path.c_str()) != 0 && errno != ENOENT)
-                        util::throw_errno("unlink", p);
+                        throw_errno("unlink", p);
                     break;
                 case Kind::MadeDir:
                     if (::rmdir(e->path.c_str()) != 0 && errno != ENOENT)
-                        util::throw_errno("remove directory", p);
+                        throw_errno("remove directory", p);
                     break;
                 case Kind::RemovedDir:
                     if (::mkdir(e->path.c_str(), e->mode) != 0 && errno != EEXIST)
-                        util::throw_errno("make directory", p);
+                        throw_errno("make directory", p);
                     else if (::chmod(e->path.c_str(), e->mode) != 0)
-                        util::throw_errno("chmod", p);
+                        throw_errno("chmod", p);
                     break;
             }
         } catch (const std::exception& err) {
-            util::logger().error("undoing setup: {}; the host keeps that change", err.what());
+            logger().error("undoing: {}; that change stays", err.what());
         }
     }
     entries_.clear();
 }
 
-}  // namespace gpubind::setup::detail
+}  // namespace gpubind::util
