@@ -236,7 +236,7 @@ TEST_F(PluginShares, AllocateOfReplicasWritesTheirShareAndNamesTheGpus) {
         config::DeviceListStrategy::Envvar, config::DeviceListStrategy::VolumeMounts};
     const auto ds = devices();
     const std::string a = manifest_.gpus[2].uuid, b = manifest_.gpus[6].uuid;
-    const auto got = plugin::allocate(config_, settings_, ds, {a + "::1", b + "::2"});
+    const auto got = plugin::allocate(config_, settings_, node_, ds, {a + "::1", b + "::2"});
     EXPECT_THAT(got.cdi_devices, ElementsAre("nvidia.com/gpu=" + a, "nvidia.com/gpu=" + b));
     EXPECT_EQ(got.annotations.at(plugin::kCdiAnnotation),
               "nvidia.com/gpu=" + a + ",nvidia.com/gpu=" + b);
@@ -249,7 +249,7 @@ TEST_F(PluginShares, AllocateOfReplicasWritesTheirShareAndNamesTheGpus) {
     EXPECT_EQ(share.compute, 100u / 3);
     // Without shares: no share asked.
     settings_.sharing = config::SharingMode::None;
-    const auto whole = plugin::allocate(config_, settings_, devices(), {a});
+    const auto whole = plugin::allocate(config_, settings_, node_, devices(), {a});
     EXPECT_FALSE(share_of(whole).asked());
     EXPECT_EQ(whole.envs.count("GPUBIND_GPU_MEMORY"), 0u);
 }
@@ -262,7 +262,7 @@ TEST_F(PluginShares, AllocateOfMemoryUnitsWritesTheirGib) {
     const auto ds = devices();
     std::vector<std::string> ids;
     for (unsigned k = 0; k < 10; ++k) ids.push_back(fmt::format("1::{}", 3 * k));
-    const auto got = plugin::allocate(config_, settings_, ds, ids);
+    const auto got = plugin::allocate(config_, settings_, node_, ds, ids);
     EXPECT_EQ(got.envs.at("NVIDIA_VISIBLE_DEVICES"), "1");
     EXPECT_EQ(got.envs.at("GPUBIND_GPU_MEMORY"), "10GiB");
     EXPECT_TRUE(got.cdi_devices.empty());
@@ -270,7 +270,7 @@ TEST_F(PluginShares, AllocateOfMemoryUnitsWritesTheirGib) {
     EXPECT_EQ(share.memory, 10 * kGiB);
     EXPECT_EQ(share.compute, 0u);
     settings_.device_list = {config::DeviceListStrategy::CdiCri};
-    EXPECT_THAT(plugin::allocate(config_, settings_, ds, {"0::7"}).cdi_devices,
+    EXPECT_THAT(plugin::allocate(config_, settings_, node_, ds, {"0::7"}).cdi_devices,
                 ElementsAre("nvidia.com/gpu=0"));
 }
 
@@ -280,7 +280,7 @@ TEST_F(PluginShares, AllocateRefusesUnitsOfTwoGpusAndTwoReplicasOfOne) {
     settings_.id_strategy = config::IdStrategy::Index;
     auto ds = devices();
     try {
-        plugin::allocate(config_, settings_, ds, {"0::1", "0::2", "1::0"});
+        plugin::allocate(config_, settings_, node_, ds, {"0::1", "0::2", "1::0"});
         ADD_FAILURE() << "units of two GPUs were given";
     } catch (const util::Error& e) {
         EXPECT_EQ(e.kind(), util::ErrorKind::Refused);
@@ -291,13 +291,13 @@ TEST_F(PluginShares, AllocateRefusesUnitsOfTwoGpusAndTwoReplicasOfOne) {
     settings_.replicas = 4;
     ds = devices();
     try {
-        plugin::allocate(config_, settings_, ds, {"1::0", "0::3", "1::2"});
+        plugin::allocate(config_, settings_, node_, ds, {"1::0", "0::3", "1::2"});
         ADD_FAILURE() << "two replicas of one GPU were given";
     } catch (const util::Error& e) {
         EXPECT_EQ(e.kind(), util::ErrorKind::Refused);
         EXPECT_THAT(e.what(), HasSubstr("replicas 1::0 and 1::2 are of one GPU 1"));
     }
-    EXPECT_THAT(refusal([&] { plugin::allocate(config_, settings_, ds, {"1::4"}); }),
+    EXPECT_THAT(refusal([&] { plugin::allocate(config_, settings_, node_, ds, {"1::4"}); }),
                 HasSubstr("unknown device 1::4"));
 }
 
@@ -312,7 +312,7 @@ TEST_F(PluginShares, ASharesHealthIsItsGpus) {
     EXPECT_TRUE(plugin::update_health(ds, node_));
     for (const auto& d : ds) EXPECT_EQ(d.healthy, gpu_of(d.id) != 1) << d.id;
     const std::string id = manifest_.gpus[1].uuid + "::0";
-    EXPECT_THAT(refusal([&] { plugin::allocate(config_, settings_, ds, {id}); }),
+    EXPECT_THAT(refusal([&] { plugin::allocate(config_, settings_, node_, ds, {id}); }),
                 HasSubstr("unhealthy device " + id));
 }
 

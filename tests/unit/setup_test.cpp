@@ -781,7 +781,7 @@ TEST(DocsKubernetes, EveryConfigurationIsWhatSetupWritesOrParses) {
         }
     }
     EXPECT_EQ(toml_blocks, 2);
-    EXPECT_EQ(yaml_blocks, 2);
+    EXPECT_EQ(yaml_blocks, 3);  // with the pod asking for 10 GiB of a GPU (GPU shares)
 }
 
 }  // namespace
