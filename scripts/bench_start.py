@@ -2,6 +2,7 @@
 """Container starts on a simulated node, paired in one run (scripts/bench).
 
     bench_start.py BUILD_DIR WORK_DIR [--runs N] [--real] [--baseline BUILD_DIR] [--timings N]
+                   [--share]
     bench_start.py BUILD_DIR WORK_DIR --profile OUT_DIR [--runs N]
 
 Writes a 4-GPU simulated node, a config naming it (cgroups on, the node
@@ -63,6 +64,14 @@ images up to the first system call this valgrind does not know; perf
 samples every start of N rounds of the hook on both images and of the shim
 (`perf record -a`, cpu-clock at 20 kHz). Needs valgrind and perf.
 
+With --share (issue 48), the simulated node's driver offers the per-cgroup
+memory limit (`gpubind simulate --memory-limits`), and a fifth container
+asks for a share of each GPU (GPUBIND_GPU_MEMORY=8GiB, the hook also at
+poststop to clear it): its `runc run` and its hook's lifetime are timed in
+the same rounds as the start without a share, and the difference printed,
+paired: what a share's mechanism costs. A start that asks for none is timed
+against --baseline (a build from before shares, a7e9f52) as any change is.
+
 With --real, on a node with the NVIDIA driver: the node itself (all its
 GPUs) instead of a simulated one; a driver-state change is the description
 removed, and the slow-NVML section is the real NVML's first answer.
@@ -85,6 +94,7 @@ real = "--real" in sys.argv
 timings = int(sys.argv[sys.argv.index("--timings") + 1]) if "--timings" in sys.argv else 0
 baseline = (os.path.abspath(sys.argv[sys.argv.index("--baseline") + 1])
             if "--baseline" in sys.argv else None)
+share = "--share" in sys.argv and not ("--real" in sys.argv)
 profile = (os.path.abspath(sys.argv[sys.argv.index("--profile") + 1])
            if "--profile" in sys.argv else None)
 cli = f"{build}/cli/gpubind"
@@ -129,7 +139,8 @@ runc = shutil.which("runc")
 roots = ""
 if not real:
     # Two HCAs, one under each PCIe switch: the RDMA affine start below.
-    subprocess.run([cli, "simulate", node, "--gpus", "4", "--hcas", "2"], check=True,
+    subprocess.run([cli, "simulate", node, "--gpus", "4", "--hcas", "2"]
+                   + (["--memory-limits"] if share else []), check=True,
                    stdout=subprocess.DEVNULL)
     roots = (f'driver-root = "{node}"\ndev-root = "{node}"\nproc-root = "{node}/proc"\n'
              f'sys-root = "{node}/sys"\n')
@@ -221,6 +232,10 @@ bundles = {"bare": spec(), "noop": noop, "hook": spec(gpu_env, True), "shim": sp
            "hook+cuda": spec(gpu_env + ["NVIDIA_REQUIRE_CUDA=cuda>=12.0"], True)}
 if not real:  # the same start choosing the HCAs nearest to the GPUs (issue 23)
     bundles["hook-rdma"] = spec(gpu_env + ["GPUBIND_RDMA=affine"], True)
+if share:  # a share of each GPU, cleared at poststop (issue 48)
+    bundles["hook-share"] = spec(gpu_env + ["GPUBIND_GPU_MEMORY=8GiB"], True)
+    bundles["hook-share"]["hooks"]["poststop"] = [
+        {"path": hook, "args": ["gpubind-hook", "poststop"], "env": [f"GPUBIND_CONFIG={config}"]}]
 if baseline:
     bundles["shim-base"] = spec(gpu_env)
 for name, s in bundles.items():
@@ -409,6 +424,8 @@ if profile:
 times = {"bare": [], "noop": [], "hook": [], "shim": []}
 if baseline:
     times["shim-base"] = []
+if share:
+    times["hook-share"] = []
 print("-- runc run per round, ms (tmpfs roots): bare, + busybox true, + gpubind-hook, through "
       "gpubind-runtime; the hook minus bare and minus the no-op hook")
 for i, order in enumerate(in_turn(times, runs)):
@@ -425,6 +442,8 @@ line("runc run + gpubind-hook", times["hook"], base)
 line("gpubind-runtime run", times["shim"], base)
 if baseline:
     line("gpubind-runtime run, the baseline build", times["shim-base"], base)
+if share:
+    line("runc run + gpubind-hook, an 8 GiB share", times["hook-share"], base)
 
 
 def paired(label, xs, ys):
@@ -440,6 +459,8 @@ paired("gpubind-hook minus the no-op hook", times["noop"], times["hook"])
 paired("gpubind-runtime minus bare", times["bare"], times["shim"])
 if baseline:
     paired("gpubind-runtime minus the baseline's", times["shim-base"], times["shim"])
+if share:
+    paired("a share minus the same start without", times["hook"], times["hook-share"])
 
 # runc's start varies by milliseconds from one run to the next: the hook's own
 # share, timed where runc waits for it. A wrapper (C, built here) forks and
@@ -470,6 +491,8 @@ timed = [("hook", hook, ["gpubind-hook", "prestart"], config),
          ("noop", busybox, ["true"], config)]
 if not real:
     timed.append(("hook-rdma", hook, ["gpubind-hook", "prestart"], config))
+if share:
+    timed.append(("hook-share", hook, ["gpubind-hook", "prestart"], config))
 if cgroup_v2:  # the same hook with no program kept: loaded at every start
     write_config(f"{work}/config-loaded.toml", "")
     timed.append(("hook-loaded", hook, ["gpubind-hook", "prestart"], f"{work}/config-loaded.toml"))
@@ -488,9 +511,12 @@ for name, target, args, hook_config in timed:
         subprocess.run(["cc", "-O2", f'-DHOOK="{copy_of(target, k)}"', f'-DLOG="{log}"',
                         wrap_src, "-o", exe], check=True)
         s = json.loads(json.dumps(
-            bundles[{"noop": "bare", "hook-rdma": "hook-rdma"}.get(name, "hook")]))
+            bundles[{"noop": "bare", "hook-rdma": "hook-rdma", "hook-share": "hook-share"}
+                    .get(name, "hook")]))
         s["hooks"] = {"prestart": [{"path": exe, "args": args,
                                     "env": [f"GPUBIND_CONFIG={hook_config}"]}]}
+        if name == "hook-share":  # its limit cleared, as the runc rounds' (untimed)
+            s["hooks"]["poststop"] = bundles["hook-share"]["hooks"]["poststop"]
         bundles[f"{name}-timed-{k}"] = s
         os.makedirs(f"{work}/{name}-timed-{k}", exist_ok=True)
         with open(f"{work}/{name}-timed-{k}/config.json", "w") as f:
@@ -508,6 +534,7 @@ for name, log in lifetimes.items():
     line({"hook": "gpubind-hook", "hook-400": "gpubind-hook, image of 400 libraries",
           "noop": "busybox true (any hook)",
           "hook-rdma": "gpubind-hook, GPUBIND_RDMA=affine",
+          "hook-share": "gpubind-hook, an 8 GiB share",
           "hook-loaded": "gpubind-hook, program loaded each start (v2)",
           "hook-base": "gpubind-hook, the baseline build",
           "hook-400-base": "gpubind-hook, 400 libraries, the baseline build"}[name],
@@ -537,6 +564,8 @@ for label, xs, key in summary:
 if baseline:  # the log's i-th lines were written in the same round
     paired("gpubind-hook lifetime minus the baseline's", life["hook-base"], life["hook"])
     paired("the same, 400 libraries", life["hook-400-base"], life["hook-400"])
+if "hook-share" in life:  # issue 48: what the driver's limit costs a start
+    paired("a share's hook minus the same start without", life["hook"], life["hook-share"])
 if "hook-rdma" in life:  # issue 23: at most 0.3 ms
     paired("GPUBIND_RDMA=affine minus the same start without", life["hook"], life["hook-rdma"])
 
