@@ -32,6 +32,7 @@
 #include "command.hpp"
 #include "files.hpp"
 #include "gpubind/cdi/yaml.hpp"
+#include "gpubind/config/device_plugin.hpp"
 #include "gpubind/setup/setup.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/toml.hpp"  // toml++ as the library includes it
@@ -748,7 +749,8 @@ TEST(DocsKubernetes, EveryConfigurationIsWhatSetupWritesOrParses) {
             if (!line.starts_with("#") && !(out.empty() && line.empty())) out += line + "\n";
         return out;
     };
-    int toml_blocks = 0, yaml_blocks = 0;
+    int toml_blocks = 0;
+    std::vector<std::string> pod_limits;  // each Pod's containers' resource limits
     for (const auto& [lang, text] : blocks) {
         if (lang == "toml") {
             ++toml_blocks;
@@ -766,11 +768,16 @@ TEST(DocsKubernetes, EveryConfigurationIsWhatSetupWritesOrParses) {
                           "/usr/bin/gpubind-runtime");
             }
         } else if (lang == "yaml") {
-            ++yaml_blocks;
             const nlohmann::json y = gpubind::cdi::yaml::parse(text, "docs/kubernetes.md");
             if (y.is_object() && y.value("kind", "") == "RuntimeClass") {
                 EXPECT_EQ(y["handler"], std::string(kRuntimeName));
             }
+            if (y.is_object() && y.value("kind", "") == "Pod")
+                for (const auto& c : y["spec"]["containers"])
+                    for (const auto& [name, value] : c["resources"]["limits"].items())
+                        pod_limits.push_back(
+                            name + "=" +
+                            (value.is_string() ? value.get<std::string>() : value.dump()));
             if (!y.is_object() || !y.contains("env")) continue;
             for (const auto& e : y["env"]) {
                 if (e["name"] != "DEVICE_LIST_STRATEGY") continue;
@@ -781,7 +788,10 @@ TEST(DocsKubernetes, EveryConfigurationIsWhatSetupWritesOrParses) {
         }
     }
     EXPECT_EQ(toml_blocks, 2);
-    EXPECT_EQ(yaml_blocks, 3);  // with the pod asking for 10 GiB of a GPU (GPU shares)
+    // The GPU shares section's pod asks for 10 GiB of a GPU, by the resource
+    // the plugin offers with sharing = "memory" (its default name).
+    EXPECT_THAT(pod_limits,
+                ::testing::Contains(config::DevicePluginConfig{}.memory_resource_name + "=10"));
 }
 
 }  // namespace
