@@ -301,9 +301,15 @@ std::vector<fs::path> refresh(const node::Node& node, const config::Config& conf
     journal.dirs_for(dir / file_name(config.cdi.kind));
     util::make_directories(dir);
     for (const SpecFile& f : wanted) {
-        journal.file(f.path, read_spec_if_there(f.path), 0644);
-        if (f.content ? write_if_changed(f.path, *f.content) : remove_file(f.path))
-            changed.push_back(f.path);
+        // Read once: what the journal puts back, and whether it changes.
+        std::optional<std::string> was = read_spec_if_there(f.path);
+        journal.file(f.path, was, 0644);
+        if (was == f.content) continue;
+        if (f.content)
+            util::write_file_atomic(f.path, *f.content, {.mode = 0644});
+        else
+            remove_file(f.path);
+        changed.push_back(f.path);
     }
     journal.commit();
     return changed;
