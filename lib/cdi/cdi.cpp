@@ -132,11 +132,17 @@ json gpu_spec(const node::Node& node, const config::Config& config) {
     std::string config_path;
     if (!config.source.empty())
         config_path = fs::absolute(config.source).lexically_normal().string();
-    edits["hooks"] =
-        json::array({{{"hookName", "createRuntime"},
-                      {"path", config.cdi.hook.string()},
-                      {"args", {"gpubind-hook", std::string(kHookStage)}},
-                      {"env", {std::string(config::kConfigEnv) + "=" + config_path}}}});
+    // The "cdi" stage at createRuntime, and poststop: it undoes what the
+    // start set on the node for the container (a GPU share's limit).
+    const std::string config_env = std::string(config::kConfigEnv) + "=" + config_path;
+    edits["hooks"] = json::array({{{"hookName", "createRuntime"},
+                                   {"path", config.cdi.hook.string()},
+                                   {"args", {"gpubind-hook", std::string(kHookStage)}},
+                                   {"env", {config_env}}},
+                                  {{"hookName", "poststop"},
+                                   {"path", config.cdi.hook.string()},
+                                   {"args", {"gpubind-hook", "poststop"}},
+                                   {"env", {config_env}}}});
 
     // With the capabilities of a GPU-bound family (DRM with graphics), each
     // GPU's device carries that family's nodes of the GPU too.

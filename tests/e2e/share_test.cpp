@@ -239,6 +239,35 @@ TEST_F(MemoryLimitE2e, AStartThatFailsAfterSettingTheLimitClearsIt) {
     EXPECT_EQ(limits(), "");
 }
 
+// Through CDI (gpubind-runtime applies a cdi.k8s.io annotation; the spec's
+// hooks run gpubind-hook's "cdi" stage at createRuntime and poststop): the
+// share holds as through the hook, and goes with the container.
+TEST_F(MemoryLimitE2e, ThroughCdiTheShareHoldsAndGoesWithTheContainer) {
+    const auto cdi_dir = node_->cdi_dir().string();
+    node_->write_config(fmt::format(
+        "[runtime]\nruntimes = [\"{}\"]\n[cdi]\nhook = \"{}\"\ndir = \"{}\"\nspec-dirs = "
+        "[\"{}\"]\n",
+        env_or("GPUBIND_RUNC", "runc"), hook(), cdi_dir, cdi_dir));
+    ::setenv("GPUBIND_CONFIG", node_->config().c_str(), 1);
+    ASSERT_EQ(
+        run_command({cli(), "cdi", "refresh", "--config", node_->config().string()}).exit_code, 0);
+    Bundle b(work_.path() / ("b" + std::to_string(count_++)));
+    b.bind(node_->root() / "gpubind-fake-nvml", "/gpubind-fake-nvml");
+    b.env("GPUBIND_GPU_MEMORY=1GiB");
+    b.spec()["annotations"] = {{"cdi.k8s.io/share", "nvidia.com/gpu=1"}};
+    b.command(fmt::format("cat /gpubind-fake-nvml/memory-limits; probe alloc {}; probe alloc {}",
+                          kGiB * 8 / 10, kGiB * 12 / 10));
+    auto r = b.run_with(runtime());
+    node_->write_config();
+    ::unsetenv("GPUBIND_CONFIG");
+    ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node_->log());
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("{} 0 {} /", m().gpus[1].minor, kGiB)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=0\n", kGiB * 8 / 10)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=2\n", kGiB * 12 / 10)))
+        << "120 % of the share was allocated through CDI";
+    EXPECT_EQ(limits(), "") << "the limit outlived the container";
+}
+
 TEST_F(MemoryLimitE2e, AComputeShareIsStillRefused) {
     Bundle b = bundle("0", "GPUBIND_GPU_COMPUTE=50");
     auto r = b.run();

@@ -44,6 +44,7 @@ proc-root = \"$node/proc\"}
 [cdi]
 dir = "$work/cdi"
 hook = "$bin/gpubind-hook"
+spec-dirs = ["$work/cdi"]
 [log]
 file = "$work/gpubind.log"
 level = "debug"
@@ -110,7 +111,8 @@ ldconfig -r "$image"
 cc -O2 -o "$image/usr/bin/cuda-probe" "$here/cuda_probe.c" -ldl \
   || cp "$bin/cuda-probe" "$image/usr/bin/cuda-probe"
 
-# bundle NAME ENV... : a bundle whose container runs the probe script
+# bundle NAME ENV... : a bundle whose container runs the probe script ($SCRIPT
+# instead where set; $CDI: a CDI device the spec names by annotation)
 bundle() {
   local name=$1; shift
   python3 - "$work/$name" "$image" "$bin/gpubind-hook" "$GPUBIND_CONFIG" "$@" <<'EOF'
@@ -118,8 +120,9 @@ import json, os, sys
 path, image, hook, config, *env = sys.argv[1:]
 hooked = "hook" in os.path.basename(path)
 os.makedirs(path, exist_ok=True)
-script = ("nvidia-smi -L; echo smi=$?; cuda-probe; echo probe=$?; "
-          "ls /dev | grep nvidia | tr '\\n' ' '; echo; ls /proc/driver/nvidia/gpus 2>&1")
+script = os.environ.get("SCRIPT") or (
+    "nvidia-smi -L; echo smi=$?; cuda-probe; echo probe=$?; "
+    "ls /dev | grep nvidia | tr '\\n' ' '; echo; ls /proc/driver/nvidia/gpus 2>&1")
 spec = {
     "ociVersion": "1.0.2",
     "process": {"user": {"uid": 0, "gid": 0}, "args": ["/bin/sh", "-c", script],
@@ -133,9 +136,12 @@ spec = {
     "linux": {"resources": {"devices": [{"allow": False, "access": "rwm"}]},
               "namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount", "network")]},
 }
-if hooked:
-    spec["hooks"] = {"prestart": [{"path": hook, "args": ["gpubind-hook", "prestart"],
-                                   "env": [f"GPUBIND_CONFIG={config}"]}]}
+if hooked:  # poststop too: it undoes what a start set on the node (a GPU share)
+    spec["hooks"] = {stage: [{"path": hook, "args": ["gpubind-hook", stage],
+                              "env": [f"GPUBIND_CONFIG={config}"]}]
+                     for stage in ("prestart", "poststop")}
+if os.environ.get("CDI"):
+    spec["annotations"] = {"cdi.k8s.io/gpubind-check": os.environ["CDI"]}
 json.dump(spec, open(f"{path}/config.json", "w"))
 EOF
 }
@@ -154,6 +160,8 @@ run() {
 }
 
 all_uuids=$(cut -d, -f2 "$work/smi.csv" | tr -d ' ')
+# A simulated node's nvidia-smi knows only -L: its UUIDs from gpubind info.
+[ -n "$all_uuids" ] || all_uuids=$(awk '$1 == "UUID:" {print $2}' "$work/info.txt")
 first_uuid=$(echo "$all_uuids" | head -1)
 caps=NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
@@ -200,6 +208,49 @@ bundle shim NVIDIA_VISIBLE_DEVICES=all "$caps"
 check "gpubind-runtime run" run shim "$bin/gpubind-runtime"
 check "CUDA ran a kernel through the shim" grep -q 'a PTX kernel ran' "$work/shim.out"
 check "nvidia-smi runs through the shim" grep -q "(UUID: $first_uuid)" "$work/shim.out"
+
+step "GPU shares: two containers on $first_uuid, each given a quarter of its memory"
+# Each allocates 80 % of its share (must succeed) and 120 % (must fail with
+# CUDA_ERROR_OUT_OF_MEMORY, 2), both containers at once, through the hook,
+# the shim and a CDI device; where gpubind info names no mechanism, a share
+# is refused with one line instead.
+total_mib=$(nvidia-smi -i "$first_uuid" --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -d ' ')
+[ -n "$total_mib" ] || total_mib=$(($(awk '$1 == "Memory:" {print $2; exit}' "$work/info.txt") * 1024))
+quarter=$((total_mib / 4))
+low=$((quarter * 1048576 * 8 / 10)) high=$((quarter * 1048576 * 12 / 10))
+export SCRIPT="cuda-probe alloc $low; cuda-probe alloc $high"
+share_env=("NVIDIA_VISIBLE_DEVICES=$first_uuid" "$caps" "GPUBIND_GPU_MEMORY=${quarter}MiB")
+if grep -q '^GPU shares: .*enforced by' "$work/info.txt"; then
+  echo "$(grep '^GPU shares:' "$work/info.txt"); a quarter: $quarter MiB"
+  for via in hook shim cdi; do
+    runtime=runc
+    [ "$via" = hook ] || runtime=$bin/gpubind-runtime
+    for k in 1 2; do
+      if [ "$via" = cdi ]; then
+        CDI="nvidia.com/gpu=$first_uuid" bundle "share-$via-$k" "$caps" "GPUBIND_GPU_MEMORY=${quarter}MiB"
+      else
+        bundle "share-$via-$k" "${share_env[@]}"
+      fi
+      run "share-$via-$k" "$runtime" >/dev/null &
+    done
+    wait
+    for k in 1 2; do
+      out=$work/share-$via-$k.out
+      check "$via, container $k: 80 % of its share allocated" grep -q "alloc $low result=0" "$out"
+      check "$via, container $k: 120 % refused, out of memory" grep -q "alloc $high result=2" "$out"
+    done
+  done
+  check "nothing left set after the containers (state-dir/shares empty)" \
+    bash -c "[ -z \"\$(ls -A '$work/state/shares' 2>/dev/null)\" ]"
+else
+  echo "$(grep '^GPU shares:' "$work/info.txt")"
+  bundle share-refused-hook "${share_env[@]}"
+  if run share-refused-hook runc >/dev/null; then fail "a share started on a node that cannot enforce it"
+  elif grep -q 'check share GPUBIND_GPU_MEMORY=.*this node cannot enforce a GPU share' "$work/share-refused-hook.out"; then
+    pass "a share is refused in one line: $(grep -o -m1 'cannot enforce a GPU share: .*' "$work/share-refused-hook.out" | cut -c1-120)"
+  else fail "a share failed, but not refused for the node: $(tail -c 300 "$work/share-refused-hook.out")"; fi
+fi
+unset SCRIPT
 
 step "where the hook's time goes: 20 starts, medians of its debug timings (debug logging included)"
 : >"$work/gpubind.log"

@@ -4,6 +4,10 @@
  * must be there too) and checks what it wrote. Prints one line per device and
  * exits non-zero at the first failure, naming the call.
  *
+ * `cuda-probe alloc BYTES` instead makes a context on device 0, allocates
+ * BYTES with cuMemAlloc_v2 and prints "alloc BYTES result=<CUresult>" (2:
+ * out of memory), exiting 0 whatever the result: a GPU share's check.
+ *
  * Built with no CUDA headers: the few entry points are declared here from the
  * driver API's documented signatures. */
 #include <dlfcn.h>
@@ -56,12 +60,35 @@ static void* sym(const char* name) {
         }                                                                           \
     } while (0)
 
-int main(void) {
+/* "alloc <bytes> result=<CUresult>": one allocation on device 0. */
+static int probe_alloc(const char* text) {
+    char* end = NULL;
+    const unsigned long long bytes = strtoull(text, &end, 10);
+    if (!*text || *end) {
+        fprintf(stderr, "cuda-probe: alloc takes a number of bytes, not %s\n", text);
+        return 2;
+    }
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr buf = 0;
+    CALL(cuInit, (unsigned), 0);
+    CALL(cuDeviceGet, (CUdevice*, int), &dev, 0);
+    CALL(cuCtxCreate_v2, (CUcontext*, unsigned, CUdevice), &ctx, 0, dev);
+    const CUresult r = ((CUresult(*)(CUdeviceptr*, size_t))sym("cuMemAlloc_v2"))(&buf, bytes);
+    printf("alloc %llu result=%d\n", bytes, r);
+    /* The process ends here: what it holds goes with it. */
+    (void)buf;
+    (void)ctx;
+    return 0;
+}
+
+int main(int argc, char** argv) {
     lib = dlopen("libcuda.so.1", RTLD_NOW);
     if (!lib) {
         fprintf(stderr, "cuda-probe: %s\n", dlerror());
         return 1;
     }
+    if (argc == 3 && !strcmp(argv[1], "alloc")) return probe_alloc(argv[2]);
     int version = 0, count = 0;
     CALL(cuInit, (unsigned), 0);
     CALL(cuDriverGetVersion, (int*), &version);

@@ -113,10 +113,15 @@ TEST_F(CdiNodeTest, CommonEditsHoldTheControlNodesDriverFilesAndTheHook) {
         EXPECT_EQ(std::count(options.begin(), options.end(), "ro"), 1) << m;
     }
     EXPECT_EQ(got, want);
-    ASSERT_EQ(edits["hooks"].size(), 1u);
+    // The "cdi" stage, and poststop, which undoes what the start set (a GPU share).
+    ASSERT_EQ(edits["hooks"].size(), 2u);
     EXPECT_EQ(edits["hooks"][0], json({{"hookName", "createRuntime"},
                                        {"path", "/opt/gpubind/bin/gpubind-hook"},
                                        {"args", {"gpubind-hook", "cdi"}},
+                                       {"env", {"GPUBIND_CONFIG=/etc/gpubind/test.toml"}}}));
+    EXPECT_EQ(edits["hooks"][1], json({{"hookName", "poststop"},
+                                       {"path", "/opt/gpubind/bin/gpubind-hook"},
+                                       {"args", {"gpubind-hook", "poststop"}},
                                        {"env", {"GPUBIND_CONFIG=/etc/gpubind/test.toml"}}}));
     // Devices named by index and hostPath need 0.5.0, and nothing more.
     EXPECT_EQ(spec["cdiVersion"], "0.5.0");

@@ -10,7 +10,8 @@
 // (the plan's targets and options, make_plan for all GPUs with image_for()),
 // and a createRuntime hook running gpubind-hook's "cdi" stage (it joins the
 // container by the state's pid, which at createContainer runc and crun give
-// as the container's own pid namespace sees it); each device
+// as the container's own pid namespace sees it) and at poststop (it undoes
+// what the start set on the node: a GPU share's limit); each device
 // holds its own nodes: by index ("0") and UUID ("GPU-..."), MIG devices by
 // "<gpu>:<mig>" and UUID (the parent's node and both capability nodes), and
 // "all" (every GPU). IMEX channels are a spec of their own,
