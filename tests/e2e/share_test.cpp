@@ -203,6 +203,20 @@ TEST_F(MemoryLimitE2e, ALimitOf1GiBStopsAllocationsAboveItAndGoesWithTheContaine
     EXPECT_EQ(limits(), "");
 }
 
+// The limit is the cgroup's, whoever the container's process is: uid 1000
+// allocates no more than root would.
+TEST_F(MemoryLimitE2e, ANonRootContainerUserIsHeldToTheSameLimit) {
+    Bundle b = bundle("1", "GPUBIND_GPU_MEMORY=1GiB");
+    b.spec()["process"]["user"] = {{"uid", 1000}, {"gid", 1000}};
+    b.command(fmt::format("id -u; probe alloc {}; probe alloc {}", kGiB * 8 / 10, kGiB * 12 / 10));
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node_->log());
+    EXPECT_THAT(r.out, testing::StartsWith("1000\n"));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=0\n", kGiB * 8 / 10)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=2\n", kGiB * 12 / 10)));
+    EXPECT_EQ(limits(), "");
+}
+
 TEST_F(MemoryLimitE2e, WithoutAShareTheWholeGpuIsAllocatable) {
     Bundle b = bundle("0", "");
     auto r = b.run();
