@@ -1,5 +1,7 @@
 #include "gpubind/start/start.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <optional>
 
@@ -10,9 +12,46 @@
 #include "gpubind/decide/share.hpp"
 #include "gpubind/exec/exec.hpp"
 #include "gpubind/start/share_limit.hpp"
+#include "gpubind/util/error.hpp"
+#include "gpubind/util/file.hpp"
+#include "gpubind/util/id_map.hpp"
 #include "gpubind/util/log.hpp"
 
 namespace gpubind::start {
+
+namespace {
+
+// Whether this process is root on the host: NVML sets the driver's
+// per-cgroup limit for root only, which a rootless engine's hook (its user,
+// or root of a user namespace) is not.
+bool host_root() {
+    if (::geteuid() != 0) return false;
+    try {
+        return util::is_initial_id_map(util::read_file("/proc/self/uid_map", 64u << 10),
+                                       "/proc/self/uid_map");
+    } catch (const util::Error&) {
+        return false;
+    }
+}
+
+// Whether the share's limit may be set here: as host root, yes; else refused
+// in one line, or, with [policy] shares = "soft", started unenforced.
+bool may_set_memory_limits(const decide::ShareRequest& share, const config::Config& config) {
+    if (host_root()) return true;
+    const std::string why = fmt::format(
+        "the driver's per-cgroup memory limit is set by root on the host, and this start runs "
+        "as uid {}{} (a rootless engine)",
+        ::geteuid(), ::geteuid() == 0 ? " of a user namespace" : "");
+    if (config.policy.shares == config::SharesPolicy::Soft) {
+        util::logger().warn("{}: the share is not enforced: {}; starting it anyway (shares = soft)",
+                            share.asked_by, why);
+        return false;
+    }
+    util::throw_refused("set GPU memory limit", share.asked_by,
+                        why + "; [policy] shares = soft starts it unenforced");
+}
+
+}  // namespace
 
 node::NodeKnowledge know_node(const config::Config& config, const node::LoadOptions& options) {
     node::NodeKnowledge known = node::load_node(config, options);
@@ -79,7 +118,8 @@ decide::Decision run(Start& start, decide::Request request, Act act) {
     // container is changed, cleared if that fails. Nothing for any other start.
     std::vector<node::MemoryLimit> limits;
     std::string cgroup_dir;
-    if (d.request.share.asked() && d.node->memory_limits && start.pid > 0) {
+    if (d.request.share.asked() && d.node->memory_limits && start.pid > 0 &&
+        may_set_memory_limits(d.request.share, start.config)) {
         limits =
             decide::share_limits(d.request.share, node::select_devices(*d.node, d.request.devices));
         cgroup_dir =

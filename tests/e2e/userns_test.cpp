@@ -59,6 +59,7 @@ class UsernsTest : public ::testing::Test {
     static void SetUpTestSuite() {
         sim::Spec spec;
         spec.gpus = 3;
+        spec.memory_limits = true;  // the driver's per-cgroup limit, which needs host root
         node_ = std::make_unique<SimNode>(spec, "gpubind-e2e-userns-node");
         // The container's root (host 100000) reaches the GPU nodes runc binds
         // at /hostdev through it.
@@ -357,6 +358,39 @@ TEST_F(RootlessTest, GetsItsGpuFilesAndNodesOwnedByTheUser) {
         }
     EXPECT_GT(created, 0);
     EXPECT_EQ(after.at("/etc/ld.so.cache"), owner);
+}
+
+// A GPU share (issue 48): NVML sets the driver's per-cgroup limit for the
+// host's root only, which a rootless engine's hook is not: refused in one
+// line naming why, nothing set; with [policy] shares = "soft", started
+// unenforced with a warning.
+TEST_F(RootlessTest, AGpuShareIsRefusedWithoutHostRootOrStartedUnenforcedWhenSoft) {
+    const fs::path limits = node_->root() / "gpubind-fake-nvml/memory-limits";
+    {
+        Bundle b = rootless_bundle("");
+        b.env("NVIDIA_VISIBLE_DEVICES=2").env("GPUBIND_GPU_MEMORY=1GiB").command("echo started");
+        auto r = run_rootless(b);
+        EXPECT_NE(r.exit_code, 0);
+        EXPECT_THAT(r.out, ::testing::Not(HasSubstr("started")));
+        EXPECT_THAT(r.err,
+                    HasSubstr("gpubind-hook: set GPU memory limit GPUBIND_GPU_MEMORY=1GiB: the "
+                              "driver's per-cgroup memory limit is set by root on the host, and "
+                              "this start runs as uid " +
+                              std::to_string(kUser) +
+                              " (a rootless engine); [policy] shares = "
+                              "soft starts it unenforced"));
+    }
+    EXPECT_EQ(read_text(limits), "");
+    {
+        Bundle b = rootless_bundle("shares = \"soft\"\n");
+        b.env("NVIDIA_VISIBLE_DEVICES=2").env("GPUBIND_GPU_MEMORY=1GiB").command("echo started");
+        auto r = run_rootless(b);
+        ASSERT_EQ(r.exit_code, 0) << r.err << read_text(log_);
+        EXPECT_THAT(r.out, HasSubstr("started"));
+        EXPECT_THAT(read_text(log_), HasSubstr("the share is not enforced: the driver's per-cgroup "
+                                               "memory limit is set by root on the host"));
+    }
+    EXPECT_EQ(read_text(limits), "");
 }
 
 // In a devices cgroup that does not allow the GPU, the rule the container
