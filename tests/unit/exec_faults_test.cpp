@@ -31,6 +31,7 @@
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/file.hpp"
 #include "temp_dir.hpp"
+#include "tree_state.hpp"
 
 namespace gpubind {
 namespace {
@@ -44,32 +45,8 @@ constexpr const char* kLibDir = "/usr/lib/x86_64-linux-gnu";
 constexpr const char* kSoname = "libgpubindfault.so.1";
 constexpr const char* kOwn = "libimageown.so.3";
 
-// The rootfs as a failed start must leave it: test::tree (each entry's mode,
-// a file's bytes, a link's target) and each entry's owner.
-std::map<std::string, std::string> state(const fs::path& root) {
-    std::map<std::string, std::string> out = test::tree(root);
-    for (auto& [rel, what] : out) {
-        struct stat st {};
-        ::lstat((root / rel).c_str(), &st);
-        what = std::to_string(st.st_uid) + ":" + std::to_string(st.st_gid) + " " + what;
-    }
-    return out;
-}
-
-// What differs between two states, one line an entry (for the failure message).
-std::string diff(const std::map<std::string, std::string>& a,
-                 const std::map<std::string, std::string>& b) {
-    std::string out;
-    auto brief = [](const std::string& s) { return s.size() > 60 ? s.substr(0, 60) + "..." : s; };
-    for (const auto& [k, v] : a)
-        if (!b.count(k))
-            out += "  gone: " + k + "\n";
-        else if (b.at(k) != v)
-            out += "  changed: " + k + " (" + brief(v) + " -> " + brief(b.at(k)) + ")\n";
-    for (const auto& [k, v] : b)
-        if (!a.count(k)) out += "  new: " + k + " (" + brief(v) + ")\n";
-    return out;
-}
+using test::diff;
+using test::state;
 
 enum class Image { NoCache, OwnCache };
 
