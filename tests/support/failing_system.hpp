@@ -313,4 +313,24 @@ class FailingSystem final : public os::System {
     std::string failed_;
 };
 
+// What one run through a FailingSystem came to, as a child process sends it
+// back (text(), from()): whether the fault fired, in which call, the error.
+struct FaultOutcome {
+    bool fired = false;
+    std::string failed_call, error;
+    std::string text() const { return (fired ? "1" : "0") + failed_call + '\x1f' + error; }
+    static FaultOutcome from(const std::string& text) {
+        FaultOutcome o;
+        const auto sep = text.find('\x1f');
+        if (text.empty() || sep == std::string::npos) {
+            o.error = "<no outcome: " + text + ">";
+            return o;
+        }
+        o.fired = text[0] == '1';
+        o.failed_call = text.substr(1, sep - 1);
+        o.error = text.substr(sep + 1);
+        return o;
+    }
+};
+
 }  // namespace gpubind::test

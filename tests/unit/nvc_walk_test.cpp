@@ -93,24 +93,7 @@ class DeviceCgroup {
     fs::path dir_;
 };
 
-// One run's outcome, as a child sends it back.
-struct Outcome {
-    bool fired = false;
-    std::string failed_call, error;
-    std::string text() const { return (fired ? "1" : "0") + failed_call + '\x1f' + error; }
-    static Outcome from(const std::string& text) {
-        Outcome o;
-        const auto sep = text.find('\x1f');
-        if (text.empty() || sep == std::string::npos) {
-            o.error = "<no outcome: " + text + ">";
-            return o;
-        }
-        o.fired = text[0] == '1';
-        o.failed_call = text.substr(1, sep - 1);
-        o.error = text.substr(sep + 1);
-        return o;
-    }
-};
+using Outcome = test::FaultOutcome;
 
 using WalkBase = test::SimNodeTestWithParam<Way>;
 
