@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -35,6 +36,18 @@ inline std::string diff(const std::map<std::string, std::string>& a,
             out += "  changed: " + k + " (" + brief(v) + " -> " + brief(b.at(k)) + ")\n";
     for (const auto& [k, v] : b)
         if (!a.count(k)) out += "  new: " + k + " (" + brief(v) + ")\n";
+    return out;
+}
+
+// The lines of `b` that `a` lacks ("  new: ") and those gone from it
+// ("  gone: "): a mount table's change, one mount a line.
+inline std::string diff_lines(const std::string& a, const std::string& b) {
+    const auto la = lines_of(a), lb = lines_of(b);
+    std::string out;
+    for (const auto& l : la)
+        if (std::find(lb.begin(), lb.end(), l) == lb.end()) out += "  gone: " + l + "\n";
+    for (const auto& l : lb)
+        if (std::find(la.begin(), la.end(), l) == la.end()) out += "  new: " + l + "\n";
     return out;
 }
 

@@ -205,7 +205,7 @@ class ExecFaults : public ::testing::TestWithParam<std::tuple<config::LdcacheMet
             EXPECT_THAT(error, HasSubstr(std::strerror(err)));
             const auto now = state(rootfs_);
             EXPECT_TRUE(now == before) << error << "\nleft behind:\n" << diff(before, now);
-            EXPECT_EQ(c->mountinfo(), mounts_before) << error;
+            EXPECT_EQ(test::diff_lines(mounts_before, c->mountinfo()), "") << error;
             if (::testing::Test::HasFailure()) {
                 ADD_FAILURE() << "stopped at the first faulty step: " << error;
                 return k;
@@ -216,7 +216,10 @@ class ExecFaults : public ::testing::TestWithParam<std::tuple<config::LdcacheMet
 
     // Nothing of the host changed; back in our namespace and directory.
     void expect_host_unchanged() {
-        EXPECT_EQ(util::read_file("/proc/self/mountinfo", 16u << 20), host_mountinfo_);
+        EXPECT_EQ(
+            test::diff_lines(host_mountinfo_, util::read_file("/proc/self/mountinfo", 16u << 20)),
+            "")
+            << "the host's mounts changed";
         EXPECT_EQ(fs::read_symlink("/proc/self/ns/mnt"), host_ns_);
         EXPECT_EQ(fs::current_path(), cwd_);
     }

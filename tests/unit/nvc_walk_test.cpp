@@ -241,7 +241,7 @@ class NvcWalk : public WalkBase {
             EXPECT_THAT(o.error, HasSubstr(": " + o.failed_call + " (fault injected"));
             EXPECT_THAT(o.error, HasSubstr(std::strerror(err)));
             EXPECT_TRUE(now == before) << o.error << "\nleft behind:\n" << test::diff(before, now);
-            EXPECT_EQ(c->mountinfo(), mounts_before) << o.error;
+            EXPECT_EQ(test::diff_lines(mounts_before, c->mountinfo()), "") << o.error;
             EXPECT_EQ(cgroup.list(), rules_before) << o.error;
             if (::testing::Test::HasFailure()) {
                 ADD_FAILURE() << "stopped at the first faulty step: " << o.error;
@@ -253,7 +253,10 @@ class NvcWalk : public WalkBase {
 
     // Nothing of the host changed; back in our namespace and directory.
     void expect_host_unchanged() {
-        EXPECT_EQ(util::read_file("/proc/self/mountinfo", 16u << 20), host_mountinfo_);
+        EXPECT_EQ(
+            test::diff_lines(host_mountinfo_, util::read_file("/proc/self/mountinfo", 16u << 20)),
+            "")
+            << "the host's mounts changed";
         EXPECT_EQ(fs::read_symlink("/proc/self/ns/mnt"), host_ns_);
         EXPECT_EQ(fs::current_path(), cwd_);
     }
