@@ -110,6 +110,10 @@ void check_in_place(Context& c, bool shared, const std::string& who) {
         // Hidden (an LSM, an empty /proc mounted over the host's, pid 1 not
         // there): a namespace that cannot be told from the host's is taken
         // for it (issue 44, F2: the mounts went to the host's namespace).
+        // Any other failure (no descriptor left, I/O) is that failure.
+        const int err = e.code().value();
+        if (err != EACCES && err != EPERM && err != ENOENT && err != ESRCH)
+            throw util::Error(e.kind(), err, "compare mount namespaces with pid 1's", {}, e.what());
         throw util::Error(EPERM, "execute", c.target.rootfs.string(),
                           std::string("pid 1's mount namespace cannot be compared with this "
                                       "process's (") +

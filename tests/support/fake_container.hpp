@@ -20,6 +20,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -83,8 +84,13 @@ inline std::string run_in_child(const std::function<std::string()>& fn) {
 // A child in a private mount namespace, alive until the object goes.
 class FakeContainer {
   public:
-    // root_as: 0, none; else the host uid (and gid) its user namespace's root is.
-    explicit FakeContainer(unsigned root_as = 0, std::function<std::string()> inside = {}) {
+    // root_as: 0, none; else the host uid (and gid) its user namespace's root
+    // is. beside_an_init: in a pid namespace of its own whose init (pid 1
+    // there, with a fresh /proc) is in another mount namespace, as
+    // `unshare --pid --fork --mount-proc` leaves a tool's hook (root in place
+    // is refused unless pid 1's mount namespace is readable and not its own).
+    explicit FakeContainer(unsigned root_as = 0, std::function<std::string()> inside = {},
+                           bool beside_an_init = false) {
         int ready[2], hold[2], result[2];
         if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(hold, O_CLOEXEC) != 0 ||
             ::pipe2(result, O_CLOEXEC) != 0)
@@ -95,19 +101,22 @@ class FakeContainer {
             ::close(ready[0]);
             ::close(hold[1]);
             ::close(result[0]);
-            char ok = enter(root_as) ? 'y' : 'n';
-            if (::write(ready[1], &ok, 1) != 1) ::_exit(1);
-            char c;
-            for (;;) {
-                ssize_t r = ::read(hold[0], &c, 1);
-                if (r < 0 && errno == EINTR) continue;
-                if (r == 1 && c == 'r') {  // run_inside()
-                    const std::string text = run_in_child(inside);
-                    if (!send_text(result[1], text)) ::_exit(1);
-                    continue;
-                }
-                break;
+            if (!beside_an_init) serve(ready[1], hold[0], result[1], root_as, inside);
+            if (::unshare(CLONE_NEWPID | CLONE_NEWNS) != 0 ||
+                ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+                refuse(ready[1]);
+            const pid_t init = ::fork();
+            if (init == 0) {  // pid 1, its /proc the new namespace's
+                if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) !=
+                    0)
+                    refuse(ready[1]);
+                const pid_t container = ::fork();
+                if (container == 0)  // its own mount namespace, made by serve()
+                    serve(ready[1], hold[0], result[1], root_as, inside);
+                ::waitpid(container, nullptr, 0);
+                ::_exit(0);
             }
+            ::waitpid(init, nullptr, 0);
             ::_exit(0);
         }
         ::close(ready[1]);
@@ -119,6 +128,8 @@ class FakeContainer {
         ssize_t r = ::read(ready[0], &ok, 1);
         ::close(ready[0]);
         if (r != 1 || ok != 'y') throw util::Error(EPERM, "unshare", "fake container");
+        container_ = pid_;
+        if (beside_an_init) container_ = only_child(only_child(pid_));
     }
     ~FakeContainer() {
         ::close(hold_);
@@ -129,13 +140,15 @@ class FakeContainer {
     FakeContainer(const FakeContainer&) = delete;
     FakeContainer& operator=(const FakeContainer&) = delete;
 
-    pid_t pid() const { return pid_; }
+    // The container's process (as this process's pid namespace numbers it).
+    pid_t pid() const { return container_; }
     // A host path as the container's mount namespace sees it.
     std::filesystem::path view(const std::filesystem::path& p) const {
-        return std::filesystem::path("/proc/" + std::to_string(pid_) + "/root") / p.relative_path();
+        return std::filesystem::path("/proc/" + std::to_string(container_) + "/root") /
+               p.relative_path();
     }
     std::string mountinfo() const {
-        return util::read_file("/proc/" + std::to_string(pid_) + "/mountinfo", 16u << 20);
+        return util::read_file("/proc/" + std::to_string(container_) + "/mountinfo", 16u << 20);
     }
     // The function given, run in a child of the container's process; its answer.
     std::string run_inside() {
@@ -145,6 +158,38 @@ class FakeContainer {
     }
 
   private:
+    // The child's side: its namespaces entered, "y" (or "n") on `ready`,
+    // then run_inside()'s requests on `hold` until it closes.
+    [[noreturn]] static void serve(int ready, int hold, int result, unsigned root_as,
+                                   const std::function<std::string()>& inside) {
+        char ok = enter(root_as) ? 'y' : 'n';
+        if (::write(ready, &ok, 1) != 1) ::_exit(1);
+        char c;
+        for (;;) {
+            ssize_t r = ::read(hold, &c, 1);
+            if (r < 0 && errno == EINTR) continue;
+            if (r == 1 && c == 'r') {  // run_inside()
+                const std::string text = run_in_child(inside);
+                if (!send_text(result, text)) ::_exit(1);
+                continue;
+            }
+            break;
+        }
+        ::_exit(0);
+    }
+    [[noreturn]] static void refuse(int ready) {
+        const char no = 'n';
+        if (::write(ready, &no, 1) != 1) ::_exit(1);
+        ::_exit(1);
+    }
+    // The one child of `pid` (/proc/PID/task/PID/children).
+    static pid_t only_child(pid_t pid) {
+        const std::string p = std::to_string(pid);
+        const std::string text = util::read_file("/proc/" + p + "/task/" + p + "/children", 4096);
+        const pid_t child = static_cast<pid_t>(std::atoi(text.c_str()));
+        if (child <= 0) throw util::Error(ESRCH, "find the child of", "pid " + p);
+        return child;
+    }
     static bool write_proc(const char* name, const std::string& text) {
         const int fd = ::open((std::string("/proc/self/") + name).c_str(), O_WRONLY | O_CLOEXEC);
         if (fd < 0) return false;
@@ -163,7 +208,7 @@ class FakeContainer {
                ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
     }
 
-    pid_t pid_ = -1;
+    pid_t pid_ = -1, container_ = -1;
     int hold_ = -1, result_ = -1;
 };
 

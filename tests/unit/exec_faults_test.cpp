@@ -7,7 +7,7 @@
 // host user (what gpubind creates owned by that user); a rootless caller
 // (that user, Target::join_user_ns, as a rootless runtime's hook); and in
 // place (Target::in_place, in the container's namespaces as enroot's hook
-// calls gpubind-nvc).
+// calls gpubind-nvc, or as root beside an init as Apptainer's does).
 // For k = 1, 2, ... until a run completes without the fault: after each
 // fault either the result is whole (as a run without it) or the rootfs is as
 // it was (names, types, modes, owners, link targets, bytes), the container's
@@ -60,10 +60,11 @@ enum class Image { NoCache, OwnCache };
 
 // Who acts on which container (exec::Target).
 enum class Kind {
-    Plain,     // root, a container in the host's user namespace
-    UserNs,    // root, a container whose user namespace's root is kUser
-    Rootless,  // kUser, joining that container's user namespace
-    InPlace,   // that container's root, in its namespaces
+    Plain,        // root, a container in the host's user namespace
+    UserNs,       // root, a container whose user namespace's root is kUser
+    Rootless,     // kUser, joining that container's user namespace
+    InPlace,      // that container's root, in its namespaces
+    InPlaceRoot,  // root in place, in a Plain container beside an init of its own
 };
 constexpr unsigned kUser = 4343;
 
@@ -107,23 +108,27 @@ class ExecFaults : public ::testing::TestWithParam<std::tuple<config::LdcacheMet
             ASSERT_TRUE(fs::exists(rootfs_ / "etc/ld.so.cache"));
             test::write(rootfs_ / "etc/ld.so.cache~", "half a cache");
         }
-        const unsigned owner = kind() == Kind::Plain ? 0 : kUser;
+        const bool host_ids = kind() == Kind::Plain || kind() == Kind::InPlaceRoot;
+        const unsigned owner = host_ids ? 0 : kUser;
         for (const auto& e : fs::recursive_directory_iterator(rootfs_))
             ASSERT_EQ(::lchown(e.path().c_str(), owner, owner), 0) << e.path();
         ASSERT_EQ(::chown(rootfs_.c_str(), owner, owner), 0);
         if (image == Image::NoCache) return;
         const fs::path cache = rootfs_ / "etc/ld.so.cache";
-        if (kind() == Kind::Plain) {
+        if (host_ids) {
             ASSERT_EQ(::chown(cache.c_str(), 12, 34), 0);
         }
         ASSERT_EQ(::chmod(cache.c_str(), 0640), 0);
     }
 
-    // A container of the kind: in a user namespace of its own but for Plain.
+    // A container of the kind: in a user namespace of its own but for Plain
+    // and InPlaceRoot; the latter beside an init of its own (pid 1's mount
+    // namespace readable and another, or root in place is refused).
     std::unique_ptr<test::FakeContainer> container(std::size_t k, int err) {
-        const bool own_ns = kind() != Kind::Plain;
+        const bool own_ns = kind() != Kind::Plain && kind() != Kind::InPlaceRoot;
         return std::make_unique<test::FakeContainer>(
-            own_ns ? kUser : 0, [this, k, err] { return attempt(::getppid(), k, err); });
+            own_ns ? kUser : 0, [this, k, err] { return attempt(::getppid(), k, err); },
+            kind() == Kind::InPlaceRoot);
     }
 
     // execute() with the k-th call failing with `err` (0: none), where the
@@ -140,6 +145,7 @@ class ExecFaults : public ::testing::TestWithParam<std::tuple<config::LdcacheMet
                     return attempt(pid, k, err);
                 }));
             case Kind::InPlace:
+            case Kind::InPlaceRoot:
                 return test::FaultOutcome::from(c.run_inside());
         }
         return {};
@@ -152,6 +158,9 @@ class ExecFaults : public ::testing::TestWithParam<std::tuple<config::LdcacheMet
         test::FaultOutcome o;
         try {
             exec::execute(plan_, target_for(pid), sys);
+        } catch (const std::system_error& e) {
+            o.error = e.what();
+            o.code = e.code().value();
         } catch (const std::exception& e) {
             o.error = e.what();
         }
@@ -167,7 +176,7 @@ class ExecFaults : public ::testing::TestWithParam<std::tuple<config::LdcacheMet
         t.cgroups = false;
         t.ldcache = std::get<0>(GetParam());
         t.join_user_ns = kind() == Kind::Rootless;
-        t.in_place = kind() == Kind::InPlace;
+        t.in_place = kind() == Kind::InPlace || kind() == Kind::InPlaceRoot;
         return t;
     }
 
@@ -200,8 +209,12 @@ class ExecFaults : public ::testing::TestWithParam<std::tuple<config::LdcacheMet
             }
             EXPECT_THAT(error, Not(HasSubstr("\n")));
             // The step first ("mount ...: ", "loader cache: ", "enter the
-            // container's mount namespace: "), then the call.
-            EXPECT_THAT(error, HasSubstr(": " + o.failed_call + " (fault injected"));
+            // container's mount namespace: "), then the call (root in place
+            // with pid 1's namespace hidden, EPERM: a refusal naming it
+            // within); the fault's errno.
+            EXPECT_THAT(error, HasSubstr(o.failed_call + " (fault injected"));
+            EXPECT_FALSE(error.starts_with(o.failed_call)) << "no step named: " << error;
+            EXPECT_EQ(o.code, err) << error;
             EXPECT_THAT(error, HasSubstr(std::strerror(err)));
             const auto now = state(rootfs_);
             EXPECT_TRUE(now == before) << error << "\nleft behind:\n" << diff(before, now);
@@ -262,7 +275,7 @@ TEST_P(ExecFaults, EachCallFailedOnceLeavesTheRootfsWholeOrAsItWas) {
 
 std::string param_name(
     const ::testing::TestParamInfo<std::tuple<config::LdcacheMethod, Kind>>& info) {
-    static const char* const kKinds[] = {"", "UserNs", "Rootless", "InPlace"};
+    static const char* const kKinds[] = {"", "UserNs", "Rootless", "InPlace", "InPlaceRoot"};
     return std::string(std::get<0>(info.param) == config::LdcacheMethod::Gpubind ? "Gpubind"
                                                                                  : "Ldconfig") +
            kKinds[static_cast<int>(std::get<1>(info.param))];
@@ -272,7 +285,8 @@ INSTANTIATE_TEST_SUITE_P(Method, ExecFaults,
                          ::testing::Combine(::testing::Values(config::LdcacheMethod::Gpubind,
                                                               config::LdcacheMethod::Ldconfig),
                                             ::testing::Values(Kind::Plain, Kind::UserNs,
-                                                              Kind::Rootless, Kind::InPlace)),
+                                                              Kind::Rootless, Kind::InPlace,
+                                                              Kind::InPlaceRoot)),
                          param_name);
 
 }  // namespace
