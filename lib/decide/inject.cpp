@@ -4,6 +4,7 @@
 #include "gpubind/decide/placement_check.hpp"
 #include "gpubind/node/description.hpp"
 #include "gpubind/node/devices.hpp"
+#include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
 
 namespace gpubind::decide {
@@ -72,7 +73,13 @@ Decision decide_on(Request request, os::SystemFiles& sys, const std::filesystem:
     check_requirements(d.request, *d.node, selection);
     check_placement(d.request, *d.node, selection, config);
     check_share(d.request.share, *d.node, selection, config);
-    const Image image = inspect_image(sys, rootfs);
+    // A failure reading the image names the step: the container's rootfs.
+    Image image;
+    try {
+        image = inspect_image(sys, rootfs);
+    } catch (const util::Error& e) {
+        throw util::Error(e.kind(), e.code().value(), "read the image", rootfs.string(), e.what());
+    }
     d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
     util::logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),
                          d.plan.mounts.size(), d.plan.symlinks.size());

@@ -96,9 +96,12 @@ void check_in_place(Context& c, bool shared, const std::string& who) {
         throw util::Error(
             EPERM, "execute", who,
             "is in another mount namespace than this process; refusing to act in place");
-    if (!util::is_initial_id_map(c.processes.read_proc(c.host.pidfd.get(), c.target.pid, "uid_map"),
-                                 who + " uid_map"))
-        return;
+    bool initial = false;
+    in_context("read the container's user namespace (" + who + ")", [&] {
+        initial = util::is_initial_id_map(
+            c.processes.read_proc(c.host.pidfd.get(), c.target.pid, "uid_map"), who + " uid_map");
+    });
+    if (!initial) return;
     util::Fd init_ns;
     try {
         util::Fd init = c.processes.open_process(1);
@@ -107,6 +110,10 @@ void check_in_place(Context& c, bool shared, const std::string& who) {
         // Hidden (an LSM, an empty /proc mounted over the host's, pid 1 not
         // there): a namespace that cannot be told from the host's is taken
         // for it (issue 44, F2: the mounts went to the host's namespace).
+        // Any other failure (no descriptor left, I/O) is that failure.
+        const int err = e.code().value();
+        if (err != EACCES && err != EPERM && err != ENOENT && err != ESRCH)
+            throw util::Error(e.kind(), err, "compare mount namespaces with pid 1's", {}, e.what());
         throw util::Error(EPERM, "execute", c.target.rootfs.string(),
                           std::string("pid 1's mount namespace cannot be compared with this "
                                       "process's (") +
@@ -114,7 +121,10 @@ void check_in_place(Context& c, bool shared, const std::string& who) {
                               "); refusing to act in place (give the container's --pid, or make "
                               "/proc/1/ns/mnt readable)");
     }
-    if (c.processes.same_file(init_ns.get(), c.host.own_ns.get()))
+    bool host_ns = false;
+    in_context("compare mount namespaces",
+               [&] { host_ns = c.processes.same_file(init_ns.get(), c.host.own_ns.get()); });
+    if (host_ns)
         throw util::Error(EPERM, "execute", c.target.rootfs.string(),
                           "this process is in the host's mount namespace (pid 1's); refusing to "
                           "mount there (give the container's --pid, or run it in the container's "
@@ -212,7 +222,9 @@ void prepare_host(Context& c, DeviceAccess& devices) {
     c.timing.mark("device cgroup prepared");
     // Rootless: the host's files are opened where this process may clone
     // mounts, the container's namespace before its pivot_root.
-    if (c.target.join_user_ns) c.enter();
+    if (c.target.join_user_ns)
+        in_context("enter the container's user and mount namespaces (" + who + ")",
+                   [&] { c.enter(); });
 
     open_sources(c);
     if (c.plan.refresh_ldcache && use_ldconfig(c.plan, c.target))

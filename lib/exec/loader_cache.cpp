@@ -106,16 +106,20 @@ void LoaderCache::refresh() {
         chown_to = os::Owner{original->uid, original->gid};
     util::logger().debug("loader cache: {} entries, {} bytes ({} injected)", image_entries,
                          bytes.size(), c_.plan.ldcache_libraries.size());
-    if (chown_to)
-        c_.files.replace_file_at(etc->get(), temp, kCache, bytes, mode, chown_to);
-    else
-        c_.as_owner(
-            [&] { c_.files.replace_file_at(etc->get(), temp, kCache, bytes, mode, std::nullopt); });
     Undo undo{original ? Undo::Kind::RestoreCache : Undo::Kind::RemoveFile, etc, kCache,
               "/etc/ld.so.cache"};
     undo.other = temp;
     if (original) undo.original = std::make_shared<const os::RegularFile>(std::move(*original));
-    c_.undo.push_back(std::move(undo));
+    // Its undo recorded as soon as it is there: as_owner's switch back to
+    // root's ids may fail after it (the rollback then removes it).
+    auto replace = [&](std::optional<os::Owner> to) {
+        c_.files.replace_file_at(etc->get(), temp, kCache, bytes, mode, to);
+        c_.undo.push_back(std::move(undo));
+    };
+    if (chown_to)
+        replace(chown_to);
+    else
+        c_.as_owner([&] { replace(std::nullopt); });
 }
 
 // ldconfig, confined (System::run), writes the cache into its own scratch

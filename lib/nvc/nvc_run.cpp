@@ -104,7 +104,8 @@ decide::Request make_request(const ConfigureArgs& a) {
     return r;
 }
 
-int configure(const ConfigureArgs& a, const Global& g, const config::Config& config, bool store) {
+int configure(const ConfigureArgs& a, const Global& g, const config::Config& config, bool store,
+              os::System* sys) {
     if (g.user) util::logger().debug("--user: acting as this process's own ids");
     for (const auto& word : g.ignored) util::logger().debug("{}: accepted, nothing to do", word);
     config::Config decided = config;
@@ -114,7 +115,8 @@ int configure(const ConfigureArgs& a, const Global& g, const config::Config& con
                               .pid = a.pid,
                               .no_cgroups = a.no_cgroups,
                               .no_devbind = a.no_devbind,
-                              .store = store};
+                              .store = store,
+                              .sys = sys};
     if (a.ldconfig.starts_with('@'))
         call.ldconfig = a.ldconfig.substr(1);
     else if (!a.ldconfig.empty())
@@ -296,7 +298,7 @@ config::Config with_global(config::Config config, const Global& global) {
     return config;
 }
 
-int run(const Args& args, const config::Config& config) {
+int run(const Args& args, const config::Config& config, os::System* sys) {
     // Another driver root is another node, whose knowledge is not stored.
     const bool store = args.global.root.empty() && args.global.ldcache.empty();
     switch (args.command) {
@@ -315,7 +317,7 @@ int run(const Args& args, const config::Config& config) {
             return util::kExitOk;
         }
         case Command::Configure:
-            return configure(args.configure, args.global, config, store);
+            return configure(args.configure, args.global, config, store, sys);
         default:
             return util::kExitOk;
     }

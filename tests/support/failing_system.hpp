@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -311,6 +312,32 @@ class FailingSystem final : public os::System {
     int errno_ = EIO;
     std::vector<std::string> calls_;
     std::string failed_;
+};
+
+// What one run through a FailingSystem came to, as a child process sends it
+// back (text(), from()): whether the fault fired, in which call, the error
+// and its errno.
+struct FaultOutcome {
+    bool fired = false;
+    std::string failed_call, error;
+    int code = 0;
+    std::string text() const {
+        return std::to_string(code) + '\x1f' + (fired ? "1" : "0") + failed_call + '\x1f' + error;
+    }
+    static FaultOutcome from(const std::string& text) {
+        FaultOutcome o;
+        const auto first = text.find('\x1f');
+        const auto sep = first == std::string::npos ? first : text.find('\x1f', first + 1);
+        if (sep == std::string::npos || first + 1 >= sep) {
+            o.error = "<no outcome: " + text + ">";
+            return o;
+        }
+        o.code = std::atoi(text.substr(0, first).c_str());
+        o.fired = text[first + 1] == '1';
+        o.failed_call = text.substr(first + 2, sep - first - 2);
+        o.error = text.substr(sep + 1);
+        return o;
+    }
 };
 
 }  // namespace gpubind::test

@@ -93,7 +93,7 @@ inline std::map<std::string, std::string> tree(const std::filesystem::path& dir)
         struct stat st {};
         ::lstat(e.path().c_str(), &st);
         const std::string mode = std::to_string(st.st_mode);
-        const std::string rel = std::filesystem::relative(e.path(), dir).string();
+        const std::string rel = e.path().lexically_relative(dir).string();
         if (S_ISLNK(st.st_mode))
             out[rel] = "link " + std::filesystem::read_symlink(e.path()).string();
         else if (S_ISREG(st.st_mode))

@@ -12,6 +12,7 @@
 
 #include "gpubind/config/config.hpp"
 #include "gpubind/node/node.hpp"
+#include "gpubind/os/system.hpp"
 
 namespace gpubind::nvc {
 
@@ -90,7 +91,8 @@ std::string list_text(const node::Node& node, const ListArgs& args);
 config::Config with_global(config::Config config, const Global& global);
 
 // Runs the parsed command (not Help or Version): knows the node, prints, or
-// configures the container. Returns the exit code; throws Error.
-int run(const Args& args, const config::Config& config);
+// configures the container (through `sys`; none: this host's, LinuxSystem;
+// the tests' failing one). Returns the exit code; throws Error.
+int run(const Args& args, const config::Config& config, os::System* sys = nullptr);
 
 }  // namespace gpubind::nvc
