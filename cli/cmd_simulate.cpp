@@ -159,6 +159,9 @@ void register_simulate(CLI::App& app, Action& action) {
     cmd->add_flag("--memory-limits", o->spec.memory_limits,
                   "The driver offers the per-cgroup GPU memory limit (NVML's "
                   "nvmlDeviceSetMemoryLimits_v1)");
+    cmd->add_flag("--mps", o->spec.mps,
+                  "The driver has MPS: a fake nvidia-cuda-mps-control daemon (without it, "
+                  "no MPS programs)");
     cmd->add_flag("--drm", o->spec.drm,
                   "Add each GPU's DRM nodes (/dev/dri/card<i>, renderD<128+i>, by-path links)");
     cmd->add_flag("--json", o->json, "Print the manifest as JSON");

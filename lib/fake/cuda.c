@@ -1,9 +1,14 @@
 /* The fake libcuda.so.1 of a simulated node: enough of the CUDA driver API
  * to ask what a program in a container would see (the same visibility rules
  * as the fake NVML, fake_scan.h). */
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "fake_limits.h"
+#include "fake_mps.h"
 #include "fake_scan.h"
 
 #define CUDA_API __attribute__((visibility("default")))
@@ -93,8 +98,9 @@ CUDA_API CUresult cuDeviceGetName(char* name, int length, CUdevice device) {
 /* Contexts and memory: a context is its device; an allocation succeeds while
  * this process's allocations on the device stay within the GPU's memory
  * (fake_node.h) and the hard limit the driver holds for the process's cgroup
- * (fake_limits.h), and fails with CUDA_ERROR_OUT_OF_MEMORY beyond. Nothing is
- * allocated: the pointer is a number. */
+ * (fake_limits.h) and, under MPS, its daemon's ceiling lowered by the
+ * process's own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (mps_limit), and fails with
+ * CUDA_ERROR_OUT_OF_MEMORY beyond. Nothing is allocated: the pointer is a number. */
 struct CUctx_st {
     int device;
 };
@@ -112,6 +118,46 @@ CUDA_API CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevic
     return CUDA_SUCCESS;
 }
 
+/* Under MPS (a `control` socket in the pipe directory): the daemon's pinned
+ * memory ceiling for `device`, lowered by this process's
+ * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("<dev>=<size>,..." or one size for
+ * every device), which can never raise it. FAKE_NO_LIMIT without MPS. */
+static unsigned long long mps_limit(int device) {
+    struct sockaddr_un addr;
+    char ask[96], reply[128];
+    unsigned long long limit = FAKE_NO_LIMIT, mine = 0;
+    const char* env = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    ssize_t got;
+    int fd;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    if (snprintf(addr.sun_path, sizeof addr.sun_path, "%s/%s", fake_mps_pipe_dir(),
+                 FAKE_MPS_SOCKET) >= (int)sizeof addr.sun_path ||
+        access(addr.sun_path, F_OK) != 0)
+        return FAKE_NO_LIMIT;
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return FAKE_NO_LIMIT;
+    snprintf(ask, sizeof ask, "get_default_device_pinned_mem_limit %d\n", device);
+    if (connect(fd, (struct sockaddr*)&addr, sizeof addr) == 0 &&
+        write(fd, ask, strlen(ask)) == (ssize_t)strlen(ask) &&
+        (got = read(fd, reply, sizeof reply - 1)) > 0) {
+        reply[got] = '\0';
+        if (fake_mps_size(reply, NULL) > 0) limit = fake_mps_size(reply, NULL);
+    }
+    close(fd);
+    while (env != NULL && *env != '\0') {
+        const char* eq = strchr(env, '=');
+        const char* comma = strchr(env, ',');
+        if (eq != NULL && (comma == NULL || eq < comma)) {
+            if (atoi(env) == device) mine = fake_mps_size(eq + 1, NULL);
+        } else {
+            mine = fake_mps_size(env, NULL);
+        }
+        env = comma != NULL ? comma + 1 : NULL;
+    }
+    return mine > 0 && mine < limit ? mine : limit;
+}
+
 /* What the process may still allocate on `device`. */
 static unsigned long long headroom(int device) {
     char cgroup[4200];
@@ -122,6 +168,8 @@ static unsigned long long headroom(int device) {
         fake_limits_get_key(g_node.root, g_node.gpus[device].minor, cgroup, &soft, &hard) == 0 &&
         hard < total)
         total = hard;
+    hard = mps_limit(device);
+    if (hard < total) total = hard;
     return total > g_allocated[device] ? total - g_allocated[device] : 0;
 }
 

@@ -498,6 +498,7 @@ void to_json(nlohmann::json& j, const Manifest& m) {
                  {"gdrcopy", m.spec.gdrcopy},
                  {"drm", m.spec.drm},
                  {"memory_limits", m.spec.memory_limits},
+                 {"mps", m.spec.mps},
                  {"prefix", m.spec.prefix},
                  {"topology", m.spec.topology}};
     j["cuda_version"] = m.cuda_version;

@@ -26,6 +26,7 @@ extern const unsigned char gpubind_blob_nvml_start[], gpubind_blob_nvml_end[];
 extern const unsigned char gpubind_blob_cuda_start[], gpubind_blob_cuda_end[];
 extern const unsigned char gpubind_blob_smi_start[], gpubind_blob_smi_end[];
 extern const unsigned char gpubind_blob_tool_start[], gpubind_blob_tool_end[];
+extern const unsigned char gpubind_blob_mps_start[], gpubind_blob_mps_end[];
 }
 
 namespace gpubind::sim::detail {
@@ -88,14 +89,15 @@ bool graphics_only(std::string_view capability) {
 struct BinaryDef {
     std::string_view name;
     std::string_view capability;
-    bool smi;  // the fake nvidia-smi, else the stand-in tool
+    bool smi;          // the fake nvidia-smi, else the stand-in tool
+    bool mps = false;  // the fake MPS control daemon
 };
 
 constexpr BinaryDef kBinaries[] = {
     {"nvidia-smi", "utility", true},
     {"nvidia-debugdump", "utility", false},
     {"nvidia-persistenced", "utility", false},
-    {"nvidia-cuda-mps-control", "compute", false},
+    {"nvidia-cuda-mps-control", "compute", false, true},
     {"nvidia-cuda-mps-server", "compute", false},
 };
 
@@ -141,8 +143,10 @@ void Writer::libraries() {
 void Writer::binaries() {
     const std::string& prefix = manifest_.spec.prefix;
     for (const auto& bin : kBinaries) {
-        std::string_view data = bin.smi ? blob(gpubind_blob_smi_start, gpubind_blob_smi_end)
-                                        : blob(gpubind_blob_tool_start, gpubind_blob_tool_end);
+        if (!manifest_.spec.mps && bin.name.starts_with("nvidia-cuda-mps")) continue;
+        std::string_view data = bin.smi   ? blob(gpubind_blob_smi_start, gpubind_blob_smi_end)
+                                : bin.mps ? blob(gpubind_blob_mps_start, gpubind_blob_mps_end)
+                                          : blob(gpubind_blob_tool_start, gpubind_blob_tool_end);
         const std::string name(bin.name);
         std::string rel = (prefix.empty() ? "usr" : prefix) + "/bin/" + name;
         write(at(rel), data, 0755);

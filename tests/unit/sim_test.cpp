@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -435,11 +436,47 @@ TEST(Sim, IpcsAndFirmwareAreWhereTheManifestSays) {
     EXPECT_EQ(sockets, 2u);
     EXPECT_EQ(dirs, 1u);
     EXPECT_EQ(firmware, 2u);
-    EXPECT_EQ(binaries, 5u);
+    EXPECT_EQ(binaries, 3u);  // no MPS programs without spec.mps
+    EXPECT_FALSE(fs::exists(tmp / "usr/bin/nvidia-cuda-mps-control"));
     // The stand-in utilities run and say who they are.
-    Ran r = run({(tmp / "usr/bin/nvidia-cuda-mps-control").string()});
+    Ran r = run({(tmp / "usr/bin/nvidia-debugdump").string()});
     EXPECT_EQ(r.status, 0);
-    EXPECT_EQ(r.out.rfind("nvidia-cuda-mps-control", 0), 0u) << r.out;
+    EXPECT_EQ(r.out.rfind("nvidia-debugdump", 0), 0u) << r.out;
+}
+
+// `gpubind simulate --mps`: nvidia-cuda-mps-control is a daemon on a socket
+// in CUDA_MPS_PIPE_DIRECTORY that answers the commands gpubind sends it.
+TEST(Sim, TheFakeMpsControlDaemonAnswersItsCommands) {
+    TempDir tmp;
+    Spec spec = small_spec(1);
+    spec.mps = true;
+    gpubind::sim::simulate(tmp.path(), spec);
+    const std::string control = (tmp / "usr/bin/nvidia-cuda-mps-control").string();
+    const std::string pipe = (tmp / "pipe").string();
+    fs::create_directories(pipe);
+    const std::vector<std::string> env = {"CUDA_MPS_PIPE_DIRECTORY=" + pipe};
+    auto send = [&](const std::string& commands) {
+        return run({"/bin/sh", "-c", "printf '" + commands + "' | " + control}, env);
+    };
+    Ran none = send("get_server_list\\n");
+    EXPECT_NE(none.status, 0);
+    EXPECT_THAT(none.out, ::testing::HasSubstr("Cannot find MPS control daemon process"));
+    ASSERT_EQ(run({control, "-d"}, env).status, 0);
+    EXPECT_TRUE(fs::exists(pipe + "/nvidia-cuda-mps-control.pid"));
+    struct stat st {};
+    ASSERT_EQ(::lstat((pipe + "/control").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_mode & 0777, 0777u);  // any uid's client connects
+    Ran r = send(
+        "get_default_device_pinned_mem_limit 0\\nset_default_device_pinned_mem_limit 0 "
+        "10G\\nget_default_device_pinned_mem_limit 0\\nset_default_active_thread_percentage "
+        "25\\nget_default_active_thread_percentage\\nfrobnicate\\n");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out, "none\n10G\n25.0\nUnknown command\n");
+    EXPECT_EQ(send("quit\\n").status, 0);
+    for (int i = 0; i < 100 && fs::exists(pipe + "/control"); ++i) ::usleep(10000);
+    EXPECT_FALSE(fs::exists(pipe + "/control"));
+    EXPECT_FALSE(fs::exists(pipe + "/nvidia-cuda-mps-control.pid"));
 }
 
 TEST(Sim, NvidiaSmiListsTheManifestGpus) {

@@ -130,6 +130,10 @@ struct Spec {
     // limits set (lib/fake/fake_limits.h), which the fake CUDA's cuMemAlloc
     // keeps to where a container sees it at /gpubind-fake-nvml.
     bool memory_limits = false;
+    // The driver has MPS: nvidia-cuda-mps-control is the fake daemon
+    // (lib/fake/mps_control.c; the fake CUDA asks it for its ceiling) and
+    // nvidia-cuda-mps-server the stand-in tool. Without it neither is installed.
+    bool mps = false;
     // "": a distribution's layout (above). Else the driver in a prefix of its
     // own, as GPU sandboxes ship it ("usr/local/nvidia"): <prefix>/lib64 and
     // <prefix>/lib (32-bit) in etc/ld.so.conf, the programs in <prefix>/bin,
