@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "gpubind/decide/mps.hpp"
 #include "gpubind/decide/share.hpp"
 #include "gpubind/node/node.hpp"
 #include "gpubind/node/nvlink.hpp"
@@ -81,7 +82,7 @@ std::string channel_ranges(const std::vector<node::DeviceNode>& channels) {
     return out;
 }
 
-void print_text(const node::Node& node) {
+void print_text(const node::Node& node, const std::filesystem::path& mps_root) {
     fmt::print("Driver version:   {}\n", node.driver_version);
     fmt::print("CUDA version:     {}\n", or_unknown(node.cuda_version));
     fmt::print("GPUs:             {}\n", node.gpus.size());
@@ -104,7 +105,11 @@ void print_text(const node::Node& node) {
     const decide::ShareEnforcement shares = decide::share_enforcement(node);
     if (shares.by.empty())
         fmt::print("\nGPU shares:       not enforced: {}\n", shares.lacks);
-    else
+    else if (shares.by == decide::kMps) {
+        fmt::print("\nGPU shares:       memory and compute enforced by {}\n", shares.by);
+        for (const auto& line : decide::mps_daemon_lines(node, mps_root))
+            fmt::print("  {}\n", line);
+    } else
         fmt::print("\nGPU shares:       memory enforced by {}\n", shares.by);
     for (const auto& w : node.warnings) fmt::print(stderr, "gpubind: warning: {}\n", w);
 }
@@ -237,7 +242,7 @@ void register_info(CLI::App& app, Action& action) {
             else if (opts->csv)
                 print_csv(k.node);
             else {
-                print_text(k.node);
+                print_text(k.node, config.mps.root);
                 fmt::print("\n");
                 print_source(k);
             }

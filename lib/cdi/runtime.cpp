@@ -1,5 +1,7 @@
 #include "gpubind/cdi/runtime.hpp"
 
+#include "gpubind/decide/mps.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <set>
@@ -8,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpubind/decide/mps.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/strings.hpp"
 
@@ -189,8 +192,46 @@ json edit_spec(json spec, const decide::oci::Spec& facts, const decide::Plan& pl
         throw util::Error(EPERM, "edit spec", "linux.namespaces",
                           "the container shares this process's mount namespace (no \"mount\" "
                           "namespace in the spec); refusing");
-    check_mounts(facts, plan);
+    // An MPS share's /dev/shm (decide/mps.hpp): the spec's own /dev/shm
+    // becomes a bind of the GPU's shm directory, the one its daemon uses.
+    decide::Plan checked = plan;
+    const auto shm = std::find_if(
+        plan.mounts.begin(), plan.mounts.end(),
+        [](const decide::PlannedMount& m) { return m.target == decide::kMpsShmTarget; });
+    if (shm != plan.mounts.end()) {
+        std::erase_if(checked.mounts, [](const decide::PlannedMount& m) {
+            return m.target == decide::kMpsShmTarget;
+        });
+        json& mounts = edit_member(spec, "mounts", json::array(), "mounts");
+        json kept = json::array();
+        for (auto& m : mounts)
+            if (!(m.is_object() && m.contains("destination") && m["destination"].is_string() &&
+                  util::normal_path(m["destination"].get<std::string>()) == decide::kMpsShmTarget))
+                kept.push_back(std::move(m));
+        kept.push_back({{"destination", decide::kMpsShmTarget},
+                        {"type", "bind"},
+                        {"source", shm->source},
+                        {"options", {"rbind", "rw", "nosuid", "nodev", "noexec"}}});
+        mounts = std::move(kept);
+    }
+    check_mounts(facts, checked);
     add_devices(spec, plan, has_namespace(spec, "user"));
+    if (!plan.env.empty()) {
+        // Each variable replaces the entries of its name, or is added.
+        json& process = edit_member(spec, "process", json::object(), "process");
+        json& env = edit_member(process, "env", json::array(), "process.env");
+        for (const auto& entry : plan.env) {
+            const std::string name = entry.substr(0, entry.find('='));
+            bool replaced = false;
+            for (auto& e : env)
+                if (e.is_string() &&
+                    e.get<std::string>().substr(0, e.get<std::string>().find('=')) == name) {
+                    e = entry;
+                    replaced = true;
+                }
+            if (!replaced) env.push_back(entry);
+        }
+    }
     json& hooks = edit_member(spec, "hooks", json::object(), "hooks");
     edit_member(hooks, "createRuntime", json::array(), "hooks.createRuntime")
         .push_back({{"path", hook.path.string()},
@@ -207,6 +248,9 @@ decide::Plan finish_plan(decide::Plan plan) {
 
 decide::Plan edited_finish_plan(decide::Plan plan) {
     plan.devices.clear();
+    // An MPS share's /dev/shm is the spec's own mount (edit_spec).
+    std::erase_if(plan.mounts,
+                  [](const decide::PlannedMount& m) { return m.target == decide::kMpsShmTarget; });
     return plan;
 }
 

@@ -44,6 +44,8 @@ class Reader {
                 table(node, k, [&](auto& t) { read_families(t, k); });
             else if (k == "device-plugin")
                 table(node, k, [&](auto& t) { read_device_plugin(t, k); });
+            else if (k == "mps")
+                table(node, k, [&](auto& t) { read_mps(t, k); });
             else if (k == "nvidia-container-cli")
                 table(node, k, [&](auto& t) { read_nvidia_cli(t, k); });
             else if (k == "nvidia-container-runtime")
@@ -190,6 +192,30 @@ class Reader {
                 if (!config_.log.file.empty()) absolute(node, full);
             } else if (k == "level") {
                 config_.log.level = log_level(node, full);
+            } else {
+                fail(full, "unknown key");
+            }
+        }
+    }
+
+    // [mps]: root (absolute), memory ("", a size, "replicas"), compute (a
+    // percent 1 to 100 or "replicas"); the values are checked by `gpubind mps`.
+    void read_mps(const toml::table& t, const std::string& prefix) {
+        for (const auto& [key, node] : t) {
+            std::string k(key.str()), full = prefix + "." + k;
+            if (k == "root") {
+                config_.mps.root = absolute(node, full);
+            } else if (k == "memory") {
+                config_.mps.memory = string(node, full);
+            } else if (k == "compute") {
+                if (const auto* n = node.as_integer()) {
+                    if (n->get() < 1 || n->get() > 100) fail(full, "expected a percent, 1 to 100");
+                    config_.mps.compute = std::to_string(n->get());
+                } else {
+                    config_.mps.compute = string(node, full);
+                    if (config_.mps.compute != "replicas")
+                        fail(full, "expected a percent (1 to 100) or \"replicas\"");
+                }
             } else {
                 fail(full, "unknown key");
             }

@@ -129,7 +129,7 @@ std::string family(const Family& f) {
 
 std::string builtin_config_source(const Config& config, std::string_view text) {
     const auto& [roots, ldcache, ldconfig, state_dir, bpf_dir, catalog, policy, log, runtimes, cdi,
-                 families, source] = config;
+                 families, mps, source] = config;
     const auto& [driver, dev, proc, sys] = roots;
     const auto& [libraries, binaries, ipcs, firmware] = catalog;
     const auto& [envvar, cdi_annotations, cdi_vendors, volumes, disable_require, supported, cgroups,
@@ -189,6 +189,8 @@ std::string builtin_config_source(const Config& config, std::string_view text) {
         path_literal(cdi_dir), literal(cdi_kind), caps(cdi_caps), path_literal(cdi_hook),
         paths(spec_dirs, in3));
     out += fmt::format("        .families = {},\n", list(families, family, in2));
+    out += fmt::format("        .mps = {{.root = {}, .memory = {}, .compute = {}}},\n",
+                       path_literal(mps.root), literal(mps.memory), literal(mps.compute));
     out += fmt::format("        .source = {},\n", path_literal(source));
     out += "    };\n}\n\nstd::string_view builtin_config_text() {\n    return std::string_view{\n";
     while (!text.empty()) {  // one literal per line of the file

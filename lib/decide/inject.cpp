@@ -1,7 +1,9 @@
 #include "gpubind/decide/inject.hpp"
 
 #include "gpubind/decide/image.hpp"
+#include "gpubind/decide/mps.hpp"
 #include "gpubind/decide/placement_check.hpp"
+#include "gpubind/decide/share.hpp"
 #include "gpubind/node/description.hpp"
 #include "gpubind/node/devices.hpp"
 #include "gpubind/util/error.hpp"
@@ -81,6 +83,15 @@ Decision decide_on(Request request, os::SystemFiles& sys, const std::filesystem:
         throw util::Error(e.kind(), e.code().value(), "read the image", rootfs.string(), e.what());
     }
     d.plan = make_plan(d.request, *d.node, selection, image, config, known.proc);
+    // An MPS share: the GPU's daemon, as its files say (no process is asked).
+    if (d.request.share.asked() && share_enforcement(*d.node).by == kMps &&
+        selection.migs.empty()) {
+        const std::string uuid =
+            selection.gpus.size() == 1 ? selection.gpus.front()->uuid : std::string();
+        const MpsDaemon daemon =
+            uuid.empty() ? MpsDaemon{} : read_mps_daemon(config.mps.root, uuid);
+        add_mps(d.plan, plan_mps(d.request.share, selection, daemon));
+    }
     util::logger().debug("plan: {} devices, {} mounts, {} links", d.plan.devices.size(),
                          d.plan.mounts.size(), d.plan.symlinks.size());
     return d;

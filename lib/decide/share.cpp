@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "gpubind/decide/mps.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/log.hpp"
 #include "gpubind/util/strings.hpp"
@@ -237,10 +238,10 @@ void check_share(const ShareRequest& share, const node::Node& node,
     }
     const ShareEnforcement enforcement = share_enforcement(node);
     std::string lacks = enforcement.lacks;
-    if (lacks.empty() && share.compute)
+    if (lacks.empty() && share.compute && enforcement.by == kDriverMemoryLimit)
         lacks = fmt::format(
-            "{} holds memory only, and a compute share needs MPS, which gpubind "
-            "does not apply yet",
+            "{} holds memory only, and a compute share needs MPS, which gpubind uses only "
+            "where the driver offers no such limit",
             enforcement.by);
     if (lacks.empty()) return;
     if (config.policy.shares == config::SharesPolicy::Soft) {
@@ -269,10 +270,11 @@ std::vector<node::MemoryLimit> share_limits(const ShareRequest& share,
 
 ShareEnforcement share_enforcement(const node::Node& node) {
     if (node.memory_limits) return {kDriverMemoryLimit, {}};
+    if (node_has_mps(node)) return {kMps, {}};
     return {{},
             fmt::format(
-                "the driver offers no per-cgroup memory limit ({}), and gpubind applies "
-                "no MPS yet",
+                "the driver offers no per-cgroup memory limit ({}), and has no MPS "
+                "(nvidia-cuda-mps-control)",
                 node.memory_limits_why.empty() ? "NVML was not asked" : node.memory_limits_why)};
 }
 

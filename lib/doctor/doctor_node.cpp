@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "gpubind/decide/mps.hpp"
 #include "gpubind/decide/share.hpp"
 #include "gpubind/doctor/doctor.hpp"
 #include "gpubind/ldcache/ldcache.hpp"
@@ -154,9 +155,11 @@ NodeFacts gather_node(const config::Config& config) {
     f.shares = config.policy.shares;
     try {
         // NVML says whether the driver limits cgroups' GPU memory; nothing is stored.
-        const auto enforcement = decide::share_enforcement(
-            node::load_node(config, {.need_nvml = true, .write = false}).node);
+        const node::Node node = node::load_node(config, {.need_nvml = true, .write = false}).node;
+        const auto enforcement = decide::share_enforcement(node);
         f.share_by = enforcement.by;
+        if (f.share_by == decide::kMps)
+            f.mps_daemons = decide::mps_daemon_lines(node, config.mps.root);
         f.share_lacks = enforcement.lacks;
     } catch (const util::Error& e) {
         f.share_lacks = std::string("the node could not be read: ") + e.what();
@@ -523,6 +526,22 @@ Check check_shares(const NodeFacts& f) {
                                                         : f.share_by + " (memory only)"),
                   std::string("[policy] shares = ") +
                       (f.shares == config::SharesPolicy::Soft ? "\"soft\"" : "\"strict\"")};
+    if (f.share_by == decide::kMps) {
+        for (const auto& line : f.mps_daemons) c.evidence.push_back(line);
+        const bool all = std::all_of(f.mps_daemons.begin(), f.mps_daemons.end(), [](const auto& l) {
+            return l.find("daemon runs (") != std::string::npos;
+        });
+        c.summary =
+            "a container's GPU memory and compute share is enforced by MPS: the "
+            "GPU's daemon's ceiling holds, the container's own lower share only for "
+            "clients that keep their CUDA_MPS_* variables";
+        if (!all) {
+            c.verdict = Verdict::Warning;
+            c.summary += "; a GPU's daemon does not run, and shares of it are refused";
+            c.fix = "run `gpubind mps` (the gpubind-mps unit, or the DaemonSet's container)";
+        }
+        return c;
+    }
     if (!f.share_by.empty()) {
         c.summary = "a container's GPU memory share is enforced by " + f.share_by +
                     ", set on its cgroup at its start; a compute share is not enforced";

@@ -114,6 +114,13 @@ decide::Decision run(Start& start, decide::Request request, Act act) {
     if (start.target.rootless)
         util::logger().debug("rootless: joining the container's user namespace");
     start.deadline.check("configure the container");
+    // An MPS share's variables go into the spec through gpubind-runtime; a
+    // hook alone runs once the process's environment is made.
+    if (act == Act::Execute && !d.plan.env.empty())
+        util::logger().warn(
+            "{}: the container's own share is not in its environment (only gpubind-runtime "
+            "sets CUDA_MPS_* there): the GPU's MPS ceiling alone holds",
+            d.request.share.asked_by);
     // A memory share on a node whose driver limits cgroups: set before the
     // container is changed, cleared if that fails. Nothing for any other start.
     std::vector<node::MemoryLimit> limits;

@@ -2,6 +2,14 @@
 // environment by gpubind's own variables and the hints of NVIDIA's hook, HAMi
 // and gpushare, refused when malformed or contradictory, and checked against
 // the GPUs it is handed and what the node can enforce.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,11 +18,14 @@
 
 #include "errors.hpp"
 #include "gpubind/decide/inject.hpp"
+#include "gpubind/decide/mps.hpp"
 #include "gpubind/decide/oci.hpp"
 #include "gpubind/decide/request.hpp"
 #include "gpubind/decide/share.hpp"
 #include "gpubind/start/share_limit.hpp"
 #include "gpubind/util/error.hpp"
+#include "gpubind/util/mount_flags.hpp"
+#include "temp_dir.hpp"
 
 namespace gpubind {
 namespace {
@@ -207,8 +218,8 @@ TEST(CheckShare, ThisNodeEnforcesNoShareSoStrictRefusesAndSoftStarts) {
     const ShareRequest share = share_of({"GPUBIND_GPU_MEMORY=4GiB"});
     EXPECT_EQ(refusal(share, node, handed(node, {0})),
               "check share GPUBIND_GPU_MEMORY=4GiB: this node cannot enforce a GPU share: "
-              "the driver offers no per-cgroup memory limit (NVML was not asked), and "
-              "gpubind applies no MPS yet; [policy] shares = soft starts it unenforced");
+              "the driver offers no per-cgroup memory limit (NVML was not asked), and has no "
+              "MPS (nvidia-cuda-mps-control); [policy] shares = soft starts it unenforced");
     EXPECT_NO_THROW(check_share(share, node, handed(node, {0, 1}), soft()));
     // A GPU whose memory is unknown is not judged by it.
     EXPECT_NO_THROW(
@@ -248,7 +259,7 @@ TEST(CheckShare, TheDriversMemoryLimitEnforcesMemoryButNoComputeShare) {
     EXPECT_EQ(share_enforcement(node).by, "");
     EXPECT_EQ(share_enforcement(node).lacks,
               "the driver offers no per-cgroup memory limit (this NVML has no "
-              "nvmlDeviceSetMemoryLimits_v1), and gpubind applies no MPS yet");
+              "nvmlDeviceSetMemoryLimits_v1), and has no MPS (nvidia-cuda-mps-control)");
     EXPECT_THAT(refusal(share_of({"GPUBIND_GPU_MEMORY=4GiB"}), node, handed(node, {0})),
                 HasSubstr("this NVML has no nvmlDeviceSetMemoryLimits_v1"));
 
@@ -261,10 +272,128 @@ TEST(CheckShare, TheDriversMemoryLimitEnforcesMemoryButNoComputeShare) {
     EXPECT_EQ(refusal(share_of({"GPUBIND_GPU_COMPUTE=50"}), node, handed(node, {0})),
               "check share GPUBIND_GPU_COMPUTE=50: this node cannot enforce a GPU share: the "
               "driver's per-cgroup memory limit holds memory only, and a compute share needs MPS, "
-              "which gpubind does not apply yet; [policy] shares = soft starts it unenforced");
+              "which gpubind uses only where the driver offers no such limit; [policy] shares = "
+              "soft starts it unenforced");
     // A limit above the GPU's memory stays refused where the driver would take it.
     EXPECT_THAT(refusal(share_of({"GPUBIND_GPU_MEMORY=20GiB"}), node, handed(node, {0})),
                 HasSubstr("a limit of 20 GiB on GPU 0 (GPU-0), which has 16 GiB"));
+}
+
+// node_of_three whose driver has MPS but no per-cgroup memory limit.
+Node mps_node() {
+    Node node = node_of_three();
+    node::DriverFile control;
+    control.kind = node::FileKind::Binary;
+    control.name = "nvidia-cuda-mps-control";
+    control.host_path = control.real_path = "/usr/bin/nvidia-cuda-mps-control";
+    node.files.push_back(control);
+    return node;
+}
+
+decide::MpsDaemon daemon(std::uint64_t memory, unsigned compute) {
+    return {"/run/gpubind/mps/GPU-0", true, memory, compute};
+}
+
+std::string mps_refusal(const ShareRequest& share, const Selection& s, const decide::MpsDaemon& d) {
+    const Error e = error_of([&] { decide::plan_mps(share, s, d); });
+    EXPECT_EQ(e.kind(), ErrorKind::Refused) << e.what();
+    return e.what();
+}
+
+TEST(MpsShare, TheMechanismWhereTheDriverHasMpsButNoLimit) {
+    Node node = mps_node();
+    EXPECT_EQ(share_enforcement(node).by, decide::kMps);
+    EXPECT_EQ(share_enforcement(node).lacks, "");
+    // Memory and compute shares both pass the node's check; MIG stays refused.
+    EXPECT_NO_THROW(check_share(share_of({"GPUBIND_GPU_MEMORY=4GiB", "GPUBIND_GPU_COMPUTE=25"}),
+                                node, handed(node, {0}), Config{}));
+    node.gpus[1].mig.push_back(MigDevice{});
+    node.gpus[1].mig.back().gpu_index = 1;
+    node.gpus[1].mig.back().uuid = "MIG-1";
+    Selection mig;
+    mig.migs.push_back(&node.gpus[1].mig.back());
+    EXPECT_THAT(refusal(share_of({"GPUBIND_GPU_MEMORY=1GiB"}), node, mig),
+                HasSubstr("a share of MIG device MIG-1"));
+    // The driver's limit, where there is one, comes first.
+    node.memory_limits = true;
+    EXPECT_EQ(share_enforcement(node).by, decide::kDriverMemoryLimit);
+}
+
+TEST(MpsShare, ThePlanMountsOnlyThatGpusPipeAndShmAndSetsTheShare) {
+    const Node node = mps_node();
+    const decide::MpsPlan p =
+        decide::plan_mps(share_of({"GPUBIND_GPU_MEMORY=4GiB", "GPUBIND_GPU_COMPUTE=25"}),
+                         handed(node, {0}), daemon(8 * kGiB, 50));
+    ASSERT_EQ(p.mounts.size(), 2u);
+    EXPECT_EQ(p.mounts[0].source, "/run/gpubind/mps/GPU-0/pipe");
+    EXPECT_EQ(p.mounts[0].target, "/tmp/nvidia-mps");
+    EXPECT_TRUE(p.mounts[0].directory);
+    EXPECT_EQ(p.mounts[1].source, "/run/gpubind/mps/GPU-0/shm");
+    EXPECT_EQ(p.mounts[1].target, "/dev/shm");
+    for (const auto& m : p.mounts)
+        EXPECT_EQ(m.flags, util::kMountNoSuid | util::kMountNoDev | util::kMountNoExec);
+    EXPECT_THAT(p.env, ::testing::ElementsAre("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
+                                              "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M",
+                                              "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"));
+    // The node's own /tmp/nvidia-mps is replaced, not mounted beside it.
+    decide::Plan plan;
+    plan.mounts.push_back({"/tmp/nvidia-mps", "/tmp/nvidia-mps", true, 0, "compute IPC"});
+    decide::add_mps(plan, p);
+    ASSERT_EQ(plan.mounts.size(), 2u);
+    EXPECT_EQ(plan.mounts[0].source, "/run/gpubind/mps/GPU-0/pipe");
+    EXPECT_EQ(plan.env, p.env);
+    // A whole-GPU ceiling (0) takes a share up to the GPU's memory.
+    EXPECT_NO_THROW(decide::plan_mps(share_of({"GPUBIND_GPU_MEMORY=16GiB"}), handed(node, {0}),
+                                     daemon(0, 100)));
+}
+
+TEST(MpsShare, RefusedWithoutItsDaemonAboveItsCeilingOrOnTwoGpus) {
+    const Node node = mps_node();
+    const ShareRequest four = share_of({"GPUBIND_GPU_MEMORY=4GiB"});
+    EXPECT_EQ(mps_refusal(four, handed(node, {0}), decide::MpsDaemon{}),
+              "check share GPUBIND_GPU_MEMORY=4GiB: the MPS control daemon for GPU-0 is not "
+              "running: start `gpubind mps`");
+    EXPECT_EQ(mps_refusal(four, handed(node, {0}), daemon(2 * kGiB, 100)),
+              "check share GPUBIND_GPU_MEMORY=4GiB: a share of 4 GiB is above the MPS ceiling of "
+              "2 GiB on GPU-0");
+    EXPECT_EQ(mps_refusal(share_of({"GPUBIND_GPU_COMPUTE=60"}), handed(node, {0}), daemon(0, 50)),
+              "check share GPUBIND_GPU_COMPUTE=60: a compute share of 60% is above the MPS "
+              "ceiling of 50% on GPU-0");
+    EXPECT_EQ(mps_refusal(four, handed(node, {0, 1}), daemon(0, 100)),
+              "check share GPUBIND_GPU_MEMORY=4GiB: an MPS share is of exactly one GPU, and the "
+              "container is given 2");
+}
+
+TEST(MpsDaemonFiles, ReadWithoutFollowingLinksOnlyWhenRootsOwn) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (root-owned files)";
+    test::TempDir tmp;
+    const auto root = tmp.path() / "mps";
+    const auto gpu = root / "GPU-0";
+    EXPECT_FALSE(decide::read_mps_daemon(root, "GPU-0").running);  // nothing there
+    std::filesystem::create_directories(gpu / "pipe");
+    EXPECT_FALSE(decide::read_mps_daemon(root, "GPU-0").running);  // no socket
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", (gpu / "pipe/control").c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ::close(fd);
+    EXPECT_FALSE(decide::read_mps_daemon(root, "GPU-0").running);  // no limits yet
+    std::ofstream(gpu / "limits") << "memory 8589934592\ncompute 50\n";
+    const decide::MpsDaemon d = decide::read_mps_daemon(root, "GPU-0");
+    EXPECT_TRUE(d.running);
+    EXPECT_EQ(d.memory, 8 * kGiB);
+    EXPECT_EQ(d.compute, 50u);
+    EXPECT_EQ(d.dir, gpu.string());
+    // Not root's, or a link anywhere: refused.
+    ASSERT_EQ(::chown((gpu / "limits").c_str(), 1000, 1000), 0);
+    EXPECT_THAT(error_of([&] { decide::read_mps_daemon(root, "GPU-0"); }).what(),
+                HasSubstr("limits: not a regular file of root's"));
+    ASSERT_EQ(::chown((gpu / "limits").c_str(), 0, 0), 0);
+    std::filesystem::rename(gpu, root / "real");
+    std::filesystem::create_directory_symlink("real", gpu);
+    EXPECT_THAT(error_of([&] { decide::read_mps_daemon(root, "GPU-0"); }).what(),
+                HasSubstr("GPU-0: a symbolic link, never followed"));
 }
 
 TEST(ShareLimits, EachGpusLimitWithTheRequestAsItsSoftLimit) {

@@ -101,6 +101,19 @@ struct CdiConfig {
     bool operator==(const CdiConfig&) const = default;
 };
 
+// `gpubind mps` ([mps]): the MPS control daemons gpubind runs, one a GPU,
+// each under <root>/<GPU UUID>/ (pipe/, log/, shm/, limits). `memory` is each
+// daemon's pinned memory ceiling: "" (the whole GPU), a size ("10G") or
+// "replicas" (the GPU's memory over [device-plugin] sharing's replicas);
+// `compute` its active thread percentage: "100", a percent or "replicas".
+struct MpsConfig {
+    std::filesystem::path root = "/run/gpubind/mps";
+    std::string memory;
+    std::string compute = "100";
+
+    bool operator==(const MpsConfig&) const = default;
+};
+
 // How a device family's nodes are found on the node.
 enum class FamilySource {
     Glob,        // `nodes`: globs under the dev root; each node found is one device
@@ -147,6 +160,7 @@ struct Config {
     std::vector<std::string> runtimes = {"runc", "crun"};  // for gpubind-runtime
     CdiConfig cdi;
     std::vector<Family> families;  // by name
+    MpsConfig mps;
     std::filesystem::path source;  // the file it was read from, empty for defaults
 
     const Family* family(std::string_view name) const;

@@ -100,6 +100,11 @@ struct Plan {
     // The image has no loader cache but an /etc/ld.so.conf naming something:
     // only a scan of those directories (ldconfig) refreshes it faithfully.
     bool ldcache_scan = false;
+    // Variables the container's process must get ("NAME=value": an MPS
+    // share's CUDA_MPS_*, decide/mps.hpp): set by gpubind-runtime in the
+    // spec; a hook alone, run after the process's environment is made,
+    // cannot set them.
+    std::vector<std::string> env;
 
     bool empty() const { return devices.empty() && mounts.empty() && files.empty() && !proc; }
 };

@@ -55,12 +55,15 @@ std::string size_text(std::uint64_t bytes);
 
 // The share mechanism of a node whose driver offers the per-cgroup memory limit.
 inline constexpr const char* kDriverMemoryLimit = "the driver's per-cgroup memory limit";
+// The share mechanism of a node whose driver has MPS but no such limit (decide/mps.hpp).
+inline constexpr const char* kMps = "MPS (a control daemon per GPU, `gpubind mps`)";
 
-// How `node` enforces GPU shares, for messages, `gpubind info` and doctor:
-// `by` names the mechanism (kDriverMemoryLimit, found by NVML at discovery,
-// node::Node::memory_limits), or is empty and `lacks` says in one line why
-// none. The driver's limit holds memory only: a compute share needs MPS,
-// which this gpubind does not apply.
+// How `node` enforces GPU shares, for messages, `gpubind info` and doctor,
+// the strongest first: `by` names the mechanism (kDriverMemoryLimit, found by
+// NVML at discovery, node::Node::memory_limits; else kMps where the driver
+// has nvidia-cuda-mps-control), or is empty and `lacks` says in one line why
+// none. The driver's limit holds memory only: a compute share there is
+// refused (MPS is used only where the driver offers no limit).
 struct ShareEnforcement {
     std::string by;
     std::string lacks;
@@ -72,8 +75,8 @@ ShareEnforcement share_enforcement(const node::Node& node);
 // limit above a GPU's memory (as NVML reports it), a device position the
 // container does not have or a gpushare GPU index it was not handed throw
 // Error(ECANCELED, "check share", <asked by>, <why>). A share the node cannot
-// enforce (a compute share; a memory share where the driver offers no
-// per-cgroup limit) is refused with one line naming what the node lacks,
+// enforce (a compute share where the driver's limit is the mechanism; any
+// share on a node with neither mechanism) is refused with one line naming what the node lacks,
 // unless [policy] shares = "soft" starts the container unenforced with that
 // line logged as a warning.
 void check_share(const ShareRequest& share, const node::Node& node,

@@ -110,6 +110,7 @@ struct NodeFacts {
     // How the node enforces GPU shares (decide::share_enforcement): the
     // mechanism, or empty and why none.
     std::string share_by, share_lacks;
+    std::vector<std::string> mps_daemons;  // under MPS: each GPU's daemon (decide/mps.hpp)
     // dev/char/<major>:<minor> of each device in `dev`: lstat, and where it leads.
     std::map<std::string, FileFact> dev_char;
     std::map<std::string, std::optional<std::string>> dev_char_target;  // resolved in the dev root
