@@ -48,5 +48,6 @@ void register_setup(CLI::App& app, Action& action);
 void register_cdi(CLI::App& app, Action& action);
 void register_doctor(CLI::App& app, Action& action);
 void register_place(CLI::App& app, Action& action);
+void register_mps(CLI::App& app, Action& action);
 
 }  // namespace gpubind::cli

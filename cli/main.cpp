@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
     cli::register_cdi(app, action);
     cli::register_doctor(app, action);
     cli::register_place(app, action);
+    cli::register_mps(app, action);
 
     try {
         app.parse(argc, argv);

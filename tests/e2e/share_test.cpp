@@ -10,8 +10,16 @@
 // is gone once the container is. Expectations come from
 // the simulated node's manifest and the simulator's documented memory (the
 // model's "<N>GB").
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
+
+#include <csignal>
 #include <fstream>
+#include <functional>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -88,8 +96,8 @@ class ShareE2e : public ::testing::Test {
         return fmt::format(
             "check share {}: this node cannot enforce a GPU share: the driver offers no "
             "per-cgroup memory limit (nvmlDeviceGetMemoryLimits_v1(/sys/fs/cgroup) returned 3: "
-            "the driver does not offer it), and gpubind applies no MPS yet; [policy] shares = "
-            "soft starts it unenforced",
+            "the driver does not offer it), and has no MPS (nvidia-cuda-mps-control); [policy] "
+            "shares = soft starts it unenforced",
             asked_by);
     }
 
@@ -288,6 +296,186 @@ TEST_F(MemoryLimitE2e, AComputeShareIsStillRefused) {
     EXPECT_NE(r.exit_code, 0);
     EXPECT_THAT(r.err, HasSubstr("holds memory only, and a compute share needs MPS"));
     EXPECT_EQ(limits(), "");
+}
+
+// A node whose driver has MPS but no per-cgroup memory limit (gpubind
+// simulate --mps): GPU 0's control daemon (the fake one) runs under the
+// config's [mps] root with a ceiling of 4 GiB, GPU 1's does not.
+class MpsE2e : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        sim::Spec spec;
+        spec.gpus = 2;
+        spec.model = "NVIDIA A100-SXM4-40GB";
+        spec.mps = true;
+        node_ = std::make_unique<SimNode>(spec, "gpubind-e2e-mps");
+        const auto gpu = mps_root() / m().gpus[0].uuid;
+        for (const char* d : {"pipe", "log", "shm"}) {
+            std::filesystem::create_directories(gpu / d);
+            ::chmod((gpu / d).c_str(), 0755);
+        }
+        for (auto p = gpu; p != node_->root(); p = p.parent_path()) ::chmod(p.c_str(), 0755);
+        ::chmod(node_->root().c_str(), 0755);
+        const std::string env = "CUDA_MPS_PIPE_DIRECTORY=" + (gpu / "pipe").string();
+        const std::string control = (node_->root() / "usr/bin/nvidia-cuda-mps-control").string();
+        auto r = run_command({"/usr/bin/env", "-i", env, control, "-d"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        r = run_command(
+            {"/bin/sh", "-c",
+             fmt::format("echo 'set_default_device_pinned_mem_limit 0 4G' | env -i {} {}", env,
+                         control)});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        std::ofstream(gpu / "limits") << "memory " << 4 * kGiB << "\ncompute 100\n";
+    }
+    static void TearDownTestSuite() {
+        const auto gpu = mps_root() / m().gpus[0].uuid;
+        run_command({"/bin/sh", "-c",
+                     fmt::format("echo quit | env -i CUDA_MPS_PIPE_DIRECTORY={} {}",
+                                 (gpu / "pipe").string(),
+                                 (node_->root() / "usr/bin/nvidia-cuda-mps-control").string())});
+        node_.reset();
+    }
+    void SetUp() override {
+        node_->write_config(fmt::format("[runtime]\nruntimes = [\"{}\"]\n[mps]\nroot = \"{}\"\n",
+                                        env_or("GPUBIND_RUNC", "runc"), mps_root().string()));
+        ::setenv("GPUBIND_CONFIG", node_->config().c_str(), 1);
+    }
+    void TearDown() override {
+        node_->write_config();
+        ::unsetenv("GPUBIND_CONFIG");
+    }
+    static const sim::Manifest& m() { return node_->manifest(); }
+    static std::filesystem::path mps_root() { return node_->root() / "mps"; }
+
+    // A container given GPU `gpu` with `share`, through gpubind-runtime (which
+    // sets the client's variables), that allocates 80 % and 120 % of `share_bytes`.
+    Bundle bundle(const std::string& gpu, const std::string& share, std::uint64_t share_bytes) {
+        Bundle b(work_.path() / ("b" + std::to_string(count_++)));
+        b.env("NVIDIA_VISIBLE_DEVICES=" + gpu).env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
+        b.env(share);
+        b.command(
+            fmt::format("id -u; env | grep ^CUDA_MPS_ | sort; ls /tmp/nvidia-mps; probe alloc {}; "
+                        "probe alloc {}",
+                        share_bytes * 8 / 10, share_bytes * 12 / 10));
+        return b;
+    }
+
+    static constexpr std::uint64_t kGiB = 1ull << 30;
+    static inline std::unique_ptr<SimNode> node_;
+    TempDir work_{"gpubind-e2e-mps"};
+    int count_ = 0;
+};
+
+TEST_F(MpsE2e, AShareBelowTheCeilingHoldsForRootAndANonRootUser) {
+    for (unsigned uid : {0u, 1000u}) {
+        SCOPED_TRACE(uid);
+        Bundle b = bundle("0", "GPUBIND_GPU_MEMORY=1GiB", kGiB);
+        b.spec()["process"]["user"] = {{"uid", uid}, {"gid", uid}};
+        auto r = b.run_with(runtime());
+        ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node_->log());
+        EXPECT_THAT(r.out, HasSubstr(fmt::format("{}\n", uid)));
+        EXPECT_THAT(r.out, HasSubstr("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M\n"));
+        EXPECT_THAT(r.out, HasSubstr("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps\n"));
+        EXPECT_THAT(r.out, HasSubstr("control\n")) << "GPU 0's pipe directory is not there";
+        EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=0\n", kGiB * 8 / 10)));
+        EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=2\n", kGiB * 12 / 10)))
+            << "120 % of the share was allocated";
+    }
+}
+
+TEST_F(MpsE2e, TheDaemonsCeilingHoldsWhateverTheClientsVariableSays) {
+    // A client raising its own variable stays under the daemon's 4 GiB.
+    Bundle b = bundle("0", "GPUBIND_GPU_MEMORY=4GiB", 4 * kGiB);
+    b.command(fmt::format("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40G probe alloc {}; probe alloc {}",
+                          4 * kGiB * 8 / 10, 4 * kGiB * 12 / 10));
+    auto r = b.run_with(runtime());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=0\n", 4 * kGiB * 8 / 10)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=2\n", 4 * kGiB * 12 / 10)));
+}
+
+TEST_F(MpsE2e, RefusedWithOneLineAboveTheCeilingOrWithoutTheDaemon) {
+    for (const auto& [gpu, share, message] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"1", "GPUBIND_GPU_MEMORY=1GiB",
+              fmt::format("the MPS control daemon for {} is not running: start `gpubind mps`",
+                          m().gpus[1].uuid)},
+             {"0", "GPUBIND_GPU_MEMORY=8GiB",
+              fmt::format("a share of 8 GiB is above the MPS ceiling of 4 GiB on {}",
+                          m().gpus[0].uuid)},
+             {"0,1", "GPUBIND_GPU_MEMORY=1GiB",
+              "an MPS share is of exactly one GPU, and the container is given 2"}}) {
+        Bundle b = bundle(gpu, share, kGiB);
+        b.write_spec();
+        auto r = b.run_with(runtime());
+        EXPECT_NE(r.exit_code, 0);
+        EXPECT_THAT(r.out, Not(HasSubstr("alloc"))) << "the container ran";
+        EXPECT_THAT(r.err, HasSubstr("gpubind-runtime: check share " + share + ": " + message));
+        EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    }
+}
+
+// `gpubind mps` on the simulated node: a daemon per GPU with the config's
+// ceilings, a killed one started again, SIGTERM quits them all.
+TEST_F(MpsE2e, GpubindMpsSupervisesADaemonPerGpu) {
+    const auto root = node_->root() / "mps-supervised";
+    node_->write_config(
+        fmt::format("[mps]\nroot = \"{}\"\nmemory = \"10G\"\ncompute = 50\n", root.string()));
+    const std::string config = node_->config().string();
+    const pid_t mps = ::fork();
+    ASSERT_GE(mps, 0);
+    const std::string said = (root.parent_path() / "mps-supervised.err").string();
+    if (mps == 0) {
+        const int err = ::open(said.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (err < 0 || ::dup2(err, 2) < 0) ::_exit(126);
+        ::execl(cli().c_str(), "gpubind", "mps", "--config", config.c_str(), nullptr);
+        ::_exit(127);
+    }
+    const std::string control = (node_->root() / "usr/bin/nvidia-cuda-mps-control").string();
+    auto ask = [&](const std::string& uuid, const std::string& command) {
+        return run_command({"/bin/sh", "-c",
+                            fmt::format("echo '{}' | env -i CUDA_MPS_PIPE_DIRECTORY={} {}", command,
+                                        (root / uuid / "pipe").string(), control)})
+            .out;
+    };
+    auto wait_for = [](const std::function<bool()>& ready) {
+        for (int i = 0; i < 500; ++i) {
+            if (ready()) return true;
+            ::usleep(20000);
+        }
+        return false;
+    };
+    for (const auto& gpu : m().gpus) {
+        SCOPED_TRACE(gpu.uuid);
+        const auto limits = root / gpu.uuid / "limits";
+        ASSERT_TRUE(wait_for([&] { return std::filesystem::exists(limits); }));
+        EXPECT_EQ(slurp(limits), fmt::format("memory {}\ncompute 50\n", 10 * kGiB));
+        EXPECT_EQ(ask(gpu.uuid, "get_default_device_pinned_mem_limit 0"), "10G\n");
+        EXPECT_EQ(ask(gpu.uuid, "get_default_active_thread_percentage"), "50.0\n");
+        struct stat st {};
+        ASSERT_EQ(::stat((root / gpu.uuid / "pipe").c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 07777, 0755u);
+        EXPECT_EQ(st.st_uid, 0u);
+    }
+    // A daemon killed is started again, with its ceilings.
+    const auto pidfile = root / m().gpus[0].uuid / "pipe/nvidia-cuda-mps-control.pid";
+    const std::string first = slurp(pidfile);
+    ASSERT_EQ(::kill(std::stoi(first), SIGKILL), 0);
+    EXPECT_TRUE(wait_for([&] {
+        return std::filesystem::exists(pidfile) && slurp(pidfile) != first &&
+               std::filesystem::exists(root / m().gpus[0].uuid / "limits");
+    })) << slurp(said);
+    EXPECT_EQ(ask(m().gpus[0].uuid, "get_default_device_pinned_mem_limit 0"), "10G\n");
+    // SIGTERM: each daemon quits, the ceilings go, gpubind mps exits 0.
+    ASSERT_EQ(::kill(mps, SIGTERM), 0);
+    int status = -1;
+    ASSERT_EQ(::waitpid(mps, &status, 0), mps);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    for (const auto& gpu : m().gpus) {
+        EXPECT_FALSE(std::filesystem::exists(root / gpu.uuid / "pipe/control"));
+        EXPECT_FALSE(std::filesystem::exists(root / gpu.uuid / "limits"));
+    }
+    EXPECT_THAT(slurp(said), HasSubstr("killed by signal 9; starting it again in 1 s"));
 }
 
 }  // namespace

@@ -123,9 +123,10 @@ os.makedirs(path, exist_ok=True)
 script = os.environ.get("SCRIPT") or (
     "nvidia-smi -L; echo smi=$?; cuda-probe; echo probe=$?; "
     "ls /dev | grep nvidia | tr '\\n' ' '; echo; ls /proc/driver/nvidia/gpus 2>&1")
+uid = int(os.environ.get("PROBE_UID", "0"))
 spec = {
     "ociVersion": "1.0.2",
-    "process": {"user": {"uid": 0, "gid": 0}, "args": ["/bin/sh", "-c", script],
+    "process": {"user": {"uid": uid, "gid": uid}, "args": ["/bin/sh", "-c", script],
                 "env": ["PATH=/usr/bin:/bin"] + env, "cwd": "/", "noNewPrivileges": True},
     "root": {"path": "rootfs", "readonly": False},
     "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
@@ -220,7 +221,9 @@ quarter=$((total_mib / 4))
 low=$((quarter * 1048576 * 8 / 10)) high=$((quarter * 1048576 * 12 / 10))
 export SCRIPT="cuda-probe alloc $low; cuda-probe alloc $high"
 share_env=("NVIDIA_VISIBLE_DEVICES=$first_uuid" "$caps" "GPUBIND_GPU_MEMORY=${quarter}MiB")
-if grep -q '^GPU shares: .*enforced by' "$work/info.txt"; then
+if grep -q '^GPU shares: .*enforced by MPS' "$work/info.txt"; then
+  echo "$(grep '^GPU shares:' "$work/info.txt"): the MPS check below"
+elif grep -q '^GPU shares: .*enforced by' "$work/info.txt"; then
   echo "$(grep '^GPU shares:' "$work/info.txt"); a quarter: $quarter MiB"
   for via in hook shim cdi; do
     runtime=runc
@@ -251,6 +254,54 @@ else
   else fail "a share failed, but not refused for the node: $(tail -c 300 "$work/share-refused-hook.out")"; fi
 fi
 unset SCRIPT
+
+step "GPU shares under MPS: two containers, a quarter of $first_uuid each (gpubind mps)"
+control=$(command -v nvidia-cuda-mps-control || true)
+if ! grep -q '^GPU shares: .*enforced by MPS' "$work/info.txt"; then
+  echo "SKIP gpubind info names another mechanism, or none: $(grep '^GPU shares:' "$work/info.txt")"
+else
+  total_mib=$(nvidia-smi -i "$first_uuid" --query-gpu=memory.total --format=csv,noheader,nounits | tr -d ' ')
+  quarter=$((total_mib / 4))
+  share=$((quarter * 1024 * 1024))
+  cat >>"$work/config.toml" <<EOF
+[mps]
+root = "$work/mps"
+memory = "${quarter}M"
+compute = 25
+EOF
+  # gpubind mps leaves the compute mode as it is: exclusive-process, set here.
+  nvidia-smi -i "$first_uuid" -c EXCLUSIVE_PROCESS
+  "$gpubind" mps --gpu "$first_uuid" &
+  mps_pid=$!
+  for _ in $(seq 100); do [ -e "$work/mps/$first_uuid/limits" ] && break; sleep 0.1; done
+  check "gpubind mps wrote the daemon's ceilings" test -e "$work/mps/$first_uuid/limits"
+  mps_ask() { echo "$1" | CUDA_MPS_PIPE_DIRECTORY="$work/mps/$first_uuid/pipe" "$control"; }
+  allocs="cuda-probe alloc $((share * 8 / 10)); sleep 2; cuda-probe alloc $((share * 12 / 10))"
+  SCRIPT=$allocs bundle shim-mps-a "NVIDIA_VISIBLE_DEVICES=$first_uuid" "$caps" \
+    "GPUBIND_GPU_MEMORY=${quarter}MiB" GPUBIND_GPU_COMPUTE=25
+  PROBE_UID=1000 SCRIPT=$allocs bundle shim-mps-b "NVIDIA_VISIBLE_DEVICES=$first_uuid" "$caps" \
+    "GPUBIND_GPU_MEMORY=${quarter}MiB" GPUBIND_GPU_COMPUTE=25
+  run shim-mps-a "$bin/gpubind-runtime" >/dev/null &
+  a=$!
+  run shim-mps-b "$bin/gpubind-runtime" >/dev/null &
+  b=$!
+  sleep 1
+  mps_ask get_server_list | tee "$work/mps-servers"
+  check "the MPS server list names a server while both run" test -s "$work/mps-servers"
+  wait "$a" "$b"
+  for c in a b; do
+    check "container $c: 80 % of its share allocates" \
+      grep -q "alloc $((share * 8 / 10)) result=0" "$work/shim-mps-$c.out"
+    check "container $c: 120 % of its share is out of memory" \
+      grep -q "alloc $((share * 12 / 10)) result=2" "$work/shim-mps-$c.out"
+  done
+  check "the daemon's active thread percentage is the compute share" \
+    test "$(mps_ask get_default_active_thread_percentage)" = 25.0
+  kill -TERM "$mps_pid"
+  wait "$mps_pid"
+  check "gpubind mps quit its daemon" test ! -e "$work/mps/$first_uuid/pipe/control"
+  nvidia-smi -i "$first_uuid" -c DEFAULT
+fi
 
 step "where the hook's time goes: 20 starts, medians of its debug timings (debug logging included)"
 : >"$work/gpubind.log"

@@ -170,7 +170,8 @@ TEST(Manifests, AreKubernetesObjectsOfTheirKinds) {
     const OpenApi api;
     const auto install = documents(source("deploy/kubernetes/gpubind.yaml"));
     EXPECT_EQ(kinds(install),
-              "v1 Namespace\napps/v1 DaemonSet\nnode.k8s.io/v1 RuntimeClass\napps/v1 DaemonSet\n");
+              "v1 Namespace\napps/v1 DaemonSet\nnode.k8s.io/v1 RuntimeClass\napps/v1 DaemonSet\n"
+              "apps/v1 DaemonSet\n");
     const auto uninstall = documents(source("deploy/kubernetes/uninstall.yaml"));
     EXPECT_EQ(kinds(uninstall), "apps/v1 DaemonSet\n");
     for (const auto* docs : {&install, &uninstall})
@@ -458,7 +459,7 @@ TEST(Manifests, TheInstallersConfigTakesGpusOnlyFromTheDevicePlugin) {
 TEST(Manifests, TheDevicePluginRunsThroughGpubindWithoutPrivilege) {
     using gpubind::test::make_spec;
     const auto install = documents(source("deploy/kubernetes/gpubind.yaml"));
-    ASSERT_EQ(install.size(), 4u);
+    ASSERT_EQ(install.size(), 5u);  // the last, gpubind mps, is privileged by need
     const json& ds = install[3];
     EXPECT_EQ(ds["metadata"]["name"], "gpubind-device-plugin");
     EXPECT_EQ(ds["metadata"]["namespace"], install[0]["metadata"]["name"]);
