@@ -394,6 +394,26 @@ TEST_F(MpsE2e, TheDaemonsCeilingHoldsWhateverTheClientsVariableSays) {
     EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=2\n", 4 * kGiB * 12 / 10)));
 }
 
+// Through the hook alone, run after the process's environment is made, the
+// share's variables cannot be set: the daemon's ceiling alone holds, and the
+// log says so.
+TEST_F(MpsE2e, ThroughTheHookAloneTheCeilingHoldsAndAWarningSaysWhy) {
+    std::ofstream(node_->log(), std::ios::trunc).flush();
+    Bundle b = bundle("0", "GPUBIND_GPU_MEMORY=1GiB", kGiB);
+    b.hook(hook(), node_->config(), "createRuntime");
+    b.command(fmt::format("ls /tmp/nvidia-mps; probe alloc {}; probe alloc {}", 2 * kGiB,
+                          4 * kGiB * 12 / 10));
+    auto r = b.run();
+    ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node_->log());
+    EXPECT_THAT(r.out, HasSubstr("control\n"));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=0\n", 2 * kGiB)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=2\n", 4 * kGiB * 12 / 10)));
+    EXPECT_THAT(slurp(node_->log()),
+                HasSubstr("GPUBIND_GPU_MEMORY=1GiB: the container's own share is not in its "
+                          "environment (only gpubind-runtime sets CUDA_MPS_* there): the GPU's "
+                          "MPS ceiling alone holds"));
+}
+
 TEST_F(MpsE2e, RefusedWithOneLineAboveTheCeilingOrWithoutTheDaemon) {
     for (const auto& [gpu, share, message] :
          std::vector<std::tuple<std::string, std::string, std::string>>{
