@@ -115,8 +115,8 @@ decide::Decision run(Start& start, decide::Request request, Act act) {
         util::logger().debug("rootless: joining the container's user namespace");
     start.deadline.check("configure the container");
     // An MPS share's variables go into the spec through gpubind-runtime; a
-    // hook alone runs once the process's environment is made.
-    if (act == Act::Execute && !d.plan.env.empty())
+    // hook alone (or the CDI stage) runs once the process's environment is made.
+    if ((act == Act::Execute || act == Act::FinishCdi) && !d.plan.env.empty())
         util::logger().warn(
             "{}: the container's own share is not in its environment (only gpubind-runtime "
             "sets CUDA_MPS_* there): the GPU's MPS ceiling alone holds",
