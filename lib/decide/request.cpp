@@ -444,7 +444,7 @@ Request read_request(const oci::Spec& spec, const config::Policy& policy,
     else
         read_family_variables(req, spec, families, where);
     read_placement(req, spec, where);
-    req.share = read_share(spec, where);
+    req.share = read_container_share(spec, policy, container, where);
     return req;
 }
 

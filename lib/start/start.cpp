@@ -168,7 +168,8 @@ decide::Request cdi_stage_request(const node::Node& node, const decide::oci::Spe
     request.caps = config.cdi.caps;
     request.imex_channels = found.imex_channels;
     // A GPU share asked with the CDI devices holds as at any other start.
-    request.share = decide::read_share(spec, (spec.bundle / "config.json").string());
+    request.share = decide::read_container_share(spec, config.policy, spec.bundle.string(),
+                                                 (spec.bundle / "config.json").string());
     request.devices = {ids.empty() ? node::DeviceIdsKind::None : node::DeviceIdsKind::List,
                        std::move(ids)};
     std::string names;

@@ -225,6 +225,26 @@ TEST_F(MemoryLimitE2e, ANonRootContainerUserIsHeldToTheSameLimit) {
     EXPECT_EQ(limits(), "");
 }
 
+// The device plugin's answer with volume mounts: GPU 1 and a share of 1 GiB
+// by /dev/null mounts; the pod's own variable asks for 20 GiB. The driver
+// holds 1 GiB for the container, and 1.2 GiB is out of its reach.
+TEST_F(MemoryLimitE2e, APodsVariableDoesNotRaiseTheShareItsMountsCarry) {
+    node_->write_config("[policy]\naccept-volume-mounts = true\n");
+    Bundle b = bundle("void", "GPUBIND_GPU_MEMORY=20GiB");
+    b.volume_device("1");
+    b.bind("/dev/null", fmt::format("/var/run/gpubind/share/memory/{}", kGiB));
+    auto r = b.run();
+    node_->write_config();
+    ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node_->log());
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("{} 0 {} ", m().gpus[1].minor, kGiB)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=0\n", kGiB * 8 / 10)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=2\n", kGiB * 12 / 10)))
+        << "the pod's variable raised its share";
+    EXPECT_THAT(slurp(node_->log()), HasSubstr("GPUBIND_GPU_MEMORY=20GiB"))
+        << "the variable not obeyed is not logged";
+    EXPECT_EQ(limits(), "");
+}
+
 TEST_F(MemoryLimitE2e, WithoutAShareTheWholeGpuIsAllocatable) {
     Bundle b = bundle("0", "");
     auto r = b.run();
