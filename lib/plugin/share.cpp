@@ -168,6 +168,14 @@ std::vector<std::string> allocate_shares(Allocation& a, const std::string& resou
     a.envs["GPUBIND_GPU_MEMORY"] =
         replicas ? fmt::format("{}MiB", memory / kMiB) : fmt::format("{}GiB", memory / kGiB);
     if (replicas) a.envs["GPUBIND_GPU_COMPUTE"] = std::to_string(compute);
+    // The same share where the pod cannot write it: /dev/null mounted at a
+    // path naming it, which the hook takes over any variable (a pod can set
+    // variables, and make an emptyDir at any path, but not mount /dev/null).
+    const std::uint64_t bytes = replicas ? memory / kMiB * kMiB : memory / kGiB * kGiB;
+    a.mounts.push_back({fmt::format("{}/memory/{}", kShareMountDir, bytes), "/dev/null", true});
+    if (replicas)
+        a.mounts.push_back(
+            {fmt::format("{}/compute/{}", kShareMountDir, compute), "/dev/null", true});
     return gpus;
 }
 

@@ -69,6 +69,15 @@ class PluginShares : public ::testing::Test {
         for (const auto& [k, v] : answer.envs) spec.env.push_back(k + "=" + v);
         return decide::read_share(spec, "test");
     }
+    // The share the hook reads from the answer's /dev/null mounts, whatever
+    // variable the pod sets itself (here: 80 GiB and all the compute).
+    decide::ShareRequest share_by_mounts(const plugin::Allocation& answer) {
+        decide::oci::Spec spec;
+        spec.env = {"GPUBIND_GPU_MEMORY=80GiB", "GPUBIND_GPU_COMPUTE=100"};
+        for (const auto& m : answer.mounts)
+            spec.mounts.push_back({m.container_path, m.host_path, "bind", {"bind", "ro"}});
+        return decide::read_container_share(spec, config::Policy{}, "test", "test");
+    }
     std::string refusal(const std::function<void()>& f) {
         try {
             f();
@@ -241,12 +250,21 @@ TEST_F(PluginShares, AllocateOfReplicasWritesTheirShareAndNamesTheGpus) {
     EXPECT_EQ(got.annotations.at(plugin::kCdiAnnotation),
               "nvidia.com/gpu=" + a + ",nvidia.com/gpu=" + b);
     EXPECT_EQ(got.envs.at("NVIDIA_VISIBLE_DEVICES"), a + "," + b);
-    ASSERT_EQ(got.mounts.size(), 2u);
-    EXPECT_EQ(got.mounts[0].container_path, "/var/run/nvidia-container-devices/" + a);
-    EXPECT_EQ(got.mounts[1].container_path, "/var/run/nvidia-container-devices/" + b);
+    // The GPUs by mounts, then the share by mounts (the pod cannot make those).
+    ASSERT_EQ(got.mounts.size(), 4u);
+    EXPECT_EQ(got.mounts[0].container_path, fmt::format("{}/memory/{}", decide::kShareMountDir,
+                                                        model_memory() / 3 / kMiB * kMiB));
+    EXPECT_EQ(got.mounts[1].container_path,
+              fmt::format("{}/compute/{}", decide::kShareMountDir, 100u / 3));
+    EXPECT_EQ(got.mounts[2].container_path, "/var/run/nvidia-container-devices/" + a);
+    EXPECT_EQ(got.mounts[3].container_path, "/var/run/nvidia-container-devices/" + b);
+    for (const auto& m : got.mounts) EXPECT_EQ(m.host_path, "/dev/null");
     const auto share = share_of(got);
     EXPECT_EQ(share.memory, model_memory() / 3 / kMiB * kMiB);
     EXPECT_EQ(share.compute, 100u / 3);
+    // What the pod writes into its own environment does not change it.
+    EXPECT_EQ(share_by_mounts(got).memory, share.memory);
+    EXPECT_EQ(share_by_mounts(got).compute, share.compute);
     // Without shares: no share asked.
     settings_.sharing = config::SharingMode::None;
     const auto whole = plugin::allocate(config_, settings_, node_, devices(), {a});
@@ -269,6 +287,8 @@ TEST_F(PluginShares, AllocateOfMemoryUnitsWritesTheirGib) {
     const auto share = share_of(got);
     EXPECT_EQ(share.memory, 10 * kGiB);
     EXPECT_EQ(share.compute, 0u);
+    // With the envvar strategy too, the share by a mount the pod cannot make.
+    EXPECT_EQ(share_by_mounts(got).memory, 10 * kGiB);
     settings_.device_list = {config::DeviceListStrategy::CdiCri};
     EXPECT_THAT(plugin::allocate(config_, settings_, node_, ds, {"0::7"}).cdi_devices,
                 ElementsAre("nvidia.com/gpu=0"));

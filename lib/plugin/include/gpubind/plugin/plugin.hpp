@@ -25,6 +25,9 @@ inline constexpr const char* kApiVersion = "v1beta1";
 inline constexpr const char* kKubeletSocket = "kubelet.sock";
 // Where the volume-mounts strategy mounts /dev/null, one file per device id.
 inline constexpr const char* kDeviceMountDir = "/var/run/nvidia-container-devices";
+// Where a share's /dev/null mounts go (decide::kShareMountDir, which the hook
+// reads): <dir>/memory/<bytes>, <dir>/compute/<percent>.
+inline constexpr const char* kShareMountDir = "/var/run/gpubind/share";
 // The annotation the cdi-annotations strategy writes (CDI's "cdi.k8s.io/" prefix).
 inline constexpr const char* kCdiAnnotation = "cdi.k8s.io/gpubind-device-plugin";
 
