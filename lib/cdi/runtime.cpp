@@ -237,6 +237,11 @@ json edit_spec(json spec, const decide::oci::Spec& facts, const decide::Plan& pl
         .push_back({{"path", hook.path.string()},
                     {"args", {"gpubind-hook", std::string(kFinishStage)}},
                     {"env", hook.env}});
+    if (hook.poststop)
+        edit_member(hooks, "poststop", json::array(), "hooks.poststop")
+            .push_back({{"path", hook.path.string()},
+                        {"args", {"gpubind-hook", "poststop"}},
+                        {"env", hook.env}});
     return spec;
 }
 

@@ -155,6 +155,8 @@ void edit_bundle(const fs::path& bundle, const std::string& id, const config::Co
         if (!config.source.empty())
             hook.env.push_back(std::string(config::kConfigEnv) + "=" +
                                fs::absolute(config.source).string());
+        // A share's limit, set by the finish hook, is cleared at poststop.
+        hook.poststop = decision.request.share.asked();
         edited = cdi::edit_spec(nlohmann::json(*spec.doc), spec, decision.plan, hook);
         changed = true;
         util::logger().info("{}: {}: {} devices in the spec, {} mounts for the finish hook", id,

@@ -30,6 +30,8 @@ inline constexpr std::string_view kFinishStage = "finish";
 struct FinishHook {
     std::filesystem::path path;
     std::vector<std::string> env;  // "KEY=VALUE"
+    // Also at poststop (a GPU share: it clears the limit the start sets).
+    bool poststop = false;
 };
 
 // A planned mount's OCI options: "rbind", then "ro", "nosuid", "nodev",
@@ -50,7 +52,8 @@ bool marked(const nlohmann::json& spec);
 //  - linux.resources.devices: {allow true, type "c", major, minor, access "rw"}
 //    for each planned device (bound or not), one per major:minor;
 //  - hooks.createRuntime: `hook` with args [gpubind-hook, "finish"], appended:
-//    it makes every planned mount (edited_finish_plan).
+//    it makes every planned mount (edited_finish_plan); with hook.poststop,
+//    hooks.poststop: `hook` with args [gpubind-hook, "poststop"], appended;
 // Refused before anything is done, as the finish hook would refuse it later:
 // a spec without a mount namespace (Error EPERM); a planned mount target the
 // spec mounts something at (EEXIST), or that lies in a mount of the spec other
