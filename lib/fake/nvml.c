@@ -639,6 +639,53 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device,
     return NVML_SUCCESS;
 }
 
+/* Compute modes, kept in <root>/gpubind-fake-nvml/compute-mode as lines
+ * "<minor> <mode>" (a GPU without a line: NVML_COMPUTEMODE_DEFAULT, 0); only
+ * root may set one, as with the real driver. */
+static int compute_mode_path(char* out, size_t size) {
+    return snprintf(out, size, "%s/gpubind-fake-nvml/compute-mode", g_node.root) >= (int)size ? -1
+                                                                                              : 0;
+}
+
+static unsigned compute_mode_of(unsigned minor) {
+    char path[4200];
+    unsigned m, mode, found = 0;
+    FILE* in;
+    if (compute_mode_path(path, sizeof path) != 0 || (in = fopen(path, "r")) == NULL) return 0;
+    while (fscanf(in, "%u %u", &m, &mode) == 2)
+        if (m == minor) found = mode;
+    fclose(in);
+    return found;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned* mode) {
+    const struct fake_gpu* gpu;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || mode == NULL || device->is_mig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = compute_mode_of(gpu->minor);
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, unsigned mode) {
+    const struct fake_gpu* gpu;
+    char path[4200];
+    FILE* out;
+    CHECK_INIT();
+    if ((gpu = gpu_of(device)) == NULL || device->is_mig || mode > 3)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (geteuid() != 0) return NVML_ERROR_NO_PERMISSION;
+    /* Appended: the last line of a GPU is its mode (its directory made the
+     * first time: a node simulated without the memory limit has none). */
+    if (compute_mode_path(path, sizeof path) != 0) return NVML_ERROR_OPERATING_SYSTEM;
+    *strrchr(path, '/') = '\0';
+    (void)mkdir(path, 0755);
+    path[strlen(path)] = '/';
+    if ((out = fopen(path, "a")) == NULL) return NVML_ERROR_OPERATING_SYSTEM;
+    fprintf(out, "%u %u\n", gpu->minor, mode);
+    return fclose(out) == 0 ? NVML_SUCCESS : NVML_ERROR_OPERATING_SYSTEM;
+}
+
 /* Events. A test injects them by appending lines "<GPU index> <Xid>" or
  * "<GPU index> <Xid> <GPU instance> <compute instance>" to
  * <root>/gpubind-fake-nvml/xid (the GPU's NVML index, as the manifest's

@@ -189,6 +189,50 @@ class Child {
         return 0;
     }
 
+    // Sets compute mode `mode` on each GPU of `minors`, reads it back:
+    // "mode <minor> <mode>" lines, or "error" and 1.
+    int set_compute_mode(const char* library, unsigned mode, char** minors, int count) noexcept {
+        void* lib = ::dlopen(library, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) return fail("dlopen: %s", ::dlerror());
+        lib_ = lib;
+        auto init = sym<NvmlReturn (*)()>("nvmlInit_v2");
+        auto shutdown = sym<NvmlReturn (*)()>("nvmlShutdown");
+        auto n_devices = sym<NvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2");
+        auto by_index = sym<NvmlReturn (*)(unsigned, NvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
+        auto minor_number = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMinorNumber");
+        auto set = sym<NvmlReturn (*)(NvmlDevice, unsigned)>("nvmlDeviceSetComputeMode");
+        auto get = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetComputeMode");
+        if (!init || !shutdown || !n_devices || !by_index || !minor_number || !set || !get)
+            return fail("%s lacks a required NVML function", library);
+        if (NvmlReturn r = init(); r != kNvmlSuccess) return fail("nvmlInit_v2 returned %d", r);
+        unsigned n = 0;
+        if (NvmlReturn r = n_devices(&n); r != kNvmlSuccess)
+            return fail("nvmlDeviceGetCount_v2 returned %d", r);
+        for (int i = 0; i < count; ++i) {
+            unsigned minor = 0;
+            if (std::sscanf(minors[i], "%u", &minor) != 1)
+                return fail("not a minor: %s", minors[i]);
+            NvmlDevice dev = nullptr;
+            for (unsigned j = 0; j < n && !dev; ++j) {
+                NvmlDevice d = nullptr;
+                unsigned m = 0;
+                if (by_index(j, &d) == kNvmlSuccess && minor_number(d, &m) == kNvmlSuccess &&
+                    m == minor)
+                    dev = d;
+            }
+            if (!dev) return fail("NVML knows no GPU with minor %u", minor);
+            if (NvmlReturn r = set(dev, mode); r != kNvmlSuccess)
+                return fail("nvmlDeviceSetComputeMode(GPU minor %u, %u) returned %d", minor, mode,
+                            r);
+            unsigned got = 0;
+            if (NvmlReturn r = get(dev, &got); r != kNvmlSuccess)
+                return fail("nvmlDeviceGetComputeMode(GPU minor %u) returned %d", minor, r);
+            say("mode %u %u\n", minor, got);
+        }
+        shutdown();
+        return 0;
+    }
+
   private:
     void report_mig(NvmlDevice dev, unsigned minor) noexcept {
         auto mode = sym<NvmlReturn (*)(NvmlDevice, unsigned*, unsigned*)>("nvmlDeviceGetMigMode");
@@ -414,6 +458,11 @@ int write_memory_limits(const char* library, const char* cgroup_dir, char** limi
     return Child(out_fd).set_limits(library, cgroup_dir, limits, count);
 }
 
+int write_compute_mode(const char* library, unsigned mode, char** minors, int count,
+                       int out_fd) noexcept {
+    return Child(out_fd).set_compute_mode(library, mode, minors, count);
+}
+
 NvmlFacts parse_nvml_report(std::string_view report, const std::string& what) {
     NvmlFacts facts;
     for (auto line : util::split(report, '\n')) {
@@ -583,6 +632,42 @@ std::vector<MemoryLimit> set_memory_limits(const Node& node, const std::string& 
         const auto minor = util::parse_unsigned(words[1]);
         const auto soft = util::parse_unsigned(words[2]), hard = util::parse_unsigned(words[3]);
         if (minor && soft && hard) got.push_back({static_cast<unsigned>(*minor), *soft, *hard});
+    }
+    return got;
+}
+
+std::vector<std::pair<unsigned, unsigned>> set_compute_mode(const Node& node,
+                                                            const std::vector<unsigned>& minors,
+                                                            unsigned mode,
+                                                            std::chrono::milliseconds timeout) {
+    auto lib = std::find_if(node.files.begin(), node.files.end(), [](const DriverFile& f) {
+        return f.kind == FileKind::Library && !f.compat32 && f.name == "libnvidia-ml.so.1";
+    });
+    if (lib == node.files.end())
+        throw util::Error(ENOENT, "set compute mode", "NVML", "the node has no libnvidia-ml.so.1");
+    std::vector<std::string> args = {kComputeModeOption, std::to_string(mode)};
+    for (unsigned m : minors) args.push_back(std::to_string(m));
+    std::vector<char*> argv;
+    for (std::size_t i = 2; i < args.size(); ++i) argv.push_back(args[i].data());
+    const std::string what = lib->host_path;
+    std::string report;
+    try {
+        report = run_child(
+            what, args,
+            [&](Child& c) {
+                return c.set_compute_mode(what.c_str(), mode, argv.data(),
+                                          static_cast<int>(argv.size()));
+            },
+            timeout);
+    } catch (const util::Error& e) {
+        throw util::Error(e.kind(), e.code().value(), "set compute mode", what, e.what());
+    }
+    std::vector<std::pair<unsigned, unsigned>> got;
+    for (auto line : util::split(report, '\n')) {
+        auto words = util::split(line, ' ');
+        if (words.size() != 3 || words[0] != "mode") continue;
+        const auto minor = util::parse_unsigned(words[1]), m = util::parse_unsigned(words[2]);
+        if (minor && m) got.emplace_back(static_cast<unsigned>(*minor), static_cast<unsigned>(*m));
     }
     return got;
 }

@@ -52,6 +52,12 @@ inline constexpr const char* kMemoryLimitsOption = "--memory-limits";
 int write_memory_limits(const char* library, const char* cgroup_dir, char** limits, int count,
                         int out_fd) noexcept;
 
+// `gpubind-nvml LIBRARY --compute-mode MODE MINOR...` sets NVML's compute
+// mode MODE on each GPU and writes "mode <minor> <mode>" as NVML reads it back.
+inline constexpr const char* kComputeModeOption = "--compute-mode";
+int write_compute_mode(const char* library, unsigned mode, char** minors, int count,
+                       int out_fd) noexcept;
+
 // Parses the child's report (exposed for tests).
 NvmlFacts parse_nvml_report(std::string_view report, const std::string& what);
 

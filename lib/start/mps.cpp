@@ -23,6 +23,7 @@
 
 #include "gpubind/decide/mps.hpp"
 #include "gpubind/decide/share.hpp"
+#include "gpubind/node/memory_limits.hpp"
 #include "gpubind/util/error.hpp"
 #include "gpubind/util/fd.hpp"
 #include "gpubind/util/file.hpp"
@@ -35,6 +36,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::seconds kStartTimeout{10}, kQuitTimeout{10}, kMaxBackoff{30};
+constexpr std::chrono::milliseconds kNvmlTimeout{10000};
 
 // Opens (making it 0755 where missing) each directory of `path`, never
 // following a link; each must be a directory, and the last `owned` root's.
@@ -232,6 +234,7 @@ int run_mps(const config::Config& config, const node::Node& node,
         util::throw_refused("run MPS", "nvidia-cuda-mps-control",
                             "the driver has no MPS control daemon");
     std::vector<Daemon> daemons;
+    std::vector<unsigned> minors;  // their GPUs'
     for (const node::Gpu& gpu : node.gpus) {
         if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), gpu.uuid) == gpus.end() &&
             std::find(gpus.begin(), gpus.end(), std::to_string(gpu.index)) == gpus.end())
@@ -240,9 +243,21 @@ int run_mps(const config::Config& config, const node::Node& node,
             util::throw_refused("run MPS", node::gpu_name(gpu), "no UUID (NVML did not answer)");
         daemons.push_back({gpu.uuid, (config.mps.root / gpu.uuid).string(),
                            mps_ceilings(config.mps, gpu, replicas)});
+        minors.push_back(gpu.minor);
     }
     if (daemons.empty()) util::throw_invalid("run MPS", "--gpu", "names no GPU of this node");
     own_dir(config.mps.root.string(), 1);
+    // Exclusive-process: on each GPU only its MPS server runs, every CUDA
+    // process through it; read back, and the default again when we stop.
+    for (const auto& [minor, mode] :
+         node::set_compute_mode(node, minors, node::kComputeModeExclusiveProcess, kNvmlTimeout))
+        if (mode != node::kComputeModeExclusiveProcess)
+            util::throw_refused(
+                "run MPS", fmt::format("GPU minor {}", minor),
+                fmt::format("NVML reads compute mode {} back, not exclusive-process "
+                            "({})",
+                            mode, node::kComputeModeExclusiveProcess));
+    util::logger().info("compute mode exclusive-process on {} GPUs", minors.size());
 
     sigset_t mask;
     sigemptyset(&mask);
@@ -302,6 +317,12 @@ int run_mps(const config::Config& config, const node::Node& node,
         }
         ::unlink(d.limits().c_str());
         util::logger().info("MPS control daemon for {} stopped", d.uuid);
+    }
+    try {
+        node::set_compute_mode(node, minors, node::kComputeModeDefault, kNvmlTimeout);
+        util::logger().info("compute mode default again on {} GPUs", minors.size());
+    } catch (const util::Error& e) {
+        util::logger().warn("compute mode left exclusive-process: {}", e.what());
     }
     return 0;
 }

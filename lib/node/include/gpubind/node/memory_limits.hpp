@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpubind/node/node.hpp"
@@ -31,5 +32,18 @@ inline constexpr std::uint64_t kNoMemoryLimit = ~std::uint64_t{0};
 std::vector<MemoryLimit> set_memory_limits(const Node& node, const std::string& cgroup_dir,
                                            const std::vector<MemoryLimit>& limits,
                                            std::chrono::milliseconds timeout);
+
+// NVML's compute modes (nvmlComputeMode_t) an MPS daemon's GPU is put in and
+// back (gpubind mps).
+inline constexpr unsigned kComputeModeDefault = 0;
+inline constexpr unsigned kComputeModeExclusiveProcess = 3;
+
+// Sets compute mode `mode` on the GPUs of `minors` through the node's NVML
+// (as set_memory_limits: a child with a deadline), then reads each back:
+// (minor, mode) pairs as NVML reads them. Throws Error as set_memory_limits.
+std::vector<std::pair<unsigned, unsigned>> set_compute_mode(const Node& node,
+                                                            const std::vector<unsigned>& minors,
+                                                            unsigned mode,
+                                                            std::chrono::milliseconds timeout);
 
 }  // namespace gpubind::node
