@@ -372,10 +372,19 @@ TEST(DevicePluginDaemonSet, ItsContainerGetsEveryGpuWithoutPrivilege) {
         std::ifstream in(source / "deploy/kubernetes/gpubind.yaml");
         text.assign(std::istreambuf_iterator<char>(in), {});
     }
-    const auto last = text.rfind("\n---\n");
-    ASSERT_NE(last, std::string::npos);
-    const nlohmann::json ds = cdi::yaml::parse(text.substr(last + 5), "gpubind.yaml");
-    ASSERT_EQ(ds["metadata"]["name"], "gpubind-device-plugin");
+    // The document of the plugin's DaemonSet, wherever it is in the file.
+    nlohmann::json ds;
+    for (std::size_t at = 0; at != std::string::npos;) {
+        const auto next = text.find("\n---\n", at);
+        const std::string doc =
+            text.substr(at, next == std::string::npos ? std::string::npos : next - at);
+        const nlohmann::json d = cdi::yaml::parse(doc, "gpubind.yaml");
+        if (d.is_object() && d.value("kind", "") == "DaemonSet" &&
+            d["metadata"].value("name", "") == "gpubind-device-plugin")
+            ds = d;
+        at = next == std::string::npos ? next : next + 5;
+    }
+    ASSERT_TRUE(ds.is_object()) << "no DaemonSet gpubind-device-plugin in gpubind.yaml";
     const auto& c = ds["spec"]["template"]["spec"]["containers"][0];
     sim::Spec spec;
     spec.topology = "hgx8";

@@ -19,6 +19,7 @@
 #include <csignal>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -281,6 +282,36 @@ TEST_F(MemoryLimitE2e, AStartThatFailsAfterSettingTheLimitClearsIt) {
     EXPECT_EQ(limits(), "");
 }
 
+// Through gpubind-runtime: its finish hook sets the limit, and the poststop
+// hook it adds for a share (only then) clears it when the container goes.
+TEST_F(MemoryLimitE2e, ThroughTheShimTheShareHoldsAndGoesWithTheContainer) {
+    node_->write_config(
+        fmt::format("[runtime]\nruntimes = [\"{}\"]\n", env_or("GPUBIND_RUNC", "runc")));
+    ::setenv("GPUBIND_CONFIG", node_->config().c_str(), 1);
+    Bundle b(work_.path() / ("b" + std::to_string(count_++)));
+    b.bind(node_->root() / "gpubind-fake-nvml", "/gpubind-fake-nvml");
+    b.env("NVIDIA_VISIBLE_DEVICES=1").env("NVIDIA_DRIVER_CAPABILITIES=compute,utility");
+    b.env("GPUBIND_GPU_MEMORY=1GiB");
+    b.command(fmt::format("cat /gpubind-fake-nvml/memory-limits; probe alloc {}; probe alloc {}",
+                          kGiB * 8 / 10, kGiB * 12 / 10));
+    auto r = b.run_with(runtime());
+    const std::string spec = slurp(b.dir() / "config.json");
+    // The same container without a share: no poststop hook in its spec.
+    Bundle plain(work_.path() / ("b" + std::to_string(count_++)));
+    plain.env("NVIDIA_VISIBLE_DEVICES=1").command("true");
+    auto r2 = plain.run_with(runtime());
+    node_->write_config();
+    ::unsetenv("GPUBIND_CONFIG");
+    ASSERT_EQ(r.exit_code, 0) << r.err << slurp(node_->log());
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("{} 0 {} /", m().gpus[1].minor, kGiB)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=0\n", kGiB * 8 / 10)));
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("alloc {} result=2\n", kGiB * 12 / 10)));
+    EXPECT_EQ(limits(), "") << "the limit outlived the container";
+    EXPECT_THAT(spec, HasSubstr("\"poststop\""));
+    ASSERT_EQ(r2.exit_code, 0) << r2.err;
+    EXPECT_THAT(slurp(plain.dir() / "config.json"), Not(HasSubstr("poststop")));
+}
+
 // Through CDI (gpubind-runtime applies a cdi.k8s.io annotation; the spec's
 // hooks run gpubind-hook's "cdi" stage at createRuntime and poststop): the
 // share holds as through the hook, and goes with the container.
@@ -485,10 +516,19 @@ TEST_F(MpsE2e, GpubindMpsSupervisesADaemonPerGpu) {
         }
         return false;
     };
+    // Each GPU's compute mode as the fake NVML last had it set (none: default, 0).
+    auto mode_of = [&](unsigned minor) {
+        std::istringstream in(slurp(node_->root() / "gpubind-fake-nvml/compute-mode"));
+        unsigned m = 0, mode = 0, found = 0;
+        while (in >> m >> mode)
+            if (m == minor) found = mode;
+        return found;
+    };
     for (const auto& gpu : m().gpus) {
         SCOPED_TRACE(gpu.uuid);
         const auto limits = root / gpu.uuid / "limits";
         ASSERT_TRUE(wait_for([&] { return std::filesystem::exists(limits); }));
+        EXPECT_EQ(mode_of(gpu.minor), 3u) << "not exclusive-process";
         EXPECT_EQ(slurp(limits), fmt::format("memory {}\ncompute 50\n", 10 * kGiB));
         EXPECT_EQ(ask(gpu.uuid, "get_default_device_pinned_mem_limit 0"), "10G\n");
         EXPECT_EQ(ask(gpu.uuid, "get_default_active_thread_percentage"), "50.0\n");
@@ -514,6 +554,7 @@ TEST_F(MpsE2e, GpubindMpsSupervisesADaemonPerGpu) {
     for (const auto& gpu : m().gpus) {
         EXPECT_FALSE(std::filesystem::exists(root / gpu.uuid / "pipe/control"));
         EXPECT_FALSE(std::filesystem::exists(root / gpu.uuid / "limits"));
+        EXPECT_EQ(mode_of(gpu.minor), 0u) << "the compute mode was not put back";
     }
     EXPECT_THAT(slurp(said), HasSubstr("killed by signal 9; starting it again in 1 s"));
 }
