@@ -58,10 +58,10 @@ inline constexpr const char* kShareMountDir = "/var/run/gpubind/share";
 
 // The share a container gets: its share mounts' where it has any (its share
 // variables are then not read for it; one asking for another share is logged
-// and not obeyed), else its variables' (read_share). A share mount that is not a size or a percent, or two that
-// disagree, throw Error(EINVAL, "read request", `where`, ...). A share mount
-// of each kind may be given once; the mounts and the variables ask the same
-// way (ShareRequest::asked_by names the mount).
+// and not obeyed), else its variables' (read_share). A share mount that is not a size or a percent,
+// or two that disagree, throw Error(EINVAL, "read request", `where`, ...). A share mount of each
+// kind may be given once; the mounts and the variables ask the same way (ShareRequest::asked_by
+// names the mount).
 ShareRequest read_container_share(const oci::Spec& spec, const config::Policy& policy,
                                   const std::string& container, const std::string& where);
 
