@@ -166,14 +166,7 @@ class Child {
             unsigned long long soft = 0, hard = 0;
             if (std::sscanf(limits[i], "%u:%llu:%llu", &minor, &soft, &hard) != 3)
                 return fail("not a limit: %s", limits[i]);
-            NvmlDevice dev = nullptr;
-            for (unsigned j = 0; j < n && !dev; ++j) {
-                NvmlDevice d = nullptr;
-                unsigned m = 0;
-                if (by_index(j, &d) == kNvmlSuccess && minor_number(d, &m) == kNvmlSuccess &&
-                    m == minor)
-                    dev = d;
-            }
+            NvmlDevice dev = device_by_minor(minor, n);
             if (!dev) return fail("NVML knows no GPU with minor %u", minor);
             NvmlSetLimits want{cgroup_dir, soft, hard};
             if (NvmlReturn r = set(dev, &want); r != kNvmlSuccess)
@@ -212,14 +205,7 @@ class Child {
             unsigned minor = 0;
             if (std::sscanf(minors[i], "%u", &minor) != 1)
                 return fail("not a minor: %s", minors[i]);
-            NvmlDevice dev = nullptr;
-            for (unsigned j = 0; j < n && !dev; ++j) {
-                NvmlDevice d = nullptr;
-                unsigned m = 0;
-                if (by_index(j, &d) == kNvmlSuccess && minor_number(d, &m) == kNvmlSuccess &&
-                    m == minor)
-                    dev = d;
-            }
+            NvmlDevice dev = device_by_minor(minor, n);
             if (!dev) return fail("NVML knows no GPU with minor %u", minor);
             if (NvmlReturn r = set(dev, mode); r != kNvmlSuccess)
                 return fail("nvmlDeviceSetComputeMode(GPU minor %u, %u) returned %d", minor, mode,
@@ -234,6 +220,21 @@ class Child {
     }
 
   private:
+    // NVML's handle of the GPU of `minor` among its `n`, or null (the
+    // callers have checked both functions are there).
+    NvmlDevice device_by_minor(unsigned minor, unsigned n) noexcept {
+        auto by_index = sym<NvmlReturn (*)(unsigned, NvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
+        auto minor_number = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMinorNumber");
+        for (unsigned j = 0; j < n; ++j) {
+            NvmlDevice d = nullptr;
+            unsigned m = 0;
+            if (by_index(j, &d) == kNvmlSuccess && minor_number(d, &m) == kNvmlSuccess &&
+                m == minor)
+                return d;
+        }
+        return nullptr;
+    }
+
     void report_mig(NvmlDevice dev, unsigned minor) noexcept {
         auto mode = sym<NvmlReturn (*)(NvmlDevice, unsigned*, unsigned*)>("nvmlDeviceGetMigMode");
         auto max = sym<NvmlReturn (*)(NvmlDevice, unsigned*)>("nvmlDeviceGetMaxMigDeviceCount");
