@@ -36,7 +36,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::seconds kStartTimeout{10}, kQuitTimeout{10}, kMaxBackoff{30};
-constexpr std::chrono::milliseconds kNvmlTimeout{10000};
+constexpr std::chrono::milliseconds kComputeModeTimeout{10000};
 
 // Opens (making it 0755 where missing) each directory of `path`, never
 // following a link; each must be a directory, and the last `owned` root's.
@@ -249,8 +249,8 @@ int run_mps(const config::Config& config, const node::Node& node,
     own_dir(config.mps.root.string(), 1);
     // Exclusive-process: on each GPU only its MPS server runs, every CUDA
     // process through it; read back, and the default again when we stop.
-    for (const auto& [minor, mode] :
-         node::set_compute_mode(node, minors, node::kComputeModeExclusiveProcess, kNvmlTimeout))
+    for (const auto& [minor, mode] : node::set_compute_mode(
+             node, minors, node::kComputeModeExclusiveProcess, kComputeModeTimeout))
         if (mode != node::kComputeModeExclusiveProcess)
             util::throw_refused(
                 "run MPS", fmt::format("GPU minor {}", minor),
@@ -319,7 +319,7 @@ int run_mps(const config::Config& config, const node::Node& node,
         util::logger().info("MPS control daemon for {} stopped", d.uuid);
     }
     try {
-        node::set_compute_mode(node, minors, node::kComputeModeDefault, kNvmlTimeout);
+        node::set_compute_mode(node, minors, node::kComputeModeDefault, kComputeModeTimeout);
         util::logger().info("compute mode default again on {} GPUs", minors.size());
     } catch (const util::Error& e) {
         util::logger().warn("compute mode left exclusive-process: {}", e.what());
