@@ -209,8 +209,14 @@ TEST_F(HostInstall, TheSpecIsTheNodesWithOnlyTheRootTakenOff) {
         }
     EXPECT_GT(nodes, 3u);
     EXPECT_GT(mounts, 10u);
-    // The hook's config is the installed one, as the host names it.
-    want["containerEdits"]["hooks"][0]["env"] = got["containerEdits"]["hooks"][0]["env"];
+    // Each hook's config (the cdi stage's, poststop's) is the installed one,
+    // as the host names it.
+    ASSERT_EQ(got["containerEdits"]["hooks"].size(), want["containerEdits"]["hooks"].size());
+    for (std::size_t i = 0; i < got["containerEdits"]["hooks"].size(); ++i) {
+        EXPECT_EQ(got["containerEdits"]["hooks"][i]["env"],
+                  json::array({"GPUBIND_CONFIG=/usr/local/gpubind/config.toml"}));
+        want["containerEdits"]["hooks"][i]["env"] = got["containerEdits"]["hooks"][i]["env"];
+    }
     got.erase("cdiVersion");
     want.erase("cdiVersion");
     EXPECT_EQ(got, want);
